@@ -1,0 +1,187 @@
+//! EventAggregator: combines similar events (client-go `EventAggregator.EventAggregate`, spec §3.3).
+
+use std::num::NonZeroUsize;
+
+use indexmap::IndexSet;
+use lru::LruCache;
+
+use super::keys::AggregateKey;
+use crate::clock::to_unix_nanos;
+use crate::event::{Event, ObjectMeta, Time};
+
+/// One aggregation group: the distinct local keys seen in the current window and the time of
+/// the last similar event (client-go `aggregateRecord`).
+#[derive(Debug, Default)]
+struct AggregateRecord {
+    /// Distinct local keys, in insertion order (the order decides [`EventAggregator`]'s PopAny).
+    local_keys: IndexSet<String>,
+    /// When the last similar event was seen; `None` (Go's zero time) for a new group.
+    last_timestamp: Option<Time>,
+}
+
+/// What the aggregator decided for one event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AggregateDecision {
+    /// Fewer than `max_events` distinct local keys in the window: keep the event as it is; the
+    /// EventLogger keys it by client-go `getEventKey`.
+    Original,
+    /// The group reached `max_events` distinct local keys in the window: replace the event by
+    /// an aggregate event (see [`aggregate_event`]) that the EventLogger keys by this aggregate key.
+    Aggregate(String),
+}
+
+/// The EventAggregator: an LRU of [`AggregateRecord`]s keyed by aggregate key.
+///
+/// # Divergence
+/// When a group holds `max_events` distinct local keys, client-go removes a *random* one
+/// (`PopAny` on a Go map). eventpipe removes the **oldest inserted** local key, so output is
+/// deterministic: after an aggregation the group keeps the `max_events - 1` most recently
+/// *first-seen* messages, and a repeat of an older message aggregates again.
+#[derive(Debug)]
+pub struct EventAggregator {
+    cache: LruCache<String, AggregateRecord>,
+    max_events: u64,
+    /// `maxIntervalInSeconds` as Go turns it into a `time.Duration` (may be negative; see
+    /// [`super::CorrelatorOptions::max_interval_in_seconds`]).
+    max_interval_nanos: i64,
+}
+
+impl EventAggregator {
+    /// An aggregator with an LRU of `cache_size` groups.
+    ///
+    /// `max_events` and `max_interval_in_seconds` are taken as client-go takes them: converted
+    /// to `uint` (a negative `max_events` wraps to a huge value, so nothing aggregates), and the
+    /// interval converted back to a `time.Duration` of seconds with Go's wrapping arithmetic.
+    pub fn new(cache_size: NonZeroUsize, max_events: i64, max_interval_in_seconds: i64) -> Self {
+        Self {
+            cache: LruCache::new(cache_size),
+            max_events: max_events as u64,
+            max_interval_nanos: max_interval_in_seconds.wrapping_mul(1_000_000_000),
+        }
+    }
+
+    /// Records `key` at `now` and decides whether the event is aggregated
+    /// (client-go `EventAggregate` minus building the aggregate event).
+    ///
+    /// The group's window slides: a similar event more than `max_interval` after the previous
+    /// one (strictly greater) starts a fresh group.
+    pub fn aggregate(&mut self, key: AggregateKey, now: Time) -> AggregateDecision {
+        let AggregateKey { aggregate, local } = key;
+        let max_interval_nanos = self.max_interval_nanos;
+        if !self.cache.contains(&aggregate) {
+            self.cache.put(aggregate.clone(), AggregateRecord::default());
+        }
+        let record = self.cache.get_mut(&aggregate).expect("just ensured present");
+        let expired = match record.last_timestamp {
+            None => true,
+            Some(last) => elapsed_nanos(now, last) > max_interval_nanos,
+        };
+        if expired {
+            *record = AggregateRecord::default();
+        }
+        record.local_keys.insert(local);
+        record.last_timestamp = Some(now);
+        if (record.local_keys.len() as u64) < self.max_events {
+            return AggregateDecision::Original;
+        }
+        // PopAny, made deterministic: drop the oldest inserted local key.
+        record.local_keys.shift_remove_index(0);
+        AggregateDecision::Aggregate(aggregate)
+    }
+
+    /// Number of groups cached.
+    pub fn len(&self) -> usize {
+        self.cache.len()
+    }
+
+    /// Whether no group is cached.
+    pub fn is_empty(&self) -> bool {
+        self.cache.is_empty()
+    }
+}
+
+/// `now - last` in nanoseconds, saturating like Go's `Time.Sub`.
+fn elapsed_nanos(now: Time, last: Time) -> i64 {
+    (now - last).num_nanoseconds().unwrap_or(if now > last { i64::MAX } else { i64::MIN })
+}
+
+/// The event client-go emits in place of an aggregated one (spec §3.3 step 7):
+/// name `<io.name>.<hex(now unix nanos)>` (no DNS validation), the original's namespace,
+/// involvedObject, type, reason and source; `message` from the message function; `count` 1;
+/// `firstTimestamp == lastTimestamp == now` (the aggregator's clock); nothing else.
+pub fn aggregate_event(original: &Event, message: String, now: Time) -> Event {
+    Event {
+        metadata: ObjectMeta {
+            name: format!("{}.{:x}", original.involved_object.name, to_unix_nanos(now)),
+            namespace: original.metadata.namespace.clone(),
+            ..ObjectMeta::default()
+        },
+        involved_object: original.involved_object.clone(),
+        reason: original.reason.clone(),
+        message,
+        source: original.source.clone(),
+        first_timestamp: Some(now),
+        last_timestamp: Some(now),
+        count: 1,
+        type_: original.type_.clone(),
+        ..Event::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(local: &str) -> AggregateKey {
+        AggregateKey { aggregate: "group".into(), local: local.into() }
+    }
+
+    fn at(secs: i64) -> Time {
+        chrono::DateTime::from_timestamp(1_700_000_000 + secs, 0).unwrap()
+    }
+
+    #[test]
+    fn tenth_distinct_message_in_window_aggregates_and_pops_the_oldest() {
+        let mut a = EventAggregator::new(NonZeroUsize::new(16).unwrap(), 10, 600);
+        for i in 0..9 {
+            assert_eq!(a.aggregate(key(&format!("m{i}")), at(i)), AggregateDecision::Original);
+        }
+        assert_eq!(a.aggregate(key("m9"), at(9)), AggregateDecision::Aggregate("group".into()));
+        // m0 was popped (oldest insertion): seeing it again refills the set to 10.
+        assert_eq!(a.aggregate(key("m0"), at(10)), AggregateDecision::Aggregate("group".into()));
+        // m9 is still in the set: a repeat does not aggregate.
+        assert_eq!(a.aggregate(key("m9"), at(11)), AggregateDecision::Original);
+    }
+
+    #[test]
+    fn window_resets_only_when_gap_is_strictly_greater_than_interval() {
+        let mut a = EventAggregator::new(NonZeroUsize::new(4).unwrap(), 2, 600);
+        assert_eq!(a.aggregate(key("a"), at(0)), AggregateDecision::Original);
+        assert_eq!(a.aggregate(key("b"), at(600)), AggregateDecision::Aggregate("group".into()), "gap == interval keeps the window");
+        assert_eq!(a.aggregate(key("c"), at(1201)), AggregateDecision::Original, "gap > interval resets");
+    }
+
+    #[test]
+    fn negative_max_events_never_aggregates_as_go_uint_wrap() {
+        let mut a = EventAggregator::new(NonZeroUsize::new(4).unwrap(), -1, 600);
+        for i in 0..50 {
+            assert_eq!(a.aggregate(key(&i.to_string()), at(i)), AggregateDecision::Original);
+        }
+    }
+
+    #[test]
+    fn aggregate_event_has_only_the_fields_client_go_sets() {
+        let mut e = Event { reason: "R".into(), message: "m".into(), reporting_component: "rc".into(), ..Event::default() };
+        e.involved_object.name = "pod".into();
+        e.metadata.namespace = "ns".into();
+        e.metadata.annotations.insert("a".into(), "b".into());
+        let now = chrono::DateTime::from_timestamp_nanos(105_999_103_295_324_396);
+        let agg = aggregate_event(&e, "combined".into(), now);
+        assert_eq!(agg.metadata.name, "pod.178959f726d80ec");
+        assert_eq!(agg.metadata.namespace, "ns");
+        assert!(agg.metadata.annotations.is_empty());
+        assert_eq!((agg.count, agg.message.as_str()), (1, "combined"));
+        assert_eq!(agg.reporting_component, "");
+        assert_eq!((agg.first_timestamp, agg.last_timestamp), (Some(now), Some(now)));
+    }
+}

@@ -1,0 +1,181 @@
+//! EventLogger: counts repeats and builds the patch (client-go `eventLogger.eventObserve` and
+//! `updateState`, spec §3.4–3.5).
+
+use std::num::NonZeroUsize;
+
+use lru::LruCache;
+use serde::ser::{Serialize, SerializeMap, Serializer};
+
+use super::keys::event_key;
+use crate::event::{Event, Time, format_time};
+
+/// What the EventLogger remembers per key (client-go `eventLog`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct EventLog {
+    count: i32,
+    first_timestamp: Option<Time>,
+    name: String,
+    resource_version: String,
+}
+
+/// The strategic-merge patch client-go sends for a repeated event: the two-way merge patch
+/// between the event with `count = 0`, `lastTimestamp = Unix epoch`, `message = ""` and the event
+/// as observed. Serialises as a JSON object with sorted keys, e.g.
+/// `{"count":2,"lastTimestamp":"2025-01-01T00:00:03Z","message":"…"}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventPatch {
+    /// The new count (absent when 0, which `omitempty` hides on both sides).
+    pub count: i32,
+    /// The new `lastTimestamp`.
+    pub last_timestamp: LastTimestampPatch,
+    /// The new message (absent when empty).
+    pub message: String,
+}
+
+/// How `lastTimestamp` appears in an [`EventPatch`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LastTimestampPatch {
+    /// The event's lastTimestamp is exactly the Unix epoch: no difference, key absent.
+    Unchanged,
+    /// The event has no lastTimestamp: `"lastTimestamp": null`.
+    Null,
+    /// `"lastTimestamp": "<RFC 3339 seconds>"`.
+    At(Time),
+}
+
+impl EventPatch {
+    /// The patch for `observed`, as client-go's `CreateTwoWayMergePatch(old, new)`.
+    pub fn for_event(observed: &Event) -> Self {
+        let last_timestamp = match observed.last_timestamp {
+            None => LastTimestampPatch::Null,
+            Some(t) if t.timestamp() == 0 && t.timestamp_subsec_nanos() == 0 => LastTimestampPatch::Unchanged,
+            Some(t) => LastTimestampPatch::At(t),
+        };
+        Self { count: observed.count, last_timestamp, message: observed.message.clone() }
+    }
+
+    /// The patch body as JSON bytes (the `application/strategic-merge-patch+json` payload).
+    pub fn to_json(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("a patch of a count, a time and a string always serialises")
+    }
+}
+
+impl Serialize for EventPatch {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        if self.count != 0 {
+            m.serialize_entry("count", &self.count)?;
+        }
+        match self.last_timestamp {
+            LastTimestampPatch::Unchanged => {}
+            LastTimestampPatch::Null => m.serialize_entry("lastTimestamp", &())?,
+            LastTimestampPatch::At(t) => m.serialize_entry("lastTimestamp", &format_time(&t))?,
+        }
+        if !self.message.is_empty() {
+            m.serialize_entry("message", &self.message)?;
+        }
+        m.end()
+    }
+}
+
+/// The EventLogger: an LRU of what was last sent per event key.
+#[derive(Debug)]
+pub struct EventLogger {
+    cache: LruCache<String, EventLog>,
+}
+
+impl EventLogger {
+    /// A logger with an LRU of `cache_size` entries.
+    pub fn new(cache_size: NonZeroUsize) -> Self {
+        Self { cache: LruCache::new(cache_size) }
+    }
+
+    /// client-go `eventObserve`: if `key` was seen with a count > 0, rewrite `event` as the next
+    /// occurrence of that earlier event (its name, resourceVersion and firstTimestamp, count + 1;
+    /// lastTimestamp and message stay the incoming ones) and return the patch; otherwise keep the
+    /// event's own count and return no patch. Either way, remember the result under `key`.
+    pub fn observe(&mut self, event: &mut Event, key: String) -> Option<EventPatch> {
+        let mut patch = None;
+        if let Some(last) = self.cache.get(&key).filter(|l| l.count > 0) {
+            event.metadata.name.clone_from(&last.name);
+            event.metadata.resource_version.clone_from(&last.resource_version);
+            event.first_timestamp = last.first_timestamp;
+            event.count = last.count.wrapping_add(1);
+            patch = Some(EventPatch::for_event(event));
+        }
+        self.remember(key, event);
+        patch
+    }
+
+    /// client-go `updateState`: remember the sink's copy of an event under its `getEventKey`, so
+    /// the next repeat patches the server object by its real name and resourceVersion.
+    ///
+    /// For aggregate events this key differs from the aggregate key `observe` used (it contains
+    /// the combined message): client-go's mismatch, reproduced (spec §3.5).
+    pub fn update_state(&mut self, event: &Event) {
+        self.remember(event_key(event), event);
+    }
+
+    fn remember(&mut self, key: String, event: &Event) {
+        let log = EventLog {
+            count: event.count,
+            first_timestamp: event.first_timestamp,
+            name: event.metadata.name.clone(),
+            resource_version: event.metadata.resource_version.clone(),
+        };
+        match self.cache.get_mut(&key) {
+            Some(slot) => *slot = log,
+            None => {
+                self.cache.put(key, log);
+            }
+        }
+    }
+
+    /// The count remembered for `key` without touching recency (for tests and diagnostics).
+    pub fn cached_count(&self, key: &str) -> Option<i32> {
+        self.cache.peek(key).map(|l| l.count)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patch_serialises_like_go_two_way_merge_patch() {
+        let t: Time = "2025-01-01T00:00:03.7Z".parse().unwrap();
+        let p = EventPatch { count: 2, last_timestamp: LastTimestampPatch::At(t), message: "m".into() };
+        assert_eq!(String::from_utf8(p.to_json()).unwrap(), r#"{"count":2,"lastTimestamp":"2025-01-01T00:00:03Z","message":"m"}"#);
+        let p = EventPatch { count: 3, last_timestamp: LastTimestampPatch::Null, message: String::new() };
+        assert_eq!(String::from_utf8(p.to_json()).unwrap(), r#"{"count":3,"lastTimestamp":null}"#);
+        let epoch = chrono::DateTime::from_timestamp(0, 0).unwrap();
+        let e = Event { count: 4, last_timestamp: Some(epoch), ..Event::default() };
+        assert_eq!(String::from_utf8(EventPatch::for_event(&e).to_json()).unwrap(), r#"{"count":4}"#);
+    }
+
+    #[test]
+    fn repeat_takes_name_first_timestamp_and_next_count_from_the_cache() {
+        let mut logger = EventLogger::new(NonZeroUsize::new(8).unwrap());
+        let t1: Time = "2025-01-01T00:00:01Z".parse().unwrap();
+        let t2: Time = "2025-01-01T00:00:02Z".parse().unwrap();
+        let mut first = Event { count: 1, first_timestamp: Some(t1), last_timestamp: Some(t1), message: "m".into(), ..Event::default() };
+        first.metadata.name = "pod.1".into();
+        assert_eq!(logger.observe(&mut first, "k".into()), None);
+        let mut second = Event { count: 1, first_timestamp: Some(t2), last_timestamp: Some(t2), message: "m".into(), ..Event::default() };
+        second.metadata.name = "pod.2".into();
+        let patch = logger.observe(&mut second, "k".into()).expect("a repeat is patched");
+        assert_eq!((second.metadata.name.as_str(), second.count, second.first_timestamp), ("pod.1", 2, Some(t1)));
+        assert_eq!(patch.count, 2);
+        assert_eq!(logger.cached_count("k"), Some(2));
+    }
+
+    #[test]
+    fn zero_count_entries_never_turn_into_patches() {
+        let mut logger = EventLogger::new(NonZeroUsize::new(8).unwrap());
+        for _ in 0..3 {
+            let mut e = Event::default();
+            assert_eq!(logger.observe(&mut e, "k".into()), None);
+            assert_eq!(e.count, 0);
+        }
+    }
+}

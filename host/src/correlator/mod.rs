@@ -1,0 +1,301 @@
+//! EventCorrelator = EventAggregator → EventLogger → SpamFilter (client-go `tools/record`
+//! `events_cache.go`, spec §3).
+//!
+//! One correlation runs in two steps so that key functions can be called in batches (a Wasm
+//! plugin pays its call boundary once per batch, not once per event):
+//!
+//! 1. [`EventCorrelator::prepare`] takes a batch of [`Occurrence`]s, computes every aggregate
+//!    key, runs the EventAggregator, builds aggregate events (combined messages in one batch)
+//!    and computes every spam key. Nothing here depends on the EventLogger or SpamFilter state,
+//!    so batching changes no outcome.
+//! 2. [`EventCorrelator::finish`] runs one [`PreparedEvent`] through the EventLogger and the
+//!    SpamFilter. Callers that write to a sink call [`EventCorrelator::update_state`] between
+//!    two `finish` calls, exactly where client-go's `recordToSink` does.
+//!
+//! [`EventCorrelator::event_correlate`] does both for a single event, as client-go's
+//! `EventCorrelate`.
+
+pub mod aggregator;
+pub mod keys;
+pub mod logger;
+pub mod spam_filter;
+
+use std::num::NonZeroUsize;
+use std::sync::Arc;
+
+use serde::Serialize;
+
+pub use aggregator::{AggregateDecision, EventAggregator, aggregate_event};
+pub use keys::{
+    AggregateKey, ByReason, EventAggregatorKeyFunc, EventAggregatorMessageFunc, EventSpamKeyFunc, SimilarEvents,
+    SourceObject,
+};
+pub use logger::{EventLogger, EventPatch, LastTimestampPatch};
+pub use spam_filter::SpamFilter;
+
+use crate::clock::{self, SharedClock};
+use crate::event::{Event, Time};
+
+/// client-go `maxLruCacheEntries`: entries in each of the three LRU caches.
+pub const MAX_LRU_CACHE_ENTRIES: usize = 4096;
+/// client-go `defaultAggregateMaxEvents`: distinct messages in a window before aggregating.
+pub const DEFAULT_AGGREGATE_MAX_EVENTS: i64 = 10;
+/// client-go `defaultAggregateIntervalInSeconds`: the aggregation window, seconds.
+pub const DEFAULT_AGGREGATE_INTERVAL_IN_SECONDS: i64 = 600;
+/// client-go `defaultSpamBurst`: tokens per spam key.
+pub const DEFAULT_SPAM_BURST: i64 = 25;
+/// client-go `defaultSpamQPS`: token refill rate, tokens per second (one per 300 s), a Go `float32`.
+pub const DEFAULT_SPAM_QPS: f32 = 1.0 / 300.0;
+
+/// client-go `CorrelatorOptions`. A zero value (or `None`) means "use the default", as
+/// client-go's `populateDefaults`; negative values are kept and behave as in client-go
+/// (see each field).
+#[derive(Clone, Default)]
+pub struct CorrelatorOptions {
+    /// Entries in each LRU cache (aggregator, logger, spam filter). 0 → 4096.
+    pub lru_cache_size: usize,
+    /// Spam filter bucket size, tokens. 0 → 25; negative filters every event.
+    pub burst_size: i64,
+    /// Spam filter refill rate, tokens per second (Go `float32`). 0 → 1/300; negative never refills.
+    pub qps: f32,
+    /// Distinct local keys within the window that trigger aggregation. 0 → 10; negative never
+    /// aggregates (Go converts it to a huge `uint`).
+    pub max_events: i64,
+    /// Aggregation window, seconds. 0 → 600. Negative: Go's `uint` → `time.Duration` round trip
+    /// makes it a negative duration, so every event starts a fresh window.
+    pub max_interval_in_seconds: i64,
+    /// Aggregate-key function. `None` → [`ByReason`].
+    pub key_func: Option<Arc<dyn EventAggregatorKeyFunc>>,
+    /// Message combiner. `None` → [`SimilarEvents`].
+    pub message_func: Option<Arc<dyn EventAggregatorMessageFunc>>,
+    /// Spam key function. `None` → [`SourceObject`].
+    pub spam_key_func: Option<Arc<dyn EventSpamKeyFunc>>,
+    /// The aggregator's clock. `None` → the wall clock.
+    pub clock: Option<SharedClock>,
+    /// The spam filter's clock (client-go reads one clock twice per event). `None` → `clock`.
+    pub spam_filter_clock: Option<SharedClock>,
+}
+
+impl std::fmt::Debug for CorrelatorOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CorrelatorOptions")
+            .field("lru_cache_size", &self.lru_cache_size)
+            .field("burst_size", &self.burst_size)
+            .field("qps", &self.qps)
+            .field("max_events", &self.max_events)
+            .field("max_interval_in_seconds", &self.max_interval_in_seconds)
+            .field("custom_key_func", &self.key_func.is_some())
+            .field("custom_message_func", &self.message_func.is_some())
+            .field("custom_spam_key_func", &self.spam_key_func.is_some())
+            .finish()
+    }
+}
+
+fn or_default<T: PartialEq + Default>(v: T, default: T) -> T {
+    if v == T::default() { default } else { v }
+}
+
+/// An event to correlate, with the instants the aggregator and the spam filter should read
+/// (`None`: read the correlator's clocks). Replays set both from their input lines.
+#[derive(Debug, Clone, Default)]
+pub struct Occurrence {
+    /// The event as the recorder made it.
+    pub event: Event,
+    /// The aggregator's "now".
+    pub clock: Option<Time>,
+    /// The spam filter's "now" (defaults to `clock`, then to the spam filter's clock).
+    pub spam_filter_clock: Option<Time>,
+}
+
+impl From<Event> for Occurrence {
+    fn from(event: Event) -> Self {
+        Self { event, clock: None, spam_filter_clock: None }
+    }
+}
+
+/// An event after the aggregator, waiting for the EventLogger and the SpamFilter.
+#[derive(Debug, Clone)]
+pub struct PreparedEvent {
+    event: Event,
+    logger_key: String,
+    spam_key: String,
+    spam_filter_clock: Option<Time>,
+    aggregated: bool,
+}
+
+impl PreparedEvent {
+    /// Whether the aggregator replaced the event by an aggregate event.
+    pub fn aggregated(&self) -> bool {
+        self.aggregated
+    }
+}
+
+/// client-go `EventCorrelateResult`: the event to write (or `None` when skipped), the patch to
+/// send when it is a repeat, and whether the spam filter skipped it. Serialises as
+/// `{"skip": bool, "event": Event|null, "patch": object|null}` (the replay output line).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EventCorrelateResult {
+    /// The spam filter dropped the event; `event` and `patch` are `None`.
+    pub skip: bool,
+    /// The event as observed (count, name, firstTimestamp rewritten for repeats).
+    pub event: Option<Event>,
+    /// The strategic-merge patch for a repeat (`count > 1`), `None` for a first occurrence.
+    pub patch: Option<EventPatch>,
+}
+
+/// Running totals of one correlator, for summaries and metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct CorrelatorStats {
+    /// Events correlated.
+    pub events: u64,
+    /// Events the aggregator replaced by an aggregate event.
+    pub aggregated: u64,
+    /// Events the spam filter skipped.
+    pub skipped: u64,
+}
+
+/// client-go `EventCorrelator`: one per sink watcher, owned by that watcher's task.
+pub struct EventCorrelator {
+    aggregator: EventAggregator,
+    logger: EventLogger,
+    spam_filter: SpamFilter,
+    key_func: Arc<dyn EventAggregatorKeyFunc>,
+    message_func: Arc<dyn EventAggregatorMessageFunc>,
+    spam_key_func: Arc<dyn EventSpamKeyFunc>,
+    clock: SharedClock,
+    spam_filter_clock: SharedClock,
+    stats: CorrelatorStats,
+}
+
+impl std::fmt::Debug for EventCorrelator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventCorrelator").field("stats", &self.stats).finish_non_exhaustive()
+    }
+}
+
+impl EventCorrelator {
+    /// client-go `NewEventCorrelatorWithOptions`: defaults filled in for zero fields.
+    pub fn new(options: CorrelatorOptions) -> Self {
+        let size = NonZeroUsize::new(or_default(options.lru_cache_size, MAX_LRU_CACHE_ENTRIES)).expect("non-zero");
+        let clock = options.clock.unwrap_or_else(clock::system);
+        Self {
+            aggregator: EventAggregator::new(
+                size,
+                or_default(options.max_events, DEFAULT_AGGREGATE_MAX_EVENTS),
+                or_default(options.max_interval_in_seconds, DEFAULT_AGGREGATE_INTERVAL_IN_SECONDS),
+            ),
+            logger: EventLogger::new(size),
+            spam_filter: SpamFilter::new(
+                size,
+                or_default(options.qps, DEFAULT_SPAM_QPS),
+                or_default(options.burst_size, DEFAULT_SPAM_BURST),
+            ),
+            key_func: options.key_func.unwrap_or_else(|| Arc::new(ByReason)),
+            message_func: options.message_func.unwrap_or_else(|| Arc::new(SimilarEvents)),
+            spam_key_func: options.spam_key_func.unwrap_or_else(|| Arc::new(SourceObject)),
+            spam_filter_clock: options.spam_filter_clock.unwrap_or_else(|| clock.clone()),
+            clock,
+            stats: CorrelatorStats::default(),
+        }
+    }
+
+    /// client-go `EventCorrelate` for one event, reading the correlator's clocks.
+    pub fn event_correlate(&mut self, event: Event) -> EventCorrelateResult {
+        let prepared = self.prepare(vec![Occurrence::from(event)]).pop().expect("one in, one out");
+        self.finish(prepared)
+    }
+
+    /// Step 1 for a batch: aggregate keys, aggregation decisions, combined messages and spam keys,
+    /// each key function called once for the whole batch. Returns one [`PreparedEvent`] per
+    /// occurrence, in order; pass each to [`finish`](Self::finish) in that order.
+    pub fn prepare(&mut self, batch: Vec<Occurrence>) -> Vec<PreparedEvent> {
+        let keys = {
+            let events: Vec<&Event> = batch.iter().map(|o| &o.event).collect();
+            let mut keys = Vec::with_capacity(events.len());
+            self.key_func.aggregate_keys(&events, &mut keys);
+            keys
+        };
+        debug_assert_eq!(keys.len(), batch.len(), "aggregate_keys must return one key per event");
+
+        // The aggregator, in order. Aggregated events are built once their messages are known.
+        let mut aggregated: Vec<(usize, Time)> = Vec::new();
+        let mut prepared: Vec<PreparedEvent> = Vec::with_capacity(batch.len());
+        for (i, (occurrence, key)) in batch.into_iter().zip(keys).enumerate() {
+            let now = occurrence.clock.unwrap_or_else(|| self.clock.now());
+            let spam_filter_clock = occurrence.spam_filter_clock.or(occurrence.clock);
+            let (logger_key, is_aggregate) = match self.aggregator.aggregate(key, now) {
+                AggregateDecision::Original => (keys::event_key(&occurrence.event), false),
+                AggregateDecision::Aggregate(aggregate_key) => {
+                    aggregated.push((i, now));
+                    (aggregate_key, true)
+                }
+            };
+            prepared.push(PreparedEvent {
+                event: occurrence.event,
+                logger_key,
+                spam_key: String::new(),
+                spam_filter_clock,
+                aggregated: is_aggregate,
+            });
+        }
+        self.build_aggregate_events(&mut prepared, &aggregated);
+
+        let mut spam_keys = Vec::with_capacity(prepared.len());
+        {
+            let events: Vec<&Event> = prepared.iter().map(|p| &p.event).collect();
+            self.spam_key_func.spam_keys(&events, &mut spam_keys);
+        }
+        debug_assert_eq!(spam_keys.len(), prepared.len(), "spam_keys must return one key per event");
+        for (p, k) in prepared.iter_mut().zip(spam_keys) {
+            p.spam_key = k;
+        }
+        prepared
+    }
+
+    fn build_aggregate_events(&self, prepared: &mut [PreparedEvent], aggregated: &[(usize, Time)]) {
+        if aggregated.is_empty() {
+            return;
+        }
+        let mut messages = Vec::with_capacity(aggregated.len());
+        {
+            let originals: Vec<&Event> = aggregated.iter().map(|&(i, _)| &prepared[i].event).collect();
+            self.message_func.aggregate_messages(&originals, &mut messages);
+        }
+        debug_assert_eq!(messages.len(), aggregated.len(), "aggregate_messages must return one message per event");
+        for (&(i, now), message) in aggregated.iter().zip(messages) {
+            prepared[i].event = aggregate_event(&prepared[i].event, message, now);
+        }
+    }
+
+    /// Step 2 for one event: the EventLogger (count, name, firstTimestamp, patch), then the
+    /// SpamFilter on the observed event. A skipped event still counts in the aggregator window
+    /// and the logger cache, as in client-go.
+    pub fn finish(&mut self, prepared: PreparedEvent) -> EventCorrelateResult {
+        let PreparedEvent { mut event, logger_key, spam_key, spam_filter_clock, aggregated } = prepared;
+        self.stats.events += 1;
+        self.stats.aggregated += u64::from(aggregated);
+        let patch = self.logger.observe(&mut event, logger_key);
+        let now = spam_filter_clock.unwrap_or_else(|| self.spam_filter_clock.now());
+        if self.spam_filter.filter(spam_key, now) {
+            self.stats.skipped += 1;
+            return EventCorrelateResult { skip: true, event: None, patch: None };
+        }
+        EventCorrelateResult { skip: false, event: Some(event), patch }
+    }
+
+    /// client-go `UpdateState`: remember the sink's copy of a written event (its name,
+    /// resourceVersion, count, firstTimestamp) so the next repeat patches it.
+    pub fn update_state(&mut self, event: &Event) {
+        self.logger.update_state(event);
+    }
+
+    /// Totals so far.
+    pub fn stats(&self) -> CorrelatorStats {
+        self.stats
+    }
+
+    /// The EventLogger (for diagnostics and tests).
+    pub fn logger(&self) -> &EventLogger {
+        &self.logger
+    }
+}

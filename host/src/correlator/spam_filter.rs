@@ -1,0 +1,174 @@
+//! SpamFilter: a token bucket per spam key (client-go `EventSourceObjectSpamFilter`, spec §3.6).
+
+use std::num::{NonZeroU32, NonZeroUsize};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use governor::clock::Clock as GovernorClock;
+use governor::middleware::NoOpMiddleware;
+use governor::nanos::Nanos;
+use governor::state::{InMemoryState, NotKeyed};
+use governor::{Quota, RateLimiter};
+use lru::LruCache;
+
+use crate::clock::to_unix_nanos;
+use crate::event::Time;
+
+/// The instant the SpamFilter is deciding at, shared with every bucket's limiter: governor reads
+/// time through a clock, and the correlator's clock is read once per event and stored here.
+#[derive(Debug, Clone, Default)]
+struct DecisionInstant(Arc<AtomicU64>);
+
+impl GovernorClock for DecisionInstant {
+    type Instant = Nanos;
+    fn now(&self) -> Nanos {
+        Nanos::new(self.0.load(Ordering::Relaxed))
+    }
+}
+
+type Limiter = RateLimiter<NotKeyed, InMemoryState, DecisionInstant, NoOpMiddleware<Nanos>>;
+
+/// One source+object's bucket.
+enum TokenBucket {
+    /// The usual case: governor's GCRA, which is exactly a token bucket that starts full.
+    Refilling(Limiter),
+    /// `qps <= 0`: `burst` tokens, never refilled (x/time/rate adds no tokens for a rate ≤ 0).
+    NoRefill { remaining: u32 },
+    /// `burst < 1`: never accepts (x/time/rate rejects any n > burst).
+    Never,
+}
+
+/// The bucket parameters, as client-go's `NewTokenBucketPassiveRateLimiterWithClock(qps, burst)`.
+#[derive(Debug, Clone, Copy)]
+struct BucketSpec {
+    qps: f32,
+    burst: i64,
+}
+
+impl BucketSpec {
+    fn new_bucket(&self, clock: &DecisionInstant) -> TokenBucket {
+        let Some(burst) = u32::try_from(self.burst).ok().and_then(NonZeroU32::new) else {
+            return TokenBucket::Never;
+        };
+        if self.qps <= 0.0 || self.qps.is_nan() {
+            return TokenBucket::NoRefill { remaining: burst.get() };
+        }
+        // One token per 1/qps seconds, the float32 rate widened to float64 as Go does; capped so
+        // that governor's tolerance (period × (burst − 1)) fits in u64 nanoseconds.
+        let max_period = u64::MAX / u64::from(burst.get());
+        let period_nanos = (1e9 / f64::from(self.qps)).min(max_period as f64).max(1.0) as u64;
+        let quota = Quota::with_period(Duration::from_nanos(period_nanos)).expect("period ≥ 1 ns").allow_burst(burst);
+        TokenBucket::Refilling(RateLimiter::direct_with_clock(quota, clock.clone()))
+    }
+}
+
+impl TokenBucket {
+    /// client-go `TryAccept`: take a token if one is available now; a rejection changes nothing.
+    fn try_accept(&mut self) -> bool {
+        match self {
+            TokenBucket::Refilling(limiter) => limiter.check().is_ok(),
+            TokenBucket::NoRefill { remaining } => {
+                let ok = *remaining > 0;
+                *remaining = remaining.saturating_sub(u32::from(ok));
+                ok
+            }
+            TokenBucket::Never => false,
+        }
+    }
+}
+
+/// The SpamFilter: an LRU of token buckets keyed by spam key.
+///
+/// Default parameters (client-go): burst 25, qps 1/300 — 25 consecutive events per key pass,
+/// then about one every 300 s.
+///
+/// # Divergence
+/// client-go's `x/time/rate` keeps a float token count and lets a bucket's clock run backwards
+/// (an accepted event at an earlier instant moves its `last` back). governor's GCRA works in
+/// integer nanoseconds and treats an earlier instant as "no time passed". Outcomes differ only
+/// when instants sit within nanoseconds of a refill boundary or the clock goes backwards.
+#[doc(alias = "EventSourceObjectSpamFilter")]
+pub struct SpamFilter {
+    cache: LruCache<String, TokenBucket>,
+    spec: BucketSpec,
+    clock: DecisionInstant,
+}
+
+impl std::fmt::Debug for SpamFilter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SpamFilter").field("buckets", &self.cache.len()).field("spec", &self.spec).finish()
+    }
+}
+
+impl SpamFilter {
+    /// A filter with an LRU of `cache_size` buckets, each of `burst` tokens refilled at `qps`
+    /// tokens per second (Go `float32`). `burst < 1` filters everything; `qps <= 0` never refills.
+    pub fn new(cache_size: NonZeroUsize, qps: f32, burst: i64) -> Self {
+        Self { cache: LruCache::new(cache_size), spec: BucketSpec { qps, burst }, clock: DecisionInstant::default() }
+    }
+
+    /// client-go `Filter`: `true` means skip (spam). Creates the key's bucket if needed, takes a
+    /// token at `now`, and refreshes the key's recency.
+    pub fn filter(&mut self, key: String, now: Time) -> bool {
+        self.clock.0.store(to_unix_nanos(now).max(0) as u64, Ordering::Relaxed);
+        let spec = self.spec;
+        let clock = &self.clock;
+        let bucket = self.cache.get_or_insert_mut(key, || spec.new_bucket(clock));
+        !bucket.try_accept()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(secs: f64) -> Time {
+        chrono::DateTime::from_timestamp_nanos(1_700_000_000_000_000_000 + (secs * 1e9) as i64)
+    }
+
+    fn filter(burst: i64, qps: f32) -> SpamFilter {
+        SpamFilter::new(NonZeroUsize::new(16).unwrap(), qps, burst)
+    }
+
+    #[test]
+    fn starts_full_then_refills_one_token_per_period() {
+        let mut f = filter(25, 1.0 / 300.0);
+        for i in 0..25 {
+            assert!(!f.filter("k".into(), at(i as f64)), "event {i} is within burst");
+        }
+        assert!(f.filter("k".into(), at(25.0)), "26th is spam");
+        // 25 tokens spent by t=24 s while 24/300 of a token came back: the next whole token is
+        // there at t=300 s (25 spent = 24 + 300·(refill since t=0)).
+        assert!(f.filter("k".into(), at(299.9)));
+        assert!(!f.filter("k".into(), at(300.0)));
+        assert!(f.filter("k".into(), at(301.0)));
+        assert!(!f.filter("k".into(), at(600.0)));
+    }
+
+    #[test]
+    fn keys_have_independent_buckets() {
+        let mut f = filter(1, 1.0 / 300.0);
+        assert!(!f.filter("a".into(), at(0.0)));
+        assert!(!f.filter("b".into(), at(0.0)));
+        assert!(f.filter("a".into(), at(1.0)));
+    }
+
+    #[test]
+    fn burst_below_one_filters_everything_and_zero_qps_never_refills() {
+        let mut never = filter(-1, 1.0);
+        assert!(never.filter("k".into(), at(0.0)));
+        let mut no_refill = filter(2, 0.0);
+        assert!(!no_refill.filter("k".into(), at(0.0)));
+        assert!(!no_refill.filter("k".into(), at(1.0)));
+        assert!(no_refill.filter("k".into(), at(1e6)));
+    }
+
+    #[test]
+    fn lru_eviction_forgets_a_bucket() {
+        let mut f = SpamFilter::new(NonZeroUsize::new(1).unwrap(), 1.0 / 300.0, 1);
+        assert!(!f.filter("a".into(), at(0.0)));
+        assert!(!f.filter("b".into(), at(0.0)), "evicts a");
+        assert!(!f.filter("a".into(), at(0.0)), "a starts full again");
+    }
+}

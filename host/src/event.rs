@@ -1,0 +1,342 @@
+//! The core/v1 `Event` model with its wire field names.
+//!
+//! Serialisation follows the Go types in `k8s.io/api/core/v1` as the apiserver emits them
+//! (spec §6.1): struct field order, `omitempty` where Go has it, `metav1.Time` as RFC 3339 to the
+//! second (`null` when unset), `metav1.MicroTime` to the microsecond, and `reportingComponent` /
+//! `reportingInstance` always present. In memory, timestamps keep full precision: client-go
+//! compares `time.Time` values, and only the wire truncates.
+//!
+//! Deserialisation is lenient in the ways real streams need: `null` for any string or number,
+//! missing objects, the Go zero time `0001-01-01T00:00:00Z` (read as unset), and unknown
+//! `metadata` fields (labels, ownerReferences, managedFields, …), which are kept and written back.
+//! Other input shapes (watch envelopes, `EventList`, events.k8s.io/v1) are mapped to this model
+//! by [`crate::source::decode`].
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// An instant, UTC, nanosecond precision (Go `time.Time` inside `metav1.Time`).
+pub type Time = DateTime<Utc>;
+
+/// `type` value for ordinary events (client-go `v1.EventTypeNormal`).
+pub const EVENT_TYPE_NORMAL: &str = "Normal";
+/// `type` value for events that may need attention (client-go `v1.EventTypeWarning`).
+pub const EVENT_TYPE_WARNING: &str = "Warning";
+
+/// The two event types the EventRecorder accepts; anything else is dropped as client-go's
+/// `generateEvent` does ("Unsupported event type").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventType {
+    /// `"Normal"`.
+    Normal,
+    /// `"Warning"`.
+    Warning,
+}
+
+impl EventType {
+    /// The wire string, `"Normal"` or `"Warning"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Normal => EVENT_TYPE_NORMAL,
+            EventType::Warning => EVENT_TYPE_WARNING,
+        }
+    }
+
+    /// Parses the wire string, case-sensitively as client-go does; `None` for anything else.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            EVENT_TYPE_NORMAL => Some(EventType::Normal),
+            EVENT_TYPE_WARNING => Some(EventType::Warning),
+            _ => None,
+        }
+    }
+}
+
+/// A core/v1 `Event` (`kind: Event`, `apiVersion: v1`), field for field.
+///
+/// `count` is Go's `int32`; 0 means unset (omitted on the wire). `type` is kept as a string so
+/// that foreign values survive a round trip; use [`EventType`] to validate.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Event {
+    /// TypeMeta `kind` (`"Event"`); empty when the producer did not set it (omitted).
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
+    pub kind: String,
+    /// TypeMeta `apiVersion` (`"v1"`); empty when unset (omitted).
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
+    pub api_version: String,
+    /// Standard object metadata.
+    #[serde(default, deserialize_with = "nullable")]
+    pub metadata: ObjectMeta,
+    /// The object this event is about.
+    #[serde(default, deserialize_with = "nullable")]
+    pub involved_object: ObjectReference,
+    /// Short, machine-understandable reason (`"FailedMount"`).
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    /// Human-readable description.
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    /// The component reporting this event (always written, possibly `{}`).
+    #[serde(default, deserialize_with = "nullable")]
+    pub source: EventSource,
+    /// When the event was first recorded; `null` when unset. Written to the second.
+    #[serde(default, with = "metav1_time")]
+    pub first_timestamp: Option<Time>,
+    /// When the most recent occurrence was recorded; `null` when unset. Written to the second.
+    #[serde(default, with = "metav1_time")]
+    pub last_timestamp: Option<Time>,
+    /// Number of occurrences (Go `int32`); 0 is unset and omitted.
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "is_zero")]
+    pub count: i32,
+    /// `"Normal"` or `"Warning"` (empty is omitted).
+    #[serde(rename = "type", default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
+    pub type_: String,
+    /// events.k8s.io-style first observation, to the microsecond; `null` when unset.
+    #[serde(default, with = "metav1_micro_time")]
+    pub event_time: Option<Time>,
+    /// events.k8s.io-style series data; omitted when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub series: Option<EventSeries>,
+    /// What action was taken or failed (events.k8s.io); omitted when empty.
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
+    pub action: String,
+    /// A secondary object; omitted when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub related: Option<ObjectReference>,
+    /// Go `ReportingController`; always written (`""` when unset), as the apiserver does.
+    #[serde(default, deserialize_with = "nullable")]
+    pub reporting_component: String,
+    /// The reporting controller's instance; always written.
+    #[serde(default, deserialize_with = "nullable")]
+    pub reporting_instance: String,
+}
+
+/// The `metadata` of an Event. Fields the correlator and sinks use are typed; everything else
+/// (labels' siblings such as `ownerReferences`, `managedFields`, `selfLink`, …) is kept in
+/// [`ObjectMeta::other`] and written back unchanged.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectMeta {
+    /// Object name; for events `<involvedObject.name>.<hex unix nanos>`.
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    /// Prefix for server-generated names.
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
+    pub generate_name: String,
+    /// Namespace; empty for cluster-scoped.
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
+    pub namespace: String,
+    /// Server-assigned unique id.
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
+    pub uid: String,
+    /// Opaque server version, used for optimistic concurrency.
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
+    pub resource_version: String,
+    /// Server creation time; written as `null` when unset, as Go's non-pointer `metav1.Time`.
+    #[serde(default, with = "metav1_time")]
+    pub creation_timestamp: Option<Time>,
+    /// Labels; omitted when empty.
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Annotations (the EventRecorder's `AnnotatedEventf` sets these); omitted when empty.
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    /// Every other metadata field, kept verbatim.
+    #[serde(flatten)]
+    pub other: serde_json::Map<String, serde_json::Value>,
+}
+
+/// core/v1 `ObjectReference`: what an event is about. Every field is `omitempty`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectReference {
+    /// Kind of the referent (`"Pod"`).
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
+    pub kind: String,
+    /// Namespace of the referent.
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
+    pub namespace: String,
+    /// Name of the referent.
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    /// UID of the referent.
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
+    pub uid: String,
+    /// API version of the referent.
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
+    pub api_version: String,
+    /// The referent's resourceVersion when the reference was made.
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
+    pub resource_version: String,
+    /// A piece of the object (`"spec.containers{app}"`).
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
+    pub field_path: String,
+}
+
+/// core/v1 `EventSource`: the reporting component and host. Written even when empty (`{}`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct EventSource {
+    /// Component that generated the event (`"kubelet"`).
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
+    pub component: String,
+    /// Node name on which the event was generated.
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
+    pub host: String,
+}
+
+/// core/v1 `EventSeries`: occurrence count and the last observation (MicroTime).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventSeries {
+    /// Occurrences in the series so far.
+    #[serde(default, deserialize_with = "nullable")]
+    pub count: i32,
+    /// Time of the last occurrence, to the microsecond.
+    #[serde(default, with = "metav1_micro_time")]
+    pub last_observed_time: Option<Time>,
+}
+
+fn is_zero(n: &i32) -> bool {
+    *n == 0
+}
+
+/// Reads `null` as the type's default (Go's zero value), anything else as `T`.
+pub(crate) fn nullable<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}
+
+/// Parses a Kubernetes timestamp (RFC 3339, any fractional precision, any offset).
+/// The empty string and Go's zero time (year 1) read as unset, as `metav1.Time` does.
+///
+/// # Errors
+/// A string that is not RFC 3339.
+pub fn parse_time(s: &str) -> Result<Option<Time>, chrono::ParseError> {
+    if s.is_empty() {
+        return Ok(None);
+    }
+    let t = DateTime::parse_from_rfc3339(s)?.with_timezone(&Utc);
+    Ok(if t.timestamp() == GO_ZERO_TIME_UNIX { None } else { Some(t) })
+}
+
+/// `time.Time{}` in Go (0001-01-01T00:00:00Z) as Unix seconds.
+const GO_ZERO_TIME_UNIX: i64 = -62_135_596_800;
+
+/// Formats as `metav1.Time` does: RFC 3339, UTC, truncated to the second, `Z` suffix.
+pub fn format_time(t: &Time) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+/// Formats as `metav1.MicroTime` does: RFC 3339, UTC, six fractional digits, `Z` suffix.
+pub fn format_micro_time(t: &Time) -> String {
+    t.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
+}
+
+fn deserialize_time<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Time>, D::Error> {
+    match Option::<String>::deserialize(d)? {
+        None => Ok(None),
+        Some(s) => parse_time(&s).map_err(|e| serde::de::Error::custom(format!("invalid timestamp {s:?}: {e}"))),
+    }
+}
+
+/// serde for `metav1.Time` fields (`Option<Time>`; `null` when unset).
+pub mod metav1_time {
+    use super::*;
+    use serde::Serializer;
+
+    /// Writes RFC 3339 seconds, or `null`.
+    pub fn serialize<S: Serializer>(t: &Option<Time>, s: S) -> Result<S::Ok, S::Error> {
+        match t {
+            Some(t) => s.serialize_str(&format_time(t)),
+            None => s.serialize_none(),
+        }
+    }
+
+    /// Reads RFC 3339 (any precision), `null`, `""` or Go's zero time.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Time>, D::Error> {
+        deserialize_time(d)
+    }
+}
+
+/// serde for `metav1.MicroTime` fields (`Option<Time>`; `null` when unset).
+pub mod metav1_micro_time {
+    use super::*;
+    use serde::Serializer;
+
+    /// Writes RFC 3339 with microseconds, or `null`.
+    pub fn serialize<S: Serializer>(t: &Option<Time>, s: S) -> Result<S::Ok, S::Error> {
+        match t {
+            Some(t) => s.serialize_str(&format_micro_time(t)),
+            None => s.serialize_none(),
+        }
+    }
+
+    /// Reads RFC 3339 (any precision), `null`, `""` or Go's zero time.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Time>, D::Error> {
+        deserialize_time(d)
+    }
+}
+
+impl Event {
+    /// The instant this occurrence happened, as best the event tells: `lastTimestamp`, else
+    /// `series.lastObservedTime`, else `eventTime`, else `firstTimestamp`. `None` if it has none.
+    pub fn occurred_at(&self) -> Option<Time> {
+        self.last_timestamp
+            .or_else(|| self.series.as_ref().and_then(|s| s.last_observed_time))
+            .or(self.event_time)
+            .or(self.first_timestamp)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KUBELET_LINE: &str = r#"{"kind":"Event","apiVersion":"v1","metadata":{"name":"nginx.1816687efbf1ca00","namespace":"default","uid":"u1","resourceVersion":"1234","creationTimestamp":"2025-01-01T00:00:01Z","managedFields":[{"manager":"kubelet"}]},"involvedObject":{"kind":"Pod","namespace":"default","name":"nginx","uid":"u2","apiVersion":"v1","resourceVersion":"1200","fieldPath":"spec.containers{nginx}"},"reason":"Pulled","message":"pulled","source":{"component":"kubelet","host":"node1"},"firstTimestamp":"2025-01-01T00:00:01Z","lastTimestamp":"2025-01-01T00:00:01Z","count":1,"type":"Normal","eventTime":null,"reportingComponent":"kubelet","reportingInstance":"node1"}"#;
+
+    #[test]
+    fn round_trips_the_apiserver_wire_form_byte_for_byte() {
+        let e: Event = serde_json::from_str(KUBELET_LINE).unwrap();
+        assert_eq!(e.involved_object.field_path, "spec.containers{nginx}");
+        assert_eq!(e.metadata.other["managedFields"][0]["manager"], "kubelet");
+        assert_eq!(serde_json::to_string(&e).unwrap(), KUBELET_LINE);
+    }
+
+    #[test]
+    fn nulls_and_missing_fields_read_as_go_zero_values() {
+        let e: Event = serde_json::from_str(
+            r#"{"metadata":null,"reason":null,"count":null,"source":null,"firstTimestamp":"0001-01-01T00:00:00Z","lastTimestamp":""}"#,
+        )
+        .unwrap();
+        assert_eq!(e, Event::default());
+        let v = serde_json::to_value(&e).unwrap();
+        assert_eq!(v["firstTimestamp"], serde_json::Value::Null);
+        assert_eq!(v["source"], serde_json::json!({}));
+        assert_eq!(v["reportingComponent"], "");
+        assert!(v.get("count").is_none(), "count is omitempty");
+    }
+
+    #[test]
+    fn timestamps_keep_precision_in_memory_and_truncate_on_the_wire() {
+        let e: Event = serde_json::from_str(
+            r#"{"lastTimestamp":"2024-06-01T00:02:22.999999999+02:00","eventTime":"2024-06-01T00:02:22.123456789Z"}"#,
+        )
+        .unwrap();
+        assert_eq!(e.last_timestamp.unwrap().timestamp_subsec_nanos(), 999_999_999);
+        let v = serde_json::to_value(&e).unwrap();
+        assert_eq!(v["lastTimestamp"], "2024-05-31T22:02:22Z");
+        assert_eq!(v["eventTime"], "2024-06-01T00:02:22.123456Z");
+    }
+
+    #[test]
+    fn bad_timestamp_is_an_error_naming_the_value() {
+        let err = serde_json::from_str::<Event>(r#"{"lastTimestamp":"yesterday"}"#).unwrap_err();
+        assert!(err.to_string().contains("\"yesterday\""), "{err}");
+    }
+}

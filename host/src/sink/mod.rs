@@ -1,0 +1,88 @@
+//! Where correlated events go: the [`EventSink`] trait (client-go `record.EventSink`), the
+//! `recordToSink` retry loop ([`retry`]) and the built-in sinks.
+
+pub mod jsonl;
+pub mod retry;
+
+use async_trait::async_trait;
+
+use crate::event::Event;
+
+pub use retry::{RetryPolicy, WriteOutcome, write_event};
+
+/// A Kubernetes API status failure (`metav1.Status` in a `StatusError`): an HTTP code, a
+/// machine-readable reason (`NotFound`, `AlreadyExists`, …) and the status causes' types.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StatusError {
+    /// HTTP status code (0 when the server gave none).
+    pub code: u16,
+    /// `metav1.StatusReason`, e.g. `"NotFound"`.
+    pub reason: String,
+    /// Human-readable message.
+    pub message: String,
+    /// `details.causes[].type`, e.g. `"NamespaceTerminating"`.
+    pub causes: Vec<String>,
+}
+
+/// Cause type the apiserver sets when the event's namespace is being deleted
+/// (`v1.NamespaceTerminatingCause`).
+pub const CAUSE_NAMESPACE_TERMINATING: &str = "NamespaceTerminating";
+/// Status reason of a create that hit an existing object (`metav1.StatusReasonAlreadyExists`).
+pub const REASON_ALREADY_EXISTS: &str = "AlreadyExists";
+
+impl StatusError {
+    /// Whether this is a 404, the only failure of a patch that falls back to create.
+    pub fn is_not_found(&self) -> bool {
+        self.code == 404
+    }
+
+    /// client-go logs these at V(5) instead of as errors: the event already exists, or its
+    /// namespace is terminating.
+    pub fn is_expected(&self) -> bool {
+        self.reason == REASON_ALREADY_EXISTS || self.causes.iter().any(|c| c == CAUSE_NAMESPACE_TERMINATING)
+    }
+}
+
+/// Why a sink call failed, in the classes client-go's `recordEvent` tells apart.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SinkError {
+    /// The request could not be built (client-go `restclient.RequestConstructionError`): dropped.
+    #[error("request construction error: {0}")]
+    RequestConstruction(String),
+    /// The server answered with a failure status (`errors.StatusError`): dropped, except that a
+    /// 404 on patch falls back to create.
+    #[error("server rejected the event: {} {} {}", .0.code, .0.reason, .0.message)]
+    Status(StatusError),
+    /// The server answered with something that is not an Event (`errors.UnexpectedObjectError`): retried.
+    #[error("unexpected object in response: {0}")]
+    UnexpectedObject(String),
+    /// Anything else: transport errors, timeouts, a full queue downstream: retried.
+    #[error("{0}")]
+    Transport(String),
+}
+
+impl SinkError {
+    /// Whether `recordToSink` tries again after this error (client-go: only unexpected objects
+    /// and non-API errors are retried).
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, SinkError::UnexpectedObject(_) | SinkError::Transport(_))
+    }
+}
+
+/// client-go `record.EventSink`: where events are written. Each call returns the object as the
+/// sink stored it (for the Kubernetes API, the server's copy with its name and resourceVersion),
+/// which the correlator remembers with `update_state`.
+///
+/// # Errors
+/// Every method returns a [`SinkError`] whose class decides the retry policy.
+#[async_trait]
+pub trait EventSink: Send + Sync {
+    /// Creates the event (`POST /api/v1/namespaces/{ns}/events`).
+    async fn create(&self, event: &Event) -> Result<Event, SinkError>;
+    /// Replaces the event (`PUT …/events/{name}`); unused by `recordToSink`, kept for parity.
+    async fn update(&self, event: &Event) -> Result<Event, SinkError>;
+    /// Applies a strategic-merge patch (`PATCH …/events/{name}`,
+    /// `application/strategic-merge-patch+json`) to the event named `event.metadata.name`.
+    /// `patch` may be empty: client-go sends an empty body for a count > 1 event it never saw.
+    async fn patch(&self, event: &Event, patch: &[u8]) -> Result<Event, SinkError>;
+}

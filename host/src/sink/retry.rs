@@ -1,0 +1,170 @@
+//! client-go's `recordToSink` / `recordEvent`: create or patch, fall back to create on 404, up to
+//! 12 tries with client-go's sleeps (spec §2.5).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::{EventSink, SinkError};
+use crate::correlator::{EventCorrelateResult, EventCorrelator};
+use crate::event::Event;
+
+/// client-go `maxTriesPerEvent`.
+pub const MAX_TRIES_PER_EVENT: u32 = 12;
+/// client-go `defaultSleepDuration`, between tries.
+pub const DEFAULT_SLEEP_DURATION: Duration = Duration::from_secs(10);
+
+/// How `recordToSink` retries.
+#[derive(Clone)]
+pub struct RetryPolicy {
+    /// Attempts per event, including the first (client-go: 12).
+    pub max_tries: u32,
+    /// Pause between attempts (client-go: 10 s); the first pause is scaled by [`Self::jitter`].
+    pub sleep_duration: Duration,
+    /// Returns a factor in `[0, 1)` for the first pause (client-go: `rand.Float64()`).
+    /// Injectable so tests are deterministic.
+    pub jitter: Arc<dyn Fn() -> f64 + Send + Sync>,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self { max_tries: MAX_TRIES_PER_EVENT, sleep_duration: DEFAULT_SLEEP_DURATION, jitter: Arc::new(rand::random::<f64>) }
+    }
+}
+
+impl std::fmt::Debug for RetryPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RetryPolicy").field("max_tries", &self.max_tries).field("sleep_duration", &self.sleep_duration).finish()
+    }
+}
+
+impl RetryPolicy {
+    /// The pause after failed attempt number `tries` (1-based): `sleep × jitter` after the first
+    /// failure, `sleep` after the others, as client-go.
+    pub fn delay_after(&self, tries: u32) -> Duration {
+        if tries == 1 { self.sleep_duration.mul_f64((self.jitter)().clamp(0.0, 1.0)) } else { self.sleep_duration }
+    }
+}
+
+/// Which call wrote the event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verb {
+    /// `create` (first occurrence, or a patch target that was gone).
+    Create,
+    /// `patch` (a repeat).
+    Patch,
+}
+
+/// How writing one correlated event ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WriteOutcome {
+    /// The spam filter skipped it; nothing was sent.
+    Skipped,
+    /// Written by `verb` after `attempts` attempts; the sink's copy was fed to `update_state`.
+    Written {
+        /// The call that succeeded.
+        verb: Verb,
+        /// Attempts made, ≥ 1.
+        attempts: u32,
+    },
+    /// A non-retryable error: dropped after `attempts` attempts, as client-go.
+    Dropped {
+        /// The last error.
+        error: SinkError,
+        /// Attempts made.
+        attempts: u32,
+    },
+    /// Every one of `max_tries` attempts failed with a retryable error ("retry limit exceeded").
+    GaveUp {
+        /// The last error.
+        error: SinkError,
+        /// Attempts made (= `max_tries`).
+        attempts: u32,
+    },
+    /// Shutdown was requested while waiting to retry.
+    Cancelled {
+        /// The last error.
+        error: SinkError,
+        /// Attempts made.
+        attempts: u32,
+    },
+}
+
+/// client-go `recordToSink` after `EventCorrelate`: writes `result` to `sink` (patch when the
+/// event's count > 1, else create), retrying per `policy` until success, a non-retryable error,
+/// `max_tries`, or `cancel`. On success the sink's copy goes to `correlator.update_state`.
+///
+/// Quirks kept from client-go: a patch that fails with a non-404 status is dropped without
+/// trying create; a count > 1 event with no patch sends an empty patch body; the
+/// `resourceVersion` cleared before a create stays cleared for later attempts.
+pub async fn write_event(
+    sink: &dyn EventSink,
+    correlator: &mut EventCorrelator,
+    result: EventCorrelateResult,
+    policy: &RetryPolicy,
+    cancel: &CancellationToken,
+) -> WriteOutcome {
+    let EventCorrelateResult { skip, event, patch } = result;
+    let Some(mut event) = event.filter(|_| !skip) else {
+        return WriteOutcome::Skipped;
+    };
+    let patch = patch.map(|p| p.to_json()).unwrap_or_default();
+    let update_existing = event.count > 1;
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let error = match record_event(sink, &mut event, &patch, update_existing).await {
+            Ok((server_event, verb)) => {
+                correlator.update_state(&server_event);
+                return WriteOutcome::Written { verb, attempts: tries };
+            }
+            Err(error) => error,
+        };
+        if !error.is_retryable() {
+            log_dropped(&event, &error);
+            return WriteOutcome::Dropped { error, attempts: tries };
+        }
+        if tries >= policy.max_tries {
+            tracing::error!(event = %event.metadata.name, %error, "unable to write event (retry limit exceeded!)");
+            return WriteOutcome::GaveUp { error, attempts: tries };
+        }
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => {
+                tracing::info!(event = %event.metadata.name, "shutdown requested, not retrying the event");
+                return WriteOutcome::Cancelled { error, attempts: tries };
+            }
+            _ = tokio::time::sleep(policy.delay_after(tries)) => {}
+        }
+    }
+}
+
+/// client-go `recordEvent`: one attempt. Patch when `update_existing`; create when not, or when
+/// the patch target is gone (404), with `resourceVersion` cleared.
+async fn record_event(
+    sink: &dyn EventSink,
+    event: &mut Event,
+    patch: &[u8],
+    update_existing: bool,
+) -> Result<(Event, Verb), SinkError> {
+    if update_existing {
+        match sink.patch(event, patch).await {
+            Ok(server_event) => return Ok((server_event, Verb::Patch)),
+            Err(SinkError::Status(s)) if s.is_not_found() => {}
+            Err(other) => return Err(other),
+        }
+    }
+    event.metadata.resource_version.clear();
+    sink.create(event).await.map(|server_event| (server_event, Verb::Create))
+}
+
+fn log_dropped(event: &Event, error: &SinkError) {
+    match error {
+        SinkError::Status(s) if s.is_expected() => {
+            tracing::debug!(event = %event.metadata.name, %error, "server rejected event (will not retry!)")
+        }
+        _ => tracing::error!(event = %event.metadata.name, %error, "server rejected event (will not retry!)"),
+    }
+}

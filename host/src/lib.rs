@@ -4,7 +4,10 @@
 //! Data flows one way: source → [`broadcaster::Broadcaster`] → watchers →
 //! [`correlator::EventCorrelator`] → [`sink::EventSink`].
 
+pub mod broadcaster;
 pub mod clock;
-pub mod event;
 pub mod correlator;
+pub mod event;
+pub mod event_broadcaster;
+pub mod recorder;
 pub mod sink;

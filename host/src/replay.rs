@@ -1,0 +1,123 @@
+//! `eventpipe replay`: one EventCorrelator over a recorded stream, its clocks set from each line,
+//! writing client-go's `EventCorrelateResult` per line (the contract of the conformance suite).
+//!
+//! Input lines: `{"clock": RFC3339Nano, "event": Event, "spam_filter_clock"?: RFC3339Nano}`;
+//! any other shape the [`crate::source::decode`] decoder accepts is replayed too, with the
+//! event's own time as its clock. Output: one `{"skip","event","patch"}` line per input
+//! document, in order; a line that cannot be replayed yields `{"error": "line N: …"}` so that
+//! output stays aligned with input.
+
+use std::io::{BufRead, Write};
+
+use crate::correlator::{CorrelatorOptions, EventCorrelator, Occurrence};
+use crate::source::decode::{Decoded, DecodeError, Decoder};
+
+/// Documents prepared together (one key-function call per batch).
+pub const REPLAY_BATCH_SIZE: usize = 256;
+
+/// How to replay.
+#[derive(Debug, Clone, Default)]
+pub struct ReplayOptions {
+    /// The correlator's options (client-go defaults for zero values).
+    pub correlator: CorrelatorOptions,
+    /// Skip `UpdateState` after each written result (models a sink that never succeeds).
+    pub no_update_state: bool,
+}
+
+/// What a replay did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ReplaySummary {
+    /// Results written (one per event document).
+    pub results: u64,
+    /// Results with `skip: true`.
+    pub skipped: u64,
+    /// Events replaced by an aggregate event.
+    pub aggregated: u64,
+    /// Lines that were not events (malformed, bookmarks, watch errors): an `error` line each.
+    pub errors: u64,
+}
+
+/// Why a replay stopped early: only I/O on the input or output.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    /// Reading the input failed.
+    #[error("reading input: {0}")]
+    Read(#[source] std::io::Error),
+    /// Writing the output failed.
+    #[error("writing output: {0}")]
+    Write(#[source] std::io::Error),
+}
+
+/// Replays `input` to `output`. Malformed lines are reported on the `error` output line and
+/// in the log (with their line number) and never stop the replay.
+///
+/// # Errors
+/// Only I/O errors on `input` or `output`.
+pub fn replay(input: impl BufRead, mut output: impl Write, options: ReplayOptions) -> Result<ReplaySummary, ReplayError> {
+    let mut correlator = EventCorrelator::new(options.correlator);
+    let mut decoder = Decoder::new();
+    let mut summary = ReplaySummary::default();
+    let mut pending: Vec<Result<Decoded, DecodeError>> = Vec::with_capacity(REPLAY_BATCH_SIZE);
+    let mut write_batch = |pending: &mut Vec<Result<Decoded, DecodeError>>, summary: &mut ReplaySummary| {
+        flush(pending, &mut correlator, &mut output, summary, !options.no_update_state)
+    };
+    for line in input.lines() {
+        let line = line.map_err(ReplayError::Read)?;
+        pending.extend(decoder.push_line(&line));
+        if pending.len() >= REPLAY_BATCH_SIZE {
+            write_batch(&mut pending, &mut summary)?;
+        }
+    }
+    pending.extend(decoder.finish().map(Err));
+    write_batch(&mut pending, &mut summary)?;
+    output.flush().map_err(ReplayError::Write)?;
+    Ok(summary)
+}
+
+/// Correlates and writes the pending documents, in order.
+fn flush(
+    pending: &mut Vec<Result<Decoded, DecodeError>>,
+    correlator: &mut EventCorrelator,
+    output: &mut impl Write,
+    summary: &mut ReplaySummary,
+    update_state: bool,
+) -> Result<(), ReplayError> {
+    // Positions of the events among the pending documents, so errors keep their place.
+    let mut occurrences = Vec::with_capacity(pending.len());
+    let mut slots = Vec::with_capacity(pending.len());
+    for item in pending.drain(..) {
+        match item {
+            Ok(Decoded::Event { event, clock, spam_filter_clock, .. }) => {
+                let clock = clock.or_else(|| event.occurred_at());
+                occurrences.push(Occurrence { event, clock, spam_filter_clock: spam_filter_clock.or(clock) });
+                slots.push(None);
+            }
+            Ok(other) => slots.push(Some(format!("line {}: not an event ({})", other.line(), other.describe()))),
+            Err(e) => slots.push(Some(e.to_string())),
+        }
+    }
+    let mut prepared = correlator.prepare(occurrences).into_iter();
+    for slot in slots {
+        let line = match slot {
+            Some(error) => {
+                tracing::warn!(%error, "replay: skipping input");
+                summary.errors += 1;
+                serde_json::to_vec(&serde_json::json!({ "error": error }))
+            }
+            None => {
+                let p = prepared.next().expect("one prepared event per event slot");
+                summary.aggregated += u64::from(p.aggregated());
+                let result = correlator.finish(p);
+                summary.results += 1;
+                summary.skipped += u64::from(result.skip);
+                if let (true, Some(event)) = (update_state, &result.event) {
+                    correlator.update_state(event);
+                }
+                serde_json::to_vec(&result)
+            }
+        }
+        .expect("results serialise");
+        output.write_all(&line).and_then(|()| output.write_all(b"\n")).map_err(ReplayError::Write)?;
+    }
+    Ok(())
+}

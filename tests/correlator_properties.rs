@@ -1,0 +1,98 @@
+//! Properties of the EventCorrelator over random streams: a written object's count never goes
+//! down, nothing is skipped below the burst, nothing aggregates below `max_events`.
+
+use std::collections::{HashMap, HashSet};
+
+use eventpipe::correlator::keys::{aggregate_by_reason, spam_key};
+use eventpipe::correlator::{CorrelatorOptions, EventCorrelator, Occurrence};
+use eventpipe::event::{Event, EventSource, ObjectReference, Time};
+use proptest::prelude::*;
+
+/// One generated occurrence: which object, reason, message, and seconds since the previous one.
+type Step = (u8, u8, u8, u16);
+
+fn event(&(object, reason, message, _): &Step) -> Event {
+    Event {
+        involved_object: ObjectReference { kind: "Pod".into(), namespace: "ns".into(), name: format!("pod-{object}"), ..ObjectReference::default() },
+        reason: format!("R{reason}"),
+        message: format!("m{message}"),
+        source: EventSource { component: "kubelet".into(), host: "node".into() },
+        type_: "Warning".into(),
+        count: 1,
+        ..Event::default()
+    }
+}
+
+/// Runs `steps` like a sink that always succeeds; returns (step, result event or None if skipped,
+/// aggregated).
+fn correlate(steps: &[Step], options: CorrelatorOptions) -> Vec<(Step, Option<Event>, bool)> {
+    let mut correlator = EventCorrelator::new(options);
+    let mut now: Time = "2025-01-01T00:00:00Z".parse().unwrap();
+    let mut out = Vec::new();
+    for (i, step) in steps.iter().enumerate() {
+        now += chrono::Duration::seconds(i64::from(step.3));
+        let mut e = event(step);
+        // Recorder-style: every occurrence gets its own name; repeats take the first one's.
+        e.metadata.name = format!("{}.{i:x}", e.involved_object.name);
+        e.first_timestamp = Some(now);
+        e.last_timestamp = Some(now);
+        let p = correlator.prepare(vec![Occurrence { event: e, clock: Some(now), spam_filter_clock: Some(now) }]).pop().unwrap();
+        let aggregated = p.aggregated();
+        let r = correlator.finish(p);
+        if let Some(e) = &r.event {
+            correlator.update_state(e);
+        }
+        out.push((*step, r.event, aggregated));
+    }
+    out
+}
+
+fn steps(objects: u8, reasons: u8, messages: u8, max_gap: u16) -> impl Strategy<Value = Vec<Step>> {
+    prop::collection::vec((0..objects, 0..reasons, 0..messages, 0..=max_gap), 1..400)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// The count written for an event name (one server object) strictly increases.
+    #[test]
+    fn count_never_decreases_for_a_key(steps in steps(4, 3, 12, 900), burst in 1i64..40, max_events in 1i64..12) {
+        let options = CorrelatorOptions { burst_size: burst, max_events, ..CorrelatorOptions::default() };
+        let mut last: HashMap<String, i32> = HashMap::new();
+        for (_, e, _) in correlate(&steps, options) {
+            let Some(e) = e else { continue };
+            if let Some(prev) = last.insert(e.metadata.name.clone(), e.count) {
+                prop_assert!(e.count > prev, "{} went from {prev} to {}", e.metadata.name, e.count);
+            }
+        }
+    }
+
+    /// No event is skipped while its spam key has been seen at most `burst` times.
+    #[test]
+    fn skip_never_happens_below_burst(steps in steps(6, 4, 8, 5), burst in 1i64..30) {
+        let options = CorrelatorOptions { burst_size: burst, max_events: -1, ..CorrelatorOptions::default() };
+        let mut seen: HashMap<String, i64> = HashMap::new();
+        for (step, e, _) in correlate(&steps, options) {
+            let n = seen.entry(spam_key(&event(&step))).or_default();
+            *n += 1;
+            if *n <= burst {
+                prop_assert!(e.is_some(), "occurrence {n} of a key skipped with burst {burst}");
+            }
+        }
+    }
+
+    /// No event aggregates while its group has fewer than `max_events` distinct messages in all.
+    #[test]
+    fn aggregation_never_fires_below_max_events(steps in steps(3, 3, 20, 60), max_events in 2i64..15) {
+        let options = CorrelatorOptions { max_events, burst_size: 1_000_000, ..CorrelatorOptions::default() };
+        let mut distinct: HashMap<String, HashSet<String>> = HashMap::new();
+        for (step, _, aggregated) in correlate(&steps, options) {
+            let key = aggregate_by_reason(&event(&step));
+            let messages = distinct.entry(key.aggregate).or_default();
+            messages.insert(key.local);
+            if (messages.len() as i64) < max_events {
+                prop_assert!(!aggregated, "aggregated with {} distinct messages < {max_events}", messages.len());
+            }
+        }
+    }
+}

@@ -1,0 +1,154 @@
+//! `eventpipe replay` as a process against client-go's whole-stream outputs
+//! (`tests/fixtures/replay/`, and the real-event stream of the shared conformance suite when it is
+//! beside the repository), compared as the conformance README says.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+/// The shared conformance directory next to this repository, when present.
+fn shared_conformance() -> Option<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/conformance");
+    dir.is_dir().then_some(dir)
+}
+
+/// Runs `eventpipe replay ARGS < input` and returns stdout and the exit code.
+fn replay(args: &[String], input: &[u8]) -> (String, i32) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_eventpipe"))
+        .arg("replay")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("eventpipe runs");
+    let mut stdin = child.stdin.take().unwrap();
+    let input = input.to_vec();
+    let writer = std::thread::spawn(move || stdin.write_all(&input));
+    let mut out = String::new();
+    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    writer.join().unwrap().unwrap();
+    (out, child.wait().unwrap().code().unwrap_or(-1))
+}
+
+/// Compares every output line with client-go's; returns the first mismatches (at most 5).
+fn compare(expected: &str, actual: &str) -> Vec<String> {
+    let (e, a): (Vec<&str>, Vec<&str>) = (expected.lines().collect(), actual.lines().collect());
+    let mut problems = Vec::new();
+    if e.len() != a.len() {
+        problems.push(format!("{} lines expected, {} written", e.len(), a.len()));
+    }
+    for (i, (el, al)) in e.iter().zip(&a).enumerate() {
+        let (ev, av): (Value, Value) = (serde_json::from_str(el).unwrap(), serde_json::from_str(al).unwrap());
+        if let Err(why) = common::replay_line_matches(&ev, &av) {
+            problems.push(format!("line {}: {why}", i + 1));
+            if problems.len() >= 5 {
+                break;
+            }
+        }
+    }
+    problems
+}
+
+fn variants(dir: &Path) -> BTreeMap<String, Vec<String>> {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("variants.json")).unwrap()).unwrap()
+}
+
+/// Every `X.VARIANT.expected.jsonl` in `dir`, as (case, variant, input path, expected path).
+fn cases(dir: &Path) -> Vec<(String, String, PathBuf, PathBuf)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        let Some(stem) = name.strip_suffix(".expected.jsonl").or_else(|| name.strip_suffix(".expected.jsonl.gz")) else {
+            continue;
+        };
+        let (case, variant) = stem.split_once('.').expect("CASE.VARIANT");
+        let gz = if name.ends_with(".gz") { ".gz" } else { "" };
+        found.push((case.to_string(), variant.to_string(), dir.join(format!("{case}.in.jsonl{gz}")), dir.join(&name)));
+    }
+    found.sort();
+    found
+}
+
+fn read_maybe_gz(path: &Path) -> Vec<u8> {
+    let raw = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    if path.extension().is_some_and(|x| x == "gz") {
+        let mut out = Vec::new();
+        flate2::read::GzDecoder::new(&raw[..]).read_to_end(&mut out).unwrap();
+        out
+    } else {
+        raw
+    }
+}
+
+fn run_cases(dir: &Path) -> usize {
+    let variants = variants(dir);
+    let cases = cases(dir);
+    let mut failures = Vec::new();
+    for (case, variant, input, expected) in &cases {
+        let args = variants.get(variant).unwrap_or_else(|| panic!("unknown variant {variant}"));
+        let (out, code) = replay(args, &read_maybe_gz(input));
+        assert_eq!(code, 0, "{case}.{variant}: exit status");
+        let expected = String::from_utf8(read_maybe_gz(expected)).unwrap();
+        let problems = compare(&expected, &out);
+        if !problems.is_empty() {
+            failures.push(format!("{case}.{variant}:\n  {}", problems.join("\n  ")));
+        }
+    }
+    assert!(failures.is_empty(), "replay differs from client-go:\n{}", failures.join("\n"));
+    cases.len()
+}
+
+#[test]
+fn replay_matches_client_go_on_every_fixture_case() {
+    let n = run_cases(&common::fixture("replay"));
+    assert_eq!(n, 6, "every case × variant in tests/fixtures/replay");
+}
+
+#[test]
+fn replay_matches_client_go_on_the_real_event_stream() {
+    let Some(shared) = shared_conformance() else {
+        eprintln!("shared conformance suite not beside the repository: real-event replay not run");
+        return;
+    };
+    assert!(run_cases(&shared.join("replay-real")) >= 1);
+}
+
+#[test]
+fn fixtures_have_not_drifted_from_the_shared_suite() {
+    let Some(shared) = shared_conformance() else {
+        eprintln!("shared conformance suite not beside the repository: drift check not run");
+        return;
+    };
+    let mut pairs = vec![(shared.join("client-go-tests/vectors.jsonl"), common::fixture("vectors.jsonl"))];
+    for entry in std::fs::read_dir(shared.join("replay")).unwrap() {
+        let path = entry.unwrap().path();
+        pairs.push((path.clone(), common::fixture("replay").join(path.file_name().unwrap())));
+    }
+    for (upstream, copy) in pairs {
+        assert_eq!(std::fs::read(&upstream).unwrap(), std::fs::read(&copy).unwrap_or_default(), "{} drifted", copy.display());
+    }
+}
+
+#[test]
+fn malformed_lines_get_an_error_line_in_place_and_exit_status_2() {
+    let good = std::fs::read_to_string(common::fixture("replay/burst30.in.jsonl")).unwrap();
+    let lines: Vec<&str> = good.lines().take(3).collect();
+    let input = format!("{}\nnot json\n{}\n{{\"clock\":\"nope\",\"event\":{{}}}}\n{}\n", lines[0], lines[1], lines[2]);
+    let (out, code) = replay(&[], input.as_bytes());
+    assert_eq!(code, 2);
+    let out: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(out.len(), 5, "one output line per input line");
+    assert!(out[1]["error"].as_str().unwrap().starts_with("line 2:"), "{}", out[1]);
+    assert!(out[3]["error"].as_str().unwrap().starts_with("line 4:"), "{}", out[3]);
+    for i in [0, 2, 4] {
+        assert_eq!(out[i]["skip"], false, "good line {i} still correlated");
+    }
+    // The third good event is the third occurrence of the same event: count 3 despite the noise.
+    assert_eq!(out[4]["event"]["count"], 3);
+}

@@ -10,4 +10,7 @@ pub mod correlator;
 pub mod event;
 pub mod event_broadcaster;
 pub mod recorder;
+pub mod replay;
+pub mod run;
 pub mod sink;
+pub mod source;

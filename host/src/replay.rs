@@ -63,7 +63,7 @@ pub fn replay(input: impl BufRead, mut output: impl Write, options: ReplayOption
     };
     for line in input.lines() {
         let line = line.map_err(ReplayError::Read)?;
-        pending.extend(decoder.push_line(&line));
+        decoder.push_line(&line, |item| pending.push(item));
         if pending.len() >= REPLAY_BATCH_SIZE {
             write_batch(&mut pending, &mut summary)?;
         }

@@ -154,10 +154,11 @@ async fn pump(input: impl AsyncRead + Unpin, path: &str, to: &EventBroadcaster) 
     let mut decoder = Decoder::new();
     loop {
         let line = lines.next_line().await.map_err(|error| RunError::Source { path: path.into(), error })?;
-        let items = match &line {
-            Some(l) => decoder.push_line(l),
-            None => decoder.finish().map(Err).into_iter().collect(),
-        };
+        let mut items = Vec::new();
+        match &line {
+            Some(l) => decoder.push_line(l, |item| items.push(item)),
+            None => items.extend(decoder.finish().map(Err)),
+        }
         for item in items {
             match item {
                 Ok(Decoded::Event { event, .. }) => match to.broadcaster().action(WatchEventType::Added, event).await {

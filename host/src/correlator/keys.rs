@@ -117,9 +117,17 @@ pub fn event_key(e: &Event) -> String {
     ])
 }
 
-/// client-go `getSpamKey`: `source.component, source.host, io.kind, io.namespace, io.name,
-/// io.uid, io.apiVersion, type` (type since k8s 1.32), concatenated.
+/// client-go `getSpamKey` as of v0.26 (the behaviour eventpipe's default reproduces):
+/// `source.component, source.host, io.kind, io.namespace, io.name, io.uid, io.apiVersion`,
+/// concatenated. Normal and Warning events of one object share a bucket.
 pub fn spam_key(e: &Event) -> String {
+    let io = &e.involved_object;
+    concat(&[&e.source.component, &e.source.host, &io.kind, &io.namespace, &io.name, &io.uid, &io.api_version])
+}
+
+/// client-go `getSpamKey` since k8s 1.32: [`spam_key`] followed by `type`, so Normal and Warning
+/// events of one object have separate buckets.
+pub fn spam_key_with_type(e: &Event) -> String {
     let io = &e.involved_object;
     concat(&[&e.source.component, &e.source.host, &io.kind, &io.namespace, &io.name, &io.uid, &io.api_version, &e.type_])
 }
@@ -173,12 +181,23 @@ impl EventAggregatorMessageFunc for SimilarEvents {
     }
 }
 
-/// The built-in spam key, client-go `getSpamKey` (plugin `source-object`).
+/// The built-in spam key, client-go v0.26 `getSpamKey` (plugin `source-object`): one bucket per
+/// source + involved object.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SourceObject;
 
 impl EventSpamKeyFunc for SourceObject {
     fn spam_key(&self, event: &Event) -> String {
         spam_key(event)
+    }
+}
+
+/// client-go ≥ 1.32 `getSpamKey`: one bucket per source + involved object + type.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SourceObjectType;
+
+impl EventSpamKeyFunc for SourceObjectType {
+    fn spam_key(&self, event: &Event) -> String {
+        spam_key_with_type(event)
     }
 }

@@ -28,7 +28,7 @@ use serde::Serialize;
 pub use aggregator::{AggregateDecision, EventAggregator, aggregate_event};
 pub use keys::{
     AggregateKey, ByReason, EventAggregatorKeyFunc, EventAggregatorMessageFunc, EventSpamKeyFunc, SimilarEvents,
-    SourceObject,
+    SourceObject, SourceObjectType,
 };
 pub use logger::{EventLogger, EventPatch, LastTimestampPatch};
 pub use spam_filter::SpamFilter;

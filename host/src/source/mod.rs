@@ -1,0 +1,3 @@
+//! Event sources: decoding real event streams into the core/v1 model.
+
+pub mod decode;

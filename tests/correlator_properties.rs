@@ -13,10 +13,18 @@ type Step = (u8, u8, u8, u16);
 
 fn event(&(object, reason, message, _): &Step) -> Event {
     Event {
-        involved_object: ObjectReference { kind: "Pod".into(), namespace: "ns".into(), name: format!("pod-{object}"), ..ObjectReference::default() },
+        involved_object: ObjectReference {
+            kind: "Pod".into(),
+            namespace: "ns".into(),
+            name: format!("pod-{object}"),
+            ..ObjectReference::default()
+        },
         reason: format!("R{reason}"),
         message: format!("m{message}"),
-        source: EventSource { component: "kubelet".into(), host: "node".into() },
+        source: EventSource {
+            component: "kubelet".into(),
+            host: "node".into(),
+        },
         type_: "Warning".into(),
         count: 1,
         ..Event::default()
@@ -36,7 +44,14 @@ fn correlate(steps: &[Step], options: CorrelatorOptions) -> Vec<(Step, Option<Ev
         e.metadata.name = format!("{}.{i:x}", e.involved_object.name);
         e.first_timestamp = Some(now);
         e.last_timestamp = Some(now);
-        let p = correlator.prepare(vec![Occurrence { event: e, clock: Some(now), spam_filter_clock: Some(now) }]).pop().unwrap();
+        let p = correlator
+            .prepare(vec![Occurrence {
+                event: e,
+                clock: Some(now),
+                spam_filter_clock: Some(now),
+            }])
+            .pop()
+            .unwrap();
         let aggregated = p.aggregated();
         let r = correlator.finish(p);
         if let Some(e) = &r.event {

@@ -2,11 +2,12 @@
 
 use std::io::{BufReader, BufWriter};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use eventpipe::broadcaster::FullChannelBehavior;
-use eventpipe::correlator::CorrelatorOptions;
+use eventpipe::correlator::{CorrelatorOptions, SourceObjectType};
 use eventpipe::event_broadcaster::{CorrelationClock, EventBroadcasterOptions};
 use eventpipe::replay::{ReplayOptions, replay};
 use eventpipe::run::{SinkSpec, SourceSpec, run};
@@ -47,6 +48,18 @@ struct CorrelatorArgs {
     /// Aggregation window, seconds (default 600).
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     max_interval_seconds: i64,
+    /// Spam filter key: `source-object` (client-go v0.26, the default) or `source-object-type`
+    /// (client-go ≥ 1.32: Normal and Warning events get separate buckets).
+    #[arg(long, value_enum, default_value_t = SpamKeyArg::SourceObject)]
+    spam_key: SpamKeyArg,
+}
+
+#[derive(Copy, Clone, Debug, ValueEnum)]
+enum SpamKeyArg {
+    /// One bucket per source + involved object.
+    SourceObject,
+    /// One bucket per source + involved object + type.
+    SourceObjectType,
 }
 
 impl CorrelatorArgs {
@@ -57,6 +70,10 @@ impl CorrelatorArgs {
             qps: self.qps,
             max_events: self.max_events,
             max_interval_in_seconds: self.max_interval_seconds,
+            spam_key_func: match self.spam_key {
+                SpamKeyArg::SourceObject => None,
+                SpamKeyArg::SourceObjectType => Some(Arc::new(SourceObjectType)),
+            },
             ..CorrelatorOptions::default()
         }
     }
@@ -110,8 +127,12 @@ struct RunArgs {
 }
 
 fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
 }
 
 fn main() -> ExitCode {
@@ -128,12 +149,19 @@ fn main() -> ExitCode {
 fn execute(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Replay(args) => {
-            let options = ReplayOptions { correlator: args.correlator.options(), no_update_state: args.no_update_state };
+            let options = ReplayOptions {
+                correlator: args.correlator.options(),
+                no_update_state: args.no_update_state,
+            };
             let stdin = BufReader::with_capacity(1 << 16, std::io::stdin().lock());
             let stdout = BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
             let summary = replay(stdin, stdout, options).context("replay")?;
             // Bad input lines are reported and replayed around; they make the exit status 2.
-            Ok(if summary.errors > 0 { ExitCode::from(2) } else { ExitCode::SUCCESS })
+            Ok(if summary.errors > 0 {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            })
         }
         Command::Run(args) => {
             let options = EventBroadcasterOptions {

@@ -78,8 +78,17 @@ impl std::fmt::Display for RunSummary {
             f,
             "read {} events ({} bad lines, {} non-events); created {}, patched {}, skipped by spam filter {}, \
              aggregated {}; sink dropped {}, gave up {}, retries {}; incoming queue dropped {}",
-            self.read, self.bad_lines, self.non_events, s.created, s.patched, s.skipped, s.aggregated, s.dropped,
-            s.gave_up, s.retries, self.dropped_incoming
+            self.read,
+            self.bad_lines,
+            self.non_events,
+            s.created,
+            s.patched,
+            s.skipped,
+            s.aggregated,
+            s.dropped,
+            s.gave_up,
+            s.retries,
+            self.dropped_incoming
         )
     }
 }
@@ -115,17 +124,26 @@ pub enum RunError {
 ///
 /// # Errors
 /// [`RunError`] when the source or sink cannot be opened, read or flushed.
-pub async fn run(source: SourceSpec, sink: SinkSpec, options: EventBroadcasterOptions) -> Result<RunSummary, RunError> {
+pub async fn run(
+    source: SourceSpec,
+    sink: SinkSpec,
+    options: EventBroadcasterOptions,
+) -> Result<RunSummary, RunError> {
     let (sink_path, out): (String, Box<dyn std::io::Write + Send>) = match &sink {
         SinkSpec::JsonLinesStdout => ("-".into(), Box::new(std::io::stdout())),
         SinkSpec::JsonLinesFile(p) => {
-            let file = std::fs::File::create(p).map_err(|error| RunError::Sink { path: p.display().to_string(), error })?;
+            let file = std::fs::File::create(p).map_err(|error| RunError::Sink {
+                path: p.display().to_string(),
+                error,
+            })?;
             (p.display().to_string(), Box::new(file))
         }
     };
     let jsonl = Arc::new(JsonLinesSink::new(out));
     let event_broadcaster = EventBroadcaster::new(options);
-    let watcher = event_broadcaster.start_recording_to_sink(jsonl.clone()).expect("a new broadcaster is running");
+    let watcher = event_broadcaster
+        .start_recording_to_sink(jsonl.clone())
+        .expect("a new broadcaster is running");
 
     let mut summary = match &source {
         SourceSpec::JsonLinesStdin => pump(tokio::io::stdin(), "-", &event_broadcaster).await,
@@ -139,7 +157,10 @@ pub async fn run(source: SourceSpec, sink: SinkSpec, options: EventBroadcasterOp
     };
     event_broadcaster.shutdown().await;
     let sink_stats = watcher.await?;
-    jsonl.flush().map_err(|error| RunError::Sink { path: sink_path, error })?;
+    jsonl.flush().map_err(|error| RunError::Sink {
+        path: sink_path,
+        error,
+    })?;
     if let Ok(s) = summary.as_mut() {
         s.sink = sink_stats;
         s.dropped_incoming = event_broadcaster.broadcaster().incoming_dropped();
@@ -148,12 +169,19 @@ pub async fn run(source: SourceSpec, sink: SinkSpec, options: EventBroadcasterOp
 }
 
 /// Reads the source line by line into the Broadcaster (waiting for room: `Action`).
-async fn pump(input: impl AsyncRead + Unpin, path: &str, to: &EventBroadcaster) -> Result<RunSummary, RunError> {
+async fn pump(
+    input: impl AsyncRead + Unpin,
+    path: &str,
+    to: &EventBroadcaster,
+) -> Result<RunSummary, RunError> {
     let mut summary = RunSummary::default();
     let mut lines = BufReader::with_capacity(1 << 16, input).lines();
     let mut decoder = Decoder::new();
     loop {
-        let line = lines.next_line().await.map_err(|error| RunError::Source { path: path.into(), error })?;
+        let line = lines.next_line().await.map_err(|error| RunError::Source {
+            path: path.into(),
+            error,
+        })?;
         let mut items = Vec::new();
         match &line {
             Some(l) => decoder.push_line(l, |item| items.push(item)),
@@ -161,12 +189,19 @@ async fn pump(input: impl AsyncRead + Unpin, path: &str, to: &EventBroadcaster) 
         }
         for item in items {
             match item {
-                Ok(Decoded::Event { event, .. }) => match to.broadcaster().action(WatchEventType::Added, event).await {
-                    Ok(()) => summary.read += 1,
-                    Err(error) => tracing::error!(%error, "broadcaster refused an event"),
-                },
+                Ok(Decoded::Event { event, .. }) => {
+                    match to.broadcaster().action(WatchEventType::Added, event).await {
+                        Ok(()) => summary.read += 1,
+                        Err(error) => tracing::error!(%error, "broadcaster refused an event"),
+                    }
+                }
                 Ok(other) => {
-                    tracing::info!(source = path, line = other.line(), what = other.describe(), "not an event, skipped");
+                    tracing::info!(
+                        source = path,
+                        line = other.line(),
+                        what = other.describe(),
+                        "not an event, skipped"
+                    );
                     summary.non_events += 1;
                 }
                 Err(error) => {

@@ -122,14 +122,31 @@ pub fn event_key(e: &Event) -> String {
 /// concatenated. Normal and Warning events of one object share a bucket.
 pub fn spam_key(e: &Event) -> String {
     let io = &e.involved_object;
-    concat(&[&e.source.component, &e.source.host, &io.kind, &io.namespace, &io.name, &io.uid, &io.api_version])
+    concat(&[
+        &e.source.component,
+        &e.source.host,
+        &io.kind,
+        &io.namespace,
+        &io.name,
+        &io.uid,
+        &io.api_version,
+    ])
 }
 
 /// client-go `getSpamKey` since k8s 1.32: [`spam_key`] followed by `type`, so Normal and Warning
 /// events of one object have separate buckets.
 pub fn spam_key_with_type(e: &Event) -> String {
     let io = &e.involved_object;
-    concat(&[&e.source.component, &e.source.host, &io.kind, &io.namespace, &io.name, &io.uid, &io.api_version, &e.type_])
+    concat(&[
+        &e.source.component,
+        &e.source.host,
+        &io.kind,
+        &io.namespace,
+        &io.name,
+        &io.uid,
+        &io.api_version,
+        &e.type_,
+    ])
 }
 
 /// client-go `EventAggregatorByReasonFunc`: aggregate key = `source.component, source.host,

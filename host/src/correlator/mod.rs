@@ -27,8 +27,8 @@ use serde::Serialize;
 
 pub use aggregator::{AggregateDecision, EventAggregator, aggregate_event};
 pub use keys::{
-    AggregateKey, ByReason, EventAggregatorKeyFunc, EventAggregatorMessageFunc, EventSpamKeyFunc, SimilarEvents,
-    SourceObject, SourceObjectType,
+    AggregateKey, ByReason, EventAggregatorKeyFunc, EventAggregatorMessageFunc, EventSpamKeyFunc,
+    SimilarEvents, SourceObject, SourceObjectType,
 };
 pub use logger::{EventLogger, EventPatch, LastTimestampPatch};
 pub use spam_filter::SpamFilter;
@@ -109,7 +109,11 @@ pub struct Occurrence {
 
 impl From<Event> for Occurrence {
     fn from(event: Event) -> Self {
-        Self { event, clock: None, spam_filter_clock: None }
+        Self {
+            event,
+            clock: None,
+            spam_filter_clock: None,
+        }
     }
 }
 
@@ -169,20 +173,26 @@ pub struct EventCorrelator {
 
 impl std::fmt::Debug for EventCorrelator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EventCorrelator").field("stats", &self.stats).finish_non_exhaustive()
+        f.debug_struct("EventCorrelator")
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
     }
 }
 
 impl EventCorrelator {
     /// client-go `NewEventCorrelatorWithOptions`: defaults filled in for zero fields.
     pub fn new(options: CorrelatorOptions) -> Self {
-        let size = NonZeroUsize::new(or_default(options.lru_cache_size, MAX_LRU_CACHE_ENTRIES)).expect("non-zero");
+        let size = NonZeroUsize::new(or_default(options.lru_cache_size, MAX_LRU_CACHE_ENTRIES))
+            .expect("non-zero");
         let clock = options.clock.unwrap_or_else(clock::system);
         Self {
             aggregator: EventAggregator::new(
                 size,
                 or_default(options.max_events, DEFAULT_AGGREGATE_MAX_EVENTS),
-                or_default(options.max_interval_in_seconds, DEFAULT_AGGREGATE_INTERVAL_IN_SECONDS),
+                or_default(
+                    options.max_interval_in_seconds,
+                    DEFAULT_AGGREGATE_INTERVAL_IN_SECONDS,
+                ),
             ),
             logger: EventLogger::new(size),
             spam_filter: SpamFilter::new(
@@ -191,8 +201,12 @@ impl EventCorrelator {
                 or_default(options.burst_size, DEFAULT_SPAM_BURST),
             ),
             key_func: options.key_func.unwrap_or_else(|| Arc::new(ByReason)),
-            message_func: options.message_func.unwrap_or_else(|| Arc::new(SimilarEvents)),
-            spam_key_func: options.spam_key_func.unwrap_or_else(|| Arc::new(SourceObject)),
+            message_func: options
+                .message_func
+                .unwrap_or_else(|| Arc::new(SimilarEvents)),
+            spam_key_func: options
+                .spam_key_func
+                .unwrap_or_else(|| Arc::new(SourceObject)),
             spam_filter_clock: options.spam_filter_clock.unwrap_or_else(|| clock.clone()),
             clock,
             stats: CorrelatorStats::default(),
@@ -201,7 +215,10 @@ impl EventCorrelator {
 
     /// client-go `EventCorrelate` for one event, reading the correlator's clocks.
     pub fn event_correlate(&mut self, event: Event) -> EventCorrelateResult {
-        let prepared = self.prepare(vec![Occurrence::from(event)]).pop().expect("one in, one out");
+        let prepared = self
+            .prepare(vec![Occurrence::from(event)])
+            .pop()
+            .expect("one in, one out");
         self.finish(prepared)
     }
 
@@ -215,7 +232,11 @@ impl EventCorrelator {
             self.key_func.aggregate_keys(&events, &mut keys);
             keys
         };
-        debug_assert_eq!(keys.len(), batch.len(), "aggregate_keys must return one key per event");
+        debug_assert_eq!(
+            keys.len(),
+            batch.len(),
+            "aggregate_keys must return one key per event"
+        );
 
         // The aggregator, in order. Aggregated events are built once their messages are known.
         let mut aggregated: Vec<(usize, Time)> = Vec::new();
@@ -245,7 +266,11 @@ impl EventCorrelator {
             let events: Vec<&Event> = prepared.iter().map(|p| &p.event).collect();
             self.spam_key_func.spam_keys(&events, &mut spam_keys);
         }
-        debug_assert_eq!(spam_keys.len(), prepared.len(), "spam_keys must return one key per event");
+        debug_assert_eq!(
+            spam_keys.len(),
+            prepared.len(),
+            "spam_keys must return one key per event"
+        );
         for (p, k) in prepared.iter_mut().zip(spam_keys) {
             p.spam_key = k;
         }
@@ -258,10 +283,18 @@ impl EventCorrelator {
         }
         let mut messages = Vec::with_capacity(aggregated.len());
         {
-            let originals: Vec<&Event> = aggregated.iter().map(|&(i, _)| &prepared[i].event).collect();
-            self.message_func.aggregate_messages(&originals, &mut messages);
+            let originals: Vec<&Event> = aggregated
+                .iter()
+                .map(|&(i, _)| &prepared[i].event)
+                .collect();
+            self.message_func
+                .aggregate_messages(&originals, &mut messages);
         }
-        debug_assert_eq!(messages.len(), aggregated.len(), "aggregate_messages must return one message per event");
+        debug_assert_eq!(
+            messages.len(),
+            aggregated.len(),
+            "aggregate_messages must return one message per event"
+        );
         for (&(i, now), message) in aggregated.iter().zip(messages) {
             prepared[i].event = aggregate_event(&prepared[i].event, message, now);
         }
@@ -271,16 +304,30 @@ impl EventCorrelator {
     /// SpamFilter on the observed event. A skipped event still counts in the aggregator window
     /// and the logger cache, as in client-go.
     pub fn finish(&mut self, prepared: PreparedEvent) -> EventCorrelateResult {
-        let PreparedEvent { mut event, logger_key, spam_key, spam_filter_clock, aggregated } = prepared;
+        let PreparedEvent {
+            mut event,
+            logger_key,
+            spam_key,
+            spam_filter_clock,
+            aggregated,
+        } = prepared;
         self.stats.events += 1;
         self.stats.aggregated += u64::from(aggregated);
         let patch = self.logger.observe(&mut event, logger_key);
         let now = spam_filter_clock.unwrap_or_else(|| self.spam_filter_clock.now());
         if self.spam_filter.filter(spam_key, now) {
             self.stats.skipped += 1;
-            return EventCorrelateResult { skip: true, event: None, patch: None };
+            return EventCorrelateResult {
+                skip: true,
+                event: None,
+                patch: None,
+            };
         }
-        EventCorrelateResult { skip: false, event: Some(event), patch }
+        EventCorrelateResult {
+            skip: false,
+            event: Some(event),
+            patch,
+        }
     }
 
     /// client-go `UpdateState`: remember the sink's copy of a written event (its name,

@@ -61,10 +61,10 @@
 
 use std::fmt;
 
+use crate::broadcaster::WatchEventType;
 use chrono::DateTime;
 use serde::Deserialize;
 use serde_json::value::RawValue;
-use crate::broadcaster::WatchEventType;
 
 use crate::event::{
     Event, EventSeries, EventSource, ObjectMeta, ObjectReference, Time, metav1_micro_time,
@@ -159,8 +159,15 @@ impl Decoded {
     pub fn describe(&self) -> String {
         match self {
             Decoded::Event { .. } => "event".into(),
-            Decoded::Bookmark { resource_version, .. } => format!("watch bookmark (resourceVersion {resource_version})"),
-            Decoded::WatchError { code, reason, message, .. } => format!("watch error {code} {reason}: {message}"),
+            Decoded::Bookmark {
+                resource_version, ..
+            } => format!("watch bookmark (resourceVersion {resource_version})"),
+            Decoded::WatchError {
+                code,
+                reason,
+                message,
+                ..
+            } => format!("watch error {code} {reason}: {message}"),
         }
     }
 }

@@ -1,0 +1,164 @@
+//! `eventpipe run` on the bundled real stream: its summary checked against counts made here,
+//! independently of the pipeline, and its sink calls against `eventpipe replay` of the same stream.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+fn bundled_stream() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/data/occurrences.jsonl")
+}
+
+/// Runs `eventpipe run` from `source` into a temporary sink file; returns (summary, sink lines).
+fn run(source: &Path) -> (Value, Vec<Value>) {
+    let dir = tempfile::tempdir().unwrap();
+    let sink = dir.path().join("calls.jsonl");
+    let out = Command::new(env!("CARGO_BIN_EXE_eventpipe"))
+        .args(["run", "--summary-json"])
+        .arg(format!("--source=jsonl:{}", source.display()))
+        .arg(format!("--sink=jsonl:{}", sink.display()))
+        .output()
+        .expect("eventpipe runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    let summary = stderr
+        .lines()
+        .rev()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .expect("a JSON summary on stderr");
+    let calls = std::fs::read_to_string(sink)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    (summary, calls)
+}
+
+/// Runs `eventpipe replay` with each event's lastTimestamp as its clock (what `run --clock event`
+/// reads); returns the result lines.
+fn replay_with_event_clock(source: &Path) -> Vec<Value> {
+    let mut input = Vec::new();
+    for line in std::fs::read_to_string(source).unwrap().lines() {
+        let event: Value = serde_json::from_str(line).unwrap();
+        let clock = event["lastTimestamp"].clone();
+        writeln!(
+            input,
+            "{}",
+            serde_json::json!({ "clock": clock, "event": event })
+        )
+        .unwrap();
+    }
+    let mut child = Command::new(env!("CARGO_BIN_EXE_eventpipe"))
+        .arg("replay")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || stdin.write_all(&input));
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap().unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn n(summary: &Value, key: &str) -> u64 {
+    summary[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("summary has no {key}: {summary}"))
+}
+
+#[test]
+fn run_on_the_bundled_stream_reports_what_it_did() {
+    let source = bundled_stream();
+    let (summary, calls) = run(&source);
+
+    // Counted here, from the files, not by the pipeline.
+    let input_events = std::fs::read_to_string(&source)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .count() as u64;
+    let creates = calls.iter().filter(|c| c["verb"] == "create").count() as u64;
+    let patches = calls.iter().filter(|c| c["verb"] == "patch").count() as u64;
+    assert_eq!(n(&summary, "read"), input_events);
+    assert_eq!(
+        (n(&summary, "bad_lines"), n(&summary, "dropped_incoming")),
+        (0, 0)
+    );
+    assert_eq!(n(&summary, "created"), creates);
+    assert_eq!(n(&summary, "patched"), patches);
+    assert_eq!(
+        creates + patches + n(&summary, "skipped"),
+        input_events,
+        "every event written or skipped"
+    );
+    assert!(
+        patches > 0 && n(&summary, "skipped") > 0,
+        "the stream exercises the logger and the spam filter: {summary}"
+    );
+
+    for call in &calls {
+        let count = call["event"]["count"].as_i64().unwrap();
+        match call["verb"].as_str().unwrap() {
+            "create" => assert_eq!((count, &call["patch"]), (1, &Value::Null), "{call}"),
+            _ => assert!(count > 1 && call["patch"]["count"] == count, "{call}"),
+        }
+    }
+
+    // The same stream through the correlator alone (no Broadcaster, no sink): same decisions.
+    let results = replay_with_event_clock(&source);
+    let written: Vec<&Value> = results
+        .iter()
+        .filter(|r| r["skip"] == false)
+        .map(|r| &r["event"])
+        .collect();
+    assert_eq!(
+        results.len() as u64 - written.len() as u64,
+        n(&summary, "skipped")
+    );
+    assert_eq!(written.len(), calls.len());
+    for (call, event) in calls.iter().zip(written) {
+        assert_eq!(call["event"], *event);
+    }
+}
+
+#[test]
+fn bad_lines_are_counted_and_skipped_without_losing_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(bundled_stream()).unwrap();
+    let good: Vec<&str> = text.lines().take(400).collect();
+    let clean = dir.path().join("clean.jsonl");
+    std::fs::write(&clean, good.join("\n") + "\n").unwrap();
+    let mut noisy_lines = Vec::new();
+    for (i, line) in good.iter().enumerate() {
+        noisy_lines.push(line.to_string());
+        // Two independent faults per 100 lines: a truncated object and a line of garbage.
+        match i % 100 {
+            7 => noisy_lines.push("{\"truncated\": ".into()),
+            50 => noisy_lines.push("garbage".into()),
+            _ => {}
+        }
+    }
+    let noisy = dir.path().join("noisy.jsonl");
+    std::fs::write(&noisy, noisy_lines.join("\n") + "\n").unwrap();
+
+    let (clean_summary, clean_calls) = run(&clean);
+    let (noisy_summary, noisy_calls) = run(&noisy);
+    assert_eq!(n(&noisy_summary, "bad_lines"), 8, "{noisy_summary}");
+    assert_eq!(n(&noisy_summary, "read"), 400);
+    for key in ["created", "patched", "skipped", "aggregated"] {
+        assert_eq!(n(&noisy_summary, key), n(&clean_summary, key), "{key}");
+    }
+    assert_eq!(noisy_calls, clean_calls);
+}

@@ -12,7 +12,9 @@ use async_trait::async_trait;
 use eventpipe::clock::{Clock, ManualClock};
 use eventpipe::correlator::keys::event_key;
 use eventpipe::event::{Event, EventSource, ObjectReference, Time};
-use eventpipe::event_broadcaster::{EventBroadcaster, EventBroadcasterOptions};
+use eventpipe::event_broadcaster::{
+    EventBroadcaster, EventBroadcasterOptions, logging_line, structured_logging_fields,
+};
 use eventpipe::recorder::{RecordOutcome, generate_event_name, is_dns1123_subdomain};
 use eventpipe::sink::{EventSink, RetryPolicy, SinkError, StatusError};
 use serde_json::Value;
@@ -137,6 +139,21 @@ fn check_call(ctx: &str, call: &Call, step: &Value) {
         "{ctx}: reportingInstance"
     );
     assert_eq!(call.patch, derived["patch"], "{ctx}: patch");
+    if let Some(line) = expect["log_StartLogging"].as_str() {
+        assert_eq!(logging_line(&call.sent), line, "{ctx}: StartLogging line");
+    }
+    if let Some(line) = expect["log_StartStructuredLogging"].as_str() {
+        // klog's text rendering of the same key/value pairs.
+        let pairs: Vec<String> = structured_logging_fields(&call.sent)
+            .iter()
+            .map(|(k, v)| format!("{k}={}", Value::from(v.as_str())))
+            .collect();
+        assert_eq!(
+            format!("INFO Event occurred {}\n", pairs.join(" ")),
+            line,
+            "{ctx}: StartStructuredLogging line"
+        );
+    }
     let stored = serde_json::to_value(&call.stored).unwrap();
     common::json_matches(
         &derived["server_event_firstTimestamp"],

@@ -4,7 +4,10 @@
 //! `update_state` per event. Throughput is printed as elements (events) per second; the
 //! `ns/event` line after the run gives the per-event cost directly.
 
-#![allow(missing_docs, reason = "criterion_group! generates an undocumented function")]
+#![allow(
+    missing_docs,
+    reason = "criterion_group! generates an undocumented function"
+)]
 
 use std::time::{Duration, Instant};
 

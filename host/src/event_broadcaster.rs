@@ -200,22 +200,43 @@ impl EventBroadcaster {
         }))
     }
 
-    /// client-go `StartStructuredLogging`: logs `"Event occurred"` at INFO with `object`
-    /// (`ns/name`), `fieldPath`, `kind`, `apiVersion`, `type`, `reason` and `message`.
+    /// client-go `StartLogging`: calls `logf` with one line per event, in client-go's format
+    /// (see [`logging_line`]).
+    ///
+    /// # Errors
+    /// [`BroadcasterError::Stopped`] after shutdown.
+    pub fn start_logging<F>(&self, mut logf: F) -> Result<JoinHandle<()>, BroadcasterError>
+    where
+        F: FnMut(String) + Send + 'static,
+    {
+        self.start_event_watcher(move |e| logf(logging_line(&e)))
+    }
+
+    /// client-go `StartStructuredLogging`: logs `"Event occurred"` at INFO with the key/value
+    /// pairs of [`structured_logging_fields`].
     ///
     /// # Errors
     /// [`BroadcasterError::Stopped`] after shutdown.
     pub fn start_structured_logging(&self) -> Result<JoinHandle<()>, BroadcasterError> {
         self.start_event_watcher(|e| {
-            let io = &e.involved_object;
-            let object = if io.namespace.is_empty() {
-                io.name.clone()
-            } else {
-                format!("{}/{}", io.namespace, io.name)
-            };
+            let [
+                object,
+                field_path,
+                kind,
+                api_version,
+                type_,
+                reason,
+                message,
+            ] = structured_logging_fields(&e).map(|(_, v)| v);
             tracing::info!(
-                object, fieldPath = %io.field_path, kind = %io.kind, apiVersion = %io.api_version,
-                r#type = %e.type_, reason = %e.reason, message = %e.message, "Event occurred"
+                object,
+                fieldPath = field_path,
+                kind,
+                apiVersion = api_version,
+                r#type = type_,
+                reason,
+                message,
+                "Event occurred"
             );
         })
     }
@@ -271,4 +292,66 @@ async fn record_to_sink(
         }
     }
     stats
+}
+
+/// Go's `%q` for the strings events carry: double-quoted, with `"`, `\` and control
+/// characters escaped.
+fn go_quote(s: &str) -> String {
+    let mut q = String::with_capacity(s.len() + 2);
+    q.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => q.push_str("\\\""),
+            '\\' => q.push_str("\\\\"),
+            '\n' => q.push_str("\\n"),
+            '\t' => q.push_str("\\t"),
+            '\r' => q.push_str("\\r"),
+            c if c.is_control() => q.push_str(&format!("\\u{:04x}", c as u32)),
+            c => q.push(c),
+        }
+    }
+    q.push('"');
+    q
+}
+
+/// The line client-go's `StartLogging` writes: `Event(<involvedObject as Go %#v>): type: '<type>'
+/// reason: '<reason>' <message>`, e.g. `Event(v1.ObjectReference{Kind:"Pod", Namespace:"baz",
+/// Name:"foo", UID:"bar", APIVersion:"v1", ResourceVersion:"", FieldPath:""}): type: 'Normal'
+/// reason: 'Killed' some message`.
+pub fn logging_line(e: &Event) -> String {
+    let io = &e.involved_object;
+    format!(
+        "Event(v1.ObjectReference{{Kind:{}, Namespace:{}, Name:{}, UID:{}, APIVersion:{}, ResourceVersion:{}, FieldPath:{}}}): type: '{}' reason: '{}' {}",
+        go_quote(&io.kind),
+        go_quote(&io.namespace),
+        go_quote(&io.name),
+        go_quote(&io.uid),
+        go_quote(&io.api_version),
+        go_quote(&io.resource_version),
+        go_quote(&io.field_path),
+        e.type_,
+        e.reason,
+        e.message
+    )
+}
+
+/// The key/value pairs of client-go's `StartStructuredLogging` line, in its order: `object`
+/// (`namespace/name`, or `name` when cluster-scoped), `fieldPath`, `kind`, `apiVersion`, `type`,
+/// `reason`, `message`.
+pub fn structured_logging_fields(e: &Event) -> [(&'static str, String); 7] {
+    let io = &e.involved_object;
+    let object = if io.namespace.is_empty() {
+        io.name.clone()
+    } else {
+        format!("{}/{}", io.namespace, io.name)
+    };
+    [
+        ("object", object),
+        ("fieldPath", io.field_path.clone()),
+        ("kind", io.kind.clone()),
+        ("apiVersion", io.api_version.clone()),
+        ("type", e.type_.clone()),
+        ("reason", e.reason.clone()),
+        ("message", e.message.clone()),
+    ]
 }

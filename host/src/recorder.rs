@@ -154,7 +154,8 @@ impl EventRecorder {
                 .fetch_add(1, Ordering::Relaxed);
             return RecordOutcome::UnsupportedType;
         }
-        let event = self.make_event(object, annotations, type_, reason, message);
+        let mut event = self.make_event(object, type_, reason, message);
+        event.metadata.annotations = annotations;
         match self
             .broadcaster
             .action_or_drop(WatchEventType::Added, event)
@@ -178,11 +179,11 @@ impl EventRecorder {
         }
     }
 
-    /// client-go `makeEvent` plus the source and reporting fields `generateEvent` sets.
+    /// client-go `makeEvent` (without annotations) plus the source and reporting fields
+    /// `generateEvent` sets.
     fn make_event(
         &self,
         object: &ObjectReference,
-        annotations: BTreeMap<String, String>,
         type_: &str,
         reason: &str,
         message: String,
@@ -197,7 +198,6 @@ impl EventRecorder {
             metadata: ObjectMeta {
                 name: generate_event_name(&object.name, to_unix_nanos(t)),
                 namespace,
-                annotations,
                 ..ObjectMeta::default()
             },
             involved_object: object.clone(),

@@ -88,12 +88,27 @@ impl<F: Fn(&Event) -> String + Send + Sync> EventAggregatorMessageFunc for Messa
 /// Prefix of combined messages (client-go `EventAggregatorByReasonMessageFunc`, since k8s 1.8).
 pub const COMBINED_MESSAGE_PREFIX: &str = "(combined from similar events): ";
 
-fn concat(parts: &[&str]) -> String {
-    let mut key = String::with_capacity(parts.iter().map(|p| p.len()).sum());
+fn concat<'a>(parts: impl IntoIterator<Item = &'a str> + Clone) -> String {
+    let mut key = String::with_capacity(parts.clone().into_iter().map(str::len).sum());
     for p in parts {
         key.push_str(p);
     }
     key
+}
+
+/// `source.component, source.host, io.kind, io.namespace, io.name, io.uid, io.apiVersion`: the
+/// head that client-go's spam key and aggregate key share.
+fn source_and_object(e: &Event) -> [&str; 7] {
+    let io = &e.involved_object;
+    [
+        &e.source.component,
+        &e.source.host,
+        &io.kind,
+        &io.namespace,
+        &io.name,
+        &io.uid,
+        &io.api_version,
+    ]
 }
 
 /// client-go `getEventKey`: the EventLogger's key for non-aggregated events and `UpdateState`.
@@ -102,8 +117,8 @@ fn concat(parts: &[&str]) -> String {
 /// io.apiVersion, type, reason, message`, concatenated.
 pub fn event_key(e: &Event) -> String {
     let io = &e.involved_object;
-    concat(&[
-        &e.source.component,
+    concat([
+        e.source.component.as_str(),
         &e.source.host,
         &io.kind,
         &io.namespace,
@@ -121,60 +136,34 @@ pub fn event_key(e: &Event) -> String {
 /// `source.component, source.host, io.kind, io.namespace, io.name, io.uid, io.apiVersion`,
 /// concatenated. Normal and Warning events of one object share a bucket.
 pub fn spam_key(e: &Event) -> String {
-    let io = &e.involved_object;
-    concat(&[
-        &e.source.component,
-        &e.source.host,
-        &io.kind,
-        &io.namespace,
-        &io.name,
-        &io.uid,
-        &io.api_version,
-    ])
+    concat(source_and_object(e))
 }
 
 /// client-go `getSpamKey` since k8s 1.32: [`spam_key`] followed by `type`, so Normal and Warning
 /// events of one object have separate buckets.
 pub fn spam_key_with_type(e: &Event) -> String {
-    let io = &e.involved_object;
-    concat(&[
-        &e.source.component,
-        &e.source.host,
-        &io.kind,
-        &io.namespace,
-        &io.name,
-        &io.uid,
-        &io.api_version,
-        &e.type_,
-    ])
+    concat(source_and_object(e).into_iter().chain([e.type_.as_str()]))
 }
 
 /// client-go `EventAggregatorByReasonFunc`: aggregate key = `source.component, source.host,
 /// io.kind, io.namespace, io.name, io.uid, io.apiVersion, type, reason, reportingComponent,
 /// reportingInstance` (reporting fields since k8s 1.20); local key = `message`.
 pub fn aggregate_by_reason(e: &Event) -> AggregateKey {
-    let io = &e.involved_object;
+    let tail = [
+        e.type_.as_str(),
+        &e.reason,
+        &e.reporting_component,
+        &e.reporting_instance,
+    ];
     AggregateKey {
-        aggregate: concat(&[
-            &e.source.component,
-            &e.source.host,
-            &io.kind,
-            &io.namespace,
-            &io.name,
-            &io.uid,
-            &io.api_version,
-            &e.type_,
-            &e.reason,
-            &e.reporting_component,
-            &e.reporting_instance,
-        ]),
+        aggregate: concat(source_and_object(e).into_iter().chain(tail)),
         local: e.message.clone(),
     }
 }
 
 /// client-go `EventAggregatorByReasonMessageFunc`: `"(combined from similar events): " + message`.
 pub fn aggregate_by_reason_message(e: &Event) -> String {
-    concat(&[COMBINED_MESSAGE_PREFIX, &e.message])
+    concat([COMBINED_MESSAGE_PREFIX, &e.message])
 }
 
 /// The built-in aggregate-key function, client-go `EventAggregatorByReasonFunc` (plugin `by-reason`).

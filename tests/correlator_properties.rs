@@ -102,9 +102,9 @@ proptest! {
         let options = CorrelatorOptions { max_events, burst_size: 1_000_000, ..CorrelatorOptions::default() };
         let mut distinct: HashMap<String, HashSet<String>> = HashMap::new();
         for (step, _, aggregated) in correlate(&steps, options) {
-            let key = aggregate_by_reason(&event(&step));
-            let messages = distinct.entry(key.aggregate).or_default();
-            messages.insert(key.local);
+            let (aggregate, local) = aggregate_by_reason(&event(&step));
+            let messages = distinct.entry(aggregate).or_default();
+            messages.insert(local);
             if (messages.len() as i64) < max_events {
                 prop_assert!(!aggregated, "aggregated with {} distinct messages < {max_events}", messages.len());
             }

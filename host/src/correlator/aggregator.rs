@@ -5,7 +5,7 @@ use std::num::NonZeroUsize;
 use indexmap::IndexSet;
 use lru::LruCache;
 
-use super::keys::AggregateKey;
+use super::keys::{AggregateKey, Key};
 use crate::clock::to_unix_nanos;
 use crate::event::{Event, ObjectMeta, Time};
 
@@ -14,7 +14,7 @@ use crate::event::{Event, ObjectMeta, Time};
 #[derive(Debug, Default)]
 struct AggregateRecord {
     /// Distinct local keys, in insertion order (the order decides [`EventAggregator`]'s PopAny).
-    local_keys: IndexSet<String>,
+    local_keys: IndexSet<Key>,
     /// When the last similar event was seen; `None` (Go's zero time) for a new group.
     last_timestamp: Option<Time>,
 }
@@ -27,7 +27,7 @@ pub enum AggregateDecision {
     Original,
     /// The group reached `max_events` distinct local keys in the window: replace the event by
     /// an aggregate event (see [`aggregate_event`]) that the EventLogger keys by this aggregate key.
-    Aggregate(String),
+    Aggregate(Key),
 }
 
 /// The EventAggregator: an LRU of [`AggregateRecord`]s keyed by aggregate key.
@@ -39,7 +39,7 @@ pub enum AggregateDecision {
 /// *first-seen* messages, and a repeat of an older message aggregates again.
 #[derive(Debug)]
 pub struct EventAggregator {
-    cache: LruCache<String, AggregateRecord>,
+    cache: LruCache<Key, AggregateRecord>,
     max_events: u64,
     /// `maxIntervalInSeconds` as Go turns it into a `time.Duration` (may be negative; see
     /// [`super::CorrelatorOptions::max_interval_in_seconds`]).
@@ -139,10 +139,11 @@ mod tests {
     use super::*;
 
     fn key(local: &str) -> AggregateKey {
-        AggregateKey {
-            aggregate: "group".into(),
-            local: local.into(),
-        }
+        AggregateKey::of("group", local)
+    }
+
+    fn group() -> Key {
+        Key::of("group")
     }
 
     fn at(secs: i64) -> Time {
@@ -160,12 +161,12 @@ mod tests {
         }
         assert_eq!(
             a.aggregate(key("m9"), at(9)),
-            AggregateDecision::Aggregate("group".into())
+            AggregateDecision::Aggregate(group())
         );
         // m0 was popped (oldest insertion): seeing it again refills the set to 10.
         assert_eq!(
             a.aggregate(key("m0"), at(10)),
-            AggregateDecision::Aggregate("group".into())
+            AggregateDecision::Aggregate(group())
         );
         // m9 is still in the set: a repeat does not aggregate.
         assert_eq!(a.aggregate(key("m9"), at(11)), AggregateDecision::Original);
@@ -177,7 +178,7 @@ mod tests {
         assert_eq!(a.aggregate(key("a"), at(0)), AggregateDecision::Original);
         assert_eq!(
             a.aggregate(key("b"), at(600)),
-            AggregateDecision::Aggregate("group".into()),
+            AggregateDecision::Aggregate(group()),
             "gap == interval keeps the window"
         );
         assert_eq!(

@@ -1,22 +1,74 @@
 //! The key functions of client-go's `events_cache.go`, and the traits that make them injectable.
 //!
 //! Keys are plain string concatenations with **no separator**, exactly as client-go builds them,
-//! so Go's collisions (`"ab"+"c"` vs `"a"+"bc"`) are reproduced bit for bit (spec §3.2).
+//! so Go's collisions (`"ab"+"c"` vs `"a"+"bc"`) are reproduced bit for bit (spec §3.2). The
+//! caches do not store the strings: they store a [`Key`], the 128-bit XXH3 digest of the
+//! concatenated bytes, computed by streaming the parts (no string is built on the hot path).
 //!
 //! Each function kind is a trait with a single-event method and a batch method. The batch
 //! method's default loops over the single one; Wasm plugins override it to cross the component
 //! boundary once per batch, which is what keeps a plugin call affordable per event.
 
+use std::sync::OnceLock;
+
+use xxhash_rust::xxh3::Xxh3;
+
 use crate::event::Event;
+
+/// A cache key: the 128-bit XXH3 digest of a key string (client-go's concatenation).
+///
+/// Equal strings give equal keys however they were split into parts, so Go's separator-less
+/// collisions are kept. The seed is random per process (keys are never persisted), so input
+/// cannot be crafted to collide.
+///
+/// # Divergence
+/// client-go compares the strings themselves; two different strings collide here with
+/// probability about 2⁻¹²⁸ per pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key(u128);
+
+fn seed() -> u64 {
+    static SEED: OnceLock<u64> = OnceLock::new();
+    *SEED.get_or_init(rand::random)
+}
+
+impl Key {
+    /// A key no string hashes to in practice; fills a slot until the real key is computed.
+    pub(crate) const UNSET: Key = Key(0);
+
+    /// The key of one string.
+    pub fn of(s: &str) -> Self {
+        Self::of_parts([s])
+    }
+
+    /// The key of the concatenation of `parts` (no separator), without building it.
+    pub fn of_parts<'a>(parts: impl IntoIterator<Item = &'a str>) -> Self {
+        let mut h = Xxh3::with_seed(seed());
+        for p in parts {
+            h.update(p.as_bytes());
+        }
+        Key(h.digest128())
+    }
+}
 
 /// What an aggregate-key function returns: the group an event belongs to, and its identity
 /// within that group (client-go `EventAggregatorKeyFunc`'s `(aggregateKey, localKey)`).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct AggregateKey {
     /// Events with equal aggregate keys are "similar" and may be combined.
-    pub aggregate: String,
+    pub aggregate: Key,
     /// Distinct local keys within a group are counted towards `max_events`.
-    pub local: String,
+    pub local: Key,
+}
+
+impl AggregateKey {
+    /// The key of a string pair, as a key function written with strings returns it.
+    pub fn of(aggregate: &str, local: &str) -> Self {
+        Self {
+            aggregate: Key::of(aggregate),
+            local: Key::of(local),
+        }
+    }
 }
 
 /// Groups similar events (client-go `EventAggregatorKeyFunc`). Default: [`ByReason`].
@@ -55,23 +107,26 @@ pub trait EventAggregatorMessageFunc: Send + Sync {
 /// client-go key function does) gives identical results.
 pub trait EventSpamKeyFunc: Send + Sync {
     /// The spam key of one event.
-    fn spam_key(&self, event: &Event) -> String;
+    fn spam_key(&self, event: &Event) -> Key;
 
     /// The keys of a batch, in order: `out` receives exactly `events.len()` keys.
-    fn spam_keys(&self, events: &[&Event], out: &mut Vec<String>) {
+    fn spam_keys(&self, events: &[&Event], out: &mut Vec<Key>) {
         out.extend(events.iter().map(|e| self.spam_key(e)));
     }
 }
 
-impl<F: Fn(&Event) -> AggregateKey + Send + Sync> EventAggregatorKeyFunc for F {
+/// An aggregate-key function written as a closure returning client-go's `(aggregateKey, localKey)`.
+impl<F: Fn(&Event) -> (String, String) + Send + Sync> EventAggregatorKeyFunc for F {
     fn aggregate_key(&self, event: &Event) -> AggregateKey {
-        self(event)
+        let (aggregate, local) = self(event);
+        AggregateKey::of(&aggregate, &local)
     }
 }
 
+/// A spam-key function written as a closure returning the key string.
 impl<F: Fn(&Event) -> String + Send + Sync> EventSpamKeyFunc for F {
-    fn spam_key(&self, event: &Event) -> String {
-        self(event)
+    fn spam_key(&self, event: &Event) -> Key {
+        Key::of(&self(event))
     }
 }
 
@@ -111,25 +166,52 @@ fn source_and_object(e: &Event) -> [&str; 7] {
     ]
 }
 
+fn event_key_parts(e: &Event) -> [&str; 11] {
+    let io = &e.involved_object;
+    let [component, host, kind, namespace, name, uid, api_version] = source_and_object(e);
+    [
+        component,
+        host,
+        kind,
+        namespace,
+        name,
+        &io.field_path,
+        uid,
+        api_version,
+        &e.type_,
+        &e.reason,
+        &e.message,
+    ]
+}
+
+fn aggregate_by_reason_parts(e: &Event) -> [&str; 11] {
+    let [component, host, kind, namespace, name, uid, api_version] = source_and_object(e);
+    [
+        component,
+        host,
+        kind,
+        namespace,
+        name,
+        uid,
+        api_version,
+        &e.type_,
+        &e.reason,
+        &e.reporting_component,
+        &e.reporting_instance,
+    ]
+}
+
 /// client-go `getEventKey`: the EventLogger's key for non-aggregated events and `UpdateState`.
 ///
 /// `source.component, source.host, io.kind, io.namespace, io.name, io.fieldPath, io.uid,
 /// io.apiVersion, type, reason, message`, concatenated.
 pub fn event_key(e: &Event) -> String {
-    let io = &e.involved_object;
-    concat([
-        e.source.component.as_str(),
-        &e.source.host,
-        &io.kind,
-        &io.namespace,
-        &io.name,
-        &io.field_path,
-        &io.uid,
-        &io.api_version,
-        &e.type_,
-        &e.reason,
-        &e.message,
-    ])
+    concat(event_key_parts(e))
+}
+
+/// The [`Key`] of [`event_key`], computed without building the string.
+pub fn event_cache_key(e: &Event) -> Key {
+    Key::of_parts(event_key_parts(e))
 }
 
 /// client-go `getSpamKey` as of v0.26 (the behaviour eventpipe's default reproduces):
@@ -148,17 +230,8 @@ pub fn spam_key_with_type(e: &Event) -> String {
 /// client-go `EventAggregatorByReasonFunc`: aggregate key = `source.component, source.host,
 /// io.kind, io.namespace, io.name, io.uid, io.apiVersion, type, reason, reportingComponent,
 /// reportingInstance` (reporting fields since k8s 1.20); local key = `message`.
-pub fn aggregate_by_reason(e: &Event) -> AggregateKey {
-    let tail = [
-        e.type_.as_str(),
-        &e.reason,
-        &e.reporting_component,
-        &e.reporting_instance,
-    ];
-    AggregateKey {
-        aggregate: concat(source_and_object(e).into_iter().chain(tail)),
-        local: e.message.clone(),
-    }
+pub fn aggregate_by_reason(e: &Event) -> (String, String) {
+    (concat(aggregate_by_reason_parts(e)), e.message.clone())
 }
 
 /// client-go `EventAggregatorByReasonMessageFunc`: `"(combined from similar events): " + message`.
@@ -172,7 +245,10 @@ pub struct ByReason;
 
 impl EventAggregatorKeyFunc for ByReason {
     fn aggregate_key(&self, event: &Event) -> AggregateKey {
-        aggregate_by_reason(event)
+        AggregateKey {
+            aggregate: Key::of_parts(aggregate_by_reason_parts(event)),
+            local: Key::of(&event.message),
+        }
     }
 }
 
@@ -193,8 +269,8 @@ impl EventAggregatorMessageFunc for SimilarEvents {
 pub struct SourceObject;
 
 impl EventSpamKeyFunc for SourceObject {
-    fn spam_key(&self, event: &Event) -> String {
-        spam_key(event)
+    fn spam_key(&self, event: &Event) -> Key {
+        Key::of_parts(source_and_object(event))
     }
 }
 
@@ -203,7 +279,51 @@ impl EventSpamKeyFunc for SourceObject {
 pub struct SourceObjectType;
 
 impl EventSpamKeyFunc for SourceObjectType {
-    fn spam_key(&self, event: &Event) -> String {
-        spam_key_with_type(event)
+    fn spam_key(&self, event: &Event) -> Key {
+        Key::of_parts(
+            source_and_object(event)
+                .into_iter()
+                .chain([event.type_.as_str()]),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_of_parts_is_the_key_of_the_concatenation_as_in_go() {
+        assert_eq!(Key::of_parts(["ab", "c"]), Key::of("abc"));
+        assert_eq!(
+            Key::of_parts(["ab", "c"]),
+            Key::of_parts(["a", "bc"]),
+            "Go's separator-less collision"
+        );
+        assert_ne!(Key::of("abc"), Key::of("abd"));
+    }
+
+    #[test]
+    fn built_ins_hash_exactly_the_strings_client_go_builds() {
+        let mut e = Event {
+            reason: "R".into(),
+            message: "m".into(),
+            type_: "Normal".into(),
+            ..Event::default()
+        };
+        e.involved_object.name = "pod".into();
+        e.involved_object.field_path = "spec.containers{c}".into();
+        e.reporting_component = "rc".into();
+        let (aggregate, local) = aggregate_by_reason(&e);
+        assert_eq!(
+            ByReason.aggregate_key(&e),
+            AggregateKey::of(&aggregate, &local)
+        );
+        assert_eq!(SourceObject.spam_key(&e), Key::of(&spam_key(&e)));
+        assert_eq!(
+            SourceObjectType.spam_key(&e),
+            Key::of(&spam_key_with_type(&e))
+        );
+        assert_eq!(event_cache_key(&e), Key::of(&event_key(&e)));
     }
 }

@@ -6,7 +6,7 @@ use std::num::NonZeroUsize;
 use lru::LruCache;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 
-use super::keys::event_key;
+use super::keys::{Key, event_cache_key};
 use crate::event::{Event, Time, format_time};
 
 /// What the EventLogger remembers per key (client-go `eventLog`).
@@ -87,7 +87,7 @@ impl Serialize for EventPatch {
 /// The EventLogger: an LRU of what was last sent per event key.
 #[derive(Debug)]
 pub struct EventLogger {
-    cache: LruCache<String, EventLog>,
+    cache: LruCache<Key, EventLog>,
 }
 
 impl EventLogger {
@@ -102,7 +102,7 @@ impl EventLogger {
     /// occurrence of that earlier event (its name, resourceVersion and firstTimestamp, count + 1;
     /// lastTimestamp and message stay the incoming ones) and return the patch; otherwise keep the
     /// event's own count and return no patch. Either way, remember the result under `key`.
-    pub fn observe(&mut self, event: &mut Event, key: String) -> Option<EventPatch> {
+    pub fn observe(&mut self, event: &mut Event, key: Key) -> Option<EventPatch> {
         let mut patch = None;
         if let Some(last) = self.cache.get(&key).filter(|l| l.count > 0) {
             event.metadata.name.clone_from(&last.name);
@@ -124,10 +124,10 @@ impl EventLogger {
     /// For aggregate events this key differs from the aggregate key `observe` used (it contains
     /// the combined message): client-go's mismatch, reproduced (spec §3.5).
     pub fn update_state(&mut self, event: &Event) {
-        self.remember(event_key(event), event);
+        self.remember(event_cache_key(event), event);
     }
 
-    fn remember(&mut self, key: String, event: &Event) {
+    fn remember(&mut self, key: Key, event: &Event) {
         let log = EventLog {
             count: event.count,
             first_timestamp: event.first_timestamp,
@@ -143,8 +143,8 @@ impl EventLogger {
     }
 
     /// The count remembered for `key` without touching recency (for tests and diagnostics).
-    pub fn cached_count(&self, key: &str) -> Option<i32> {
-        self.cache.peek(key).map(|l| l.count)
+    pub fn cached_count(&self, key: Key) -> Option<i32> {
+        self.cache.peek(&key).map(|l| l.count)
     }
 }
 
@@ -198,7 +198,7 @@ mod tests {
             ..Event::default()
         };
         first.metadata.name = "pod.1".into();
-        assert_eq!(logger.observe(&mut first, "k".into()), None);
+        assert_eq!(logger.observe(&mut first, Key::of("k")), None);
         let mut second = Event {
             count: 1,
             first_timestamp: Some(t2),
@@ -208,7 +208,7 @@ mod tests {
         };
         second.metadata.name = "pod.2".into();
         let patch = logger
-            .observe(&mut second, "k".into())
+            .observe(&mut second, Key::of("k"))
             .expect("a repeat is patched");
         assert_eq!(
             (
@@ -219,7 +219,7 @@ mod tests {
             ("pod.1", 2, Some(t1))
         );
         assert_eq!(patch.count, 2);
-        assert_eq!(logger.cached_count("k"), Some(2));
+        assert_eq!(logger.cached_count(Key::of("k")), Some(2));
     }
 
     #[test]
@@ -227,7 +227,7 @@ mod tests {
         let mut logger = EventLogger::new(NonZeroUsize::new(8).unwrap());
         for _ in 0..3 {
             let mut e = Event::default();
-            assert_eq!(logger.observe(&mut e, "k".into()), None);
+            assert_eq!(logger.observe(&mut e, Key::of("k")), None);
             assert_eq!(e.count, 0);
         }
     }

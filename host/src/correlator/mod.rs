@@ -28,7 +28,7 @@ use serde::Serialize;
 pub use aggregator::{AggregateDecision, EventAggregator, aggregate_event};
 pub use keys::{
     AggregateKey, ByReason, EventAggregatorKeyFunc, EventAggregatorMessageFunc, EventSpamKeyFunc,
-    SimilarEvents, SourceObject, SourceObjectType,
+    Key, SimilarEvents, SourceObject, SourceObjectType,
 };
 pub use logger::{EventLogger, EventPatch, LastTimestampPatch};
 pub use spam_filter::SpamFilter;
@@ -121,8 +121,8 @@ impl From<Event> for Occurrence {
 #[derive(Debug, Clone)]
 pub struct PreparedEvent {
     event: Event,
-    logger_key: String,
-    spam_key: String,
+    logger_key: Key,
+    spam_key: Key,
     spam_filter_clock: Option<Time>,
     aggregated: bool,
 }
@@ -245,7 +245,7 @@ impl EventCorrelator {
             let now = occurrence.clock.unwrap_or_else(|| self.clock.now());
             let spam_filter_clock = occurrence.spam_filter_clock.or(occurrence.clock);
             let (logger_key, is_aggregate) = match self.aggregator.aggregate(key, now) {
-                AggregateDecision::Original => (keys::event_key(&occurrence.event), false),
+                AggregateDecision::Original => (keys::event_cache_key(&occurrence.event), false),
                 AggregateDecision::Aggregate(aggregate_key) => {
                     aggregated.push((i, now));
                     (aggregate_key, true)
@@ -254,7 +254,7 @@ impl EventCorrelator {
             prepared.push(PreparedEvent {
                 event: occurrence.event,
                 logger_key,
-                spam_key: String::new(),
+                spam_key: Key::UNSET, // set below, once aggregate events are built
                 spam_filter_clock,
                 aggregated: is_aggregate,
             });

@@ -12,6 +12,7 @@ use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
 use lru::LruCache;
 
+use super::keys::Key;
 use crate::clock::to_unix_nanos;
 use crate::event::Time;
 
@@ -94,7 +95,7 @@ impl TokenBucket {
 /// when instants sit within nanoseconds of a refill boundary or the clock goes backwards.
 #[doc(alias = "EventSourceObjectSpamFilter")]
 pub struct SpamFilter {
-    cache: LruCache<String, TokenBucket>,
+    cache: LruCache<Key, TokenBucket>,
     spec: BucketSpec,
     clock: DecisionInstant,
 }
@@ -121,7 +122,7 @@ impl SpamFilter {
 
     /// client-go `Filter`: `true` means skip (spam). Creates the key's bucket if needed, takes a
     /// token at `now`, and refreshes the key's recency.
-    pub fn filter(&mut self, key: String, now: Time) -> bool {
+    pub fn filter(&mut self, key: Key, now: Time) -> bool {
         self.clock
             .0
             .store(to_unix_nanos(now).max(0) as u64, Ordering::Relaxed);
@@ -149,42 +150,42 @@ mod tests {
         let mut f = filter(25, 1.0 / 300.0);
         for i in 0..25 {
             assert!(
-                !f.filter("k".into(), at(i as f64)),
+                !f.filter(Key::of("k"), at(i as f64)),
                 "event {i} is within burst"
             );
         }
-        assert!(f.filter("k".into(), at(25.0)), "26th is spam");
+        assert!(f.filter(Key::of("k"), at(25.0)), "26th is spam");
         // 25 tokens spent by t=24 s while 24/300 of a token came back: the next whole token is
         // there at t=300 s (25 spent = 24 + 300·(refill since t=0)).
-        assert!(f.filter("k".into(), at(299.9)));
-        assert!(!f.filter("k".into(), at(300.0)));
-        assert!(f.filter("k".into(), at(301.0)));
-        assert!(!f.filter("k".into(), at(600.0)));
+        assert!(f.filter(Key::of("k"), at(299.9)));
+        assert!(!f.filter(Key::of("k"), at(300.0)));
+        assert!(f.filter(Key::of("k"), at(301.0)));
+        assert!(!f.filter(Key::of("k"), at(600.0)));
     }
 
     #[test]
     fn keys_have_independent_buckets() {
         let mut f = filter(1, 1.0 / 300.0);
-        assert!(!f.filter("a".into(), at(0.0)));
-        assert!(!f.filter("b".into(), at(0.0)));
-        assert!(f.filter("a".into(), at(1.0)));
+        assert!(!f.filter(Key::of("a"), at(0.0)));
+        assert!(!f.filter(Key::of("b"), at(0.0)));
+        assert!(f.filter(Key::of("a"), at(1.0)));
     }
 
     #[test]
     fn burst_below_one_filters_everything_and_zero_qps_never_refills() {
         let mut never = filter(-1, 1.0);
-        assert!(never.filter("k".into(), at(0.0)));
+        assert!(never.filter(Key::of("k"), at(0.0)));
         let mut no_refill = filter(2, 0.0);
-        assert!(!no_refill.filter("k".into(), at(0.0)));
-        assert!(!no_refill.filter("k".into(), at(1.0)));
-        assert!(no_refill.filter("k".into(), at(1e6)));
+        assert!(!no_refill.filter(Key::of("k"), at(0.0)));
+        assert!(!no_refill.filter(Key::of("k"), at(1.0)));
+        assert!(no_refill.filter(Key::of("k"), at(1e6)));
     }
 
     #[test]
     fn lru_eviction_forgets_a_bucket() {
         let mut f = SpamFilter::new(NonZeroUsize::new(1).unwrap(), 1.0 / 300.0, 1);
-        assert!(!f.filter("a".into(), at(0.0)));
-        assert!(!f.filter("b".into(), at(0.0)), "evicts a");
-        assert!(!f.filter("a".into(), at(0.0)), "a starts full again");
+        assert!(!f.filter(Key::of("a"), at(0.0)));
+        assert!(!f.filter(Key::of("b"), at(0.0)), "evicts a");
+        assert!(!f.filter(Key::of("a"), at(0.0)), "a starts full again");
     }
 }

@@ -10,17 +10,14 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use eventpipe::broadcaster::{
-    Broadcaster, BroadcasterError, FilteredWatcher, FullChannelBehavior, WatchEvent,
-    WatchEventType, Watcher, WatcherStopper, filter,
+    Broadcaster, BroadcasterError, FilteredWatcher, FullChannelBehavior, WatchEvent, WatchEventType, Watcher,
+    WatcherStopper, filter,
 };
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 use tokio::time::timeout;
 
-const VECTORS: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../tests/fixtures/vectors.jsonl"
-);
+const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/vectors.jsonl");
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Go's `watch.DefaultChanSize`: the filter scenarios feed the source through a broadcaster with
 /// room for all their events, which gives what Go's blocking `FakeWatcher.Add` gives (no loss).
@@ -44,28 +41,20 @@ fn name(s: &Value) -> &str {
 }
 
 fn field<'a>(v: &'a Value, key: &str, scenario: &str) -> &'a str {
-    v[key]
-        .as_str()
-        .unwrap_or_else(|| panic!("{scenario}: missing string {key:?} in {v}"))
+    v[key].as_str().unwrap_or_else(|| panic!("{scenario}: missing string {key:?} in {v}"))
 }
 
 /// The scenario's own deadline ("30s (wait.ForeverTestTimeout)"), else [`DEFAULT_TIMEOUT`].
 fn deadline(s: &Value) -> Duration {
-    s["expect"]["completes_without_deadlock_within"]
-        .as_str()
-        .map_or(DEFAULT_TIMEOUT, |text| {
-            let secs = text.split('s').next().and_then(|n| n.parse().ok());
-            Duration::from_secs(
-                secs.unwrap_or_else(|| panic!("{}: bad deadline {text:?}", name(s))),
-            )
-        })
+    s["expect"]["completes_without_deadlock_within"].as_str().map_or(DEFAULT_TIMEOUT, |text| {
+        let secs = text.split('s').next().and_then(|n| n.parse().ok());
+        Duration::from_secs(secs.unwrap_or_else(|| panic!("{}: bad deadline {text:?}", name(s))))
+    })
 }
 
 async fn run_all(kind: &str, run: impl AsyncFn(&Value)) {
     for s in scenarios(kind) {
-        timeout(deadline(&s), run(&s))
-            .await
-            .unwrap_or_else(|_| panic!("{}: did not complete (deadlock?)", name(&s)));
+        timeout(deadline(&s), run(&s)).await.unwrap_or_else(|_| panic!("{}: did not complete (deadlock?)", name(&s)));
     }
 }
 
@@ -80,15 +69,8 @@ async fn watch_filter_scenarios() {
 }
 
 fn event(v: &Value) -> WatchEvent<Value> {
-    let type_ = v["type"]
-        .as_str()
-        .expect("event type")
-        .parse()
-        .expect("known event type");
-    WatchEvent {
-        type_,
-        object: v["object"].clone(),
-    }
+    let type_ = v["type"].as_str().expect("event type").parse().expect("known event type");
+    WatchEvent { type_, object: v["object"].clone() }
 }
 
 fn event_json(e: WatchEvent<Value>) -> Value {
@@ -161,11 +143,7 @@ impl<'a> BroadcasterRun<'a> {
         }
         let steps = s["steps"].as_array().expect("steps");
         let deferring = |op: &Value| op == "then_read_all" || op == "concurrently";
-        if steps.iter().any(|step| deferring(&step["op"])) {
-            Reading::Deferred
-        } else {
-            Reading::Concurrent
-        }
+        if steps.iter().any(|step| deferring(&step["op"])) { Reading::Deferred } else { Reading::Concurrent }
     }
 
     async fn run(mut self) {
@@ -190,12 +168,7 @@ impl<'a> BroadcasterRun<'a> {
                 self.adopt(step, result);
             }
             "watch_with_prefix" => {
-                let prefix = step["prefix"]
-                    .as_array()
-                    .expect("prefix")
-                    .iter()
-                    .map(event)
-                    .collect();
+                let prefix = step["prefix"].as_array().expect("prefix").iter().map(event).collect();
                 let result = b.watch_with_prefix(prefix);
                 self.adopt(step, result);
             }
@@ -223,11 +196,7 @@ impl<'a> BroadcasterRun<'a> {
     }
 
     /// Checks `expect_error`; returns the value when the step expects success.
-    fn outcome<T: std::fmt::Debug>(
-        &self,
-        step: &Value,
-        result: Result<T, BroadcasterError>,
-    ) -> Option<T> {
+    fn outcome<T: std::fmt::Debug>(&self, step: &Value, result: Result<T, BroadcasterError>) -> Option<T> {
         match step["expect_error"].as_str() {
             Some(text) => {
                 let err = result.expect_err(&format!("{}: {step} should fail", self.name));
@@ -261,25 +230,17 @@ impl<'a> BroadcasterRun<'a> {
         }
         self.outcome(step, result.map(|_| ()));
         self.sent.push(json!(sent));
-        self.errors
-            .push(result.err().map_or(Value::Null, |e| json!(e.to_string())));
+        self.errors.push(result.err().map_or(Value::Null, |e| json!(e.to_string())));
     }
 
     /// TestBroadcasterWatcherStopDeadlock: one task takes both watchers; whichever receives first
     /// stops the other, which the distributor may be blocked on.
     fn concurrently(&mut self, step: &Value) {
         let what = field(step, "do", self.name);
-        assert!(
-            what.contains("stops the OTHER"),
-            "{}: unhandled concurrently {what:?}",
-            self.name
-        );
+        assert!(what.contains("stops the OTHER"), "{}: unhandled concurrently {what:?}", self.name);
         let mut taken = std::mem::take(&mut self.idle).into_values();
         let (Some(mut a), Some(mut b), None) = (taken.next(), taken.next(), taken.next()) else {
-            panic!(
-                "{}: concurrently needs exactly two idle watchers",
-                self.name
-            )
+            panic!("{}: concurrently needs exactly two idle watchers", self.name)
         };
         self.background.push(tokio::spawn(async move {
             tokio::select! {
@@ -299,9 +260,7 @@ impl<'a> BroadcasterRun<'a> {
                 "extra_stops_are_noops" => assert_eq!(want, true, "{}", self.name),
                 "sent" => self.check_sent(want),
                 "errors" => assert_eq!(want, &json!(self.errors), "{}: errors", self.name),
-                id if self.stoppers.contains_key(id) => {
-                    check_watcher(self.name, id, want, received)
-                }
+                id if self.stoppers.contains_key(id) => check_watcher(self.name, id, want, received),
                 other => panic!("{}: unhandled expectation {other}", self.name),
             }
         }
@@ -309,18 +268,9 @@ impl<'a> BroadcasterRun<'a> {
 
     fn check_sent(&self, want: &Value) {
         assert_eq!(want, &json!(self.sent), "{}: sent", self.name);
-        let refused = self
-            .sent
-            .iter()
-            .zip(&self.errors)
-            .filter(|(s, e)| *s == false && e.is_null());
+        let refused = self.sent.iter().zip(&self.errors).filter(|(s, e)| *s == false && e.is_null());
         let refused = refused.count() as u64;
-        assert_eq!(
-            self.broadcaster.incoming_dropped(),
-            refused,
-            "{}: incoming_dropped",
-            self.name
-        );
+        assert_eq!(self.broadcaster.incoming_dropped(), refused, "{}: incoming_dropped", self.name);
     }
 }
 

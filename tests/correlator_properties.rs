@@ -21,10 +21,7 @@ fn event(&(object, reason, message, _): &Step) -> Event {
         },
         reason: format!("R{reason}"),
         message: format!("m{message}"),
-        source: EventSource {
-            component: "kubelet".into(),
-            host: "node".into(),
-        },
+        source: EventSource { component: "kubelet".into(), host: "node".into() },
         type_: "Warning".into(),
         count: 1,
         ..Event::default()
@@ -45,11 +42,7 @@ fn correlate(steps: &[Step], options: CorrelatorOptions) -> Vec<(Step, Option<Ev
         e.first_timestamp = Some(now);
         e.last_timestamp = Some(now);
         let p = correlator
-            .prepare(vec![Occurrence {
-                event: e,
-                clock: Some(now),
-                spam_filter_clock: Some(now),
-            }])
+            .prepare(vec![Occurrence { event: e, clock: Some(now), spam_filter_clock: Some(now) }])
             .pop()
             .unwrap();
         let aggregated = p.aggregated();

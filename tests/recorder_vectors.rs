@@ -38,16 +38,9 @@ struct ServerLikeSink {
 #[async_trait]
 impl EventSink for ServerLikeSink {
     async fn create(&self, event: &Event) -> Result<Event, SinkError> {
-        self.store
-            .lock()
-            .unwrap()
-            .insert(event_key(event), event.clone());
-        let _ = self.calls.send(Call {
-            verb: "create",
-            sent: event.clone(),
-            patch: Value::Null,
-            stored: event.clone(),
-        });
+        self.store.lock().unwrap().insert(event_key(event), event.clone());
+        let _ =
+            self.calls.send(Call { verb: "create", sent: event.clone(), patch: Value::Null, stored: event.clone() });
         Ok(event.clone())
     }
 
@@ -70,44 +63,27 @@ impl EventSink for ServerLikeSink {
             merged[k] = v.clone();
         }
         *stored = serde_json::from_value(merged).unwrap();
-        let _ = self.calls.send(Call {
-            verb: "patch",
-            sent: event.clone(),
-            patch,
-            stored: stored.clone(),
-        });
+        let _ = self.calls.send(Call { verb: "patch", sent: event.clone(), patch, stored: stored.clone() });
         Ok(stored.clone())
     }
 }
 
 fn sink() -> (Arc<ServerLikeSink>, mpsc::UnboundedReceiver<Call>) {
     let (tx, rx) = mpsc::unbounded_channel();
-    (
-        Arc::new(ServerLikeSink {
-            store: Mutex::default(),
-            calls: tx,
-        }),
-        rx,
-    )
+    (Arc::new(ServerLikeSink { store: Mutex::default(), calls: tx }), rx)
 }
 
 /// Go's `Sprintf` for the `%v` verbs the vectors use.
 fn sprintf(format: &str, args: &[Value]) -> String {
     args.iter().fold(format.to_string(), |s, a| {
-        let arg = a
-            .as_str()
-            .map(str::to_string)
-            .unwrap_or_else(|| a.to_string());
+        let arg = a.as_str().map(str::to_string).unwrap_or_else(|| a.to_string());
         s.replacen("%v", &arg, 1)
     })
 }
 
 fn broadcaster() -> EventBroadcaster {
     EventBroadcaster::new(EventBroadcasterOptions {
-        retry: RetryPolicy {
-            sleep_duration: Duration::ZERO,
-            ..RetryPolicy::default()
-        },
+        retry: RetryPolicy { sleep_duration: Duration::ZERO, ..RetryPolicy::default() },
         ..EventBroadcasterOptions::default()
     })
 }
@@ -118,26 +94,16 @@ fn check_call(ctx: &str, call: &Call, step: &Value) {
     let sent = serde_json::to_value(&call.sent).unwrap();
     assert_eq!(sent["count"], expect["count"], "{ctx}: count");
     let name = call.sent.metadata.name.as_str();
-    assert!(
-        name.starts_with(expect["name_prefix"].as_str().unwrap()),
-        "{ctx}: name prefix"
-    );
+    assert!(name.starts_with(expect["name_prefix"].as_str().unwrap()), "{ctx}: name prefix");
     assert_eq!(name, derived["name"], "{ctx}: name");
     assert_eq!(
         call.sent.first_timestamp == call.sent.last_timestamp,
         expect["first_equals_last"].as_bool().unwrap(),
         "{ctx}: first == last"
     );
-    common::json_matches(&expect["event"], &sent, true, "event")
-        .unwrap_or_else(|e| panic!("{ctx}: {e}"));
-    assert_eq!(
-        call.sent.reporting_component, derived["reportingComponent"],
-        "{ctx}: reportingComponent"
-    );
-    assert_eq!(
-        call.sent.reporting_instance, derived["reportingInstance"],
-        "{ctx}: reportingInstance"
-    );
+    common::json_matches(&expect["event"], &sent, true, "event").unwrap_or_else(|e| panic!("{ctx}: {e}"));
+    assert_eq!(call.sent.reporting_component, derived["reportingComponent"], "{ctx}: reportingComponent");
+    assert_eq!(call.sent.reporting_instance, derived["reportingInstance"], "{ctx}: reportingInstance");
     assert_eq!(call.patch, derived["patch"], "{ctx}: patch");
     if let Some(line) = expect["log_StartLogging"].as_str() {
         assert_eq!(logging_line(&call.sent), line, "{ctx}: StartLogging line");
@@ -148,27 +114,11 @@ fn check_call(ctx: &str, call: &Call, step: &Value) {
             .iter()
             .map(|(k, v)| format!("{k}={}", Value::from(v.as_str())))
             .collect();
-        assert_eq!(
-            format!("INFO Event occurred {}\n", pairs.join(" ")),
-            line,
-            "{ctx}: StartStructuredLogging line"
-        );
+        assert_eq!(format!("INFO Event occurred {}\n", pairs.join(" ")), line, "{ctx}: StartStructuredLogging line");
     }
     let stored = serde_json::to_value(&call.stored).unwrap();
-    common::json_matches(
-        &derived["server_event_firstTimestamp"],
-        &stored["firstTimestamp"],
-        false,
-        "first",
-    )
-    .unwrap();
-    common::json_matches(
-        &derived["server_event_lastTimestamp"],
-        &stored["lastTimestamp"],
-        false,
-        "last",
-    )
-    .unwrap();
+    common::json_matches(&derived["server_event_firstTimestamp"], &stored["firstTimestamp"], false, "first").unwrap();
+    common::json_matches(&derived["server_event_lastTimestamp"], &stored["lastTimestamp"], false, "last").unwrap();
 }
 
 #[tokio::test]
@@ -177,43 +127,27 @@ async fn recorder_scenarios_match_client_go() {
     assert_eq!(scenarios.len(), 3);
     for scenario in scenarios {
         let name = scenario["name"].as_str().unwrap();
-        let start: Time = scenario["options"]["recorder_clock"]["start"]
-            .as_str()
-            .unwrap()
-            .parse()
-            .unwrap();
+        let start: Time = scenario["options"]["recorder_clock"]["start"].as_str().unwrap().parse().unwrap();
         let clock = ManualClock::new(start);
-        let source: EventSource =
-            serde_json::from_value(scenario["options"]["recorder_source"].clone()).unwrap();
+        let source: EventSource = serde_json::from_value(scenario["options"]["recorder_source"].clone()).unwrap();
         let events = broadcaster();
         let recorder = events.new_recorder(source, clock.clone());
         let (mut current_sink, mut calls) = sink();
-        let mut watcher = events
-            .start_recording_to_sink(current_sink.clone())
-            .unwrap();
+        let mut watcher = events.start_recording_to_sink(current_sink.clone()).unwrap();
         for (i, step) in scenario["steps"].as_array().unwrap().iter().enumerate() {
             let ctx = format!("{name} step {i}");
             if step.get("control").is_some() {
                 // A fresh sink watcher with a fresh correlator and a fresh server cache.
                 watcher.abort();
                 (current_sink, calls) = sink();
-                watcher = events
-                    .start_recording_to_sink(current_sink.clone())
-                    .unwrap();
+                watcher = events.start_recording_to_sink(current_sink.clone()).unwrap();
                 continue;
             }
             clock.advance(Duration::from_secs(1));
-            assert_eq!(
-                clock.now(),
-                step["clock"].as_str().unwrap().parse::<Time>().unwrap(),
-                "{ctx}: clock"
-            );
+            assert_eq!(clock.now(), step["clock"].as_str().unwrap().parse::<Time>().unwrap(), "{ctx}: clock");
             let record = &step["record"];
             let object: ObjectReference = serde_json::from_value(record["object"].clone()).unwrap();
-            let message = sprintf(
-                record["messageFmt"].as_str().unwrap(),
-                record["args"].as_array().unwrap(),
-            );
+            let message = sprintf(record["messageFmt"].as_str().unwrap(), record["args"].as_array().unwrap());
             let outcome = recorder.event(
                 &object,
                 record["eventtype"].as_str().unwrap(),
@@ -221,10 +155,7 @@ async fn recorder_scenarios_match_client_go() {
                 &message,
             );
             assert_eq!(outcome, RecordOutcome::Queued, "{ctx}");
-            let call = tokio::time::timeout(Duration::from_secs(10), calls.recv())
-                .await
-                .expect("sink call")
-                .unwrap();
+            let call = tokio::time::timeout(Duration::from_secs(10), calls.recv()).await.expect("sink call").unwrap();
             check_call(&ctx, &call, step);
         }
         events.shutdown().await;
@@ -239,9 +170,7 @@ async fn lots_of_events_are_all_written_despite_failures() {
     let scenario = &common::scenarios("recorder_load")[0];
     let step = &scenario["steps"][0];
     let n = step["generate"]["n"].as_u64().unwrap() as usize;
-    let fail_first = step["sink"]["create"]["fail_first_n_attempts_per_message"]
-        .as_u64()
-        .unwrap();
+    let fail_first = step["sink"]["create"]["fail_first_n_attempts_per_message"].as_u64().unwrap();
 
     struct FlakySink(Mutex<HashMap<String, u64>>);
     #[async_trait]
@@ -250,11 +179,7 @@ async fn lots_of_events_are_all_written_despite_failures() {
             let mut attempts = self.0.lock().unwrap();
             let a = attempts.entry(e.message.clone()).or_default();
             *a += 1;
-            if *a <= 4 {
-                Err(SinkError::Transport("fake error".into()))
-            } else {
-                Ok(e.clone())
-            }
+            if *a <= 4 { Err(SinkError::Transport("fake error".into())) } else { Ok(e.clone()) }
         }
         async fn update(&self, e: &Event) -> Result<Event, SinkError> {
             Ok(e.clone())
@@ -269,14 +194,9 @@ async fn lots_of_events_are_all_written_despite_failures() {
     let recording = events.start_recording_to_sink(flaky.clone()).unwrap();
     let logged = Arc::new(Mutex::new(0usize));
     let counter = logged.clone();
-    let logging = events
-        .start_event_watcher(move |_| *counter.lock().unwrap() += 1)
-        .unwrap();
+    let logging = events.start_event_watcher(move |_| *counter.lock().unwrap() += 1).unwrap();
     let recorder = events.new_recorder(
-        EventSource {
-            component: "eventTest".into(),
-            host: String::new(),
-        },
+        EventSource { component: "eventTest".into(), host: String::new() },
         ManualClock::new(Time::default()),
     );
     let tasks: Vec<_> = (0..n)
@@ -291,12 +211,7 @@ async fn lots_of_events_are_all_written_despite_failures() {
                     api_version: "version".into(),
                     ..ObjectReference::default()
                 };
-                recorder.eventf(
-                    &object,
-                    "Normal",
-                    &format!("Reason-{i}"),
-                    format_args!("{i}"),
-                )
+                recorder.eventf(&object, "Normal", &format!("Reason-{i}"), format_args!("{i}"))
             })
         })
         .collect();
@@ -310,9 +225,7 @@ async fn lots_of_events_are_all_written_despite_failures() {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     };
-    tokio::time::timeout(Duration::from_secs(60), all_created)
-        .await
-        .expect("all events created");
+    tokio::time::timeout(Duration::from_secs(60), all_created).await.expect("all events created");
     events.shutdown().await;
     let stats = recording.await.unwrap();
     logging.await.unwrap();
@@ -321,10 +234,7 @@ async fn lots_of_events_are_all_written_despite_failures() {
     assert_eq!(*logged.lock().unwrap(), n);
     let attempts = flaky.0.lock().unwrap();
     assert_eq!(attempts.len(), n);
-    assert!(
-        attempts.values().all(|&a| a >= 5),
-        "every event took at least 5 attempts"
-    );
+    assert!(attempts.values().all(|&a| a >= 5), "every event took at least 5 attempts");
 }
 
 #[test]
@@ -354,17 +264,8 @@ fn event_names_match_client_go() {
 async fn unsupported_type_is_dropped_and_events_after_shutdown_are_refused() {
     let events = broadcaster();
     let recorder = events.new_recorder(EventSource::default(), ManualClock::new(Time::default()));
-    let object = ObjectReference {
-        name: "p".into(),
-        ..ObjectReference::default()
-    };
-    assert_eq!(
-        recorder.event(&object, "normal", "R", "m"),
-        RecordOutcome::UnsupportedType
-    );
+    let object = ObjectReference { name: "p".into(), ..ObjectReference::default() };
+    assert_eq!(recorder.event(&object, "normal", "R", "m"), RecordOutcome::UnsupportedType);
     events.shutdown().await;
-    assert_eq!(
-        recorder.event(&object, "Normal", "R", "m"),
-        RecordOutcome::Stopped
-    );
+    assert_eq!(recorder.event(&object, "Normal", "R", "m"), RecordOutcome::Stopped);
 }

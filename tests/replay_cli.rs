@@ -31,12 +31,7 @@ fn replay(args: &[String], input: &[u8]) -> (String, i32) {
     let input = input.to_vec();
     let writer = std::thread::spawn(move || stdin.write_all(&input));
     let mut out = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
+    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
     writer.join().unwrap().unwrap();
     (out, child.wait().unwrap().code().unwrap_or(-1))
 }
@@ -49,10 +44,7 @@ fn compare(expected: &str, actual: &str) -> Vec<String> {
         problems.push(format!("{} lines expected, {} written", e.len(), a.len()));
     }
     for (i, (el, al)) in e.iter().zip(&a).enumerate() {
-        let (ev, av): (Value, Value) = (
-            serde_json::from_str(el).unwrap(),
-            serde_json::from_str(al).unwrap(),
-        );
+        let (ev, av): (Value, Value) = (serde_json::from_str(el).unwrap(), serde_json::from_str(al).unwrap());
         if let Err(why) = common::replay_line_matches(&ev, &av) {
             problems.push(format!("line {}: {why}", i + 1));
             if problems.len() >= 5 {
@@ -72,20 +64,13 @@ fn cases(dir: &Path) -> Vec<(String, String, PathBuf, PathBuf)> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir(dir).unwrap() {
         let name = entry.unwrap().file_name().into_string().unwrap();
-        let Some(stem) = name
-            .strip_suffix(".expected.jsonl")
-            .or_else(|| name.strip_suffix(".expected.jsonl.gz"))
+        let Some(stem) = name.strip_suffix(".expected.jsonl").or_else(|| name.strip_suffix(".expected.jsonl.gz"))
         else {
             continue;
         };
         let (case, variant) = stem.split_once('.').expect("CASE.VARIANT");
         let gz = if name.ends_with(".gz") { ".gz" } else { "" };
-        found.push((
-            case.to_string(),
-            variant.to_string(),
-            dir.join(format!("{case}.in.jsonl{gz}")),
-            dir.join(&name),
-        ));
+        found.push((case.to_string(), variant.to_string(), dir.join(format!("{case}.in.jsonl{gz}")), dir.join(&name)));
     }
     found.sort();
     found
@@ -95,9 +80,7 @@ fn read_maybe_gz(path: &Path) -> Vec<u8> {
     let raw = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     if path.extension().is_some_and(|x| x == "gz") {
         let mut out = Vec::new();
-        flate2::read::GzDecoder::new(&raw[..])
-            .read_to_end(&mut out)
-            .unwrap();
+        flate2::read::GzDecoder::new(&raw[..]).read_to_end(&mut out).unwrap();
         out
     } else {
         raw
@@ -109,9 +92,7 @@ fn run_cases(dir: &Path) -> usize {
     let cases = cases(dir);
     let mut failures = Vec::new();
     for (case, variant, input, expected) in &cases {
-        let args = variants
-            .get(variant)
-            .unwrap_or_else(|| panic!("unknown variant {variant}"));
+        let args = variants.get(variant).unwrap_or_else(|| panic!("unknown variant {variant}"));
         let (out, code) = replay(args, &read_maybe_gz(input));
         assert_eq!(code, 0, "{case}.{variant}: exit status");
         let expected = String::from_utf8(read_maybe_gz(expected)).unwrap();
@@ -120,11 +101,7 @@ fn run_cases(dir: &Path) -> usize {
             failures.push(format!("{case}.{variant}:\n  {}", problems.join("\n  ")));
         }
     }
-    assert!(
-        failures.is_empty(),
-        "replay differs from client-go:\n{}",
-        failures.join("\n")
-    );
+    assert!(failures.is_empty(), "replay differs from client-go:\n{}", failures.join("\n"));
     cases.len()
 }
 
@@ -149,16 +126,10 @@ fn fixtures_have_not_drifted_from_the_shared_suite() {
         eprintln!("shared conformance suite not beside the repository: drift check not run");
         return;
     };
-    let mut pairs = vec![(
-        shared.join("client-go-tests/vectors.jsonl"),
-        common::fixture("vectors.jsonl"),
-    )];
+    let mut pairs = vec![(shared.join("client-go-tests/vectors.jsonl"), common::fixture("vectors.jsonl"))];
     for entry in std::fs::read_dir(shared.join("replay")).unwrap() {
         let path = entry.unwrap().path();
-        pairs.push((
-            path.clone(),
-            common::fixture("replay").join(path.file_name().unwrap()),
-        ));
+        pairs.push((path.clone(), common::fixture("replay").join(path.file_name().unwrap())));
     }
     for (upstream, copy) in pairs {
         assert_eq!(
@@ -174,27 +145,13 @@ fn fixtures_have_not_drifted_from_the_shared_suite() {
 fn malformed_lines_get_an_error_line_in_place_and_exit_status_2() {
     let good = std::fs::read_to_string(common::fixture("replay/burst30.in.jsonl")).unwrap();
     let lines: Vec<&str> = good.lines().take(3).collect();
-    let input = format!(
-        "{}\nnot json\n{}\n{{\"clock\":\"nope\",\"event\":{{}}}}\n{}\n",
-        lines[0], lines[1], lines[2]
-    );
+    let input = format!("{}\nnot json\n{}\n{{\"clock\":\"nope\",\"event\":{{}}}}\n{}\n", lines[0], lines[1], lines[2]);
     let (out, code) = replay(&[], input.as_bytes());
     assert_eq!(code, 2);
-    let out: Vec<Value> = out
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let out: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(out.len(), 5, "one output line per input line");
-    assert!(
-        out[1]["error"].as_str().unwrap().starts_with("line 2:"),
-        "{}",
-        out[1]
-    );
-    assert!(
-        out[3]["error"].as_str().unwrap().starts_with("line 4:"),
-        "{}",
-        out[3]
-    );
+    assert!(out[1]["error"].as_str().unwrap().starts_with("line 2:"), "{}", out[1]);
+    assert!(out[3]["error"].as_str().unwrap().starts_with("line 4:"), "{}", out[3]);
     for i in [0, 2, 4] {
         assert_eq!(out[i]["skip"], false, "good line {i} still correlated");
     }

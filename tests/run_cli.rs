@@ -21,22 +21,10 @@ fn run(source: &Path) -> (Value, Vec<Value>) {
         .arg(format!("--sink=jsonl:{}", sink.display()))
         .output()
         .expect("eventpipe runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let stderr = String::from_utf8(out.stderr).unwrap();
-    let summary = stderr
-        .lines()
-        .rev()
-        .find_map(|l| serde_json::from_str(l).ok())
-        .expect("a JSON summary on stderr");
-    let calls = std::fs::read_to_string(sink)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let summary = stderr.lines().rev().find_map(|l| serde_json::from_str(l).ok()).expect("a JSON summary on stderr");
+    let calls = std::fs::read_to_string(sink).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     (summary, calls)
 }
 
@@ -47,12 +35,7 @@ fn replay_with_event_clock(source: &Path) -> Vec<Value> {
     for line in std::fs::read_to_string(source).unwrap().lines() {
         let event: Value = serde_json::from_str(line).unwrap();
         let clock = event["lastTimestamp"].clone();
-        writeln!(
-            input,
-            "{}",
-            serde_json::json!({ "clock": clock, "event": event })
-        )
-        .unwrap();
+        writeln!(input, "{}", serde_json::json!({ "clock": clock, "event": event })).unwrap();
     }
     let mut child = Command::new(env!("CARGO_BIN_EXE_eventpipe"))
         .arg("replay")
@@ -65,17 +48,11 @@ fn replay_with_event_clock(source: &Path) -> Vec<Value> {
     let out = child.wait_with_output().unwrap();
     writer.join().unwrap().unwrap();
     assert!(out.status.success());
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+    String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
 fn n(summary: &Value, key: &str) -> u64 {
-    summary[key]
-        .as_u64()
-        .unwrap_or_else(|| panic!("summary has no {key}: {summary}"))
+    summary[key].as_u64().unwrap_or_else(|| panic!("summary has no {key}: {summary}"))
 }
 
 #[test]
@@ -84,25 +61,15 @@ fn run_on_the_bundled_stream_reports_what_it_did() {
     let (summary, calls) = run(&source);
 
     // Counted here, from the files, not by the pipeline.
-    let input_events = std::fs::read_to_string(&source)
-        .unwrap()
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .count() as u64;
+    let input_events =
+        std::fs::read_to_string(&source).unwrap().lines().filter(|l| !l.trim().is_empty()).count() as u64;
     let creates = calls.iter().filter(|c| c["verb"] == "create").count() as u64;
     let patches = calls.iter().filter(|c| c["verb"] == "patch").count() as u64;
     assert_eq!(n(&summary, "read"), input_events);
-    assert_eq!(
-        (n(&summary, "bad_lines"), n(&summary, "dropped_incoming")),
-        (0, 0)
-    );
+    assert_eq!((n(&summary, "bad_lines"), n(&summary, "dropped_incoming")), (0, 0));
     assert_eq!(n(&summary, "created"), creates);
     assert_eq!(n(&summary, "patched"), patches);
-    assert_eq!(
-        creates + patches + n(&summary, "skipped"),
-        input_events,
-        "every event written or skipped"
-    );
+    assert_eq!(creates + patches + n(&summary, "skipped"), input_events, "every event written or skipped");
     assert!(
         patches > 0 && n(&summary, "skipped") > 0,
         "the stream exercises the logger and the spam filter: {summary}"
@@ -118,15 +85,8 @@ fn run_on_the_bundled_stream_reports_what_it_did() {
 
     // The same stream through the correlator alone (no Broadcaster, no sink): same decisions.
     let results = replay_with_event_clock(&source);
-    let written: Vec<&Value> = results
-        .iter()
-        .filter(|r| r["skip"] == false)
-        .map(|r| &r["event"])
-        .collect();
-    assert_eq!(
-        results.len() as u64 - written.len() as u64,
-        n(&summary, "skipped")
-    );
+    let written: Vec<&Value> = results.iter().filter(|r| r["skip"] == false).map(|r| &r["event"]).collect();
+    assert_eq!(results.len() as u64 - written.len() as u64, n(&summary, "skipped"));
     assert_eq!(written.len(), calls.len());
     for (call, event) in calls.iter().zip(written) {
         assert_eq!(call["event"], *event);

@@ -21,12 +21,7 @@ fn error_from(desc: &str) -> SinkError {
     } else if desc.starts_with("UnexpectedObjectError") {
         SinkError::UnexpectedObject(desc.into())
     } else if let Some(rest) = desc.strip_prefix("StatusError") {
-        let word_after = |w: &str| {
-            rest.split_whitespace()
-                .skip_while(|x| *x != w)
-                .nth(1)
-                .map(str::to_string)
-        };
+        let word_after = |w: &str| rest.split_whitespace().skip_while(|x| *x != w).nth(1).map(str::to_string);
         SinkError::Status(StatusError {
             code: word_after("code").and_then(|c| c.parse().ok()).unwrap_or(0),
             reason: word_after("reason").unwrap_or_default(),
@@ -51,15 +46,8 @@ struct Script {
 
 impl Script {
     fn from(v: &Value) -> Self {
-        let fail_first = if v["always"] == true {
-            u64::MAX
-        } else {
-            v["fail_first_n_attempts"].as_u64().unwrap_or(0)
-        };
-        Self {
-            error: v["error"].as_str().map(str::to_string),
-            fail_first,
-        }
+        let fail_first = if v["always"] == true { u64::MAX } else { v["fail_first_n_attempts"].as_u64().unwrap_or(0) };
+        Self { error: v["error"].as_str().map(str::to_string), fail_first }
     }
 
     fn answer(&self, call_no: u64, event: &Event) -> Result<Event, SinkError> {
@@ -128,21 +116,10 @@ async fn sink_retry_scenarios_match_client_go() {
     for scenario in scenarios {
         let name = scenario["name"].as_str().unwrap();
         let options = &scenario["options"];
-        let sleep: u64 = options["sleepDuration"]
-            .as_str()
-            .unwrap()
-            .trim_end_matches('s')
-            .parse()
-            .unwrap();
-        let policy = RetryPolicy {
-            sleep_duration: Duration::from_secs(sleep),
-            ..RetryPolicy::default()
-        };
+        let sleep: u64 = options["sleepDuration"].as_str().unwrap().trim_end_matches('s').parse().unwrap();
+        let policy = RetryPolicy { sleep_duration: Duration::from_secs(sleep), ..RetryPolicy::default() };
         let cancel = CancellationToken::new();
-        if options["cancelationCtx"]
-            .as_str()
-            .is_some_and(|c| c.contains("cancelled"))
-        {
+        if options["cancelationCtx"].as_str().is_some_and(|c| c.contains("cancelled")) {
             cancel.cancel();
         }
         for step in scenario["steps"].as_array().unwrap() {
@@ -158,11 +135,7 @@ async fn sink_retry_scenarios_match_client_go() {
             let calls = sink.calls.lock().unwrap();
             for expect in [&step["expect"], &step["expect_derived"]] {
                 if let Some(n) = expect["attempts"].as_u64() {
-                    assert_eq!(
-                        u64::from(attempts(&outcome)),
-                        n,
-                        "{name}: attempts ({outcome:?})"
-                    );
+                    assert_eq!(u64::from(attempts(&outcome)), n, "{name}: attempts ({outcome:?})");
                 }
                 if let Some(n) = expect["create_calls"].as_u64() {
                     assert_eq!(calls.creates, n, "{name}: create calls");
@@ -174,18 +147,10 @@ async fn sink_retry_scenarios_match_client_go() {
                     assert!(calls.creates > 0, "{name}: create called");
                 }
                 if let Some(rv) = expect["created_event_resourceVersion"].as_str() {
-                    assert_eq!(
-                        calls.created_resource_version.as_deref(),
-                        Some(rv),
-                        "{name}: created resourceVersion"
-                    );
+                    assert_eq!(calls.created_resource_version.as_deref(), Some(rv), "{name}: created resourceVersion");
                 }
                 if expect.get("patch_body").is_some_and(Value::is_null) {
-                    assert_eq!(
-                        calls.patch_body.as_deref(),
-                        Some(&b""[..]),
-                        "{name}: empty patch body"
-                    );
+                    assert_eq!(calls.patch_body.as_deref(), Some(&b""[..]), "{name}: empty patch body");
                 }
             }
         }
@@ -195,35 +160,16 @@ async fn sink_retry_scenarios_match_client_go() {
 #[tokio::test(start_paused = true)]
 async fn retries_sleep_jittered_first_then_full_duration() {
     let sink = ScriptedSink {
-        create: Script {
-            error: Some("transport".into()),
-            fail_first: 3,
-        },
+        create: Script { error: Some("transport".into()), fail_first: 3 },
         patch: Script::default(),
         calls: Mutex::default(),
     };
-    let policy = RetryPolicy {
-        jitter: std::sync::Arc::new(|| 0.25),
-        ..RetryPolicy::default()
-    };
+    let policy = RetryPolicy { jitter: std::sync::Arc::new(|| 0.25), ..RetryPolicy::default() };
     let mut correlator = EventCorrelator::new(CorrelatorOptions::default());
-    let result = correlator.event_correlate(Event {
-        count: 1,
-        ..Event::default()
-    });
+    let result = correlator.event_correlate(Event { count: 1, ..Event::default() });
     let start = tokio::time::Instant::now();
-    let outcome = write_event(
-        &sink,
-        &mut correlator,
-        result,
-        &policy,
-        &CancellationToken::new(),
-    )
-    .await;
-    assert!(
-        matches!(outcome, WriteOutcome::Written { attempts: 4, .. }),
-        "{outcome:?}"
-    );
+    let outcome = write_event(&sink, &mut correlator, result, &policy, &CancellationToken::new()).await;
+    assert!(matches!(outcome, WriteOutcome::Written { attempts: 4, .. }), "{outcome:?}");
     // 2.5 s (10 s × 0.25) after the first failure, then 10 s twice.
     assert_eq!(start.elapsed(), Duration::from_millis(22_500));
 }

@@ -4,10 +4,7 @@
 //! `update_state` per event. Throughput is printed as elements (events) per second; the
 //! `ns/event` line after the run gives the per-event cost directly.
 
-#![allow(
-    missing_docs,
-    reason = "criterion_group! generates an undocumented function"
-)]
+#![allow(missing_docs, reason = "criterion_group! generates an undocumented function")]
 
 use std::time::{Duration, Instant};
 
@@ -66,25 +63,15 @@ fn stream() -> Vec<Occurrence> {
                     ..ObjectReference::default()
                 },
                 reason: format!("Reason{reason}"),
-                message: format!(
-                    "back-off restarting failed container, attempt {}",
-                    zipf.sample(&mut rng)
-                ),
-                source: EventSource {
-                    component: "kubelet".into(),
-                    host: format!("node-{}", object % 50),
-                },
+                message: format!("back-off restarting failed container, attempt {}", zipf.sample(&mut rng)),
+                source: EventSource { component: "kubelet".into(), host: format!("node-{}", object % 50) },
                 first_timestamp: Some(t),
                 last_timestamp: Some(t),
                 count: 1,
                 type_: "Warning".into(),
                 ..Event::default()
             };
-            Occurrence {
-                event,
-                clock: Some(t),
-                spam_filter_clock: Some(t),
-            }
+            Occurrence { event, clock: Some(t), spam_filter_clock: Some(t) }
         })
         .collect()
 }
@@ -112,21 +99,15 @@ fn bench(c: &mut Criterion) {
     let events = stream();
     let mut group = c.benchmark_group("correlator");
     group.throughput(Throughput::Elements(EVENTS as u64));
-    group
-        .sample_size(10)
-        .measurement_time(Duration::from_secs(20));
-    group.bench_function("native_1M", |b| {
-        b.iter_batched(|| events.clone(), correlate_all, BatchSize::PerIteration)
-    });
+    group.sample_size(10).measurement_time(Duration::from_secs(20));
+    group.bench_function("native_1M", |b| b.iter_batched(|| events.clone(), correlate_all, BatchSize::PerIteration));
     group.finish();
 
     let input = events.clone();
     let t = Instant::now();
     let written = correlate_all(input);
     let ns = t.elapsed().as_nanos() as f64 / EVENTS as f64;
-    println!(
-        "correlator/native_1M: {ns:.0} ns/event (one extra pass; {written} of {EVENTS} events written)"
-    );
+    println!("correlator/native_1M: {ns:.0} ns/event (one extra pass; {written} of {EVENTS} events written)");
 }
 
 criterion_group!(benches, bench);

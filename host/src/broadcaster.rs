@@ -96,16 +96,10 @@ impl FromStr for WatchEventType {
 
     /// Parses the exact wire string; errors with [`UnknownWatchEventType`] otherwise.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        [
-            Self::Added,
-            Self::Modified,
-            Self::Deleted,
-            Self::Bookmark,
-            Self::Error,
-        ]
-        .into_iter()
-        .find(|t| t.as_str() == s)
-        .ok_or_else(|| UnknownWatchEventType(s.to_owned()))
+        [Self::Added, Self::Modified, Self::Deleted, Self::Bookmark, Self::Error]
+            .into_iter()
+            .find(|t| t.as_str() == s)
+            .ok_or_else(|| UnknownWatchEventType(s.to_owned()))
     }
 }
 
@@ -156,9 +150,7 @@ enum Item<T> {
 
 impl<T: Clone + Send + 'static> Clone for Broadcaster<T> {
     fn clone(&self) -> Self {
-        Self {
-            inner: Arc::clone(&self.inner),
-        }
+        Self { inner: Arc::clone(&self.inner) }
     }
 }
 
@@ -190,23 +182,12 @@ impl<T: Clone + Send + 'static> Broadcaster<T> {
         Self::with_incoming(queue_length, queue_length, behavior)
     }
 
-    fn with_incoming(
-        incoming_length: usize,
-        queue_length: usize,
-        behavior: FullChannelBehavior,
-    ) -> Self {
+    fn with_incoming(incoming_length: usize, queue_length: usize, behavior: FullChannelBehavior) -> Self {
         let incoming = Arc::new(Queue::new(incoming_length));
         let (done_tx, distributor_done) = watch::channel(false);
         tokio::spawn(distributor(Arc::clone(&incoming), behavior, done_tx));
-        let inner = Inner {
-            incoming,
-            watch_queue_length: queue_length,
-            next_id: AtomicU64::new(0),
-            distributor_done,
-        };
-        Self {
-            inner: Arc::new(inner),
-        }
+        let inner = Inner { incoming, watch_queue_length: queue_length, next_id: AtomicU64::new(0), distributor_done };
+        Self { inner: Arc::new(inner) }
     }
 
     /// Registers a new watcher with a buffer of `queue_length` events (apimachinery `Watch`).
@@ -226,19 +207,12 @@ impl<T: Clone + Send + 'static> Broadcaster<T> {
     ///
     /// # Errors
     /// [`BroadcasterError::Stopped`] after [`Broadcaster::shutdown`].
-    pub fn watch_with_prefix(
-        &self,
-        prefix: Vec<WatchEvent<T>>,
-    ) -> Result<Watcher<T>, BroadcasterError> {
+    pub fn watch_with_prefix(&self, prefix: Vec<WatchEvent<T>>) -> Result<Watcher<T>, BroadcasterError> {
         let capacity = self.inner.watch_queue_length.max(prefix.len() + 1);
         self.register(capacity, prefix)
     }
 
-    fn register(
-        &self,
-        capacity: usize,
-        prefix: Vec<WatchEvent<T>>,
-    ) -> Result<Watcher<T>, BroadcasterError> {
+    fn register(&self, capacity: usize, prefix: Vec<WatchEvent<T>>) -> Result<Watcher<T>, BroadcasterError> {
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let queue = Arc::new(Queue::with_items(capacity, prefix));
         self.inner
@@ -259,11 +233,7 @@ impl<T: Clone + Send + 'static> Broadcaster<T> {
     /// Cancellation-safe: a future dropped before it completes has not enqueued the event.
     pub async fn action(&self, type_: WatchEventType, object: T) -> Result<(), BroadcasterError> {
         let event = Item::Event(WatchEvent { type_, object });
-        self.inner
-            .incoming
-            .push(event)
-            .await
-            .map_err(|_| BroadcasterError::Stopped)
+        self.inner.incoming.push(event).await.map_err(|_| BroadcasterError::Stopped)
     }
 
     /// Accepts an event if the incoming queue has room; never blocks (apimachinery
@@ -272,16 +242,8 @@ impl<T: Clone + Send + 'static> Broadcaster<T> {
     ///
     /// # Errors
     /// [`BroadcasterError::Stopped`] after [`Broadcaster::shutdown`] (Go returns `(false, err)`).
-    pub fn action_or_drop(
-        &self,
-        type_: WatchEventType,
-        object: T,
-    ) -> Result<bool, BroadcasterError> {
-        match self
-            .inner
-            .incoming
-            .try_push(Item::Event(WatchEvent { type_, object }))
-        {
+    pub fn action_or_drop(&self, type_: WatchEventType, object: T) -> Result<bool, BroadcasterError> {
+        match self.inner.incoming.try_push(Item::Event(WatchEvent { type_, object })) {
             Ok(()) => Ok(true),
             Err(Rejected::Full) => Ok(false),
             Err(Rejected::Closed) => Err(BroadcasterError::Stopped),
@@ -361,10 +323,7 @@ pub struct Watcher<T> {
 
 impl<T> fmt::Debug for Watcher<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Watcher")
-            .field("id", &self.id)
-            .field("dropped", &self.dropped())
-            .finish()
+        f.debug_struct("Watcher").field("id", &self.id).field("dropped", &self.dropped()).finish()
     }
 }
 
@@ -424,28 +383,19 @@ pub struct WatcherStopper {
 
 impl fmt::Debug for WatcherStopper {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("WatcherStopper")
-            .field("id", &self.id)
-            .finish_non_exhaustive()
+        f.debug_struct("WatcherStopper").field("id", &self.id).finish_non_exhaustive()
     }
 }
 
 impl WatcherStopper {
-    fn new<T: Send + 'static>(
-        id: u64,
-        queue: Arc<Queue<WatchEvent<T>>>,
-        incoming: Arc<Queue<Item<T>>>,
-    ) -> Self {
+    fn new<T: Send + 'static>(id: u64, queue: Arc<Queue<WatchEvent<T>>>, incoming: Arc<Queue<Item<T>>>) -> Self {
         let stop = move || {
             if queue.stop() {
                 // After shutdown incoming is closed and closeAll has closed the queue: no-op.
                 let _ = incoming.push_marker(Item::Unregister(id));
             }
         };
-        Self {
-            id,
-            stop: Arc::new(stop),
-        }
+        Self { id, stop: Arc::new(stop) }
     }
 
     /// Stops the watcher; idempotent, never blocks. See [`Watcher::stop`].
@@ -470,9 +420,7 @@ pub struct FilteredWatcher<T> {
 
 impl<T> fmt::Debug for FilteredWatcher<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("FilteredWatcher")
-            .field("source", &self.source)
-            .finish_non_exhaustive()
+        f.debug_struct("FilteredWatcher").field("source", &self.source).finish_non_exhaustive()
     }
 }
 
@@ -670,10 +618,7 @@ impl<I> Queue<I> {
     /// The next item, parking (which adds one slot of room) while empty; `None` once closed and
     /// drained. The park guard keeps the parked count right if the future is dropped.
     async fn recv(&self) -> Option<I> {
-        let mut park = Park {
-            queue: self,
-            parked: false,
-        };
+        let mut park = Park { queue: self, parked: false };
         loop {
             let mut readable = pin!(self.readable.notified());
             readable.as_mut().enable();
@@ -755,10 +700,7 @@ mod tests {
     }
 
     async fn next<T>(w: &mut Watcher<T>) -> Option<T> {
-        timeout(LONG, w.recv())
-            .await
-            .expect("recv timed out")
-            .map(|e| e.object)
+        timeout(LONG, w.recv()).await.expect("recv timed out").map(|e| e.object)
     }
 
     async fn drain<T>(mut w: Watcher<T>) -> Vec<T> {
@@ -771,9 +713,7 @@ mod tests {
 
     async fn send_all(b: &Broadcaster<u32>, objects: impl IntoIterator<Item = u32>) {
         for object in objects {
-            b.action(ADDED, object)
-                .await
-                .expect("broadcaster is running");
+            b.action(ADDED, object).await.expect("broadcaster is running");
         }
     }
 
@@ -785,10 +725,7 @@ mod tests {
         {
             assert_eq!(t.as_str().parse::<WatchEventType>(), Ok(t));
         }
-        assert_eq!(
-            "added".parse::<WatchEventType>(),
-            Err(UnknownWatchEventType("added".into()))
-        );
+        assert_eq!("added".parse::<WatchEventType>(), Err(UnknownWatchEventType("added".into())));
     }
 
     #[tokio::test]
@@ -849,19 +786,13 @@ mod tests {
 
     /// Wait mode, buffer 1: `stuck` (id 0) never reads, so the distributor blocks on it with the
     /// second event and `live` cannot get it until the task from `release` makes `stuck` go away.
-    async fn stuck_watcher_blocks_until(
-        release: impl FnOnce(Watcher<u32>) -> tokio::task::JoinHandle<()>,
-    ) {
+    async fn stuck_watcher_blocks_until(release: impl FnOnce(Watcher<u32>) -> tokio::task::JoinHandle<()>) {
         let b = Broadcaster::new(1, Wait);
         let stuck = b.watch().unwrap();
         let mut live = b.watch().unwrap();
         send_all(&b, [1, 2]).await;
         assert_eq!(next(&mut live).await, Some(1));
-        assert!(
-            timeout(Duration::from_millis(50), live.recv())
-                .await
-                .is_err()
-        );
+        assert!(timeout(Duration::from_millis(50), live.recv()).await.is_err());
         let released = release(stuck);
         assert_eq!(next(&mut live).await, Some(2));
         released.await.unwrap();
@@ -872,14 +803,8 @@ mod tests {
         stuck_watcher_blocks_until(|stuck| {
             tokio::spawn(async move {
                 let stopper = stuck.stopper();
-                tokio::spawn(async move { (0..2).for_each(|_| stopper.stop()) })
-                    .await
-                    .unwrap();
-                assert_eq!(
-                    drain(stuck).await,
-                    vec![1],
-                    "buffered event stays, then the end"
-                );
+                tokio::spawn(async move { (0..2).for_each(|_| stopper.stop()) }).await.unwrap();
+                assert_eq!(drain(stuck).await, vec![1], "buffered event stays, then the end");
             })
         })
         .await;
@@ -897,12 +822,7 @@ mod tests {
         send_all(&b, [1]).await;
         let late = b.watch().unwrap();
         send_all(&b, [2]).await;
-        let prefixed = b
-            .watch_with_prefix(vec![WatchEvent {
-                type_: ADDED,
-                object: 9,
-            }])
-            .unwrap();
+        let prefixed = b.watch_with_prefix(vec![WatchEvent { type_: ADDED, object: 9 }]).unwrap();
         send_all(&b, [3]).await;
         b.shutdown().await;
         assert_eq!(drain(early).await, vec![1, 2, 3]);
@@ -927,13 +847,8 @@ mod tests {
         send_all(&b, 0..50).await;
         b.shutdown().await;
         assert_eq!(drain(w).await, (0..50).collect::<Vec<_>>());
-        timeout(LONG, b.shutdown())
-            .await
-            .expect("second shutdown returns at once");
-        assert_eq!(
-            b.watch().unwrap_err().to_string(),
-            "broadcaster already stopped"
-        );
+        timeout(LONG, b.shutdown()).await.expect("second shutdown returns at once");
+        assert_eq!(b.watch().unwrap_err().to_string(), "broadcaster already stopped");
         assert_eq!(b.action(ADDED, 1).await, Err(BroadcasterError::Stopped));
         assert_eq!(b.action_or_drop(ADDED, 1), Err(BroadcasterError::Stopped));
         assert_eq!(b.incoming_dropped(), 0);
@@ -955,9 +870,7 @@ mod tests {
         const PRODUCERS: u32 = 4;
         const EACH: u32 = 1000;
         let b = Broadcaster::new(16, Wait);
-        let readers: Vec<_> = (0..3)
-            .map(|_| tokio::spawn(drain(b.watch().unwrap())))
-            .collect();
+        let readers: Vec<_> = (0..3).map(|_| tokio::spawn(drain(b.watch().unwrap()))).collect();
         let producers: Vec<_> = (0..PRODUCERS)
             .map(|p| {
                 let b = b.clone();
@@ -972,10 +885,7 @@ mod tests {
         for reader in readers {
             seen.push(reader.await.unwrap());
         }
-        assert!(
-            seen.windows(2).all(|pair| pair[0] == pair[1]),
-            "watchers disagree on order"
-        );
+        assert!(seen.windows(2).all(|pair| pair[0] == pair[1]), "watchers disagree on order");
         assert_eq!(seen[0].len(), (PRODUCERS * EACH) as usize);
         for p in 0..PRODUCERS {
             let mine: Vec<_> = seen[0].iter().filter(|&&o| o / EACH == p).collect();
@@ -1008,12 +918,8 @@ mod tests {
     async fn filter_rewrites_and_discards() {
         let b = Broadcaster::new(10, Wait);
         let source = b.watch().unwrap();
-        let mut odd_doubled = filter(source, |e: WatchEvent<u32>| {
-            (e.object % 2 == 1).then(|| WatchEvent {
-                object: e.object * 2,
-                ..e
-            })
-        });
+        let mut odd_doubled =
+            filter(source, |e: WatchEvent<u32>| (e.object % 2 == 1).then(|| WatchEvent { object: e.object * 2, ..e }));
         send_all(&b, 1..=5).await;
         b.shutdown().await;
         let mut got = Vec::new();
@@ -1030,8 +936,6 @@ mod tests {
         send_all(&b, [1, 2, 3]).await;
         settle().await;
         drop(filtered);
-        timeout(LONG, b.shutdown())
-            .await
-            .expect("shutdown must not hang on the dropped filter");
+        timeout(LONG, b.shutdown()).await.expect("shutdown must not hang on the dropped filter");
     }
 }

@@ -40,9 +40,7 @@ pub struct ManualClock {
 impl ManualClock {
     /// A clock standing at `start`.
     pub fn new(start: DateTime<Utc>) -> Arc<Self> {
-        Arc::new(Self {
-            unix_nanos: AtomicI64::new(to_unix_nanos(start)),
-        })
+        Arc::new(Self { unix_nanos: AtomicI64::new(to_unix_nanos(start)) })
     }
 
     /// Moves the clock to `t` (backwards is allowed: replays may do it).
@@ -53,11 +51,7 @@ impl ManualClock {
     /// Moves the clock forward by `d`.
     pub fn advance(&self, d: std::time::Duration) {
         let step = i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
-        let _ = self
-            .unix_nanos
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                Some(n.saturating_add(step))
-            });
+        let _ = self.unix_nanos.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| Some(n.saturating_add(step)));
     }
 }
 
@@ -69,11 +63,7 @@ impl Clock for ManualClock {
 
 /// Nanoseconds since the Unix epoch, saturating outside the `i64` range (Go's `UnixNano`).
 pub fn to_unix_nanos(t: DateTime<Utc>) -> i64 {
-    t.timestamp_nanos_opt().unwrap_or(if t.timestamp() < 0 {
-        i64::MIN
-    } else {
-        i64::MAX
-    })
+    t.timestamp_nanos_opt().unwrap_or(if t.timestamp() < 0 { i64::MIN } else { i64::MAX })
 }
 
 /// A shared clock handle, as stored by the correlator and the recorder.

@@ -62,18 +62,10 @@ impl EventType {
 #[serde(rename_all = "camelCase")]
 pub struct Event {
     /// TypeMeta `kind` (`"Event"`); empty when the producer did not set it (omitted).
-    #[serde(
-        default,
-        deserialize_with = "nullable",
-        skip_serializing_if = "String::is_empty"
-    )]
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
     pub kind: String,
     /// TypeMeta `apiVersion` (`"v1"`); empty when unset (omitted).
-    #[serde(
-        default,
-        deserialize_with = "nullable",
-        skip_serializing_if = "String::is_empty"
-    )]
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
     pub api_version: String,
     /// Standard object metadata.
     #[serde(default, deserialize_with = "nullable")]
@@ -82,18 +74,10 @@ pub struct Event {
     #[serde(default, deserialize_with = "nullable")]
     pub involved_object: ObjectReference,
     /// Short, machine-understandable reason (`"FailedMount"`).
-    #[serde(
-        default,
-        deserialize_with = "nullable",
-        skip_serializing_if = "String::is_empty"
-    )]
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
     pub reason: String,
     /// Human-readable description.
-    #[serde(
-        default,
-        deserialize_with = "nullable",
-        skip_serializing_if = "String::is_empty"
-    )]
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
     pub message: String,
     /// The component reporting this event (always written, possibly `{}`).
     #[serde(default, deserialize_with = "nullable")]
@@ -105,19 +89,10 @@ pub struct Event {
     #[serde(default, with = "metav1_time")]
     pub last_timestamp: Option<Time>,
     /// Number of occurrences (Go `int32`); 0 is unset and omitted.
-    #[serde(
-        default,
-        deserialize_with = "nullable",
-        skip_serializing_if = "is_zero"
-    )]
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "is_zero")]
     pub count: i32,
     /// `"Normal"` or `"Warning"` (empty is omitted).
-    #[serde(
-        rename = "type",
-        default,
-        deserialize_with = "nullable",
-        skip_serializing_if = "String::is_empty"
-    )]
+    #[serde(rename = "type", default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
     pub type_: String,
     /// events.k8s.io-style first observation, to the microsecond; `null` when unset.
     #[serde(default, with = "metav1_micro_time")]
@@ -126,11 +101,7 @@ pub struct Event {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub series: Option<EventSeries>,
     /// What action was taken or failed (events.k8s.io); omitted when empty.
-    #[serde(
-        default,
-        deserialize_with = "nullable",
-        skip_serializing_if = "String::is_empty"
-    )]
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
     pub action: String,
     /// A secondary object; omitted when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -150,56 +121,28 @@ pub struct Event {
 #[serde(rename_all = "camelCase")]
 pub struct ObjectMeta {
     /// Object name; for events `<involvedObject.name>.<hex unix nanos>`.
-    #[serde(
-        default,
-        deserialize_with = "nullable",
-        skip_serializing_if = "String::is_empty"
-    )]
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
     pub name: String,
     /// Prefix for server-generated names.
-    #[serde(
-        default,
-        deserialize_with = "nullable",
-        skip_serializing_if = "String::is_empty"
-    )]
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
     pub generate_name: String,
     /// Namespace; empty for cluster-scoped.
-    #[serde(
-        default,
-        deserialize_with = "nullable",
-        skip_serializing_if = "String::is_empty"
-    )]
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
     pub namespace: String,
     /// Server-assigned unique id.
-    #[serde(
-        default,
-        deserialize_with = "nullable",
-        skip_serializing_if = "String::is_empty"
-    )]
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
     pub uid: String,
     /// Opaque server version, used for optimistic concurrency.
-    #[serde(
-        default,
-        deserialize_with = "nullable",
-        skip_serializing_if = "String::is_empty"
-    )]
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
     pub resource_version: String,
     /// Server creation time; written as `null` when unset, as Go's non-pointer `metav1.Time`.
     #[serde(default, with = "metav1_time")]
     pub creation_timestamp: Option<Time>,
     /// Labels; omitted when empty.
-    #[serde(
-        default,
-        deserialize_with = "nullable",
-        skip_serializing_if = "BTreeMap::is_empty"
-    )]
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
     /// Annotations (the EventRecorder's `AnnotatedEventf` sets these); omitted when empty.
-    #[serde(
-        default,
-        deserialize_with = "nullable",
-        skip_serializing_if = "BTreeMap::is_empty"
-    )]
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
     /// Every other metadata field, kept verbatim.
     #[serde(flatten)]
@@ -211,53 +154,25 @@ pub struct ObjectMeta {
 #[serde(rename_all = "camelCase")]
 pub struct ObjectReference {
     /// Kind of the referent (`"Pod"`).
-    #[serde(
-        default,
-        deserialize_with = "nullable",
-        skip_serializing_if = "String::is_empty"
-    )]
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
     pub kind: String,
     /// Namespace of the referent.
-    #[serde(
-        default,
-        deserialize_with = "nullable",
-        skip_serializing_if = "String::is_empty"
-    )]
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
     pub namespace: String,
     /// Name of the referent.
-    #[serde(
-        default,
-        deserialize_with = "nullable",
-        skip_serializing_if = "String::is_empty"
-    )]
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
     pub name: String,
     /// UID of the referent.
-    #[serde(
-        default,
-        deserialize_with = "nullable",
-        skip_serializing_if = "String::is_empty"
-    )]
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
     pub uid: String,
     /// API version of the referent.
-    #[serde(
-        default,
-        deserialize_with = "nullable",
-        skip_serializing_if = "String::is_empty"
-    )]
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
     pub api_version: String,
     /// The referent's resourceVersion when the reference was made.
-    #[serde(
-        default,
-        deserialize_with = "nullable",
-        skip_serializing_if = "String::is_empty"
-    )]
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
     pub resource_version: String,
     /// A piece of the object (`"spec.containers{app}"`).
-    #[serde(
-        default,
-        deserialize_with = "nullable",
-        skip_serializing_if = "String::is_empty"
-    )]
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
     pub field_path: String,
 }
 
@@ -265,18 +180,10 @@ pub struct ObjectReference {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct EventSource {
     /// Component that generated the event (`"kubelet"`).
-    #[serde(
-        default,
-        deserialize_with = "nullable",
-        skip_serializing_if = "String::is_empty"
-    )]
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
     pub component: String,
     /// Node name on which the event was generated.
-    #[serde(
-        default,
-        deserialize_with = "nullable",
-        skip_serializing_if = "String::is_empty"
-    )]
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
     pub host: String,
 }
 
@@ -315,11 +222,7 @@ pub fn parse_time(s: &str) -> Result<Option<Time>, chrono::ParseError> {
         return Ok(None);
     }
     let t = DateTime::parse_from_rfc3339(s)?.with_timezone(&Utc);
-    Ok(if t.timestamp() == GO_ZERO_TIME_UNIX {
-        None
-    } else {
-        Some(t)
-    })
+    Ok(if t.timestamp() == GO_ZERO_TIME_UNIX { None } else { Some(t) })
 }
 
 /// `time.Time{}` in Go (0001-01-01T00:00:00Z) as Unix seconds.
@@ -338,8 +241,7 @@ pub fn format_micro_time(t: &Time) -> String {
 fn deserialize_time<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Time>, D::Error> {
     match Option::<String>::deserialize(d)? {
         None => Ok(None),
-        Some(s) => parse_time(&s)
-            .map_err(|e| serde::de::Error::custom(format!("invalid timestamp {s:?}: {e}"))),
+        Some(s) => parse_time(&s).map_err(|e| serde::de::Error::custom(format!("invalid timestamp {s:?}: {e}"))),
     }
 }
 
@@ -426,10 +328,7 @@ mod tests {
             r#"{"lastTimestamp":"2024-06-01T00:02:22.999999999+02:00","eventTime":"2024-06-01T00:02:22.123456789Z"}"#,
         )
         .unwrap();
-        assert_eq!(
-            e.last_timestamp.unwrap().timestamp_subsec_nanos(),
-            999_999_999
-        );
+        assert_eq!(e.last_timestamp.unwrap().timestamp_subsec_nanos(), 999_999_999);
         let v = serde_json::to_value(&e).unwrap();
         assert_eq!(v["lastTimestamp"], "2024-05-31T22:02:22Z");
         assert_eq!(v["eventTime"], "2024-06-01T00:02:22.123456Z");

@@ -89,17 +89,11 @@ impl SinkStats {
                 self.skipped += 1;
                 return;
             }
-            WriteOutcome::Written {
-                verb: Verb::Create,
-                attempts,
-            } => {
+            WriteOutcome::Written { verb: Verb::Create, attempts } => {
                 self.created += 1;
                 attempts
             }
-            WriteOutcome::Written {
-                verb: Verb::Patch,
-                attempts,
-            } => {
+            WriteOutcome::Written { verb: Verb::Patch, attempts } => {
                 self.patched += 1;
                 attempts
             }
@@ -133,13 +127,8 @@ impl EventBroadcaster {
     /// client-go `NewBroadcaster`: a long-queue Broadcaster (incoming and watcher queues of
     /// `queue_length`). Needs a tokio runtime.
     pub fn new(options: EventBroadcasterOptions) -> Self {
-        let broadcaster =
-            Broadcaster::new_long_queue(options.queue_length, options.full_channel_behavior);
-        Self {
-            broadcaster,
-            options,
-            cancel: CancellationToken::new(),
-        }
+        let broadcaster = Broadcaster::new_long_queue(options.queue_length, options.full_channel_behavior);
+        Self { broadcaster, options, cancel: CancellationToken::new() }
     }
 
     /// The underlying Broadcaster (sources that are not recorders send through it).
@@ -158,20 +147,11 @@ impl EventBroadcaster {
     ///
     /// # Errors
     /// [`BroadcasterError::Stopped`] after shutdown.
-    pub fn start_recording_to_sink(
-        &self,
-        sink: Arc<dyn EventSink>,
-    ) -> Result<JoinHandle<SinkStats>, BroadcasterError> {
+    pub fn start_recording_to_sink(&self, sink: Arc<dyn EventSink>) -> Result<JoinHandle<SinkStats>, BroadcasterError> {
         let watcher = self.broadcaster.watch()?;
         let correlator = EventCorrelator::new(self.options.correlator.clone());
-        let (retry, cancel, clock) = (
-            self.options.retry.clone(),
-            self.cancel.clone(),
-            self.options.correlation_clock,
-        );
-        Ok(tokio::spawn(record_to_sink(
-            watcher, sink, correlator, retry, cancel, clock,
-        )))
+        let (retry, cancel, clock) = (self.options.retry.clone(), self.cancel.clone(), self.options.correlation_clock);
+        Ok(tokio::spawn(record_to_sink(watcher, sink, correlator, retry, cancel, clock)))
     }
 
     /// client-go `StartEventWatcher`: calls `handler` synchronously for every event; a slow
@@ -219,15 +199,8 @@ impl EventBroadcaster {
     /// [`BroadcasterError::Stopped`] after shutdown.
     pub fn start_structured_logging(&self) -> Result<JoinHandle<()>, BroadcasterError> {
         self.start_event_watcher(|e| {
-            let [
-                object,
-                field_path,
-                kind,
-                api_version,
-                type_,
-                reason,
-                message,
-            ] = structured_logging_fields(&e).map(|(_, v)| v);
+            let [object, field_path, kind, api_version, type_, reason, message] =
+                structured_logging_fields(&e).map(|(_, v)| v);
             tracing::info!(
                 object,
                 fieldPath = field_path,
@@ -266,11 +239,7 @@ async fn record_to_sink(
         CorrelationClock::Processing => Occurrence::from(event),
         CorrelationClock::EventTime => {
             let at = event.occurred_at();
-            Occurrence {
-                event,
-                clock: at,
-                spam_filter_clock: at,
-            }
+            Occurrence { event, clock: at, spam_filter_clock: at }
         }
     };
     while let Some(first) = watcher.recv().await {
@@ -286,8 +255,7 @@ async fn record_to_sink(
         for prepared in correlator.prepare(batch) {
             stats.aggregated += u64::from(prepared.aggregated());
             let result = correlator.finish(prepared);
-            let outcome =
-                write_event(sink.as_ref(), &mut correlator, result, &retry, &cancel).await;
+            let outcome = write_event(sink.as_ref(), &mut correlator, result, &retry, &cancel).await;
             stats.count(&outcome);
         }
     }
@@ -340,11 +308,7 @@ pub fn logging_line(e: &Event) -> String {
 /// `reason`, `message`.
 pub fn structured_logging_fields(e: &Event) -> [(&'static str, String); 7] {
     let io = &e.involved_object;
-    let object = if io.namespace.is_empty() {
-        io.name.clone()
-    } else {
-        format!("{}/{}", io.namespace, io.name)
-    };
+    let object = if io.namespace.is_empty() { io.name.clone() } else { format!("{}/{}", io.namespace, io.name) };
     [
         ("object", object),
         ("fieldPath", io.field_path.clone()),

@@ -9,6 +9,7 @@ pub mod clock;
 pub mod correlator;
 pub mod event;
 pub mod event_broadcaster;
+pub mod plugin;
 pub mod recorder;
 pub mod replay;
 pub mod run;

@@ -1,6 +1,7 @@
 //! The `eventpipe` command line: thin glue over the library.
 
 use std::io::{BufReader, BufWriter};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -9,6 +10,12 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use eventpipe::broadcaster::FullChannelBehavior;
 use eventpipe::correlator::{CorrelatorOptions, SourceObjectType};
 use eventpipe::event_broadcaster::{CorrelationClock, EventBroadcasterOptions};
+use eventpipe::plugin::check::check;
+use eventpipe::plugin::embedded::CorrelatorPlugins;
+use eventpipe::plugin::functions::DEFAULT_TENANT;
+use eventpipe::plugin::{
+    DEFAULT_FUEL_PER_EVENT, DEFAULT_MEMORY_LIMIT_BYTES, FallbackPolicy, Metering, Plugin, PluginRuntime, PluginSettings,
+};
 use eventpipe::replay::{ReplayOptions, replay};
 use eventpipe::run::{SinkSpec, SourceSpec, run};
 
@@ -28,6 +35,21 @@ enum Command {
     Replay(ReplayArgs),
     /// Read events from a source, run them Broadcaster → EventCorrelator → sink, print a summary.
     Run(RunArgs),
+    /// Work with plugin components.
+    #[command(subcommand)]
+    Plugins(PluginsCommand),
+}
+
+#[derive(Subcommand, Debug)]
+enum PluginsCommand {
+    /// Load a component, tell its kind, run it on a sample event, print fuel used and peak
+    /// memory; exit 1 with the reason when it is not a working plugin.
+    Check {
+        /// The component file.
+        file: PathBuf,
+        #[command(flatten)]
+        limits: PluginArgs,
+    },
 }
 
 /// client-go `CorrelatorOptions` as flags; 0 means client-go's default.
@@ -49,9 +71,49 @@ struct CorrelatorArgs {
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     max_interval_seconds: i64,
     /// Spam filter key: `source-object` (client-go v0.26, the default) or `source-object-type`
-    /// (client-go ≥ 1.32: Normal and Warning events get separate buckets).
+    /// (client-go ≥ 1.32: Normal and Warning events get separate buckets; built in).
     #[arg(long, value_enum, default_value_t = SpamKeyArg::SourceObject)]
     spam_key: SpamKeyArg,
+    /// Use the native built-in key functions instead of the (identical) default Wasm plugins.
+    #[arg(long)]
+    builtin: bool,
+    /// An aggregate-key plugin (component file) replacing the default `by-reason`.
+    #[arg(long, value_name = "FILE.wasm", conflicts_with = "builtin")]
+    aggregate_key_plugin: Option<PathBuf>,
+    /// A message-combiner plugin replacing the default `similar-events`.
+    #[arg(long, value_name = "FILE.wasm", conflicts_with = "builtin")]
+    message_combiner_plugin: Option<PathBuf>,
+    /// A spam-key plugin replacing the default `source-object`.
+    #[arg(long, value_name = "FILE.wasm", conflicts_with = "builtin")]
+    spam_key_plugin: Option<PathBuf>,
+    #[command(flatten)]
+    limits: PluginArgs,
+}
+
+/// Limits and failure policy of every plugin.
+#[derive(Args, Debug, Clone)]
+struct PluginArgs {
+    /// Fuel per event of a plugin call (≈ Wasm instructions).
+    #[arg(long, default_value_t = DEFAULT_FUEL_PER_EVENT)]
+    fuel_per_event: u64,
+    /// Linear-memory limit of a plugin instance, bytes.
+    #[arg(long, default_value_t = DEFAULT_MEMORY_LIMIT_BYTES)]
+    memory_limit_bytes: usize,
+    /// What a failed plugin call does: `builtin` (use the client-go function), `drop` (drop the
+    /// event), `fail` (drop it and exit with status 3 at the end).
+    #[arg(long, default_value = "builtin")]
+    plugin_fallback: FallbackPolicy,
+}
+
+impl PluginArgs {
+    fn settings(&self) -> PluginSettings {
+        PluginSettings {
+            fuel_per_event: self.fuel_per_event,
+            memory_limit_bytes: self.memory_limit_bytes,
+            fallback: self.plugin_fallback,
+            ..PluginSettings::default()
+        }
+    }
 }
 
 #[derive(Copy, Clone, Debug, ValueEnum)]
@@ -62,8 +124,51 @@ enum SpamKeyArg {
     SourceObjectType,
 }
 
+/// The plugins a command runs with, kept to read their stats at the end.
+struct LoadedPlugins(Vec<Arc<Plugin>>);
+
+impl LoadedPlugins {
+    /// Exit status 3 when a plugin failed under the `fail` policy.
+    fn failed(&self) -> bool {
+        self.0.iter().any(|p| p.settings().fallback == FallbackPolicy::Fail && p.stats().snapshot().drops > 0)
+    }
+}
+
 impl CorrelatorArgs {
-    fn options(&self) -> CorrelatorOptions {
+    /// The correlator options, with the key functions from the default plugins (or the given
+    /// ones), unless `--builtin`.
+    fn options(&self) -> anyhow::Result<(CorrelatorOptions, LoadedPlugins)> {
+        let options = self.builtin_options();
+        if self.builtin {
+            return Ok((options, LoadedPlugins(Vec::new())));
+        }
+        let runtime = PluginRuntime::new(Metering::Fuel)?;
+        let settings = self.limits.settings();
+        let mut plugins = CorrelatorPlugins::defaults(&runtime, &settings)?;
+        let load = |path: &PathBuf| -> anyhow::Result<Arc<Plugin>> {
+            let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+            let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+            Ok(runtime.load(&name, &bytes, settings.clone())?)
+        };
+        if let Some(p) = &self.aggregate_key_plugin {
+            plugins.aggregate_key = load(p)?;
+        }
+        if let Some(p) = &self.message_combiner_plugin {
+            plugins.message_combiner = load(p)?;
+        }
+        if let Some(p) = &self.spam_key_plugin {
+            plugins.spam_key = load(p)?;
+        }
+        let spam_key_func = options.spam_key_func.clone();
+        let mut options = plugins.apply(options, DEFAULT_TENANT)?;
+        if spam_key_func.is_some() {
+            options.spam_key_func = spam_key_func; // --spam-key source-object-type
+        }
+        let loaded = LoadedPlugins(vec![plugins.aggregate_key, plugins.message_combiner, plugins.spam_key]);
+        Ok((options, loaded))
+    }
+
+    fn builtin_options(&self) -> CorrelatorOptions {
         CorrelatorOptions {
             lru_cache_size: self.lru_cache_size,
             burst_size: self.burst,
@@ -110,7 +215,9 @@ struct RunArgs {
     /// `kubectl get events -w -o json` output.
     #[arg(long)]
     source: SourceSpec,
-    /// `jsonl:PATH` or `jsonl:-` (stdout): one `{"verb","event","patch"}` line per sink call.
+    /// `jsonl:PATH` or `jsonl:-` (stdout): one `{"verb","event","patch"}` line per sink call;
+    /// `plugin:NAME` (an embedded sink plugin, e.g. `plugin:jsonl`) or `plugin:FILE.wasm`
+    /// (writes to stdout).
     #[arg(long)]
     sink: SinkSpec,
     /// What a full watcher queue does.
@@ -127,12 +234,8 @@ struct RunArgs {
 }
 
 fn init_logging() {
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
 }
 
 fn main() -> ExitCode {
@@ -149,21 +252,22 @@ fn main() -> ExitCode {
 fn execute(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Replay(args) => {
-            let options = ReplayOptions {
-                correlator: args.correlator.options(),
-                no_update_state: args.no_update_state,
-            };
+            let (correlator, plugins) = args.correlator.options()?;
+            let options = ReplayOptions { correlator, no_update_state: args.no_update_state };
             let stdin = BufReader::with_capacity(1 << 16, std::io::stdin().lock());
             let stdout = BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
             let summary = replay(stdin, stdout, options).context("replay")?;
             // Bad input lines are reported and replayed around; they make the exit status 2.
-            Ok(if summary.errors > 0 {
+            Ok(if plugins.failed() {
+                ExitCode::from(3)
+            } else if summary.errors > 0 {
                 ExitCode::from(2)
             } else {
                 ExitCode::SUCCESS
             })
         }
         Command::Run(args) => {
+            let (correlator, plugins) = args.correlator.options()?;
             let options = EventBroadcasterOptions {
                 full_channel_behavior: match args.full_channel_behavior {
                     Behavior::Wait => FullChannelBehavior::WaitIfChannelFull,
@@ -173,17 +277,34 @@ fn execute(command: Command) -> anyhow::Result<ExitCode> {
                     ClockArg::Event => CorrelationClock::EventTime,
                     ClockArg::Processing => CorrelationClock::Processing,
                 },
-                correlator: args.correlator.options(),
+                correlator,
                 ..EventBroadcasterOptions::default()
             };
             let runtime = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
-            let summary = runtime.block_on(run(args.source, args.sink, options))?;
+            let settings = args.correlator.limits.settings();
+            let summary = runtime.block_on(run(args.source, args.sink, options, &settings))?;
             if args.summary_json {
                 eprintln!("{}", serde_json::to_string(&summary)?);
             } else {
                 eprintln!("eventpipe run: {summary}");
             }
-            Ok(ExitCode::SUCCESS)
+            Ok(if plugins.failed() { ExitCode::from(3) } else { ExitCode::SUCCESS })
+        }
+        Command::Plugins(PluginsCommand::Check { file, limits }) => {
+            let runtime = PluginRuntime::new(Metering::Fuel)?;
+            match check(&runtime, &file, limits.settings()) {
+                Ok(report) => {
+                    println!("{}: {} plugin", report.name, report.kind);
+                    println!("  sample event -> {}", report.answer);
+                    println!("  fuel used: {}", report.cost.fuel);
+                    println!("  peak memory: {} bytes", report.cost.peak_memory_bytes);
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => {
+                    eprintln!("eventpipe plugins check: {e}");
+                    Ok(ExitCode::FAILURE)
+                }
+            }
         }
     }
 }

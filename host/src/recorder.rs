@@ -22,10 +22,7 @@ pub fn is_dns1123_subdomain(name: &str) -> bool {
         && name.len() <= DNS1123_SUBDOMAIN_MAX_LENGTH
         && name.split('.').all(|label| {
             let b = label.as_bytes();
-            !b.is_empty()
-                && alnum(b[0])
-                && alnum(b[b.len() - 1])
-                && b.iter().all(|&c| alnum(c) || c == b'-')
+            !b.is_empty() && alnum(b[0]) && alnum(b[b.len() - 1]) && b.iter().all(|&c| alnum(c) || c == b'-')
         })
 }
 
@@ -33,11 +30,7 @@ pub fn is_dns1123_subdomain(name: &str) -> bool {
 /// padding), or a random UUIDv4 when that is not a valid DNS-1123 subdomain (since k8s 1.33).
 pub fn generate_event_name(ref_name: &str, unix_nanos: i64) -> String {
     let candidate = format!("{ref_name}.{unix_nanos:x}");
-    if is_dns1123_subdomain(&candidate) {
-        candidate
-    } else {
-        uuid::Uuid::new_v4().to_string()
-    }
+    if is_dns1123_subdomain(&candidate) { candidate } else { uuid::Uuid::new_v4().to_string() }
 }
 
 /// Why the recorder did not enqueue an event (each is logged and counted, never returned to the
@@ -79,10 +72,7 @@ pub struct EventRecorder {
 
 impl fmt::Debug for EventRecorder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("EventRecorder")
-            .field("source", &self.source)
-            .field("stats", &self.stats)
-            .finish()
+        f.debug_struct("EventRecorder").field("source", &self.source).field("stats", &self.stats).finish()
     }
 }
 
@@ -90,23 +80,12 @@ impl EventRecorder {
     /// A recorder that reports as `source` and timestamps with `clock`
     /// (client-go `EventBroadcaster.NewRecorder`).
     pub fn new(broadcaster: Broadcaster<Event>, source: EventSource, clock: SharedClock) -> Self {
-        Self {
-            broadcaster,
-            source,
-            clock,
-            stats: Arc::default(),
-        }
+        Self { broadcaster, source, clock, stats: Arc::default() }
     }
 
     /// Records an event about `object` (client-go `Event`). `type_` must be `"Normal"` or
     /// `"Warning"`; anything else is logged and dropped.
-    pub fn event(
-        &self,
-        object: &ObjectReference,
-        type_: &str,
-        reason: &str,
-        message: &str,
-    ) -> RecordOutcome {
+    pub fn event(&self, object: &ObjectReference, type_: &str, reason: &str, message: &str) -> RecordOutcome {
         self.generate_event(object, BTreeMap::new(), type_, reason, message.to_string())
     }
 
@@ -149,26 +128,19 @@ impl EventRecorder {
     ) -> RecordOutcome {
         if EventType::parse(type_).is_none() {
             tracing::error!(r#type = type_, object = %object.name, "Unsupported event type");
-            self.stats
-                .dropped_unsupported_type
-                .fetch_add(1, Ordering::Relaxed);
+            self.stats.dropped_unsupported_type.fetch_add(1, Ordering::Relaxed);
             return RecordOutcome::UnsupportedType;
         }
         let mut event = self.make_event(object, type_, reason, message);
         event.metadata.annotations = annotations;
-        match self
-            .broadcaster
-            .action_or_drop(WatchEventType::Added, event)
-        {
+        match self.broadcaster.action_or_drop(WatchEventType::Added, event) {
             Ok(true) => {
                 self.stats.queued.fetch_add(1, Ordering::Relaxed);
                 RecordOutcome::Queued
             }
             Ok(false) => {
                 tracing::error!(object = %object.name, reason, "too many queued events, dropped event");
-                self.stats
-                    .dropped_queue_full
-                    .fetch_add(1, Ordering::Relaxed);
+                self.stats.dropped_queue_full.fetch_add(1, Ordering::Relaxed);
                 RecordOutcome::QueueFull
             }
             Err(error) => {
@@ -181,19 +153,9 @@ impl EventRecorder {
 
     /// client-go `makeEvent` (without annotations) plus the source and reporting fields
     /// `generateEvent` sets.
-    fn make_event(
-        &self,
-        object: &ObjectReference,
-        type_: &str,
-        reason: &str,
-        message: String,
-    ) -> Event {
+    fn make_event(&self, object: &ObjectReference, type_: &str, reason: &str, message: String) -> Event {
         let t = self.clock.now();
-        let namespace = if object.namespace.is_empty() {
-            "default".to_string()
-        } else {
-            object.namespace.clone()
-        };
+        let namespace = if object.namespace.is_empty() { "default".to_string() } else { object.namespace.clone() };
         Event {
             metadata: ObjectMeta {
                 name: generate_event_name(&object.name, to_unix_nanos(t)),
@@ -222,16 +184,7 @@ mod tests {
     #[test]
     fn dns1123_subdomain_rules() {
         assert!(is_dns1123_subdomain("test-pod.178959f726d80ec"));
-        for bad in [
-            "",
-            ".178959f726d80ec",
-            "test.POD.1",
-            "a..b",
-            "-a.b",
-            "a-.b",
-            "a_b",
-            &"x".repeat(254),
-        ] {
+        for bad in ["", ".178959f726d80ec", "test.POD.1", "a..b", "-a.b", "a-.b", "a_b", &"x".repeat(254)] {
             assert!(!is_dns1123_subdomain(bad), "{bad:?}");
         }
     }

@@ -62,15 +62,8 @@ pub fn replay(
     let mut decoder = Decoder::new();
     let mut summary = ReplaySummary::default();
     let mut pending: Vec<Result<Decoded, DecodeError>> = Vec::with_capacity(REPLAY_BATCH_SIZE);
-    let mut write_batch = |pending: &mut Vec<Result<Decoded, DecodeError>>,
-                           summary: &mut ReplaySummary| {
-        flush(
-            pending,
-            &mut correlator,
-            &mut output,
-            summary,
-            !options.no_update_state,
-        )
+    let mut write_batch = |pending: &mut Vec<Result<Decoded, DecodeError>>, summary: &mut ReplaySummary| {
+        flush(pending, &mut correlator, &mut output, summary, !options.no_update_state)
     };
     for line in input.lines() {
         let line = line.map_err(ReplayError::Read)?;
@@ -98,25 +91,12 @@ fn flush(
     let mut slots = Vec::with_capacity(pending.len());
     for item in pending.drain(..) {
         match item {
-            Ok(Decoded::Event {
-                event,
-                clock,
-                spam_filter_clock,
-                ..
-            }) => {
+            Ok(Decoded::Event { event, clock, spam_filter_clock, .. }) => {
                 let clock = clock.or_else(|| event.occurred_at());
-                occurrences.push(Occurrence {
-                    event,
-                    clock,
-                    spam_filter_clock: spam_filter_clock.or(clock),
-                });
+                occurrences.push(Occurrence { event, clock, spam_filter_clock: spam_filter_clock.or(clock) });
                 slots.push(None);
             }
-            Ok(other) => slots.push(Some(format!(
-                "line {}: not an event ({})",
-                other.line(),
-                other.describe()
-            ))),
+            Ok(other) => slots.push(Some(format!("line {}: not an event ({})", other.line(), other.describe()))),
             Err(e) => slots.push(Some(e.to_string())),
         }
     }
@@ -141,10 +121,7 @@ fn flush(
             }
         }
         .expect("results serialise");
-        output
-            .write_all(&line)
-            .and_then(|()| output.write_all(b"\n"))
-            .map_err(ReplayError::Write)?;
+        output.write_all(&line).and_then(|()| output.write_all(b"\n")).map_err(ReplayError::Write)?;
     }
     Ok(())
 }

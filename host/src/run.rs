@@ -7,6 +7,10 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 
 use crate::broadcaster::WatchEventType;
 use crate::event_broadcaster::{EventBroadcaster, EventBroadcasterOptions, SinkStats};
+use crate::plugin::functions::DEFAULT_TENANT;
+use crate::plugin::sink::WasmSink;
+use crate::plugin::{Metering, PluginRuntime, PluginSettings, embedded};
+use crate::sink::EventSink;
 use crate::sink::jsonl::JsonLinesSink;
 use crate::source::decode::{Decoded, Decoder};
 
@@ -19,18 +23,21 @@ pub enum SourceSpec {
     JsonLinesStdin,
 }
 
-/// Where sink calls go: `jsonl:PATH` or `jsonl:-` (stdout).
+/// Where sink calls go: `jsonl:PATH`, `jsonl:-` (stdout), or `plugin:NAME` / `plugin:FILE.wasm`
+/// (a sink plugin, embedded or from a file, writing to stdout).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SinkSpec {
     /// One JSON line per sink call, to a file (created or truncated).
     JsonLinesFile(PathBuf),
     /// The same to standard output.
     JsonLinesStdout,
+    /// A sink plugin: an embedded one by name (`jsonl`) or a component file.
+    Plugin(String),
 }
 
 /// A `--source` / `--sink` value that is not `KIND:TARGET` with a known kind.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0:?}: expected jsonl:PATH or jsonl:-")]
+#[error("{0:?}: expected jsonl:PATH, jsonl:- or (sinks only) plugin:NAME")]
 pub struct SpecError(String);
 
 impl std::str::FromStr for SourceSpec {
@@ -50,6 +57,7 @@ impl std::str::FromStr for SinkSpec {
         match s.split_once(':') {
             Some(("jsonl", "-")) => Ok(SinkSpec::JsonLinesStdout),
             Some(("jsonl", path)) if !path.is_empty() => Ok(SinkSpec::JsonLinesFile(path.into())),
+            Some(("plugin", name)) if !name.is_empty() => Ok(SinkSpec::Plugin(name.into())),
             _ => Err(SpecError(s.into())),
         }
     }
@@ -105,6 +113,9 @@ pub enum RunError {
         #[source]
         error: std::io::Error,
     },
+    /// The sink plugin could not be loaded.
+    #[error("sink plugin: {0}")]
+    SinkPlugin(String),
     /// The sink could not be opened or flushed.
     #[error("sink {path}: {error}")]
     Sink {
@@ -128,22 +139,22 @@ pub async fn run(
     source: SourceSpec,
     sink: SinkSpec,
     options: EventBroadcasterOptions,
+    plugins: &PluginSettings,
 ) -> Result<RunSummary, RunError> {
-    let (sink_path, out): (String, Box<dyn std::io::Write + Send>) = match &sink {
-        SinkSpec::JsonLinesStdout => ("-".into(), Box::new(std::io::stdout())),
-        SinkSpec::JsonLinesFile(p) => {
-            let file = std::fs::File::create(p).map_err(|error| RunError::Sink {
-                path: p.display().to_string(),
-                error,
-            })?;
-            (p.display().to_string(), Box::new(file))
+    let (sink_path, sink) = match &sink {
+        SinkSpec::JsonLinesStdout => {
+            ("-".to_string(), OpenSink::Jsonl(Arc::new(JsonLinesSink::new(Box::new(std::io::stdout())))))
         }
+        SinkSpec::JsonLinesFile(p) => {
+            let file =
+                std::fs::File::create(p).map_err(|error| RunError::Sink { path: p.display().to_string(), error })?;
+            (p.display().to_string(), OpenSink::Jsonl(Arc::new(JsonLinesSink::new(Box::new(file)))))
+        }
+        SinkSpec::Plugin(name) => ("-".to_string(), OpenSink::Plugin(Arc::new(sink_plugin(name, plugins)?))),
     };
-    let jsonl = Arc::new(JsonLinesSink::new(out));
     let event_broadcaster = EventBroadcaster::new(options);
-    let watcher = event_broadcaster
-        .start_recording_to_sink(jsonl.clone())
-        .expect("a new broadcaster is running");
+    let watcher =
+        event_broadcaster.start_recording_to_sink(sink.as_event_sink()).expect("a new broadcaster is running");
 
     let mut summary = match &source {
         SourceSpec::JsonLinesStdin => pump(tokio::io::stdin(), "-", &event_broadcaster).await,
@@ -157,10 +168,7 @@ pub async fn run(
     };
     event_broadcaster.shutdown().await;
     let sink_stats = watcher.await?;
-    jsonl.flush().map_err(|error| RunError::Sink {
-        path: sink_path,
-        error,
-    })?;
+    sink.flush().map_err(|error| RunError::Sink { path: sink_path, error })?;
     if let Ok(s) = summary.as_mut() {
         s.sink = sink_stats;
         s.dropped_incoming = event_broadcaster.broadcaster().incoming_dropped();
@@ -168,20 +176,54 @@ pub async fn run(
     summary
 }
 
+/// The sink of a run, kept typed so it can be flushed at the end.
+enum OpenSink {
+    Jsonl(Arc<JsonLinesSink>),
+    Plugin(Arc<WasmSink>),
+}
+
+impl OpenSink {
+    fn as_event_sink(&self) -> Arc<dyn EventSink> {
+        match self {
+            OpenSink::Jsonl(s) => s.clone(),
+            OpenSink::Plugin(s) => s.clone(),
+        }
+    }
+
+    fn flush(&self) -> std::io::Result<()> {
+        match self {
+            OpenSink::Jsonl(s) => s.flush(),
+            OpenSink::Plugin(s) => s.flush(),
+        }
+    }
+}
+
+/// The sink plugin `name`: an embedded one, or a component file when `name` ends in `.wasm`.
+fn sink_plugin(name: &str, settings: &PluginSettings) -> Result<WasmSink, RunError> {
+    let fail = |e: &dyn std::fmt::Display| RunError::SinkPlugin(e.to_string());
+    let runtime = PluginRuntime::new(Metering::Fuel).map_err(|e| fail(&e))?;
+    let (stem, bytes) = if name.ends_with(".wasm") {
+        let path = std::path::Path::new(name);
+        let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        (stem, std::fs::read(path).map_err(|e| fail(&format!("{name}: {e}")))?)
+    } else {
+        let (_, bytes) = embedded::ALL
+            .iter()
+            .find(|(n, _)| *n == name)
+            .ok_or_else(|| fail(&format!("no embedded plugin named {name:?}")))?;
+        (name.to_string(), bytes.to_vec())
+    };
+    let plugin = runtime.load(&stem, &bytes, settings.clone()).map_err(|e| fail(&e))?;
+    WasmSink::new(plugin, DEFAULT_TENANT, Box::new(std::io::stdout())).map_err(|e| fail(&e))
+}
+
 /// Reads the source line by line into the Broadcaster (waiting for room: `Action`).
-async fn pump(
-    input: impl AsyncRead + Unpin,
-    path: &str,
-    to: &EventBroadcaster,
-) -> Result<RunSummary, RunError> {
+async fn pump(input: impl AsyncRead + Unpin, path: &str, to: &EventBroadcaster) -> Result<RunSummary, RunError> {
     let mut summary = RunSummary::default();
     let mut lines = BufReader::with_capacity(1 << 16, input).lines();
     let mut decoder = Decoder::new();
     loop {
-        let line = lines.next_line().await.map_err(|error| RunError::Source {
-            path: path.into(),
-            error,
-        })?;
+        let line = lines.next_line().await.map_err(|error| RunError::Source { path: path.into(), error })?;
         let mut items = Vec::new();
         match &line {
             Some(l) => decoder.push_line(l, |item| items.push(item)),
@@ -189,12 +231,10 @@ async fn pump(
         }
         for item in items {
             match item {
-                Ok(Decoded::Event { event, .. }) => {
-                    match to.broadcaster().action(WatchEventType::Added, event).await {
-                        Ok(()) => summary.read += 1,
-                        Err(error) => tracing::error!(%error, "broadcaster refused an event"),
-                    }
-                }
+                Ok(Decoded::Event { event, .. }) => match to.broadcaster().action(WatchEventType::Added, event).await {
+                    Ok(()) => summary.read += 1,
+                    Err(error) => tracing::error!(%error, "broadcaster refused an event"),
+                },
                 Ok(other) => {
                     tracing::info!(
                         source = path,

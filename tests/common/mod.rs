@@ -8,18 +8,13 @@ use serde_json::Value;
 
 /// `tests/fixtures/<rel>` of this repository.
 pub fn fixture(rel: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures")
-        .join(rel)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures").join(rel)
 }
 
 /// Every scenario of `vectors.jsonl` whose `kind` is `kind`.
 pub fn scenarios(kind: &str) -> Vec<Value> {
     let text = std::fs::read_to_string(fixture("vectors.jsonl")).expect("vectors.jsonl");
-    let all: Vec<Value> = text
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("vector line"))
-        .collect();
+    let all: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).expect("vector line")).collect();
     let picked: Vec<Value> = all.into_iter().filter(|s| s["kind"] == kind).collect();
     assert!(!picked.is_empty(), "no scenario of kind {kind}");
     picked
@@ -32,20 +27,13 @@ fn is_zero(v: Option<&Value>) -> bool {
 
 /// A timestamp as whole Unix seconds, if `v` is an RFC 3339 string.
 fn instant_seconds(v: &Value) -> Option<i64> {
-    v.as_str()
-        .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())
-        .map(|t| t.timestamp())
+    v.as_str().and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok()).map(|t| t.timestamp())
 }
 
 /// Whether every field of `expected` is in `actual` under the conformance rules: missing / null /
 /// "" alike, timestamps compared as instants to the second, objects compared recursively
 /// (extra fields in `actual` allowed only when `subset`), arrays element-wise.
-pub fn json_matches(
-    expected: &Value,
-    actual: &Value,
-    subset: bool,
-    path: &str,
-) -> Result<(), String> {
+pub fn json_matches(expected: &Value, actual: &Value, subset: bool, path: &str) -> Result<(), String> {
     match (expected, actual) {
         (Value::Object(e), Value::Object(a)) => {
             for (k, ev) in e {
@@ -54,18 +42,13 @@ pub fn json_matches(
                     _ if is_zero(Some(ev)) && is_zero(a.get(k)) => {}
                     Some(av) => json_matches(ev, av, subset, &p)?,
                     None if is_zero(Some(ev))
-                        || ev
-                            .as_object()
-                            .is_some_and(|o| o.values().all(|v| is_zero(Some(v)))) => {}
+                        || ev.as_object().is_some_and(|o| o.values().all(|v| is_zero(Some(v)))) => {}
                     None => return Err(format!("{p}: expected {ev}, missing")),
                 }
             }
             if !subset {
                 for (k, av) in a {
-                    if !e.contains_key(k)
-                        && !is_zero(Some(av))
-                        && !av.as_object().is_some_and(|o| o.is_empty())
-                    {
+                    if !e.contains_key(k) && !is_zero(Some(av)) && !av.as_object().is_some_and(|o| o.is_empty()) {
                         return Err(format!("{path}.{k}: unexpected {av}"));
                     }
                 }
@@ -92,10 +75,7 @@ pub fn json_matches(
 pub fn replay_line_matches(expected: &Value, actual: &Value) -> Result<(), String> {
     let strip = |v: &Value| {
         let mut v = v.clone();
-        if let Some(m) = v
-            .pointer_mut("/event/metadata")
-            .and_then(Value::as_object_mut)
-        {
+        if let Some(m) = v.pointer_mut("/event/metadata").and_then(Value::as_object_mut) {
             m.remove("resourceVersion");
             m.remove("creationTimestamp");
         }

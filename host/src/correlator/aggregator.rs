@@ -69,13 +69,9 @@ impl EventAggregator {
         let AggregateKey { aggregate, local } = key;
         let max_interval_nanos = self.max_interval_nanos;
         if !self.cache.contains(&aggregate) {
-            self.cache
-                .put(aggregate.clone(), AggregateRecord::default());
+            self.cache.put(aggregate.clone(), AggregateRecord::default());
         }
-        let record = self
-            .cache
-            .get_mut(&aggregate)
-            .expect("just ensured present");
+        let record = self.cache.get_mut(&aggregate).expect("just ensured present");
         let expired = match record.last_timestamp {
             None => true,
             Some(last) => elapsed_nanos(now, last) > max_interval_nanos,
@@ -106,9 +102,7 @@ impl EventAggregator {
 
 /// `now - last` in nanoseconds, saturating like Go's `Time.Sub`.
 fn elapsed_nanos(now: Time, last: Time) -> i64 {
-    (now - last)
-        .num_nanoseconds()
-        .unwrap_or(if now > last { i64::MAX } else { i64::MIN })
+    (now - last).num_nanoseconds().unwrap_or(if now > last { i64::MAX } else { i64::MIN })
 }
 
 /// The event client-go emits in place of an aggregated one (spec §3.3 step 7):
@@ -154,20 +148,11 @@ mod tests {
     fn tenth_distinct_message_in_window_aggregates_and_pops_the_oldest() {
         let mut a = EventAggregator::new(NonZeroUsize::new(16).unwrap(), 10, 600);
         for i in 0..9 {
-            assert_eq!(
-                a.aggregate(key(&format!("m{i}")), at(i)),
-                AggregateDecision::Original
-            );
+            assert_eq!(a.aggregate(key(&format!("m{i}")), at(i)), AggregateDecision::Original);
         }
-        assert_eq!(
-            a.aggregate(key("m9"), at(9)),
-            AggregateDecision::Aggregate(group())
-        );
+        assert_eq!(a.aggregate(key("m9"), at(9)), AggregateDecision::Aggregate(group()));
         // m0 was popped (oldest insertion): seeing it again refills the set to 10.
-        assert_eq!(
-            a.aggregate(key("m0"), at(10)),
-            AggregateDecision::Aggregate(group())
-        );
+        assert_eq!(a.aggregate(key("m0"), at(10)), AggregateDecision::Aggregate(group()));
         // m9 is still in the set: a repeat does not aggregate.
         assert_eq!(a.aggregate(key("m9"), at(11)), AggregateDecision::Original);
     }
@@ -181,32 +166,21 @@ mod tests {
             AggregateDecision::Aggregate(group()),
             "gap == interval keeps the window"
         );
-        assert_eq!(
-            a.aggregate(key("c"), at(1201)),
-            AggregateDecision::Original,
-            "gap > interval resets"
-        );
+        assert_eq!(a.aggregate(key("c"), at(1201)), AggregateDecision::Original, "gap > interval resets");
     }
 
     #[test]
     fn negative_max_events_never_aggregates_as_go_uint_wrap() {
         let mut a = EventAggregator::new(NonZeroUsize::new(4).unwrap(), -1, 600);
         for i in 0..50 {
-            assert_eq!(
-                a.aggregate(key(&i.to_string()), at(i)),
-                AggregateDecision::Original
-            );
+            assert_eq!(a.aggregate(key(&i.to_string()), at(i)), AggregateDecision::Original);
         }
     }
 
     #[test]
     fn aggregate_event_has_only_the_fields_client_go_sets() {
-        let mut e = Event {
-            reason: "R".into(),
-            message: "m".into(),
-            reporting_component: "rc".into(),
-            ..Event::default()
-        };
+        let mut e =
+            Event { reason: "R".into(), message: "m".into(), reporting_component: "rc".into(), ..Event::default() };
         e.involved_object.name = "pod".into();
         e.metadata.namespace = "ns".into();
         e.metadata.annotations.insert("a".into(), "b".into());
@@ -217,9 +191,6 @@ mod tests {
         assert!(agg.metadata.annotations.is_empty());
         assert_eq!((agg.count, agg.message.as_str()), (1, "combined"));
         assert_eq!(agg.reporting_component, "");
-        assert_eq!(
-            (agg.first_timestamp, agg.last_timestamp),
-            (Some(now), Some(now))
-        );
+        assert_eq!((agg.first_timestamp, agg.last_timestamp), (Some(now), Some(now)));
     }
 }

@@ -41,6 +41,12 @@ impl Key {
         Self::of_parts([s])
     }
 
+    /// The key of a string given as its UTF-8 bytes (as plugins return keys); equal to
+    /// [`Key::of`] of the same string.
+    pub fn of_bytes(bytes: &[u8]) -> Self {
+        Key(xxhash_rust::xxh3::xxh3_128_with_seed(bytes, seed()))
+    }
+
     /// The key of the concatenation of `parts` (no separator), without building it.
     pub fn of_parts<'a>(parts: impl IntoIterator<Item = &'a str>) -> Self {
         let mut h = Xxh3::with_seed(seed());
@@ -64,10 +70,7 @@ pub struct AggregateKey {
 impl AggregateKey {
     /// The key of a string pair, as a key function written with strings returns it.
     pub fn of(aggregate: &str, local: &str) -> Self {
-        Self {
-            aggregate: Key::of(aggregate),
-            local: Key::of(local),
-        }
+        Self { aggregate: Key::of(aggregate), local: Key::of(local) }
     }
 }
 
@@ -79,9 +82,10 @@ pub trait EventAggregatorKeyFunc: Send + Sync {
     /// The `(aggregate, local)` key of one event.
     fn aggregate_key(&self, event: &Event) -> AggregateKey;
 
-    /// The keys of a batch, in order: `out` receives exactly `events.len()` keys.
-    fn aggregate_keys(&self, events: &[&Event], out: &mut Vec<AggregateKey>) {
-        out.extend(events.iter().map(|e| self.aggregate_key(e)));
+    /// The keys of a batch, in order: `out` receives exactly `events.len()` entries; `None`
+    /// drops that event before correlation (a plugin failed and its fallback policy says so).
+    fn aggregate_keys(&self, events: &[&Event], out: &mut Vec<Option<AggregateKey>>) {
+        out.extend(events.iter().map(|e| Some(self.aggregate_key(e))));
     }
 }
 
@@ -91,9 +95,10 @@ pub trait EventAggregatorMessageFunc: Send + Sync {
     /// The combined message for the event that triggered aggregation.
     fn aggregate_message(&self, event: &Event) -> String;
 
-    /// The messages of a batch, in order: `out` receives exactly `events.len()` messages.
-    fn aggregate_messages(&self, events: &[&Event], out: &mut Vec<String>) {
-        out.extend(events.iter().map(|e| self.aggregate_message(e)));
+    /// The messages of a batch, in order: `out` receives exactly `events.len()` entries; `None`
+    /// drops that (aggregated) event.
+    fn aggregate_messages(&self, events: &[&Event], out: &mut Vec<Option<String>>) {
+        out.extend(events.iter().map(|e| Some(self.aggregate_message(e))));
     }
 }
 
@@ -109,9 +114,10 @@ pub trait EventSpamKeyFunc: Send + Sync {
     /// The spam key of one event.
     fn spam_key(&self, event: &Event) -> Key;
 
-    /// The keys of a batch, in order: `out` receives exactly `events.len()` keys.
-    fn spam_keys(&self, events: &[&Event], out: &mut Vec<Key>) {
-        out.extend(events.iter().map(|e| self.spam_key(e)));
+    /// The keys of a batch, in order: `out` receives exactly `events.len()` entries; `None`
+    /// drops that event.
+    fn spam_keys(&self, events: &[&Event], out: &mut Vec<Option<Key>>) {
+        out.extend(events.iter().map(|e| Some(self.spam_key(e))));
     }
 }
 
@@ -155,33 +161,13 @@ fn concat<'a>(parts: impl IntoIterator<Item = &'a str> + Clone) -> String {
 /// head that client-go's spam key and aggregate key share.
 fn source_and_object(e: &Event) -> [&str; 7] {
     let io = &e.involved_object;
-    [
-        &e.source.component,
-        &e.source.host,
-        &io.kind,
-        &io.namespace,
-        &io.name,
-        &io.uid,
-        &io.api_version,
-    ]
+    [&e.source.component, &e.source.host, &io.kind, &io.namespace, &io.name, &io.uid, &io.api_version]
 }
 
 fn event_key_parts(e: &Event) -> [&str; 11] {
     let io = &e.involved_object;
     let [component, host, kind, namespace, name, uid, api_version] = source_and_object(e);
-    [
-        component,
-        host,
-        kind,
-        namespace,
-        name,
-        &io.field_path,
-        uid,
-        api_version,
-        &e.type_,
-        &e.reason,
-        &e.message,
-    ]
+    [component, host, kind, namespace, name, &io.field_path, uid, api_version, &e.type_, &e.reason, &e.message]
 }
 
 fn aggregate_by_reason_parts(e: &Event) -> [&str; 11] {
@@ -245,10 +231,7 @@ pub struct ByReason;
 
 impl EventAggregatorKeyFunc for ByReason {
     fn aggregate_key(&self, event: &Event) -> AggregateKey {
-        AggregateKey {
-            aggregate: Key::of_parts(aggregate_by_reason_parts(event)),
-            local: Key::of(&event.message),
-        }
+        AggregateKey { aggregate: Key::of_parts(aggregate_by_reason_parts(event)), local: Key::of(&event.message) }
     }
 }
 
@@ -280,11 +263,7 @@ pub struct SourceObjectType;
 
 impl EventSpamKeyFunc for SourceObjectType {
     fn spam_key(&self, event: &Event) -> Key {
-        Key::of_parts(
-            source_and_object(event)
-                .into_iter()
-                .chain([event.type_.as_str()]),
-        )
+        Key::of_parts(source_and_object(event).into_iter().chain([event.type_.as_str()]))
     }
 }
 
@@ -295,35 +274,21 @@ mod tests {
     #[test]
     fn key_of_parts_is_the_key_of_the_concatenation_as_in_go() {
         assert_eq!(Key::of_parts(["ab", "c"]), Key::of("abc"));
-        assert_eq!(
-            Key::of_parts(["ab", "c"]),
-            Key::of_parts(["a", "bc"]),
-            "Go's separator-less collision"
-        );
+        assert_eq!(Key::of_parts(["ab", "c"]), Key::of_parts(["a", "bc"]), "Go's separator-less collision");
         assert_ne!(Key::of("abc"), Key::of("abd"));
+        assert_eq!(Key::of_bytes(b"abc"), Key::of("abc"), "plugins' byte keys hash like strings");
     }
 
     #[test]
     fn built_ins_hash_exactly_the_strings_client_go_builds() {
-        let mut e = Event {
-            reason: "R".into(),
-            message: "m".into(),
-            type_: "Normal".into(),
-            ..Event::default()
-        };
+        let mut e = Event { reason: "R".into(), message: "m".into(), type_: "Normal".into(), ..Event::default() };
         e.involved_object.name = "pod".into();
         e.involved_object.field_path = "spec.containers{c}".into();
         e.reporting_component = "rc".into();
         let (aggregate, local) = aggregate_by_reason(&e);
-        assert_eq!(
-            ByReason.aggregate_key(&e),
-            AggregateKey::of(&aggregate, &local)
-        );
+        assert_eq!(ByReason.aggregate_key(&e), AggregateKey::of(&aggregate, &local));
         assert_eq!(SourceObject.spam_key(&e), Key::of(&spam_key(&e)));
-        assert_eq!(
-            SourceObjectType.spam_key(&e),
-            Key::of(&spam_key_with_type(&e))
-        );
+        assert_eq!(SourceObjectType.spam_key(&e), Key::of(&spam_key_with_type(&e)));
         assert_eq!(event_cache_key(&e), Key::of(&event_key(&e)));
     }
 }

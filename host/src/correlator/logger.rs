@@ -48,16 +48,10 @@ impl EventPatch {
     pub fn for_event(observed: &Event) -> Self {
         let last_timestamp = match observed.last_timestamp {
             None => LastTimestampPatch::Null,
-            Some(t) if t.timestamp() == 0 && t.timestamp_subsec_nanos() == 0 => {
-                LastTimestampPatch::Unchanged
-            }
+            Some(t) if t.timestamp() == 0 && t.timestamp_subsec_nanos() == 0 => LastTimestampPatch::Unchanged,
             Some(t) => LastTimestampPatch::At(t),
         };
-        Self {
-            count: observed.count,
-            last_timestamp,
-            message: observed.message.clone(),
-        }
+        Self { count: observed.count, last_timestamp, message: observed.message.clone() }
     }
 
     /// The patch body as JSON bytes (the `application/strategic-merge-patch+json` payload).
@@ -93,9 +87,7 @@ pub struct EventLogger {
 impl EventLogger {
     /// A logger with an LRU of `cache_size` entries.
     pub fn new(cache_size: NonZeroUsize) -> Self {
-        Self {
-            cache: LruCache::new(cache_size),
-        }
+        Self { cache: LruCache::new(cache_size) }
     }
 
     /// client-go `eventObserve`: if `key` was seen with a count > 0, rewrite `event` as the next
@@ -106,10 +98,7 @@ impl EventLogger {
         let mut patch = None;
         if let Some(last) = self.cache.get(&key).filter(|l| l.count > 0) {
             event.metadata.name.clone_from(&last.name);
-            event
-                .metadata
-                .resource_version
-                .clone_from(&last.resource_version);
+            event.metadata.resource_version.clone_from(&last.resource_version);
             event.first_timestamp = last.first_timestamp;
             event.count = last.count.wrapping_add(1);
             patch = Some(EventPatch::for_event(event));
@@ -155,34 +144,16 @@ mod tests {
     #[test]
     fn patch_serialises_like_go_two_way_merge_patch() {
         let t: Time = "2025-01-01T00:00:03.7Z".parse().unwrap();
-        let p = EventPatch {
-            count: 2,
-            last_timestamp: LastTimestampPatch::At(t),
-            message: "m".into(),
-        };
+        let p = EventPatch { count: 2, last_timestamp: LastTimestampPatch::At(t), message: "m".into() };
         assert_eq!(
             String::from_utf8(p.to_json()).unwrap(),
             r#"{"count":2,"lastTimestamp":"2025-01-01T00:00:03Z","message":"m"}"#
         );
-        let p = EventPatch {
-            count: 3,
-            last_timestamp: LastTimestampPatch::Null,
-            message: String::new(),
-        };
-        assert_eq!(
-            String::from_utf8(p.to_json()).unwrap(),
-            r#"{"count":3,"lastTimestamp":null}"#
-        );
+        let p = EventPatch { count: 3, last_timestamp: LastTimestampPatch::Null, message: String::new() };
+        assert_eq!(String::from_utf8(p.to_json()).unwrap(), r#"{"count":3,"lastTimestamp":null}"#);
         let epoch = chrono::DateTime::from_timestamp(0, 0).unwrap();
-        let e = Event {
-            count: 4,
-            last_timestamp: Some(epoch),
-            ..Event::default()
-        };
-        assert_eq!(
-            String::from_utf8(EventPatch::for_event(&e).to_json()).unwrap(),
-            r#"{"count":4}"#
-        );
+        let e = Event { count: 4, last_timestamp: Some(epoch), ..Event::default() };
+        assert_eq!(String::from_utf8(EventPatch::for_event(&e).to_json()).unwrap(), r#"{"count":4}"#);
     }
 
     #[test]
@@ -207,17 +178,8 @@ mod tests {
             ..Event::default()
         };
         second.metadata.name = "pod.2".into();
-        let patch = logger
-            .observe(&mut second, Key::of("k"))
-            .expect("a repeat is patched");
-        assert_eq!(
-            (
-                second.metadata.name.as_str(),
-                second.count,
-                second.first_timestamp
-            ),
-            ("pod.1", 2, Some(t1))
-        );
+        let patch = logger.observe(&mut second, Key::of("k")).expect("a repeat is patched");
+        assert_eq!((second.metadata.name.as_str(), second.count, second.first_timestamp), ("pod.1", 2, Some(t1)));
         assert_eq!(patch.count, 2);
         assert_eq!(logger.cached_count(Key::of("k")), Some(2));
     }

@@ -27,8 +27,8 @@ use serde::Serialize;
 
 pub use aggregator::{AggregateDecision, EventAggregator, aggregate_event};
 pub use keys::{
-    AggregateKey, ByReason, EventAggregatorKeyFunc, EventAggregatorMessageFunc, EventSpamKeyFunc,
-    Key, SimilarEvents, SourceObject, SourceObjectType,
+    AggregateKey, ByReason, EventAggregatorKeyFunc, EventAggregatorMessageFunc, EventSpamKeyFunc, Key, SimilarEvents,
+    SourceObject, SourceObjectType,
 };
 pub use logger::{EventLogger, EventPatch, LastTimestampPatch};
 pub use spam_filter::SpamFilter;
@@ -109,11 +109,7 @@ pub struct Occurrence {
 
 impl From<Event> for Occurrence {
     fn from(event: Event) -> Self {
-        Self {
-            event,
-            clock: None,
-            spam_filter_clock: None,
-        }
+        Self { event, clock: None, spam_filter_clock: None }
     }
 }
 
@@ -125,12 +121,18 @@ pub struct PreparedEvent {
     spam_key: Key,
     spam_filter_clock: Option<Time>,
     aggregated: bool,
+    dropped: bool,
 }
 
 impl PreparedEvent {
     /// Whether the aggregator replaced the event by an aggregate event.
     pub fn aggregated(&self) -> bool {
         self.aggregated
+    }
+
+    /// Whether a key function dropped the event (see [`EventCorrelator::prepare`]).
+    pub fn dropped(&self) -> bool {
+        self.dropped
     }
 }
 
@@ -156,6 +158,8 @@ pub struct CorrelatorStats {
     pub aggregated: u64,
     /// Events the spam filter skipped.
     pub skipped: u64,
+    /// Events a key function dropped (plugin failure under a `drop` or `fail` policy).
+    pub dropped: u64,
 }
 
 /// client-go `EventCorrelator`: one per sink watcher, owned by that watcher's task.
@@ -173,26 +177,20 @@ pub struct EventCorrelator {
 
 impl std::fmt::Debug for EventCorrelator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EventCorrelator")
-            .field("stats", &self.stats)
-            .finish_non_exhaustive()
+        f.debug_struct("EventCorrelator").field("stats", &self.stats).finish_non_exhaustive()
     }
 }
 
 impl EventCorrelator {
     /// client-go `NewEventCorrelatorWithOptions`: defaults filled in for zero fields.
     pub fn new(options: CorrelatorOptions) -> Self {
-        let size = NonZeroUsize::new(or_default(options.lru_cache_size, MAX_LRU_CACHE_ENTRIES))
-            .expect("non-zero");
+        let size = NonZeroUsize::new(or_default(options.lru_cache_size, MAX_LRU_CACHE_ENTRIES)).expect("non-zero");
         let clock = options.clock.unwrap_or_else(clock::system);
         Self {
             aggregator: EventAggregator::new(
                 size,
                 or_default(options.max_events, DEFAULT_AGGREGATE_MAX_EVENTS),
-                or_default(
-                    options.max_interval_in_seconds,
-                    DEFAULT_AGGREGATE_INTERVAL_IN_SECONDS,
-                ),
+                or_default(options.max_interval_in_seconds, DEFAULT_AGGREGATE_INTERVAL_IN_SECONDS),
             ),
             logger: EventLogger::new(size),
             spam_filter: SpamFilter::new(
@@ -201,12 +199,8 @@ impl EventCorrelator {
                 or_default(options.burst_size, DEFAULT_SPAM_BURST),
             ),
             key_func: options.key_func.unwrap_or_else(|| Arc::new(ByReason)),
-            message_func: options
-                .message_func
-                .unwrap_or_else(|| Arc::new(SimilarEvents)),
-            spam_key_func: options
-                .spam_key_func
-                .unwrap_or_else(|| Arc::new(SourceObject)),
+            message_func: options.message_func.unwrap_or_else(|| Arc::new(SimilarEvents)),
+            spam_key_func: options.spam_key_func.unwrap_or_else(|| Arc::new(SourceObject)),
             spam_filter_clock: options.spam_filter_clock.unwrap_or_else(|| clock.clone()),
             clock,
             stats: CorrelatorStats::default(),
@@ -215,64 +209,54 @@ impl EventCorrelator {
 
     /// client-go `EventCorrelate` for one event, reading the correlator's clocks.
     pub fn event_correlate(&mut self, event: Event) -> EventCorrelateResult {
-        let prepared = self
-            .prepare(vec![Occurrence::from(event)])
-            .pop()
-            .expect("one in, one out");
+        let prepared = self.prepare(vec![Occurrence::from(event)]).pop().expect("one in, one out");
         self.finish(prepared)
     }
 
     /// Step 1 for a batch: aggregate keys, aggregation decisions, combined messages and spam keys,
     /// each key function called once for the whole batch. Returns one [`PreparedEvent`] per
     /// occurrence, in order; pass each to [`finish`](Self::finish) in that order.
+    ///
+    /// An event a key function drops (`None`: a plugin failed under a `drop` policy) skips the
+    /// rest of correlation; `finish` reports it as skipped and counts it in
+    /// [`CorrelatorStats::dropped`].
     pub fn prepare(&mut self, batch: Vec<Occurrence>) -> Vec<PreparedEvent> {
-        let keys = {
-            let events: Vec<&Event> = batch.iter().map(|o| &o.event).collect();
-            let mut keys = Vec::with_capacity(events.len());
-            self.key_func.aggregate_keys(&events, &mut keys);
-            keys
-        };
-        debug_assert_eq!(
-            keys.len(),
-            batch.len(),
-            "aggregate_keys must return one key per event"
-        );
+        let mut keys = Vec::with_capacity(batch.len());
+        self.key_func.aggregate_keys(&batch.iter().map(|o| &o.event).collect::<Vec<_>>(), &mut keys);
+        keys.resize(batch.len(), None); // a short answer drops the rest rather than misaligning
 
         // The aggregator, in order. Aggregated events are built once their messages are known.
         let mut aggregated: Vec<(usize, Time)> = Vec::new();
         let mut prepared: Vec<PreparedEvent> = Vec::with_capacity(batch.len());
         for (i, (occurrence, key)) in batch.into_iter().zip(keys).enumerate() {
             let now = occurrence.clock.unwrap_or_else(|| self.clock.now());
-            let spam_filter_clock = occurrence.spam_filter_clock.or(occurrence.clock);
-            let (logger_key, is_aggregate) = match self.aggregator.aggregate(key, now) {
-                AggregateDecision::Original => (keys::event_cache_key(&occurrence.event), false),
-                AggregateDecision::Aggregate(aggregate_key) => {
+            let (logger_key, aggregated_now, dropped) = match key.map(|k| self.aggregator.aggregate(k, now)) {
+                None => (Key::UNSET, false, true),
+                Some(AggregateDecision::Original) => (keys::event_cache_key(&occurrence.event), false, false),
+                Some(AggregateDecision::Aggregate(aggregate_key)) => {
                     aggregated.push((i, now));
-                    (aggregate_key, true)
+                    (aggregate_key, true, false)
                 }
             };
             prepared.push(PreparedEvent {
+                spam_filter_clock: occurrence.spam_filter_clock.or(occurrence.clock),
                 event: occurrence.event,
                 logger_key,
                 spam_key: Key::UNSET, // set below, once aggregate events are built
-                spam_filter_clock,
-                aggregated: is_aggregate,
+                aggregated: aggregated_now,
+                dropped,
             });
         }
         self.build_aggregate_events(&mut prepared, &aggregated);
 
         let mut spam_keys = Vec::with_capacity(prepared.len());
-        {
-            let events: Vec<&Event> = prepared.iter().map(|p| &p.event).collect();
-            self.spam_key_func.spam_keys(&events, &mut spam_keys);
-        }
-        debug_assert_eq!(
-            spam_keys.len(),
-            prepared.len(),
-            "spam_keys must return one key per event"
-        );
+        self.spam_key_func.spam_keys(&prepared.iter().map(|p| &p.event).collect::<Vec<_>>(), &mut spam_keys);
+        spam_keys.resize(prepared.len(), None);
         for (p, k) in prepared.iter_mut().zip(spam_keys) {
-            p.spam_key = k;
+            match k {
+                Some(k) => p.spam_key = k,
+                None => p.dropped = true,
+            }
         }
         prepared
     }
@@ -282,21 +266,14 @@ impl EventCorrelator {
             return;
         }
         let mut messages = Vec::with_capacity(aggregated.len());
-        {
-            let originals: Vec<&Event> = aggregated
-                .iter()
-                .map(|&(i, _)| &prepared[i].event)
-                .collect();
-            self.message_func
-                .aggregate_messages(&originals, &mut messages);
-        }
-        debug_assert_eq!(
-            messages.len(),
-            aggregated.len(),
-            "aggregate_messages must return one message per event"
-        );
+        let originals: Vec<&Event> = aggregated.iter().map(|&(i, _)| &prepared[i].event).collect();
+        self.message_func.aggregate_messages(&originals, &mut messages);
+        messages.resize(aggregated.len(), None);
         for (&(i, now), message) in aggregated.iter().zip(messages) {
-            prepared[i].event = aggregate_event(&prepared[i].event, message, now);
+            match message {
+                Some(message) => prepared[i].event = aggregate_event(&prepared[i].event, message, now),
+                None => prepared[i].dropped = true,
+            }
         }
     }
 
@@ -304,30 +281,21 @@ impl EventCorrelator {
     /// SpamFilter on the observed event. A skipped event still counts in the aggregator window
     /// and the logger cache, as in client-go.
     pub fn finish(&mut self, prepared: PreparedEvent) -> EventCorrelateResult {
-        let PreparedEvent {
-            mut event,
-            logger_key,
-            spam_key,
-            spam_filter_clock,
-            aggregated,
-        } = prepared;
+        const SKIP: EventCorrelateResult = EventCorrelateResult { skip: true, event: None, patch: None };
+        let PreparedEvent { mut event, logger_key, spam_key, spam_filter_clock, aggregated, dropped } = prepared;
         self.stats.events += 1;
+        if dropped {
+            self.stats.dropped += 1;
+            return SKIP;
+        }
         self.stats.aggregated += u64::from(aggregated);
         let patch = self.logger.observe(&mut event, logger_key);
         let now = spam_filter_clock.unwrap_or_else(|| self.spam_filter_clock.now());
         if self.spam_filter.filter(spam_key, now) {
             self.stats.skipped += 1;
-            return EventCorrelateResult {
-                skip: true,
-                event: None,
-                patch: None,
-            };
+            return SKIP;
         }
-        EventCorrelateResult {
-            skip: false,
-            event: Some(event),
-            patch,
-        }
+        EventCorrelateResult { skip: false, event: Some(event), patch }
     }
 
     /// client-go `UpdateState`: remember the sink's copy of a written event (its name,

@@ -53,17 +53,13 @@ impl BucketSpec {
             return TokenBucket::Never;
         };
         if self.qps <= 0.0 || self.qps.is_nan() {
-            return TokenBucket::NoRefill {
-                remaining: burst.get(),
-            };
+            return TokenBucket::NoRefill { remaining: burst.get() };
         }
         // One token per 1/qps seconds, the float32 rate widened to float64 as Go does; capped so
         // that governor's tolerance (period × (burst − 1)) fits in u64 nanoseconds.
         let max_period = u64::MAX / u64::from(burst.get());
         let period_nanos = (1e9 / f64::from(self.qps)).min(max_period as f64).max(1.0) as u64;
-        let quota = Quota::with_period(Duration::from_nanos(period_nanos))
-            .expect("period ≥ 1 ns")
-            .allow_burst(burst);
+        let quota = Quota::with_period(Duration::from_nanos(period_nanos)).expect("period ≥ 1 ns").allow_burst(burst);
         TokenBucket::Refilling(RateLimiter::direct_with_clock(quota, clock.clone()))
     }
 }
@@ -102,10 +98,7 @@ pub struct SpamFilter {
 
 impl std::fmt::Debug for SpamFilter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SpamFilter")
-            .field("buckets", &self.cache.len())
-            .field("spec", &self.spec)
-            .finish()
+        f.debug_struct("SpamFilter").field("buckets", &self.cache.len()).field("spec", &self.spec).finish()
     }
 }
 
@@ -113,19 +106,13 @@ impl SpamFilter {
     /// A filter with an LRU of `cache_size` buckets, each of `burst` tokens refilled at `qps`
     /// tokens per second (Go `float32`). `burst < 1` filters everything; `qps <= 0` never refills.
     pub fn new(cache_size: NonZeroUsize, qps: f32, burst: i64) -> Self {
-        Self {
-            cache: LruCache::new(cache_size),
-            spec: BucketSpec { qps, burst },
-            clock: DecisionInstant::default(),
-        }
+        Self { cache: LruCache::new(cache_size), spec: BucketSpec { qps, burst }, clock: DecisionInstant::default() }
     }
 
     /// client-go `Filter`: `true` means skip (spam). Creates the key's bucket if needed, takes a
     /// token at `now`, and refreshes the key's recency.
     pub fn filter(&mut self, key: Key, now: Time) -> bool {
-        self.clock
-            .0
-            .store(to_unix_nanos(now).max(0) as u64, Ordering::Relaxed);
+        self.clock.0.store(to_unix_nanos(now).max(0) as u64, Ordering::Relaxed);
         let spec = self.spec;
         let clock = &self.clock;
         let bucket = self.cache.get_or_insert_mut(key, || spec.new_bucket(clock));
@@ -149,10 +136,7 @@ mod tests {
     fn starts_full_then_refills_one_token_per_period() {
         let mut f = filter(25, 1.0 / 300.0);
         for i in 0..25 {
-            assert!(
-                !f.filter(Key::of("k"), at(i as f64)),
-                "event {i} is within burst"
-            );
+            assert!(!f.filter(Key::of("k"), at(i as f64)), "event {i} is within burst");
         }
         assert!(f.filter(Key::of("k"), at(25.0)), "26th is spam");
         // 25 tokens spent by t=24 s while 24/300 of a token came back: the next whole token is

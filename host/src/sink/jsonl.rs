@@ -33,9 +33,7 @@ pub struct JsonLinesSink {
 impl JsonLinesSink {
     /// A sink writing to `out`.
     pub fn new(out: Box<dyn Write + Send>) -> Self {
-        Self {
-            out: Mutex::new(std::io::BufWriter::with_capacity(1 << 16, out)),
-        }
+        Self { out: Mutex::new(std::io::BufWriter::with_capacity(1 << 16, out)) }
     }
 
     /// Flushes buffered lines.
@@ -58,34 +56,24 @@ impl JsonLinesSink {
 #[async_trait]
 impl EventSink for JsonLinesSink {
     async fn create(&self, event: &Event) -> Result<Event, SinkError> {
-        self.write(&SinkCall {
-            verb: Verb::Create,
-            event,
-            patch: None,
-        })?;
+        self.write(&SinkCall { verb: Verb::Create, event, patch: None })?;
         Ok(event.clone())
     }
 
     async fn update(&self, _event: &Event) -> Result<Event, SinkError> {
-        Err(SinkError::RequestConstruction(
-            "the jsonl sink records creates and patches only".into(),
-        ))
+        Err(SinkError::RequestConstruction("the jsonl sink records creates and patches only".into()))
     }
 
     async fn patch(&self, event: &Event, patch: &[u8]) -> Result<Event, SinkError> {
-        let patch =
-            if patch.is_empty() {
-                None
-            } else {
-                Some(serde_json::from_slice(patch).map_err(|e| {
-                    SinkError::RequestConstruction(format!("patch is not JSON: {e}"))
-                })?)
-            };
-        self.write(&SinkCall {
-            verb: Verb::Patch,
-            event,
-            patch,
-        })?;
+        let patch = if patch.is_empty() {
+            None
+        } else {
+            Some(
+                serde_json::from_slice(patch)
+                    .map_err(|e| SinkError::RequestConstruction(format!("patch is not JSON: {e}")))?,
+            )
+        };
+        self.write(&SinkCall { verb: Verb::Patch, event, patch })?;
         Ok(event.clone())
     }
 }

@@ -39,8 +39,7 @@ impl StatusError {
     /// client-go logs these at V(5) instead of as errors: the event already exists, or its
     /// namespace is terminating.
     pub fn is_expected(&self) -> bool {
-        self.reason == REASON_ALREADY_EXISTS
-            || self.causes.iter().any(|c| c == CAUSE_NAMESPACE_TERMINATING)
+        self.reason == REASON_ALREADY_EXISTS || self.causes.iter().any(|c| c == CAUSE_NAMESPACE_TERMINATING)
     }
 }
 
@@ -66,10 +65,7 @@ impl SinkError {
     /// Whether `recordToSink` tries again after this error (client-go: only unexpected objects
     /// and non-API errors are retried).
     pub fn is_retryable(&self) -> bool {
-        matches!(
-            self,
-            SinkError::UnexpectedObject(_) | SinkError::Transport(_)
-        )
+        matches!(self, SinkError::UnexpectedObject(_) | SinkError::Transport(_))
     }
 }
 

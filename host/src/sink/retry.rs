@@ -50,11 +50,7 @@ impl RetryPolicy {
     /// The pause after failed attempt number `tries` (1-based): `sleep × jitter` after the first
     /// failure, `sleep` after the others, as client-go.
     pub fn delay_after(&self, tries: u32) -> Duration {
-        if tries == 1 {
-            self.sleep_duration.mul_f64((self.jitter)().clamp(0.0, 1.0))
-        } else {
-            self.sleep_duration
-        }
+        if tries == 1 { self.sleep_duration.mul_f64((self.jitter)().clamp(0.0, 1.0)) } else { self.sleep_duration }
     }
 }
 
@@ -129,26 +125,17 @@ pub async fn write_event(
         let error = match record_event(sink, &mut event, &patch, update_existing).await {
             Ok((server_event, verb)) => {
                 correlator.update_state(&server_event);
-                return WriteOutcome::Written {
-                    verb,
-                    attempts: tries,
-                };
+                return WriteOutcome::Written { verb, attempts: tries };
             }
             Err(error) => error,
         };
         if !error.is_retryable() {
             log_dropped(&event, &error);
-            return WriteOutcome::Dropped {
-                error,
-                attempts: tries,
-            };
+            return WriteOutcome::Dropped { error, attempts: tries };
         }
         if tries >= policy.max_tries {
             tracing::error!(event = %event.metadata.name, %error, "unable to write event (retry limit exceeded!)");
-            return WriteOutcome::GaveUp {
-                error,
-                attempts: tries,
-            };
+            return WriteOutcome::GaveUp { error, attempts: tries };
         }
         tokio::select! {
             biased;
@@ -177,9 +164,7 @@ async fn record_event(
         }
     }
     event.metadata.resource_version.clear();
-    sink.create(event)
-        .await
-        .map(|server_event| (server_event, Verb::Create))
+    sink.create(event).await.map(|server_event| (server_event, Verb::Create))
 }
 
 fn log_dropped(event: &Event, error: &SinkError) {

@@ -67,8 +67,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::event::{
-    Event, EventSeries, EventSource, ObjectMeta, ObjectReference, Time, metav1_micro_time,
-    metav1_time, nullable,
+    Event, EventSeries, EventSource, ObjectMeta, ObjectReference, Time, metav1_micro_time, metav1_time, nullable,
 };
 
 /// Longest line accepted, in bytes (4 MiB). A longer line is rejected with an error instead of
@@ -105,10 +104,7 @@ impl WatchKind {
 
 /// One item decoded from the stream.
 #[derive(Debug, Clone, PartialEq)]
-#[allow(
-    clippy::large_enum_variant,
-    reason = "events are the common case; boxing would cost an allocation each"
-)]
+#[allow(clippy::large_enum_variant, reason = "events are the common case; boxing would cost an allocation each")]
 pub enum Decoded {
     /// An event occurrence, converted to core/v1.
     Event {
@@ -148,9 +144,7 @@ impl Decoded {
     /// The 1-based line where this item starts.
     pub fn line(&self) -> u64 {
         match self {
-            Decoded::Event { line, .. }
-            | Decoded::Bookmark { line, .. }
-            | Decoded::WatchError { line, .. } => *line,
+            Decoded::Event { line, .. } | Decoded::Bookmark { line, .. } | Decoded::WatchError { line, .. } => *line,
         }
     }
 
@@ -159,15 +153,10 @@ impl Decoded {
     pub fn describe(&self) -> String {
         match self {
             Decoded::Event { .. } => "event".into(),
-            Decoded::Bookmark {
-                resource_version, ..
-            } => format!("watch bookmark (resourceVersion {resource_version})"),
-            Decoded::WatchError {
-                code,
-                reason,
-                message,
-                ..
-            } => format!("watch error {code} {reason}: {message}"),
+            Decoded::Bookmark { resource_version, .. } => {
+                format!("watch bookmark (resourceVersion {resource_version})")
+            }
+            Decoded::WatchError { code, reason, message, .. } => format!("watch error {code} {reason}: {message}"),
         }
     }
 }
@@ -185,10 +174,7 @@ pub struct DecodeError {
 
 impl DecodeError {
     fn new(line: u64, message: impl Into<String>) -> Self {
-        DecodeError {
-            line,
-            message: message.into(),
-        }
+        DecodeError { line, message: message.into() }
     }
 }
 
@@ -245,10 +231,8 @@ impl Decoder {
             if !self.starts_new_document(line) {
                 return self.continue_document(line, emit);
             }
-            let reason = format!(
-                "incomplete document: a new document starts at line {} before this one closed",
-                self.line
-            );
+            let reason =
+                format!("incomplete document: a new document starts at line {} before this one closed", self.line);
             emit(Err(self.abandon(&reason)));
         }
         if self.skipping {
@@ -262,8 +246,7 @@ impl Decoder {
 
     /// The restart rule (module docs): does `line` begin a new document while one is open?
     fn starts_new_document(&self, line: &str) -> bool {
-        matches!(line.as_bytes().first(), Some(b'{' | b'['))
-            && !self.scanner.accepts_column0_value()
+        matches!(line.as_bytes().first(), Some(b'{' | b'[')) && !self.scanner.accepts_column0_value()
     }
 
     /// Scans `line[pos..]` with no document open: each complete document on it is decoded, and
@@ -276,10 +259,7 @@ impl Decoder {
             if first != b'{' && first != b'[' {
                 return emit(Err(self.garbage(line, pos)));
             }
-            let origin = Origin {
-                line: self.line,
-                col: pos,
-            };
+            let origin = Origin { line: self.line, col: pos };
             // Fast path: the rest of the line is exactly one document (the JSON Lines case).
             let rest = line[pos..].trim_end_matches([' ', '\t', '\r', '\n']);
             if rest.ends_with(['}', ']'])
@@ -290,13 +270,7 @@ impl Decoder {
             self.scanner.reset();
             match self.scanner.scan(bytes, pos) {
                 Scan::Closed(end) => {
-                    decode_document(
-                        &Doc {
-                            text: &line[pos..end],
-                            origin,
-                        },
-                        emit,
-                    );
+                    decode_document(&Doc { text: &line[pos..end], origin }, emit);
                     pos = end;
                 }
                 Scan::Open => {
@@ -307,8 +281,7 @@ impl Decoder {
                 }
                 Scan::Broken(reason) => {
                     self.skipping = true;
-                    let message =
-                        format!("{reason}; the document starts `{}`", excerpt(&line[pos..]));
+                    let message = format!("{reason}; the document starts `{}`", excerpt(&line[pos..]));
                     return emit(Err(DecodeError::new(self.line, message)));
                 }
             }
@@ -334,13 +307,7 @@ impl Decoder {
             Scan::Closed(end) => {
                 self.buf.push_str(&line[..end]);
                 let origin = self.open.take().unwrap_or_default();
-                decode_document(
-                    &Doc {
-                        text: &self.buf,
-                        origin,
-                    },
-                    emit,
-                );
+                decode_document(&Doc { text: &self.buf, origin }, emit);
                 self.clear_buffer();
                 self.scan_fresh(line, end, emit);
             }
@@ -365,11 +332,7 @@ impl Decoder {
     }
 
     fn reject_long_line(&mut self, line: &str, emit: Emit) {
-        let size = format!(
-            "{} bytes, over MAX_LINE_BYTES ({} MiB)",
-            line.len(),
-            MAX_LINE_BYTES >> 20
-        );
+        let size = format!("{} bytes, over MAX_LINE_BYTES ({} MiB)", line.len(), MAX_LINE_BYTES >> 20);
         let err = if self.open.is_some() {
             self.abandon(&format!("document abandoned: line {} is {size}", self.line))
         } else {
@@ -386,10 +349,7 @@ impl Decoder {
         if pos > 0 && line[..pos].bytes().any(|b| !b.is_ascii_whitespace()) {
             return DecodeError::new(
                 self.line,
-                format!(
-                    "unexpected text after a complete document at column {}: `{found}`",
-                    pos + 1
-                ),
+                format!("unexpected text after a complete document at column {}: `{found}`", pos + 1),
             );
         }
         let mut message = format!(
@@ -523,10 +483,7 @@ impl Scanner {
             i += 1;
         }
         if self.in_string {
-            Scan::Broken(
-                "a string is still open at the end of the line (JSON strings cannot span lines)"
-                    .to_owned(),
-            )
+            Scan::Broken("a string is still open at the end of the line (JSON strings cannot span lines)".to_owned())
         } else {
             Scan::Open
         }
@@ -568,13 +525,7 @@ impl Scanner {
     /// The closing brackets the open document still needs, innermost first, e.g. "`]}`".
     fn missing_closers(&self) -> String {
         const SHOWN: usize = 8;
-        let closers: String = self
-            .stack
-            .iter()
-            .rev()
-            .take(SHOWN)
-            .map(|&b| if b == b'{' { '}' } else { ']' })
-            .collect();
+        let closers: String = self.stack.iter().rev().take(SHOWN).map(|&b| if b == b'{' { '}' } else { ']' }).collect();
         if self.stack.len() > SHOWN {
             format!("`{closers}…`, {} brackets", self.stack.len())
         } else {
@@ -602,38 +553,22 @@ struct Doc<'a> {
 impl<'a> Doc<'a> {
     /// Byte offset of `sub`, a slice of this document's text.
     fn offset_of(&self, sub: &str) -> usize {
-        (sub.as_ptr() as usize)
-            .saturating_sub(self.text.as_ptr() as usize)
-            .min(self.text.len())
+        (sub.as_ptr() as usize).saturating_sub(self.text.as_ptr() as usize).min(self.text.len())
     }
 
     /// A cursor at the document's start.
     fn start(&self) -> Cursor<'a> {
-        Cursor {
-            text: self.text,
-            off: 0,
-            pos: self.origin,
-        }
+        Cursor { text: self.text, off: 0, pos: self.origin }
     }
 
     /// Parses `raw` (a slice of this document at or after `at`) as `T`; errors name the line of
     /// `at` and give the exact position of the problem.
-    fn parse<T: Deserialize<'a>>(
-        &self,
-        at: Cursor<'a>,
-        raw: &'a str,
-        ctx: Context,
-    ) -> Result<T, DecodeError> {
+    fn parse<T: Deserialize<'a>>(&self, at: Cursor<'a>, raw: &'a str, ctx: Context) -> Result<T, DecodeError> {
         serde_json::from_str(raw).map_err(|e| self.json_error(at, raw, ctx, &e))
     }
 
     /// [`Doc::parse`] for JSON objects only: serde would also read a struct from an array.
-    fn parse_object<T: Deserialize<'a>>(
-        &self,
-        at: Cursor<'a>,
-        raw: &'a str,
-        ctx: Context,
-    ) -> Result<T, DecodeError> {
+    fn parse_object<T: Deserialize<'a>>(&self, at: Cursor<'a>, raw: &'a str, ctx: Context) -> Result<T, DecodeError> {
         if !raw.starts_with('{') {
             let message = format!("{ctx}expected a JSON object, found `{}`", excerpt(raw));
             return Err(DecodeError::new(at.pos.line, message));
@@ -641,13 +576,7 @@ impl<'a> Doc<'a> {
         self.parse(at, raw, ctx)
     }
 
-    fn json_error(
-        &self,
-        mut at: Cursor<'a>,
-        raw: &str,
-        ctx: Context,
-        e: &serde_json::Error,
-    ) -> DecodeError {
+    fn json_error(&self, mut at: Cursor<'a>, raw: &str, ctx: Context, e: &serde_json::Error) -> DecodeError {
         let line = at.pos.line;
         let full = e.to_string();
         let suffix = format!(" at line {} column {}", e.line(), e.column());
@@ -657,16 +586,8 @@ impl<'a> Doc<'a> {
         if e.line() > 0 {
             let off = self.offset_of(raw) + offset_in(raw, e.line(), e.column());
             let p = at.advance_to(off);
-            let place = if p.line == line {
-                String::new()
-            } else {
-                format!("line {} ", p.line)
-            };
-            message.push_str(&format!(
-                " at {place}column {}, near `{}`",
-                p.col + 1,
-                excerpt_around(self.text, off)
-            ));
+            let place = if p.line == line { String::new() } else { format!("line {} ", p.line) };
+            message.push_str(&format!(" at {place}column {}, near `{}`", p.col + 1, excerpt_around(self.text, off)));
         }
         DecodeError::new(line, message)
     }
@@ -674,13 +595,7 @@ impl<'a> Doc<'a> {
 
 /// Byte offset in `s` of serde_json's 1-based (line, column).
 fn offset_in(s: &str, line: usize, column: usize) -> usize {
-    let line_start = if line <= 1 {
-        0
-    } else {
-        s.match_indices('\n')
-            .nth(line - 2)
-            .map_or(s.len(), |(i, _)| i + 1)
-    };
+    let line_start = if line <= 1 { 0 } else { s.match_indices('\n').nth(line - 2).map_or(s.len(), |(i, _)| i + 1) };
     (line_start + column.saturating_sub(1)).min(s.len())
 }
 
@@ -822,16 +737,10 @@ impl Wire<'_> {
 
     /// The object's Event API (module docs); `inherited_api` is a list's `apiVersion`.
     fn api(&self, inherited_api: &str) -> Option<Api> {
-        let api_version = if self.api_version.is_empty() {
-            inherited_api
-        } else {
-            &self.api_version
-        };
+        let api_version = if self.api_version.is_empty() { inherited_api } else { &self.api_version };
         if api_version.starts_with(EVENTS_API_PREFIX) {
             Some(Api::Events)
-        } else if self.involved_object.is_some()
-            || (self.kind == "Event" && self.api_version == "v1")
-        {
+        } else if self.involved_object.is_some() || (self.kind == "Event" && self.api_version == "v1") {
             Some(Api::Core)
         } else if self.regarding.is_some() {
             Some(Api::Events)
@@ -890,9 +799,10 @@ impl Wire<'_> {
     }
 
     fn not_an_event(&self) -> String {
-        let mut message = "not an event: expected `involvedObject` (core/v1 Event), `regarding` (events.k8s.io Event), \
+        let mut message =
+            "not an event: expected `involvedObject` (core/v1 Event), `regarding` (events.k8s.io Event), \
              a watch event {type, object}, a list with `items` or a replay line {clock, event}"
-            .to_owned();
+                .to_owned();
         if !self.kind.is_empty() {
             message.push_str(&format!("; found kind `{}`", excerpt(&self.kind)));
         }
@@ -924,13 +834,7 @@ struct MetadataOnly {
 }
 
 fn occurrence(event: Event, watch_type: Option<WatchEventType>, line: u64) -> Decoded {
-    Decoded::Event {
-        event,
-        clock: None,
-        spam_filter_clock: None,
-        watch_type,
-        line,
-    }
+    Decoded::Event { event, clock: None, spam_filter_clock: None, watch_type, line }
 }
 
 /// A syntactically valid top-level document, before its contents are decoded.
@@ -951,12 +855,7 @@ fn parse_top(text: &str) -> Result<Top<'_>, serde_json::Error> {
 fn decode_document(doc: &Doc<'_>, emit: Emit) {
     match parse_top(doc.text) {
         Ok(top) => decode_top(doc, top, emit),
-        Err(e) => emit(Err(doc.json_error(
-            doc.start(),
-            doc.text,
-            Context::Document,
-            &e,
-        ))),
+        Err(e) => emit(Err(doc.json_error(doc.start(), doc.text, Context::Document, &e))),
     }
 }
 
@@ -973,11 +872,7 @@ fn decode_top<'a>(doc: &Doc<'a>, top: Top<'a>, emit: Emit) {
     } else if wire.is_list() {
         decode_list(doc, wire, emit);
     } else {
-        emit(
-            wire.into_event("")
-                .map(|e| occurrence(e, None, line))
-                .map_err(|m| DecodeError::new(line, m)),
-        );
+        emit(wire.into_event("").map(|e| occurrence(e, None, line)).map_err(|m| DecodeError::new(line, m)));
     }
 }
 
@@ -990,8 +885,7 @@ fn parse_event<'a>(
     ctx: Context,
 ) -> Result<Event, DecodeError> {
     let wire: Wire<'a> = doc.parse_object(at, raw, ctx)?;
-    wire.into_event(inherited_api)
-        .map_err(|m| DecodeError::new(at.pos.line, format!("{ctx}{m}")))
+    wire.into_event(inherited_api).map_err(|m| DecodeError::new(at.pos.line, format!("{ctx}{m}")))
 }
 
 fn decode_envelope<'a>(doc: &Doc<'a>, wire: Wire<'a>) -> Result<Decoded, DecodeError> {
@@ -1005,36 +899,23 @@ fn decode_envelope<'a>(doc: &Doc<'a>, wire: Wire<'a>) -> Result<Decoded, DecodeE
         return Err(DecodeError::new(line, message));
     };
     let Some(object) = wire.object else {
-        return Err(DecodeError::new(
-            line,
-            format!("watch event {} has no `object`", wire.type_),
-        ));
+        return Err(DecodeError::new(line, format!("watch event {} has no `object`", wire.type_)));
     };
     match kind {
-        WatchKind::Event(t) => parse_event(doc, at, object.get(), "", Context::WatchObject)
-            .map(|e| occurrence(e, Some(t), line)),
+        WatchKind::Event(t) => {
+            parse_event(doc, at, object.get(), "", Context::WatchObject).map(|e| occurrence(e, Some(t), line))
+        }
         WatchKind::Bookmark => {
             let meta: MetadataOnly = doc.parse_object(at, object.get(), Context::WatchObject)?;
             let resource_version = meta.metadata.resource_version;
             if resource_version.is_empty() {
-                return Err(DecodeError::new(
-                    line,
-                    "watch event BOOKMARK has no `object.metadata.resourceVersion`",
-                ));
+                return Err(DecodeError::new(line, "watch event BOOKMARK has no `object.metadata.resourceVersion`"));
             }
-            Ok(Decoded::Bookmark {
-                resource_version,
-                line,
-            })
+            Ok(Decoded::Bookmark { resource_version, line })
         }
         WatchKind::Error => {
             let s: Status = doc.parse_object(at, object.get(), Context::WatchObject)?;
-            Ok(Decoded::WatchError {
-                code: s.code,
-                reason: s.reason,
-                message: s.message,
-                line,
-            })
+            Ok(Decoded::WatchError { code: s.code, reason: s.reason, message: s.message, line })
         }
     }
 }
@@ -1042,70 +923,35 @@ fn decode_envelope<'a>(doc: &Doc<'a>, wire: Wire<'a>) -> Result<Decoded, DecodeE
 fn decode_replay<'a>(doc: &Doc<'a>, wire: Wire<'a>) -> Result<Decoded, DecodeError> {
     let line = doc.origin.line;
     let (Some(raw), Some(clock)) = (wire.event, wire.clock.as_deref()) else {
-        let missing = if wire.event.is_none() {
-            "event"
-        } else {
-            "clock"
-        };
+        let missing = if wire.event.is_none() { "event" } else { "clock" };
         return Err(DecodeError::new(
             line,
-            format!(
-                "replay line has no `{missing}`: expected {{\"clock\": RFC 3339, \"event\": {{…}}}}"
-            ),
+            format!("replay line has no `{missing}`: expected {{\"clock\": RFC 3339, \"event\": {{…}}}}"),
         ));
     };
     let clock = parse_clock("clock", clock, line)?;
-    let spam_filter_clock = wire
-        .spam_filter_clock
-        .as_deref()
-        .map(|c| parse_clock("spam_filter_clock", c, line))
-        .transpose()?;
+    let spam_filter_clock =
+        wire.spam_filter_clock.as_deref().map(|c| parse_clock("spam_filter_clock", c, line)).transpose()?;
     let event = parse_event(doc, doc.start(), raw.get(), "", Context::ReplayEvent)?;
-    Ok(Decoded::Event {
-        event,
-        clock: Some(clock),
-        spam_filter_clock,
-        watch_type: None,
-        line,
-    })
+    Ok(Decoded::Event { event, clock: Some(clock), spam_filter_clock, watch_type: None, line })
 }
 
 fn parse_clock(field: &str, s: &str, line: u64) -> Result<Time, DecodeError> {
-    DateTime::parse_from_rfc3339(s)
-        .map(|t| t.to_utc())
-        .map_err(|e| {
-            DecodeError::new(
-                line,
-                format!(
-                    "replay `{field}` is not an RFC 3339 time ({e}): `{}`",
-                    excerpt(s)
-                ),
-            )
-        })
+    DateTime::parse_from_rfc3339(s).map(|t| t.to_utc()).map_err(|e| {
+        DecodeError::new(line, format!("replay `{field}` is not an RFC 3339 time ({e}): `{}`", excerpt(s)))
+    })
 }
 
 fn decode_list<'a>(doc: &Doc<'a>, wire: Wire<'a>, emit: Emit) {
     let Some(items) = wire.items else { return };
     match doc.parse::<Option<Vec<&RawValue>>>(doc.start(), items.get(), Context::Items) {
-        Ok(items) => decode_items(
-            doc,
-            &items.unwrap_or_default(),
-            &wire.api_version,
-            Context::Item,
-            emit,
-        ),
+        Ok(items) => decode_items(doc, &items.unwrap_or_default(), &wire.api_version, Context::Item, emit),
         Err(e) => emit(Err(e)),
     }
 }
 
 /// Decodes list items or array elements in order, each reporting its own start line.
-fn decode_items<'a>(
-    doc: &Doc<'a>,
-    items: &[&'a RawValue],
-    inherited_api: &str,
-    ctx: fn(usize) -> Context,
-    emit: Emit,
-) {
+fn decode_items<'a>(doc: &Doc<'a>, items: &[&'a RawValue], inherited_api: &str, ctx: fn(usize) -> Context, emit: Emit) {
     let mut cursor = doc.start();
     for (i, item) in items.iter().enumerate() {
         let raw = item.get();
@@ -1145,11 +991,7 @@ fn excerpt_around(text: &str, off: usize) -> String {
     while !text.is_char_boundary(start) {
         start -= 1;
     }
-    let mut out = if start > 0 {
-        "…".to_owned()
-    } else {
-        String::new()
-    };
+    let mut out = if start > 0 { "…".to_owned() } else { String::new() };
     out.push_str(&excerpt(&text[start..]));
     out
 }
@@ -1254,14 +1096,8 @@ mod tests {
     fn kubectl_pretty_bumped() -> String {
         KUBECTL_PRETTY
             .replace(r#""count": 1"#, r#""count": 2"#)
-            .replace(
-                r#""resourceVersion": "1234""#,
-                r#""resourceVersion": "1240""#,
-            )
-            .replace(
-                r#""lastTimestamp": "2025-01-01T00:00:01Z""#,
-                r#""lastTimestamp": "2025-01-01T00:00:09Z""#,
-            )
+            .replace(r#""resourceVersion": "1234""#, r#""resourceVersion": "1240""#)
+            .replace(r#""lastTimestamp": "2025-01-01T00:00:01Z""#, r#""lastTimestamp": "2025-01-01T00:00:09Z""#)
     }
 
     fn feed(decoder: &mut Decoder, line: &str) -> Vec<Result<Decoded, DecodeError>> {
@@ -1283,9 +1119,7 @@ mod tests {
             .iter()
             .map(|d| match d {
                 Decoded::Event { event, .. } => event.metadata.name.clone(),
-                Decoded::Bookmark {
-                    resource_version, ..
-                } => format!("bookmark:{resource_version}"),
+                Decoded::Bookmark { resource_version, .. } => format!("bookmark:{resource_version}"),
                 Decoded::WatchError { code, .. } => format!("error:{code}"),
             })
             .collect()
@@ -1320,12 +1154,7 @@ mod tests {
         let types: Vec<_> = items
             .iter()
             .map(|d| match d {
-                Decoded::Event {
-                    watch_type,
-                    clock,
-                    spam_filter_clock,
-                    ..
-                } => {
+                Decoded::Event { watch_type, clock, spam_filter_clock, .. } => {
                     assert_eq!((clock, spam_filter_clock), (&None, &None));
                     *watch_type
                 }
@@ -1335,17 +1164,10 @@ mod tests {
         use WatchEventType::*;
         assert_eq!(types, [Some(Added), Some(Modified), Some(Deleted)]);
         for (item, line) in items.iter().zip([SUMO_ADDED, SUMO_MODIFIED, SUMO_DELETED]) {
-            assert_eq!(
-                event(item),
-                &object_of(line),
-                "decoded exactly as the core/v1 model reads it"
-            );
+            assert_eq!(event(item), &object_of(line), "decoded exactly as the core/v1 model reads it");
         }
         let deleted = event(&items[2]);
-        assert_eq!(
-            deleted.message,
-            "MountVolume.SetUp succeeded for volume \"config-volume\" "
-        );
+        assert_eq!(deleted.message, "MountVolume.SetUp succeeded for volume \"config-volume\" ");
         assert_eq!(
             deleted.metadata.other["selfLink"],
             "/api/v1/namespaces/sumologic/events/fluentd-events-597cbf49bf-j9f9j.15ae9d64680f7124"
@@ -1357,31 +1179,15 @@ mod tests {
     fn plain_json_lines_decode_as_core_events() {
         let objects: Vec<String> = [SUMO_ADDED, SUMO_MODIFIED]
             .iter()
-            .map(|l| {
-                serde_json::to_string(
-                    &serde_json::from_str::<serde_json::Value>(l).unwrap()["object"],
-                )
-                .unwrap()
-            })
+            .map(|l| serde_json::to_string(&serde_json::from_str::<serde_json::Value>(l).unwrap()["object"]).unwrap())
             .collect();
         let (items, errors) = decode_str(&objects.join("\n"));
         assert!(errors.is_empty(), "{errors:?}");
         assert_eq!(
             labels(&items),
-            [
-                "fluentd-8657bcb875-5p9cd.15ae9d646156dad4",
-                "fluentd-8657bcb875.15ae9d64620be8d4"
-            ]
+            ["fluentd-8657bcb875-5p9cd.15ae9d646156dad4", "fluentd-8657bcb875.15ae9d64620be8d4"]
         );
-        assert!(matches!(
-            items[0],
-            Decoded::Event {
-                watch_type: None,
-                clock: None,
-                line: 1,
-                ..
-            }
-        ));
+        assert!(matches!(items[0], Decoded::Event { watch_type: None, clock: None, line: 1, .. }));
         assert_eq!(event(&items[1]), &object_of(SUMO_MODIFIED));
         assert_eq!(event(&items[1]).involved_object.kind, "ReplicaSet");
     }
@@ -1392,18 +1198,11 @@ mod tests {
         assert!(errors.is_empty(), "{errors:?}");
         assert_eq!(
             labels(&items),
-            [
-                "ip-10-0-26-239.14ffe954c1aec5e8",
-                "ip-10-0-26-239.us-west-2.compute.internal.14ffe951a475012d"
-            ]
+            ["ip-10-0-26-239.14ffe954c1aec5e8", "ip-10-0-26-239.us-west-2.compute.internal.14ffe951a475012d"]
         );
         assert_eq!(lines_of(&items), [1, 1]);
         let e = event(&items[1]);
-        assert_eq!(
-            (e.kind.as_str(), e.api_version.as_str()),
-            ("", ""),
-            "core/v1 items are left as they came"
-        );
+        assert_eq!((e.kind.as_str(), e.api_version.as_str()), ("", ""), "core/v1 items are left as they came");
         assert_eq!(e.message, "Starting kubelet.");
         assert_eq!(e.source.host, "ip-10-0-26-239.us-west-2.compute.internal");
         assert_eq!(e.last_timestamp, Some(time("2017-12-13T17:02:16Z")));
@@ -1418,12 +1217,8 @@ mod tests {
         });
         let pretty = serde_json::to_string_pretty(&list).unwrap();
         let first_item_line = 1 + pretty.lines().position(|l| l == "    {").unwrap() as u64;
-        let second_item_line = 1 + pretty
-            .lines()
-            .collect::<Vec<_>>()
-            .iter()
-            .rposition(|l| *l == "    {")
-            .unwrap() as u64;
+        let second_item_line =
+            1 + pretty.lines().collect::<Vec<_>>().iter().rposition(|l| *l == "    {").unwrap() as u64;
         let input = format!("\n{pretty}\n{}", serde_json::to_string(&list).unwrap());
         let (items, errors) = decode_str(&input);
         assert!(errors.is_empty(), "{errors:?}");
@@ -1438,11 +1233,7 @@ mod tests {
         );
         assert_eq!(event(&items[0]), &object_of(SUMO_ADDED));
         assert_eq!(event(&items[1]), &object_of(SUMO_MODIFIED));
-        assert_eq!(
-            event(&items[2]),
-            event(&items[0]),
-            "compact and pretty lists decode alike"
-        );
+        assert_eq!(event(&items[2]), event(&items[0]), "compact and pretty lists decode alike");
         assert_eq!(event(&items[3]), event(&items[1]));
     }
 
@@ -1469,15 +1260,8 @@ mod tests {
         }
         assert!(decoder.finish().is_none());
         assert_eq!(per_line.len(), 66);
-        let emitting: Vec<usize> = (0..per_line.len())
-            .filter(|&i| !per_line[i].is_empty())
-            .map(|i| i + 1)
-            .collect();
-        assert_eq!(
-            emitting,
-            [33, 66],
-            "each document is emitted on its closing line, once"
-        );
+        let emitting: Vec<usize> = (0..per_line.len()).filter(|&i| !per_line[i].is_empty()).map(|i| i + 1).collect();
+        assert_eq!(emitting, [33, 66], "each document is emitted on its closing line, once");
         let first = match &per_line[32][..] {
             [Ok(d)] => d.clone(),
             other => panic!("{other:?}"),
@@ -1489,21 +1273,12 @@ mod tests {
         assert_eq!((first.line(), second.line()), (1, 34));
         let (a, b) = (event(&first), event(&second));
         assert_eq!(a, &serde_json::from_str::<Event>(KUBECTL_PRETTY).unwrap());
-        assert_eq!(
-            a.message,
-            r#"Pulling image "nginx:1.27" {not a brace} [nor a bracket] \"#
-        );
+        assert_eq!(a.message, r#"Pulling image "nginx:1.27" {not a brace} [nor a bracket] \"#);
         assert_eq!(a.involved_object.field_path, "spec.containers{nginx}");
         assert_eq!((a.count, b.count), (1, 2));
         assert_eq!(b.metadata.resource_version, "1240");
         assert_eq!(b.last_timestamp, Some(time("2025-01-01T00:00:09Z")));
-        assert!(matches!(
-            second,
-            Decoded::Event {
-                watch_type: None,
-                ..
-            }
-        ));
+        assert!(matches!(second, Decoded::Event { watch_type: None, .. }));
     }
 
     #[test]
@@ -1511,40 +1286,18 @@ mod tests {
         // The first line of the project's conformance/replay/burst30.in.jsonl, then the same
         // event with a spam_filter_clock.
         let line = r#"{"clock":"2024-05-01T12:00:00.000000Z","event":{"metadata":{"name":"web-0.17cb5b99f8638000","namespace":"default"},"involvedObject":{"kind":"Pod","namespace":"default","name":"web-0","uid":"7d3c2a1e-0000-4000-8000-000000000001","apiVersion":"v1","resourceVersion":"4242","fieldPath":"spec.containers{app}"},"reason":"BackOff","message":"Back-off restarting failed container","source":{"component":"kubelet","host":"node-1"},"firstTimestamp":"2024-05-01T12:00:00Z","lastTimestamp":"2024-05-01T12:00:00Z","count":1,"type":"Warning","eventTime":null,"reportingComponent":"","reportingInstance":""}}"#;
-        let with_spam = line.replacen(
-            '{',
-            r#"{"spam_filter_clock":"2024-05-01T12:00:07.5+02:00","#,
-            1,
-        );
+        let with_spam = line.replacen('{', r#"{"spam_filter_clock":"2024-05-01T12:00:07.5+02:00","#, 1);
         let (items, errors) = decode_str(&format!("{line}\n{with_spam}"));
         assert!(errors.is_empty(), "{errors:?}");
         match &items[..] {
             [
-                Decoded::Event {
-                    event: a,
-                    clock: Some(c1),
-                    spam_filter_clock: None,
-                    watch_type: None,
-                    line: 1,
-                },
-                Decoded::Event {
-                    event: b,
-                    clock: Some(c2),
-                    spam_filter_clock: Some(s2),
-                    watch_type: None,
-                    line: 2,
-                },
+                Decoded::Event { event: a, clock: Some(c1), spam_filter_clock: None, watch_type: None, line: 1 },
+                Decoded::Event { event: b, clock: Some(c2), spam_filter_clock: Some(s2), watch_type: None, line: 2 },
             ] => {
-                assert_eq!(
-                    (*c1, *c2),
-                    (time("2024-05-01T12:00:00Z"), time("2024-05-01T12:00:00Z"))
-                );
+                assert_eq!((*c1, *c2), (time("2024-05-01T12:00:00Z"), time("2024-05-01T12:00:00Z")));
                 assert_eq!(*s2, time("2024-05-01T10:00:07.5Z"));
                 assert_eq!(a, b);
-                assert_eq!(
-                    (a.reason.as_str(), a.type_.as_str(), a.count),
-                    ("BackOff", "Warning", 1)
-                );
+                assert_eq!((a.reason.as_str(), a.type_.as_str(), a.count), ("BackOff", "Warning", 1));
             }
             other => panic!("{other:?}"),
         }
@@ -1560,24 +1313,13 @@ mod tests {
         assert_eq!(labels(&items), ["e"]);
         assert_eq!(items[0].line(), 4);
         assert_eq!(error_lines(&errors), [1, 2, 3]);
+        assert!(errors[0].message.contains("replay line has no `clock`"), "{}", errors[0]);
         assert!(
-            errors[0].message.contains("replay line has no `clock`"),
-            "{}",
-            errors[0]
-        );
-        assert!(
-            errors[1]
-                .message
-                .contains("`clock` is not an RFC 3339 time")
-                && errors[1].message.contains("`noon`"),
+            errors[1].message.contains("`clock` is not an RFC 3339 time") && errors[1].message.contains("`noon`"),
             "{}",
             errors[1]
         );
-        assert!(
-            errors[2].message.contains("replay line has no `event`"),
-            "{}",
-            errors[2]
-        );
+        assert!(errors[2].message.contains("replay line has no `event`"), "{}", errors[2]);
     }
 
     #[test]
@@ -1587,11 +1329,7 @@ mod tests {
         let (items, errors) = decode_str(line);
         assert!(errors.is_empty(), "{errors:?}");
         let e = event(&items[0]);
-        assert_eq!(
-            (e.kind.as_str(), e.api_version.as_str()),
-            ("Event", "v1"),
-            "as the core/v1 endpoint serves it"
-        );
+        assert_eq!((e.kind.as_str(), e.api_version.as_str()), ("Event", "v1"), "as the core/v1 endpoint serves it");
         assert_eq!(e.metadata.name, "web-0.17cb5b99f8638000");
         assert_eq!(e.metadata.resource_version, "77");
         assert_eq!(e.metadata.labels["app"], "web");
@@ -1605,94 +1343,50 @@ mod tests {
             field_path: "spec.containers{app}".into(),
         };
         assert_eq!(e.involved_object, regarding, "regarding → involvedObject");
-        assert_eq!(
-            e.message, "Back-off restarting failed container",
-            "note → message"
-        );
+        assert_eq!(e.message, "Back-off restarting failed container", "note → message");
         assert_eq!(
             e.source,
-            EventSource {
-                component: "kubelet".into(),
-                host: "node-1".into()
-            },
+            EventSource { component: "kubelet".into(), host: "node-1".into() },
             "deprecatedSource → source"
         );
-        assert_eq!(
-            e.first_timestamp,
-            Some(time("2024-05-01T11:59:00Z")),
-            "deprecatedFirstTimestamp → firstTimestamp"
-        );
-        assert_eq!(
-            e.last_timestamp,
-            Some(time("2024-05-01T12:04:00Z")),
-            "deprecatedLastTimestamp → lastTimestamp"
-        );
+        assert_eq!(e.first_timestamp, Some(time("2024-05-01T11:59:00Z")), "deprecatedFirstTimestamp → firstTimestamp");
+        assert_eq!(e.last_timestamp, Some(time("2024-05-01T12:04:00Z")), "deprecatedLastTimestamp → lastTimestamp");
         assert_eq!(e.count, 7, "deprecatedCount → count");
-        assert_eq!(
-            e.reporting_component, "example.com/controller",
-            "reportingController → reportingComponent"
-        );
+        assert_eq!(e.reporting_component, "example.com/controller", "reportingController → reportingComponent");
         assert_eq!(e.reporting_instance, "controller-node-1");
-        assert_eq!(
-            (e.reason.as_str(), e.type_.as_str(), e.action.as_str()),
-            ("BackOff", "Warning", "Restarting")
-        );
+        assert_eq!((e.reason.as_str(), e.type_.as_str(), e.action.as_str()), ("BackOff", "Warning", "Restarting"));
         assert_eq!(e.event_time, Some(time("2024-05-01T12:00:00.123456Z")));
         assert_eq!(
             e.series,
-            Some(EventSeries {
-                count: 3,
-                last_observed_time: Some(time("2024-05-01T12:05:00.654321Z"))
-            })
+            Some(EventSeries { count: 3, last_observed_time: Some(time("2024-05-01T12:05:00.654321Z")) })
         );
         let related = e.related.as_ref().unwrap();
         assert_eq!(
-            (
-                related.kind.as_str(),
-                related.name.as_str(),
-                related.uid.as_str()
-            ),
+            (related.kind.as_str(), related.name.as_str(), related.uid.as_str()),
             ("Node", "node-1", "node-uid")
         );
         let wire = serde_json::to_value(e).unwrap();
         assert_eq!(wire["reportingComponent"], "example.com/controller");
-        assert!(
-            wire.get("note").is_none()
-                && wire.get("regarding").is_none()
-                && wire.get("someFutureField").is_none()
-        );
+        assert!(wire.get("note").is_none() && wire.get("regarding").is_none() && wire.get("someFutureField").is_none());
     }
 
     #[test]
     fn events_k8s_io_v1beta1_watch_line_maps_to_core_v1() {
         let (items, errors) = decode_str(SUMO_V1BETA1);
         assert!(errors.is_empty(), "{errors:?}");
-        assert!(matches!(
-            items[0],
-            Decoded::Event {
-                watch_type: Some(WatchEventType::Added),
-                line: 1,
-                ..
-            }
-        ));
+        assert!(matches!(items[0], Decoded::Event { watch_type: Some(WatchEventType::Added), line: 1, .. }));
         let e = event(&items[0]);
         assert_eq!((e.kind.as_str(), e.api_version.as_str()), ("Event", "v1"));
         assert_eq!(e.metadata.name, "fluentd-8657bcb875-tn5sb.15afa85b9adaad28");
         assert_eq!(e.involved_object.name, "fluentd-8657bcb875-tn5sb");
         assert_eq!(e.involved_object.field_path, "spec.containers{fluentd}");
         assert_eq!(e.message, "Error: ImagePullBackOff");
-        assert_eq!(
-            (e.source.component.as_str(), e.source.host.as_str()),
-            ("kubelet", "docker-for-desktop")
-        );
+        assert_eq!((e.source.component.as_str(), e.source.host.as_str()), ("kubelet", "docker-for-desktop"));
         assert_eq!(e.first_timestamp, Some(time("2019-07-09T06:11:47Z")));
         assert_eq!(e.last_timestamp, Some(time("2019-07-16T17:23:44Z")));
         assert_eq!(e.count, 4491);
         assert_eq!((e.reason.as_str(), e.type_.as_str()), ("Failed", "Warning"));
-        assert_eq!(
-            (e.event_time, e.series.as_ref(), e.related.as_ref()),
-            (None, None, None)
-        );
+        assert_eq!((e.event_time, e.series.as_ref(), e.related.as_ref()), (None, None, None));
     }
 
     #[test]
@@ -1704,10 +1398,7 @@ mod tests {
         assert_eq!((e.kind.as_str(), e.api_version.as_str()), ("Event", "v1"));
         assert_eq!(e.message, "pulling image \"sumologic/kubernetes-fluentd\"");
         assert_eq!(e.count, 9534);
-        assert_eq!(
-            e.involved_object.uid,
-            "636844c0-a210-11e9-965c-025000000001"
-        );
+        assert_eq!(e.involved_object.uid, "636844c0-a210-11e9-965c-025000000001");
         assert_eq!(e.last_timestamp, Some(time("2019-07-16T18:04:00Z")));
     }
 
@@ -1717,15 +1408,11 @@ mod tests {
         let bookmark = r#"{"type":"BOOKMARK","object":{"kind":"Event","apiVersion":"v1","metadata":{"resourceVersion":"12746","annotations":{"k8s.io/initial-events-end":"true"}},"involvedObject":{},"source":{},"firstTimestamp":null,"lastTimestamp":null,"eventTime":null,"reportingComponent":"","reportingInstance":""}}"#;
         let expired = r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: 2336941 (2336955)","reason":"Expired","code":410}}"#;
         let empty_bookmark = r#"{"type":"BOOKMARK","object":{"metadata":{}}}"#;
-        let (items, errors) =
-            decode_str(&[bookmark, expired, empty_bookmark, SUMO_ADDED].join("\n"));
+        let (items, errors) = decode_str(&[bookmark, expired, empty_bookmark, SUMO_ADDED].join("\n"));
         assert_eq!(
             items[..2],
             [
-                Decoded::Bookmark {
-                    resource_version: "12746".into(),
-                    line: 1
-                },
+                Decoded::Bookmark { resource_version: "12746".into(), line: 1 },
                 Decoded::WatchError {
                     code: 410,
                     reason: "Expired".into(),
@@ -1736,13 +1423,7 @@ mod tests {
         );
         assert_eq!(lines_of(&items), [1, 2, 4]);
         assert_eq!(error_lines(&errors), [3]);
-        assert!(
-            errors[0]
-                .message
-                .contains("BOOKMARK has no `object.metadata.resourceVersion`"),
-            "{}",
-            errors[0]
-        );
+        assert!(errors[0].message.contains("BOOKMARK has no `object.metadata.resourceVersion`"), "{}", errors[0]);
     }
 
     #[test]
@@ -1784,8 +1465,7 @@ mod tests {
     fn unindented_multi_line_lists_are_one_document() {
         let a = r#"{"metadata":{"name":"a"},"involvedObject":{"name":"p"}}"#;
         let b = r#"{"metadata":{"name":"b"},"involvedObject":{"name":"p"}}"#;
-        let input =
-            format!("[\n{a},\n{b}\n]\n{a}\n{{\"kind\":\"EventList\",\"items\":[\n{b},\n{a}\n]}}");
+        let input = format!("[\n{a},\n{b}\n]\n{a}\n{{\"kind\":\"EventList\",\"items\":[\n{b},\n{a}\n]}}");
         let (items, errors) = decode_str(&input);
         assert!(errors.is_empty(), "{errors:?}");
         assert_eq!(labels(&items), ["a", "b", "a", "b", "a"]);
@@ -1803,11 +1483,7 @@ mod tests {
         let (items, errors) = decode_str(&format!("{cut}\n{KUBECTL_PRETTY}"));
         assert_eq!(labels(&items), ["nginx.1816687efbf1ca00"]);
         assert_eq!(error_lines(&errors), [1]);
-        assert!(
-            errors[0].message.contains("still missing `]}`"),
-            "{}",
-            errors[0]
-        );
+        assert!(errors[0].message.contains("still missing `]}`"), "{}", errors[0]);
     }
 
     #[test]
@@ -1818,11 +1494,7 @@ mod tests {
         }
         let err = decoder.finish().unwrap();
         assert_eq!(err.line, 1);
-        assert!(
-            err.message
-                .contains("still missing `}]}]}]}]…`, 20000 brackets"),
-            "{err}"
-        );
+        assert!(err.message.contains("still missing `}]}]}]}]…`, 20000 brackets"), "{err}");
         assert!(err.message.len() < 300, "{err}");
     }
 
@@ -1852,48 +1524,32 @@ mod tests {
     fn truncated_line_is_reported_at_its_line_and_the_next_line_decodes() {
         let in_string = &SUMO_ADDED[..200];
         let outside_string = &SUMO_ADDED[..SUMO_ADDED.find(r#","reason""#).unwrap()];
-        let input = [
-            SUMO_MODIFIED,
-            in_string,
-            SUMO_ADDED,
-            outside_string,
-            SUMO_DELETED,
-        ]
-        .join("\n");
+        let input = [SUMO_MODIFIED, in_string, SUMO_ADDED, outside_string, SUMO_DELETED].join("\n");
         let (items, errors) = decode_str(&input);
         assert_eq!(lines_of(&items), [1, 3, 5]);
         assert_eq!(error_lines(&errors), [2, 4]);
+        assert!(errors[0].message.contains("a string is still open at the end of the line"), "{}", errors[0]);
         assert!(
             errors[0]
                 .message
-                .contains("a string is still open at the end of the line"),
+                .contains(r#"; the document starts `{"type":"ADDED","object":{"kind":"Event","apiVersion":"v1","…`"#),
             "{}",
             errors[0]
         );
-        assert!(errors[0].message.contains(r#"; the document starts `{"type":"ADDED","object":{"kind":"Event","apiVersion":"v1","…`"#), "{}", errors[0]);
         assert!(errors[1].message.starts_with("incomplete document: a new document starts at line 5 before this one closed; the document (still missing `}}`)"), "{}", errors[1]);
     }
 
     #[test]
     fn envelope_without_object_or_with_unknown_type_is_an_error() {
-        let input = [
-            r#"{"type":"ADDED"}"#,
-            r#"{"type":"ADDED","object":null}"#,
-            r#"{"type":"SYNC","object":{}}"#,
-            SUMO_ADDED,
-        ]
-        .join("\n");
+        let input =
+            [r#"{"type":"ADDED"}"#, r#"{"type":"ADDED","object":null}"#, r#"{"type":"SYNC","object":{}}"#, SUMO_ADDED]
+                .join("\n");
         let (items, errors) = decode_str(&input);
         assert_eq!(lines_of(&items), [4]);
         assert_eq!(error_lines(&errors), [1, 2, 3]);
-        assert_eq!(
-            errors[0].to_string(),
-            "line 1: watch event ADDED has no `object`"
-        );
+        assert_eq!(errors[0].to_string(), "line 1: watch event ADDED has no `object`");
         assert!(
-            errors[2].message.contains(
-                "unknown type `SYNC`: expected ADDED, MODIFIED, DELETED, BOOKMARK or ERROR"
-            ),
+            errors[2].message.contains("unknown type `SYNC`: expected ADDED, MODIFIED, DELETED, BOOKMARK or ERROR"),
             "{}",
             errors[2]
         );
@@ -1908,9 +1564,7 @@ mod tests {
         assert_eq!(error_lines(&errors), [1]);
         let msg = &errors[0].message;
         assert!(
-            msg.starts_with(
-                "in the watch event's `object`: invalid type: string \"three\", expected i32"
-            ),
+            msg.starts_with("in the watch event's `object`: invalid type: string \"three\", expected i32"),
             "{msg}"
         );
         assert!(msg.contains(&format!(" at column {col}, near `")), "{msg}");
@@ -1920,13 +1574,7 @@ mod tests {
         let (items, errors) = decode_str(&format!("{SUMO_ADDED}\n{pretty}\n{SUMO_MODIFIED}"));
         assert_eq!(lines_of(&items), [1, 35]);
         assert_eq!(error_lines(&errors), [2]);
-        assert!(
-            errors[0]
-                .message
-                .contains("expected i32 at line 4 column 20, near `"),
-            "{}",
-            errors[0]
-        );
+        assert!(errors[0].message.contains("expected i32 at line 4 column 20, near `"), "{}", errors[0]);
     }
 
     #[test]
@@ -1939,28 +1587,12 @@ mod tests {
         assert_eq!(labels(&items), ["ok", "ok"]);
         assert_eq!(lines_of(&items), [2, 5]);
         assert_eq!(error_lines(&errors), [3, 4]);
-        assert!(
-            errors[0]
-                .message
-                .starts_with("in `items[1]`: invalid type: string \"three\""),
-            "{}",
-            errors[0]
-        );
-        assert!(
-            errors[1].message.starts_with("in `items[2]`: not an event"),
-            "{}",
-            errors[1]
-        );
+        assert!(errors[0].message.starts_with("in `items[1]`: invalid type: string \"three\""), "{}", errors[0]);
+        assert!(errors[1].message.starts_with("in `items[2]`: not an event"), "{}", errors[1]);
         let (items, errors) = decode_str(r#"[["Event", "v1"], 7, {"involvedObject": {}}]"#);
         assert_eq!(items.len(), 1);
-        assert_eq!(
-            errors[0].message,
-            r#"in array element [0]: expected a JSON object, found `["Event", "v1"]`"#
-        );
-        assert_eq!(
-            errors[1].message,
-            "in array element [1]: expected a JSON object, found `7`"
-        );
+        assert_eq!(errors[0].message, r#"in array element [0]: expected a JSON object, found `["Event", "v1"]`"#);
+        assert_eq!(errors[1].message, "in array element [1]: expected a JSON object, found `7`");
     }
 
     #[test]
@@ -1976,47 +1608,25 @@ mod tests {
         assert_eq!(lines_of(&items), [4]);
         assert_eq!(error_lines(&errors), [1, 2, 3]);
         assert!(
-            errors[0]
-                .message
-                .starts_with("not an event: expected `involvedObject` (core/v1 Event)"),
+            errors[0].message.starts_with("not an event: expected `involvedObject` (core/v1 Event)"),
             "{}",
             errors[0]
         );
-        assert!(
-            errors[0].message.ends_with("found kind `Pod`"),
-            "{}",
-            errors[0]
-        );
-        assert!(
-            errors[1]
-                .message
-                .ends_with("found kind `Status` (Forbidden: events is forbidden)"),
-            "{}",
-            errors[1]
-        );
+        assert!(errors[0].message.ends_with("found kind `Pod`"), "{}", errors[0]);
+        assert!(errors[1].message.ends_with("found kind `Status` (Forbidden: events is forbidden)"), "{}", errors[1]);
     }
 
     #[test]
     fn malformed_json_reports_position_and_excerpt() {
         let (items, errors) = decode_str(&format!("{{\"a\" 1}}\n{SUMO_ADDED}"));
         assert_eq!(lines_of(&items), [2]);
-        assert_eq!(
-            errors[0].to_string(),
-            "line 1: malformed JSON: expected `:` at column 6, near `{\"a\" 1}`"
-        );
+        assert_eq!(errors[0].to_string(), "line 1: malformed JSON: expected `:` at column 6, near `{\"a\" 1}`");
     }
 
     #[test]
     fn unclosed_pretty_document_is_reported_at_its_start_when_the_next_begins() {
-        let cut: String = KUBECTL_PRETTY
-            .lines()
-            .take(20)
-            .collect::<Vec<_>>()
-            .join("\n");
-        let input = format!(
-            "{SUMO_ADDED}\n{cut}\n{}\n{SUMO_MODIFIED}",
-            kubectl_pretty_bumped()
-        );
+        let cut: String = KUBECTL_PRETTY.lines().take(20).collect::<Vec<_>>().join("\n");
+        let input = format!("{SUMO_ADDED}\n{cut}\n{}\n{SUMO_MODIFIED}", kubectl_pretty_bumped());
         let (items, errors) = decode_str(&input);
         assert_eq!(lines_of(&items), [1, 22, 55]);
         assert_eq!(event(&items[1]).count, 2);
@@ -2039,31 +1649,27 @@ mod tests {
         }
         let err = decoder.finish().unwrap();
         assert_eq!(err.line, 2);
-        assert!(err.message.starts_with("incomplete document: the input ended before it closed; the document (still missing `}}`)"), "{err}");
         assert!(
-            decoder.finish().is_none(),
-            "finish leaves the decoder empty"
+            err.message.starts_with(
+                "incomplete document: the input ended before it closed; the document (still missing `}}`)"
+            ),
+            "{err}"
         );
-        assert_eq!(
-            lines_of(&[feed(&mut decoder, SUMO_ADDED).remove(0).unwrap()]),
-            [9]
-        );
+        assert!(decoder.finish().is_none(), "finish leaves the decoder empty");
+        assert_eq!(lines_of(&[feed(&mut decoder, SUMO_ADDED).remove(0).unwrap()]), [9]);
     }
 
     #[test]
     fn string_broken_across_lines_abandons_the_document_and_skips_its_tail() {
-        let broken = KUBECTL_PRETTY.replace(
-            r#"{not a brace} [nor a bracket]"#,
-            "{not a brace}\n    [nor a bracket]",
-        );
+        let broken = KUBECTL_PRETTY.replace(r#"{not a brace} [nor a bracket]"#, "{not a brace}\n    [nor a bracket]");
         let input = format!("{broken}\nnot json\n{SUMO_ADDED}");
         let (items, errors) = decode_str(&input);
         assert_eq!(lines_of(&items), [36]);
         assert_eq!(error_lines(&errors), [1, 35]);
         assert!(
-            errors[0].message.starts_with(
-                "document abandoned at line 17: a string is still open at the end of the line"
-            ),
+            errors[0]
+                .message
+                .starts_with("document abandoned at line 17: a string is still open at the end of the line"),
             "{}",
             errors[0]
         );
@@ -2076,18 +1682,11 @@ mod tests {
 
     #[test]
     fn mismatched_bracket_abandons_the_document() {
-        let input =
-            format!("{{\"a\": [1, 2}}\n  \"tail\": 1\n}}\n{SUMO_ADDED}\n[1, 2}}\n{SUMO_MODIFIED}");
+        let input = format!("{{\"a\": [1, 2}}\n  \"tail\": 1\n}}\n{SUMO_ADDED}\n[1, 2}}\n{SUMO_MODIFIED}");
         let (items, errors) = decode_str(&input);
         assert_eq!(lines_of(&items), [4, 6]);
         assert_eq!(error_lines(&errors), [1, 5]);
-        assert!(
-            errors[0]
-                .message
-                .starts_with("`}` at column 12 does not match the open brackets"),
-            "{}",
-            errors[0]
-        );
+        assert!(errors[0].message.starts_with("`}` at column 12 does not match the open brackets"), "{}", errors[0]);
     }
 
     #[test]
@@ -2107,18 +1706,12 @@ mod tests {
 
     #[test]
     fn stray_document_tail_is_one_error() {
-        let tail: String = KUBECTL_PRETTY
-            .lines()
-            .skip(5)
-            .collect::<Vec<_>>()
-            .join("\n");
+        let tail: String = KUBECTL_PRETTY.lines().skip(5).collect::<Vec<_>>().join("\n");
         let (items, errors) = decode_str(&format!("{tail}\n{SUMO_ADDED}"));
         assert_eq!(lines_of(&items), [29]);
         assert_eq!(error_lines(&errors), [1]);
         assert!(
-            errors[0]
-                .message
-                .ends_with("; skipping what looks like the rest of a broken document"),
+            errors[0].message.ends_with("; skipping what looks like the rest of a broken document"),
             "{}",
             errors[0]
         );
@@ -2129,9 +1722,7 @@ mod tests {
         let huge = format!("{{\"message\":\"{}\"}}", "x".repeat(MAX_LINE_BYTES));
         let mut decoder = Decoder::new();
         let out = feed(&mut decoder, &huge);
-        let [Err(err)] = &out[..] else {
-            panic!("{out:?}")
-        };
+        let [Err(err)] = &out[..] else { panic!("{out:?}") };
         assert_eq!(err.line, 1);
         assert!(
             err.message.starts_with(&format!(
@@ -2147,23 +1738,12 @@ mod tests {
             assert!(feed(&mut decoder, line).is_empty());
         }
         let out = feed(&mut decoder, &huge);
-        let [Err(err)] = &out[..] else {
-            panic!("{out:?}")
-        };
+        let [Err(err)] = &out[..] else { panic!("{out:?}") };
         assert_eq!(err.line, 3);
-        assert!(
-            err.message.starts_with("document abandoned: line 5 is"),
-            "{err}"
-        );
+        assert!(err.message.starts_with("document abandoned: line 5 is"), "{err}");
         assert!(feed(&mut decoder, "    }").is_empty());
         assert!(feed(&mut decoder, "}").is_empty());
-        assert_eq!(
-            feed(&mut decoder, SUMO_MODIFIED)[0]
-                .as_ref()
-                .unwrap()
-                .line(),
-            8
-        );
+        assert_eq!(feed(&mut decoder, SUMO_MODIFIED)[0].as_ref().unwrap().line(), 8);
         assert!(decoder.finish().is_none());
     }
 
@@ -2176,14 +1756,10 @@ mod tests {
         for _ in 0..(MAX_DOCUMENT_BYTES >> 20) + 1 {
             errors.extend(feed(&mut decoder, &chunk));
         }
-        let [Err(err)] = &errors[..] else {
-            panic!("{errors:?}")
-        };
+        let [Err(err)] = &errors[..] else { panic!("{errors:?}") };
         assert_eq!(err.line, 1);
         assert!(
-            err.message.starts_with(
-                "document abandoned: it grew past MAX_DOCUMENT_BYTES (64 MiB) at line"
-            ),
+            err.message.starts_with("document abandoned: it grew past MAX_DOCUMENT_BYTES (64 MiB) at line"),
             "{err}"
         );
         assert!(feed(&mut decoder, "}").is_empty());
@@ -2196,18 +1772,18 @@ mod tests {
         let parts = [
             SUMO_ADDED,                                                             // 1 ok
             "not json",                                                             // 2 err
-            &SUMO_ADDED[..300],                          // 3 err (string open)
-            r#"{"type":"ADDED"}"#,                       // 4 err
-            &count_three,                                // 5 err
-            SUMO_MODIFIED,                               // 6 ok
-            r#"{"kind":"Pod","metadata":{"name":"p"}}"#, // 7 err
-            r#"{"type":"ADDED","object":{"kind":"Event","involvedObject":{}"#, // 8 err (never closes)
-            SUMO_DELETED,                                                      // 9 ok
-            "",                                                                // 10
-            "]",                                                               // 11 err, tail
-            "    \"kind\": \"Event\",",                                        // 12 skipped
+            &SUMO_ADDED[..300],                                                     // 3 err (string open)
+            r#"{"type":"ADDED"}"#,                                                  // 4 err
+            &count_three,                                                           // 5 err
+            SUMO_MODIFIED,                                                          // 6 ok
+            r#"{"kind":"Pod","metadata":{"name":"p"}}"#,                            // 7 err
+            r#"{"type":"ADDED","object":{"kind":"Event","involvedObject":{}"#,      // 8 err (never closes)
+            SUMO_DELETED,                                                           // 9 ok
+            "",                                                                     // 10
+            "]",                                                                    // 11 err, tail
+            "    \"kind\": \"Event\",",                                             // 12 skipped
             r#"{"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"5"}}}"#, // 13 ok
-            &KUBECTL_PRETTY[..KUBECTL_PRETTY.len() - 2], // 14-45 err at finish
+            &KUBECTL_PRETTY[..KUBECTL_PRETTY.len() - 2],                            // 14-45 err at finish
         ];
         let (items, errors) = decode_str(&parts.join("\n"));
         assert_eq!(lines_of(&items), [1, 6, 9, 13]);
@@ -2219,17 +1795,11 @@ mod tests {
         let spaced = "a b\n".repeat(1000);
         for text in [spaced.as_str(), &"€".repeat(1000)] {
             let e = excerpt(text);
-            assert!(
-                e.chars().count() <= EXCERPT_CHARS + 1 && e.ends_with('…'),
-                "{e}"
-            );
+            assert!(e.chars().count() <= EXCERPT_CHARS + 1 && e.ends_with('…'), "{e}");
             let around = excerpt_around(text, text.len() / 2 + 1);
             assert!(around.chars().count() <= EXCERPT_CHARS + 2, "{around}");
         }
-        assert_eq!(
-            excerpt("  {\n    \"kind\":  \"Event\"\n}"),
-            "{ \"kind\": \"Event\" }"
-        );
+        assert_eq!(excerpt("  {\n    \"kind\":  \"Event\"\n}"), "{ \"kind\": \"Event\" }");
     }
 
     // ---- damage fuzzing ---------------------------------------------------------------------
@@ -2249,10 +1819,8 @@ mod tests {
     fn pretty4(v: &serde_json::Value) -> String {
         use serde::Serialize;
         let mut out = Vec::new();
-        let mut ser = serde_json::Serializer::with_formatter(
-            &mut out,
-            serde_json::ser::PrettyFormatter::with_indent(b"    "),
-        );
+        let mut ser =
+            serde_json::Serializer::with_formatter(&mut out, serde_json::ser::PrettyFormatter::with_indent(b"    "));
         v.serialize(&mut ser).unwrap();
         String::from_utf8(out).unwrap()
     }
@@ -2280,20 +1848,24 @@ mod tests {
                 "eventTime": "2024-05-01T12:00:00.000001Z",
             });
             let list = serde_json::json!({"kind": "EventList", "apiVersion": "v1", "items": [sample_event(&n("l0")), sample_event(&n("l1"))]});
-            let array =
-                serde_json::Value::Array(vec![sample_event(&n("a0")), sample_event(&n("a1"))]);
+            let array = serde_json::Value::Array(vec![sample_event(&n("a0")), sample_event(&n("a1"))]);
             docs.push((pretty4(&sample_event(&n("pretty"))), vec![n("pretty")]));
             docs.push((
-                serde_json::json!({"type": "ADDED", "object": sample_event(&n("watch"))})
-                    .to_string(),
+                serde_json::json!({"type": "ADDED", "object": sample_event(&n("watch"))}).to_string(),
                 vec![n("watch")],
             ));
             docs.push((pretty4(&list), vec![n("l0"), n("l1")]));
             docs.push((array.to_string(), vec![n("a0"), n("a1")]));
-            docs.push((serde_json::json!({"clock": "2024-05-01T12:00:00Z", "event": sample_event(&n("replay"))}).to_string(), vec![n("replay")]));
+            docs.push((
+                serde_json::json!({"clock": "2024-05-01T12:00:00Z", "event": sample_event(&n("replay"))}).to_string(),
+                vec![n("replay")],
+            ));
             docs.push((pretty4(&events_v1), vec![n("v1")]));
             docs.push((sample_event(&n("line")).to_string(), vec![n("line")]));
-            docs.push((format!(r#"{{"type":"BOOKMARK","object":{{"metadata":{{"resourceVersion":"{round}"}}}}}}"#), vec![format!("bookmark:{round}")]));
+            docs.push((
+                format!(r#"{{"type":"BOOKMARK","object":{{"metadata":{{"resourceVersion":"{round}"}}}}}}"#),
+                vec![format!("bookmark:{round}")],
+            ));
         }
         docs
     }
@@ -2308,18 +1880,9 @@ mod tests {
     #[test]
     fn fuzz_truncating_one_document_loses_only_that_document() {
         let docs = fuzz_documents();
-        let (all, errors) = decode_str(
-            &docs
-                .iter()
-                .map(|d| d.0.as_str())
-                .collect::<Vec<_>>()
-                .join("\n"),
-        );
+        let (all, errors) = decode_str(&docs.iter().map(|d| d.0.as_str()).collect::<Vec<_>>().join("\n"));
         assert!(errors.is_empty(), "{errors:?}");
-        assert_eq!(
-            labels(&all),
-            docs.iter().flat_map(|d| d.1.clone()).collect::<Vec<_>>()
-        );
+        assert_eq!(labels(&all), docs.iter().flat_map(|d| d.1.clone()).collect::<Vec<_>>());
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
         for _ in 0..1500 {
             let k = rng.below(docs.len());
@@ -2334,22 +1897,10 @@ mod tests {
             let start_line = 1 + parts[..k].iter().map(|p| p.lines().count()).sum::<usize>() as u64;
             let input = parts.join("\n");
             let (items, errors) = decode_str(&input);
-            let expected: Vec<String> = docs
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| *i != k)
-                .flat_map(|(_, d)| d.1.clone())
-                .collect();
-            assert_eq!(
-                labels(&items),
-                expected,
-                "doc {k} cut at {cut}: {truncated:?}"
-            );
-            assert_eq!(
-                error_lines(&errors),
-                [start_line],
-                "doc {k} cut at {cut}: {errors:?}"
-            );
+            let expected: Vec<String> =
+                docs.iter().enumerate().filter(|(i, _)| *i != k).flat_map(|(_, d)| d.1.clone()).collect();
+            assert_eq!(labels(&items), expected, "doc {k} cut at {cut}: {truncated:?}");
+            assert_eq!(error_lines(&errors), [start_line], "doc {k} cut at {cut}: {errors:?}");
         }
     }
 
@@ -2372,17 +1923,10 @@ mod tests {
             // Documents wholly before the cut, and those starting on a later line than the
             // one the cut joins, decode; those the cut touches may or may not.
             let joined_line_end = input[b..].find('\n').map_or(input.len(), |i| b + i);
-            let joined = format!(
-                "{}{}",
-                &input[input[..a].rfind('\n').map_or(0, |i| i + 1)..a],
-                &input[b..joined_line_end]
-            );
-            let before: Vec<String> = docs
-                .iter()
-                .zip(&starts)
-                .filter(|(d, s)| **s + d.0.len() < a)
-                .flat_map(|(d, _)| d.1.clone())
-                .collect();
+            let joined =
+                format!("{}{}", &input[input[..a].rfind('\n').map_or(0, |i| i + 1)..a], &input[b..joined_line_end]);
+            let before: Vec<String> =
+                docs.iter().zip(&starts).filter(|(d, s)| **s + d.0.len() < a).flat_map(|(d, _)| d.1.clone()).collect();
             let after: Vec<String> = docs
                 .iter()
                 .zip(&starts)
@@ -2390,16 +1934,9 @@ mod tests {
                 .flat_map(|(d, _)| d.1.clone())
                 .collect();
             let got = labels(&items);
-            assert_eq!(
-                got[..before.len().min(got.len())],
-                before[..],
-                "cut {a}..{b}"
-            );
+            assert_eq!(got[..before.len().min(got.len())], before[..], "cut {a}..{b}");
             if a < b && !joined.trim_end().ends_with('[') {
-                assert!(
-                    got.ends_with(&after),
-                    "cut {a}..{b}: got {got:?}, want suffix {after:?}"
-                );
+                assert!(got.ends_with(&after), "cut {a}..{b}: got {got:?}, want suffix {after:?}");
             }
         }
     }

@@ -1,0 +1,192 @@
+//! client-go's key functions (`tools/record/events_cache.go`), bit-exact, for composing your
+//! own and for the default plugins (`by-reason`, `similar-events`, `source-object`).
+//!
+//! Keys are plain concatenations with **no separator**, as in Go, so Go's collisions
+//! (`"ab" + "c"` = `"a" + "bc"`) are reproduced exactly.
+//!
+//! ```
+//! use eventpipe_guest::{EventView, KeyWriter, SpamKey, defaults};
+//!
+//! /// client-go's spam key, plus the reason: one token bucket per object *and* reason.
+//! #[derive(Default)]
+//! struct PerReason;
+//!
+//! impl SpamKey for PerReason {
+//!     fn spam_key(&self, event: &EventView<'_>, key: &mut KeyWriter<'_>) {
+//!         defaults::spam_key(event, key);
+//!         key.push_str(event.reason);
+//!     }
+//! }
+//! ```
+
+use crate::{AggregateKey, EventView, KeyWriter, MessageCombiner, SpamKey};
+
+/// Prefix of combined messages (client-go `EventAggregatorByReasonMessageFunc`, since k8s 1.8).
+pub const COMBINED_MESSAGE_PREFIX: &str = "(combined from similar events): ";
+
+/// client-go `getEventKey` (the EventLogger's key; the host computes it itself): `source.component,
+/// source.host, io.kind, io.namespace, io.name, io.fieldPath, io.uid, io.apiVersion, type,
+/// reason, message`.
+pub fn event_key(e: &EventView<'_>, out: &mut KeyWriter<'_>) {
+    let f = e.fields();
+    out.push_all(&f[..11]);
+}
+
+/// client-go `getSpamKey`: `source.component, source.host, io.kind, io.namespace, io.name,
+/// io.uid, io.apiVersion, type` (type since k8s 1.32; no fieldPath, reason or message).
+pub fn spam_key(e: &EventView<'_>, out: &mut KeyWriter<'_>) {
+    let (s, o) = (&e.source, &e.involved_object);
+    out.push_all(&[
+        s.component,
+        s.host,
+        o.kind,
+        o.namespace,
+        o.name,
+        o.uid,
+        o.api_version,
+        e.type_,
+    ]);
+}
+
+/// client-go `EventAggregatorByReasonFunc`'s aggregate key: `source.component, source.host,
+/// io.kind, io.namespace, io.name, io.uid, io.apiVersion, type, reason, reportingComponent,
+/// reportingInstance` (reporting fields since k8s 1.20; no fieldPath).
+pub fn aggregate_by_reason(e: &EventView<'_>, out: &mut KeyWriter<'_>) {
+    let (s, o) = (&e.source, &e.involved_object);
+    out.push_all(&[
+        s.component,
+        s.host,
+        o.kind,
+        o.namespace,
+        o.name,
+        o.uid,
+        o.api_version,
+        e.type_,
+        e.reason,
+        e.reporting_component,
+        e.reporting_instance,
+    ]);
+}
+
+/// client-go `EventAggregatorByReasonFunc`'s local key: the message.
+pub fn aggregate_by_reason_local(e: &EventView<'_>, out: &mut KeyWriter<'_>) {
+    out.push_str(e.message);
+}
+
+/// client-go `EventAggregatorByReasonMessageFunc`: `"(combined from similar events): " + message`.
+pub fn aggregate_by_reason_message(e: &EventView<'_>, out: &mut KeyWriter<'_>) {
+    out.push_all(&[COMBINED_MESSAGE_PREFIX, e.message]);
+}
+
+/// The default aggregate-key plugin `by-reason`: client-go `EventAggregatorByReasonFunc`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ByReason;
+
+impl AggregateKey for ByReason {
+    fn aggregate_key(&self, event: &EventView<'_>, key: &mut KeyWriter<'_>) {
+        aggregate_by_reason(event, key);
+    }
+
+    fn local_key(&self, event: &EventView<'_>, key: &mut KeyWriter<'_>) {
+        aggregate_by_reason_local(event, key);
+    }
+}
+
+/// The default combiner plugin `similar-events`: client-go `EventAggregatorByReasonMessageFunc`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SimilarEvents;
+
+impl MessageCombiner for SimilarEvents {
+    fn combine_message(&self, event: &EventView<'_>, message: &mut KeyWriter<'_>) {
+        aggregate_by_reason_message(event, message);
+    }
+}
+
+/// The default spam-key plugin `source-object`: client-go `getSpamKey`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SourceObject;
+
+impl SpamKey for SourceObject {
+    fn spam_key(&self, event: &EventView<'_>, key: &mut KeyWriter<'_>) {
+        spam_key(event, key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::packed::{ObjectView, SourceView};
+    use alloc::string::String;
+
+    fn key(f: impl FnOnce(&mut KeyWriter<'_>)) -> String {
+        let mut s = String::new();
+        f(&mut KeyWriter::new(&mut s));
+        s
+    }
+
+    /// The kubelet/Pod example of spec §3.2 (from client-go's test vectors).
+    fn kubelet_pod() -> EventView<'static> {
+        EventView {
+            source: SourceView {
+                component: "kubelet",
+                host: "kublet.node1",
+            },
+            involved_object: ObjectView {
+                kind: "Pod",
+                namespace: "other",
+                name: "pod1",
+                field_path: "spec.containers{mycontainer}",
+                uid: "C934D34AFB20242",
+                api_version: "version",
+            },
+            type_: "Normal",
+            reason: "end-of-world",
+            message: "it was fun",
+            reporting_component: "",
+            reporting_instance: "",
+        }
+    }
+
+    #[test]
+    fn spec_vectors() {
+        let e = kubelet_pod();
+        assert_eq!(
+            key(|w| event_key(&e, w)),
+            "kubeletkublet.node1Podotherpod1spec.containers{mycontainer}C934D34AFB20242versionNormalend-of-worldit was fun"
+        );
+        assert_eq!(
+            key(|w| spam_key(&e, w)),
+            "kubeletkublet.node1Podotherpod1C934D34AFB20242versionNormal"
+        );
+        assert_eq!(
+            key(|w| aggregate_by_reason(&e, w)),
+            "kubeletkublet.node1Podotherpod1C934D34AFB20242versionNormalend-of-world"
+        );
+        assert_eq!(key(|w| aggregate_by_reason_local(&e, w)), "it was fun");
+        assert_eq!(
+            key(|w| aggregate_by_reason_message(&e, w)),
+            "(combined from similar events): it was fun"
+        );
+    }
+
+    #[test]
+    fn reporting_fields_are_in_the_aggregate_key_only() {
+        let mut e = kubelet_pod();
+        e.reporting_component = "kubelet-rc";
+        e.reporting_instance = "i-1";
+        assert!(key(|w| aggregate_by_reason(&e, w)).ends_with("end-of-worldkubelet-rci-1"));
+        assert_eq!(
+            key(|w| spam_key(&e, w)),
+            "kubeletkublet.node1Podotherpod1C934D34AFB20242versionNormal"
+        );
+    }
+
+    #[test]
+    fn no_separator_collisions_are_kept() {
+        let mut a = kubelet_pod();
+        let mut b = kubelet_pod();
+        (a.involved_object.namespace, a.involved_object.name) = ("ab", "c");
+        (b.involved_object.namespace, b.involved_object.name) = ("a", "bc");
+        assert_eq!(key(|w| spam_key(&a, w)), key(|w| spam_key(&b, w)));
+    }
+}

@@ -1,0 +1,196 @@
+//! Write [eventpipe](https://github.com/eventpipe/eventpipe) plugins in Rust.
+//!
+//! A plugin is a WebAssembly component that exports one world of the WIT package
+//! `eventpipe:plugin@0.1.0` (the repository's `wit/` directory). With this crate a plugin is a
+//! type that implements one trait, plus one export macro:
+//!
+//! ```no_run
+//! use eventpipe_guest::{Event, Filter, Verdict};
+//!
+//! #[derive(Default)]
+//! struct DropNormal;
+//!
+//! impl Filter for DropNormal {
+//!     fn filter(&self, _tenant: &str, event: &Event) -> Verdict {
+//!         if event.type_ == "Normal" { Verdict::Drop(Some("normal event".into())) } else { Verdict::Keep }
+//!     }
+//! }
+//!
+//! eventpipe_guest::export_filter!(DropNormal);
+//! ```
+//!
+//! Build it as a `cdylib` with `cargo build --target wasm32-wasip2 --release`: the output
+//! `.wasm` is the component.
+//!
+//! | kind (WIT world)   | trait               | macro                    | sees                        |
+//! |--------------------|---------------------|--------------------------|-----------------------------|
+//! | `aggregate-key`    | [`AggregateKey`]    | [`export_aggregate_key!`]| [`EventView`] (key fields)  |
+//! | `message-combiner` | [`MessageCombiner`] | [`export_message_combiner!`] | [`EventView`]           |
+//! | `spam-key`         | [`SpamKey`]         | [`export_spam_key!`]     | [`EventView`]               |
+//! | `filter`           | [`Filter`]          | [`export_filter!`]       | [`Event`]                   |
+//! | `sink`             | [`Sink`]            | [`export_sink!`]         | [`SinkRequest`]             |
+//! | `watcher`          | [`Watcher`]         | [`export_watcher!`]      | [`Event`]                   |
+//!
+//! The key and combiner kinds run on every event, so their batches cross the component
+//! boundary packed ([`packed`]): the SDK decodes them into borrowed [`EventView`]s and collects
+//! what your functions write through a [`KeyWriter`] into one buffer, so a batch costs a few
+//! copies, not an allocation per string. The client-go functions are in [`defaults`].
+//!
+//! # Plugin values
+//! Your type is built once per component instance, with [`Default::default`], on the first
+//! call: read [`config`] there. Methods take `&self`; use `Cell`/`RefCell` for state (an
+//! instance is single-threaded and never re-entered).
+//!
+//! # Imports
+//! [`log`] (structured logging into the host's `tracing`), [`config`] (the plugin's key/value
+//! config) and, for sinks only, [`output`]. There is no filesystem, network or clock.
+//!
+//! # `std` or `no_std`
+//! A plugin written with `std` works as is; its component also imports the WASI CLI
+//! interfaces that Rust's `std` needs (stdio, environment, exit), which the host provides
+//! empty. For a smaller component whose only imports are its world's, make the crate
+//! `no_std` on wasm and install the SDK runtime (allocator, panic handler that logs the panic,
+//! `cabi_realloc`):
+//!
+//! ```ignore
+//! #![cfg_attr(target_arch = "wasm32", no_std)]
+//! use eventpipe_guest::prelude::*; // String, Vec, format!, … from `alloc`
+//! eventpipe_guest::no_std_runtime!();
+//! ```
+//!
+//! Off wasm32 (native unit tests) the imports are inert: logs are discarded, the config is
+//! empty and output writes succeed without going anywhere.
+#![cfg_attr(not(test), no_std)]
+
+extern crate alloc;
+// Generated bindings name this crate by its external name, also from inside it.
+extern crate self as eventpipe_guest;
+
+#[doc(hidden)]
+pub mod bindings;
+pub mod config;
+pub mod defaults;
+mod export;
+pub mod json;
+pub mod log;
+pub mod output;
+pub mod packed;
+pub mod prelude;
+mod runtime;
+
+use alloc::vec::Vec;
+
+pub use bindings::plugin::eventpipe::plugin::types::{
+    AggregateKeyPair, Event, EventSeries, EventSource, ObjectMeta, ObjectReference, PackedStrings,
+    PatchRequest, SinkError, SinkRequest, StringMap, Verdict,
+};
+pub use packed::{EventView, KeyWriter};
+
+/// An aggregate-key function (world `aggregate-key`, client-go `EventAggregatorKeyFunc`).
+/// Export with [`export_aggregate_key!`]. Default: [`defaults::ByReason`].
+///
+/// Both keys must be pure functions of the event's key fields: the host calls them in
+/// batches, ahead of each event's turn.
+pub trait AggregateKey: Default + 'static {
+    /// Appends the aggregate key of `event` to `key`: events with equal aggregate keys are
+    /// "similar".
+    fn aggregate_key(&self, event: &EventView<'_>, key: &mut KeyWriter<'_>);
+
+    /// Appends the local key of `event` to `key`: distinct local keys within one aggregate key
+    /// count towards aggregation. Default: the message, as client-go.
+    fn local_key(&self, event: &EventView<'_>, key: &mut KeyWriter<'_>) {
+        key.push_str(event.message);
+    }
+}
+
+/// A message combiner (world `message-combiner`, client-go `EventAggregatorMessageFunc`).
+/// Export with [`export_message_combiner!`]. Default: [`defaults::SimilarEvents`].
+pub trait MessageCombiner: Default + 'static {
+    /// Appends the message of the aggregate event that replaces events similar to `event`.
+    fn combine_message(&self, event: &EventView<'_>, message: &mut KeyWriter<'_>);
+}
+
+/// A spam key function (world `spam-key`, client-go `EventSpamKeyFunc`): events with equal
+/// keys share one token bucket. Export with [`export_spam_key!`]. Default:
+/// [`defaults::SourceObject`].
+pub trait SpamKey: Default + 'static {
+    /// Appends the spam key of `event` to `key`.
+    fn spam_key(&self, event: &EventView<'_>, key: &mut KeyWriter<'_>);
+}
+
+/// A filter (world `filter`): keeps or drops events before correlation. Export with
+/// [`export_filter!`].
+pub trait Filter: Default + 'static {
+    /// The verdict for one event. `tenant` names the tenant whose rules matched the event
+    /// (`""` when none did and the defaults apply).
+    fn filter(&self, tenant: &str, event: &Event) -> Verdict;
+
+    /// The verdicts for a batch of one tenant's events: exactly one per event, in order.
+    /// Default: [`Filter::filter`] on each.
+    fn filter_batch(&self, tenant: &str, events: &[Event]) -> Vec<Verdict> {
+        events.iter().map(|e| self.filter(tenant, e)).collect()
+    }
+}
+
+/// An event sink (world `sink`, client-go `EventSink`). Export with [`export_sink!`]. Write
+/// what you format with [`output::write`]; the host delivers it.
+pub trait Sink: Default + 'static {
+    /// Performs one request. `Ok` carries the event as stored (usually the request's event:
+    /// the host remembers its name, resourceVersion, count and firstTimestamp).
+    ///
+    /// # Errors
+    /// [`SinkError::Retryable`] (the host retries later), [`SinkError::Permanent`] (dropped),
+    /// [`SinkError::NotFound`] (a patch's target is missing: the host creates instead).
+    fn send(&self, tenant: &str, request: SinkRequest) -> Result<Event, SinkError>;
+
+    /// Performs a batch of requests in order: exactly one result per request. Default:
+    /// [`Sink::send`] on each.
+    fn send_batch(
+        &self,
+        tenant: &str,
+        requests: Vec<SinkRequest>,
+    ) -> Vec<Result<Event, SinkError>> {
+        requests.into_iter().map(|r| self.send(tenant, r)).collect()
+    }
+}
+
+/// A watcher on the Broadcaster (world `watcher`): sees every event, before correlation.
+/// Export with [`export_watcher!`].
+pub trait Watcher: Default + 'static {
+    /// Receives one event.
+    fn watch(&self, event: &Event);
+
+    /// Receives a batch of events in broadcast order. Default: [`Watcher::watch`] on each.
+    fn watch_batch(&self, events: &[Event]) {
+        for event in events {
+            self.watch(event);
+        }
+    }
+}
+
+impl SinkRequest {
+    /// The event of the request (created or patched).
+    pub fn event(&self) -> &Event {
+        match self {
+            SinkRequest::Create(event) => event,
+            SinkRequest::Patch(patch) => &patch.event,
+        }
+    }
+
+    /// The event of the request, by value.
+    pub fn into_event(self) -> Event {
+        match self {
+            SinkRequest::Create(event) => event,
+            SinkRequest::Patch(patch) => patch.event,
+        }
+    }
+}
+
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::export::{Export, Instance, PluginCell};
+    pub use crate::runtime::{cabi_realloc, panic};
+    #[cfg(target_arch = "wasm32")]
+    pub use dlmalloc;
+    pub use wit_bindgen;
+}

@@ -1,0 +1,14 @@
+//! The one `bindgen!` of eventpipe: the host-side types and import traits of `wit/` (world
+//! `host`). Plugin exports are looked up by name per kind (see [`super::PluginKind`]).
+#![allow(missing_docs, reason = "generated code; the WIT documents it")]
+
+wasmtime::component::bindgen!({
+    path: "../wit",
+    world: "host",
+});
+
+pub use eventpipe::plugin::types::{
+    AggregateKeyPair, Event, EventSeries, EventSource, ObjectMeta, ObjectReference, PackedStrings, PatchRequest,
+    SinkError, SinkRequest, Verdict,
+};
+pub use eventpipe::plugin::{config, log, output};

@@ -1,0 +1,197 @@
+//! Calling one export of a plugin: one live instance per caller, fuel set before every call,
+//! and a fresh instance after any failure that may have poisoned the old one.
+
+use std::fmt;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use wasmtime::component::{ComponentNamedList, Lift, Lower, TypedFunc};
+use wasmtime::{Store, Trap};
+
+use super::state::{MemoryLimitExceeded, OutputFn};
+use super::{Plugin, PluginKind, PluginState};
+
+/// Fuel for instantiating (a guest's start code), in multiples of the per-event budget.
+const INSTANTIATE_FUEL_EVENTS: u64 = 16;
+
+/// Why a plugin call failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallFailure {
+    /// The call used its whole fuel budget (an endless or too long loop).
+    OutOfFuel {
+        /// The budget, fuel units.
+        budget: u64,
+    },
+    /// The guest grew its memory past its limit.
+    MemoryLimit(String),
+    /// The guest trapped: a panic (`unreachable`), a bad memory access, …
+    Trap(String),
+    /// A fresh instance could not be created.
+    Instantiate(String),
+    /// The guest answered with its own error (e.g. it rejected the batch).
+    GuestError(String),
+    /// The guest answered with something that breaks the contract (wrong count, bad offsets,
+    /// invalid UTF-8, an empty key).
+    Garbage(String),
+}
+
+impl fmt::Display for CallFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CallFailure::OutOfFuel { budget } => write!(f, "ran out of fuel (budget {budget})"),
+            CallFailure::MemoryLimit(m) => write!(f, "{m}"),
+            CallFailure::Trap(m) => write!(f, "trapped: {m}"),
+            CallFailure::Instantiate(m) => write!(f, "could not be instantiated: {m}"),
+            CallFailure::GuestError(m) => write!(f, "returned an error: {m}"),
+            CallFailure::Garbage(m) => write!(f, "returned garbage: {m}"),
+        }
+    }
+}
+
+impl CallFailure {
+    /// A short label for metrics: `out_of_fuel`, `memory_limit`, `trap`, `instantiate`,
+    /// `guest_error`, `garbage`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            CallFailure::OutOfFuel { .. } => "out_of_fuel",
+            CallFailure::MemoryLimit(_) => "memory_limit",
+            CallFailure::Trap(_) => "trap",
+            CallFailure::Instantiate(_) => "instantiate",
+            CallFailure::GuestError(_) => "guest_error",
+            CallFailure::Garbage(_) => "garbage",
+        }
+    }
+
+    fn from_wasmtime(e: &wasmtime::Error, budget: u64) -> Self {
+        if let Some(limit) = e.downcast_ref::<MemoryLimitExceeded>() {
+            return CallFailure::MemoryLimit(limit.to_string());
+        }
+        match e.downcast_ref::<Trap>() {
+            Some(Trap::OutOfFuel) => CallFailure::OutOfFuel { budget },
+            Some(Trap::UnreachableCodeReached) => CallFailure::Trap("unreachable code reached (a guest panic?)".into()),
+            _ => CallFailure::Trap(format!("{e:#}")),
+        }
+    }
+}
+
+/// A failed plugin call: which plugin, kind, tenant and event, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("plugin `{plugin}` ({kind}) for tenant `{tenant}` failed on event {event}: {failure}")]
+pub struct PluginCallError {
+    /// Plugin name.
+    pub plugin: String,
+    /// Plugin kind.
+    pub kind: PluginKind,
+    /// Tenant the call was made for (`default` when none matched).
+    pub tenant: String,
+    /// The event (`namespace/name`), or the first event and batch size.
+    pub event: String,
+    /// What went wrong.
+    pub failure: CallFailure,
+}
+
+/// What a successful call cost.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CallCost {
+    /// Fuel consumed (0 when fuel is off).
+    pub fuel: u64,
+    /// The instance's peak linear memory so far, bytes.
+    pub peak_memory_bytes: usize,
+}
+
+struct Live<P, R> {
+    store: Store<PluginState>,
+    func: TypedFunc<P, R>,
+}
+
+/// One export of one plugin for one tenant, with its live instance.
+pub(crate) struct Caller<P, R> {
+    plugin: Arc<Plugin>,
+    tenant: Arc<str>,
+    export: &'static str,
+    output: Option<OutputFn>,
+    live: Mutex<Option<Live<P, R>>>,
+}
+
+impl<P, R> Caller<P, R>
+where
+    P: ComponentNamedList + Lower + Send + Sync + 'static,
+    R: ComponentNamedList + Lift + Send + Sync + 'static,
+{
+    /// A caller of `export` (instantiated lazily, on the first call).
+    pub(crate) fn new(plugin: Arc<Plugin>, tenant: &str, export: &'static str, output: Option<OutputFn>) -> Self {
+        Self { plugin, tenant: tenant.into(), export, output, live: Mutex::new(None) }
+    }
+
+    pub(crate) fn plugin(&self) -> &Arc<Plugin> {
+        &self.plugin
+    }
+
+    /// The error for `failure` on `event`, counted in the plugin's stats.
+    pub(crate) fn error(&self, event: String, failure: CallFailure) -> PluginCallError {
+        self.plugin.stats.failures.fetch_add(1, Ordering::Relaxed);
+        PluginCallError {
+            plugin: self.plugin.name.to_string(),
+            kind: self.plugin.kind,
+            tenant: self.tenant.to_string(),
+            event,
+            failure,
+        }
+    }
+
+    fn instantiate(&self) -> Result<Live<P, R>, CallFailure> {
+        let p = &self.plugin;
+        let state = PluginState::new(
+            p.name.clone(),
+            self.tenant.clone(),
+            p.settings.config.clone(),
+            p.settings.memory_limit_bytes,
+            self.output.clone(),
+        );
+        let mut store = Store::new(p.pre.engine(), state);
+        store.limiter(|s| s.limiter());
+        let budget = p.settings.fuel_per_event.saturating_mul(INSTANTIATE_FUEL_EVENTS);
+        if p.fuel {
+            store.set_fuel(budget).map_err(|e| CallFailure::Instantiate(e.to_string()))?;
+        }
+        let instance = p.pre.instantiate(&mut store).map_err(|e| match CallFailure::from_wasmtime(&e, budget) {
+            CallFailure::Trap(m) => CallFailure::Instantiate(m),
+            other => other,
+        })?;
+        let func = instance
+            .get_typed_func::<P, R>(&mut store, self.export)
+            .map_err(|e| CallFailure::Instantiate(format!("export `{}`: {e:#}", self.export)))?;
+        p.stats.instances.fetch_add(1, Ordering::Relaxed);
+        Ok(Live { store, func })
+    }
+
+    /// Calls the export with `params` (a batch of `events` events) under a budget of
+    /// `events × fuel_per_event`. On any failure the instance is discarded; the next call
+    /// gets a fresh one.
+    pub(crate) fn call(&self, params: P, events: usize) -> Result<(R, CallCost), CallFailure> {
+        let p = &self.plugin;
+        let mut guard = self.live.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if guard.is_none() {
+            *guard = Some(self.instantiate()?);
+        }
+        let live = guard.as_mut().expect("instantiated above");
+        let budget = p.settings.fuel_per_event.saturating_mul(events.max(1) as u64);
+        if p.fuel {
+            live.store.set_fuel(budget).map_err(|e| CallFailure::Trap(e.to_string()))?;
+        }
+        p.stats.calls.fetch_add(1, Ordering::Relaxed);
+        p.stats.events.fetch_add(events as u64, Ordering::Relaxed);
+        let outcome = live.func.call(&mut live.store, params);
+        match outcome {
+            Ok(r) => {
+                let fuel = if p.fuel { budget.saturating_sub(live.store.get_fuel().unwrap_or(0)) } else { 0 };
+                p.stats.fuel_consumed.fetch_add(fuel, Ordering::Relaxed);
+                Ok((r, CallCost { fuel, peak_memory_bytes: live.store.data().peak_memory_bytes() }))
+            }
+            Err(e) => {
+                *guard = None; // a trapped instance cannot be entered again
+                Err(CallFailure::from_wasmtime(&e, budget))
+            }
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! `eventpipe plugins check FILE.wasm`: load a component, tell its kind, run it once on a
+//! sample event, report what it answered, the fuel it used and its peak memory.
+
+use std::sync::{Arc, Mutex};
+
+use super::bindings::{self as wit, PackedStrings};
+use super::call::{CallCost, CallFailure, Caller};
+use super::convert::{pack_key_fields, to_wit, unpack};
+use super::{Plugin, PluginKind, PluginRuntime, PluginSettings};
+use crate::event::Event;
+use crate::plugin::functions::DEFAULT_TENANT;
+
+/// A kubelet event of the kind every plugin must handle.
+pub fn sample_event() -> Event {
+    serde_json::from_str(
+        r#"{"metadata":{"name":"web-0.17cb5b99f8638000","namespace":"default"},
+            "involvedObject":{"kind":"Pod","namespace":"default","name":"web-0","uid":"7d3c2a1e","apiVersion":"v1","fieldPath":"spec.containers{app}"},
+            "reason":"BackOff","message":"Back-off restarting failed container app in pod web-0",
+            "source":{"component":"kubelet","host":"node-1"},"firstTimestamp":"2025-01-01T00:00:00Z",
+            "lastTimestamp":"2025-01-01T00:00:00Z","count":1,"type":"Warning",
+            "reportingComponent":"kubelet","reportingInstance":"node-1"}"#,
+    )
+    .expect("the sample event parses")
+}
+
+/// What `plugins check` found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckReport {
+    /// Plugin name (the file stem).
+    pub name: String,
+    /// Its kind.
+    pub kind: PluginKind,
+    /// What it answered for the sample event, human-readable.
+    pub answer: String,
+    /// Fuel the call used and the instance's peak memory.
+    pub cost: CallCost,
+}
+
+/// Why a check failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    /// The file could not be read.
+    #[error("{path}: {error}")]
+    Read {
+        /// The path given.
+        path: String,
+        /// The I/O error.
+        #[source]
+        error: std::io::Error,
+    },
+    /// It is not a loadable plugin.
+    #[error(transparent)]
+    Load(#[from] super::PluginError),
+    /// It loaded but failed on the sample event.
+    #[error("plugin `{plugin}` ({kind}) failed on the sample event: {failure}")]
+    Call {
+        /// Plugin name.
+        plugin: String,
+        /// Plugin kind.
+        kind: PluginKind,
+        /// What went wrong.
+        failure: CallFailure,
+    },
+}
+
+/// Loads `path` and runs it once on [`sample_event`].
+///
+/// # Errors
+/// [`CheckError`] naming what is wrong: unreadable file, not a component, no plugin world,
+/// unsatisfiable imports, or a failed call (trap, fuel, memory, guest error, garbage).
+pub fn check(
+    runtime: &PluginRuntime,
+    path: &std::path::Path,
+    settings: PluginSettings,
+) -> Result<CheckReport, CheckError> {
+    let bytes = std::fs::read(path).map_err(|error| CheckError::Read { path: path.display().to_string(), error })?;
+    let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "plugin".into());
+    let plugin = runtime.load(&name, &bytes, settings)?;
+    let (answer, cost) =
+        run_once(&plugin).map_err(|failure| CheckError::Call { plugin: name.clone(), kind: plugin.kind(), failure })?;
+    Ok(CheckReport { name, kind: plugin.kind(), answer, cost })
+}
+
+fn run_once(plugin: &Arc<Plugin>) -> Result<(String, CallCost), CallFailure> {
+    let event = sample_event();
+    let kind = plugin.kind();
+    let export = kind.batch_export();
+    match kind {
+        PluginKind::AggregateKey | PluginKind::MessageCombiner | PluginKind::SpamKey => {
+            let caller: Caller<(PackedStrings,), (Result<PackedStrings, String>,)> =
+                Caller::new(plugin.clone(), DEFAULT_TENANT, export, None);
+            let packed = pack_key_fields(&[&event]).map_err(CallFailure::GuestError)?;
+            let ((answer,), cost) = caller.call((packed,), 1)?;
+            let packed = answer.map_err(CallFailure::GuestError)?;
+            let expected = if kind == PluginKind::AggregateKey { 2 } else { 1 };
+            let strings = unpack(&packed, expected).map_err(CallFailure::Garbage)?;
+            let shown: Vec<String> = strings.iter().map(|s| format!("{:?}", String::from_utf8_lossy(s))).collect();
+            Ok((shown.join(", "), cost))
+        }
+        PluginKind::Filter => {
+            let caller: Caller<(String, Vec<wit::Event>), (Vec<wit::Verdict>,)> =
+                Caller::new(plugin.clone(), DEFAULT_TENANT, export, None);
+            let ((verdicts,), cost) = caller.call((DEFAULT_TENANT.into(), vec![to_wit(&event)]), 1)?;
+            match verdicts.as_slice() {
+                [v] => Ok((format!("{v:?}"), cost)),
+                other => Err(CallFailure::Garbage(format!("{} verdicts for 1 event", other.len()))),
+            }
+        }
+        PluginKind::Sink => {
+            let written: Arc<Mutex<Vec<u8>>> = Arc::default();
+            let sink = written.clone();
+            let output: super::state::OutputFn = Arc::new(move |b: &[u8]| {
+                sink.lock().map_err(|e| e.to_string())?.extend_from_slice(b);
+                Ok(())
+            });
+            let caller: Caller<(String, Vec<wit::SinkRequest>), (Vec<Result<wit::Event, wit::SinkError>>,)> =
+                Caller::new(plugin.clone(), DEFAULT_TENANT, export, Some(output));
+            let ((results,), cost) =
+                caller.call((DEFAULT_TENANT.into(), vec![wit::SinkRequest::Create(to_wit(&event))]), 1)?;
+            let written = String::from_utf8_lossy(&written.lock().unwrap_or_else(|p| p.into_inner())).into_owned();
+            match results.as_slice() {
+                [Ok(_)] => Ok((format!("created; wrote {:?}", written.trim_end()), cost)),
+                [Err(e)] => Ok((format!("refused: {e:?}"), cost)),
+                other => Err(CallFailure::Garbage(format!("{} results for 1 request", other.len()))),
+            }
+        }
+        PluginKind::Watcher => {
+            let caller: Caller<(Vec<wit::Event>,), ()> = Caller::new(plugin.clone(), DEFAULT_TENANT, export, None);
+            let ((), cost) = caller.call((vec![to_wit(&event)],), 1)?;
+            Ok(("watched".into(), cost))
+        }
+    }
+}

@@ -1,0 +1,224 @@
+//! Conversions between the host's [`Event`] and the WIT records, and the packed batches the key
+//! functions exchange (layouts in `wit/types.wit`: `packed-strings`, `key-fields-batch`).
+
+use std::collections::BTreeMap;
+
+use chrono::DateTime;
+
+use super::bindings as wit;
+use crate::clock::to_unix_nanos;
+use crate::event::{self, Event, Time};
+
+/// Strings per event in a key-fields batch.
+pub(crate) const KEY_FIELDS: usize = 13;
+
+/// The key fields of `e`, in the order of `wit/types.wit` `key-fields-batch`.
+fn key_fields(e: &Event) -> [&str; KEY_FIELDS] {
+    let io = &e.involved_object;
+    [
+        &e.source.component,
+        &e.source.host,
+        &io.kind,
+        &io.namespace,
+        &io.name,
+        &io.field_path,
+        &io.uid,
+        &io.api_version,
+        &e.type_,
+        &e.reason,
+        &e.message,
+        &e.reporting_component,
+        &e.reporting_instance,
+    ]
+}
+
+/// Packs the key fields of `events`: one byte buffer and one end offset per field.
+///
+/// # Errors
+/// The batch is larger than the 4 GiB the `u32` offsets address.
+pub(crate) fn pack_key_fields(events: &[&Event]) -> Result<wit::PackedStrings, String> {
+    let total: usize = events.iter().flat_map(|e| key_fields(e)).map(str::len).sum();
+    if u32::try_from(total).is_err() {
+        return Err(format!("a batch of {total} bytes is too large for one call"));
+    }
+    let mut bytes = Vec::with_capacity(total);
+    let mut ends = Vec::with_capacity(events.len() * KEY_FIELDS);
+    for e in events {
+        for field in key_fields(e) {
+            bytes.extend_from_slice(field.as_bytes());
+            ends.push(bytes.len() as u32);
+        }
+    }
+    Ok(wit::PackedStrings { bytes, ends })
+}
+
+/// The strings of a `packed-strings` result, checked against its rules and against the count
+/// the caller expects.
+///
+/// # Errors
+/// A description of the first broken rule (the caller reports it as garbage).
+pub(crate) fn unpack(packed: &wit::PackedStrings, expected: usize) -> Result<Vec<&[u8]>, String> {
+    let wit::PackedStrings { bytes, ends } = packed;
+    if ends.len() != expected {
+        return Err(format!("{} strings for {expected} expected", ends.len()));
+    }
+    let mut start = 0usize;
+    let mut out = Vec::with_capacity(expected);
+    for (i, &end) in ends.iter().enumerate() {
+        let end = end as usize;
+        if end < start || end > bytes.len() {
+            return Err(format!("string {i} ends at {end}, outside {start}..={}", bytes.len()));
+        }
+        out.push(&bytes[start..end]);
+        start = end;
+    }
+    if start != bytes.len() {
+        return Err(format!("{} bytes after the last string", bytes.len() - start));
+    }
+    Ok(out)
+}
+
+fn nanos(t: Option<Time>) -> Option<i64> {
+    t.map(to_unix_nanos)
+}
+
+fn time(n: Option<i64>) -> Option<Time> {
+    n.map(DateTime::from_timestamp_nanos)
+}
+
+fn pairs(m: &BTreeMap<String, String>) -> Vec<(String, String)> {
+    m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+}
+
+fn reference(r: &event::ObjectReference) -> wit::ObjectReference {
+    wit::ObjectReference {
+        kind: r.kind.clone(),
+        namespace: r.namespace.clone(),
+        name: r.name.clone(),
+        uid: r.uid.clone(),
+        api_version: r.api_version.clone(),
+        resource_version: r.resource_version.clone(),
+        field_path: r.field_path.clone(),
+    }
+}
+
+fn from_reference(r: wit::ObjectReference) -> event::ObjectReference {
+    event::ObjectReference {
+        kind: r.kind,
+        namespace: r.namespace,
+        name: r.name,
+        uid: r.uid,
+        api_version: r.api_version,
+        resource_version: r.resource_version,
+        field_path: r.field_path,
+    }
+}
+
+/// The WIT record of an event (metadata beyond the typed fields stays in the host).
+pub(crate) fn to_wit(e: &Event) -> wit::Event {
+    let m = &e.metadata;
+    wit::Event {
+        metadata: wit::ObjectMeta {
+            name: m.name.clone(),
+            generate_name: m.generate_name.clone(),
+            namespace: m.namespace.clone(),
+            uid: m.uid.clone(),
+            resource_version: m.resource_version.clone(),
+            creation_timestamp_unix_nanos: nanos(m.creation_timestamp),
+            labels: pairs(&m.labels),
+            annotations: pairs(&m.annotations),
+        },
+        involved_object: reference(&e.involved_object),
+        reason: e.reason.clone(),
+        message: e.message.clone(),
+        source: wit::EventSource { component: e.source.component.clone(), host: e.source.host.clone() },
+        first_timestamp_unix_nanos: nanos(e.first_timestamp),
+        last_timestamp_unix_nanos: nanos(e.last_timestamp),
+        count: e.count,
+        type_: e.type_.clone(),
+        event_time_unix_nanos: nanos(e.event_time),
+        series: e
+            .series
+            .as_ref()
+            .map(|s| wit::EventSeries { count: s.count, last_observed_time_unix_nanos: nanos(s.last_observed_time) }),
+        action: e.action.clone(),
+        related: e.related.as_ref().map(reference),
+        reporting_component: e.reporting_component.clone(),
+        reporting_instance: e.reporting_instance.clone(),
+    }
+}
+
+/// The host event for a WIT record a plugin returned; `like` supplies what the record cannot
+/// carry (TypeMeta and metadata fields other than the typed ones).
+pub(crate) fn from_wit(w: wit::Event, like: &Event) -> Event {
+    let mut metadata = like.metadata.clone();
+    metadata.name = w.metadata.name;
+    metadata.generate_name = w.metadata.generate_name;
+    metadata.namespace = w.metadata.namespace;
+    metadata.uid = w.metadata.uid;
+    metadata.resource_version = w.metadata.resource_version;
+    metadata.creation_timestamp = time(w.metadata.creation_timestamp_unix_nanos);
+    metadata.labels = w.metadata.labels.into_iter().collect();
+    metadata.annotations = w.metadata.annotations.into_iter().collect();
+    Event {
+        kind: like.kind.clone(),
+        api_version: like.api_version.clone(),
+        metadata,
+        involved_object: from_reference(w.involved_object),
+        reason: w.reason,
+        message: w.message,
+        source: event::EventSource { component: w.source.component, host: w.source.host },
+        first_timestamp: time(w.first_timestamp_unix_nanos),
+        last_timestamp: time(w.last_timestamp_unix_nanos),
+        count: w.count,
+        type_: w.type_,
+        event_time: time(w.event_time_unix_nanos),
+        series: w
+            .series
+            .map(|s| event::EventSeries { count: s.count, last_observed_time: time(s.last_observed_time_unix_nanos) }),
+        action: w.action,
+        related: w.related.map(from_reference),
+        reporting_component: w.reporting_component,
+        reporting_instance: w.reporting_instance,
+    }
+}
+
+/// `namespace/name` of an event, for error messages.
+pub(crate) fn describe(e: &Event) -> String {
+    let name = if e.metadata.name.is_empty() { "<unnamed>" } else { &e.metadata.name };
+    if e.metadata.namespace.is_empty() { name.to_string() } else { format!("{}/{name}", e.metadata.namespace) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_fields_pack_in_wit_order_and_unpack_back() {
+        let mut e = Event { reason: "R".into(), message: "m".into(), type_: "Normal".into(), ..Event::default() };
+        e.source.component = "kubelet".into();
+        e.involved_object.name = "pod".into();
+        let packed = pack_key_fields(&[&e, &e]).unwrap();
+        let strings = unpack(&packed, 2 * KEY_FIELDS).unwrap();
+        assert_eq!(strings[0], b"kubelet");
+        assert_eq!(strings[4], b"pod");
+        assert_eq!(strings[KEY_FIELDS + 10], b"m");
+    }
+
+    #[test]
+    fn unpack_rejects_every_broken_rule() {
+        let p = |bytes: &[u8], ends: &[u32]| wit::PackedStrings { bytes: bytes.to_vec(), ends: ends.to_vec() };
+        assert!(unpack(&p(b"ab", &[1, 2]), 3).unwrap_err().contains("2 strings for 3"));
+        assert!(unpack(&p(b"ab", &[2, 1]), 2).unwrap_err().contains("outside"));
+        assert!(unpack(&p(b"ab", &[1, 9]), 2).unwrap_err().contains("outside"));
+        assert!(unpack(&p(b"abc", &[1, 2]), 2).unwrap_err().contains("after the last"));
+        assert_eq!(unpack(&p(b"", &[0, 0]), 2).unwrap(), vec![&b""[..], &b""[..]]);
+    }
+
+    #[test]
+    fn wit_record_round_trips_the_typed_fields() {
+        let line = r#"{"kind":"Event","apiVersion":"v1","metadata":{"name":"p.1","namespace":"ns","labels":{"a":"b"},"managedFields":[1]},"involvedObject":{"kind":"Pod","name":"p","fieldPath":"spec"},"reason":"R","message":"m","source":{"component":"c","host":"h"},"firstTimestamp":"2025-01-01T00:00:01Z","lastTimestamp":"2025-01-01T00:00:02Z","count":3,"type":"Warning","eventTime":"2025-01-01T00:00:01.123456Z","action":"A","related":{"name":"r"},"reportingComponent":"rc","reportingInstance":"ri"}"#;
+        let e: Event = serde_json::from_str(line).unwrap();
+        assert_eq!(from_wit(to_wit(&e), &e), e);
+    }
+}

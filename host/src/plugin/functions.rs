@@ -1,0 +1,241 @@
+//! Plugins as the EventCorrelator's key functions: [`WasmAggregateKeyFunc`],
+//! [`WasmMessageFunc`] and [`WasmSpamKeyFunc`] implement the correlator's traits by calling the
+//! plugin's batch export once per batch.
+//!
+//! On a failed batch call each event is retried alone (so one poisonous event costs only
+//! itself); after [`MAX_ISOLATED_FAILURES`] consecutive single failures the failure is taken as
+//! systematic and the rest of the batch goes straight to the fallback. Every failed event gets
+//! the plugin's [`FallbackPolicy`]: the built-in client-go function, or dropped.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use super::bindings::PackedStrings;
+use super::call::{CallFailure, Caller};
+use super::convert::{describe, pack_key_fields, unpack};
+use super::{FallbackPolicy, Plugin, PluginCallError, PluginKind};
+use crate::correlator::keys::{
+    AggregateKey, ByReason, EventAggregatorKeyFunc, EventAggregatorMessageFunc, EventSpamKeyFunc, Key, SimilarEvents,
+    SourceObject,
+};
+use crate::event::Event;
+
+/// Consecutive single-event failures after which the rest of a batch falls back without
+/// calling the plugin again.
+pub const MAX_ISOLATED_FAILURES: usize = 3;
+
+/// The tenant name used when no tenant rules apply.
+pub const DEFAULT_TENANT: &str = "default";
+
+type KeyBatchFn = Caller<(PackedStrings,), (Result<PackedStrings, String>,)>;
+
+/// A key-fields batch export returning `per_event` strings per event.
+struct BatchKeyFn {
+    caller: KeyBatchFn,
+    per_event: usize,
+}
+
+/// A plugin was given to an adapter of another kind.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("plugin `{plugin}` is a {actual} plugin, not a {expected} plugin")]
+pub struct WrongKind {
+    /// Plugin name.
+    pub plugin: String,
+    /// Its kind.
+    pub actual: PluginKind,
+    /// The kind the adapter needs.
+    pub expected: PluginKind,
+}
+
+impl BatchKeyFn {
+    fn new(plugin: Arc<Plugin>, tenant: &str, expected: PluginKind, per_event: usize) -> Result<Self, WrongKind> {
+        if plugin.kind() != expected {
+            return Err(WrongKind { plugin: plugin.name().into(), actual: plugin.kind(), expected });
+        }
+        Ok(Self { caller: Caller::new(plugin, tenant, expected.batch_export(), None), per_event })
+    }
+
+    /// One call on `events`, its answer checked and decoded.
+    fn try_batch<T>(
+        &self,
+        events: &[&Event],
+        decode: &impl Fn(&[&[u8]], &Event) -> Result<T, String>,
+    ) -> Result<Vec<T>, CallFailure> {
+        let packed = pack_key_fields(events).map_err(CallFailure::GuestError)?;
+        let ((answer,), _cost) = self.caller.call((packed,), events.len())?;
+        let packed = answer.map_err(CallFailure::GuestError)?;
+        let strings = unpack(&packed, events.len() * self.per_event).map_err(CallFailure::Garbage)?;
+        strings.chunks(self.per_event).zip(events).map(|(s, e)| decode(s, e).map_err(CallFailure::Garbage)).collect()
+    }
+
+    /// Decoded values for every event of `events`, in order, into `out`; failures fall back.
+    fn run<T>(
+        &self,
+        events: &[&Event],
+        out: &mut Vec<Option<T>>,
+        decode: impl Fn(&[&[u8]], &Event) -> Result<T, String>,
+        builtin: impl Fn(&Event) -> T,
+    ) {
+        let failure = match self.try_batch(events, &decode) {
+            Ok(values) => return out.extend(values.into_iter().map(Some)),
+            Err(failure) if events.len() == 1 => {
+                return out.push(self.fall_back(events[0], failure, &builtin));
+            }
+            Err(failure) => failure,
+        };
+        tracing::debug!(plugin = self.caller.plugin().name(), events = events.len(), %failure, "batch call failed; retrying event by event");
+        self.caller.error(format!("{} (first of a batch of {})", describe(events[0]), events.len()), failure);
+        let mut consecutive = 0;
+        for (i, e) in events.iter().enumerate() {
+            let failure = match self.try_batch(&[e], &decode) {
+                Ok(mut v) => {
+                    consecutive = 0;
+                    out.push(v.pop());
+                    continue;
+                }
+                Err(failure) => failure,
+            };
+            out.push(self.fall_back(e, failure.clone(), &builtin));
+            consecutive += 1;
+            if consecutive >= MAX_ISOLATED_FAILURES {
+                let rest = &events[i + 1..];
+                if !rest.is_empty() {
+                    tracing::warn!(plugin = self.caller.plugin().name(), events = rest.len(), %failure, "plugin keeps failing; the rest of the batch falls back without calling it");
+                }
+                out.extend(rest.iter().map(|e| self.apply_policy(e, &builtin)));
+                return;
+            }
+        }
+    }
+
+    /// Reports `failure` on `event` and applies the fallback policy.
+    fn fall_back<T>(&self, event: &Event, failure: CallFailure, builtin: &impl Fn(&Event) -> T) -> Option<T> {
+        let error = self.caller.error(describe(event), failure);
+        log_failure(&error, self.caller.plugin().settings().fallback);
+        self.apply_policy(event, builtin)
+    }
+
+    fn apply_policy<T>(&self, event: &Event, builtin: &impl Fn(&Event) -> T) -> Option<T> {
+        let stats = &self.caller.plugin().stats;
+        match self.caller.plugin().settings().fallback {
+            FallbackPolicy::Builtin => {
+                stats.fallbacks.fetch_add(1, Ordering::Relaxed);
+                Some(builtin(event))
+            }
+            FallbackPolicy::Drop | FallbackPolicy::Fail => {
+                stats.drops.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+        }
+    }
+}
+
+fn log_failure(error: &PluginCallError, policy: FallbackPolicy) {
+    let label = error.failure.label();
+    match policy {
+        FallbackPolicy::Builtin => {
+            tracing::warn!(plugin = %error.plugin, tenant = %error.tenant, failure = label, %error, "using the built-in function")
+        }
+        FallbackPolicy::Drop => {
+            tracing::warn!(plugin = %error.plugin, tenant = %error.tenant, failure = label, %error, "dropping the event")
+        }
+        FallbackPolicy::Fail => {
+            tracing::error!(plugin = %error.plugin, tenant = %error.tenant, failure = label, %error, "dropping the event")
+        }
+    }
+}
+
+/// Whether an event has anything a key could be made of; a plugin's empty key for such an
+/// event is garbage (it would lump unrelated events together).
+fn has_identity(e: &Event) -> bool {
+    !(e.source.component.is_empty() && e.involved_object.name.is_empty() && e.involved_object.uid.is_empty())
+}
+
+fn non_empty_key(s: &[u8], e: &Event, what: &str) -> Result<Key, String> {
+    if s.is_empty() && has_identity(e) {
+        return Err(format!("empty {what} for event {}", describe(e)));
+    }
+    Ok(Key::of_bytes(s))
+}
+
+/// An aggregate-key plugin as the correlator's [`EventAggregatorKeyFunc`]; fallback
+/// [`ByReason`].
+pub struct WasmAggregateKeyFunc(BatchKeyFn);
+
+impl WasmAggregateKeyFunc {
+    /// Wraps `plugin` (an `aggregate-key` plugin) for `tenant`.
+    ///
+    /// # Errors
+    /// [`WrongKind`] for a plugin of another kind.
+    pub fn new(plugin: Arc<Plugin>, tenant: &str) -> Result<Self, WrongKind> {
+        BatchKeyFn::new(plugin, tenant, PluginKind::AggregateKey, 2).map(Self)
+    }
+}
+
+impl EventAggregatorKeyFunc for WasmAggregateKeyFunc {
+    fn aggregate_key(&self, event: &Event) -> AggregateKey {
+        let mut out = Vec::with_capacity(1);
+        self.aggregate_keys(&[event], &mut out);
+        out.pop().flatten().unwrap_or_else(|| ByReason.aggregate_key(event))
+    }
+
+    fn aggregate_keys(&self, events: &[&Event], out: &mut Vec<Option<AggregateKey>>) {
+        let decode = |s: &[&[u8]], e: &Event| {
+            Ok(AggregateKey { aggregate: non_empty_key(s[0], e, "aggregate key")?, local: Key::of_bytes(s[1]) })
+        };
+        self.0.run(events, out, decode, |e| ByReason.aggregate_key(e));
+    }
+}
+
+/// A message-combiner plugin as the correlator's [`EventAggregatorMessageFunc`]; fallback
+/// [`SimilarEvents`].
+pub struct WasmMessageFunc(BatchKeyFn);
+
+impl WasmMessageFunc {
+    /// Wraps `plugin` (a `message-combiner` plugin) for `tenant`.
+    ///
+    /// # Errors
+    /// [`WrongKind`] for a plugin of another kind.
+    pub fn new(plugin: Arc<Plugin>, tenant: &str) -> Result<Self, WrongKind> {
+        BatchKeyFn::new(plugin, tenant, PluginKind::MessageCombiner, 1).map(Self)
+    }
+}
+
+impl EventAggregatorMessageFunc for WasmMessageFunc {
+    fn aggregate_message(&self, event: &Event) -> String {
+        let mut out = Vec::with_capacity(1);
+        self.aggregate_messages(&[event], &mut out);
+        out.pop().flatten().unwrap_or_else(|| SimilarEvents.aggregate_message(event))
+    }
+
+    fn aggregate_messages(&self, events: &[&Event], out: &mut Vec<Option<String>>) {
+        let decode =
+            |s: &[&[u8]], _: &Event| String::from_utf8(s[0].to_vec()).map_err(|e| format!("message is not UTF-8: {e}"));
+        self.0.run(events, out, decode, |e| SimilarEvents.aggregate_message(e));
+    }
+}
+
+/// A spam-key plugin as the correlator's [`EventSpamKeyFunc`]; fallback [`SourceObject`].
+pub struct WasmSpamKeyFunc(BatchKeyFn);
+
+impl WasmSpamKeyFunc {
+    /// Wraps `plugin` (a `spam-key` plugin) for `tenant`.
+    ///
+    /// # Errors
+    /// [`WrongKind`] for a plugin of another kind.
+    pub fn new(plugin: Arc<Plugin>, tenant: &str) -> Result<Self, WrongKind> {
+        BatchKeyFn::new(plugin, tenant, PluginKind::SpamKey, 1).map(Self)
+    }
+}
+
+impl EventSpamKeyFunc for WasmSpamKeyFunc {
+    fn spam_key(&self, event: &Event) -> Key {
+        let mut out = Vec::with_capacity(1);
+        self.spam_keys(&[event], &mut out);
+        out.pop().flatten().unwrap_or_else(|| SourceObject.spam_key(event))
+    }
+
+    fn spam_keys(&self, events: &[&Event], out: &mut Vec<Option<Key>>) {
+        self.0.run(events, out, |s, e| non_empty_key(s[0], e, "spam key"), |e| SourceObject.spam_key(e));
+    }
+}

@@ -1,0 +1,364 @@
+//! Wasm plugins: the only module that uses wasmtime.
+//!
+//! A plugin is one WebAssembly component exporting one of the worlds in `wit/` (aggregate key,
+//! message combiner, spam key, filter, sink, watcher). Each is compiled once
+//! ([`PluginRuntime::load`]), pre-instantiated, and run in its own `Store` with a **fuel budget
+//! per call** and a **memory limit**. A call that traps, runs out of fuel, hits the memory limit,
+//! panics in the guest or returns garbage fails with a [`PluginCallError`] naming the plugin,
+//! its kind, the tenant and the event; the caller applies the plugin's [`FallbackPolicy`], the
+//! failure is counted in [`PluginStats`], and the poisoned instance is replaced (a trapped
+//! component instance cannot be entered again). Nothing a plugin does panics the host.
+//!
+//! The key functions cross the boundary once per batch (see [`functions`]): events go in as one
+//! packed buffer of the 13 key fields, keys come back as one packed buffer, hashed in place.
+
+pub mod bindings;
+mod call;
+pub mod check;
+mod convert;
+pub mod embedded;
+pub mod functions;
+pub mod sink;
+mod state;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use wasmtime::component::{Component, InstancePre, Linker};
+use wasmtime::{Config, Engine};
+
+pub use call::PluginCallError;
+pub use state::PluginState;
+
+/// The plugin kinds, one per world in `wit/worlds.wit`, recognised by their batch export.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PluginKind {
+    /// `aggregate-key`: event → (aggregate key, local key), client-go `EventAggregatorKeyFunc`.
+    AggregateKey,
+    /// `message-combiner`: event → combined message, client-go `EventAggregatorMessageFunc`.
+    MessageCombiner,
+    /// `spam-key`: event → token-bucket key, client-go `EventSpamKeyFunc`.
+    SpamKey,
+    /// `filter`: event → keep / drop, before correlation.
+    Filter,
+    /// `sink`: create / patch requests → results.
+    Sink,
+    /// `watcher`: receives every event the Broadcaster distributes to it.
+    Watcher,
+}
+
+impl PluginKind {
+    /// Every kind, in `wit/worlds.wit` order.
+    pub const ALL: [PluginKind; 6] = [
+        PluginKind::AggregateKey,
+        PluginKind::MessageCombiner,
+        PluginKind::SpamKey,
+        PluginKind::Filter,
+        PluginKind::Sink,
+        PluginKind::Watcher,
+    ];
+
+    /// The world's name in `wit/` (`"aggregate-key"`, …).
+    pub fn world(self) -> &'static str {
+        match self {
+            PluginKind::AggregateKey => "aggregate-key",
+            PluginKind::MessageCombiner => "message-combiner",
+            PluginKind::SpamKey => "spam-key",
+            PluginKind::Filter => "filter",
+            PluginKind::Sink => "sink",
+            PluginKind::Watcher => "watcher",
+        }
+    }
+
+    /// The export the host calls on the hot path (`"aggregate-key-batch"`, …).
+    pub fn batch_export(self) -> &'static str {
+        match self {
+            PluginKind::AggregateKey => "aggregate-key-batch",
+            PluginKind::MessageCombiner => "combine-message-batch",
+            PluginKind::SpamKey => "spam-key-batch",
+            PluginKind::Filter => "filter-batch",
+            PluginKind::Sink => "send-batch",
+            PluginKind::Watcher => "watch-batch",
+        }
+    }
+
+    /// The single-event export (tools and tests).
+    pub fn single_export(self) -> &'static str {
+        match self {
+            PluginKind::AggregateKey => "aggregate-key",
+            PluginKind::MessageCombiner => "combine-message",
+            PluginKind::SpamKey => "spam-key",
+            PluginKind::Filter => "filter",
+            PluginKind::Sink => "send",
+            PluginKind::Watcher => "watch",
+        }
+    }
+}
+
+impl fmt::Display for PluginKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.world())
+    }
+}
+
+/// What a caller does when a plugin call fails (trap, fuel, memory, garbage).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FallbackPolicy {
+    /// Use the built-in client-go function for that event (the default).
+    #[default]
+    Builtin,
+    /// Drop the event (counted).
+    Drop,
+    /// Drop the event and report the failure as an error (the run ends with a failure status).
+    Fail,
+}
+
+impl std::str::FromStr for FallbackPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "builtin" => Ok(Self::Builtin),
+            "drop" => Ok(Self::Drop),
+            "fail" => Ok(Self::Fail),
+            other => Err(format!("unknown fallback policy {other:?} (expected builtin, drop or fail)")),
+        }
+    }
+}
+
+/// Default fuel per event of a call, in wasmtime fuel units (≈ Wasm instructions). A Rust key
+/// function uses a few thousand per event; Python and JS guests use 10–100× more.
+pub const DEFAULT_FUEL_PER_EVENT: u64 = 2_000_000;
+/// Default linear-memory limit per plugin instance, bytes (64 MiB).
+pub const DEFAULT_MEMORY_LIMIT_BYTES: usize = 64 << 20;
+
+/// Per-plugin limits and policy.
+#[derive(Debug, Clone)]
+pub struct PluginSettings {
+    /// Fuel per event; a call on a batch of `n` events gets `n ×` this much (Wasm instructions,
+    /// roughly). Ignored when the runtime was built without fuel.
+    pub fuel_per_event: u64,
+    /// Maximum linear memory of one instance, bytes; growing past it traps.
+    pub memory_limit_bytes: usize,
+    /// What callers do when a call fails.
+    pub fallback: FallbackPolicy,
+    /// The plugin's own key/value config (WIT `config` import).
+    pub config: BTreeMap<String, String>,
+}
+
+impl Default for PluginSettings {
+    fn default() -> Self {
+        Self {
+            fuel_per_event: DEFAULT_FUEL_PER_EVENT,
+            memory_limit_bytes: DEFAULT_MEMORY_LIMIT_BYTES,
+            fallback: FallbackPolicy::Builtin,
+            config: BTreeMap::new(),
+        }
+    }
+}
+
+/// Why a plugin could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum PluginError {
+    /// The bytes are not a WebAssembly component (or do not compile).
+    #[error("plugin `{plugin}`: not a valid WebAssembly component: {reason}")]
+    Compile {
+        /// Plugin name.
+        plugin: String,
+        /// wasmtime's explanation.
+        reason: String,
+    },
+    /// The component exports no plugin world, or several.
+    #[error("plugin `{plugin}`: {reason}")]
+    World {
+        /// Plugin name.
+        plugin: String,
+        /// What is wrong with its exports.
+        reason: String,
+    },
+    /// The component imports something the host does not offer (filesystem, network, …).
+    #[error("plugin `{plugin}`: cannot be linked: {reason}")]
+    Link {
+        /// Plugin name.
+        plugin: String,
+        /// wasmtime's explanation.
+        reason: String,
+    },
+    /// The wasmtime engine could not be created.
+    #[error("wasm runtime: {0}")]
+    Runtime(String),
+}
+
+/// Counters of one plugin, shared by every instance of it. Read with [`PluginStats::snapshot`].
+#[derive(Debug, Default)]
+pub struct PluginStats {
+    calls: AtomicU64,
+    events: AtomicU64,
+    fuel_consumed: AtomicU64,
+    failures: AtomicU64,
+    fallbacks: AtomicU64,
+    drops: AtomicU64,
+    instances: AtomicU64,
+}
+
+/// A copy of [`PluginStats`] at one moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct PluginStatsSnapshot {
+    /// Calls into the plugin.
+    pub calls: u64,
+    /// Events passed in those calls.
+    pub events: u64,
+    /// Fuel consumed by successful calls (0 when fuel is off).
+    pub fuel_consumed: u64,
+    /// Failed calls (traps, fuel, memory, guest errors, garbage results).
+    pub failures: u64,
+    /// Events handled by the built-in function after a failure.
+    pub fallbacks: u64,
+    /// Events dropped after a failure (`drop` / `fail` policies).
+    pub drops: u64,
+    /// Instances created (1 + replacements after traps).
+    pub instances: u64,
+}
+
+impl PluginStats {
+    /// The counters now.
+    pub fn snapshot(&self) -> PluginStatsSnapshot {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        PluginStatsSnapshot {
+            calls: get(&self.calls),
+            events: get(&self.events),
+            fuel_consumed: get(&self.fuel_consumed),
+            failures: get(&self.failures),
+            fallbacks: get(&self.fallbacks),
+            drops: get(&self.drops),
+            instances: get(&self.instances),
+        }
+    }
+}
+
+/// A compiled, linked plugin, ready to instantiate. Cheap to share (`Arc<Plugin>`).
+pub struct Plugin {
+    name: Arc<str>,
+    kind: PluginKind,
+    pre: InstancePre<PluginState>,
+    settings: PluginSettings,
+    fuel: bool,
+    stats: PluginStats,
+}
+
+impl fmt::Debug for Plugin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Plugin").field("name", &self.name).field("kind", &self.kind).finish_non_exhaustive()
+    }
+}
+
+impl Plugin {
+    /// The plugin's name (its file stem).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its kind, read from its exports.
+    pub fn kind(&self) -> PluginKind {
+        self.kind
+    }
+
+    /// Its limits and policy.
+    pub fn settings(&self) -> &PluginSettings {
+        &self.settings
+    }
+
+    /// Its counters.
+    pub fn stats(&self) -> &PluginStats {
+        &self.stats
+    }
+}
+
+/// Whether calls are metered with fuel (the default) or run unmetered (benchmarks only: a
+/// looping plugin then hangs its caller).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Metering {
+    /// Fuel per call, as [`PluginSettings::fuel_per_event`] says.
+    Fuel,
+    /// No fuel: no protection against loops.
+    Unmetered,
+}
+
+/// The wasmtime engine and linker shared by every plugin.
+#[derive(Clone)]
+pub struct PluginRuntime {
+    engine: Engine,
+    linker: Arc<Linker<PluginState>>,
+    metering: Metering,
+}
+
+impl fmt::Debug for PluginRuntime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PluginRuntime").field("metering", &self.metering).finish_non_exhaustive()
+    }
+}
+
+impl PluginRuntime {
+    /// An engine for components (Cranelift, no async), metered as `metering` says, and a linker
+    /// with the host imports (`log`, `config`, `output`).
+    ///
+    /// # Errors
+    /// [`PluginError::Runtime`] if wasmtime rejects the configuration.
+    pub fn new(metering: Metering) -> Result<Self, PluginError> {
+        let mut config = Config::new();
+        config.wasm_component_model(true);
+        config.consume_fuel(metering == Metering::Fuel);
+        // No component-model-async in eventpipe: skipping its per-store state saves ~230 ns/call.
+        config.concurrency_support(false);
+        let engine = Engine::new(&config).map_err(|e| PluginError::Runtime(e.to_string()))?;
+        let mut linker = Linker::new(&engine);
+        bindings::Host_::add_to_linker::<PluginState, wasmtime::component::HasSelf<PluginState>>(&mut linker, |s| s)
+            .map_err(|e| PluginError::Runtime(e.to_string()))?;
+        Ok(Self { engine, linker: Arc::new(linker), metering })
+    }
+
+    /// Compiles `bytes` as plugin `name`, reads its kind from its exports, and links it.
+    ///
+    /// # Errors
+    /// [`PluginError::Compile`] for bytes that are not a component (a half-written file, a core
+    /// module, garbage); [`PluginError::World`] when it exports no plugin world or several;
+    /// [`PluginError::Link`] when it imports what the host does not offer.
+    pub fn load(&self, name: &str, bytes: &[u8], settings: PluginSettings) -> Result<Arc<Plugin>, PluginError> {
+        let component = Component::new(&self.engine, bytes)
+            .map_err(|e| PluginError::Compile { plugin: name.into(), reason: format!("{e:#}") })?;
+        let kind =
+            kind_of(&self.engine, &component).map_err(|reason| PluginError::World { plugin: name.into(), reason })?;
+        let pre = self
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| PluginError::Link { plugin: name.into(), reason: format!("{e:#}") })?;
+        Ok(Arc::new(Plugin {
+            name: name.into(),
+            kind,
+            pre,
+            settings,
+            fuel: self.metering == Metering::Fuel,
+            stats: PluginStats::default(),
+        }))
+    }
+}
+
+/// The kind whose batch export the component has; an error unless exactly one.
+fn kind_of(engine: &Engine, component: &Component) -> Result<PluginKind, String> {
+    let exports: Vec<String> = component.component_type().exports(engine).map(|(name, _)| name.to_string()).collect();
+    let kinds: Vec<PluginKind> =
+        PluginKind::ALL.into_iter().filter(|k| exports.iter().any(|e| e == k.batch_export())).collect();
+    match kinds.as_slice() {
+        [kind] => Ok(*kind),
+        [] => Err(format!(
+            "exports no eventpipe plugin world (expected one of: {}); it exports: [{}]",
+            PluginKind::ALL.map(|k| k.world()).join(", "),
+            exports.join(", ")
+        )),
+        several => Err(format!(
+            "exports several plugin worlds at once: {}",
+            several.iter().map(|k| k.world()).collect::<Vec<_>>().join(", ")
+        )),
+    }
+}

@@ -1,0 +1,94 @@
+//! A sink plugin as an [`EventSink`]: each create / patch is one `send-batch` call; what the
+//! plugin writes through its `output` import goes to the destination the host gives it.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+
+use super::bindings as wit;
+use super::call::Caller;
+use super::convert::{describe, from_wit, to_wit};
+use super::functions::WrongKind;
+use super::{Plugin, PluginKind};
+use crate::event::Event;
+use crate::sink::{EventSink, SinkError, StatusError};
+
+type SendBatch = Caller<(String, Vec<wit::SinkRequest>), (Vec<Result<wit::Event, wit::SinkError>>,)>;
+
+/// An `EventSink` backed by a `sink` plugin.
+///
+/// Error classes: the plugin's `retryable` → retried, `permanent` → dropped, `not-found` on a
+/// patch → create (client-go's 404 path); a failed call (trap, fuel, memory, garbage) is retried
+/// like a transport error, on a fresh instance.
+pub struct WasmSink {
+    send: SendBatch,
+    tenant: String,
+    out: Arc<Mutex<Box<dyn Write + Send>>>,
+}
+
+impl WasmSink {
+    /// Wraps `plugin` (a `sink` plugin) for `tenant`; its `output` bytes go to `out`.
+    ///
+    /// # Errors
+    /// [`WrongKind`] for a plugin of another kind.
+    pub fn new(plugin: Arc<Plugin>, tenant: &str, out: Box<dyn Write + Send>) -> Result<Self, WrongKind> {
+        if plugin.kind() != PluginKind::Sink {
+            return Err(WrongKind { plugin: plugin.name().into(), actual: plugin.kind(), expected: PluginKind::Sink });
+        }
+        let out = Arc::new(Mutex::new(out));
+        let writer = out.clone();
+        let output: super::state::OutputFn = Arc::new(move |bytes: &[u8]| {
+            writer.lock().unwrap_or_else(|p| p.into_inner()).write_all(bytes).map_err(|e| e.to_string())
+        });
+        let send = Caller::new(plugin, tenant, PluginKind::Sink.batch_export(), Some(output));
+        Ok(Self { send, tenant: tenant.into(), out })
+    }
+
+    /// Flushes what the plugin wrote.
+    ///
+    /// # Errors
+    /// The destination's I/O error.
+    pub fn flush(&self) -> std::io::Result<()> {
+        self.out.lock().unwrap_or_else(|p| p.into_inner()).flush()
+    }
+
+    fn send(&self, request: wit::SinkRequest, event: &Event) -> Result<Event, SinkError> {
+        let answer = self.send.call((self.tenant.clone(), vec![request]), 1);
+        let mut results = match answer {
+            Ok(((results,), _cost)) => results,
+            Err(failure) => return Err(SinkError::Transport(self.send.error(describe(event), failure).to_string())),
+        };
+        match (results.pop(), results.is_empty()) {
+            (Some(Ok(stored)), true) => Ok(from_wit(stored, event)),
+            (Some(Err(wit::SinkError::Retryable(m))), true) => Err(SinkError::Transport(m)),
+            (Some(Err(wit::SinkError::Permanent(m))), true) => Err(SinkError::RequestConstruction(m)),
+            (Some(Err(wit::SinkError::NotFound(m))), true) => Err(SinkError::Status(StatusError {
+                code: 404,
+                reason: "NotFound".into(),
+                message: m,
+                causes: Vec::new(),
+            })),
+            _ => Err(SinkError::Transport(format!(
+                "sink plugin `{}` answered {} results for 1 request",
+                self.send.plugin().name(),
+                results.len() + 1
+            ))),
+        }
+    }
+}
+
+#[async_trait]
+impl EventSink for WasmSink {
+    async fn create(&self, event: &Event) -> Result<Event, SinkError> {
+        self.send(wit::SinkRequest::Create(to_wit(event)), event)
+    }
+
+    async fn update(&self, _event: &Event) -> Result<Event, SinkError> {
+        Err(SinkError::RequestConstruction("the sink world has no update".into()))
+    }
+
+    async fn patch(&self, event: &Event, patch: &[u8]) -> Result<Event, SinkError> {
+        self.send(wit::SinkRequest::Patch(wit::PatchRequest { event: to_wit(event), body: patch.to_vec() }), event)
+    }
+}

@@ -124,9 +124,11 @@ fn check_step(
 fn correlator_scenarios_match_client_go() {
     let scenarios = common::scenarios("correlator");
     assert_eq!(scenarios.len(), 12);
-    for scenario in scenarios {
-        let name = scenario["name"].as_str().unwrap();
-        let mut correlator = EventCorrelator::new(options(&scenario));
+    for ((path, functions), scenario) in
+        common::correlator_paths().into_iter().flat_map(|p| scenarios.iter().map(move |s| (p, s)))
+    {
+        let name = &format!("{} [{path}]", scenario["name"].as_str().unwrap());
+        let mut correlator = EventCorrelator::new(functions(options(scenario)));
         for (i, step) in scenario["steps"].as_array().unwrap().iter().enumerate() {
             let event: Event = serde_json::from_value(step["event"].clone()).expect("step event");
             let occurrence = Occurrence {

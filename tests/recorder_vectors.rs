@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use eventpipe::clock::{Clock, ManualClock};
+use eventpipe::correlator::CorrelatorOptions;
 use eventpipe::correlator::keys::event_key;
 use eventpipe::event::{Event, EventSource, ObjectReference, Time};
 use eventpipe::event_broadcaster::{
@@ -82,8 +83,13 @@ fn sprintf(format: &str, args: &[Value]) -> String {
 }
 
 fn broadcaster() -> EventBroadcaster {
+    broadcaster_with(|o| o)
+}
+
+fn broadcaster_with(functions: fn(CorrelatorOptions) -> CorrelatorOptions) -> EventBroadcaster {
     EventBroadcaster::new(EventBroadcasterOptions {
         retry: RetryPolicy { sleep_duration: Duration::ZERO, ..RetryPolicy::default() },
+        correlator: functions(CorrelatorOptions::default()),
         ..EventBroadcasterOptions::default()
     })
 }
@@ -125,12 +131,14 @@ fn check_call(ctx: &str, call: &Call, step: &Value) {
 async fn recorder_scenarios_match_client_go() {
     let scenarios = common::scenarios("recorder");
     assert_eq!(scenarios.len(), 3);
-    for scenario in scenarios {
-        let name = scenario["name"].as_str().unwrap();
+    for ((path, functions), scenario) in
+        common::correlator_paths().into_iter().flat_map(|p| scenarios.iter().map(move |s| (p, s)))
+    {
+        let name = &format!("{} [{path}]", scenario["name"].as_str().unwrap());
         let start: Time = scenario["options"]["recorder_clock"]["start"].as_str().unwrap().parse().unwrap();
         let clock = ManualClock::new(start);
         let source: EventSource = serde_json::from_value(scenario["options"]["recorder_source"].clone()).unwrap();
-        let events = broadcaster();
+        let events = broadcaster_with(functions);
         let recorder = events.new_recorder(source, clock.clone());
         let (mut current_sink, mut calls) = sink();
         let mut watcher = events.start_recording_to_sink(current_sink.clone()).unwrap();

@@ -87,18 +87,23 @@ fn read_maybe_gz(path: &Path) -> Vec<u8> {
     }
 }
 
+/// Runs every case of `dir` through `eventpipe replay`, on the default Wasm plugins and with
+/// `--builtin`; returns the number of cases.
 fn run_cases(dir: &Path) -> usize {
     let variants = variants(dir);
     let cases = cases(dir);
     let mut failures = Vec::new();
-    for (case, variant, input, expected) in &cases {
-        let args = variants.get(variant).unwrap_or_else(|| panic!("unknown variant {variant}"));
-        let (out, code) = replay(args, &read_maybe_gz(input));
-        assert_eq!(code, 0, "{case}.{variant}: exit status");
+    for ((case, variant, input, expected), path) in cases.iter().flat_map(|c| [(c, "wasm"), (c, "builtin")]) {
+        let mut args = variants.get(variant).unwrap_or_else(|| panic!("unknown variant {variant}")).clone();
+        if path == "builtin" {
+            args.push("--builtin".into());
+        }
+        let (out, code) = replay(&args, &read_maybe_gz(input));
+        assert_eq!(code, 0, "{case}.{variant} [{path}]: exit status");
         let expected = String::from_utf8(read_maybe_gz(expected)).unwrap();
         let problems = compare(&expected, &out);
         if !problems.is_empty() {
-            failures.push(format!("{case}.{variant}:\n  {}", problems.join("\n  ")));
+            failures.push(format!("{case}.{variant} [{path}]:\n  {}", problems.join("\n  ")));
         }
     }
     assert!(failures.is_empty(), "replay differs from client-go:\n{}", failures.join("\n"));

@@ -113,8 +113,10 @@ fn attempts(outcome: &WriteOutcome) -> u32 {
 async fn sink_retry_scenarios_match_client_go() {
     let scenarios = common::scenarios("sink_retry");
     assert_eq!(scenarios.len(), 11);
-    for scenario in scenarios {
-        let name = scenario["name"].as_str().unwrap();
+    for ((path, functions), scenario) in
+        common::correlator_paths().into_iter().flat_map(|p| scenarios.iter().map(move |s| (p, s)))
+    {
+        let name = &format!("{} [{path}]", scenario["name"].as_str().unwrap());
         let options = &scenario["options"];
         let sleep: u64 = options["sleepDuration"].as_str().unwrap().trim_end_matches('s').parse().unwrap();
         let policy = RetryPolicy { sleep_duration: Duration::from_secs(sleep), ..RetryPolicy::default() };
@@ -129,7 +131,7 @@ async fn sink_retry_scenarios_match_client_go() {
                 calls: Mutex::default(),
             };
             let event: Event = serde_json::from_value(step["event"].clone()).unwrap();
-            let mut correlator = EventCorrelator::new(CorrelatorOptions::default());
+            let mut correlator = EventCorrelator::new(functions(CorrelatorOptions::default()));
             let result = correlator.event_correlate(event);
             let outcome = write_event(&sink, &mut correlator, result, &policy, &cancel).await;
             let calls = sink.calls.lock().unwrap();

@@ -32,20 +32,18 @@ pub fn event_key(e: &EventView<'_>, out: &mut KeyWriter<'_>) {
     out.push_all(&f[..11]);
 }
 
-/// client-go `getSpamKey`: `source.component, source.host, io.kind, io.namespace, io.name,
-/// io.uid, io.apiVersion, type` (type since k8s 1.32; no fieldPath, reason or message).
+/// client-go `getSpamKey` as of v0.26 (the behaviour eventpipe's defaults reproduce):
+/// `source.component, source.host, io.kind, io.namespace, io.name, io.uid, io.apiVersion` (no
+/// fieldPath, reason, message or type: Normal and Warning events of one object share a bucket).
 pub fn spam_key(e: &EventView<'_>, out: &mut KeyWriter<'_>) {
     let (s, o) = (&e.source, &e.involved_object);
-    out.push_all(&[
-        s.component,
-        s.host,
-        o.kind,
-        o.namespace,
-        o.name,
-        o.uid,
-        o.api_version,
-        e.type_,
-    ]);
+    out.push_all(&[s.component, s.host, o.kind, o.namespace, o.name, o.uid, o.api_version]);
+}
+
+/// client-go `getSpamKey` since k8s 1.32: [`spam_key`] followed by `type`.
+pub fn spam_key_with_type(e: &EventView<'_>, out: &mut KeyWriter<'_>) {
+    spam_key(e, out);
+    out.push_str(e.type_);
 }
 
 /// client-go `EventAggregatorByReasonFunc`'s aggregate key: `source.component, source.host,
@@ -154,10 +152,12 @@ mod tests {
             key(|w| event_key(&e, w)),
             "kubeletkublet.node1Podotherpod1spec.containers{mycontainer}C934D34AFB20242versionNormalend-of-worldit was fun"
         );
+        // The vector derives HEAD's key (with `type`); the default is v0.26's (without).
         assert_eq!(
-            key(|w| spam_key(&e, w)),
+            key(|w| spam_key_with_type(&e, w)),
             "kubeletkublet.node1Podotherpod1C934D34AFB20242versionNormal"
         );
+        assert_eq!(key(|w| spam_key(&e, w)), "kubeletkublet.node1Podotherpod1C934D34AFB20242version");
         assert_eq!(
             key(|w| aggregate_by_reason(&e, w)),
             "kubeletkublet.node1Podotherpod1C934D34AFB20242versionNormalend-of-world"
@@ -175,10 +175,7 @@ mod tests {
         e.reporting_component = "kubelet-rc";
         e.reporting_instance = "i-1";
         assert!(key(|w| aggregate_by_reason(&e, w)).ends_with("end-of-worldkubelet-rci-1"));
-        assert_eq!(
-            key(|w| spam_key(&e, w)),
-            "kubeletkublet.node1Podotherpod1C934D34AFB20242versionNormal"
-        );
+        assert_eq!(key(|w| spam_key(&e, w)), "kubeletkublet.node1Podotherpod1C934D34AFB20242version");
     }
 
     #[test]

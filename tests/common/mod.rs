@@ -83,3 +83,30 @@ pub fn replay_line_matches(expected: &Value, actual: &Value) -> Result<(), Strin
     };
     json_matches(&strip(expected), &strip(actual), false, "")
 }
+
+/// The two ways eventpipe computes keys: the native client-go functions, and the default Wasm
+/// plugins (the path `replay` and `run` take by default). Conformance tests run both.
+pub fn correlator_paths()
+-> Vec<(&'static str, fn(eventpipe::correlator::CorrelatorOptions) -> eventpipe::correlator::CorrelatorOptions)> {
+    vec![("native", |o| o), ("wasm", with_default_plugins)]
+}
+
+/// `options` with the default Wasm plugins as key, message and spam-key functions; a custom
+/// spam-key function already in `options` is kept.
+pub fn with_default_plugins(
+    mut options: eventpipe::correlator::CorrelatorOptions,
+) -> eventpipe::correlator::CorrelatorOptions {
+    use eventpipe::plugin::embedded::CorrelatorPlugins;
+    use eventpipe::plugin::{Metering, PluginRuntime, PluginSettings};
+    static PLUGINS: std::sync::OnceLock<CorrelatorPlugins> = std::sync::OnceLock::new();
+    let plugins = PLUGINS.get_or_init(|| {
+        let runtime = PluginRuntime::new(Metering::Fuel).expect("wasm runtime");
+        CorrelatorPlugins::defaults(&runtime, &PluginSettings::default()).expect("embedded plugins load")
+    });
+    let custom_spam_key = options.spam_key_func.take();
+    let mut options = plugins.apply(options, "default").expect("default plugins have the right kinds");
+    if custom_spam_key.is_some() {
+        options.spam_key_func = custom_spam_key;
+    }
+    options
+}

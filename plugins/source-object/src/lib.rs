@@ -1,5 +1,6 @@
-//! `source-object`: the default spam-key plugin, client-go `getSpamKey`: `source.component,
-//! source.host, involvedObject.{kind, namespace, name, uid, apiVersion}, type`, concatenated.
+//! `source-object`: the default spam-key plugin, client-go v0.26 `getSpamKey`: `source.component,
+//! source.host, involvedObject.{kind, namespace, name, uid, apiVersion}`, concatenated (no
+//! `type`: client-go added it in k8s 1.32).
 #![cfg_attr(target_arch = "wasm32", no_std)]
 
 eventpipe_guest::no_std_runtime!();

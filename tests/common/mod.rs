@@ -110,3 +110,25 @@ pub fn with_default_plugins(
     }
     options
 }
+
+/// The component of test fixture plugin `name` (a crate under `tests/plugins/`), built once per
+/// test binary for wasm32-wasip2 into `target/wasm-plugins`.
+pub fn fixture_plugin(name: &str) -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let dir = BUILT.get_or_init(|| {
+        let target = root.join("target").join("wasm-plugins");
+        let mut build = std::process::Command::new(option_env!("CARGO").unwrap_or("cargo"));
+        build
+            .current_dir(root.join("plugins"))
+            .args(["build", "--release", "--locked", "--target", "wasm32-wasip2", "--target-dir"])
+            .arg(&target)
+            .args(["-p", "fixture-misbehave", "-p", "fixture-ignore-host", "-p", "fixture-keep-all"]);
+        for var in ["RUSTFLAGS", "CARGO_ENCODED_RUSTFLAGS", "CARGO_BUILD_TARGET", "CARGO_TARGET_DIR"] {
+            build.env_remove(var);
+        }
+        assert!(build.status().expect("cargo runs").success(), "building the fixture plugins failed");
+        target.join("wasm32-wasip2").join("release")
+    });
+    dir.join(format!("{}.wasm", name.replace('-', "_")))
+}

@@ -1,0 +1,277 @@
+//! Real misbehaving `.wasm` plugins (built from `tests/plugins/`): each failure gets a clear
+//! error naming plugin, kind, tenant and event, a metric, the configured fallback, and the host
+//! keeps processing the following events. Also: files that are not plugins, a plugin of the
+//! wrong world, and a user plugin overriding a default.
+
+mod common;
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+
+use eventpipe::correlator::{ByReason, CorrelatorOptions, EventAggregatorKeyFunc, EventCorrelator, Occurrence};
+use eventpipe::event::{Event, EventSource, ObjectReference};
+use eventpipe::plugin::functions::WasmAggregateKeyFunc;
+use eventpipe::plugin::{FallbackPolicy, Metering, Plugin, PluginError, PluginRuntime, PluginSettings};
+
+fn event(name: &str, reason: &str, host: &str, message: &str) -> Event {
+    let t = "2025-01-01T00:00:00Z".parse().unwrap();
+    Event {
+        involved_object: ObjectReference {
+            kind: "Pod".into(),
+            namespace: "ns".into(),
+            name: name.into(),
+            ..ObjectReference::default()
+        },
+        reason: reason.into(),
+        message: message.into(),
+        source: EventSource { component: "kubelet".into(), host: host.into() },
+        type_: "Warning".into(),
+        count: 1,
+        first_timestamp: Some(t),
+        last_timestamp: Some(t),
+        metadata: eventpipe::event::ObjectMeta {
+            name: format!("{name}.1"),
+            namespace: "ns".into(),
+            ..Default::default()
+        },
+        ..Event::default()
+    }
+}
+
+fn load(name: &str, settings: PluginSettings) -> Arc<Plugin> {
+    let runtime = PluginRuntime::new(Metering::Fuel).unwrap();
+    runtime.load(name, &std::fs::read(common::fixture_plugin(name)).unwrap(), settings).unwrap()
+}
+
+/// Runs `f` with every log line of this thread captured; returns its result and the log.
+fn capture_logs<R>(f: impl FnOnce() -> R) -> (R, String) {
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+    impl Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buf = Buf::default();
+    let writer = buf.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_max_level(tracing::Level::DEBUG)
+        .with_writer(move || writer.clone())
+        .finish();
+    let result = tracing::subscriber::with_default(subscriber, f);
+    let log = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+    (result, log)
+}
+
+#[test]
+fn every_kind_of_failure_falls_back_to_client_go_with_a_clear_error_and_a_metric() {
+    let plugin = load("misbehave", PluginSettings::default());
+    let cases = [
+        ("Trap", "trapped: unreachable code reached", "failure=\"trap\""),
+        ("Loop", "ran out of fuel (budget 2000000)", "failure=\"out_of_fuel\""),
+        ("Hog", "memory limit exceeded: growing linear memory to", "failure=\"memory_limit\""),
+        ("Panic", "trapped: unreachable code reached", "failure=\"trap\""),
+        ("Empty", "returned garbage: empty aggregate key for event ns/bad-Empty.1", "failure=\"garbage\""),
+    ];
+    let key_fn = WasmAggregateKeyFunc::new(plugin.clone(), "tenant-a").unwrap();
+    for (reason, failure, label) in cases {
+        let events = [
+            event("ok-1", "Started", "n1", "m"),
+            event(&format!("bad-{reason}"), reason, "n1", "m"),
+            event("ok-2", "Pulled", "n2", "m"),
+        ];
+        let refs: Vec<&Event> = events.iter().collect();
+        let before = plugin.stats().snapshot();
+        let (keys, log) = capture_logs(|| {
+            let mut keys = Vec::new();
+            key_fn.aggregate_keys(&refs, &mut keys);
+            keys
+        });
+        let after = plugin.stats().snapshot();
+        let expected: Vec<_> = events.iter().map(|e| Some(ByReason.aggregate_key(e))).collect();
+        assert_eq!(keys, expected, "{reason}: every event keyed as client-go would");
+        let error = format!(
+            "plugin `misbehave` (aggregate-key) for tenant `tenant-a` failed on event ns/bad-{reason}.1: {failure}"
+        );
+        assert!(log.contains(&error), "{reason}: expected «{error}» in:\n{log}");
+        assert!(log.contains(label), "{reason}: metric label {label} in the log");
+        assert!(after.failures > before.failures, "{reason}: failures counted");
+        assert_eq!(after.fallbacks - before.fallbacks, 1, "{reason}: exactly the bad event fell back");
+        if reason == "Panic" {
+            assert!(
+                log.contains("misbehave panics on purpose for bad-Panic"),
+                "the guest's panic message is logged:\n{log}"
+            );
+        }
+        // The next call works (a trapped instance is replaced).
+        let mut again = Vec::new();
+        key_fn.aggregate_keys(&[&events[2]], &mut again);
+        assert_eq!(again, vec![Some(ByReason.aggregate_key(&events[2]))]);
+    }
+    assert!(
+        plugin.stats().snapshot().instances >= 4,
+        "fresh instances after the traps: {:?}",
+        plugin.stats().snapshot()
+    );
+}
+
+#[test]
+fn a_plugin_failing_on_every_event_is_not_called_for_the_rest_of_the_batch() {
+    let plugin = load("misbehave", PluginSettings::default());
+    let key_fn = WasmAggregateKeyFunc::new(plugin.clone(), "default").unwrap();
+    let events: Vec<Event> = (0..50).map(|i| event(&format!("p{i}"), "Loop", "n", "m")).collect();
+    let refs: Vec<&Event> = events.iter().collect();
+    let (keys, log) = capture_logs(|| {
+        let mut keys = Vec::new();
+        key_fn.aggregate_keys(&refs, &mut keys);
+        keys
+    });
+    assert!(keys.iter().zip(&events).all(|(k, e)| *k == Some(ByReason.aggregate_key(e))));
+    let stats = plugin.stats().snapshot();
+    assert_eq!(stats.calls, 4, "the batch, then three single events: {stats:?}");
+    assert_eq!(stats.fallbacks, 50);
+    assert!(log.contains("plugin keeps failing; the rest of the batch falls back without calling it"), "{log}");
+}
+
+#[test]
+fn drop_policy_drops_only_the_failing_event_and_the_correlator_counts_it() {
+    let plugin = load("misbehave", PluginSettings { fallback: FallbackPolicy::Drop, ..PluginSettings::default() });
+    let options = CorrelatorOptions {
+        key_func: Some(Arc::new(WasmAggregateKeyFunc::new(plugin.clone(), "default").unwrap())),
+        ..CorrelatorOptions::default()
+    };
+    let mut correlator = EventCorrelator::new(options);
+    let events = vec![event("a", "Started", "n", "m"), event("b", "Trap", "n", "m"), event("c", "Started", "n", "m")];
+    let prepared = correlator.prepare(events.into_iter().map(Occurrence::from).collect());
+    let results: Vec<_> = prepared.into_iter().map(|p| correlator.finish(p)).collect();
+    assert_eq!(results.iter().map(|r| r.skip).collect::<Vec<_>>(), [false, true, false]);
+    assert_eq!(correlator.stats().dropped, 1);
+    assert_eq!(plugin.stats().snapshot().drops, 1);
+}
+
+#[test]
+fn files_that_are_not_working_plugins_are_refused_with_the_reason() {
+    let runtime = PluginRuntime::new(Metering::Fuel).unwrap();
+    let err = runtime.load("notes", b"this is not wasm", PluginSettings::default()).unwrap_err();
+    assert!(matches!(err, PluginError::Compile { .. }), "{err}");
+    assert!(err.to_string().starts_with("plugin `notes`: not a valid WebAssembly component"), "{err}");
+
+    let whole = std::fs::read(common::fixture_plugin("ignore-host")).unwrap();
+    let half = &whole[..whole.len() / 2];
+    let err = runtime.load("half-written", half, PluginSettings::default()).unwrap_err();
+    assert!(matches!(err, PluginError::Compile { .. }), "a half-written file: {err}");
+
+    let core_module = b"\0asm\x01\0\0\0";
+    let err = runtime.load("core", core_module, PluginSettings::default()).unwrap_err();
+    assert!(err.to_string().contains("plugin `core`"), "{err}");
+}
+
+#[test]
+fn a_plugin_of_another_world_is_refused_for_a_key_function() {
+    let filter = load("keep-all", PluginSettings::default());
+    let err = WasmAggregateKeyFunc::new(filter, "default").err().expect("a filter is not an aggregate-key function");
+    assert_eq!(err.to_string(), "plugin `keep-all` is a filter plugin, not a aggregate-key plugin");
+}
+
+/// `eventpipe` with `args`, `input` on stdin; returns (status, stdout, stderr).
+fn eventpipe(args: &[&str], input: &str) -> (i32, String, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_eventpipe"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+}
+
+fn replay_lines(events: &[Event]) -> String {
+    events
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let clock = format!("2025-01-01T00:00:{:02}Z", i % 60);
+            serde_json::json!({ "clock": clock, "event": e }).to_string() + "\n"
+        })
+        .collect()
+}
+
+#[test]
+fn replay_survives_a_misbehaving_plugin_and_fail_policy_sets_the_exit_status() {
+    let plugin = common::fixture_plugin("misbehave");
+    let plugin = plugin.to_str().unwrap();
+    let mut events = Vec::new();
+    for (i, reason) in ["Trap", "Loop", "Panic", "Hog", "Empty"].iter().enumerate() {
+        events.push(event(&format!("good{i}"), "Started", "n", "m"));
+        events.push(event(&format!("bad{i}"), reason, "n", "m"));
+    }
+    let input = replay_lines(&events);
+    let (code, with_plugin, log) = eventpipe(&["replay", "--aggregate-key-plugin", plugin], &input);
+    assert_eq!(code, 0, "{log}");
+    let (_, builtin, _) = eventpipe(&["replay", "--builtin"], &input);
+    assert_eq!(with_plugin, builtin, "fallback to the built-in function: same results");
+    assert_eq!(
+        log.matches("plugin `misbehave` (aggregate-key) for tenant `default` failed on event").count(),
+        5,
+        "{log}"
+    );
+
+    let (code, _, log) = eventpipe(&["replay", "--aggregate-key-plugin", plugin, "--plugin-fallback", "fail"], &input);
+    assert_eq!(code, 3, "fail policy: {log}");
+}
+
+/// A user aggregate-key plugin that ignores `source.host` (README, "Plugins"): ten distinct
+/// messages about one pod from two nodes aggregate with it, and not with the default.
+#[test]
+fn a_user_plugin_overrides_the_default_key_function() {
+    let events: Vec<Event> = (0..10)
+        .map(|i| {
+            event(
+                "web-0",
+                "FailedMount",
+                if i % 2 == 0 { "node-a" } else { "node-b" },
+                &format!("volume vol-{i} not found"),
+            )
+        })
+        .collect();
+    let input = replay_lines(&events);
+    let count_combined = |out: &str| out.matches("(combined from similar events)").count();
+
+    let (code, default_out, log) = eventpipe(&["replay"], &input);
+    assert_eq!(code, 0, "{log}");
+    assert_eq!(count_combined(&default_out), 0, "by-reason: 5 messages per node, below max events");
+
+    let plugin = common::fixture_plugin("ignore-host");
+    let (code, override_out, log) = eventpipe(&["replay", "--aggregate-key-plugin", plugin.to_str().unwrap()], &input);
+    assert_eq!(code, 0, "{log}");
+    let last: serde_json::Value = serde_json::from_str(override_out.lines().last().unwrap()).unwrap();
+    assert_eq!(
+        last["event"]["message"], "(combined from similar events): volume vol-9 not found",
+        "the 10th distinct message aggregates"
+    );
+    assert_eq!(count_combined(&override_out), 1);
+}
+
+#[test]
+fn plugins_check_reports_kind_fuel_and_memory_or_the_reason() {
+    let good = common::fixture_plugin("keep-all");
+    let (code, out, err) = eventpipe(&["plugins", "check", good.to_str().unwrap()], "");
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("keep_all: filter plugin"), "{out}");
+    assert!(out.contains("fuel used: ") && out.contains("peak memory: "), "{out}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.wasm");
+    std::fs::write(&bad, b"garbage").unwrap();
+    let (code, _, err) = eventpipe(&["plugins", "check", bad.to_str().unwrap()], "");
+    assert_eq!(code, 1);
+    assert!(err.contains("plugin `bad`: not a valid WebAssembly component"), "{err}");
+}

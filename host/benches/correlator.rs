@@ -1,16 +1,21 @@
 //! ns/event of the EventCorrelator on a 1M-event synthetic stream: 1000 objects, 20 reasons,
 //! message suffixes drawn from a Zipf distribution, events 50 ms apart. Each iteration runs the
 //! whole stream the way a sink watcher does: `prepare` batches of 256, then `finish` and
-//! `update_state` per event. Throughput is printed as elements (events) per second; the
-//! `ns/event` line after the run gives the per-event cost directly.
+//! `update_state` per event. Three ways to compute the keys: (a) the native client-go functions,
+//! (b) the default Wasm plugins with fuel metering, (c) the same plugins without fuel. Then ns
+//! per plugin call: one batch of 256 events and a batch of one. Throughput is printed as
+//! elements (events) per second; the `ns/event` lines give the per-event cost directly.
 
 #![allow(missing_docs, reason = "criterion_group! generates an undocumented function")]
 
 use std::time::{Duration, Instant};
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
-use eventpipe::correlator::{CorrelatorOptions, EventCorrelator, Occurrence};
+use eventpipe::correlator::{ByReason, CorrelatorOptions, EventAggregatorKeyFunc, EventCorrelator, Occurrence};
 use eventpipe::event::{Event, EventSource, ObjectReference, Time};
+use eventpipe::plugin::embedded::{self, CorrelatorPlugins};
+use eventpipe::plugin::functions::WasmAggregateKeyFunc;
+use eventpipe::plugin::{Metering, PluginRuntime, PluginSettings};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -76,8 +81,8 @@ fn stream() -> Vec<Occurrence> {
         .collect()
 }
 
-fn correlate_all(stream: Vec<Occurrence>) -> u64 {
-    let mut correlator = EventCorrelator::new(CorrelatorOptions::default());
+fn correlate_all(stream: Vec<Occurrence>, options: &CorrelatorOptions) -> u64 {
+    let mut correlator = EventCorrelator::new(options.clone());
     let mut written = 0;
     let mut it = stream.into_iter();
     loop {
@@ -95,19 +100,67 @@ fn correlate_all(stream: Vec<Occurrence>) -> u64 {
     }
 }
 
+/// The three ways to compute keys, as correlator options.
+fn paths() -> Vec<(&'static str, CorrelatorOptions)> {
+    let wasm = |metering| {
+        let runtime = PluginRuntime::new(metering).expect("runtime");
+        let plugins = CorrelatorPlugins::defaults(&runtime, &PluginSettings::default()).expect("embedded plugins");
+        plugins.apply(CorrelatorOptions::default(), "default").expect("kinds")
+    };
+    vec![
+        ("native", CorrelatorOptions::default()),
+        ("wasm_fuel", wasm(Metering::Fuel)),
+        ("wasm_no_fuel", wasm(Metering::Unmetered)),
+    ]
+}
+
 fn bench(c: &mut Criterion) {
     let events = stream();
+    let paths = paths();
     let mut group = c.benchmark_group("correlator");
     group.throughput(Throughput::Elements(EVENTS as u64));
-    group.sample_size(10).measurement_time(Duration::from_secs(20));
-    group.bench_function("native_1M", |b| b.iter_batched(|| events.clone(), correlate_all, BatchSize::PerIteration));
+    group.sample_size(10).measurement_time(Duration::from_secs(30));
+    for (name, options) in &paths {
+        group.bench_function(format!("{name}_1M"), |b| {
+            b.iter_batched(|| events.clone(), |s| correlate_all(s, options), BatchSize::PerIteration)
+        });
+    }
     group.finish();
+    for (name, options) in &paths {
+        let t = Instant::now();
+        let written = correlate_all(events.clone(), options);
+        let ns = t.elapsed().as_nanos() as f64 / EVENTS as f64;
+        println!(
+            "correlator/{name}_1M: {ns:.0} ns/event (incl. cloning the input; {written} of {EVENTS} events written)"
+        );
+    }
 
-    let input = events.clone();
+    // One plugin call, batch of 256 and batch of 1, fuel on.
+    let runtime = PluginRuntime::new(Metering::Fuel).expect("runtime");
+    let plugin = runtime.load("by-reason", embedded::BY_REASON, PluginSettings::default()).expect("by-reason");
+    let key_fn = WasmAggregateKeyFunc::new(plugin.clone(), "default").expect("aggregate-key");
+    let batch: Vec<&Event> = events.iter().take(BATCH).map(|o| &o.event).collect();
+    let mut calls = c.benchmark_group("plugin_call");
+    for (label, size) in [("by_reason_batch_256", BATCH), ("by_reason_batch_1", 1)] {
+        calls.throughput(Throughput::Elements(size as u64));
+        calls.bench_function(label, |b| {
+            let mut out = Vec::with_capacity(size);
+            b.iter(|| {
+                out.clear();
+                key_fn.aggregate_keys(&batch[..size], &mut out);
+                out.len()
+            })
+        });
+    }
+    calls.finish();
+    let native = ByReason;
     let t = Instant::now();
-    let written = correlate_all(input);
-    let ns = t.elapsed().as_nanos() as f64 / EVENTS as f64;
-    println!("correlator/native_1M: {ns:.0} ns/event (one extra pass; {written} of {EVENTS} events written)");
+    for _ in 0..10_000 {
+        std::hint::black_box(native.aggregate_key(batch[0]));
+    }
+    println!("plugin_call/native_by_reason: {:.0} ns/call", t.elapsed().as_nanos() as f64 / 10_000.0);
+    let stats = plugin.stats().snapshot();
+    println!("plugin_call/by_reason: {:.0} fuel/event", stats.fuel_consumed as f64 / stats.events.max(1) as f64);
 }
 
 criterion_group!(benches, bench);

@@ -116,16 +116,28 @@ impl EventLogger {
         self.remember(event_cache_key(event), event);
     }
 
+    /// Stores `event`'s count, firstTimestamp, name and resourceVersion under `key` (an LRU
+    /// `Add`: refreshes recency), copying the strings only when they changed.
     fn remember(&mut self, key: Key, event: &Event) {
-        let log = EventLog {
-            count: event.count,
-            first_timestamp: event.first_timestamp,
-            name: event.metadata.name.clone(),
-            resource_version: event.metadata.resource_version.clone(),
-        };
+        let m = &event.metadata;
         match self.cache.get_mut(&key) {
-            Some(slot) => *slot = log,
+            Some(slot) => {
+                slot.count = event.count;
+                slot.first_timestamp = event.first_timestamp;
+                if slot.name != m.name {
+                    slot.name.clone_from(&m.name);
+                }
+                if slot.resource_version != m.resource_version {
+                    slot.resource_version.clone_from(&m.resource_version);
+                }
+            }
             None => {
+                let log = EventLog {
+                    count: event.count,
+                    first_timestamp: event.first_timestamp,
+                    name: m.name.clone(),
+                    resource_version: m.resource_version.clone(),
+                };
                 self.cache.put(key, log);
             }
         }

@@ -27,104 +27,32 @@ pub mod plugin {
     });
 }
 
-/// World `aggregate-key`.
-pub mod aggregate_key {
-    wit_bindgen::generate!({
-        path: "../wit",
-        world: "aggregate-key",
-        runtime_path: "eventpipe_guest::__private::wit_bindgen::rt",
-        with: {
-            "eventpipe:plugin/types@0.1.0": eventpipe_guest::bindings::plugin::eventpipe::plugin::types,
-            "eventpipe:plugin/log@0.1.0": eventpipe_guest::bindings::plugin::eventpipe::plugin::log,
-            "eventpipe:plugin/config@0.1.0": eventpipe_guest::bindings::plugin::eventpipe::plugin::config,
-        },
-        pub_export_macro: true,
-        export_macro_name: "export",
-        default_bindings_module: "eventpipe_guest::bindings::aggregate_key",
-    });
+/// One kind world: its exports and public `export!` macro, reusing `plugin`'s types and
+/// imports (a sink's `output` import is generated in its own module).
+macro_rules! kind_world {
+    ($module:ident, $world:tt, $bindings_module:tt) => {
+        #[doc = concat!("World `", $world, "`.")]
+        pub mod $module {
+            wit_bindgen::generate!({
+                path: "../wit",
+                world: $world,
+                runtime_path: "eventpipe_guest::__private::wit_bindgen::rt",
+                with: {
+                    "eventpipe:plugin/types@0.1.0": eventpipe_guest::bindings::plugin::eventpipe::plugin::types,
+                    "eventpipe:plugin/log@0.1.0": eventpipe_guest::bindings::plugin::eventpipe::plugin::log,
+                    "eventpipe:plugin/config@0.1.0": eventpipe_guest::bindings::plugin::eventpipe::plugin::config,
+                },
+                pub_export_macro: true,
+                export_macro_name: "export",
+                default_bindings_module: $bindings_module,
+            });
+        }
+    };
 }
 
-/// World `message-combiner`.
-pub mod message_combiner {
-    wit_bindgen::generate!({
-        path: "../wit",
-        world: "message-combiner",
-        runtime_path: "eventpipe_guest::__private::wit_bindgen::rt",
-        with: {
-            "eventpipe:plugin/types@0.1.0": eventpipe_guest::bindings::plugin::eventpipe::plugin::types,
-            "eventpipe:plugin/log@0.1.0": eventpipe_guest::bindings::plugin::eventpipe::plugin::log,
-            "eventpipe:plugin/config@0.1.0": eventpipe_guest::bindings::plugin::eventpipe::plugin::config,
-        },
-        pub_export_macro: true,
-        export_macro_name: "export",
-        default_bindings_module: "eventpipe_guest::bindings::message_combiner",
-    });
-}
-
-/// World `spam-key`.
-pub mod spam_key {
-    wit_bindgen::generate!({
-        path: "../wit",
-        world: "spam-key",
-        runtime_path: "eventpipe_guest::__private::wit_bindgen::rt",
-        with: {
-            "eventpipe:plugin/types@0.1.0": eventpipe_guest::bindings::plugin::eventpipe::plugin::types,
-            "eventpipe:plugin/log@0.1.0": eventpipe_guest::bindings::plugin::eventpipe::plugin::log,
-            "eventpipe:plugin/config@0.1.0": eventpipe_guest::bindings::plugin::eventpipe::plugin::config,
-        },
-        pub_export_macro: true,
-        export_macro_name: "export",
-        default_bindings_module: "eventpipe_guest::bindings::spam_key",
-    });
-}
-
-/// World `filter`.
-pub mod filter {
-    wit_bindgen::generate!({
-        path: "../wit",
-        world: "filter",
-        runtime_path: "eventpipe_guest::__private::wit_bindgen::rt",
-        with: {
-            "eventpipe:plugin/types@0.1.0": eventpipe_guest::bindings::plugin::eventpipe::plugin::types,
-            "eventpipe:plugin/log@0.1.0": eventpipe_guest::bindings::plugin::eventpipe::plugin::log,
-            "eventpipe:plugin/config@0.1.0": eventpipe_guest::bindings::plugin::eventpipe::plugin::config,
-        },
-        pub_export_macro: true,
-        export_macro_name: "export",
-        default_bindings_module: "eventpipe_guest::bindings::filter",
-    });
-}
-
-/// World `sink`.
-pub mod sink {
-    wit_bindgen::generate!({
-        path: "../wit",
-        world: "sink",
-        runtime_path: "eventpipe_guest::__private::wit_bindgen::rt",
-        with: {
-            "eventpipe:plugin/types@0.1.0": eventpipe_guest::bindings::plugin::eventpipe::plugin::types,
-            "eventpipe:plugin/log@0.1.0": eventpipe_guest::bindings::plugin::eventpipe::plugin::log,
-            "eventpipe:plugin/config@0.1.0": eventpipe_guest::bindings::plugin::eventpipe::plugin::config,
-        },
-        pub_export_macro: true,
-        export_macro_name: "export",
-        default_bindings_module: "eventpipe_guest::bindings::sink",
-    });
-}
-
-/// World `watcher`.
-pub mod watcher {
-    wit_bindgen::generate!({
-        path: "../wit",
-        world: "watcher",
-        runtime_path: "eventpipe_guest::__private::wit_bindgen::rt",
-        with: {
-            "eventpipe:plugin/types@0.1.0": eventpipe_guest::bindings::plugin::eventpipe::plugin::types,
-            "eventpipe:plugin/log@0.1.0": eventpipe_guest::bindings::plugin::eventpipe::plugin::log,
-            "eventpipe:plugin/config@0.1.0": eventpipe_guest::bindings::plugin::eventpipe::plugin::config,
-        },
-        pub_export_macro: true,
-        export_macro_name: "export",
-        default_bindings_module: "eventpipe_guest::bindings::watcher",
-    });
-}
+kind_world!(aggregate_key, "aggregate-key", "eventpipe_guest::bindings::aggregate_key");
+kind_world!(message_combiner, "message-combiner", "eventpipe_guest::bindings::message_combiner");
+kind_world!(spam_key, "spam-key", "eventpipe_guest::bindings::spam_key");
+kind_world!(filter, "filter", "eventpipe_guest::bindings::filter");
+kind_world!(sink, "sink", "eventpipe_guest::bindings::sink");
+kind_world!(watcher, "watcher", "eventpipe_guest::bindings::watcher");

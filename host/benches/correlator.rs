@@ -100,6 +100,20 @@ fn correlate_all(stream: Vec<Occurrence>, options: &CorrelatorOptions) -> u64 {
     }
 }
 
+/// What every iteration does besides correlating: split the stream into batches and drop the
+/// events (the baseline to subtract from the correlator figures).
+fn batch_and_drop(stream: Vec<Occurrence>) -> u64 {
+    let mut it = stream.into_iter();
+    let mut seen = 0;
+    loop {
+        let batch: Vec<Occurrence> = it.by_ref().take(BATCH).collect();
+        if batch.is_empty() {
+            return seen;
+        }
+        seen += std::hint::black_box(batch).len() as u64;
+    }
+}
+
 /// The three ways to compute keys, as correlator options.
 fn paths() -> Vec<(&'static str, CorrelatorOptions)> {
     let wasm = |metering| {
@@ -125,6 +139,9 @@ fn bench(c: &mut Criterion) {
             b.iter_batched(|| events.clone(), |s| correlate_all(s, options), BatchSize::PerIteration)
         });
     }
+    group.bench_function("baseline_batch_and_drop_1M", |b| {
+        b.iter_batched(|| events.clone(), batch_and_drop, BatchSize::PerIteration)
+    });
     group.finish();
     for (name, options) in &paths {
         let t = Instant::now();

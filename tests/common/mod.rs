@@ -84,10 +84,12 @@ pub fn replay_line_matches(expected: &Value, actual: &Value) -> Result<(), Strin
     json_matches(&strip(expected), &strip(actual), false, "")
 }
 
+/// Puts one way of computing keys into correlator options.
+pub type KeyFunctions = fn(eventpipe::correlator::CorrelatorOptions) -> eventpipe::correlator::CorrelatorOptions;
+
 /// The two ways eventpipe computes keys: the native client-go functions, and the default Wasm
 /// plugins (the path `replay` and `run` take by default). Conformance tests run both.
-pub fn correlator_paths()
--> Vec<(&'static str, fn(eventpipe::correlator::CorrelatorOptions) -> eventpipe::correlator::CorrelatorOptions)> {
+pub fn correlator_paths() -> Vec<(&'static str, KeyFunctions)> {
     vec![("native", |o| o), ("wasm", with_default_plugins)]
 }
 

@@ -68,16 +68,14 @@ impl EventAggregator {
     pub fn aggregate(&mut self, key: AggregateKey, now: Time) -> AggregateDecision {
         let AggregateKey { aggregate, local } = key;
         let max_interval_nanos = self.max_interval_nanos;
-        if !self.cache.contains(&aggregate) {
-            self.cache.put(aggregate.clone(), AggregateRecord::default());
-        }
-        let record = self.cache.get_mut(&aggregate).expect("just ensured present");
+        let record = self.cache.get_or_insert_mut(aggregate, AggregateRecord::default);
         let expired = match record.last_timestamp {
             None => true,
             Some(last) => elapsed_nanos(now, last) > max_interval_nanos,
         };
         if expired {
-            *record = AggregateRecord::default();
+            // Reuse the set's allocation: most groups in a busy cluster expire and start again.
+            record.local_keys.clear();
         }
         record.local_keys.insert(local);
         record.last_timestamp = Some(now);

@@ -38,7 +38,7 @@ impl Key {
 
     /// The key of one string.
     pub fn of(s: &str) -> Self {
-        Self::of_parts([s])
+        Self::of_bytes(s.as_bytes())
     }
 
     /// The key of a string given as its UTF-8 bytes (as plugins return keys); equal to
@@ -47,13 +47,27 @@ impl Key {
         Key(xxhash_rust::xxh3::xxh3_128_with_seed(bytes, seed()))
     }
 
-    /// The key of the concatenation of `parts` (no separator), without building it.
+    /// The key of the concatenation of `parts` (no separator), without allocating: parts are
+    /// copied into a stack buffer and hashed at once; a key longer than the buffer is hashed
+    /// incrementally (XXH3 gives the same digest either way).
     pub fn of_parts<'a>(parts: impl IntoIterator<Item = &'a str>) -> Self {
-        let mut h = Xxh3::with_seed(seed());
-        for p in parts {
-            h.update(p.as_bytes());
+        const INLINE: usize = 512;
+        let mut buf = [0u8; INLINE];
+        let mut len = 0;
+        let mut parts = parts.into_iter();
+        for p in parts.by_ref() {
+            let b = p.as_bytes();
+            if len + b.len() > INLINE {
+                let mut h = Xxh3::with_seed(seed());
+                h.update(&buf[..len]);
+                h.update(b);
+                parts.for_each(|rest| h.update(rest.as_bytes()));
+                return Key(h.digest128());
+            }
+            buf[len..len + b.len()].copy_from_slice(b);
+            len += b.len();
         }
-        Key(h.digest128())
+        Self::of_bytes(&buf[..len])
     }
 }
 
@@ -277,6 +291,8 @@ mod tests {
         assert_eq!(Key::of_parts(["ab", "c"]), Key::of_parts(["a", "bc"]), "Go's separator-less collision");
         assert_ne!(Key::of("abc"), Key::of("abd"));
         assert_eq!(Key::of_bytes(b"abc"), Key::of("abc"), "plugins' byte keys hash like strings");
+        let long = "x".repeat(700);
+        assert_eq!(Key::of_parts(["ab", &long, "c"]), Key::of(&format!("ab{long}c")), "past the inline buffer");
     }
 
     #[test]

@@ -14,7 +14,8 @@ use super::{Plugin, PluginKind};
 use crate::event::Event;
 use crate::sink::{EventSink, SinkError, StatusError};
 
-type SendBatch = Caller<(String, Vec<wit::SinkRequest>), (Vec<Result<wit::Event, wit::SinkError>>,)>;
+/// The `send-batch` export.
+pub(crate) type SendBatch = Caller<(String, Vec<wit::SinkRequest>), (Vec<Result<wit::Event, wit::SinkError>>,)>;
 
 /// An `EventSink` backed by a `sink` plugin.
 ///

@@ -7,8 +7,8 @@ wasmtime::component::bindgen!({
     world: "host",
 });
 
-pub use eventpipe::plugin::types::{
+pub use self::eventpipe::plugin::types::{
     AggregateKeyPair, Event, EventSeries, EventSource, ObjectMeta, ObjectReference, PackedStrings, PatchRequest,
     SinkError, SinkRequest, Verdict,
 };
-pub use eventpipe::plugin::{config, log, output};
+pub use self::eventpipe::plugin::{config, log, output};

@@ -22,6 +22,7 @@ fn main() {
         println!("cargo:rerun-if-changed={}", root.join("plugins").join(name).display());
     }
 
+    ensure_wasm_target();
     let target_dir = root.join("target").join("wasm-plugins");
     let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut build = Command::new(cargo);
@@ -50,6 +51,23 @@ fn main() {
     let built = target_dir.join("wasm32-wasip2").join("release");
     for name in DEFAULT_PLUGINS {
         copy(&built.join(format!("{}.wasm", name.replace('-', "_"))), &out.join(format!("{name}.wasm")));
+    }
+}
+
+/// Adds the `wasm32-wasip2` target with rustup when the toolchain lacks it (rustup installs
+/// `rust-toolchain.toml`'s targets itself unless told not to auto-install).
+fn ensure_wasm_target() {
+    let rustc = env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let sysroot = Command::new(&rustc).args(["--print", "sysroot"]).output().ok().filter(|o| o.status.success());
+    let installed = sysroot
+        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()).join("lib/rustlib/wasm32-wasip2").is_dir())
+        .unwrap_or(true); // cannot tell: let cargo report it
+    if !installed {
+        println!("cargo:warning=adding the wasm32-wasip2 target with rustup (needed to build the default plugins)");
+        let added = Command::new("rustup").args(["target", "add", "wasm32-wasip2"]).status();
+        if !added.is_ok_and(|s| s.success()) {
+            println!("cargo:warning=`rustup target add wasm32-wasip2` failed; install the target and build again");
+        }
     }
 }
 

@@ -158,6 +158,14 @@ fn non_empty_key(s: &[u8], e: &Event, what: &str) -> Result<Key, String> {
     Ok(Key::of_bytes(s))
 }
 
+/// One event through a batch method. The single-event methods cannot drop an event, so a
+/// dropped one gets the built-in answer.
+fn one<T>(batch: impl FnOnce(&mut Vec<Option<T>>), builtin: impl FnOnce() -> T) -> T {
+    let mut out = Vec::with_capacity(1);
+    batch(&mut out);
+    out.pop().flatten().unwrap_or_else(builtin)
+}
+
 /// An aggregate-key plugin as the correlator's [`EventAggregatorKeyFunc`]; fallback
 /// [`ByReason`].
 pub struct WasmAggregateKeyFunc(BatchKeyFn);
@@ -174,9 +182,7 @@ impl WasmAggregateKeyFunc {
 
 impl EventAggregatorKeyFunc for WasmAggregateKeyFunc {
     fn aggregate_key(&self, event: &Event) -> AggregateKey {
-        let mut out = Vec::with_capacity(1);
-        self.aggregate_keys(&[event], &mut out);
-        out.pop().flatten().unwrap_or_else(|| ByReason.aggregate_key(event))
+        one(|out| self.aggregate_keys(&[event], out), || ByReason.aggregate_key(event))
     }
 
     fn aggregate_keys(&self, events: &[&Event], out: &mut Vec<Option<AggregateKey>>) {
@@ -203,9 +209,7 @@ impl WasmMessageFunc {
 
 impl EventAggregatorMessageFunc for WasmMessageFunc {
     fn aggregate_message(&self, event: &Event) -> String {
-        let mut out = Vec::with_capacity(1);
-        self.aggregate_messages(&[event], &mut out);
-        out.pop().flatten().unwrap_or_else(|| SimilarEvents.aggregate_message(event))
+        one(|out| self.aggregate_messages(&[event], out), || SimilarEvents.aggregate_message(event))
     }
 
     fn aggregate_messages(&self, events: &[&Event], out: &mut Vec<Option<String>>) {
@@ -230,9 +234,7 @@ impl WasmSpamKeyFunc {
 
 impl EventSpamKeyFunc for WasmSpamKeyFunc {
     fn spam_key(&self, event: &Event) -> Key {
-        let mut out = Vec::with_capacity(1);
-        self.spam_keys(&[event], &mut out);
-        out.pop().flatten().unwrap_or_else(|| SourceObject.spam_key(event))
+        one(|out| self.spam_keys(&[event], out), || SourceObject.spam_key(event))
     }
 
     fn spam_keys(&self, events: &[&Event], out: &mut Vec<Option<Key>>) {

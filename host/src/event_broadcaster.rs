@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::broadcaster::{Broadcaster, BroadcasterError, FullChannelBehavior, Watcher};
 use crate::clock::SharedClock;
-use crate::correlator::{CorrelatorOptions, EventCorrelator, Occurrence};
+use crate::correlator::{CorrelatorOptions, EventCorrelator, Occurrence, PREPARE_BATCH_SIZE};
 use crate::event::{Event, EventSource};
 use crate::recorder::EventRecorder;
 use crate::sink::retry::Verb;
@@ -17,9 +17,6 @@ use crate::sink::{EventSink, RetryPolicy, WriteOutcome, write_event};
 
 /// client-go `maxQueuedEvents`: the incoming queue and every watcher's queue, events.
 pub const MAX_QUEUED_EVENTS: usize = 1000;
-
-/// Events a sink watcher takes from its queue at once; key functions are called once per batch.
-pub const SINK_BATCH_SIZE: usize = 256;
 
 /// Which instant the correlator reads for an event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -223,7 +220,7 @@ impl EventBroadcaster {
     }
 }
 
-/// The sink watcher's loop: batches of up to [`SINK_BATCH_SIZE`] queued events are prepared
+/// The sink watcher's loop: batches of up to [`PREPARE_BATCH_SIZE`] queued events are prepared
 /// together (one key-function call per batch), then each is finished and written in order, with
 /// `update_state` after each successful write, exactly where client-go calls it.
 async fn record_to_sink(
@@ -243,9 +240,9 @@ async fn record_to_sink(
         }
     };
     while let Some(first) = watcher.recv().await {
-        let mut batch = Vec::with_capacity(SINK_BATCH_SIZE);
+        let mut batch = Vec::with_capacity(PREPARE_BATCH_SIZE);
         batch.push(occurrence(first.object));
-        while batch.len() < SINK_BATCH_SIZE {
+        while batch.len() < PREPARE_BATCH_SIZE {
             match watcher.try_recv() {
                 Some(next) => batch.push(occurrence(next.object)),
                 None => break,

@@ -9,11 +9,8 @@
 
 use std::io::{BufRead, Write};
 
-use crate::correlator::{CorrelatorOptions, EventCorrelator, Occurrence};
+use crate::correlator::{CorrelatorOptions, EventCorrelator, Occurrence, PREPARE_BATCH_SIZE};
 use crate::source::decode::{DecodeError, Decoded, Decoder};
-
-/// Documents prepared together (one key-function call per batch).
-pub const REPLAY_BATCH_SIZE: usize = 256;
 
 /// How to replay.
 #[derive(Debug, Clone, Default)]
@@ -61,14 +58,14 @@ pub fn replay(
     let mut correlator = EventCorrelator::new(options.correlator);
     let mut decoder = Decoder::new();
     let mut summary = ReplaySummary::default();
-    let mut pending: Vec<Result<Decoded, DecodeError>> = Vec::with_capacity(REPLAY_BATCH_SIZE);
+    let mut pending: Vec<Result<Decoded, DecodeError>> = Vec::with_capacity(PREPARE_BATCH_SIZE);
     let mut write_batch = |pending: &mut Vec<Result<Decoded, DecodeError>>, summary: &mut ReplaySummary| {
         flush(pending, &mut correlator, &mut output, summary, !options.no_update_state)
     };
     for line in input.lines() {
         let line = line.map_err(ReplayError::Read)?;
         decoder.push_line(&line, |item| pending.push(item));
-        if pending.len() >= REPLAY_BATCH_SIZE {
+        if pending.len() >= PREPARE_BATCH_SIZE {
             write_batch(&mut pending, &mut summary)?;
         }
     }

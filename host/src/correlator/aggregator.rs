@@ -30,7 +30,8 @@ pub enum AggregateDecision {
     Aggregate(Key),
 }
 
-/// The EventAggregator: an LRU of [`AggregateRecord`]s keyed by aggregate key.
+/// The EventAggregator: an LRU of aggregation groups (their distinct local keys and last
+/// timestamp) keyed by aggregate key.
 ///
 /// # Divergence
 /// When a group holds `max_events` distinct local keys, client-go removes a *random* one

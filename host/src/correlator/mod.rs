@@ -36,6 +36,10 @@ pub use spam_filter::SpamFilter;
 use crate::clock::{self, SharedClock};
 use crate::event::{Event, Time};
 
+/// Events prepared together by the sink watcher and by `replay`: key functions (and Wasm plugins)
+/// are called once per batch of this many events.
+pub const PREPARE_BATCH_SIZE: usize = 256;
+
 /// client-go `maxLruCacheEntries`: entries in each of the three LRU caches.
 pub const MAX_LRU_CACHE_ENTRIES: usize = 4096;
 /// client-go `defaultAggregateMaxEvents`: distinct messages in a window before aggregating.

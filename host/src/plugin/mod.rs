@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use wasmtime::component::{Component, InstancePre, Linker};
 use wasmtime::{Config, Engine};
 
-pub use call::PluginCallError;
+pub use call::{CallCost, CallFailure, PluginCallError};
 pub use state::PluginState;
 
 /// The plugin kinds, one per world in `wit/worlds.wit`, recognised by their batch export.

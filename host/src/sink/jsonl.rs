@@ -18,7 +18,8 @@ use crate::event::Event;
 struct SinkCall<'a> {
     verb: Verb,
     event: &'a Event,
-    patch: Option<serde_json::Value>,
+    /// The patch body as sent, embedded without re-serialising it.
+    patch: Option<&'a serde_json::value::RawValue>,
 }
 
 /// Writes sink calls as JSON lines to any writer (a file, stdout), buffered.
@@ -69,7 +70,7 @@ impl EventSink for JsonLinesSink {
             None
         } else {
             Some(
-                serde_json::from_slice(patch)
+                serde_json::from_slice::<&serde_json::value::RawValue>(patch)
                     .map_err(|e| SinkError::RequestConstruction(format!("patch is not JSON: {e}")))?,
             )
         };

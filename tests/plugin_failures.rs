@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use eventpipe::correlator::{ByReason, CorrelatorOptions, EventAggregatorKeyFunc, EventCorrelator, Occurrence};
 use eventpipe::event::{Event, EventSource, ObjectReference};
 use eventpipe::plugin::functions::WasmAggregateKeyFunc;
-use eventpipe::plugin::{FallbackPolicy, Metering, Plugin, PluginError, PluginRuntime, PluginSettings};
+use eventpipe::plugin::{FallbackPolicy, Metering, PluginError, PluginHandle, PluginOrigin, PluginRuntime, PluginSettings};
 
 fn event(name: &str, reason: &str, host: &str, message: &str) -> Event {
     let t = "2025-01-01T00:00:00Z".parse().unwrap();
@@ -39,9 +39,10 @@ fn event(name: &str, reason: &str, host: &str, message: &str) -> Event {
     }
 }
 
-fn load(name: &str, settings: PluginSettings) -> Arc<Plugin> {
+fn load(name: &str, settings: PluginSettings) -> PluginHandle {
     let runtime = PluginRuntime::new(Metering::Fuel).unwrap();
-    runtime.load(name, &std::fs::read(common::fixture_plugin(name)).unwrap(), settings).unwrap()
+    let plugin = runtime.load_file(name, &common::fixture_plugin(name)).unwrap();
+    PluginHandle::fixed(plugin, "default", settings)
 }
 
 /// Runs `f` with every log line of this thread captured; returns its result and the log.
@@ -124,7 +125,7 @@ fn every_kind_of_failure_falls_back_to_client_go_with_a_clear_error_and_a_metric
 #[test]
 fn a_plugin_failing_on_every_event_is_not_called_for_the_rest_of_the_batch() {
     let plugin = load("misbehave", PluginSettings::default());
-    let key_fn = WasmAggregateKeyFunc::new(plugin.clone(), "default").unwrap();
+    let key_fn = WasmAggregateKeyFunc::new(plugin.clone()).unwrap();
     let events: Vec<Event> = (0..50).map(|i| event(&format!("p{i}"), "Loop", "n", "m")).collect();
     let refs: Vec<&Event> = events.iter().collect();
     let (keys, log) = capture_logs(|| {
@@ -143,7 +144,7 @@ fn a_plugin_failing_on_every_event_is_not_called_for_the_rest_of_the_batch() {
 fn drop_policy_drops_only_the_failing_event_and_the_correlator_counts_it() {
     let plugin = load("misbehave", PluginSettings { fallback: FallbackPolicy::Drop, ..PluginSettings::default() });
     let options = CorrelatorOptions {
-        key_func: Some(Arc::new(WasmAggregateKeyFunc::new(plugin.clone(), "default").unwrap())),
+        key_func: Some(Arc::new(WasmAggregateKeyFunc::new(plugin.clone()).unwrap())),
         ..CorrelatorOptions::default()
     };
     let mut correlator = EventCorrelator::new(options);
@@ -158,24 +159,24 @@ fn drop_policy_drops_only_the_failing_event_and_the_correlator_counts_it() {
 #[test]
 fn files_that_are_not_working_plugins_are_refused_with_the_reason() {
     let runtime = PluginRuntime::new(Metering::Fuel).unwrap();
-    let err = runtime.load("notes", b"this is not wasm", PluginSettings::default()).unwrap_err();
+    let err = runtime.load("notes", b"this is not wasm", PluginOrigin::File("test.wasm".into())).unwrap_err();
     assert!(matches!(err, PluginError::Compile { .. }), "{err}");
     assert!(err.to_string().starts_with("plugin `notes`: not a valid WebAssembly component"), "{err}");
 
     let whole = std::fs::read(common::fixture_plugin("ignore-host")).unwrap();
     let half = &whole[..whole.len() / 2];
-    let err = runtime.load("half-written", half, PluginSettings::default()).unwrap_err();
+    let err = runtime.load("half-written", half, PluginOrigin::File("test.wasm".into())).unwrap_err();
     assert!(matches!(err, PluginError::Compile { .. }), "a half-written file: {err}");
 
     let core_module = b"\0asm\x01\0\0\0";
-    let err = runtime.load("core", core_module, PluginSettings::default()).unwrap_err();
+    let err = runtime.load("core", core_module, PluginOrigin::File("test.wasm".into())).unwrap_err();
     assert!(err.to_string().contains("plugin `core`"), "{err}");
 }
 
 #[test]
 fn a_plugin_of_another_world_is_refused_for_a_key_function() {
     let filter = load("keep-all", PluginSettings::default());
-    let err = WasmAggregateKeyFunc::new(filter, "default").err().expect("a filter is not an aggregate-key function");
+    let err = WasmAggregateKeyFunc::new(filter).err().expect("a filter is not an aggregate-key function");
     assert_eq!(err.to_string(), "plugin `keep-all` is a filter plugin, not a aggregate-key plugin");
 }
 

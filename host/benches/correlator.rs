@@ -13,9 +13,11 @@ use std::time::{Duration, Instant};
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use eventpipe::correlator::{ByReason, CorrelatorOptions, EventAggregatorKeyFunc, EventCorrelator, Occurrence};
 use eventpipe::event::{Event, EventSource, ObjectReference, Time};
-use eventpipe::plugin::embedded::{self, CorrelatorPlugins};
+use eventpipe::plugin::embedded;
+use eventpipe::plugin::functions::CorrelatorPlugins;
+use eventpipe::plugin::registry::PluginRegistry;
 use eventpipe::plugin::functions::WasmAggregateKeyFunc;
-use eventpipe::plugin::{Metering, PluginRuntime, PluginSettings};
+use eventpipe::plugin::{Metering, PluginHandle, PluginOrigin, PluginRuntime, PluginSettings};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -117,9 +119,9 @@ fn batch_and_drop(stream: Vec<Occurrence>) -> u64 {
 /// The three ways to compute keys, as correlator options.
 fn paths() -> Vec<(&'static str, CorrelatorOptions)> {
     let wasm = |metering| {
-        let runtime = PluginRuntime::new(metering).expect("runtime");
-        let plugins = CorrelatorPlugins::defaults(&runtime, &PluginSettings::default()).expect("embedded plugins");
-        plugins.apply(CorrelatorOptions::default(), "default").expect("kinds")
+        let registry = PluginRegistry::new(PluginRuntime::new(metering).expect("runtime")).expect("embedded plugins");
+        let plugins = CorrelatorPlugins::defaults(&registry, "default", &PluginSettings::default()).expect("defaults");
+        plugins.apply(CorrelatorOptions::default()).expect("kinds")
     };
     vec![
         ("native", CorrelatorOptions::default()),
@@ -154,8 +156,9 @@ fn bench(c: &mut Criterion) {
 
     // One plugin call, batch of 256 and batch of 1, fuel on.
     let runtime = PluginRuntime::new(Metering::Fuel).expect("runtime");
-    let plugin = runtime.load("by-reason", embedded::BY_REASON, PluginSettings::default()).expect("by-reason");
-    let key_fn = WasmAggregateKeyFunc::new(plugin.clone(), "default").expect("aggregate-key");
+    let plugin = runtime.load("by-reason", embedded::BY_REASON, PluginOrigin::Embedded).expect("by-reason");
+    let handle = PluginHandle::fixed(plugin, "default", PluginSettings::default());
+    let key_fn = WasmAggregateKeyFunc::new(handle.clone()).expect("kind");
     let batch: Vec<&Event> = events.iter().take(BATCH).map(|o| &o.event).collect();
     let mut calls = c.benchmark_group("plugin_call");
     for (label, size) in [("by_reason_batch_256", BATCH), ("by_reason_batch_1", 1)] {
@@ -176,7 +179,7 @@ fn bench(c: &mut Criterion) {
         std::hint::black_box(native.aggregate_key(batch[0]));
     }
     println!("plugin_call/native_by_reason: {:.0} ns/call", t.elapsed().as_nanos() as f64 / 10_000.0);
-    let stats = plugin.stats().snapshot();
+    let stats = handle.stats().snapshot();
     println!("plugin_call/by_reason: {:.0} fuel/event", stats.fuel_consumed as f64 / stats.events.max(1) as f64);
 }
 

@@ -80,7 +80,8 @@ pub struct SinkStats {
 }
 
 impl SinkStats {
-    fn count(&mut self, outcome: &WriteOutcome) {
+    /// Counts one `recordToSink` outcome.
+    pub(crate) fn count(&mut self, outcome: &WriteOutcome) {
         let attempts = match *outcome {
             WriteOutcome::Skipped => {
                 self.skipped += 1;
@@ -149,6 +150,21 @@ impl EventBroadcaster {
         let correlator = EventCorrelator::new(self.options.correlator.clone());
         let (retry, cancel, clock) = (self.options.retry.clone(), self.cancel.clone(), self.options.correlation_clock);
         Ok(tokio::spawn(record_to_sink(watcher, sink, correlator, retry, cancel, clock)))
+    }
+
+    /// The tenant router watcher ([`crate::pipeline::record_to_tenants`]): like
+    /// [`start_recording_to_sink`](Self::start_recording_to_sink), but each event goes to its
+    /// tenant's filters and correlators and sinks, as the latest plan from `plans` says.
+    ///
+    /// # Errors
+    /// [`BroadcasterError::Stopped`] after shutdown.
+    pub fn start_recording_to_tenants(
+        &self,
+        plans: tokio::sync::watch::Receiver<Arc<crate::pipeline::TenantPlan>>,
+    ) -> Result<JoinHandle<crate::pipeline::RouterStats>, BroadcasterError> {
+        let watcher = self.broadcaster.watch()?;
+        let (retry, cancel, clock) = (self.options.retry.clone(), self.cancel.clone(), self.options.correlation_clock);
+        Ok(tokio::spawn(crate::pipeline::record_to_tenants(watcher, plans, retry, cancel, clock)))
     }
 
     /// client-go `StartEventWatcher`: calls `handler` synchronously for every event; a slow

@@ -6,12 +6,16 @@
 
 pub mod broadcaster;
 pub mod clock;
+pub mod config;
 pub mod correlator;
 pub mod event;
 pub mod event_broadcaster;
+pub mod pipeline;
 pub mod plugin;
 pub mod recorder;
+pub mod reload;
 pub mod replay;
 pub mod run;
 pub mod sink;
 pub mod source;
+pub mod tenant;

@@ -10,14 +10,16 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use eventpipe::broadcaster::FullChannelBehavior;
 use eventpipe::correlator::{CorrelatorOptions, SourceObjectType};
 use eventpipe::event_broadcaster::{CorrelationClock, EventBroadcasterOptions};
+use eventpipe::pipeline::{KeyChoice, TenantRules};
 use eventpipe::plugin::check::check;
-use eventpipe::plugin::embedded::CorrelatorPlugins;
-use eventpipe::plugin::functions::DEFAULT_TENANT;
+use eventpipe::plugin::functions::{CorrelatorPlugins, DEFAULT_TENANT};
+use eventpipe::plugin::registry::{PluginRegistry, ReloadOutcome};
 use eventpipe::plugin::{
-    DEFAULT_FUEL_PER_EVENT, DEFAULT_MEMORY_LIMIT_BYTES, FallbackPolicy, Metering, Plugin, PluginRuntime, PluginSettings,
+    DEFAULT_FUEL_PER_EVENT, DEFAULT_MEMORY_LIMIT_BYTES, FallbackPolicy, Metering, PluginHandle, PluginKind,
+    PluginRuntime, PluginSettings,
 };
 use eventpipe::replay::{ReplayOptions, replay};
-use eventpipe::run::{SinkSpec, SourceSpec, run};
+use eventpipe::run::{RunOptions, SinkSpec, SourceSpec, run};
 
 /// The Kubernetes event pipeline (client-go's EventRecorder → Broadcaster → EventCorrelator →
 /// EventSink) as a fast, pluggable host.
@@ -125,7 +127,7 @@ enum SpamKeyArg {
 }
 
 /// The plugins a command runs with, kept to read their stats at the end.
-struct LoadedPlugins(Vec<Arc<Plugin>>);
+struct LoadedPlugins(Vec<PluginHandle>);
 
 impl LoadedPlugins {
     /// Exit status 3 when a plugin failed under the `fail` policy.
@@ -134,38 +136,107 @@ impl LoadedPlugins {
     }
 }
 
+/// Where compiled plugins are cached, and the plugins directory.
+#[derive(Args, Debug, Clone)]
+struct RuntimeArgs {
+    /// wasmtime's compilation cache directory (default: wasmtime's, e.g. ~/.cache/wasmtime).
+    #[arg(long, value_name = "DIR")]
+    compile_cache: Option<PathBuf>,
+    /// Compile every plugin at start instead of using the compilation cache.
+    #[arg(long, conflicts_with = "compile_cache")]
+    no_compile_cache: bool,
+}
+
+impl RuntimeArgs {
+    fn registry(&self) -> anyhow::Result<PluginRegistry> {
+        let runtime = if self.no_compile_cache {
+            PluginRuntime::new(Metering::Fuel)?
+        } else {
+            match PluginRuntime::with_cache(Metering::Fuel, self.compile_cache.as_deref()) {
+                Ok(runtime) => runtime,
+                // No writable cache directory (e.g. no HOME): compile every time.
+                Err(e) if self.compile_cache.is_none() => {
+                    tracing::warn!(error = %e, "no compilation cache");
+                    PluginRuntime::new(Metering::Fuel)?
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
+        Ok(PluginRegistry::new(runtime)?)
+    }
+}
+
 impl CorrelatorArgs {
-    /// The correlator options, with the key functions from the default plugins (or the given
-    /// ones), unless `--builtin`.
-    fn options(&self) -> anyhow::Result<(CorrelatorOptions, LoadedPlugins)> {
+    /// The correlator options of `replay`, with the key functions from the default plugins (or
+    /// the given files), unless `--builtin`.
+    fn options(&self, registry: &PluginRegistry) -> anyhow::Result<(CorrelatorOptions, LoadedPlugins)> {
         let options = self.builtin_options();
         if self.builtin {
             return Ok((options, LoadedPlugins(Vec::new())));
         }
-        let runtime = PluginRuntime::new(Metering::Fuel)?;
         let settings = self.limits.settings();
-        let mut plugins = CorrelatorPlugins::defaults(&runtime, &settings)?;
-        let load = |path: &PathBuf| -> anyhow::Result<Arc<Plugin>> {
-            let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-            let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-            Ok(runtime.load(&name, &bytes, settings.clone())?)
+        let mut plugins = CorrelatorPlugins::defaults(registry, DEFAULT_TENANT, &settings)?;
+        let rules = self.base_rules(registry)?;
+        let handle = |choice: &KeyChoice, kind| match choice {
+            KeyChoice::Plugin(name) => Ok(Some(registry.handle(name, kind, DEFAULT_TENANT, settings.clone())?)),
+            KeyChoice::Builtin => Ok::<_, anyhow::Error>(None),
         };
-        if let Some(p) = &self.aggregate_key_plugin {
-            plugins.aggregate_key = load(p)?;
+        if let Some(h) = handle(&rules.aggregate_key, PluginKind::AggregateKey)? {
+            plugins.aggregate_key = h;
         }
-        if let Some(p) = &self.message_combiner_plugin {
-            plugins.message_combiner = load(p)?;
+        if let Some(h) = handle(&rules.message_combiner, PluginKind::MessageCombiner)? {
+            plugins.message_combiner = h;
         }
-        if let Some(p) = &self.spam_key_plugin {
-            plugins.spam_key = load(p)?;
+        if let Some(h) = handle(&rules.spam_key, PluginKind::SpamKey)? {
+            plugins.spam_key = h;
         }
         let spam_key_func = options.spam_key_func.clone();
-        let mut options = plugins.apply(options, DEFAULT_TENANT)?;
+        let mut options = plugins.apply(options)?;
         if spam_key_func.is_some() {
             options.spam_key_func = spam_key_func; // --spam-key source-object-type
         }
-        let loaded = LoadedPlugins(vec![plugins.aggregate_key, plugins.message_combiner, plugins.spam_key]);
+        let loaded = LoadedPlugins(plugins.handles().into_iter().cloned().collect());
         Ok((options, loaded))
+    }
+
+    /// The rules the flags give: numbers, key functions (default plugins, `--builtin`, or files
+    /// loaded into `registry` under their stems) and plugin limits. No sinks.
+    fn base_rules(&self, registry: &PluginRegistry) -> anyhow::Result<TenantRules> {
+        let choice = |file: &Option<PathBuf>, default: &str| -> anyhow::Result<KeyChoice> {
+            if self.builtin {
+                return Ok(KeyChoice::Builtin);
+            }
+            let Some(path) = file else { return Ok(KeyChoice::Plugin(default.into())) };
+            match registry.reload_file(path) {
+                ReloadOutcome::Live(p) => Ok(KeyChoice::Plugin(p.name)),
+                ReloadOutcome::Unchanged { name } => Ok(KeyChoice::Plugin(name)),
+                ReloadOutcome::Ignored => anyhow::bail!("{}: not a .wasm file", path.display()),
+                other => anyhow::bail!("{other}"),
+            }
+        };
+        let spam_key = if self.builtin || matches!(self.spam_key, SpamKeyArg::SourceObjectType) {
+            if self.spam_key_plugin.is_some() {
+                anyhow::bail!("--spam-key source-object-type is built in; it cannot be combined with --spam-key-plugin");
+            }
+            KeyChoice::Builtin
+        } else {
+            choice(&self.spam_key_plugin, "source-object")?
+        };
+        Ok(TenantRules {
+            lru_cache_size: self.lru_cache_size,
+            burst: self.burst,
+            qps: self.qps,
+            max_events: self.max_events,
+            max_interval_seconds: self.max_interval_seconds,
+            aggregate_key: choice(&self.aggregate_key_plugin, "by-reason")?,
+            message_combiner: choice(&self.message_combiner_plugin, "similar-events")?,
+            spam_key,
+            spam_key_with_type: matches!(self.spam_key, SpamKeyArg::SourceObjectType),
+            filters: Vec::new(),
+            plugin: self.limits.settings(),
+            plugin_config: Default::default(),
+            sinks: Vec::new(),
+        })
     }
 
     fn builtin_options(&self) -> CorrelatorOptions {
@@ -188,6 +259,8 @@ impl CorrelatorArgs {
 struct ReplayArgs {
     #[command(flatten)]
     correlator: CorrelatorArgs,
+    #[command(flatten)]
+    runtime: RuntimeArgs,
     /// Do not call UpdateState after a result (a sink that never succeeds).
     #[arg(long)]
     no_update_state: bool,
@@ -216,10 +289,23 @@ struct RunArgs {
     #[arg(long)]
     source: SourceSpec,
     /// `jsonl:PATH` or `jsonl:-` (stdout): one `{"verb","event","patch"}` line per sink call;
-    /// `plugin:NAME` (an embedded sink plugin, e.g. `plugin:jsonl`) or `plugin:FILE.wasm`
-    /// (writes to stdout).
+    /// `plugin:NAME` (a sink plugin, embedded like `plugin:jsonl` or from the plugins
+    /// directory) or `plugin:FILE.wasm` (writes to stdout). Repeatable. The sinks of tenants
+    /// whose config names none.
+    #[arg(long, required = true)]
+    sink: Vec<SinkSpec>,
+    /// The plugins directory: every NAME.wasm in it is plugin NAME (overriding an embedded one
+    /// of that name), watched and hot-swapped. Default: `./plugins` when it exists.
+    #[arg(long, value_name = "DIR")]
+    plugins: Option<PathBuf>,
+    /// The tenant config (TOML), watched and hot-reloaded.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Do not watch the plugins directory and config file.
     #[arg(long)]
-    sink: SinkSpec,
+    no_watch: bool,
+    #[command(flatten)]
+    runtime: RuntimeArgs,
     /// What a full watcher queue does.
     #[arg(long, value_enum, default_value_t = Behavior::Wait)]
     full_channel_behavior: Behavior,
@@ -252,7 +338,8 @@ fn main() -> ExitCode {
 fn execute(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Replay(args) => {
-            let (correlator, plugins) = args.correlator.options()?;
+            let registry = args.runtime.registry()?;
+            let (correlator, plugins) = args.correlator.options(&registry)?;
             let options = ReplayOptions { correlator, no_update_state: args.no_update_state };
             let stdin = BufReader::with_capacity(1 << 16, std::io::stdin().lock());
             let stdout = BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
@@ -267,28 +354,47 @@ fn execute(command: Command) -> anyhow::Result<ExitCode> {
             })
         }
         Command::Run(args) => {
-            let (correlator, plugins) = args.correlator.options()?;
-            let options = EventBroadcasterOptions {
-                full_channel_behavior: match args.full_channel_behavior {
-                    Behavior::Wait => FullChannelBehavior::WaitIfChannelFull,
-                    Behavior::Drop => FullChannelBehavior::DropIfChannelFull,
+            let plugins_dir = args.plugins.clone().or_else(|| {
+                let default = PathBuf::from("plugins");
+                default.is_dir().then_some(default)
+            });
+            let mut registry = args.runtime.registry()?;
+            if let Some(dir) = &plugins_dir {
+                let (with_dir, outcomes) =
+                    registry.with_dir(dir).with_context(|| format!("plugins directory {}", dir.display()))?;
+                registry = with_dir;
+                for outcome in outcomes.iter().filter(|o| matches!(o, ReloadOutcome::Rejected { .. })) {
+                    eprintln!("eventpipe: {outcome}");
+                }
+            }
+            let mut base = args.correlator.base_rules(&registry)?;
+            base.sinks = args.sink.clone();
+            let options = RunOptions {
+                source: args.source,
+                broadcaster: EventBroadcasterOptions {
+                    full_channel_behavior: match args.full_channel_behavior {
+                        Behavior::Wait => FullChannelBehavior::WaitIfChannelFull,
+                        Behavior::Drop => FullChannelBehavior::DropIfChannelFull,
+                    },
+                    correlation_clock: match args.clock {
+                        ClockArg::Event => CorrelationClock::EventTime,
+                        ClockArg::Processing => CorrelationClock::Processing,
+                    },
+                    ..EventBroadcasterOptions::default()
                 },
-                correlation_clock: match args.clock {
-                    ClockArg::Event => CorrelationClock::EventTime,
-                    ClockArg::Processing => CorrelationClock::Processing,
-                },
-                correlator,
-                ..EventBroadcasterOptions::default()
+                base,
+                config: args.config,
+                registry: Arc::new(registry),
+                watch: !args.no_watch,
             };
             let runtime = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
-            let settings = args.correlator.limits.settings();
-            let summary = runtime.block_on(run(args.source, args.sink, options, &settings))?;
+            let summary = runtime.block_on(run(options))?;
             if args.summary_json {
                 eprintln!("{}", serde_json::to_string(&summary)?);
             } else {
                 eprintln!("eventpipe run: {summary}");
             }
-            Ok(if plugins.failed() { ExitCode::from(3) } else { ExitCode::SUCCESS })
+            Ok(if summary.plugin_failed { ExitCode::from(3) } else { ExitCode::SUCCESS })
         }
         Command::Plugins(PluginsCommand::Check { file, limits }) => {
             let runtime = PluginRuntime::new(Metering::Fuel)?;

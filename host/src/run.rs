@@ -1,4 +1,5 @@
-//! `eventpipe run`: source → Broadcaster → sink watcher (EventCorrelator → EventSink).
+//! `eventpipe run`: source → Broadcaster → tenant router watcher (filters → EventCorrelator per
+//! tenant and sink → EventSink), with plugins and the tenant config hot-reloaded.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -6,12 +7,11 @@ use std::sync::Arc;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 
 use crate::broadcaster::WatchEventType;
-use crate::event_broadcaster::{EventBroadcaster, EventBroadcasterOptions, SinkStats};
-use crate::plugin::functions::DEFAULT_TENANT;
-use crate::plugin::sink::WasmSink;
-use crate::plugin::{Metering, PluginRuntime, PluginSettings, embedded};
-use crate::sink::EventSink;
-use crate::sink::jsonl::JsonLinesSink;
+use crate::config::{Config, ConfigError};
+use crate::event_broadcaster::{EventBroadcaster, EventBroadcasterOptions};
+use crate::pipeline::{PlanError, RouterStats, SinkSet, TenantPlan, TenantRules};
+use crate::plugin::registry::{PluginRegistry, ReloadOutcome};
+use crate::reload::{Change, FileWatcher, WatchError};
 use crate::source::decode::{Decoded, Decoder};
 
 /// Where events come from: `jsonl:PATH` or `jsonl:-` (stdin).
@@ -33,6 +33,16 @@ pub enum SinkSpec {
     JsonLinesStdout,
     /// A sink plugin: an embedded one by name (`jsonl`) or a component file.
     Plugin(String),
+}
+
+impl std::fmt::Display for SinkSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SinkSpec::JsonLinesFile(p) => write!(f, "jsonl:{}", p.display()),
+            SinkSpec::JsonLinesStdout => f.write_str("jsonl:-"),
+            SinkSpec::Plugin(name) => write!(f, "plugin:{name}"),
+        }
+    }
 }
 
 /// A `--source` / `--sink` value that is not `KIND:TARGET` with a known kind.
@@ -63,8 +73,8 @@ impl std::str::FromStr for SinkSpec {
     }
 }
 
-/// What a run did: the source's side and the sink watcher's [`SinkStats`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+/// What a run did: the source's side and the tenant router watcher's [`RouterStats`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct RunSummary {
     /// Events read from the source and accepted by the Broadcaster.
     pub read: u64,
@@ -74,21 +84,29 @@ pub struct RunSummary {
     pub non_events: u64,
     /// Events the Broadcaster's incoming queue dropped (only with `DropIfChannelFull`).
     pub dropped_incoming: u64,
-    /// The sink watcher's totals.
+    /// Plugin versions swapped in (or reverted) by hot reload during the run.
+    pub plugin_swaps: u64,
+    /// Plugin files and config versions refused during the run.
+    pub rejected_reloads: u64,
+    /// A plugin failed under the `fail` policy (the command exits with status 3).
+    pub plugin_failed: bool,
+    /// The sink side, in total and per tenant.
     #[serde(flatten)]
-    pub sink: SinkStats,
+    pub sink: RouterStats,
 }
 
 impl std::fmt::Display for RunSummary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let s = &self.sink;
+        let s = &self.sink.total;
         write!(
             f,
-            "read {} events ({} bad lines, {} non-events); created {}, patched {}, skipped by spam filter {}, \
-             aggregated {}; sink dropped {}, gave up {}, retries {}; incoming queue dropped {}",
+            "read {} events ({} bad lines, {} non-events); filtered {}; created {}, patched {}, skipped by spam \
+             filter {}, aggregated {}; sink dropped {}, gave up {}, retries {}; incoming queue dropped {}; \
+             {} tenant(s), {} plugin swap(s), {} config reload(s), {} rejected reload(s)",
             self.read,
             self.bad_lines,
             self.non_events,
+            self.sink.filtered,
             s.created,
             s.patched,
             s.skipped,
@@ -96,7 +114,11 @@ impl std::fmt::Display for RunSummary {
             s.dropped,
             s.gave_up,
             s.retries,
-            self.dropped_incoming
+            self.dropped_incoming,
+            self.sink.tenants.len(),
+            self.plugin_swaps,
+            self.sink.reloads,
+            self.rejected_reloads
         )
     }
 }
@@ -113,14 +135,20 @@ pub enum RunError {
         #[source]
         error: std::io::Error,
     },
-    /// The sink plugin could not be loaded.
-    #[error("sink plugin: {0}")]
-    SinkPlugin(String),
-    /// The sink could not be opened or flushed.
-    #[error("sink {path}: {error}")]
+    /// The config file is invalid (at start; later, a bad config is only reported).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The tenants' rules cannot be put together (a missing plugin, a sink that cannot open).
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    /// The plugins directory or config file cannot be watched.
+    #[error(transparent)]
+    Watch(#[from] WatchError),
+    /// A sink could not be flushed.
+    #[error("sink {spec}: {error}")]
     Sink {
-        /// The sink's path (`-` for stdout).
-        path: String,
+        /// The sink.
+        spec: String,
         /// The I/O error.
         #[source]
         error: std::io::Error,
@@ -130,32 +158,75 @@ pub enum RunError {
     Watcher(#[from] tokio::task::JoinError),
 }
 
+/// How to run.
+#[derive(Debug)]
+pub struct RunOptions {
+    /// Where events come from.
+    pub source: SourceSpec,
+    /// Queue length, full-channel behaviour, retry policy, correlation clock (its `correlator`
+    /// field is not used: tenants' rules are).
+    pub broadcaster: EventBroadcasterOptions,
+    /// The rules the command line gives (the base of `[defaults]` and of every tenant).
+    pub base: TenantRules,
+    /// The tenant config file, if any.
+    pub config: Option<PathBuf>,
+    /// Plugins by name (embedded defaults + plugins directory).
+    pub registry: Arc<PluginRegistry>,
+    /// Watch the plugins directory and the config file and hot-reload them.
+    pub watch: bool,
+}
+
+/// Prints a line about what is live (stderr, always) and logs it.
+fn announce(line: &str) {
+    eprintln!("eventpipe: {line}");
+    tracing::info!("{line}");
+}
+
+fn announce_plan(plan: &TenantPlan) {
+    for line in plan.describe() {
+        announce(&line);
+    }
+}
+
 /// Runs the pipeline until the source ends, then shuts the Broadcaster down (draining it) and
-/// waits for the sink watcher to finish.
+/// waits for the sink watcher to finish. With `watch`, plugin files and the config are
+/// hot-reloaded meanwhile (compiled and validated on a thread of their own).
 ///
 /// # Errors
-/// [`RunError`] when the source or sink cannot be opened, read or flushed.
-pub async fn run(
-    source: SourceSpec,
-    sink: SinkSpec,
-    options: EventBroadcasterOptions,
-    plugins: &PluginSettings,
-) -> Result<RunSummary, RunError> {
-    let (sink_path, sink) = match &sink {
-        SinkSpec::JsonLinesStdout => {
-            ("-".to_string(), OpenSink::Jsonl(Arc::new(JsonLinesSink::new(Box::new(std::io::stdout())))))
+/// [`RunError`] when the config, a plugin rule or a sink is invalid at start, or the source or
+/// a sink cannot be read or flushed.
+pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
+    let RunOptions { source, broadcaster, base, config: config_path, registry, watch } = options;
+    let sinks = Arc::new(SinkSet::default());
+    let config = config_path.as_deref().map(Config::load).transpose()?;
+    let plan = TenantPlan::build(&base, config.as_ref(), &registry, &sinks)?;
+    for (name, live) in registry.live() {
+        match live {
+            Some(p) => announce(&format!("{p} is live")),
+            None => announce(&format!("plugin `{name}` is not loaded")),
         }
-        SinkSpec::JsonLinesFile(p) => {
-            let file =
-                std::fs::File::create(p).map_err(|error| RunError::Sink { path: p.display().to_string(), error })?;
-            (p.display().to_string(), OpenSink::Jsonl(Arc::new(JsonLinesSink::new(Box::new(file)))))
-        }
-        SinkSpec::Plugin(name) => ("-".to_string(), OpenSink::Plugin(Arc::new(sink_plugin(name, plugins)?))),
+    }
+    announce_plan(&plan);
+    let (plans_tx, plans_rx) = tokio::sync::watch::channel(Arc::new(plan));
+    let latest_plan = plans_tx.subscribe();
+    let rejected_configs = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let watcher = if watch {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let watcher = FileWatcher::start(registry.dir(), config_path.as_deref(), move |c| {
+            let _ = tx.send(c);
+        })?;
+        let reloader = Reloader { registry: registry.clone(), base, sinks: sinks.clone(), plans: plans_tx, rejected_configs: rejected_configs.clone() };
+        std::thread::Builder::new()
+            .name("eventpipe-reload".into())
+            .spawn(move || rx.into_iter().for_each(|change| reloader.apply(change)))
+            .expect("spawning the reload thread");
+        Some(watcher)
+    } else {
+        None
     };
-    let event_broadcaster = EventBroadcaster::new(options);
-    let watcher =
-        event_broadcaster.start_recording_to_sink(sink.as_event_sink()).expect("a new broadcaster is running");
 
+    let event_broadcaster = EventBroadcaster::new(broadcaster);
+    let router = event_broadcaster.start_recording_to_tenants(plans_rx).expect("a new broadcaster is running");
     let mut summary = match &source {
         SourceSpec::JsonLinesStdin => pump(tokio::io::stdin(), "-", &event_broadcaster).await,
         SourceSpec::JsonLinesFile(p) => {
@@ -167,54 +238,59 @@ pub async fn run(
         }
     };
     event_broadcaster.shutdown().await;
-    let sink_stats = watcher.await?;
-    sink.flush().map_err(|error| RunError::Sink { path: sink_path, error })?;
+    let router_stats = router.await?;
+    drop(watcher);
+    sinks.flush().map_err(|(spec, error)| RunError::Sink { spec, error })?;
     if let Ok(s) = summary.as_mut() {
-        s.sink = sink_stats;
+        s.sink = router_stats;
         s.dropped_incoming = event_broadcaster.broadcaster().incoming_dropped();
+        s.plugin_swaps = registry.swaps();
+        s.plugin_failed = latest_plan.borrow().failed();
+        s.rejected_reloads = registry.rejected() + rejected_configs.load(std::sync::atomic::Ordering::Relaxed);
     }
     summary
 }
 
-/// The sink of a run, kept typed so it can be flushed at the end.
-enum OpenSink {
-    Jsonl(Arc<JsonLinesSink>),
-    Plugin(Arc<WasmSink>),
+/// Applies file changes on the reload thread: plugins through the registry, the config by
+/// building a new plan and handing it to the router watcher.
+struct Reloader {
+    registry: Arc<PluginRegistry>,
+    base: TenantRules,
+    sinks: Arc<SinkSet>,
+    plans: tokio::sync::watch::Sender<Arc<TenantPlan>>,
+    rejected_configs: Arc<std::sync::atomic::AtomicU64>,
 }
 
-impl OpenSink {
-    fn as_event_sink(&self) -> Arc<dyn EventSink> {
-        match self {
-            OpenSink::Jsonl(s) => s.clone(),
-            OpenSink::Plugin(s) => s.clone(),
+impl Reloader {
+    fn apply(&self, change: Change) {
+        match change {
+            Change::Plugin(path) => match self.registry.reload_file(&path) {
+                outcome @ (ReloadOutcome::Live(_) | ReloadOutcome::Reverted { .. }) => announce(&outcome.to_string()),
+                outcome @ ReloadOutcome::Rejected { .. } => {
+                    eprintln!("eventpipe: {outcome}");
+                    tracing::warn!(path = %path.display(), "{outcome}");
+                }
+                ReloadOutcome::Unchanged { .. } | ReloadOutcome::Ignored => {}
+            },
+            Change::Config(path) => {
+                let plan = Config::load(&path)
+                    .map_err(|e| e.to_string())
+                    .and_then(|c| TenantPlan::build(&self.base, Some(&c), &self.registry, &self.sinks).map_err(|e| e.to_string()));
+                match plan {
+                    Ok(plan) => {
+                        announce(&format!("config {} reloaded", path.display()));
+                        announce_plan(&plan);
+                        let _ = self.plans.send(Arc::new(plan));
+                    }
+                    Err(error) => {
+                        self.rejected_configs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        eprintln!("eventpipe: config rejected, previous config kept: {error}");
+                        tracing::warn!(%error, "config rejected, previous config kept");
+                    }
+                }
+            }
         }
     }
-
-    fn flush(&self) -> std::io::Result<()> {
-        match self {
-            OpenSink::Jsonl(s) => s.flush(),
-            OpenSink::Plugin(s) => s.flush(),
-        }
-    }
-}
-
-/// The sink plugin `name`: an embedded one, or a component file when `name` ends in `.wasm`.
-fn sink_plugin(name: &str, settings: &PluginSettings) -> Result<WasmSink, RunError> {
-    let fail = |e: &dyn std::fmt::Display| RunError::SinkPlugin(e.to_string());
-    let runtime = PluginRuntime::new(Metering::Fuel).map_err(|e| fail(&e))?;
-    let (stem, bytes) = if name.ends_with(".wasm") {
-        let path = std::path::Path::new(name);
-        let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-        (stem, std::fs::read(path).map_err(|e| fail(&format!("{name}: {e}")))?)
-    } else {
-        let (_, bytes) = embedded::ALL
-            .iter()
-            .find(|(n, _)| *n == name)
-            .ok_or_else(|| fail(&format!("no embedded plugin named {name:?}")))?;
-        (name.to_string(), bytes.to_vec())
-    };
-    let plugin = runtime.load(&stem, &bytes, settings.clone()).map_err(|e| fail(&e))?;
-    WasmSink::new(plugin, DEFAULT_TENANT, Box::new(std::io::stdout())).map_err(|e| fail(&e))
 }
 
 /// Reads the source line by line into the Broadcaster (waiting for room: `Action`).

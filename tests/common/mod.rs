@@ -98,15 +98,17 @@ pub fn correlator_paths() -> Vec<(&'static str, KeyFunctions)> {
 pub fn with_default_plugins(
     mut options: eventpipe::correlator::CorrelatorOptions,
 ) -> eventpipe::correlator::CorrelatorOptions {
-    use eventpipe::plugin::embedded::CorrelatorPlugins;
+    use eventpipe::plugin::functions::CorrelatorPlugins;
+    use eventpipe::plugin::registry::PluginRegistry;
     use eventpipe::plugin::{Metering, PluginRuntime, PluginSettings};
     static PLUGINS: std::sync::OnceLock<CorrelatorPlugins> = std::sync::OnceLock::new();
     let plugins = PLUGINS.get_or_init(|| {
-        let runtime = PluginRuntime::new(Metering::Fuel).expect("wasm runtime");
-        CorrelatorPlugins::defaults(&runtime, &PluginSettings::default()).expect("embedded plugins load")
+        let registry = PluginRegistry::new(PluginRuntime::new(Metering::Fuel).expect("wasm runtime"))
+            .expect("embedded plugins load");
+        CorrelatorPlugins::defaults(&registry, "default", &PluginSettings::default()).expect("default plugins")
     });
     let custom_spam_key = options.spam_key_func.take();
-    let mut options = plugins.apply(options, "default").expect("default plugins have the right kinds");
+    let mut options = plugins.apply(options).expect("default plugins have the right kinds");
     if custom_spam_key.is_some() {
         options.spam_key_func = custom_spam_key;
     }
@@ -125,7 +127,7 @@ pub fn fixture_plugin(name: &str) -> PathBuf {
             .current_dir(root.join("plugins"))
             .args(["build", "--release", "--locked", "--target", "wasm32-wasip2", "--target-dir"])
             .arg(&target)
-            .args(["-p", "fixture-misbehave", "-p", "fixture-ignore-host", "-p", "fixture-keep-all"]);
+            .args(["-p", "fixture-misbehave", "-p", "fixture-ignore-host", "-p", "fixture-keep-all", "-p", "fixture-tagger"]);
         for var in ["RUSTFLAGS", "CARGO_ENCODED_RUSTFLAGS", "CARGO_BUILD_TARGET", "CARGO_TARGET_DIR"] {
             build.env_remove(var);
         }

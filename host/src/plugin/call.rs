@@ -1,5 +1,6 @@
 //! Calling one export of a plugin: one live instance per caller, fuel set before every call,
-//! and a fresh instance after any failure that may have poisoned the old one.
+//! a fresh instance after any failure that may have poisoned the old one, and after a hot
+//! reload swapped the plugin's version.
 
 use std::fmt;
 use std::sync::atomic::Ordering;
@@ -9,7 +10,7 @@ use wasmtime::component::{ComponentNamedList, Lift, Lower, TypedFunc};
 use wasmtime::{Store, Trap};
 
 use super::state::{MemoryLimitExceeded, OutputFn};
-use super::{Plugin, PluginKind, PluginState};
+use super::{Plugin, PluginHandle, PluginKind, PluginState};
 
 /// Fuel for instantiating (a guest's start code), in multiples of the per-event budget.
 const INSTANTIATE_FUEL_EVENTS: u64 = 16;
@@ -33,6 +34,9 @@ pub enum CallFailure {
     /// The guest answered with something that breaks the contract (wrong count, bad offsets,
     /// invalid UTF-8, an empty key).
     Garbage(String),
+    /// The plugin's file was removed and no embedded default of that name exists: callers use
+    /// the built-in function (not counted as a failure).
+    Unloaded,
 }
 
 impl fmt::Display for CallFailure {
@@ -44,13 +48,14 @@ impl fmt::Display for CallFailure {
             CallFailure::Instantiate(m) => write!(f, "could not be instantiated: {m}"),
             CallFailure::GuestError(m) => write!(f, "returned an error: {m}"),
             CallFailure::Garbage(m) => write!(f, "returned garbage: {m}"),
+            CallFailure::Unloaded => write!(f, "is not loaded (its file was removed)"),
         }
     }
 }
 
 impl CallFailure {
     /// A short label for metrics: `out_of_fuel`, `memory_limit`, `trap`, `instantiate`,
-    /// `guest_error`, `garbage`.
+    /// `guest_error`, `garbage`, `unloaded`.
     pub fn label(&self) -> &'static str {
         match self {
             CallFailure::OutOfFuel { .. } => "out_of_fuel",
@@ -59,6 +64,7 @@ impl CallFailure {
             CallFailure::Instantiate(_) => "instantiate",
             CallFailure::GuestError(_) => "guest_error",
             CallFailure::Garbage(_) => "garbage",
+            CallFailure::Unloaded => "unloaded",
         }
     }
 
@@ -100,14 +106,15 @@ pub struct CallCost {
 }
 
 struct Live<P, R> {
+    /// The version this instance runs.
+    plugin: Arc<Plugin>,
     store: Store<PluginState>,
     func: TypedFunc<P, R>,
 }
 
 /// One export of one plugin for one tenant, with its live instance.
 pub(crate) struct Caller<P, R> {
-    plugin: Arc<Plugin>,
-    tenant: Arc<str>,
+    handle: PluginHandle,
     export: &'static str,
     output: Option<OutputFn>,
     live: Mutex<Option<Live<P, R>>>,
@@ -119,73 +126,80 @@ where
     R: ComponentNamedList + Lift + Send + Sync + 'static,
 {
     /// A caller of `export` (instantiated lazily, on the first call).
-    pub(crate) fn new(plugin: Arc<Plugin>, tenant: &str, export: &'static str, output: Option<OutputFn>) -> Self {
-        Self { plugin, tenant: tenant.into(), export, output, live: Mutex::new(None) }
+    pub(crate) fn new(handle: PluginHandle, export: &'static str, output: Option<OutputFn>) -> Self {
+        Self { handle, export, output, live: Mutex::new(None) }
     }
 
-    pub(crate) fn plugin(&self) -> &Arc<Plugin> {
-        &self.plugin
+    pub(crate) fn handle(&self) -> &PluginHandle {
+        &self.handle
     }
 
-    /// The error for `failure` on `event`, counted in the plugin's stats.
+    /// The error for `failure` on `event`, counted in the handle's stats.
     pub(crate) fn error(&self, event: String, failure: CallFailure) -> PluginCallError {
-        self.plugin.stats.failures.fetch_add(1, Ordering::Relaxed);
+        self.handle.stats().failures.fetch_add(1, Ordering::Relaxed);
         PluginCallError {
-            plugin: self.plugin.name.to_string(),
-            kind: self.plugin.kind,
-            tenant: self.tenant.to_string(),
+            plugin: self.handle.name().to_string(),
+            kind: self.handle.kind(),
+            tenant: self.handle.tenant().to_string(),
             event,
             failure,
         }
     }
 
-    fn instantiate(&self) -> Result<Live<P, R>, CallFailure> {
-        let p = &self.plugin;
+    fn instantiate(&self, plugin: Arc<Plugin>) -> Result<Live<P, R>, CallFailure> {
+        let settings = self.handle.settings();
         let state = PluginState::new(
-            p.name.clone(),
-            self.tenant.clone(),
-            p.settings.config.clone(),
-            p.settings.memory_limit_bytes,
+            plugin.name.clone(),
+            self.handle.tenant().clone(),
+            settings.config.clone(),
+            settings.memory_limit_bytes,
             self.output.clone(),
         );
-        let mut store = Store::new(p.pre.engine(), state);
+        let mut store = Store::new(plugin.pre.engine(), state);
         store.limiter(|s| s.limiter());
-        let budget = p.settings.fuel_per_event.saturating_mul(INSTANTIATE_FUEL_EVENTS);
-        if p.fuel {
+        let budget = settings.fuel_per_event.saturating_mul(INSTANTIATE_FUEL_EVENTS);
+        if plugin.fuel {
             store.set_fuel(budget).map_err(|e| CallFailure::Instantiate(e.to_string()))?;
         }
-        let instance = p.pre.instantiate(&mut store).map_err(|e| match CallFailure::from_wasmtime(&e, budget) {
+        let instance = plugin.pre.instantiate(&mut store).map_err(|e| match CallFailure::from_wasmtime(&e, budget) {
             CallFailure::Trap(m) => CallFailure::Instantiate(m),
             other => other,
         })?;
         let func = instance
             .get_typed_func::<P, R>(&mut store, self.export)
             .map_err(|e| CallFailure::Instantiate(format!("export `{}`: {e:#}", self.export)))?;
-        p.stats.instances.fetch_add(1, Ordering::Relaxed);
-        Ok(Live { store, func })
+        self.handle.stats().instances.fetch_add(1, Ordering::Relaxed);
+        Ok(Live { plugin, store, func })
     }
 
     /// Calls the export with `params` (a batch of `events` events) under a budget of
-    /// `events × fuel_per_event`. On any failure the instance is discarded; the next call
+    /// `events × fuel_per_event`, on the slot's current version (a new instance when the version
+    /// changed since the last call). On any failure the instance is discarded; the next call
     /// gets a fresh one.
     pub(crate) fn call(&self, params: P, events: usize) -> Result<(R, CallCost), CallFailure> {
-        let p = &self.plugin;
+        let (settings, stats) = (self.handle.settings(), self.handle.stats());
         let mut guard = self.live.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if guard.is_none() {
-            *guard = Some(self.instantiate()?);
+        let Some(current) = self.handle.slot().load() else {
+            *guard = None;
+            return Err(CallFailure::Unloaded);
+        };
+        if !guard.as_ref().is_some_and(|live| Arc::ptr_eq(&live.plugin, &current)) {
+            *guard = None;
+            *guard = Some(self.instantiate(current)?);
         }
         let live = guard.as_mut().expect("instantiated above");
-        let budget = p.settings.fuel_per_event.saturating_mul(events.max(1) as u64);
-        if p.fuel {
+        let fuel_on = live.plugin.fuel;
+        let budget = settings.fuel_per_event.saturating_mul(events.max(1) as u64);
+        if fuel_on {
             live.store.set_fuel(budget).map_err(|e| CallFailure::Trap(e.to_string()))?;
         }
-        p.stats.calls.fetch_add(1, Ordering::Relaxed);
-        p.stats.events.fetch_add(events as u64, Ordering::Relaxed);
+        stats.calls.fetch_add(1, Ordering::Relaxed);
+        stats.events.fetch_add(events as u64, Ordering::Relaxed);
         let outcome = live.func.call(&mut live.store, params);
         match outcome {
             Ok(r) => {
-                let fuel = if p.fuel { budget.saturating_sub(live.store.get_fuel().unwrap_or(0)) } else { 0 };
-                p.stats.fuel_consumed.fetch_add(fuel, Ordering::Relaxed);
+                let fuel = if fuel_on { budget.saturating_sub(live.store.get_fuel().unwrap_or(0)) } else { 0 };
+                stats.fuel_consumed.fetch_add(fuel, Ordering::Relaxed);
                 Ok((r, CallCost { fuel, peak_memory_bytes: live.store.data().peak_memory_bytes() }))
             }
             Err(e) => {

@@ -7,7 +7,7 @@ use super::bindings::{self as wit, PackedStrings};
 use super::call::{CallCost, CallFailure, Caller};
 use super::convert::{pack_key_fields, to_wit, unpack};
 use super::sink::SendBatch;
-use super::{Plugin, PluginKind, PluginRuntime, PluginSettings};
+use super::{Plugin, PluginHandle, PluginKind, PluginRuntime, PluginSettings};
 use crate::event::Event;
 use crate::plugin::functions::DEFAULT_TENANT;
 
@@ -76,20 +76,30 @@ pub fn check(
 ) -> Result<CheckReport, CheckError> {
     let bytes = std::fs::read(path).map_err(|error| CheckError::Read { path: path.display().to_string(), error })?;
     let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "plugin".into());
-    let plugin = runtime.load(&name, &bytes, settings)?;
-    let (answer, cost) =
-        run_once(&plugin).map_err(|failure| CheckError::Call { plugin: name.clone(), kind: plugin.kind(), failure })?;
-    Ok(CheckReport { name, kind: plugin.kind(), answer, cost })
+    let plugin = runtime.load(&name, &bytes, super::PluginOrigin::File(path.to_path_buf()))?;
+    validate(plugin, settings)
 }
 
-fn run_once(plugin: &Arc<Plugin>) -> Result<(String, CallCost), CallFailure> {
+/// Runs a loaded plugin once on [`sample_event`] with `settings` (what hot reload does before a
+/// new version may serve).
+///
+/// # Errors
+/// [`CheckError::Call`] when the call fails (trap, fuel, memory, guest error, garbage).
+pub fn validate(plugin: Arc<Plugin>, settings: PluginSettings) -> Result<CheckReport, CheckError> {
+    let (name, kind) = (plugin.name().to_string(), plugin.kind());
+    let handle = PluginHandle::fixed(plugin, DEFAULT_TENANT, settings);
+    let (answer, cost) = run_once(&handle).map_err(|failure| CheckError::Call { plugin: name.clone(), kind, failure })?;
+    Ok(CheckReport { name, kind, answer, cost })
+}
+
+fn run_once(handle: &PluginHandle) -> Result<(String, CallCost), CallFailure> {
     let event = sample_event();
-    let kind = plugin.kind();
+    let kind = handle.kind();
     let export = kind.batch_export();
     match kind {
         PluginKind::AggregateKey | PluginKind::MessageCombiner | PluginKind::SpamKey => {
             let caller: Caller<(PackedStrings,), (Result<PackedStrings, String>,)> =
-                Caller::new(plugin.clone(), DEFAULT_TENANT, export, None);
+                Caller::new(handle.clone(), export, None);
             let packed = pack_key_fields(&[&event]).map_err(CallFailure::GuestError)?;
             let ((answer,), cost) = caller.call((packed,), 1)?;
             let packed = answer.map_err(CallFailure::GuestError)?;
@@ -100,7 +110,7 @@ fn run_once(plugin: &Arc<Plugin>) -> Result<(String, CallCost), CallFailure> {
         }
         PluginKind::Filter => {
             let caller: Caller<(String, Vec<wit::Event>), (Vec<wit::Verdict>,)> =
-                Caller::new(plugin.clone(), DEFAULT_TENANT, export, None);
+                Caller::new(handle.clone(), export, None);
             let ((verdicts,), cost) = caller.call((DEFAULT_TENANT.into(), vec![to_wit(&event)]), 1)?;
             match verdicts.as_slice() {
                 [v] => Ok((format!("{v:?}"), cost)),
@@ -114,7 +124,7 @@ fn run_once(plugin: &Arc<Plugin>) -> Result<(String, CallCost), CallFailure> {
                 sink.lock().map_err(|e| e.to_string())?.extend_from_slice(b);
                 Ok(())
             });
-            let caller: SendBatch = Caller::new(plugin.clone(), DEFAULT_TENANT, export, Some(output));
+            let caller: SendBatch = Caller::new(handle.clone(), export, Some(output));
             let ((results,), cost) =
                 caller.call((DEFAULT_TENANT.into(), vec![wit::SinkRequest::Create(to_wit(&event))]), 1)?;
             let written = String::from_utf8_lossy(&written.lock().unwrap_or_else(|p| p.into_inner())).into_owned();
@@ -125,7 +135,7 @@ fn run_once(plugin: &Arc<Plugin>) -> Result<(String, CallCost), CallFailure> {
             }
         }
         PluginKind::Watcher => {
-            let caller: Caller<(Vec<wit::Event>,), ()> = Caller::new(plugin.clone(), DEFAULT_TENANT, export, None);
+            let caller: Caller<(Vec<wit::Event>,), ()> = Caller::new(handle.clone(), export, None);
             let ((), cost) = caller.call((vec![to_wit(&event)],), 1)?;
             Ok(("watched".into(), cost))
         }

@@ -7,13 +7,16 @@
 //! systematic and the rest of the batch goes straight to the fallback. Every failed event gets
 //! the plugin's [`FallbackPolicy`]: the built-in client-go function, or dropped.
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::bindings::PackedStrings;
 use super::call::{CallFailure, Caller};
 use super::convert::{describe, pack_key_fields, unpack};
-use super::{FallbackPolicy, Plugin, PluginCallError, PluginKind};
+use std::sync::Arc;
+
+use super::registry::{LookupError, PluginRegistry};
+use super::{FallbackPolicy, PluginCallError, PluginHandle, PluginKind, PluginSettings};
+use crate::correlator::CorrelatorOptions;
 use crate::correlator::keys::{
     AggregateKey, ByReason, EventAggregatorKeyFunc, EventAggregatorMessageFunc, EventSpamKeyFunc, Key, SimilarEvents,
     SourceObject,
@@ -48,11 +51,9 @@ pub struct WrongKind {
 }
 
 impl BatchKeyFn {
-    fn new(plugin: Arc<Plugin>, tenant: &str, expected: PluginKind, per_event: usize) -> Result<Self, WrongKind> {
-        if plugin.kind() != expected {
-            return Err(WrongKind { plugin: plugin.name().into(), actual: plugin.kind(), expected });
-        }
-        Ok(Self { caller: Caller::new(plugin, tenant, expected.batch_export(), None), per_event })
+    fn new(handle: PluginHandle, expected: PluginKind, per_event: usize) -> Result<Self, WrongKind> {
+        check_kind(&handle, expected)?;
+        Ok(Self { caller: Caller::new(handle, expected.batch_export(), None), per_event })
     }
 
     /// One call on `events`, its answer checked and decoded.
@@ -78,12 +79,14 @@ impl BatchKeyFn {
     ) {
         let failure = match self.try_batch(events, &decode) {
             Ok(values) => return out.extend(values.into_iter().map(Some)),
+            // Removed with no embedded default: the built-in function is the default.
+            Err(CallFailure::Unloaded) => return out.extend(events.iter().map(|e| Some(builtin(e)))),
             Err(failure) if events.len() == 1 => {
                 return out.push(self.fall_back(events[0], failure, &builtin));
             }
             Err(failure) => failure,
         };
-        tracing::debug!(plugin = self.caller.plugin().name(), events = events.len(), %failure, "batch call failed; retrying event by event");
+        tracing::debug!(plugin = self.caller.handle().name(), events = events.len(), %failure, "batch call failed; retrying event by event");
         self.caller.error(format!("{} (first of a batch of {})", describe(events[0]), events.len()), failure);
         let mut consecutive = 0;
         for (i, e) in events.iter().enumerate() {
@@ -100,7 +103,7 @@ impl BatchKeyFn {
             if consecutive >= MAX_ISOLATED_FAILURES {
                 let rest = &events[i + 1..];
                 if !rest.is_empty() {
-                    tracing::warn!(plugin = self.caller.plugin().name(), events = rest.len(), %failure, "plugin keeps failing; the rest of the batch falls back without calling it");
+                    tracing::warn!(plugin = self.caller.handle().name(), events = rest.len(), %failure, "plugin keeps failing; the rest of the batch falls back without calling it");
                 }
                 out.extend(rest.iter().map(|e| self.apply_policy(e, &builtin)));
                 return;
@@ -111,13 +114,13 @@ impl BatchKeyFn {
     /// Reports `failure` on `event` and applies the fallback policy.
     fn fall_back<T>(&self, event: &Event, failure: CallFailure, builtin: &impl Fn(&Event) -> T) -> Option<T> {
         let error = self.caller.error(describe(event), failure);
-        log_failure(&error, self.caller.plugin().settings().fallback);
+        log_failure(&error, self.caller.handle().settings().fallback);
         self.apply_policy(event, builtin)
     }
 
     fn apply_policy<T>(&self, event: &Event, builtin: &impl Fn(&Event) -> T) -> Option<T> {
-        let stats = &self.caller.plugin().stats;
-        match self.caller.plugin().settings().fallback {
+        let stats = self.caller.handle().stats();
+        match self.caller.handle().settings().fallback {
             FallbackPolicy::Builtin => {
                 stats.fallbacks.fetch_add(1, Ordering::Relaxed);
                 Some(builtin(event))
@@ -130,7 +133,15 @@ impl BatchKeyFn {
     }
 }
 
-fn log_failure(error: &PluginCallError, policy: FallbackPolicy) {
+/// [`WrongKind`] unless `handle` is a plugin of kind `expected`.
+pub(crate) fn check_kind(handle: &PluginHandle, expected: PluginKind) -> Result<(), WrongKind> {
+    if handle.kind() != expected {
+        return Err(WrongKind { plugin: handle.name().into(), actual: handle.kind(), expected });
+    }
+    Ok(())
+}
+
+pub(crate) fn log_failure(error: &PluginCallError, policy: FallbackPolicy) {
     let label = error.failure.label();
     match policy {
         FallbackPolicy::Builtin => {
@@ -171,12 +182,12 @@ fn one<T>(batch: impl FnOnce(&mut Vec<Option<T>>), builtin: impl FnOnce() -> T) 
 pub struct WasmAggregateKeyFunc(BatchKeyFn);
 
 impl WasmAggregateKeyFunc {
-    /// Wraps `plugin` (an `aggregate-key` plugin) for `tenant`.
+    /// Wraps `handle` (an `aggregate-key` plugin as one tenant uses it).
     ///
     /// # Errors
     /// [`WrongKind`] for a plugin of another kind.
-    pub fn new(plugin: Arc<Plugin>, tenant: &str) -> Result<Self, WrongKind> {
-        BatchKeyFn::new(plugin, tenant, PluginKind::AggregateKey, 2).map(Self)
+    pub fn new(handle: PluginHandle) -> Result<Self, WrongKind> {
+        BatchKeyFn::new(handle, PluginKind::AggregateKey, 2).map(Self)
     }
 }
 
@@ -198,12 +209,12 @@ impl EventAggregatorKeyFunc for WasmAggregateKeyFunc {
 pub struct WasmMessageFunc(BatchKeyFn);
 
 impl WasmMessageFunc {
-    /// Wraps `plugin` (a `message-combiner` plugin) for `tenant`.
+    /// Wraps `handle` (a `message-combiner` plugin as one tenant uses it).
     ///
     /// # Errors
     /// [`WrongKind`] for a plugin of another kind.
-    pub fn new(plugin: Arc<Plugin>, tenant: &str) -> Result<Self, WrongKind> {
-        BatchKeyFn::new(plugin, tenant, PluginKind::MessageCombiner, 1).map(Self)
+    pub fn new(handle: PluginHandle) -> Result<Self, WrongKind> {
+        BatchKeyFn::new(handle, PluginKind::MessageCombiner, 1).map(Self)
     }
 }
 
@@ -223,12 +234,12 @@ impl EventAggregatorMessageFunc for WasmMessageFunc {
 pub struct WasmSpamKeyFunc(BatchKeyFn);
 
 impl WasmSpamKeyFunc {
-    /// Wraps `plugin` (a `spam-key` plugin) for `tenant`.
+    /// Wraps `handle` (a `spam-key` plugin as one tenant uses it).
     ///
     /// # Errors
     /// [`WrongKind`] for a plugin of another kind.
-    pub fn new(plugin: Arc<Plugin>, tenant: &str) -> Result<Self, WrongKind> {
-        BatchKeyFn::new(plugin, tenant, PluginKind::SpamKey, 1).map(Self)
+    pub fn new(handle: PluginHandle) -> Result<Self, WrongKind> {
+        BatchKeyFn::new(handle, PluginKind::SpamKey, 1).map(Self)
     }
 }
 
@@ -239,5 +250,54 @@ impl EventSpamKeyFunc for WasmSpamKeyFunc {
 
     fn spam_keys(&self, events: &[&Event], out: &mut Vec<Option<Key>>) {
         self.0.run(events, out, |s, e| non_empty_key(s[0], e, "spam key"), |e| SourceObject.spam_key(e));
+    }
+}
+
+/// The three correlator plugins of one tenant.
+#[derive(Debug, Clone)]
+pub struct CorrelatorPlugins {
+    /// The aggregate-key plugin.
+    pub aggregate_key: PluginHandle,
+    /// The message combiner.
+    pub message_combiner: PluginHandle,
+    /// The spam-key plugin.
+    pub spam_key: PluginHandle,
+}
+
+impl CorrelatorPlugins {
+    /// The embedded defaults `by-reason`, `similar-events` and `source-object` of `registry` (or
+    /// the plugins-directory files overriding them) for `tenant` with `settings`.
+    ///
+    /// # Errors
+    /// [`LookupError`] if a default is missing or was replaced by a plugin of another kind.
+    pub fn defaults(
+        registry: &PluginRegistry,
+        tenant: &str,
+        settings: &PluginSettings,
+    ) -> Result<Self, LookupError> {
+        let get = |name, kind| registry.handle(name, kind, tenant, settings.clone());
+        Ok(Self {
+            aggregate_key: get("by-reason", PluginKind::AggregateKey)?,
+            message_combiner: get("similar-events", PluginKind::MessageCombiner)?,
+            spam_key: get("source-object", PluginKind::SpamKey)?,
+        })
+    }
+
+    /// `options` with these plugins as its key, message and spam-key functions.
+    ///
+    /// # Errors
+    /// [`WrongKind`] when a plugin is not of the kind its slot needs.
+    pub fn apply(&self, options: CorrelatorOptions) -> Result<CorrelatorOptions, WrongKind> {
+        Ok(CorrelatorOptions {
+            key_func: Some(Arc::new(WasmAggregateKeyFunc::new(self.aggregate_key.clone())?)),
+            message_func: Some(Arc::new(WasmMessageFunc::new(self.message_combiner.clone())?)),
+            spam_key_func: Some(Arc::new(WasmSpamKeyFunc::new(self.spam_key.clone())?)),
+            ..options
+        })
+    }
+
+    /// The three handles (to read their counters).
+    pub fn handles(&self) -> [&PluginHandle; 3] {
+        [&self.aggregate_key, &self.message_combiner, &self.spam_key]
     }
 }

@@ -17,8 +17,11 @@ mod call;
 pub mod check;
 mod convert;
 pub mod embedded;
+pub mod filter;
 pub mod functions;
+pub mod registry;
 pub mod sink;
+mod slot;
 mod state;
 
 use std::collections::BTreeMap;
@@ -30,6 +33,7 @@ use wasmtime::component::{Component, InstancePre, Linker};
 use wasmtime::{Config, Engine};
 
 pub use call::{CallCost, CallFailure, PluginCallError};
+pub use slot::{KindChanged, PluginHandle, PluginSlot};
 pub use state::PluginState;
 
 /// The plugin kinds, one per world in `wit/worlds.wit`, recognised by their batch export.
@@ -134,7 +138,7 @@ pub const DEFAULT_FUEL_PER_EVENT: u64 = 2_000_000;
 pub const DEFAULT_MEMORY_LIMIT_BYTES: usize = 64 << 20;
 
 /// Per-plugin limits and policy.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PluginSettings {
     /// Fuel per event; a call on a batch of `n` events gets `n ×` this much (Wasm instructions,
     /// roughly). Ignored when the runtime was built without fuel.
@@ -185,12 +189,23 @@ pub enum PluginError {
         /// wasmtime's explanation.
         reason: String,
     },
+    /// The component file could not be read.
+    #[error("plugin `{plugin}`: cannot read {}: {reason}", path.display())]
+    Read {
+        /// Plugin name.
+        plugin: String,
+        /// The file.
+        path: std::path::PathBuf,
+        /// The I/O error.
+        reason: String,
+    },
     /// The wasmtime engine could not be created.
     #[error("wasm runtime: {0}")]
     Runtime(String),
 }
 
-/// Counters of one plugin, shared by every instance of it. Read with [`PluginStats::snapshot`].
+/// Counters of one use of a plugin ([`PluginHandle`]: one tenant's key function, sink, …),
+/// across versions and instances. Read with [`PluginStats::snapshot`].
 #[derive(Debug, Default)]
 pub struct PluginStats {
     calls: AtomicU64,
@@ -237,19 +252,45 @@ impl PluginStats {
     }
 }
 
-/// A compiled, linked plugin, ready to instantiate. Cheap to share (`Arc<Plugin>`).
+/// Where a plugin's component came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PluginOrigin {
+    /// Carried in the binary (see [`embedded`]).
+    Embedded,
+    /// A component file (in the plugins directory, or named on the command line).
+    File(std::path::PathBuf),
+}
+
+impl fmt::Display for PluginOrigin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PluginOrigin::Embedded => f.write_str("embedded"),
+            PluginOrigin::File(path) => write!(f, "{}", path.display()),
+        }
+    }
+}
+
+/// A compiled, linked version of a plugin, ready to instantiate: the code only. Limits, policy
+/// and counters belong to each use of it ([`PluginHandle`]); hot reload swaps versions in a
+/// [`PluginSlot`]. Cheap to share (`Arc<Plugin>`).
 pub struct Plugin {
     name: Arc<str>,
     kind: PluginKind,
     pre: InstancePre<PluginState>,
-    settings: PluginSettings,
     fuel: bool,
-    stats: PluginStats,
+    origin: PluginOrigin,
+    version: u64,
+    digest: u64,
 }
 
 impl fmt::Debug for Plugin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Plugin").field("name", &self.name).field("kind", &self.kind).finish_non_exhaustive()
+        f.debug_struct("Plugin")
+            .field("name", &self.name)
+            .field("kind", &self.kind)
+            .field("origin", &self.origin)
+            .field("version", &self.version)
+            .finish_non_exhaustive()
     }
 }
 
@@ -264,14 +305,19 @@ impl Plugin {
         self.kind
     }
 
-    /// Its limits and policy.
-    pub fn settings(&self) -> &PluginSettings {
-        &self.settings
+    /// Where its component came from.
+    pub fn origin(&self) -> &PluginOrigin {
+        &self.origin
     }
 
-    /// Its counters.
-    pub fn stats(&self) -> &PluginStats {
-        &self.stats
+    /// A number unique to this compiled version within the process (increasing with each load).
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// XXH3-64 of the component bytes (tells an unchanged file from a new version).
+    pub fn digest(&self) -> u64 {
+        self.digest
     }
 }
 
@@ -301,16 +347,38 @@ impl fmt::Debug for PluginRuntime {
 
 impl PluginRuntime {
     /// An engine for components (Cranelift, no async), metered as `metering` says, and a linker
-    /// with the host imports (`log`, `config`, `output`).
+    /// with the host imports (`log`, `config`, `output`). No compilation cache.
     ///
     /// # Errors
     /// [`PluginError::Runtime`] if wasmtime rejects the configuration.
     pub fn new(metering: Metering) -> Result<Self, PluginError> {
+        Self::build(metering, None)
+    }
+
+    /// As [`new`](Self::new), with wasmtime's compilation cache in `cache_dir` (an absolute
+    /// path; `None`: wasmtime's default, e.g. `~/.cache/wasmtime`). A component compiled once is
+    /// loaded from the cache afterwards (hot reloads, restarts), in ~1 ms instead of ~45 ms.
+    ///
+    /// # Errors
+    /// [`PluginError::Runtime`] if the cache directory cannot be created or wasmtime rejects
+    /// the configuration.
+    pub fn with_cache(metering: Metering, cache_dir: Option<&std::path::Path>) -> Result<Self, PluginError> {
+        let mut cache = wasmtime::CacheConfig::new();
+        if let Some(dir) = cache_dir {
+            let dir = std::path::absolute(dir).map_err(|e| PluginError::Runtime(format!("cache directory: {e}")))?;
+            cache.with_directory(dir);
+        }
+        let cache = wasmtime::Cache::new(cache).map_err(|e| PluginError::Runtime(format!("compilation cache: {e:#}")))?;
+        Self::build(metering, Some(cache))
+    }
+
+    fn build(metering: Metering, cache: Option<wasmtime::Cache>) -> Result<Self, PluginError> {
         let mut config = Config::new();
         config.wasm_component_model(true);
         config.consume_fuel(metering == Metering::Fuel);
         // No component-model-async in eventpipe: skipping its per-store state saves ~230 ns/call.
         config.concurrency_support(false);
+        config.cache(cache);
         let engine = Engine::new(&config).map_err(|e| PluginError::Runtime(e.to_string()))?;
         let mut linker = Linker::new(&engine);
         bindings::Host_::add_to_linker::<PluginState, wasmtime::component::HasSelf<PluginState>>(&mut linker, |s| s)
@@ -318,13 +386,15 @@ impl PluginRuntime {
         Ok(Self { engine, linker: Arc::new(linker), metering })
     }
 
-    /// Compiles `bytes` as plugin `name`, reads its kind from its exports, and links it.
+    /// Compiles `bytes` as plugin `name` from `origin`, reads its kind from its exports, and
+    /// links it. Compiling goes through wasmtime's cache when the runtime has one.
     ///
     /// # Errors
     /// [`PluginError::Compile`] for bytes that are not a component (a half-written file, a core
     /// module, garbage); [`PluginError::World`] when it exports no plugin world or several;
     /// [`PluginError::Link`] when it imports what the host does not offer.
-    pub fn load(&self, name: &str, bytes: &[u8], settings: PluginSettings) -> Result<Arc<Plugin>, PluginError> {
+    pub fn load(&self, name: &str, bytes: &[u8], origin: PluginOrigin) -> Result<Arc<Plugin>, PluginError> {
+        static VERSIONS: AtomicU64 = AtomicU64::new(1);
         let component = Component::new(&self.engine, bytes)
             .map_err(|e| PluginError::Compile { plugin: name.into(), reason: format!("{e:#}") })?;
         let kind =
@@ -337,10 +407,21 @@ impl PluginRuntime {
             name: name.into(),
             kind,
             pre,
-            settings,
             fuel: self.metering == Metering::Fuel,
-            stats: PluginStats::default(),
+            origin,
+            version: VERSIONS.fetch_add(1, Ordering::Relaxed),
+            digest: xxhash_rust::xxh3::xxh3_64(bytes),
         }))
+    }
+
+    /// Reads and loads the component file `path` as plugin `name`.
+    ///
+    /// # Errors
+    /// [`PluginError::Read`] when the file cannot be read; otherwise as [`load`](Self::load).
+    pub fn load_file(&self, name: &str, path: &std::path::Path) -> Result<Arc<Plugin>, PluginError> {
+        let bytes = std::fs::read(path)
+            .map_err(|e| PluginError::Read { plugin: name.into(), path: path.to_path_buf(), reason: e.to_string() })?;
+        self.load(name, &bytes, PluginOrigin::File(path.to_path_buf()))
     }
 }
 

@@ -9,8 +9,8 @@ use async_trait::async_trait;
 use super::bindings as wit;
 use super::call::Caller;
 use super::convert::{describe, from_wit, to_wit};
-use super::functions::WrongKind;
-use super::{Plugin, PluginKind};
+use super::functions::{WrongKind, check_kind};
+use super::{PluginHandle, PluginKind};
 use crate::event::Event;
 use crate::sink::{EventSink, SinkError, StatusError};
 
@@ -29,21 +29,20 @@ pub struct WasmSink {
 }
 
 impl WasmSink {
-    /// Wraps `plugin` (a `sink` plugin) for `tenant`; its `output` bytes go to `out`.
+    /// Wraps `handle` (a `sink` plugin as one tenant uses it); its `output` bytes go to `out`.
     ///
     /// # Errors
     /// [`WrongKind`] for a plugin of another kind.
-    pub fn new(plugin: Arc<Plugin>, tenant: &str, out: Box<dyn Write + Send>) -> Result<Self, WrongKind> {
-        if plugin.kind() != PluginKind::Sink {
-            return Err(WrongKind { plugin: plugin.name().into(), actual: plugin.kind(), expected: PluginKind::Sink });
-        }
+    pub fn new(handle: PluginHandle, out: Box<dyn Write + Send>) -> Result<Self, WrongKind> {
+        check_kind(&handle, PluginKind::Sink)?;
+        let tenant = handle.tenant().to_string();
         let out = Arc::new(Mutex::new(out));
         let writer = out.clone();
         let output: super::state::OutputFn = Arc::new(move |bytes: &[u8]| {
             writer.lock().unwrap_or_else(|p| p.into_inner()).write_all(bytes).map_err(|e| e.to_string())
         });
-        let send = Caller::new(plugin, tenant, PluginKind::Sink.batch_export(), Some(output));
-        Ok(Self { send, tenant: tenant.into(), out })
+        let send = Caller::new(handle, PluginKind::Sink.batch_export(), Some(output));
+        Ok(Self { send, tenant, out })
     }
 
     /// Flushes what the plugin wrote.
@@ -72,7 +71,7 @@ impl WasmSink {
             })),
             _ => Err(SinkError::Transport(format!(
                 "sink plugin `{}` answered {} results for 1 request",
-                self.send.plugin().name(),
+                self.send.handle().name(),
                 results.len() + 1
             ))),
         }

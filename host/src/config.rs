@@ -1,0 +1,955 @@
+//! The tenant configuration file (TOML): per-tenant correlation rules, plugin choices and sinks.
+//!
+//! Events are routed to the first tenant whose `match` holds (see [`crate::tenant`]); events no
+//! tenant matches get the `[defaults]`. Every tenant's `rules` are merged over `[defaults]` key
+//! by key; a key set nowhere stays unset ([`None`]) and the caller applies its own default (the
+//! CLI flag, or client-go's value). A full example with every key:
+//!
+//! ```toml
+//! # Rules for events no tenant matches (and the base every tenant overrides).
+//! [defaults]
+//! aggregate_key = "by-reason"          # plugin name (embedded or in the plugins directory), or "builtin" for the native client-go function
+//! message_combiner = "similar-events"
+//! spam_key = "source-object"
+//! filters = ["my-filter"]              # filter plugin names, run in order before correlation
+//! max_events = 10                      # client-go maxEvents
+//! max_interval_seconds = 600           # client-go maxIntervalInSeconds
+//! burst = 25                           # spam filter burst, events
+//! qps = 0.0033333333                   # spam filter refill, events per second
+//! lru_cache_size = 4096                # entries per correlator cache; 0 = the client-go default
+//! fuel_per_event = 2000000             # plugin fuel per event (≈ Wasm instructions)
+//! memory_limit_bytes = 67108864        # plugin linear-memory limit, bytes
+//! fallback = "builtin"                 # what a failed plugin call does: builtin | drop | fail
+//! sinks = ["jsonl:out/default.jsonl"]  # sink specs, same syntax as --sink; absent = the --sink option
+//!
+//! # Per-plugin key/value config, handed to the plugin through its `config` import. Values are
+//! # strings; integers, floats and booleans are accepted and passed in their string form.
+//! [plugins.my-filter]
+//! threshold = "5"
+//! verbose = true
+//!
+//! [[tenants]]                          # first match wins, in file order
+//! name = "payments"
+//! [tenants.match]                      # every criterion given must hold; a list matches if any entry does
+//! namespaces = ["payments-*", "billing"]   # globs on metadata.namespace (involvedObject.namespace when empty)
+//! kinds = ["Pod", "Deployment"]            # involvedObject.kind, exact
+//! labels = { team = "pay*" }               # the Event's own metadata.labels; value globs; all must match
+//! source_components = ["kubelet"]          # globs on source.component (reportingComponent when empty)
+//! source_hosts = ["node-*"]                # globs on source.host (reportingInstance when empty)
+//! headers = { "x-eventpipe-tenant" = "payments" }  # HTTP ingest request headers; names case-insensitive, value globs
+//! [tenants.rules]                      # any key of [defaults]; unset keys inherit [defaults]
+//! max_events = 5
+//! burst = 10
+//! sinks = ["jsonl:out/payments.jsonl"]
+//!
+//! [[tenants]]
+//! name = "system"
+//! match = { namespaces = ["kube-*"] }
+//! rules = { filters = [], fallback = "drop" }
+//! ```
+//!
+//! Rules of the format, all checked by [`Config::parse`]:
+//! - Unknown keys are errors, everywhere.
+//! - A tenant needs a non-empty, unique `name` other than `default` (the name of the defaults,
+//!   [`DEFAULT_TENANT`]) and a `match` with at least one criterion; a criterion given must have at
+//!   least one entry. Globs must be valid.
+//! - `lru_cache_size`, `fuel_per_event` and `memory_limit_bytes` are non-negative integers.
+//!   `max_events`, `max_interval_seconds`, `burst` and `qps` may be negative, with client-go's
+//!   meaning (a negative burst filters every event, …); `qps` must not be NaN.
+//! - `fallback` is `builtin`, `drop` or `fail`.
+//! - Each sink is `KIND:TARGET` with `KIND` `jsonl` or `plugin` and a non-empty target, and
+//!   `sinks` must not be empty when given.
+//! - Plugin names are non-empty; `builtin` names the native client-go function and is not a
+//!   filter. Whether a named plugin exists is for the caller to check ([`PluginRef`] keeps the
+//!   line for its error).
+//!
+//! Errors ([`ConfigError`]) name the file, line and column, and the key path, like
+//! `eventpipe.toml:14:9: tenants[0].rules.burst: invalid type: string "x", expected i64`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde::de::{self, Deserializer, Visitor};
+use toml::Spanned;
+
+pub use crate::plugin::functions::DEFAULT_TENANT;
+use crate::plugin::FallbackPolicy;
+use crate::tenant::{MatchEntry, MatchError, MatchSpec, TenantMatch};
+
+/// The plugin name that selects the native client-go function instead of a plugin
+/// (`aggregate_key`, `message_combiner`, `spam_key`).
+pub const BUILTIN: &str = "builtin";
+
+/// An error in a configuration file: where (file, 1-based line and column when known, key path)
+/// and what.
+///
+/// Displays as `FILE:LINE:COLUMN: KEY: MESSAGE`, leaving out what is unknown (an I/O error has no
+/// line and no key).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigError {
+    /// The configuration file.
+    pub path: PathBuf,
+    /// 1-based line, when the error has a place in the file.
+    pub line: Option<usize>,
+    /// 1-based column (in characters), when known.
+    pub column: Option<usize>,
+    /// The key path (`tenants[1].rules.max_events`); empty when the error is not about a key.
+    pub key: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.path.display())?;
+        if let Some(line) = self.line {
+            write!(f, ":{line}")?;
+            if let Some(column) = self.column {
+                write!(f, ":{column}")?;
+            }
+        }
+        f.write_str(": ")?;
+        if !self.key.is_empty() {
+            write!(f, "{}: ", self.key)?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
+/// A plugin named in the configuration, with where it was named (for "not found" errors).
+///
+/// Equality and hashing look at `name` only, so that rules that only moved within the file
+/// compare equal.
+#[derive(Debug, Clone, Eq)]
+pub struct PluginRef {
+    /// The plugin's name (embedded, or in the plugins directory), or [`BUILTIN`].
+    pub name: String,
+    /// 1-based line of the name in the file.
+    pub line: usize,
+    /// The key path (`tenants[0].rules.aggregate_key`, `defaults.filters[1]`).
+    pub key: String,
+}
+
+impl PluginRef {
+    /// Whether this selects the native client-go function rather than a plugin.
+    pub fn is_builtin(&self) -> bool {
+        self.name == BUILTIN
+    }
+}
+
+impl PartialEq for PluginRef {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+
+impl Hash for PluginRef {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.name.hash(state);
+    }
+}
+
+/// Fully resolved rules (tenant over defaults). `None` (or an empty `filters`) means "not set
+/// anywhere": the caller uses its own default (CLI flags, client-go defaults).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Rules {
+    /// Aggregate-key function (client-go `EventAggregatorKeyFunc`).
+    pub aggregate_key: Option<PluginRef>,
+    /// Message combiner (client-go `EventAggregatorMessageFunc`).
+    pub message_combiner: Option<PluginRef>,
+    /// Spam-filter key function (client-go `EventSpamKeyFunc`).
+    pub spam_key: Option<PluginRef>,
+    /// Filter plugins, run in this order before correlation.
+    pub filters: Vec<PluginRef>,
+    /// client-go `maxEvents`: similar events before aggregation.
+    pub max_events: Option<i64>,
+    /// client-go `maxIntervalInSeconds`: aggregation window, seconds.
+    pub max_interval_seconds: Option<i64>,
+    /// Spam-filter burst, events.
+    pub burst: Option<i64>,
+    /// Spam-filter refill rate, events per second.
+    pub qps: Option<f32>,
+    /// Entries per correlator LRU cache (0 = the client-go default).
+    pub lru_cache_size: Option<usize>,
+    /// Plugin fuel per event (≈ Wasm instructions).
+    pub fuel_per_event: Option<u64>,
+    /// Plugin linear-memory limit, bytes.
+    pub memory_limit_bytes: Option<usize>,
+    /// What a failed plugin call does.
+    pub fallback: Option<FallbackPolicy>,
+    /// Sink specs (`jsonl:PATH`, `jsonl:-`, `plugin:NAME`), not yet parsed; never empty.
+    pub sinks: Option<Vec<String>>,
+}
+
+impl Rules {
+    /// These rules with every unset key taken from `base` (`filters` counts as set when
+    /// non-empty or given explicitly in the file; an explicit `filters = []` clears the base's).
+    pub fn merged_over(self, base: &Rules) -> Rules {
+        self.merge(base, false)
+    }
+
+    fn merge(self, base: &Rules, filters_given: bool) -> Rules {
+        Rules {
+            aggregate_key: self.aggregate_key.or_else(|| base.aggregate_key.clone()),
+            message_combiner: self.message_combiner.or_else(|| base.message_combiner.clone()),
+            spam_key: self.spam_key.or_else(|| base.spam_key.clone()),
+            filters: if filters_given || !self.filters.is_empty() { self.filters } else { base.filters.clone() },
+            max_events: self.max_events.or(base.max_events),
+            max_interval_seconds: self.max_interval_seconds.or(base.max_interval_seconds),
+            burst: self.burst.or(base.burst),
+            qps: self.qps.or(base.qps),
+            lru_cache_size: self.lru_cache_size.or(base.lru_cache_size),
+            fuel_per_event: self.fuel_per_event.or(base.fuel_per_event),
+            memory_limit_bytes: self.memory_limit_bytes.or(base.memory_limit_bytes),
+            fallback: self.fallback.or(base.fallback),
+            sinks: self.sinks.or_else(|| base.sinks.clone()),
+        }
+    }
+
+    /// Every plugin these rules name (including [`BUILTIN`] references): aggregate key, message
+    /// combiner, spam key, then the filters in order.
+    pub fn plugin_refs(&self) -> impl Iterator<Item = &PluginRef> {
+        self.aggregate_key.iter().chain(&self.message_combiner).chain(&self.spam_key).chain(&self.filters)
+    }
+}
+
+/// One `[[tenants]]` entry, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TenantConfig {
+    /// Unique, non-empty, never [`DEFAULT_TENANT`].
+    pub name: String,
+    /// The compiled `match` criteria.
+    pub matcher: TenantMatch,
+    /// The tenant's `rules` merged over `[defaults]`.
+    pub rules: Rules,
+}
+
+/// A parsed and validated configuration file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// The file it came from (for error messages).
+    pub path: PathBuf,
+    /// The `[defaults]` rules: for events no tenant matches.
+    pub defaults: Rules,
+    /// The tenants, in file order (the order they are tried in).
+    pub tenants: Vec<TenantConfig>,
+    /// `[plugins.NAME]` tables: plugin name → its key/value config.
+    pub plugin_config: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+impl Config {
+    /// Parses and validates `text`; `path` is only used in errors and kept in [`Config::path`].
+    ///
+    /// # Errors
+    /// [`ConfigError`] for a TOML syntax error, a wrong type, an unknown key or any rule of the
+    /// format broken (see the module documentation); the first one found.
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let ctx = Ctx { text, path };
+        let deserializer = toml::Deserializer::parse(text).map_err(|e| ctx.toml_error(&e, String::new()))?;
+        let raw: RawFile = serde_path_to_error::deserialize(deserializer).map_err(|e| {
+            let key = key_path(e.path(), e.inner().message());
+            ctx.toml_error(e.inner(), key)
+        })?;
+
+        let defaults = ctx.rules(&raw.defaults, "defaults")?;
+        let mut tenants: Vec<TenantConfig> = Vec::with_capacity(raw.tenants.len());
+        let mut first_line: BTreeMap<&str, usize> = BTreeMap::new();
+        for (i, tenant) in raw.tenants.iter().enumerate() {
+            let prefix = format!("tenants[{i}]");
+            let t = tenant.get_ref();
+            let name = t.name.get_ref();
+            let name_err = |message: String| ctx.error(t.name.span(), format!("{prefix}.name"), message);
+            if name.is_empty() {
+                return Err(name_err("tenant name must not be empty".into()));
+            }
+            if name == DEFAULT_TENANT {
+                return Err(name_err(format!(
+                    "tenant name `{DEFAULT_TENANT}` is reserved for the [defaults] rules; choose another name"
+                )));
+            }
+            if let Some(line) = first_line.insert(name, ctx.line(t.name.span())) {
+                return Err(name_err(format!("duplicate tenant name `{name}` (first defined on line {line})")));
+            }
+            let matcher = ctx.matcher(t.matcher.as_ref(), tenant.span(), &format!("{prefix}.match"))?;
+            let rules = ctx.rules(&t.rules, &format!("{prefix}.rules"))?;
+            let rules = rules.merge(&defaults, t.rules.filters.is_some());
+            tenants.push(TenantConfig { name: name.clone(), matcher, rules });
+        }
+
+        let plugin_config = raw
+            .plugins
+            .into_iter()
+            .map(|(plugin, table)| (plugin, table.into_iter().map(|(k, v)| (k, v.0)).collect()))
+            .collect();
+        Ok(Config { path: path.to_path_buf(), defaults, tenants, plugin_config })
+    }
+
+    /// Reads and parses the file at `path`.
+    ///
+    /// # Errors
+    /// [`ConfigError`] without a line when the file cannot be read (or is not UTF-8); otherwise
+    /// as [`Config::parse`].
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            path: path.to_path_buf(),
+            line: None,
+            column: None,
+            key: String::new(),
+            message: format!("cannot read: {e}"),
+        })?;
+        Config::parse(&text, path)
+    }
+
+    /// An error at `line` (1-based) of this file about `key`, for problems found by the caller
+    /// (a plugin that does not exist, a sink that cannot be opened, …).
+    pub fn error_at(&self, line: usize, key: impl Into<String>, message: impl Into<String>) -> ConfigError {
+        ConfigError {
+            path: self.path.clone(),
+            line: Some(line),
+            column: None,
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+
+    /// An error about a plugin reference (`error_at` with its line and key), e.g.
+    /// `config.plugin_error(r, format!("plugin `{}` not found", r.name))`.
+    pub fn plugin_error(&self, plugin: &PluginRef, message: impl Into<String>) -> ConfigError {
+        self.error_at(plugin.line, plugin.key.clone(), message)
+    }
+
+    /// The rules of a routed event: tenant `tenant`'s (an index into [`Config::tenants`]), or the
+    /// defaults for `None`.
+    ///
+    /// # Panics
+    /// When the index is out of range.
+    pub fn rules(&self, tenant: Option<usize>) -> &Rules {
+        tenant.map_or(&self.defaults, |i| &self.tenants[i].rules)
+    }
+
+    /// The name of a routed event's tenant: the tenant's, or [`DEFAULT_TENANT`] for `None`.
+    ///
+    /// # Panics
+    /// When the index is out of range.
+    pub fn tenant_name(&self, tenant: Option<usize>) -> &str {
+        tenant.map_or(DEFAULT_TENANT, |i| &self.tenants[i].name)
+    }
+}
+
+// ---- the file as deserialised, before validation ----
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    #[serde(default)]
+    defaults: RawRules,
+    #[serde(default)]
+    plugins: BTreeMap<String, BTreeMap<String, PluginValue>>,
+    #[serde(default)]
+    tenants: Vec<Spanned<RawTenant>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawRules {
+    aggregate_key: Option<Spanned<String>>,
+    message_combiner: Option<Spanned<String>>,
+    spam_key: Option<Spanned<String>>,
+    filters: Option<Vec<Spanned<String>>>,
+    max_events: Option<i64>,
+    max_interval_seconds: Option<i64>,
+    burst: Option<i64>,
+    qps: Option<Spanned<f32>>,
+    lru_cache_size: Option<usize>,
+    fuel_per_event: Option<u64>,
+    memory_limit_bytes: Option<usize>,
+    fallback: Option<Spanned<String>>,
+    sinks: Option<Spanned<Vec<Spanned<String>>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTenant {
+    name: Spanned<String>,
+    #[serde(rename = "match")]
+    matcher: Option<Spanned<RawMatch>>,
+    #[serde(default)]
+    rules: RawRules,
+}
+
+type SpannedList = Option<Spanned<Vec<Spanned<String>>>>;
+type SpannedTable = Option<Spanned<BTreeMap<String, Spanned<String>>>>;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMatch {
+    namespaces: SpannedList,
+    kinds: SpannedList,
+    labels: SpannedTable,
+    source_components: SpannedList,
+    source_hosts: SpannedList,
+    headers: SpannedTable,
+}
+
+impl RawMatch {
+    fn spec(&self) -> MatchSpec {
+        let list = |l: &SpannedList| l.as_ref().map(|l| l.get_ref().iter().map(|s| s.get_ref().clone()).collect());
+        let table = |t: &SpannedTable| {
+            t.as_ref().map(|t| t.get_ref().iter().map(|(k, v)| (k.clone(), v.get_ref().clone())).collect())
+        };
+        MatchSpec {
+            namespaces: list(&self.namespaces),
+            kinds: list(&self.kinds),
+            labels: table(&self.labels),
+            source_components: list(&self.source_components),
+            source_hosts: list(&self.source_hosts),
+            headers: table(&self.headers),
+        }
+    }
+
+    /// Where a criterion, or one of its entries, is written.
+    fn span(&self, criterion: &str, entry: Option<&MatchEntry>) -> Option<Range<usize>> {
+        let list = match criterion {
+            "namespaces" => &self.namespaces,
+            "kinds" => &self.kinds,
+            "source_components" => &self.source_components,
+            "source_hosts" => &self.source_hosts,
+            "labels" | "headers" => {
+                let table = if criterion == "labels" { &self.labels } else { &self.headers };
+                let table = table.as_ref()?;
+                return Some(match entry {
+                    Some(MatchEntry::Key(k)) => table.get_ref().get(k)?.span(),
+                    _ => table.span(),
+                });
+            }
+            _ => return None,
+        };
+        let list = list.as_ref()?;
+        Some(match entry {
+            Some(MatchEntry::Index(i)) => list.get_ref().get(*i)?.span(),
+            _ => list.span(),
+        })
+    }
+}
+
+/// A `[plugins.NAME]` value: a string, or a number or boolean in its string form.
+struct PluginValue(String);
+
+impl<'de> Deserialize<'de> for PluginValue {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = PluginValue;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string, integer, float or boolean")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<PluginValue, E> {
+                Ok(PluginValue(v.to_string()))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<PluginValue, E> {
+                Ok(PluginValue(v))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<PluginValue, E> {
+                Ok(PluginValue(v.to_string()))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<PluginValue, E> {
+                Ok(PluginValue(v.to_string()))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<PluginValue, E> {
+                // `{:?}` keeps a fractional part (`1.0`, not `1`), as TOML requires of floats.
+                Ok(PluginValue(format!("{v:?}")))
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<PluginValue, E> {
+                Ok(PluginValue(v.to_string()))
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
+}
+
+// ---- validation ----
+
+/// The text being parsed, for turning byte spans into lines and errors.
+struct Ctx<'a> {
+    text: &'a str,
+    path: &'a Path,
+}
+
+impl Ctx<'_> {
+    /// 1-based line and column (in characters) of byte `offset`.
+    fn line_col(&self, offset: usize) -> (usize, usize) {
+        let mut offset = offset.min(self.text.len());
+        while !self.text.is_char_boundary(offset) {
+            offset -= 1;
+        }
+        let before = &self.text[..offset];
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        (before.matches('\n').count() + 1, before[line_start..].chars().count() + 1)
+    }
+
+    fn line(&self, span: Range<usize>) -> usize {
+        self.line_col(span.start).0
+    }
+
+    fn error(&self, span: Range<usize>, key: String, message: impl Into<String>) -> ConfigError {
+        let (line, column) = self.line_col(span.start);
+        ConfigError {
+            path: self.path.to_path_buf(),
+            line: Some(line),
+            column: Some(column),
+            key,
+            message: message.into(),
+        }
+    }
+
+    fn toml_error(&self, e: &toml::de::Error, key: String) -> ConfigError {
+        let (line, column) = e.span().map(|s| self.line_col(s.start)).unzip();
+        ConfigError { path: self.path.to_path_buf(), line, column, key, message: e.message().trim_end().to_string() }
+    }
+
+    fn plugin(&self, name: &Spanned<String>, key: String, filter: bool) -> Result<PluginRef, ConfigError> {
+        if name.get_ref().is_empty() {
+            return Err(self.error(name.span(), key, "plugin name must not be empty"));
+        }
+        if filter && name.get_ref() == BUILTIN {
+            return Err(self.error(name.span(), key, format!("`{BUILTIN}` is not a filter plugin")));
+        }
+        Ok(PluginRef { name: name.get_ref().clone(), line: self.line(name.span()), key })
+    }
+
+    fn rules(&self, raw: &RawRules, prefix: &str) -> Result<Rules, ConfigError> {
+        let key = |k: &str| format!("{prefix}.{k}");
+        let plugin = |name: &Option<Spanned<String>>, k: &str| {
+            name.as_ref().map(|n| self.plugin(n, key(k), false)).transpose()
+        };
+        let filters = raw
+            .filters
+            .iter()
+            .flatten()
+            .enumerate()
+            .map(|(i, f)| self.plugin(f, format!("{prefix}.filters[{i}]"), true))
+            .collect::<Result<_, _>>()?;
+        if let Some(qps) = &raw.qps
+            && qps.get_ref().is_nan()
+        {
+            return Err(self.error(qps.span(), key("qps"), "must be a number, not nan"));
+        }
+        let fallback = raw
+            .fallback
+            .as_ref()
+            .map(|f| f.get_ref().parse::<FallbackPolicy>().map_err(|e| self.error(f.span(), key("fallback"), e)))
+            .transpose()?;
+        let sinks = raw
+            .sinks
+            .as_ref()
+            .map(|sinks| {
+                if sinks.get_ref().is_empty() {
+                    return Err(self.error(
+                        sinks.span(),
+                        key("sinks"),
+                        "an empty list sends events nowhere; give at least one sink or remove the key",
+                    ));
+                }
+                sinks
+                    .get_ref()
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| match s.get_ref().split_once(':') {
+                        Some(("jsonl" | "plugin", target)) if !target.is_empty() => Ok(s.get_ref().clone()),
+                        _ => Err(self.error(
+                            s.span(),
+                            format!("{prefix}.sinks[{i}]"),
+                            format!(
+                                "invalid sink {:?}: expected KIND:TARGET with KIND jsonl or plugin \
+                                 (jsonl:PATH, jsonl:-, plugin:NAME)",
+                                s.get_ref()
+                            ),
+                        )),
+                    })
+                    .collect()
+            })
+            .transpose()?;
+        Ok(Rules {
+            aggregate_key: plugin(&raw.aggregate_key, "aggregate_key")?,
+            message_combiner: plugin(&raw.message_combiner, "message_combiner")?,
+            spam_key: plugin(&raw.spam_key, "spam_key")?,
+            filters,
+            max_events: raw.max_events,
+            max_interval_seconds: raw.max_interval_seconds,
+            burst: raw.burst,
+            qps: raw.qps.as_ref().map(|q| *q.get_ref()),
+            lru_cache_size: raw.lru_cache_size,
+            fuel_per_event: raw.fuel_per_event,
+            memory_limit_bytes: raw.memory_limit_bytes,
+            fallback,
+            sinks,
+        })
+    }
+
+    /// Compiles a tenant's `match`; `tenant_span` places the error when `match` is absent.
+    fn matcher(
+        &self,
+        raw: Option<&Spanned<RawMatch>>,
+        tenant_span: Range<usize>,
+        prefix: &str,
+    ) -> Result<TenantMatch, ConfigError> {
+        let no_criteria = MatchError::NoCriteria.to_string();
+        let Some(raw) = raw else { return Err(self.error(tenant_span, prefix.to_string(), no_criteria)) };
+        TenantMatch::new(raw.get_ref().spec()).map_err(|e| {
+            let Some((criterion, entry)) = e.location() else {
+                return self.error(raw.span(), prefix.to_string(), e.to_string());
+            };
+            let mut key = format!("{prefix}.{criterion}");
+            match entry {
+                Some(MatchEntry::Index(i)) => key.push_str(&format!("[{i}]")),
+                Some(MatchEntry::Key(k)) => push_key(&mut key, k),
+                None => {}
+            }
+            let span = raw.get_ref().span(criterion, entry).unwrap_or_else(|| raw.span());
+            let message = match &e {
+                MatchError::Glob { pattern, reason, .. } => format!("invalid glob {pattern:?}: {reason}"),
+                _ => format!("empty: it would match nothing; give at least one entry or remove `{criterion}`"),
+            };
+            self.error(span, key, message)
+        })
+    }
+}
+
+/// Appends `.key` to a key path, quoting keys that are not bare TOML keys.
+fn push_key(path: &mut String, key: &str) {
+    if !path.is_empty() {
+        path.push('.');
+    }
+    if !key.is_empty() && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
+        path.push_str(key);
+    } else {
+        path.push_str(&format!("{key:?}"));
+    }
+}
+
+/// The key path of a deserialisation error: `tenants[1].rules.max_events`. For an unknown
+/// field, the field itself is appended (the tracked path stops at its table).
+fn key_path(path: &serde_path_to_error::Path, message: &str) -> String {
+    let mut out = String::new();
+    for segment in path {
+        match segment {
+            serde_path_to_error::Segment::Seq { index } => out.push_str(&format!("[{index}]")),
+            serde_path_to_error::Segment::Map { key } | serde_path_to_error::Segment::Enum { variant: key } => {
+                // `Spanned` is deserialised as a struct with private field names.
+                if !key.starts_with("$__serde_spanned_private") {
+                    push_key(&mut out, key);
+                }
+            }
+            serde_path_to_error::Segment::Unknown => push_key(&mut out, "?"),
+        }
+    }
+    if let Some(rest) = message.strip_prefix("unknown field `")
+        && let Some((field, _)) = rest.split_once('`')
+    {
+        push_key(&mut out, field);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::Event;
+    use crate::tenant::TenantRouter;
+
+    /// The example in this module's documentation, so that it cannot go stale.
+    fn doc_example() -> String {
+        let source = include_str!("config.rs");
+        let mut lines = source.lines().skip_while(|l| *l != "//! ```toml").skip(1);
+        let mut out = String::new();
+        for line in lines.by_ref().take_while(|l| *l != "//! ```") {
+            out.push_str(line.strip_prefix("//!").unwrap().strip_prefix(' ').unwrap_or(""));
+            out.push('\n');
+        }
+        assert!(out.contains("[[tenants]]"), "example not found");
+        out
+    }
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text, Path::new("eventpipe.toml"))
+    }
+
+    fn err(text: &str) -> ConfigError {
+        match parse(text) {
+            Ok(c) => panic!("expected an error, got {c:?}"),
+            Err(e) => e,
+        }
+    }
+
+    /// Asserts the error's line and key, and that its message contains `needle`.
+    #[track_caller]
+    fn assert_err(text: &str, line: usize, key: &str, needle: &str) {
+        let e = err(text);
+        assert_eq!((e.line, e.key.as_str()), (Some(line), key), "{e}");
+        assert!(e.message.contains(needle), "{e}");
+        assert_eq!(e.path, Path::new("eventpipe.toml"));
+    }
+
+    fn names(refs: &[PluginRef]) -> Vec<&str> {
+        refs.iter().map(|r| r.name.as_str()).collect()
+    }
+
+    #[test]
+    fn doc_example_parses_and_merges() {
+        let config = parse(&doc_example()).unwrap();
+        let d = &config.defaults;
+        assert_eq!(d.aggregate_key.as_ref().unwrap().name, "by-reason");
+        assert!(!d.aggregate_key.as_ref().unwrap().is_builtin());
+        assert_eq!(d.message_combiner.as_ref().unwrap().name, "similar-events");
+        assert_eq!(d.spam_key.as_ref().unwrap().name, "source-object");
+        assert_eq!(names(&d.filters), ["my-filter"]);
+        assert_eq!(d.filters[0].key, "defaults.filters[0]");
+        assert_eq!(
+            (d.max_events, d.max_interval_seconds, d.burst, d.lru_cache_size),
+            (Some(10), Some(600), Some(25), Some(4096))
+        );
+        assert_eq!(d.qps, Some(0.003_333_333_3));
+        assert_eq!((d.fuel_per_event, d.memory_limit_bytes), (Some(2_000_000), Some(64 << 20)));
+        assert_eq!(d.fallback, Some(FallbackPolicy::Builtin));
+        assert_eq!(d.sinks.as_deref(), Some(&["jsonl:out/default.jsonl".to_string()][..]));
+
+        let plugin = &config.plugin_config["my-filter"];
+        assert_eq!(plugin.get("threshold").map(String::as_str), Some("5"));
+        assert_eq!(plugin.get("verbose").map(String::as_str), Some("true"));
+
+        assert_eq!(config.tenants.len(), 2);
+        let pay = &config.tenants[0];
+        assert_eq!(pay.name, "payments");
+        // Overridden.
+        assert_eq!((pay.rules.max_events, pay.rules.burst), (Some(5), Some(10)));
+        assert_eq!(pay.rules.sinks.as_deref(), Some(&["jsonl:out/payments.jsonl".to_string()][..]));
+        // Inherited, with the defaults' lines.
+        assert_eq!(pay.rules.max_interval_seconds, Some(600));
+        assert_eq!(pay.rules.qps, d.qps);
+        assert_eq!(pay.rules.message_combiner, d.message_combiner);
+        assert_eq!(pay.rules.message_combiner.as_ref().unwrap().key, "defaults.message_combiner");
+        assert_eq!(names(&pay.rules.filters), ["my-filter"]);
+        let spec = pay.matcher.spec();
+        assert_eq!(spec.namespaces.as_deref(), Some(&["payments-*".to_string(), "billing".to_string()][..]));
+        assert_eq!(spec.labels.as_ref().unwrap()["team"], "pay*");
+        assert_eq!(spec.headers.as_ref().unwrap()["x-eventpipe-tenant"], "payments");
+
+        let system = &config.tenants[1];
+        assert!(system.rules.filters.is_empty(), "an explicit `filters = []` clears the defaults'");
+        assert_eq!(system.rules.fallback, Some(FallbackPolicy::Drop));
+        assert_eq!(system.rules.max_events, Some(10));
+
+        // Every plugin reference knows its line.
+        let text = doc_example();
+        for r in config.defaults.plugin_refs().chain(config.tenants.iter().flat_map(|t| t.rules.plugin_refs())) {
+            let line = text.lines().nth(r.line - 1).unwrap();
+            assert!(line.contains(&format!("\"{}\"", r.name)), "{r:?} → {line}");
+        }
+
+        assert_eq!(config.tenant_name(None), DEFAULT_TENANT);
+        assert_eq!(config.tenant_name(Some(1)), "system");
+        assert_eq!(config.rules(Some(0)), &pay.rules);
+        assert_eq!(config.rules(None), d);
+    }
+
+    #[test]
+    fn doc_example_routes() {
+        let config = parse(&doc_example()).unwrap();
+        let router = TenantRouter::from(&config);
+        let mut e = Event::default();
+        e.metadata.namespace = "payments-eu".into();
+        e.involved_object.kind = "Pod".into();
+        e.metadata.labels.insert("team".into(), "payroll".into());
+        e.source.component = "kubelet".into();
+        e.source.host = "node-3".into();
+        let hdrs = vec![("X-EventPipe-Tenant".to_string(), "payments".to_string())];
+        assert_eq!(router.route(&e, Some(&hdrs)), Some(0));
+        assert_eq!(router.route(&e, None), None, "payments requires the header");
+        e.metadata.namespace = "kube-system".into();
+        assert_eq!(router.route(&e, Some(&hdrs)), Some(1));
+        e.metadata.namespace = "search".into();
+        assert_eq!(router.route(&e, Some(&hdrs)), None);
+    }
+
+    #[test]
+    fn empty_file_is_all_defaults() {
+        let config = parse("").unwrap();
+        assert_eq!(config.defaults, Rules::default());
+        assert!(config.tenants.is_empty() && config.plugin_config.is_empty());
+    }
+
+    #[test]
+    fn tenant_rules_inherit_and_override() {
+        let config = parse(
+            "[defaults]\nspam_key = \"a\"\nfilters = [\"f1\", \"f2\"]\nburst = -1\nqps = 1\n\
+             [[tenants]]\nname = \"t\"\nmatch = { kinds = [\"Pod\"] }\n\
+             [tenants.rules]\nspam_key = \"b\"\nqps = 0.5\nlru_cache_size = 0\n",
+        )
+        .unwrap();
+        let r = &config.tenants[0].rules;
+        assert_eq!(r.spam_key.as_ref().map(|p| (p.name.as_str(), p.line)), Some(("b", 10)));
+        assert_eq!(r.spam_key.as_ref().unwrap().key, "tenants[0].rules.spam_key");
+        assert_eq!(names(&r.filters), ["f1", "f2"]);
+        assert_eq!((r.burst, r.qps, r.lru_cache_size), (Some(-1), Some(0.5), Some(0)));
+        assert_eq!(config.defaults.qps, Some(1.0), "an integer qps is accepted");
+        assert_eq!((r.max_events, r.fallback, r.sinks.as_ref()), (None, None, None), "unset anywhere");
+    }
+
+    #[test]
+    fn rules_equality_ignores_lines() {
+        let a = parse("[defaults]\nspam_key = \"x\"\n").unwrap();
+        let b = parse("# moved\n\n[defaults]\nspam_key = \"x\"\n").unwrap();
+        assert_ne!(a.defaults.spam_key.as_ref().unwrap().line, b.defaults.spam_key.as_ref().unwrap().line);
+        assert_eq!(a.defaults, b.defaults);
+        let c = parse("[defaults]\nspam_key = \"y\"\n").unwrap();
+        assert_ne!(a.defaults, c.defaults);
+    }
+
+    #[test]
+    fn plugin_values_become_strings() {
+        let config = parse("[plugins.p]\ns = \"x\"\ni = -3\nf = 1.0\ng = 0.25\nb = false\n").unwrap();
+        let p = &config.plugin_config["p"];
+        let got: Vec<(&str, &str)> = p.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert_eq!(got, [("b", "false"), ("f", "1.0"), ("g", "0.25"), ("i", "-3"), ("s", "x")]);
+        assert_err("[plugins.p]\nok = 1\nlist = [1]\n", 3, "plugins.p.list", "expected a string, integer");
+    }
+
+    #[test]
+    fn display_is_file_line_column_key_message() {
+        let text = "[[tenants]]\nname = \"t\"\nmatch = { kinds = [\"Pod\"] }\n[tenants.rules]\nburst = \"x\"\n";
+        assert_eq!(
+            err(text).to_string(),
+            r#"eventpipe.toml:5:9: tenants[0].rules.burst: invalid type: string "x", expected i64"#
+        );
+        let io = Config::load(Path::new("/nonexistent/eventpipe.toml")).unwrap_err();
+        assert_eq!((io.line, io.key.as_str()), (None, ""));
+        assert!(io.to_string().starts_with("/nonexistent/eventpipe.toml: cannot read: "), "{io}");
+    }
+
+    #[test]
+    fn syntax_error() {
+        let e = err("[defaults]\nburst = 1\nmax_events = = 2\n");
+        assert_eq!((e.line, e.key.as_str()), (Some(3), ""), "{e}");
+        let e = err("[defaults]\nburst = 1\nburst = 2\n");
+        assert_eq!(e.line, Some(3), "{e}");
+        assert!(e.message.contains("duplicate key"), "{e}");
+    }
+
+    #[test]
+    fn type_errors() {
+        assert_err("[defaults]\nmax_events = 1.5\n", 2, "defaults.max_events", "invalid type: floating point");
+        assert_err("[defaults]\nfilters = \"f\"\n", 2, "defaults.filters", "invalid type: string");
+        assert_err("[defaults]\nlru_cache_size = -1\n", 2, "defaults.lru_cache_size", "invalid value: integer `-1`");
+        assert_err("[defaults]\nfuel_per_event = -5\n", 2, "defaults.fuel_per_event", "expected u64");
+        assert_err("[defaults]\nmemory_limit_bytes = -5\n", 2, "defaults.memory_limit_bytes", "invalid value");
+        assert_err(
+            "[[tenants]]\nname = \"a\"\nmatch = { kinds = [\"Pod\"] }\n[[tenants]]\nname = \"b\"\n\
+             [tenants.match]\nnamespaces = [\"x\", 3]\n",
+            7,
+            "tenants[1].match.namespaces[1]",
+            "invalid type: integer `3`",
+        );
+        assert_err("[[tenants]]\nmatch = { kinds = [\"Pod\"] }\n", 1, "tenants[0]", "missing field `name`");
+    }
+
+    #[test]
+    fn unknown_keys() {
+        assert_err("[defaults]\nburst = 1\nbrust = 2\n", 3, "defaults.brust", "unknown field `brust`");
+        assert_err("[default]\n", 1, "default", "unknown field `default`");
+        assert_err(
+            "[[tenants]]\nname = \"t\"\n[tenants.match]\nkinds = [\"Pod\"]\nkind = \"Pod\"\n",
+            5,
+            "tenants[0].match.kind",
+            "unknown field `kind`",
+        );
+        assert_err(
+            "[[tenants]]\nname = \"t\"\nmatch = { kinds = [\"Pod\"] }\nrules = { nope = 1 }\n",
+            4,
+            "tenants[0].rules.nope",
+            "unknown field",
+        );
+    }
+
+    #[test]
+    fn tenant_names() {
+        let t = |name: &str| format!("[[tenants]]\nname = \"{name}\"\nmatch = {{ kinds = [\"Pod\"] }}\n");
+        assert_err(&format!("{}{}", t("a"), t("a")), 5, "tenants[1].name", "duplicate tenant name `a` (first defined on line 2)");
+        assert_err(&t("default"), 2, "tenants[0].name", "reserved");
+        assert_err(&t(""), 2, "tenants[0].name", "must not be empty");
+    }
+
+    #[test]
+    fn match_errors() {
+        assert_err("\n[[tenants]]\nname = \"t\"\n", 2, "tenants[0].match", "matches nothing; give at least one criterion");
+        assert_err(
+            "[[tenants]]\nname = \"t\"\n[tenants.match]\n[tenants.rules]\nburst = 1\n",
+            3,
+            "tenants[0].match",
+            "matches nothing",
+        );
+        assert_err("[[tenants]]\nname = \"t\"\nmatch = {}\n", 3, "tenants[0].match", "matches nothing");
+        assert_err(
+            "[[tenants]]\nname = \"t\"\n[tenants.match]\nkinds = [\"Pod\"]\nnamespaces = [\"ok-*\",\n  \"bad[a\"]\n",
+            6,
+            "tenants[0].match.namespaces[1]",
+            "invalid glob \"bad[a\"",
+        );
+        assert_err(
+            "[[tenants]]\nname = \"t\"\n[tenants.match]\nheaders = { \"X.Tenant\" = \"{a\" }\n",
+            4,
+            "tenants[0].match.headers.\"X.Tenant\"",
+            "invalid glob",
+        );
+        assert_err(
+            "[[tenants]]\nname = \"t\"\n[tenants.match]\nkinds = [\"Pod\"]\nsource_hosts = []\n",
+            5,
+            "tenants[0].match.source_hosts",
+            "empty",
+        );
+    }
+
+    #[test]
+    fn rule_value_errors() {
+        assert_err("[defaults]\nfallback = \"retry\"\n", 2, "defaults.fallback", "unknown fallback policy \"retry\"");
+        assert_err(
+            "[[tenants]]\nname = \"t\"\nmatch = { kinds = [\"Pod\"] }\n[tenants.rules]\nfallback = \"x\"\n",
+            5,
+            "tenants[0].rules.fallback",
+            "expected builtin, drop or fail",
+        );
+        assert_err("[defaults]\nsinks = [\"jsonl:a\", \"kafka:x\"]\n", 2, "defaults.sinks[1]", "invalid sink \"kafka:x\"");
+        assert_err("[defaults]\nsinks = [\"jsonl:\"]\n", 2, "defaults.sinks[0]", "expected KIND:TARGET");
+        assert_err("[defaults]\nsinks = [\"out.jsonl\"]\n", 2, "defaults.sinks[0]", "invalid sink");
+        assert_err("[defaults]\nsinks = []\n", 2, "defaults.sinks", "empty list");
+        assert_err("[defaults]\nqps = nan\n", 2, "defaults.qps", "not nan");
+        assert_err("[defaults]\nfilters = [\"a\", \"builtin\"]\n", 2, "defaults.filters[1]", "not a filter plugin");
+        assert_err("[defaults]\naggregate_key = \"\"\n", 2, "defaults.aggregate_key", "must not be empty");
+        let ok = parse("[defaults]\nsinks = [\"jsonl:-\", \"plugin:jsonl\", \"plugin:x.wasm\"]\nfallback = \"fail\"\n");
+        assert_eq!(ok.unwrap().defaults.fallback, Some(FallbackPolicy::Fail));
+    }
+
+    #[test]
+    fn error_at_builds_caller_errors() {
+        let config = parse("[defaults]\n\naggregate_key = \"nope\"\n").unwrap();
+        let r = config.defaults.aggregate_key.as_ref().unwrap();
+        assert_eq!(
+            config.plugin_error(r, "plugin `nope` not found").to_string(),
+            "eventpipe.toml:3: defaults.aggregate_key: plugin `nope` not found"
+        );
+        assert_eq!(config.error_at(7, "", "m").to_string(), "eventpipe.toml:7: m");
+    }
+
+    #[test]
+    fn line_and_column_count_characters() {
+        let ctx = Ctx { text: "é = 1\nab", path: Path::new("f") };
+        assert_eq!(ctx.line_col(0), (1, 1));
+        assert_eq!(ctx.line_col(2), (1, 2), "after the two-byte é");
+        assert_eq!(ctx.line_col(1), (1, 1), "inside a character rounds down");
+        assert_eq!(ctx.line_col(9), (2, 3));
+        assert_eq!(ctx.line_col(100), (2, 3));
+    }
+}

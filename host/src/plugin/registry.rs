@@ -1,0 +1,373 @@
+//! The plugins a process knows by name: the embedded defaults plus every `NAME.wasm` of the
+//! plugins directory, each in a [`PluginSlot`] that hot reload swaps.
+//!
+//! [`PluginRegistry::reload_file`] is what a file change does: compile (through wasmtime's
+//! cache), validate (instantiate and call once on a sample event), then swap atomically. A file
+//! that fails any step never replaces a working version; a removed file reverts its name to the
+//! embedded default of that name, or unloads it (users fall back to the built-in client-go
+//! function). Compiling is slow (tens of ms), so callers run this off the event path.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use super::check::validate;
+use super::{Plugin, PluginError, PluginHandle, PluginKind, PluginOrigin, PluginRuntime, PluginSettings, PluginSlot};
+use super::{embedded, functions::WrongKind};
+
+/// What one file change did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReloadOutcome {
+    /// A new version is live (a new name, or a swap).
+    Live(LivePlugin),
+    /// The file's content is what already serves (e.g. a touch, or our own read of it).
+    Unchanged {
+        /// Plugin name.
+        name: String,
+    },
+    /// The file was removed: the name serves the embedded default again (`Some`) or nothing
+    /// (`None`: users fall back to the built-in function).
+    Reverted {
+        /// Plugin name.
+        name: String,
+        /// The version now serving.
+        now: Option<LivePlugin>,
+    },
+    /// The file was refused; the previous version (if any) keeps serving.
+    Rejected {
+        /// Plugin name.
+        name: String,
+        /// The file.
+        path: PathBuf,
+        /// Why: compile, world, link, validation or kind-change error.
+        error: String,
+    },
+    /// Not a plugin file (not `*.wasm`, or outside the plugins directory).
+    Ignored,
+}
+
+impl std::fmt::Display for ReloadOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReloadOutcome::Live(p) => write!(f, "{p} is live"),
+            ReloadOutcome::Unchanged { name } => write!(f, "plugin `{name}` unchanged"),
+            ReloadOutcome::Reverted { name, now: Some(p) } => write!(f, "plugin `{name}` removed; {p} is live"),
+            ReloadOutcome::Reverted { name, now: None } => {
+                write!(f, "plugin `{name}` removed; its users use the built-in function")
+            }
+            ReloadOutcome::Rejected { name, path, error } => {
+                write!(f, "plugin `{name}` from {} rejected, previous version kept: {error}", path.display())
+            }
+            ReloadOutcome::Ignored => f.write_str("not a plugin file"),
+        }
+    }
+}
+
+/// One serving plugin version, for listings and logs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LivePlugin {
+    /// Plugin name.
+    pub name: String,
+    /// Its kind.
+    pub kind: PluginKind,
+    /// Where it came from.
+    pub origin: PluginOrigin,
+    /// Process-unique version number.
+    pub version: u64,
+    /// XXH3-64 of the component bytes.
+    pub digest: u64,
+    /// Time to compile (or fetch from the cache) and validate it.
+    pub load_time: Duration,
+}
+
+impl std::fmt::Display for LivePlugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "plugin `{}` ({}) v{} digest {:016x} from {} (loaded in {:.1} ms)",
+            self.name,
+            self.kind,
+            self.version,
+            self.digest,
+            self.origin,
+            self.load_time.as_secs_f64() * 1e3
+        )
+    }
+}
+
+impl LivePlugin {
+    fn of(plugin: &Plugin, load_time: Duration) -> Self {
+        Self {
+            name: plugin.name().into(),
+            kind: plugin.kind(),
+            origin: plugin.origin().clone(),
+            version: plugin.version(),
+            digest: plugin.digest(),
+            load_time,
+        }
+    }
+}
+
+/// A name no slot has (neither embedded nor in the plugins directory), or a slot of the wrong
+/// kind for its use.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LookupError {
+    /// No plugin of that name.
+    #[error("no plugin named `{name}` (embedded: {embedded}; or NAME.wasm in the plugins directory)")]
+    NotFound {
+        /// The name asked for.
+        name: String,
+        /// The embedded names, for the message.
+        embedded: String,
+    },
+    /// The plugin is of another kind.
+    #[error(transparent)]
+    WrongKind(#[from] WrongKind),
+}
+
+/// The embedded defaults and the plugins directory, by name.
+#[derive(Debug)]
+pub struct PluginRegistry {
+    runtime: PluginRuntime,
+    dir: Option<PathBuf>,
+    embedded: BTreeMap<String, Arc<Plugin>>,
+    slots: RwLock<BTreeMap<String, Arc<PluginSlot>>>,
+    validation: PluginSettings,
+    swaps: AtomicU64,
+    rejected: AtomicU64,
+}
+
+impl PluginRegistry {
+    /// A registry with the embedded defaults compiled and live, and no directory.
+    ///
+    /// # Errors
+    /// [`PluginError`] if an embedded component fails to load (a broken build).
+    pub fn new(runtime: PluginRuntime) -> Result<Self, PluginError> {
+        let mut embedded = BTreeMap::new();
+        for (name, bytes) in embedded::ALL {
+            embedded.insert(name.to_string(), runtime.load(name, bytes, PluginOrigin::Embedded)?);
+        }
+        let slots = embedded.iter().map(|(n, p)| (n.clone(), PluginSlot::new(p.clone()))).collect();
+        Ok(Self {
+            runtime,
+            dir: None,
+            embedded,
+            slots: RwLock::new(slots),
+            validation: PluginSettings::default(),
+            swaps: AtomicU64::new(0),
+            rejected: AtomicU64::new(0),
+        })
+    }
+
+    /// Adds the plugins directory `dir` and loads every `*.wasm` in it (in name order); a file
+    /// that fails is reported in the outcomes and left out. A missing directory is an error.
+    ///
+    /// # Errors
+    /// The I/O error of listing `dir`.
+    pub fn with_dir(mut self, dir: &Path) -> std::io::Result<(Self, Vec<ReloadOutcome>)> {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "wasm") && p.is_file())
+            .collect();
+        files.sort();
+        self.dir = Some(dir.to_path_buf());
+        let outcomes = files.iter().map(|f| self.reload_file(f)).collect();
+        Ok((self, outcomes))
+    }
+
+    /// The runtime plugins are compiled with.
+    pub fn runtime(&self) -> &PluginRuntime {
+        &self.runtime
+    }
+
+    /// The plugins directory, when there is one.
+    pub fn dir(&self) -> Option<&Path> {
+        self.dir.as_deref()
+    }
+
+    /// The slot of `name`, if any plugin of that name was ever loaded.
+    pub fn slot(&self, name: &str) -> Option<Arc<PluginSlot>> {
+        self.slots.read().unwrap_or_else(|p| p.into_inner()).get(name).cloned()
+    }
+
+    /// A handle on plugin `name` for `tenant` with `settings`, checked to be of kind `kind`.
+    ///
+    /// # Errors
+    /// [`LookupError`] when there is no such plugin or it is of another kind.
+    pub fn handle(
+        &self,
+        name: &str,
+        kind: PluginKind,
+        tenant: &str,
+        settings: PluginSettings,
+    ) -> Result<PluginHandle, LookupError> {
+        let slot = self.slot(name).ok_or_else(|| LookupError::NotFound {
+            name: name.into(),
+            embedded: self.embedded.keys().cloned().collect::<Vec<_>>().join(", "),
+        })?;
+        if slot.kind() != kind {
+            return Err(WrongKind { plugin: name.into(), actual: slot.kind(), expected: kind }.into());
+        }
+        Ok(PluginHandle::new(slot, tenant, settings))
+    }
+
+    /// Every name and the version serving it (`None`: unloaded), in name order.
+    pub fn live(&self) -> Vec<(String, Option<LivePlugin>)> {
+        let slots = self.slots.read().unwrap_or_else(|p| p.into_inner());
+        slots.iter().map(|(n, s)| (n.clone(), s.load().map(|p| LivePlugin::of(&p, Duration::ZERO)))).collect()
+    }
+
+    /// Swaps served so far (new versions and reverts).
+    pub fn swaps(&self) -> u64 {
+        self.swaps.load(Ordering::Relaxed)
+    }
+
+    /// Files refused so far.
+    pub fn rejected(&self) -> u64 {
+        self.rejected.load(Ordering::Relaxed)
+    }
+
+    /// Applies the current state of `path` (a `NAME.wasm` that was created, changed, renamed in
+    /// or removed): load, validate and swap in; or revert on removal. Blocking (compiles).
+    pub fn reload_file(&self, path: &Path) -> ReloadOutcome {
+        let Some(name) = plugin_name(path) else { return ReloadOutcome::Ignored };
+        let started = Instant::now();
+        let bytes = match std::fs::read(path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return self.revert(&name),
+            Err(e) => return self.reject(&name, path, format!("cannot read: {e}")),
+        };
+        let digest = xxhash_rust::xxh3::xxh3_64(&bytes);
+        let slot = self.slot(&name);
+        if slot.as_ref().and_then(|s| s.load()).is_some_and(|p| p.digest() == digest) {
+            return ReloadOutcome::Unchanged { name };
+        }
+        let plugin = match self.runtime.load(&name, &bytes, PluginOrigin::File(path.to_path_buf())) {
+            Ok(plugin) => plugin,
+            Err(e) => return self.reject(&name, path, e.to_string()),
+        };
+        if let Err(e) = validate(plugin.clone(), self.validation.clone()) {
+            return self.reject(&name, path, e.to_string());
+        }
+        let live = LivePlugin::of(&plugin, started.elapsed());
+        match slot {
+            Some(slot) => {
+                if let Err(e) = slot.swap(Some(plugin)) {
+                    return self.reject(&name, path, e.to_string());
+                }
+            }
+            None => {
+                self.slots.write().unwrap_or_else(|p| p.into_inner()).insert(name, PluginSlot::new(plugin));
+            }
+        }
+        self.swaps.fetch_add(1, Ordering::Relaxed);
+        ReloadOutcome::Live(live)
+    }
+
+    fn revert(&self, name: &str) -> ReloadOutcome {
+        let Some(slot) = self.slot(name) else { return ReloadOutcome::Ignored };
+        let default = self.embedded.get(name).cloned();
+        if let (Some(current), Some(default)) = (slot.load(), &default)
+            && Arc::ptr_eq(&current, default)
+        {
+            return ReloadOutcome::Unchanged { name: name.into() };
+        }
+        let now = default.as_ref().map(|p| LivePlugin::of(p, Duration::ZERO));
+        slot.swap(default).expect("an embedded default has its slot's kind");
+        self.swaps.fetch_add(1, Ordering::Relaxed);
+        ReloadOutcome::Reverted { name: name.into(), now }
+    }
+
+    fn reject(&self, name: &str, path: &Path, error: String) -> ReloadOutcome {
+        self.rejected.fetch_add(1, Ordering::Relaxed);
+        ReloadOutcome::Rejected { name: name.into(), path: path.to_path_buf(), error }
+    }
+}
+
+/// `NAME` for a `NAME.wasm` path; `None` for other files (and for hidden / temporary names
+/// such as `.NAME.wasm.tmp`).
+pub fn plugin_name(path: &Path) -> Option<String> {
+    if path.extension()? != "wasm" {
+        return None;
+    }
+    let stem = path.file_stem()?.to_str()?;
+    (!stem.is_empty() && !stem.starts_with('.')).then(|| stem.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugin::Metering;
+
+    fn registry(dir: &Path) -> PluginRegistry {
+        PluginRegistry::new(PluginRuntime::new(Metering::Fuel).unwrap()).unwrap().with_dir(dir).unwrap().0
+    }
+
+    #[test]
+    fn names_of_plugin_files() {
+        assert_eq!(plugin_name(Path::new("/p/by-reason.wasm")).as_deref(), Some("by-reason"));
+        assert_eq!(plugin_name(Path::new("/p/by-reason.wasm.tmp")), None);
+        assert_eq!(plugin_name(Path::new("/p/.by-reason.wasm")), None);
+        assert_eq!(plugin_name(Path::new("/p/notes.txt")), None);
+    }
+
+    #[test]
+    fn a_file_overrides_the_embedded_default_and_removing_it_reverts() {
+        let dir = tempfile::tempdir().unwrap();
+        let reg = registry(dir.path());
+        let embedded_version = reg.slot("by-reason").unwrap().load().unwrap().version();
+        // Another component of the same kind under the default's name: `similar-events` is a
+        // combiner, so it is refused; an aggregate-key component is accepted.
+        let path = dir.path().join("by-reason.wasm");
+        std::fs::write(&path, embedded::SIMILAR_EVENTS).unwrap();
+        assert!(matches!(reg.reload_file(&path), ReloadOutcome::Rejected { ref error, .. } if error.contains("aggregate-key plugin; the new file is a message-combiner")));
+        assert_eq!(reg.slot("by-reason").unwrap().load().unwrap().version(), embedded_version);
+
+        let mut bytes = embedded::BY_REASON.to_vec();
+        bytes.extend_from_slice(&[0, 4, 3, b'e', b'p', b'1']); // a custom section: new bytes, same code
+        std::fs::write(&path, &bytes).unwrap();
+        let ReloadOutcome::Live(live) = reg.reload_file(&path) else { panic!("the new version goes live") };
+        assert_eq!(reg.slot("by-reason").unwrap().load().unwrap().version(), live.version);
+        assert_eq!(reg.reload_file(&path), ReloadOutcome::Unchanged { name: "by-reason".into() });
+
+        std::fs::remove_file(&path).unwrap();
+        assert!(matches!(reg.reload_file(&path), ReloadOutcome::Reverted { now: Some(_), .. }));
+        assert_eq!(reg.slot("by-reason").unwrap().load().unwrap().version(), embedded_version);
+        assert_eq!(reg.swaps(), 2);
+    }
+
+    #[test]
+    fn broken_files_never_replace_a_working_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keys.wasm");
+        std::fs::write(&path, embedded::BY_REASON).unwrap();
+        let reg = registry(dir.path());
+        let serving = reg.slot("keys").unwrap().load().unwrap().version();
+        for broken in [&embedded::BY_REASON[..embedded::BY_REASON.len() / 2], b"not wasm at all".as_slice()] {
+            std::fs::write(&path, broken).unwrap();
+            let outcome = reg.reload_file(&path);
+            assert!(matches!(outcome, ReloadOutcome::Rejected { .. }), "{outcome}");
+            assert!(outcome.to_string().contains("keys.wasm"), "{outcome}");
+            assert_eq!(reg.slot("keys").unwrap().load().unwrap().version(), serving);
+        }
+        assert_eq!(reg.rejected(), 2);
+        // A removed file with no embedded default unloads the name.
+        std::fs::remove_file(&path).unwrap();
+        assert!(matches!(reg.reload_file(&path), ReloadOutcome::Reverted { now: None, .. }));
+        assert!(reg.slot("keys").unwrap().load().is_none());
+    }
+
+    #[test]
+    fn lookups_check_the_kind() {
+        let dir = tempfile::tempdir().unwrap();
+        let reg = registry(dir.path());
+        let settings = PluginSettings::default();
+        assert!(reg.handle("by-reason", PluginKind::AggregateKey, "t", settings.clone()).is_ok());
+        let err = reg.handle("by-reason", PluginKind::SpamKey, "t", settings.clone()).unwrap_err();
+        assert!(matches!(err, LookupError::WrongKind(_)), "{err}");
+        let err = reg.handle("nope", PluginKind::SpamKey, "t", settings).unwrap_err();
+        assert!(err.to_string().contains("no plugin named `nope`"), "{err}");
+    }
+}

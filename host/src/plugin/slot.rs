@@ -1,0 +1,145 @@
+//! Where a plugin lives while it runs: a [`PluginSlot`] holds the current compiled version of one
+//! plugin name and swaps it atomically on hot reload; a [`PluginHandle`] is that slot as one
+//! tenant uses it, with the tenant's limits, policy and counters.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use arc_swap::ArcSwapOption;
+
+use super::{Plugin, PluginKind, PluginSettings, PluginStats};
+
+/// One plugin name's current version (or none, after its file was removed and no embedded
+/// default exists). Readers take the version once per call (`load`), so a call that started on
+/// a version finishes on it while the slot already serves the next one.
+pub struct PluginSlot {
+    name: Arc<str>,
+    kind: PluginKind,
+    current: ArcSwapOption<Plugin>,
+    swaps: AtomicU64,
+}
+
+impl fmt::Debug for PluginSlot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PluginSlot")
+            .field("name", &self.name)
+            .field("kind", &self.kind)
+            .field("version", &self.load().map(|p| p.version()))
+            .finish()
+    }
+}
+
+/// A new version of another kind than the slot's: the name's users (key function, sink, …)
+/// could not call it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("plugin `{plugin}` is a {slot} plugin; the new file is a {new} plugin (use another file name)")]
+pub struct KindChanged {
+    /// Plugin name.
+    pub plugin: String,
+    /// The slot's kind, fixed when the name was first loaded.
+    pub slot: PluginKind,
+    /// The new file's kind.
+    pub new: PluginKind,
+}
+
+impl PluginSlot {
+    /// A slot serving `plugin`; its kind is fixed from now on.
+    pub fn new(plugin: Arc<Plugin>) -> Arc<Self> {
+        Arc::new(Self {
+            name: plugin.name.clone(),
+            kind: plugin.kind,
+            current: ArcSwapOption::new(Some(plugin)),
+            swaps: AtomicU64::new(0),
+        })
+    }
+
+    /// The plugin name (the file stem).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The kind every version of this name must have.
+    pub fn kind(&self) -> PluginKind {
+        self.kind
+    }
+
+    /// The version serving now; `None` when the name's file was removed and there is no
+    /// embedded default (callers then use the built-in client-go function).
+    pub fn load(&self) -> Option<Arc<Plugin>> {
+        self.current.load_full()
+    }
+
+    /// Atomically replaces the serving version with `plugin` (or unloads it with `None`) and
+    /// returns the previous one. Calls in flight finish on the previous version.
+    ///
+    /// # Errors
+    /// [`KindChanged`] when `plugin` is not of the slot's kind; the slot is unchanged.
+    pub fn swap(&self, plugin: Option<Arc<Plugin>>) -> Result<Option<Arc<Plugin>>, KindChanged> {
+        if let Some(p) = &plugin
+            && p.kind != self.kind
+        {
+            return Err(KindChanged { plugin: self.name.to_string(), slot: self.kind, new: p.kind });
+        }
+        self.swaps.fetch_add(1, Ordering::Relaxed);
+        Ok(self.current.swap(plugin))
+    }
+
+    /// How many times the slot's version was replaced or unloaded.
+    pub fn swaps(&self) -> u64 {
+        self.swaps.load(Ordering::Relaxed)
+    }
+}
+
+/// A plugin slot as one tenant uses it: the tenant's name, the limits and fallback policy its
+/// rules give the plugin, and the counters of its calls. Cheap to clone (clones share the
+/// counters).
+#[derive(Debug, Clone)]
+pub struct PluginHandle {
+    slot: Arc<PluginSlot>,
+    tenant: Arc<str>,
+    settings: Arc<PluginSettings>,
+    stats: Arc<PluginStats>,
+}
+
+impl PluginHandle {
+    /// `slot` used by `tenant` with `settings`, with fresh counters.
+    pub fn new(slot: Arc<PluginSlot>, tenant: &str, settings: PluginSettings) -> Self {
+        Self { slot, tenant: tenant.into(), settings: Arc::new(settings), stats: Arc::default() }
+    }
+
+    /// A handle on a plugin that is never swapped (tests, `plugins check`, one-off files).
+    pub fn fixed(plugin: Arc<Plugin>, tenant: &str, settings: PluginSettings) -> Self {
+        Self::new(PluginSlot::new(plugin), tenant, settings)
+    }
+
+    /// The slot.
+    pub fn slot(&self) -> &Arc<PluginSlot> {
+        &self.slot
+    }
+
+    /// The plugin name.
+    pub fn name(&self) -> &str {
+        self.slot.name()
+    }
+
+    /// The plugin kind.
+    pub fn kind(&self) -> PluginKind {
+        self.slot.kind()
+    }
+
+    /// The tenant.
+    pub fn tenant(&self) -> &Arc<str> {
+        &self.tenant
+    }
+
+    /// The limits and policy of this use.
+    pub fn settings(&self) -> &PluginSettings {
+        &self.settings
+    }
+
+    /// The counters of this use.
+    pub fn stats(&self) -> &PluginStats {
+        &self.stats
+    }
+}

@@ -1,0 +1,167 @@
+//! Watching the plugins directory and the config file for changes (`notify` with
+//! `notify-debouncer-full`), reported as [`Change`]s.
+//!
+//! Only events that can change content count: create, data modification, rename and removal.
+//! Access events (including our own reads of a file we reload) and metadata changes are ignored,
+//! so reloading never triggers another reload. Changes are debounced by [`DEBOUNCE`]: a burst of
+//! writes to one file is reported once, after it goes quiet. A slow, non-atomic copy that pauses
+//! longer than that is reported more than once; the consumer rejects the incomplete versions
+//! (they do not compile) and takes the complete one when the last write lands.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use notify::event::{EventKind, ModifyKind};
+use notify::{RecommendedWatcher, RecursiveMode};
+use notify_debouncer_full::{DebounceEventResult, Debouncer, RecommendedCache, new_debouncer};
+
+/// How long a file must be quiet before its change is reported.
+pub const DEBOUNCE: Duration = Duration::from_millis(20);
+
+/// A change the host reacts to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// A `*.wasm` file in the plugins directory was created, written, renamed in or out, or
+    /// removed: its path (it may no longer exist).
+    Plugin(PathBuf),
+    /// The config file was created, written, replaced or removed.
+    Config(PathBuf),
+}
+
+/// Why watching could not start.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot watch {path}: {error}")]
+pub struct WatchError {
+    /// The directory that could not be watched.
+    pub path: PathBuf,
+    /// notify's error.
+    #[source]
+    pub error: notify::Error,
+}
+
+/// A running watch; dropping it stops watching.
+pub struct FileWatcher {
+    _debouncer: Debouncer<RecommendedWatcher, RecommendedCache>,
+}
+
+impl std::fmt::Debug for FileWatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileWatcher").finish_non_exhaustive()
+    }
+}
+
+impl FileWatcher {
+    /// Watches `plugins_dir` (its `*.wasm` files, not recursively) and `config` (through its
+    /// directory, so editors that replace the file by a rename are seen), calling `on_change`
+    /// on notify's thread with each debounced change, in order. `on_change` should hand the
+    /// change to another thread rather than compile there.
+    ///
+    /// # Errors
+    /// [`WatchError`] when a directory cannot be watched (missing, no permission, no inotify).
+    pub fn start(
+        plugins_dir: Option<&Path>,
+        config: Option<&Path>,
+        mut on_change: impl FnMut(Change) + Send + 'static,
+    ) -> Result<Self, WatchError> {
+        let plugins_dir = plugins_dir.map(absolute);
+        let config = config.map(absolute);
+        let (dir_for_events, config_for_events) = (plugins_dir.clone(), config.clone());
+        let handler = move |result: DebounceEventResult| match result {
+            Ok(events) => {
+                let mut seen: Vec<Change> = Vec::new();
+                for event in events.iter().filter(|e| counts(&e.kind)) {
+                    for path in &event.paths {
+                        let change = if config_for_events.as_deref() == Some(path.as_path()) {
+                            Change::Config(path.clone())
+                        } else if dir_for_events.as_deref() == path.parent()
+                            && path.extension().is_some_and(|x| x == "wasm")
+                        {
+                            Change::Plugin(path.clone())
+                        } else {
+                            continue;
+                        };
+                        // Several events for one path in one batch: report it once, at its
+                        // last position (its final state is what gets read).
+                        seen.retain(|c| c != &change);
+                        seen.push(change);
+                    }
+                }
+                seen.into_iter().for_each(&mut on_change);
+            }
+            Err(errors) => {
+                for error in errors {
+                    tracing::warn!(%error, "file watch error");
+                }
+            }
+        };
+        let mut debouncer = new_debouncer(DEBOUNCE, Some(DEBOUNCE / 4), handler)
+            .map_err(|error| WatchError { path: PathBuf::new(), error })?;
+        let mut dirs: Vec<PathBuf> = plugins_dir.into_iter().collect();
+        if let Some(parent) = config.as_deref().and_then(Path::parent)
+            && !dirs.iter().any(|d| d == parent)
+        {
+            dirs.push(parent.to_path_buf());
+        }
+        for dir in dirs {
+            debouncer
+                .watch(&dir, RecursiveMode::NonRecursive)
+                .map_err(|error| WatchError { path: dir.clone(), error })?;
+        }
+        Ok(Self { _debouncer: debouncer })
+    }
+}
+
+/// Whether an event kind can change a file's content or presence.
+fn counts(kind: &EventKind) -> bool {
+    match kind {
+        EventKind::Create(_) | EventKind::Remove(_) => true,
+        EventKind::Modify(ModifyKind::Metadata(_)) => false,
+        EventKind::Modify(_) => true,
+        EventKind::Access(_) | EventKind::Any | EventKind::Other => false,
+    }
+}
+
+fn absolute(p: &Path) -> PathBuf {
+    let abs = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    // Canonicalise the directory (symlinks such as /tmp → /private/tmp) but not the file,
+    // which may not exist yet.
+    match (abs.parent(), abs.file_name()) {
+        (Some(dir), Some(name)) => dir.canonicalize().map(|d| d.join(name)).unwrap_or(abs),
+        _ => abs,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    fn next(rx: &mpsc::Receiver<Change>) -> Change {
+        rx.recv_timeout(Duration::from_secs(10)).expect("a change is reported")
+    }
+
+    #[test]
+    fn reports_plugin_files_and_the_config_but_not_reads_or_other_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let plugins = dir.path().join("plugins");
+        std::fs::create_dir(&plugins).unwrap();
+        let config = dir.path().join("eventpipe.toml");
+        let (tx, rx) = mpsc::channel();
+        let _watch = FileWatcher::start(Some(&plugins), Some(&config), move |c| tx.send(c).unwrap()).unwrap();
+        let plugins = plugins.canonicalize().unwrap();
+        let config = dir.path().canonicalize().unwrap().join("eventpipe.toml");
+
+        std::fs::write(plugins.join("notes.txt"), "x").unwrap();
+        std::fs::write(plugins.join("a.wasm.tmp"), "x").unwrap();
+        std::fs::rename(plugins.join("a.wasm.tmp"), plugins.join("a.wasm")).unwrap();
+        assert_eq!(next(&rx), Change::Plugin(plugins.join("a.wasm")));
+
+        let _ = std::fs::read(plugins.join("a.wasm")).unwrap(); // a read is not a change
+        std::fs::write(&config, "[defaults]\n").unwrap();
+        assert_eq!(next(&rx), Change::Config(config.clone()));
+
+        std::fs::remove_file(plugins.join("a.wasm")).unwrap();
+        assert_eq!(next(&rx), Change::Plugin(plugins.join("a.wasm")));
+        assert!(rx.recv_timeout(DEBOUNCE * 10).is_err(), "nothing else was reported");
+    }
+}

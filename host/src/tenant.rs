@@ -1,0 +1,467 @@
+//! Tenant matching: which tenant's rules apply to an event.
+//!
+//! A tenant's `[tenants.match]` table (see [`crate::config`]) becomes a [`TenantMatch`]: every
+//! criterion given must hold (AND), and a list criterion holds when any of its entries matches
+//! (OR). Patterns are globs (`*`, `?`, `[a-z]`, `{a,b}`, `\` escapes; `*` also matches `/`),
+//! compiled once; [`TenantMatch::matches`] allocates nothing. [`TenantRouter`] picks the first
+//! matching tenant in file order, or `None` for the `[defaults]` rules.
+//!
+//! What each criterion reads from an event:
+//!
+//! | criterion           | field (fallback when empty)                                  | match            |
+//! |---------------------|--------------------------------------------------------------|------------------|
+//! | `namespaces`        | `metadata.namespace` (`involvedObject.namespace`)            | glob, any entry  |
+//! | `kinds`             | `involvedObject.kind`                                        | exact, any entry |
+//! | `labels`            | `metadata.labels` (the Event's own, not its object's)       | value glob, all  |
+//! | `source_components` | `source.component` (`reportingComponent`)                    | glob, any entry  |
+//! | `source_hosts`      | `source.host` (`reportingInstance`)                          | glob, any entry  |
+//! | `headers`           | HTTP ingest request headers (names case-insensitive)         | value glob, all  |
+//!
+//! An event that arrived without headers never matches a tenant that requires headers.
+
+use std::collections::BTreeMap;
+
+use globset::{Candidate, Glob, GlobBuilder, GlobMatcher, GlobSet, GlobSetBuilder};
+
+use crate::config::{Config, TenantConfig};
+use crate::event::Event;
+
+/// The criteria of one tenant as written in the configuration (patterns not yet compiled).
+///
+/// `None` means "criterion not given"; a given criterion must not be empty. Keys of `labels` are
+/// exact label names; keys of `headers` are header names, compared case-insensitively. Values of
+/// both, and the entries of `namespaces`, `source_components` and `source_hosts`, are globs;
+/// `kinds` entries are exact.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MatchSpec {
+    /// Globs on the event's namespace; any may match.
+    pub namespaces: Option<Vec<String>>,
+    /// Exact `involvedObject.kind` values; any may match.
+    pub kinds: Option<Vec<String>>,
+    /// Label name → value glob on the Event's `metadata.labels`; all must match.
+    pub labels: Option<BTreeMap<String, String>>,
+    /// Globs on the reporting component; any may match.
+    pub source_components: Option<Vec<String>>,
+    /// Globs on the reporting host; any may match.
+    pub source_hosts: Option<Vec<String>>,
+    /// Header name → value glob on the ingest request's headers; all must match.
+    pub headers: Option<BTreeMap<String, String>>,
+}
+
+/// Which entry of a criterion an error is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MatchEntry {
+    /// The entry at this 0-based index of a list criterion.
+    Index(usize),
+    /// The entry with this key of a table criterion (`labels`, `headers`).
+    Key(String),
+}
+
+/// Why a [`MatchSpec`] cannot be compiled.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MatchError {
+    /// No criterion was given: the tenant would match nothing.
+    #[error("matches nothing; give at least one criterion")]
+    NoCriteria,
+    /// A criterion was given with no entries.
+    #[error("`{criterion}` is empty and would match nothing; give at least one entry or remove it")]
+    EmptyCriterion {
+        /// The criterion's name (`"namespaces"`, …).
+        criterion: &'static str,
+    },
+    /// A pattern is not a valid glob.
+    #[error("invalid glob {pattern:?}: {reason}")]
+    Glob {
+        /// The criterion's name (`"namespaces"`, …).
+        criterion: &'static str,
+        /// The offending entry.
+        entry: MatchEntry,
+        /// The pattern as written.
+        pattern: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+impl MatchError {
+    /// The criterion the error is about and the offending entry, when there is one.
+    pub fn location(&self) -> Option<(&'static str, Option<&MatchEntry>)> {
+        match self {
+            MatchError::NoCriteria => None,
+            MatchError::EmptyCriterion { criterion } => Some((criterion, None)),
+            MatchError::Glob { criterion, entry, .. } => Some((criterion, Some(entry))),
+        }
+    }
+}
+
+/// A tenant's compiled criteria. Cheap to clone; [`TenantMatch::matches`] does not allocate.
+///
+/// Two matchers are equal when their [`MatchSpec`]s are.
+#[derive(Debug, Clone)]
+pub struct TenantMatch {
+    spec: MatchSpec,
+    namespaces: Option<GlobSet>,
+    kinds: Option<Vec<String>>,
+    labels: Vec<(String, GlobMatcher)>,
+    source_components: Option<GlobSet>,
+    source_hosts: Option<GlobSet>,
+    /// Header names lowercased.
+    headers: Vec<(String, GlobMatcher)>,
+}
+
+impl PartialEq for TenantMatch {
+    fn eq(&self, other: &Self) -> bool {
+        self.spec == other.spec
+    }
+}
+
+impl Eq for TenantMatch {}
+
+impl TenantMatch {
+    /// Compiles `spec`.
+    ///
+    /// # Errors
+    /// [`MatchError::NoCriteria`] when no criterion is given, [`MatchError::EmptyCriterion`] for a
+    /// criterion with no entries, [`MatchError::Glob`] for an invalid pattern (the first one).
+    pub fn new(spec: MatchSpec) -> Result<Self, MatchError> {
+        let MatchSpec { namespaces, kinds, labels, source_components, source_hosts, headers } = &spec;
+        if namespaces.is_none()
+            && kinds.is_none()
+            && labels.is_none()
+            && source_components.is_none()
+            && source_hosts.is_none()
+            && headers.is_none()
+        {
+            return Err(MatchError::NoCriteria);
+        }
+        let kinds = kinds.as_ref().map(|k| non_empty(k, "kinds").map(|k| k.to_vec())).transpose()?;
+        let namespaces = namespaces.as_ref().map(|p| glob_set(p, "namespaces")).transpose()?;
+        let source_components = source_components.as_ref().map(|p| glob_set(p, "source_components")).transpose()?;
+        let source_hosts = source_hosts.as_ref().map(|p| glob_set(p, "source_hosts")).transpose()?;
+        let labels = labels.as_ref().map(|m| glob_table(m, "labels", false)).transpose()?.unwrap_or_default();
+        let headers = headers.as_ref().map(|m| glob_table(m, "headers", true)).transpose()?.unwrap_or_default();
+        Ok(TenantMatch { spec, namespaces, kinds, labels, source_components, source_hosts, headers })
+    }
+
+    /// The criteria as written.
+    pub fn spec(&self) -> &MatchSpec {
+        &self.spec
+    }
+
+    /// Whether `event` (with the ingest request's `headers`, `None` when it came without any)
+    /// satisfies every criterion.
+    pub fn matches(&self, event: &Event, headers: Option<&[(String, String)]>) -> bool {
+        if let Some(kinds) = &self.kinds
+            && !kinds.iter().any(|k| *k == event.involved_object.kind)
+        {
+            return false;
+        }
+        if let Some(set) = &self.namespaces
+            && !is_match(set, or_else(&event.metadata.namespace, &event.involved_object.namespace))
+        {
+            return false;
+        }
+        if let Some(set) = &self.source_components
+            && !is_match(set, or_else(&event.source.component, &event.reporting_component))
+        {
+            return false;
+        }
+        if let Some(set) = &self.source_hosts
+            && !is_match(set, or_else(&event.source.host, &event.reporting_instance))
+        {
+            return false;
+        }
+        let labels = &event.metadata.labels;
+        if !self.labels.iter().all(|(name, glob)| labels.get(name).is_some_and(|v| glob.is_match_candidate(&cand(v))))
+        {
+            return false;
+        }
+        if self.headers.is_empty() {
+            return true;
+        }
+        let Some(given) = headers else { return false };
+        self.headers.iter().all(|(name, glob)| {
+            given.iter().any(|(n, v)| n.eq_ignore_ascii_case(name) && glob.is_match_candidate(&cand(v)))
+        })
+    }
+}
+
+/// Picks the tenant of each event: the index of the first tenant (in file order) whose
+/// [`TenantMatch`] holds, or `None` for the `[defaults]` rules.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TenantRouter {
+    matchers: Vec<TenantMatch>,
+}
+
+impl TenantRouter {
+    /// A router over `tenants`, in order (indices are positions in this slice).
+    pub fn new(tenants: &[TenantConfig]) -> Self {
+        TenantRouter { matchers: tenants.iter().map(|t| t.matcher.clone()).collect() }
+    }
+
+    /// The index into the tenants of the first one matching `event` and `headers`, or `None`
+    /// when none does (the defaults apply).
+    pub fn route(&self, event: &Event, headers: Option<&[(String, String)]>) -> Option<usize> {
+        self.matchers.iter().position(|m| m.matches(event, headers))
+    }
+
+    /// Number of tenants.
+    pub fn len(&self) -> usize {
+        self.matchers.len()
+    }
+
+    /// Whether there are no tenants (every event gets the defaults).
+    pub fn is_empty(&self) -> bool {
+        self.matchers.is_empty()
+    }
+}
+
+impl From<&Config> for TenantRouter {
+    fn from(config: &Config) -> Self {
+        TenantRouter::new(&config.tenants)
+    }
+}
+
+fn or_else<'a>(primary: &'a str, fallback: &'a str) -> &'a str {
+    if primary.is_empty() { fallback } else { primary }
+}
+
+fn cand(s: &str) -> Candidate<'_> {
+    Candidate::from_bytes(s.as_bytes())
+}
+
+fn is_match(set: &GlobSet, s: &str) -> bool {
+    set.is_match_candidate(&cand(s))
+}
+
+fn non_empty<'a, T>(list: &'a [T], criterion: &'static str) -> Result<&'a [T], MatchError> {
+    if list.is_empty() { Err(MatchError::EmptyCriterion { criterion }) } else { Ok(list) }
+}
+
+/// One pattern, with the same options everywhere: case-sensitive, `*` crosses `/`, `\` escapes.
+fn glob(pattern: &str, criterion: &'static str, entry: MatchEntry) -> Result<Glob, MatchError> {
+    GlobBuilder::new(pattern).literal_separator(false).backslash_escape(true).build().map_err(|e| {
+        MatchError::Glob { criterion, entry, pattern: pattern.to_string(), reason: e.kind().to_string() }
+    })
+}
+
+fn glob_set(patterns: &[String], criterion: &'static str) -> Result<GlobSet, MatchError> {
+    let mut builder = GlobSetBuilder::new();
+    for (i, p) in non_empty(patterns, criterion)?.iter().enumerate() {
+        builder.add(glob(p, criterion, MatchEntry::Index(i))?);
+    }
+    builder.build().map_err(|e| MatchError::Glob {
+        criterion,
+        entry: MatchEntry::Index(0),
+        pattern: e.glob().unwrap_or_default().to_string(),
+        reason: e.kind().to_string(),
+    })
+}
+
+fn glob_table(
+    table: &BTreeMap<String, String>,
+    criterion: &'static str,
+    lowercase_keys: bool,
+) -> Result<Vec<(String, GlobMatcher)>, MatchError> {
+    if table.is_empty() {
+        return Err(MatchError::EmptyCriterion { criterion });
+    }
+    table
+        .iter()
+        .map(|(key, pattern)| {
+            let matcher = glob(pattern, criterion, MatchEntry::Key(key.clone()))?.compile_matcher();
+            Ok((if lowercase_keys { key.to_ascii_lowercase() } else { key.clone() }, matcher))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Rules;
+
+    fn list(items: &[&str]) -> Option<Vec<String>> {
+        Some(items.iter().map(|s| s.to_string()).collect())
+    }
+
+    fn table(items: &[(&str, &str)]) -> Option<BTreeMap<String, String>> {
+        Some(items.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
+    }
+
+    fn event(namespace: &str, kind: &str) -> Event {
+        let mut e = Event::default();
+        e.metadata.namespace = namespace.into();
+        e.involved_object.kind = kind.into();
+        e.involved_object.namespace = namespace.into();
+        e
+    }
+
+    fn matcher(spec: MatchSpec) -> TenantMatch {
+        TenantMatch::new(spec).expect("valid spec")
+    }
+
+    fn tenant(name: &str, spec: MatchSpec) -> TenantConfig {
+        TenantConfig { name: name.into(), matcher: matcher(spec), rules: Rules::default() }
+    }
+
+    fn headers(items: &[(&str, &str)]) -> Vec<(String, String)> {
+        items.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn namespace_globs_any_entry() {
+        let m = matcher(MatchSpec { namespaces: list(&["payments-*", "billing"]), ..Default::default() });
+        assert!(m.matches(&event("payments-eu", "Pod"), None));
+        assert!(m.matches(&event("billing", "Pod"), None));
+        assert!(!m.matches(&event("billing-2", "Pod"), None));
+        assert!(!m.matches(&event("payments", "Pod"), None));
+        assert!(!m.matches(&event("", "Pod"), None));
+    }
+
+    #[test]
+    fn glob_syntax() {
+        let m = matcher(MatchSpec { namespaces: list(&["team-{a,b}", "ns-?", "x[0-9]", r"lit\*"]), ..Default::default() });
+        for ns in ["team-a", "team-b", "ns-1", "x7", "lit*"] {
+            assert!(m.matches(&event(ns, ""), None), "{ns}");
+        }
+        for ns in ["team-c", "ns-12", "xa", "litx", "Team-a"] {
+            assert!(!m.matches(&event(ns, ""), None), "{ns}");
+        }
+        // `*` crosses `/` (header values, hosts).
+        let m = matcher(MatchSpec { source_hosts: list(&["a*z"]), ..Default::default() });
+        let mut e = Event::default();
+        e.source.host = "a/b/z".into();
+        assert!(m.matches(&e, None));
+    }
+
+    #[test]
+    fn namespace_falls_back_to_involved_object() {
+        let m = matcher(MatchSpec { namespaces: list(&["payments"]), ..Default::default() });
+        let mut e = Event::default();
+        e.involved_object.namespace = "payments".into();
+        assert!(m.matches(&e, None), "empty metadata.namespace falls back");
+        e.metadata.namespace = "other".into();
+        assert!(!m.matches(&e, None), "a set metadata.namespace wins");
+    }
+
+    #[test]
+    fn kinds_are_exact() {
+        let m = matcher(MatchSpec { kinds: list(&["Pod", "Deployment"]), ..Default::default() });
+        assert!(m.matches(&event("x", "Pod"), None));
+        assert!(m.matches(&event("x", "Deployment"), None));
+        assert!(!m.matches(&event("x", "pod"), None));
+        assert!(!m.matches(&event("x", "Po*"), None));
+        let m = matcher(MatchSpec { kinds: list(&["Po*"]), ..Default::default() });
+        assert!(!m.matches(&event("x", "Pod"), None), "kinds are not globs");
+    }
+
+    #[test]
+    fn labels_all_must_match() {
+        let m = matcher(MatchSpec { labels: table(&[("team", "pay*"), ("tier", "gold")]), ..Default::default() });
+        let mut e = event("x", "Pod");
+        e.metadata.labels.insert("team".into(), "payments".into());
+        assert!(!m.matches(&e, None), "tier missing");
+        e.metadata.labels.insert("tier".into(), "gold".into());
+        assert!(m.matches(&e, None));
+        e.metadata.labels.insert("team".into(), "search".into());
+        assert!(!m.matches(&e, None));
+    }
+
+    #[test]
+    fn sources_fall_back_to_reporting_fields() {
+        let m = matcher(MatchSpec {
+            source_components: list(&["kubelet"]),
+            source_hosts: list(&["node-*"]),
+            ..Default::default()
+        });
+        let mut e = Event::default();
+        e.reporting_component = "kubelet".into();
+        e.reporting_instance = "node-1".into();
+        assert!(m.matches(&e, None));
+        e.source.component = "scheduler".into();
+        assert!(!m.matches(&e, None), "a set source.component wins");
+        e.source.component = "kubelet".into();
+        e.source.host = "master".into();
+        assert!(!m.matches(&e, None), "a set source.host wins");
+    }
+
+    #[test]
+    fn criteria_are_anded() {
+        let m = matcher(MatchSpec {
+            namespaces: list(&["payments-*"]),
+            kinds: list(&["Pod"]),
+            source_components: list(&["kubelet"]),
+            ..Default::default()
+        });
+        let mut e = event("payments-1", "Pod");
+        e.source.component = "kubelet".into();
+        assert!(m.matches(&e, None));
+        assert!(!m.matches(&Event { involved_object: event("", "Node").involved_object, ..e.clone() }, None));
+        let mut wrong_ns = e.clone();
+        wrong_ns.metadata.namespace = "search".into();
+        assert!(!m.matches(&wrong_ns, None));
+        let mut wrong_source = e.clone();
+        wrong_source.source.component = "kube-proxy".into();
+        assert!(!m.matches(&wrong_source, None));
+    }
+
+    #[test]
+    fn headers_case_insensitive_names_and_missing_headers() {
+        let m = matcher(MatchSpec { headers: table(&[("X-EventPipe-Tenant", "pay*")]), ..Default::default() });
+        let e = event("x", "Pod");
+        assert!(m.matches(&e, Some(&headers(&[("x-eventpipe-tenant", "payments")]))));
+        assert!(m.matches(&e, Some(&headers(&[("Host", "a"), ("X-EVENTPIPE-TENANT", "pay")]))));
+        assert!(!m.matches(&e, Some(&headers(&[("x-eventpipe-tenant", "Payments")]))), "values are case-sensitive");
+        assert!(!m.matches(&e, Some(&headers(&[("x-other", "payments")]))));
+        assert!(!m.matches(&e, Some(&[])));
+        assert!(!m.matches(&e, None), "no headers never match a tenant requiring headers");
+        // A repeated header matches when any of its values does.
+        assert!(m.matches(&e, Some(&headers(&[("x-eventpipe-tenant", "a"), ("x-eventpipe-tenant", "pay")]))));
+        // A tenant without header criteria ignores headers.
+        let m = matcher(MatchSpec { kinds: list(&["Pod"]), ..Default::default() });
+        assert!(m.matches(&e, Some(&headers(&[("x", "y")]))));
+        assert!(m.matches(&e, None));
+    }
+
+    #[test]
+    fn spec_errors() {
+        assert_eq!(TenantMatch::new(MatchSpec::default()).unwrap_err(), MatchError::NoCriteria);
+        assert_eq!(
+            TenantMatch::new(MatchSpec { kinds: Some(vec![]), ..Default::default() }).unwrap_err(),
+            MatchError::EmptyCriterion { criterion: "kinds" }
+        );
+        assert_eq!(
+            TenantMatch::new(MatchSpec { labels: Some(BTreeMap::new()), ..Default::default() }).unwrap_err(),
+            MatchError::EmptyCriterion { criterion: "labels" }
+        );
+        let err = TenantMatch::new(MatchSpec { namespaces: list(&["ok", "bad[a"]), ..Default::default() }).unwrap_err();
+        assert!(
+            matches!(&err, MatchError::Glob { criterion: "namespaces", entry: MatchEntry::Index(1), pattern, .. } if pattern == "bad[a"),
+            "{err:?}"
+        );
+        let err = TenantMatch::new(MatchSpec { headers: table(&[("X-A", "{a")]), ..Default::default() }).unwrap_err();
+        assert_eq!(err.location(), Some(("headers", Some(&MatchEntry::Key("X-A".into())))));
+    }
+
+    #[test]
+    fn router_first_match_wins() {
+        let tenants = [
+            tenant("pods", MatchSpec { kinds: list(&["Pod"]), ..Default::default() }),
+            tenant("payments", MatchSpec { namespaces: list(&["payments-*"]), ..Default::default() }),
+            tenant("all-payments-pods", MatchSpec { namespaces: list(&["payments-*"]), ..Default::default() }),
+        ];
+        let router = TenantRouter::new(&tenants);
+        assert_eq!(router.len(), 3);
+        assert_eq!(router.route(&event("payments-1", "Pod"), None), Some(0));
+        assert_eq!(router.route(&event("payments-1", "Deployment"), None), Some(1));
+        assert_eq!(router.route(&event("search", "Deployment"), None), None);
+        assert_eq!(TenantRouter::new(&[]).route(&event("payments-1", "Pod"), None), None);
+    }
+
+    #[test]
+    fn equality_follows_the_spec() {
+        let spec = MatchSpec { namespaces: list(&["a*"]), ..Default::default() };
+        assert_eq!(matcher(spec.clone()), matcher(spec.clone()));
+        assert_ne!(matcher(spec), matcher(MatchSpec { namespaces: list(&["b*"]), ..Default::default() }));
+    }
+}

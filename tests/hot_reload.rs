@@ -1,0 +1,230 @@
+//! Hot reload of plugins and of the tenant config, through `eventpipe run` as a process: swaps
+//! under load lose and duplicate nothing and take effect in order; broken files and configs
+//! never replace working ones.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// A running `eventpipe run --source jsonl:-` whose stderr lines arrive on a channel.
+struct Running {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stderr: mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Running {
+    fn start(args: &[String]) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_eventpipe"))
+            .args(["run", "--source=jsonl:-", "--summary-json"])
+            .args(args)
+            .stdin(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("eventpipe runs");
+        let stderr = BufReader::new(child.stderr.take().unwrap());
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in stderr.lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Self { stdin: child.stdin.take(), child, stderr: rx, seen: Vec::new() }
+    }
+
+    /// Waits for a stderr line containing every one of `parts`; returns it.
+    fn wait_for(&mut self, parts: &[&str]) -> String {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        if let Some(line) = self.seen.iter().find(|l| parts.iter().all(|p| l.contains(p))) {
+            return line.clone();
+        }
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.stderr.recv_timeout(left) {
+                Ok(line) => {
+                    self.seen.push(line.clone());
+                    if parts.iter().all(|p| line.contains(p)) {
+                        return line;
+                    }
+                }
+                Err(_) => panic!("no line with {parts:?} on stderr; saw:\n{}", self.seen.join("\n")),
+            }
+        }
+    }
+
+    fn send(&mut self, text: &str) {
+        let stdin = self.stdin.as_mut().unwrap();
+        stdin.write_all(text.as_bytes()).unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// Closes stdin, waits for the exit, returns the JSON summary and all stderr lines.
+    fn finish(mut self) -> (Value, Vec<String>) {
+        drop(self.stdin.take());
+        let status = self.child.wait().unwrap();
+        self.seen.extend(self.stderr.iter());
+        assert!(status.success(), "eventpipe run failed:\n{}", self.seen.join("\n"));
+        let summary = self.seen.iter().rev().find_map(|l| serde_json::from_str(l).ok()).expect("a JSON summary");
+        (summary, self.seen)
+    }
+}
+
+fn lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// Event `i` of a synthetic stream: its own object, so every event is its own group.
+fn event_line(i: usize) -> String {
+    serde_json::json!({
+        "metadata": {"name": format!("obj-{i}.1"), "namespace": "swap"},
+        "involvedObject": {"kind": "Pod", "namespace": "swap", "name": format!("obj-{i}"), "uid": format!("uid-{i}")},
+        "reason": "Test", "message": format!("m{i}"), "type": "Normal",
+        "source": {"component": "test"},
+        "firstTimestamp": "2025-01-01T00:00:00Z", "lastTimestamp": "2025-01-01T00:00:00Z", "count": 1
+    })
+    .to_string()
+        + "\n"
+}
+
+/// The tagger fixture with its version marker rewritten to `version`.
+fn tagger_version(base: &[u8], version: usize) -> Vec<u8> {
+    const MARKER: &[u8] = b"eventpipe-test-tag:000";
+    let at = base.windows(MARKER.len()).position(|w| w == MARKER).expect("the marker is in the component");
+    assert_eq!(base.windows(MARKER.len()).filter(|w| *w == MARKER).count(), 1, "the marker occurs once");
+    let mut bytes = base.to_vec();
+    bytes[at + MARKER.len() - 3..at + MARKER.len()].copy_from_slice(format!("{version:03}").as_bytes());
+    bytes
+}
+
+fn digest(bytes: &[u8]) -> String {
+    format!("digest {:016x}", xxhash_rust::xxh3::xxh3_64(bytes))
+}
+
+/// Installs `bytes` as `dir/name.wasm`: written elsewhere and renamed in (atomic), or written in
+/// place in four slow chunks (each pause longer than the reload debounce, so incomplete files
+/// are seen and must be refused).
+fn install(dir: &Path, name: &str, bytes: &[u8], atomic: bool) {
+    let target = dir.join(format!("{name}.wasm"));
+    if atomic {
+        let tmp = dir.join(format!(".{name}.wasm.tmp"));
+        std::fs::write(&tmp, bytes).unwrap();
+        std::fs::rename(&tmp, &target).unwrap();
+    } else {
+        let mut file = std::fs::File::create(&target).unwrap();
+        for chunk in bytes.chunks(bytes.len().div_ceil(4)) {
+            file.write_all(chunk).unwrap();
+            file.flush().unwrap();
+            std::thread::sleep(Duration::from_millis(60));
+        }
+    }
+}
+
+fn arg(name: &str, value: impl AsRef<Path>) -> String {
+    format!("--{name}={}", value.as_ref().display())
+}
+
+#[test]
+fn plugin_swaps_under_load_lose_nothing_and_take_effect_in_order() {
+    const SWAPS: usize = 21;
+    const PER_SWAP: usize = 5_000;
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    let base = std::fs::read(common::fixture_plugin("tagger")).unwrap();
+    std::fs::write(plugins.join("tagger.wasm"), tagger_version(&base, 0)).unwrap();
+    // Every event aggregates (max_events 1), so every result's message comes from the combiner.
+    let config = dir.path().join("eventpipe.toml");
+    std::fs::write(&config, "[defaults]\nmessage_combiner = \"tagger\"\nmax_events = 1\nburst = 1000000\n").unwrap();
+    let out = dir.path().join("out.jsonl");
+    let mut run = Running::start(&[
+        arg("sink", format!("jsonl:{}", out.display())),
+        arg("plugins", &plugins),
+        arg("config", &config),
+        arg("compile-cache", dir.path().join("cache")),
+        "--full-channel-behavior=wait".into(),
+    ]);
+    run.wait_for(&["plugin `tagger`", &digest(&tagger_version(&base, 0)), "is live"]);
+
+    // (first event index sent after version k was confirmed live, k)
+    let mut confirmed = Vec::new();
+    let mut sent = 0;
+    for version in 1..=SWAPS {
+        let text: String = (sent..sent + PER_SWAP).map(event_line).collect();
+        run.send(&text);
+        sent += PER_SWAP;
+        let bytes = tagger_version(&base, version);
+        install(&plugins, "tagger", &bytes, version % 2 == 0);
+        run.wait_for(&["plugin `tagger`", &digest(&bytes), "is live"]);
+        confirmed.push((sent, version));
+    }
+    let text: String = (sent..sent + PER_SWAP).map(event_line).collect();
+    run.send(&text);
+    sent += PER_SWAP;
+    let (summary, _) = run.finish();
+
+    let results = lines(&out);
+    assert_eq!(results.len(), sent, "exactly one result per input: {summary}");
+    assert!(sent >= 100_000);
+    let mut last = 0;
+    for (i, r) in results.iter().enumerate() {
+        assert_eq!(r["event"]["involvedObject"]["name"], format!("obj-{i}"), "results in input order, none lost");
+        let message = r["event"]["message"].as_str().unwrap();
+        let (tag, rest) = message.strip_prefix("[tag:").and_then(|m| m.split_once("] ")).expect(message);
+        assert_eq!(rest, format!("m{i}"));
+        let tag: usize = tag.parse().unwrap();
+        assert!(tag >= last, "result {i} has version {tag} after version {last}");
+        let floor = confirmed.iter().filter(|&&(from, _)| i >= from).map(|&(_, v)| v).max().unwrap_or(0);
+        assert!(tag >= floor, "result {i} sent after version {floor} went live came from version {tag}");
+        last = tag;
+    }
+    assert_eq!(last, SWAPS, "the last version serves at the end");
+    assert!(summary["plugin_swaps"].as_u64().unwrap() >= SWAPS as u64, "{summary}");
+}
+
+#[test]
+fn a_broken_plugin_file_and_a_broken_config_are_refused_while_the_old_ones_keep_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    let base = std::fs::read(common::fixture_plugin("tagger")).unwrap();
+    std::fs::write(plugins.join("tagger.wasm"), &base).unwrap();
+    let config = dir.path().join("eventpipe.toml");
+    std::fs::write(&config, "[defaults]\nmessage_combiner = \"tagger\"\nmax_events = 1\nburst = 1000\n").unwrap();
+    let out = dir.path().join("out.jsonl");
+    let mut run = Running::start(&[
+        arg("sink", format!("jsonl:{}", out.display())),
+        arg("plugins", &plugins),
+        arg("config", &config),
+        arg("compile-cache", dir.path().join("cache")),
+    ]);
+    run.wait_for(&["plugin `tagger`", "is live"]);
+    run.send(&(0..10).map(event_line).collect::<String>());
+
+    install(&plugins, "tagger", b"\0asm this is not a component", true);
+    let refused = run.wait_for(&["plugin `tagger`", "rejected, previous version kept"]);
+    assert!(refused.contains("tagger.wasm"), "{refused}");
+    std::fs::write(&config, "[defaults]\nmessage_combiner = \"tagger\"\nmax_events = \"one\"\n").unwrap();
+    let refused = run.wait_for(&["config rejected, previous config kept"]);
+    assert!(refused.contains("eventpipe.toml:3") && refused.contains("max_events"), "{refused}");
+    std::fs::write(&config, "[defaults]\nmessage_combiner = \"no-such-plugin\"\n").unwrap();
+    let refused = run.wait_for(&["config rejected", "no plugin named `no-such-plugin`"]);
+    assert!(refused.contains("eventpipe.toml:2"), "{refused}");
+
+    run.send(&(10..20).map(event_line).collect::<String>());
+    let (summary, _) = run.finish();
+    let results = lines(&out);
+    assert_eq!(results.len(), 20, "{summary}");
+    for (i, r) in results.iter().enumerate() {
+        assert_eq!(r["event"]["message"], format!("[tag:000] m{i}"), "the old plugin and config still serve");
+    }
+    assert_eq!(summary["rejected_reloads"], 3, "{summary}");
+}

@@ -1,0 +1,210 @@
+//! Tenants through `eventpipe run --config`: each tenant gets exactly what one correlator with
+//! its options gives on its own sub-stream; one tenant's failing plugin does not disturb another;
+//! a broken config or plugin file is refused while the old ones keep serving.
+
+mod common;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+fn bundled_stream() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/data/occurrences.jsonl")
+}
+
+/// The namespace a tenant matcher reads: `metadata.namespace`, else the involved object's.
+fn namespace(event: &Value) -> &str {
+    match event["metadata"]["namespace"].as_str() {
+        Some(ns) if !ns.is_empty() => ns,
+        _ => event["involvedObject"]["namespace"].as_str().unwrap_or(""),
+    }
+}
+
+fn run(args: &[String], input: &[u8]) -> (Value, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_eventpipe"))
+        .args(["run", "--source=jsonl:-", "--summary-json", "--no-watch"])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let input = input.to_vec();
+    let writer = std::thread::spawn(move || stdin.write_all(&input));
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap().unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(out.status.success(), "{stderr}");
+    let summary = stderr.lines().rev().find_map(|l| serde_json::from_str(l).ok()).expect("a JSON summary");
+    (summary, stderr)
+}
+
+/// `eventpipe replay FLAGS` of `events` with each event's own time as its clock (what `run`
+/// reads by default); returns the `(event, patch)` of every result that is not skipped.
+fn replay_written(events: &[&Value], flags: &[&str]) -> Vec<(Value, Value)> {
+    let mut input = Vec::new();
+    for event in events {
+        writeln!(input, "{}", serde_json::json!({ "clock": event["lastTimestamp"], "event": event })).unwrap();
+    }
+    let mut child = Command::new(env!("CARGO_BIN_EXE_eventpipe"))
+        .arg("replay")
+        .args(flags)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || stdin.write_all(&input));
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap().unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|r| r["skip"] == false)
+        .map(|r| (r["event"].clone(), r["patch"].clone()))
+        .collect()
+}
+
+fn sink_calls(path: &Path) -> Vec<(Value, Value)> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .map(|c| (c["event"].clone(), c["patch"].clone()))
+        .collect()
+}
+
+fn arg(name: &str, value: impl std::fmt::Display) -> String {
+    format!("--{name}={value}")
+}
+
+#[test]
+fn each_tenant_gets_what_its_own_correlator_gives_on_its_sub_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let (system_out, rest_out) = (dir.path().join("system.jsonl"), dir.path().join("rest.jsonl"));
+    let config = dir.path().join("eventpipe.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[defaults]
+max_events = 4
+burst = 8
+sinks = ["jsonl:{rest}"]
+
+[[tenants]]
+name = "platform"
+[tenants.match]
+namespaces = ["kube-*", "sumologic", "velero"]
+[tenants.rules]
+max_events = 2
+burst = 3
+qps = 0.01
+sinks = ["jsonl:{system}"]
+"#,
+            rest = rest_out.display(),
+            system = system_out.display()
+        ),
+    )
+    .unwrap();
+    let text = std::fs::read_to_string(bundled_stream()).unwrap();
+    let (summary, stderr) = run(&[arg("config", config.display()), arg("sink", "jsonl:-")], text.as_bytes());
+    assert!(stderr.contains("tenant `platform`") && stderr.contains("tenant `default`"), "{stderr}");
+
+    let events: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let platform = |e: &&Value| {
+        let ns = namespace(e);
+        ns.starts_with("kube-") || ns == "sumologic" || ns == "velero"
+    };
+    let (mine, rest): (Vec<&Value>, Vec<&Value>) = events.iter().partition(platform);
+    assert!(mine.len() > 5_000 && rest.len() > 5_000, "both tenants get a real share");
+
+    let expected_platform = replay_written(&mine, &["--max-events=2", "--burst=3", "--qps=0.01"]);
+    let expected_rest = replay_written(&rest, &["--max-events=4", "--burst=8"]);
+    let (got_platform, got_rest) = (sink_calls(&system_out), sink_calls(&rest_out));
+    assert_eq!(got_platform.len(), expected_platform.len(), "{summary}");
+    assert_eq!(got_rest.len(), expected_rest.len(), "{summary}");
+    assert!(got_platform == expected_platform, "tenant platform differs from its own replay");
+    assert!(got_rest == expected_rest, "the default tenant differs from its own replay");
+    // The tighter limits really bite: the two tenants' options give different results.
+    let platform_with_rest_rules = replay_written(&mine, &["--max-events=4", "--burst=8"]);
+    assert_ne!(platform_with_rest_rules.len(), expected_platform.len());
+    assert_eq!(summary["tenants"]["platform"]["received"], mine.len());
+    assert_eq!(summary["tenants"]["default"]["received"], rest.len());
+}
+
+#[test]
+fn a_tenant_with_a_failing_plugin_falls_back_per_its_config_and_leaves_others_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    std::fs::copy(common::fixture_plugin("misbehave"), plugins.join("misbehave.wasm")).unwrap();
+    let (a_out, b_out) = (dir.path().join("a.jsonl"), dir.path().join("b.jsonl"));
+    let config = dir.path().join("eventpipe.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[defaults]
+sinks = ["jsonl:{b}"]
+
+[[tenants]]
+name = "risky"
+match = {{ namespaces = ["a"] }}
+rules = {{ aggregate_key = "misbehave", fallback = "drop", fuel_per_event = 100000, sinks = ["jsonl:{a}"] }}
+"#,
+            a = a_out.display(),
+            b = b_out.display()
+        ),
+    )
+    .unwrap();
+    // Interleaved: tenant `risky` gets events that trap, loop and hog memory; the default tenant
+    // gets the same reasons (its by-reason plugin does not care).
+    let mut input = String::new();
+    let reasons = ["Pulled", "Trap", "Started", "Loop", "Hog", "Killing", "Panic"];
+    for i in 0..70 {
+        for ns in ["a", "b"] {
+            let reason = reasons[i % reasons.len()];
+            let event = serde_json::json!({
+                "metadata": {"name": format!("{ns}-{i}"), "namespace": ns},
+                "involvedObject": {"kind": "Pod", "namespace": ns, "name": format!("pod-{i}")},
+                "reason": reason, "message": format!("{reason} {i}"), "type": "Normal",
+                "source": {"component": "kubelet", "host": "node-1"},
+                "lastTimestamp": "2025-01-01T00:00:00Z", "count": 1
+            });
+            input += &format!("{event}\n");
+        }
+    }
+    let (summary, stderr) = run(
+        &[arg("config", config.display()), arg("plugins", plugins.display()), arg("sink", "jsonl:-")],
+        input.as_bytes(),
+    );
+    assert!(stderr.contains("plugin `misbehave` (aggregate-key) for tenant `risky` failed"), "{stderr}");
+    let (a, b) = (sink_calls(&a_out), sink_calls(&b_out));
+    // The default tenant: every event written (its own objects, under the spam burst).
+    assert_eq!(b.len(), 70, "{summary}");
+    // `risky`: the events whose key call failed are dropped (fallback = drop), the others written.
+    let failing = (0..70).filter(|i| ["Trap", "Loop", "Hog", "Panic"].contains(&reasons[i % reasons.len()])).count();
+    assert_eq!(a.len(), 70 - failing, "{summary}");
+    assert!(a.iter().all(|(e, _)| !["Trap", "Loop", "Hog", "Panic"].contains(&e["reason"].as_str().unwrap())));
+}
+
+#[test]
+fn a_config_naming_a_missing_plugin_is_refused_with_file_line_and_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("bad.toml");
+    std::fs::write(&config, "[defaults]\nburst = 5\n\n[[tenants]]\nname = \"x\"\nmatch = { namespaces = [\"x\"] }\nrules = { spam_key = \"nope\" }\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_eventpipe"))
+        .args(["run", "--source=jsonl:-", "--sink=jsonl:-", "--no-watch"])
+        .arg(arg("config", config.display()))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("bad.toml:7") && stderr.contains("spam_key") && stderr.contains("no plugin named `nope`"), "{stderr}");
+}

@@ -12,7 +12,9 @@ use std::sync::{Arc, Mutex};
 use eventpipe::correlator::{ByReason, CorrelatorOptions, EventAggregatorKeyFunc, EventCorrelator, Occurrence};
 use eventpipe::event::{Event, EventSource, ObjectReference};
 use eventpipe::plugin::functions::WasmAggregateKeyFunc;
-use eventpipe::plugin::{FallbackPolicy, Metering, PluginError, PluginHandle, PluginOrigin, PluginRuntime, PluginSettings};
+use eventpipe::plugin::{
+    FallbackPolicy, Metering, PluginError, PluginHandle, PluginOrigin, PluginRuntime, PluginSettings,
+};
 
 fn event(name: &str, reason: &str, host: &str, message: &str) -> Event {
     let t = "2025-01-01T00:00:00Z".parse().unwrap();
@@ -73,6 +75,7 @@ fn capture_logs<R>(f: impl FnOnce() -> R) -> (R, String) {
 #[test]
 fn every_kind_of_failure_falls_back_to_client_go_with_a_clear_error_and_a_metric() {
     let plugin = load("misbehave", PluginSettings::default());
+    let plugin = PluginHandle::new(plugin.slot().clone(), "tenant-a", PluginSettings::default());
     let cases = [
         ("Trap", "trapped: unreachable code reached", "failure=\"trap\""),
         ("Loop", "ran out of fuel (budget 2000000)", "failure=\"out_of_fuel\""),
@@ -80,7 +83,7 @@ fn every_kind_of_failure_falls_back_to_client_go_with_a_clear_error_and_a_metric
         ("Panic", "trapped: unreachable code reached", "failure=\"trap\""),
         ("Empty", "returned garbage: empty aggregate key for event ns/bad-Empty.1", "failure=\"garbage\""),
     ];
-    let key_fn = WasmAggregateKeyFunc::new(plugin.clone(), "tenant-a").unwrap();
+    let key_fn = WasmAggregateKeyFunc::new(plugin.clone()).unwrap();
     for (reason, failure, label) in cases {
         let events = [
             event("ok-1", "Started", "n1", "m"),

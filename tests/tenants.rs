@@ -206,5 +206,8 @@ fn a_config_naming_a_missing_plugin_is_refused_with_file_line_and_key() {
         .unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8(out.stderr).unwrap();
-    assert!(stderr.contains("bad.toml:7") && stderr.contains("spam_key") && stderr.contains("no plugin named `nope`"), "{stderr}");
+    assert!(
+        stderr.contains("bad.toml:7") && stderr.contains("spam_key") && stderr.contains("no plugin named `nope`"),
+        "{stderr}"
+    );
 }

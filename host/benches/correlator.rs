@@ -15,8 +15,8 @@ use eventpipe::correlator::{ByReason, CorrelatorOptions, EventAggregatorKeyFunc,
 use eventpipe::event::{Event, EventSource, ObjectReference, Time};
 use eventpipe::plugin::embedded;
 use eventpipe::plugin::functions::CorrelatorPlugins;
-use eventpipe::plugin::registry::PluginRegistry;
 use eventpipe::plugin::functions::WasmAggregateKeyFunc;
+use eventpipe::plugin::registry::PluginRegistry;
 use eventpipe::plugin::{Metering, PluginHandle, PluginOrigin, PluginRuntime, PluginSettings};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};

@@ -76,8 +76,8 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
 use toml::Spanned;
 
-pub use crate::plugin::functions::DEFAULT_TENANT;
 use crate::plugin::FallbackPolicy;
+pub use crate::plugin::functions::DEFAULT_TENANT;
 use crate::tenant::{MatchEntry, MatchError, MatchSpec, TenantMatch};
 
 /// The plugin name that selects the native client-go function instead of a plugin
@@ -523,9 +523,8 @@ impl Ctx<'_> {
 
     fn rules(&self, raw: &RawRules, prefix: &str) -> Result<Rules, ConfigError> {
         let key = |k: &str| format!("{prefix}.{k}");
-        let plugin = |name: &Option<Spanned<String>>, k: &str| {
-            name.as_ref().map(|n| self.plugin(n, key(k), false)).transpose()
-        };
+        let plugin =
+            |name: &Option<Spanned<String>>, k: &str| name.as_ref().map(|n| self.plugin(n, key(k), false)).transpose();
         let filters = raw
             .filters
             .iter()
@@ -877,14 +876,24 @@ mod tests {
     #[test]
     fn tenant_names() {
         let t = |name: &str| format!("[[tenants]]\nname = \"{name}\"\nmatch = {{ kinds = [\"Pod\"] }}\n");
-        assert_err(&format!("{}{}", t("a"), t("a")), 5, "tenants[1].name", "duplicate tenant name `a` (first defined on line 2)");
+        assert_err(
+            &format!("{}{}", t("a"), t("a")),
+            5,
+            "tenants[1].name",
+            "duplicate tenant name `a` (first defined on line 2)",
+        );
         assert_err(&t("default"), 2, "tenants[0].name", "reserved");
         assert_err(&t(""), 2, "tenants[0].name", "must not be empty");
     }
 
     #[test]
     fn match_errors() {
-        assert_err("\n[[tenants]]\nname = \"t\"\n", 2, "tenants[0].match", "matches nothing; give at least one criterion");
+        assert_err(
+            "\n[[tenants]]\nname = \"t\"\n",
+            2,
+            "tenants[0].match",
+            "matches nothing; give at least one criterion",
+        );
         assert_err(
             "[[tenants]]\nname = \"t\"\n[tenants.match]\n[tenants.rules]\nburst = 1\n",
             3,
@@ -921,7 +930,12 @@ mod tests {
             "tenants[0].rules.fallback",
             "expected builtin, drop or fail",
         );
-        assert_err("[defaults]\nsinks = [\"jsonl:a\", \"kafka:x\"]\n", 2, "defaults.sinks[1]", "invalid sink \"kafka:x\"");
+        assert_err(
+            "[defaults]\nsinks = [\"jsonl:a\", \"kafka:x\"]\n",
+            2,
+            "defaults.sinks[1]",
+            "invalid sink \"kafka:x\"",
+        );
         assert_err("[defaults]\nsinks = [\"jsonl:\"]\n", 2, "defaults.sinks[0]", "expected KIND:TARGET");
         assert_err("[defaults]\nsinks = [\"out.jsonl\"]\n", 2, "defaults.sinks[0]", "invalid sink");
         assert_err("[defaults]\nsinks = []\n", 2, "defaults.sinks", "empty list");

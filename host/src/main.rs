@@ -216,7 +216,9 @@ impl CorrelatorArgs {
         };
         let spam_key = if self.builtin || matches!(self.spam_key, SpamKeyArg::SourceObjectType) {
             if self.spam_key_plugin.is_some() {
-                anyhow::bail!("--spam-key source-object-type is built in; it cannot be combined with --spam-key-plugin");
+                anyhow::bail!(
+                    "--spam-key source-object-type is built in; it cannot be combined with --spam-key-plugin"
+                );
             }
             KeyChoice::Builtin
         } else {

@@ -207,9 +207,11 @@ impl TenantPlan {
         let file = config.path.display().to_string();
         let mut with_config = base.clone();
         with_config.plugin_config = config.plugin_config.clone();
-        let defaults = with_config
-            .overlay(&config.defaults)
-            .map_err(|(key, message)| PlanError::Rule { location: file.clone(), key: format!("defaults.{key}"), message })?;
+        let defaults = with_config.overlay(&config.defaults).map_err(|(key, message)| PlanError::Rule {
+            location: file.clone(),
+            key: format!("defaults.{key}"),
+            message,
+        })?;
         let mut tenants = Vec::with_capacity(config.tenants.len() + 1);
         for (i, t) in config.tenants.iter().enumerate() {
             let rules = with_config.overlay(&t.rules).map_err(|(key, message)| PlanError::Rule {
@@ -260,9 +262,10 @@ impl TenantPlan {
 
     /// Whether any plugin of any tenant failed under the `fail` policy.
     pub fn failed(&self) -> bool {
-        self.tenants.iter().flat_map(|t| &t.handles).any(|h| {
-            h.settings().fallback == FallbackPolicy::Fail && h.stats().snapshot().drops > 0
-        })
+        self.tenants
+            .iter()
+            .flat_map(|t| &t.handles)
+            .any(|h| h.settings().fallback == FallbackPolicy::Fail && h.stats().snapshot().drops > 0)
     }
 }
 
@@ -552,7 +555,11 @@ pub async fn record_to_tenants(
             let mut routes = Vec::with_capacity(n);
             let mut occurrences = Some(occurrences);
             for (r, (_, correlator)) in tenant.routes.iter_mut().enumerate() {
-                let batch = if r + 1 == n { occurrences.take().unwrap_or_default() } else { occurrences.clone().unwrap_or_default() };
+                let batch = if r + 1 == n {
+                    occurrences.take().unwrap_or_default()
+                } else {
+                    occurrences.clone().unwrap_or_default()
+                };
                 routes.push(VecDeque::from(correlator.prepare(batch)));
             }
             prepared.push(routes);

@@ -200,13 +200,6 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
     let sinks = Arc::new(SinkSet::default());
     let config = config_path.as_deref().map(Config::load).transpose()?;
     let plan = TenantPlan::build(&base, config.as_ref(), &registry, &sinks)?;
-    for (name, live) in registry.live() {
-        match live {
-            Some(p) => announce(&format!("{p} is live")),
-            None => announce(&format!("plugin `{name}` is not loaded")),
-        }
-    }
-    announce_plan(&plan);
     let (plans_tx, plans_rx) = tokio::sync::watch::channel(Arc::new(plan));
     let latest_plan = plans_tx.subscribe();
     let rejected_configs = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -215,7 +208,13 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         let watcher = FileWatcher::start(registry.dir(), config_path.as_deref(), move |c| {
             let _ = tx.send(c);
         })?;
-        let reloader = Reloader { registry: registry.clone(), base, sinks: sinks.clone(), plans: plans_tx, rejected_configs: rejected_configs.clone() };
+        let reloader = Reloader {
+            registry: registry.clone(),
+            base,
+            sinks: sinks.clone(),
+            plans: plans_tx,
+            rejected_configs: rejected_configs.clone(),
+        };
         std::thread::Builder::new()
             .name("eventpipe-reload".into())
             .spawn(move || rx.into_iter().for_each(|change| reloader.apply(change)))
@@ -224,6 +223,14 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
     } else {
         None
     };
+    // Announced once the watch is running: a change made after these lines is seen.
+    for (name, live) in registry.live() {
+        match live {
+            Some(p) => announce(&format!("{p} is live")),
+            None => announce(&format!("plugin `{name}` is not loaded")),
+        }
+    }
+    announce_plan(&latest_plan.borrow());
 
     let event_broadcaster = EventBroadcaster::new(broadcaster);
     let router = event_broadcaster.start_recording_to_tenants(plans_rx).expect("a new broadcaster is running");
@@ -273,9 +280,9 @@ impl Reloader {
                 ReloadOutcome::Unchanged { .. } | ReloadOutcome::Ignored => {}
             },
             Change::Config(path) => {
-                let plan = Config::load(&path)
-                    .map_err(|e| e.to_string())
-                    .and_then(|c| TenantPlan::build(&self.base, Some(&c), &self.registry, &self.sinks).map_err(|e| e.to_string()));
+                let plan = Config::load(&path).map_err(|e| e.to_string()).and_then(|c| {
+                    TenantPlan::build(&self.base, Some(&c), &self.registry, &self.sinks).map_err(|e| e.to_string())
+                });
                 match plan {
                     Ok(plan) => {
                         announce(&format!("config {} reloaded", path.display()));

@@ -172,8 +172,7 @@ impl TenantMatch {
             return false;
         }
         let labels = &event.metadata.labels;
-        if !self.labels.iter().all(|(name, glob)| labels.get(name).is_some_and(|v| glob.is_match_candidate(&cand(v))))
-        {
+        if !self.labels.iter().all(|(name, glob)| labels.get(name).is_some_and(|v| glob.is_match_candidate(&cand(v)))) {
             return false;
         }
         if self.headers.is_empty() {
@@ -240,8 +239,11 @@ fn non_empty<'a, T>(list: &'a [T], criterion: &'static str) -> Result<&'a [T], M
 
 /// One pattern, with the same options everywhere: case-sensitive, `*` crosses `/`, `\` escapes.
 fn glob(pattern: &str, criterion: &'static str, entry: MatchEntry) -> Result<Glob, MatchError> {
-    GlobBuilder::new(pattern).literal_separator(false).backslash_escape(true).build().map_err(|e| {
-        MatchError::Glob { criterion, entry, pattern: pattern.to_string(), reason: e.kind().to_string() }
+    GlobBuilder::new(pattern).literal_separator(false).backslash_escape(true).build().map_err(|e| MatchError::Glob {
+        criterion,
+        entry,
+        pattern: pattern.to_string(),
+        reason: e.kind().to_string(),
     })
 }
 
@@ -320,7 +322,8 @@ mod tests {
 
     #[test]
     fn glob_syntax() {
-        let m = matcher(MatchSpec { namespaces: list(&["team-{a,b}", "ns-?", "x[0-9]", r"lit\*"]), ..Default::default() });
+        let m =
+            matcher(MatchSpec { namespaces: list(&["team-{a,b}", "ns-?", "x[0-9]", r"lit\*"]), ..Default::default() });
         for ns in ["team-a", "team-b", "ns-1", "x7", "lit*"] {
             assert!(m.matches(&event(ns, ""), None), "{ns}");
         }

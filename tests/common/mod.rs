@@ -127,7 +127,16 @@ pub fn fixture_plugin(name: &str) -> PathBuf {
             .current_dir(root.join("plugins"))
             .args(["build", "--release", "--locked", "--target", "wasm32-wasip2", "--target-dir"])
             .arg(&target)
-            .args(["-p", "fixture-misbehave", "-p", "fixture-ignore-host", "-p", "fixture-keep-all", "-p", "fixture-tagger"]);
+            .args([
+                "-p",
+                "fixture-misbehave",
+                "-p",
+                "fixture-ignore-host",
+                "-p",
+                "fixture-keep-all",
+                "-p",
+                "fixture-tagger",
+            ]);
         for var in ["RUSTFLAGS", "CARGO_ENCODED_RUSTFLAGS", "CARGO_BUILD_TARGET", "CARGO_TARGET_DIR"] {
             build.env_remove(var);
         }

@@ -161,10 +161,11 @@ where
         if plugin.fuel {
             store.set_fuel(budget).map_err(|e| CallFailure::Instantiate(e.to_string()))?;
         }
-        let instance = plugin.pre.instantiate(&mut store).map_err(|e| match CallFailure::from_wasmtime(&e, budget) {
-            CallFailure::Trap(m) => CallFailure::Instantiate(m),
-            other => other,
-        })?;
+        let instance =
+            plugin.pre.instantiate(&mut store).map_err(|e| match CallFailure::from_wasmtime(&e, budget) {
+                CallFailure::Trap(m) => CallFailure::Instantiate(m),
+                other => other,
+            })?;
         let func = instance
             .get_typed_func::<P, R>(&mut store, self.export)
             .map_err(|e| CallFailure::Instantiate(format!("export `{}`: {e:#}", self.export)))?;

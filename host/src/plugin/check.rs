@@ -88,7 +88,8 @@ pub fn check(
 pub fn validate(plugin: Arc<Plugin>, settings: PluginSettings) -> Result<CheckReport, CheckError> {
     let (name, kind) = (plugin.name().to_string(), plugin.kind());
     let handle = PluginHandle::fixed(plugin, DEFAULT_TENANT, settings);
-    let (answer, cost) = run_once(&handle).map_err(|failure| CheckError::Call { plugin: name.clone(), kind, failure })?;
+    let (answer, cost) =
+        run_once(&handle).map_err(|failure| CheckError::Call { plugin: name.clone(), kind, failure })?;
     Ok(CheckReport { name, kind, answer, cost })
 }
 

@@ -270,11 +270,7 @@ impl CorrelatorPlugins {
     ///
     /// # Errors
     /// [`LookupError`] if a default is missing or was replaced by a plugin of another kind.
-    pub fn defaults(
-        registry: &PluginRegistry,
-        tenant: &str,
-        settings: &PluginSettings,
-    ) -> Result<Self, LookupError> {
+    pub fn defaults(registry: &PluginRegistry, tenant: &str, settings: &PluginSettings) -> Result<Self, LookupError> {
         let get = |name, kind| registry.handle(name, kind, tenant, settings.clone());
         Ok(Self {
             aggregate_key: get("by-reason", PluginKind::AggregateKey)?,

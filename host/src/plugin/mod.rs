@@ -368,7 +368,8 @@ impl PluginRuntime {
             let dir = std::path::absolute(dir).map_err(|e| PluginError::Runtime(format!("cache directory: {e}")))?;
             cache.with_directory(dir);
         }
-        let cache = wasmtime::Cache::new(cache).map_err(|e| PluginError::Runtime(format!("compilation cache: {e:#}")))?;
+        let cache =
+            wasmtime::Cache::new(cache).map_err(|e| PluginError::Runtime(format!("compilation cache: {e:#}")))?;
         Self::build(metering, Some(cache))
     }
 
@@ -419,8 +420,11 @@ impl PluginRuntime {
     /// # Errors
     /// [`PluginError::Read`] when the file cannot be read; otherwise as [`load`](Self::load).
     pub fn load_file(&self, name: &str, path: &std::path::Path) -> Result<Arc<Plugin>, PluginError> {
-        let bytes = std::fs::read(path)
-            .map_err(|e| PluginError::Read { plugin: name.into(), path: path.to_path_buf(), reason: e.to_string() })?;
+        let bytes = std::fs::read(path).map_err(|e| PluginError::Read {
+            plugin: name.into(),
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
         self.load(name, &bytes, PluginOrigin::File(path.to_path_buf()))
     }
 }

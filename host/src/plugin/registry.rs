@@ -322,7 +322,9 @@ mod tests {
         // combiner, so it is refused; an aggregate-key component is accepted.
         let path = dir.path().join("by-reason.wasm");
         std::fs::write(&path, embedded::SIMILAR_EVENTS).unwrap();
-        assert!(matches!(reg.reload_file(&path), ReloadOutcome::Rejected { ref error, .. } if error.contains("aggregate-key plugin; the new file is a message-combiner")));
+        assert!(
+            matches!(reg.reload_file(&path), ReloadOutcome::Rejected { ref error, .. } if error.contains("aggregate-key plugin; the new file is a message-combiner"))
+        );
         assert_eq!(reg.slot("by-reason").unwrap().load().unwrap().version(), embedded_version);
 
         let mut bytes = embedded::BY_REASON.to_vec();

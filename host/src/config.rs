@@ -316,8 +316,8 @@ impl Config {
         }
     }
 
-    /// An error about a plugin reference (`error_at` with its line and key), e.g.
-    /// `config.plugin_error(r, format!("plugin `{}` not found", r.name))`.
+    /// An error about a plugin reference, at its line and key (for "plugin not found" and the
+    /// like).
     pub fn plugin_error(&self, plugin: &PluginRef, message: impl Into<String>) -> ConfigError {
         self.error_at(plugin.line, plugin.key.clone(), message)
     }
@@ -630,24 +630,33 @@ fn push_key(path: &mut String, key: &str) {
     }
 }
 
-/// The key path of a deserialisation error: `tenants[1].rules.max_events`. For an unknown
-/// field, the field itself is appended (the tracked path stops at its table).
+/// The key path of a deserialisation error: `tenants[1].rules.max_events`, ending with the
+/// unknown field itself for an unknown-field error.
 fn key_path(path: &serde_path_to_error::Path, message: &str) -> String {
     let mut out = String::new();
+    let mut last_key = None;
     for segment in path {
         match segment {
-            serde_path_to_error::Segment::Seq { index } => out.push_str(&format!("[{index}]")),
+            serde_path_to_error::Segment::Seq { index } => {
+                out.push_str(&format!("[{index}]"));
+                last_key = None;
+            }
             serde_path_to_error::Segment::Map { key } | serde_path_to_error::Segment::Enum { variant: key } => {
                 // `Spanned` is deserialised as a struct with private field names.
                 if !key.starts_with("$__serde_spanned_private") {
                     push_key(&mut out, key);
+                    last_key = Some(key.as_str());
                 }
             }
-            serde_path_to_error::Segment::Unknown => push_key(&mut out, "?"),
+            serde_path_to_error::Segment::Unknown => {
+                push_key(&mut out, "?");
+                last_key = None;
+            }
         }
     }
     if let Some(rest) = message.strip_prefix("unknown field `")
         && let Some((field, _)) = rest.split_once('`')
+        && last_key != Some(field)
     {
         push_key(&mut out, field);
     }

@@ -12,7 +12,7 @@
 //! |---------------------|--------------------------------------------------------------|------------------|
 //! | `namespaces`        | `metadata.namespace` (`involvedObject.namespace`)            | glob, any entry  |
 //! | `kinds`             | `involvedObject.kind`                                        | exact, any entry |
-//! | `labels`            | `metadata.labels` (the Event's own, not its object's)       | value glob, all  |
+//! | `labels`            | `metadata.labels` (the Event's own, not its object's)        | value glob, all  |
 //! | `source_components` | `source.component` (`reportingComponent`)                    | glob, any entry  |
 //! | `source_hosts`      | `source.host` (`reportingInstance`)                          | glob, any entry  |
 //! | `headers`           | HTTP ingest request headers (names case-insensitive)         | value glob, all  |
@@ -152,7 +152,7 @@ impl TenantMatch {
     /// satisfies every criterion.
     pub fn matches(&self, event: &Event, headers: Option<&[(String, String)]>) -> bool {
         if let Some(kinds) = &self.kinds
-            && !kinds.iter().any(|k| *k == event.involved_object.kind)
+            && !kinds.contains(&event.involved_object.kind)
         {
             return false;
         }
@@ -377,9 +377,8 @@ mod tests {
             source_hosts: list(&["node-*"]),
             ..Default::default()
         });
-        let mut e = Event::default();
-        e.reporting_component = "kubelet".into();
-        e.reporting_instance = "node-1".into();
+        let mut e =
+            Event { reporting_component: "kubelet".into(), reporting_instance: "node-1".into(), ..Default::default() };
         assert!(m.matches(&e, None));
         e.source.component = "scheduler".into();
         assert!(!m.matches(&e, None), "a set source.component wins");

@@ -281,6 +281,7 @@ pub struct Plugin {
     origin: PluginOrigin,
     version: u64,
     digest: u64,
+    compile_time: std::time::Duration,
 }
 
 impl fmt::Debug for Plugin {
@@ -318,6 +319,11 @@ impl Plugin {
     /// XXH3-64 of the component bytes (tells an unchanged file from a new version).
     pub fn digest(&self) -> u64 {
         self.digest
+    }
+
+    /// How long compiling (or fetching from the compilation cache) and linking took.
+    pub fn compile_time(&self) -> std::time::Duration {
+        self.compile_time
     }
 }
 
@@ -396,6 +402,7 @@ impl PluginRuntime {
     /// [`PluginError::Link`] when it imports what the host does not offer.
     pub fn load(&self, name: &str, bytes: &[u8], origin: PluginOrigin) -> Result<Arc<Plugin>, PluginError> {
         static VERSIONS: AtomicU64 = AtomicU64::new(1);
+        let started = std::time::Instant::now();
         let component = Component::new(&self.engine, bytes)
             .map_err(|e| PluginError::Compile { plugin: name.into(), reason: format!("{e:#}") })?;
         let kind =
@@ -412,6 +419,7 @@ impl PluginRuntime {
             origin,
             version: VERSIONS.fetch_add(1, Ordering::Relaxed),
             digest: xxhash_rust::xxh3::xxh3_64(bytes),
+            compile_time: started.elapsed(),
         }))
     }
 

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::check::validate;
 use super::{Plugin, PluginError, PluginHandle, PluginKind, PluginOrigin, PluginRuntime, PluginSettings, PluginSlot};
@@ -78,34 +78,34 @@ pub struct LivePlugin {
     pub version: u64,
     /// XXH3-64 of the component bytes.
     pub digest: u64,
-    /// Time to compile (or fetch from the cache) and validate it.
-    pub load_time: Duration,
+    /// Time to compile it (or fetch it from the compilation cache).
+    pub compile_time: Duration,
 }
 
 impl std::fmt::Display for LivePlugin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "plugin `{}` ({}) v{} digest {:016x} from {} (loaded in {:.1} ms)",
+            "plugin `{}` ({}) v{} digest {:016x} from {} (compiled in {:.1} ms)",
             self.name,
             self.kind,
             self.version,
             self.digest,
             self.origin,
-            self.load_time.as_secs_f64() * 1e3
+            self.compile_time.as_secs_f64() * 1e3
         )
     }
 }
 
 impl LivePlugin {
-    fn of(plugin: &Plugin, load_time: Duration) -> Self {
+    fn of(plugin: &Plugin) -> Self {
         Self {
             name: plugin.name().into(),
             kind: plugin.kind(),
             origin: plugin.origin().clone(),
             version: plugin.version(),
             digest: plugin.digest(),
-            load_time,
+            compile_time: plugin.compile_time(),
         }
     }
 }
@@ -216,7 +216,7 @@ impl PluginRegistry {
     /// Every name and the version serving it (`None`: unloaded), in name order.
     pub fn live(&self) -> Vec<(String, Option<LivePlugin>)> {
         let slots = self.slots.read().unwrap_or_else(|p| p.into_inner());
-        slots.iter().map(|(n, s)| (n.clone(), s.load().map(|p| LivePlugin::of(&p, Duration::ZERO)))).collect()
+        slots.iter().map(|(n, s)| (n.clone(), s.load().map(|p| LivePlugin::of(&p)))).collect()
     }
 
     /// Swaps served so far (new versions and reverts).
@@ -233,7 +233,6 @@ impl PluginRegistry {
     /// or removed): load, validate and swap in; or revert on removal. Blocking (compiles).
     pub fn reload_file(&self, path: &Path) -> ReloadOutcome {
         let Some(name) = plugin_name(path) else { return ReloadOutcome::Ignored };
-        let started = Instant::now();
         let bytes = match std::fs::read(path) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return self.revert(&name),
@@ -251,7 +250,7 @@ impl PluginRegistry {
         if let Err(e) = validate(plugin.clone(), self.validation.clone()) {
             return self.reject(&name, path, e.to_string());
         }
-        let live = LivePlugin::of(&plugin, started.elapsed());
+        let live = LivePlugin::of(&plugin);
         match slot {
             Some(slot) => {
                 if let Err(e) = slot.swap(Some(plugin)) {
@@ -274,7 +273,7 @@ impl PluginRegistry {
         {
             return ReloadOutcome::Unchanged { name: name.into() };
         }
-        let now = default.as_ref().map(|p| LivePlugin::of(p, Duration::ZERO));
+        let now = default.as_ref().map(|p| LivePlugin::of(p));
         slot.swap(default).expect("an embedded default has its slot's kind");
         self.swaps.fetch_add(1, Ordering::Relaxed);
         ReloadOutcome::Reverted { name: name.into(), now }

@@ -211,3 +211,51 @@ fn a_config_naming_a_missing_plugin_is_refused_with_file_line_and_key() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_tenant_filter_plugin_drops_what_its_config_names_before_correlation() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    std::fs::copy(common::fixture_plugin("drop-reasons"), plugins.join("drop-reasons.wasm")).unwrap();
+    let (quiet_out, rest_out) = (dir.path().join("quiet.jsonl"), dir.path().join("rest.jsonl"));
+    let config = dir.path().join("eventpipe.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[defaults]
+sinks = ["jsonl:{rest}"]
+
+[plugins.drop-reasons]
+reasons = "Pulled, Created,Started"
+
+[[tenants]]
+name = "quiet"
+match = {{ namespaces = ["default", "test*"] }}
+rules = {{ filters = ["drop-reasons"], sinks = ["jsonl:{quiet}"] }}
+"#,
+            rest = rest_out.display(),
+            quiet = quiet_out.display()
+        ),
+    )
+    .unwrap();
+    let text = std::fs::read_to_string(bundled_stream()).unwrap();
+    let (summary, _) = run(
+        &[arg("config", config.display()), arg("plugins", plugins.display()), arg("sink", "jsonl:-")],
+        text.as_bytes(),
+    );
+    let events: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let quiet = |e: &&Value| namespace(e) == "default" || namespace(e).starts_with("test");
+    let noise = |e: &&&Value| ["Pulled", "Created", "Started"].contains(&e["reason"].as_str().unwrap());
+    let (mine, rest): (Vec<&Value>, Vec<&Value>) = events.iter().partition(quiet);
+    let dropped = mine.iter().filter(noise).count();
+    assert!(dropped > 100, "the stream has noise to drop");
+    let kept: Vec<&Value> = mine.iter().filter(|e| !noise(e)).copied().collect();
+    // Filtered events never reach the correlator: the tenant's output is the correlator's on
+    // the kept events alone; the other tenant keeps its noise.
+    assert_eq!(summary["filtered"], dropped as u64, "{summary}");
+    assert!(sink_calls(&quiet_out) == replay_written(&kept, &[]));
+    assert!(sink_calls(&rest_out) == replay_written(&rest, &[]));
+    assert!(sink_calls(&rest_out).iter().any(|(e, _)| e["reason"] == "Pulled"));
+}

@@ -86,13 +86,16 @@ impl TenantRules {
             Some(r) => KeyChoice::Plugin(r.name.clone()),
             None => base.clone(),
         };
-        let sinks = match &rules.sinks {
+        let mut sinks: Vec<SinkSpec> = match &rules.sinks {
             Some(specs) => specs
                 .iter()
                 .map(|s| s.parse::<SinkSpec>().map_err(|e| ("sinks".to_string(), e.to_string())))
                 .collect::<Result<_, _>>()?,
             None => self.sinks.clone(),
         };
+        // A sink named twice would get every result twice.
+        let mut seen = std::collections::HashSet::new();
+        sinks.retain(|s| seen.insert(s.to_string()));
         Ok(Self {
             lru_cache_size: rules.lru_cache_size.unwrap_or(self.lru_cache_size),
             burst: rules.burst.unwrap_or(self.burst),
@@ -107,8 +110,12 @@ impl TenantRules {
             // clears them; the command line has no filters.
             filters: rules.filters.iter().map(|f| f.name.clone()).collect(),
             plugin: PluginSettings {
-                fuel_per_event: rules.fuel_per_event.unwrap_or(self.plugin.fuel_per_event),
-                memory_limit_bytes: rules.memory_limit_bytes.unwrap_or(self.plugin.memory_limit_bytes),
+                // 0 means "the default", as for the correlator's numbers.
+                fuel_per_event: rules.fuel_per_event.filter(|&f| f > 0).unwrap_or(self.plugin.fuel_per_event),
+                memory_limit_bytes: rules
+                    .memory_limit_bytes
+                    .filter(|&m| m > 0)
+                    .unwrap_or(self.plugin.memory_limit_bytes),
                 fallback: rules.fallback.unwrap_or(self.plugin.fallback),
                 config: BTreeMap::new(),
             },

@@ -57,7 +57,8 @@
 //!   `max_events`, `max_interval_seconds`, `burst` and `qps` may be negative, with client-go's
 //!   meaning (a negative burst filters every event, …); `qps` must not be NaN.
 //! - `fallback` is `builtin`, `drop` or `fail`.
-//! - Each sink is `KIND:TARGET` with `KIND` `jsonl` or `plugin` and a non-empty target, and
+//! - Each sink is a sink spec as `--sink` takes it (`jsonl:PATH`, `jsonl:-`, `plugin:NAME`, `k8s`,
+//!   `k8s:NAMESPACE`), and
 //!   `sinks` must not be empty when given.
 //! - Plugin names are non-empty; `builtin` names the native client-go function and is not a
 //!   filter. Whether a named plugin exists is for the caller to check ([`PluginRef`] keeps the
@@ -557,17 +558,9 @@ impl Ctx<'_> {
                     .get_ref()
                     .iter()
                     .enumerate()
-                    .map(|(i, s)| match s.get_ref().split_once(':') {
-                        Some(("jsonl" | "plugin", target)) if !target.is_empty() => Ok(s.get_ref().clone()),
-                        _ => Err(self.error(
-                            s.span(),
-                            format!("{prefix}.sinks[{i}]"),
-                            format!(
-                                "invalid sink {:?}: expected KIND:TARGET with KIND jsonl or plugin \
-                                 (jsonl:PATH, jsonl:-, plugin:NAME)",
-                                s.get_ref()
-                            ),
-                        )),
+                    .map(|(i, s)| match s.get_ref().parse::<crate::run::SinkSpec>() {
+                        Ok(_) => Ok(s.get_ref().clone()),
+                        Err(e) => Err(self.error(s.span(), format!("{prefix}.sinks[{i}]"), format!("invalid sink {e}"))),
                     })
                     .collect()
             })

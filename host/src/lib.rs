@@ -10,6 +10,7 @@ pub mod config;
 pub mod correlator;
 pub mod event;
 pub mod event_broadcaster;
+pub mod k8s;
 pub mod pipeline;
 pub mod plugin;
 pub mod recorder;

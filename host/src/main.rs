@@ -10,7 +10,9 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use eventpipe::broadcaster::FullChannelBehavior;
 use eventpipe::correlator::{CorrelatorOptions, SourceObjectType};
 use eventpipe::event_broadcaster::{CorrelationClock, EventBroadcasterOptions};
+use eventpipe::k8s::KubeOptions;
 use eventpipe::pipeline::{KeyChoice, TenantRules};
+use eventpipe::source::k8s::{EventsApi, WatchOptions};
 use eventpipe::plugin::check::check;
 use eventpipe::plugin::functions::{CorrelatorPlugins, DEFAULT_TENANT};
 use eventpipe::plugin::registry::{PluginRegistry, ReloadOutcome};
@@ -306,6 +308,12 @@ struct RunArgs {
     /// Do not watch the plugins directory and config file.
     #[arg(long)]
     no_watch: bool,
+    /// After SIGINT / SIGTERM, seconds to drain the Broadcaster and the sinks before pending
+    /// sink retries are abandoned.
+    #[arg(long, default_value_t = 30)]
+    shutdown_timeout: u64,
+    #[command(flatten)]
+    kube: KubeArgs,
     #[command(flatten)]
     runtime: RuntimeArgs,
     /// What a full watcher queue does.
@@ -319,6 +327,42 @@ struct RunArgs {
     summary_json: bool,
     #[command(flatten)]
     correlator: CorrelatorArgs,
+}
+
+/// The Kubernetes connection (for `--source k8s…` and `--sink k8s…`) and watch.
+#[derive(Args, Debug, Clone)]
+struct KubeArgs {
+    /// A kubeconfig file (default: as kubectl: $KUBECONFIG, ~/.kube/config, in-cluster).
+    #[arg(long, value_name = "FILE")]
+    kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context (default: its current context).
+    #[arg(long)]
+    context: Option<String>,
+    /// The API server URL, overriding the kubeconfig's (e.g. `http://127.0.0.1:8001` from
+    /// `kubectl proxy`).
+    #[arg(long, value_name = "URL")]
+    kube_server: Option<String>,
+    /// Watch only events matching this field selector (e.g. `involvedObject.kind=Pod`).
+    #[arg(long)]
+    field_selector: Option<String>,
+    /// Watch only events matching this label selector.
+    #[arg(long)]
+    label_selector: Option<String>,
+    /// Which Events API the `k8s` source watches.
+    #[arg(long, value_enum, default_value_t = EventsApiArg::Core)]
+    events_api: EventsApiArg,
+    /// Also send on the events already in the cluster when the watch starts.
+    #[arg(long)]
+    replay_existing: bool,
+}
+
+#[derive(Copy, Clone, Debug, ValueEnum)]
+enum EventsApiArg {
+    /// core/v1 (`/api/v1/events`).
+    Core,
+    /// events.k8s.io/v1, converted to core/v1.
+    #[value(name = "events.k8s.io")]
+    EventsK8sIo,
 }
 
 fn init_logging() {
@@ -388,6 +432,23 @@ fn execute(command: Command) -> anyhow::Result<ExitCode> {
                 config: args.config,
                 registry: Arc::new(registry),
                 watch: !args.no_watch,
+                kube: KubeOptions {
+                    kubeconfig: args.kube.kubeconfig,
+                    context: args.kube.context,
+                    server: args.kube.kube_server,
+                },
+                kube_watch: WatchOptions {
+                    field_selector: args.kube.field_selector,
+                    label_selector: args.kube.label_selector,
+                    api: match args.kube.events_api {
+                        EventsApiArg::Core => EventsApi::CoreV1,
+                        EventsApiArg::EventsK8sIo => EventsApi::EventsV1,
+                    },
+                    replay_existing: args.kube.replay_existing,
+                    ..WatchOptions::default()
+                },
+                shutdown_timeout: std::time::Duration::from_secs(args.shutdown_timeout),
+                shutdown: tokio_util::sync::CancellationToken::new(),
             };
             let runtime = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
             let summary = runtime.block_on(run(options))?;

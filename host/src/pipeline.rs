@@ -31,6 +31,7 @@ use crate::plugin::sink::WasmSink;
 use crate::plugin::{FallbackPolicy, PluginHandle, PluginKind, PluginSettings};
 use crate::run::SinkSpec;
 use crate::sink::jsonl::JsonLinesSink;
+use crate::sink::k8s::KubernetesSink;
 use crate::sink::{EventSink, RetryPolicy, write_event};
 use crate::tenant::TenantRouter;
 
@@ -359,6 +360,7 @@ fn plan_tenant(
 enum OpenSink {
     Jsonl(Arc<JsonLinesSink>),
     Plugin(Arc<WasmSink>),
+    Kubernetes(Arc<KubernetesSink>),
 }
 
 impl OpenSink {
@@ -366,6 +368,7 @@ impl OpenSink {
         match self {
             OpenSink::Jsonl(s) => s.clone(),
             OpenSink::Plugin(s) => s.clone(),
+            OpenSink::Kubernetes(s) => s.clone(),
         }
     }
 
@@ -373,16 +376,19 @@ impl OpenSink {
         match self {
             OpenSink::Jsonl(s) => s.flush(),
             OpenSink::Plugin(s) => s.flush(),
+            OpenSink::Kubernetes(_) => Ok(()),
         }
     }
 }
 
 /// The sinks of a run, opened once and shared: a JSON-lines file is opened (truncated) the first
 /// time any tenant names it; a sink plugin gets one instance per tenant (it is called with the
-/// tenant's limits). Config reloads reuse what is open.
+/// tenant's limits); `k8s` sinks share the run's Kubernetes client. Config reloads reuse what is
+/// open.
 #[derive(Default)]
 pub struct SinkSet {
     open: Mutex<HashMap<String, OpenSink>>,
+    kube: Option<kube::Client>,
 }
 
 impl std::fmt::Debug for SinkSet {
@@ -393,6 +399,11 @@ impl std::fmt::Debug for SinkSet {
 }
 
 impl SinkSet {
+    /// An empty set; `kube` is the client `k8s` sinks use (none: they cannot be opened).
+    pub fn new(kube: Option<kube::Client>) -> Self {
+        Self { open: Mutex::default(), kube }
+    }
+
     fn open(
         &self,
         spec: &SinkSpec,
@@ -414,6 +425,10 @@ impl SinkSet {
             SinkSpec::JsonLinesFile(path) => {
                 let file = std::fs::File::create(path).map_err(|e| fail(e.to_string()))?;
                 OpenSink::Jsonl(Arc::new(JsonLinesSink::new(Box::new(file))))
+            }
+            SinkSpec::Kubernetes(namespace) => {
+                let client = self.kube.clone().ok_or_else(|| fail("no Kubernetes connection".into()))?;
+                OpenSink::Kubernetes(Arc::new(KubernetesSink::new(client, namespace.clone())))
             }
             SinkSpec::Plugin(name) => {
                 let handle = if name.ends_with(".wasm") {

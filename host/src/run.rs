@@ -12,19 +12,27 @@ use crate::event_broadcaster::{EventBroadcaster, EventBroadcasterOptions};
 use crate::pipeline::{PlanError, RouterStats, SinkSet, TenantPlan, TenantRules};
 use crate::plugin::registry::{PluginRegistry, ReloadOutcome};
 use crate::reload::{Change, FileWatcher, WatchError};
+use crate::k8s::KubeOptions;
 use crate::source::decode::{Decoded, Decoder};
+use crate::source::k8s::WatchOptions;
+use tokio_util::sync::CancellationToken;
 
-/// Where events come from: `jsonl:PATH` or `jsonl:-` (stdin).
+/// Where events come from: `jsonl:PATH`, `jsonl:-` (stdin), or `k8s` / `k8s:NS[,NS…]` (a
+/// Kubernetes API watch of all namespaces or the listed ones).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SourceSpec {
     /// JSON lines (or any shape the decoder accepts) from a file.
     JsonLinesFile(PathBuf),
     /// The same from standard input.
     JsonLinesStdin,
+    /// A Kubernetes Events watch; empty: all namespaces.
+    Kubernetes(Vec<String>),
 }
 
-/// Where sink calls go: `jsonl:PATH`, `jsonl:-` (stdout), or `plugin:NAME` / `plugin:FILE.wasm`
-/// (a sink plugin, embedded or from a file, writing to stdout).
+/// Where sink calls go: `jsonl:PATH`, `jsonl:-` (stdout), `plugin:NAME` / `plugin:FILE.wasm`
+/// (a sink plugin, embedded or from a file, writing to stdout), or `k8s` / `k8s:NAMESPACE` (the
+/// Kubernetes Events API; with a namespace, events of other namespaces are refused as client-go's
+/// namespaced sink does).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SinkSpec {
     /// One JSON line per sink call, to a file (created or truncated).
@@ -33,6 +41,8 @@ pub enum SinkSpec {
     JsonLinesStdout,
     /// A sink plugin: an embedded one by name (`jsonl`) or a component file.
     Plugin(String),
+    /// The Kubernetes Events API; `""`: every event to its own namespace.
+    Kubernetes(String),
 }
 
 impl std::fmt::Display for SinkSpec {
@@ -41,19 +51,25 @@ impl std::fmt::Display for SinkSpec {
             SinkSpec::JsonLinesFile(p) => write!(f, "jsonl:{}", p.display()),
             SinkSpec::JsonLinesStdout => f.write_str("jsonl:-"),
             SinkSpec::Plugin(name) => write!(f, "plugin:{name}"),
+            SinkSpec::Kubernetes(ns) if ns.is_empty() => f.write_str("k8s"),
+            SinkSpec::Kubernetes(ns) => write!(f, "k8s:{ns}"),
         }
     }
 }
 
 /// A `--source` / `--sink` value that is not `KIND:TARGET` with a known kind.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0:?}: expected jsonl:PATH, jsonl:- or (sinks only) plugin:NAME")]
+#[error("{0:?}: expected jsonl:PATH, jsonl:-, k8s, k8s:NAMESPACE or (sinks only) plugin:NAME")]
 pub struct SpecError(String);
 
 impl std::str::FromStr for SourceSpec {
     type Err = SpecError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.split_once(':') {
+            _ if s == "k8s" => Ok(SourceSpec::Kubernetes(Vec::new())),
+            Some(("k8s", namespaces)) if !namespaces.is_empty() => {
+                Ok(SourceSpec::Kubernetes(namespaces.split(',').map(|n| n.trim().to_string()).collect()))
+            }
             Some(("jsonl", "-")) => Ok(SourceSpec::JsonLinesStdin),
             Some(("jsonl", path)) if !path.is_empty() => Ok(SourceSpec::JsonLinesFile(path.into())),
             _ => Err(SpecError(s.into())),
@@ -65,6 +81,8 @@ impl std::str::FromStr for SinkSpec {
     type Err = SpecError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.split_once(':') {
+            _ if s == "k8s" => Ok(SinkSpec::Kubernetes(String::new())),
+            Some(("k8s", ns)) if !ns.is_empty() => Ok(SinkSpec::Kubernetes(ns.into())),
             Some(("jsonl", "-")) => Ok(SinkSpec::JsonLinesStdout),
             Some(("jsonl", path)) if !path.is_empty() => Ok(SinkSpec::JsonLinesFile(path.into())),
             Some(("plugin", name)) if !name.is_empty() => Ok(SinkSpec::Plugin(name.into())),
@@ -141,6 +159,9 @@ pub enum RunError {
     /// The tenants' rules cannot be put together (a missing plugin, a sink that cannot open).
     #[error(transparent)]
     Plan(#[from] PlanError),
+    /// The Kubernetes API cannot be reached.
+    #[error(transparent)]
+    Kubernetes(#[from] crate::k8s::ConnectError),
     /// The plugins directory or config file cannot be watched.
     #[error(transparent)]
     Watch(#[from] WatchError),
@@ -174,6 +195,15 @@ pub struct RunOptions {
     pub registry: Arc<PluginRegistry>,
     /// Watch the plugins directory and the config file and hot-reload them.
     pub watch: bool,
+    /// How to reach the Kubernetes API (for a `k8s` source or sink).
+    pub kube: KubeOptions,
+    /// What a `k8s` source watches (its namespaces come from the source spec).
+    pub kube_watch: WatchOptions,
+    /// After SIGINT / SIGTERM (or `shutdown` firing), how long draining the Broadcaster and the
+    /// sinks may take before pending sink retries are abandoned.
+    pub shutdown_timeout: std::time::Duration,
+    /// Fires to stop the run as a signal would (the run also listens for SIGINT and SIGTERM).
+    pub shutdown: CancellationToken,
 }
 
 /// Prints a line about what is live (stderr, always) and logs it.
@@ -196,9 +226,29 @@ fn announce_plan(plan: &TenantPlan) {
 /// [`RunError`] when the config, a plugin rule or a sink is invalid at start, or the source or
 /// a sink cannot be read or flushed.
 pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
-    let RunOptions { source, broadcaster, base, config: config_path, registry, watch } = options;
-    let sinks = Arc::new(SinkSet::default());
+    let RunOptions {
+        source,
+        broadcaster,
+        base,
+        config: config_path,
+        registry,
+        watch,
+        kube,
+        kube_watch,
+        shutdown_timeout,
+        shutdown,
+    } = options;
+    tokio::spawn(stop_on_signal(shutdown.clone()));
     let config = config_path.as_deref().map(Config::load).transpose()?;
+    // One Kubernetes client for the source and every `k8s` sink, made when anything names one.
+    let names_k8s = |rules: &crate::config::Rules| {
+        rules.sinks.iter().flatten().any(|s| s == "k8s" || s.starts_with("k8s:"))
+    };
+    let needs_kube = matches!(source, SourceSpec::Kubernetes(_))
+        || base.sinks.iter().any(|s| matches!(s, SinkSpec::Kubernetes(_)))
+        || config.as_ref().is_some_and(|c| names_k8s(&c.defaults) || c.tenants.iter().any(|t| names_k8s(&t.rules)));
+    let client = if needs_kube { Some(crate::k8s::connect(&kube).await?) } else { None };
+    let sinks = Arc::new(SinkSet::new(client.clone()));
     let plan = TenantPlan::build(&base, config.as_ref(), &registry, &sinks)?;
     let (plans_tx, plans_rx) = tokio::sync::watch::channel(Arc::new(plan));
     let latest_plan = plans_tx.subscribe();
@@ -235,17 +285,44 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
     let event_broadcaster = EventBroadcaster::new(broadcaster);
     let router = event_broadcaster.start_recording_to_tenants(plans_rx).expect("a new broadcaster is running");
     let mut summary = match &source {
-        SourceSpec::JsonLinesStdin => pump(tokio::io::stdin(), "-", &event_broadcaster).await,
+        SourceSpec::Kubernetes(namespaces) => {
+            let client = client.clone().expect("connected above for a k8s source");
+            let options = WatchOptions { namespaces: namespaces.clone(), ..kube_watch };
+            let watch = crate::source::k8s::watch_events(
+                client,
+                options,
+                event_broadcaster.broadcaster().clone(),
+                shutdown.clone(),
+            )
+            .await;
+            Ok(RunSummary { read: watch.events, ..RunSummary::default() })
+        }
+        SourceSpec::JsonLinesStdin => pump(tokio::io::stdin(), "-", &event_broadcaster, &shutdown).await,
         SourceSpec::JsonLinesFile(p) => {
             let path = p.display().to_string();
             match tokio::fs::File::open(p).await {
-                Ok(file) => pump(file, &path, &event_broadcaster).await,
+                Ok(file) => pump(file, &path, &event_broadcaster, &shutdown).await,
                 Err(error) => Err(RunError::Source { path, error }),
             }
         }
     };
-    event_broadcaster.shutdown().await;
-    let router_stats = router.await?;
+    // The source has ended (or was stopped): drain the Broadcaster into the watchers and let
+    // the sinks finish, within the shutdown timeout once a shutdown was asked for.
+    let drain = async {
+        event_broadcaster.shutdown().await;
+        router.await
+    };
+    let router_stats = if shutdown.is_cancelled() {
+        match tokio::time::timeout(shutdown_timeout, drain).await {
+            Ok(stats) => stats?,
+            Err(_) => {
+                tracing::warn!(timeout_ms = shutdown_timeout.as_millis() as u64, "shutdown timeout: pending sink retries abandoned");
+                RouterStats::default()
+            }
+        }
+    } else {
+        drain.await?
+    };
     drop(watcher);
     sinks.flush().map_err(|(spec, error)| RunError::Sink { spec, error })?;
     if let Ok(s) = summary.as_mut() {
@@ -300,13 +377,46 @@ impl Reloader {
     }
 }
 
-/// Reads the source line by line into the Broadcaster (waiting for room: `Action`).
-async fn pump(input: impl AsyncRead + Unpin, path: &str, to: &EventBroadcaster) -> Result<RunSummary, RunError> {
+/// Fires `shutdown` on SIGINT or SIGTERM.
+async fn stop_on_signal(shutdown: CancellationToken) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
+            return;
+        };
+        tokio::select! {
+            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+            _ = shutdown.cancelled() => return,
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = shutdown.cancelled() => return,
+        }
+    }
+    shutdown.cancel();
+}
+
+/// Reads the source line by line into the Broadcaster (waiting for room: `Action`) until it
+/// ends or `shutdown` fires.
+async fn pump(
+    input: impl AsyncRead + Unpin,
+    path: &str,
+    to: &EventBroadcaster,
+    shutdown: &CancellationToken,
+) -> Result<RunSummary, RunError> {
     let mut summary = RunSummary::default();
     let mut lines = BufReader::with_capacity(1 << 16, input).lines();
     let mut decoder = Decoder::new();
     loop {
-        let line = lines.next_line().await.map_err(|error| RunError::Source { path: path.into(), error })?;
+        let line = tokio::select! {
+            _ = shutdown.cancelled() => None,
+            line = lines.next_line() => line.map_err(|error| RunError::Source { path: path.into(), error })?,
+        };
         let mut items = Vec::new();
         match &line {
             Some(l) => decoder.push_line(l, |item| items.push(item)),

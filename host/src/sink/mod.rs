@@ -2,6 +2,7 @@
 //! `recordToSink` retry loop ([`retry`]) and the built-in sinks.
 
 pub mod jsonl;
+pub mod k8s;
 pub mod retry;
 
 use async_trait::async_trait;

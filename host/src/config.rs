@@ -560,7 +560,9 @@ impl Ctx<'_> {
                     .enumerate()
                     .map(|(i, s)| match s.get_ref().parse::<crate::run::SinkSpec>() {
                         Ok(_) => Ok(s.get_ref().clone()),
-                        Err(e) => Err(self.error(s.span(), format!("{prefix}.sinks[{i}]"), format!("invalid sink {e}"))),
+                        Err(e) => {
+                            Err(self.error(s.span(), format!("{prefix}.sinks[{i}]"), format!("invalid sink {e}")))
+                        }
                     })
                     .collect()
             })

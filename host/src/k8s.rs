@@ -40,8 +40,11 @@ pub async fn connect(options: &KubeOptions) -> Result<kube::Client, ConnectError
     let kube_options = KubeConfigOptions { context: options.context.clone(), ..KubeConfigOptions::default() };
     let mut config = match &options.kubeconfig {
         Some(path) => {
-            let file = Kubeconfig::read_from(path).map_err(|e| ConnectError::Config(format!("{}: {e}", path.display())))?;
-            kube::Config::from_custom_kubeconfig(file, &kube_options).await.map_err(|e| ConnectError::Config(e.to_string()))?
+            let file =
+                Kubeconfig::read_from(path).map_err(|e| ConnectError::Config(format!("{}: {e}", path.display())))?;
+            kube::Config::from_custom_kubeconfig(file, &kube_options)
+                .await
+                .map_err(|e| ConnectError::Config(e.to_string()))?
         }
         None if options.context.is_some() => {
             kube::Config::from_kubeconfig(&kube_options).await.map_err(|e| ConnectError::Config(e.to_string()))?

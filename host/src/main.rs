@@ -12,7 +12,6 @@ use eventpipe::correlator::{CorrelatorOptions, SourceObjectType};
 use eventpipe::event_broadcaster::{CorrelationClock, EventBroadcasterOptions};
 use eventpipe::k8s::KubeOptions;
 use eventpipe::pipeline::{KeyChoice, TenantRules};
-use eventpipe::source::k8s::{EventsApi, WatchOptions};
 use eventpipe::plugin::check::check;
 use eventpipe::plugin::functions::{CorrelatorPlugins, DEFAULT_TENANT};
 use eventpipe::plugin::registry::{PluginRegistry, ReloadOutcome};
@@ -22,6 +21,7 @@ use eventpipe::plugin::{
 };
 use eventpipe::replay::{ReplayOptions, replay};
 use eventpipe::run::{RunOptions, SinkSpec, SourceSpec, run};
+use eventpipe::source::k8s::{EventsApi, WatchOptions};
 
 /// The Kubernetes event pipeline (client-go's EventRecorder → Broadcaster → EventCorrelator →
 /// EventSink) as a fast, pluggable host.

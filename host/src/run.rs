@@ -9,10 +9,10 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use crate::broadcaster::WatchEventType;
 use crate::config::{Config, ConfigError};
 use crate::event_broadcaster::{EventBroadcaster, EventBroadcasterOptions};
+use crate::k8s::KubeOptions;
 use crate::pipeline::{PlanError, RouterStats, SinkSet, TenantPlan, TenantRules};
 use crate::plugin::registry::{PluginRegistry, ReloadOutcome};
 use crate::reload::{Change, FileWatcher, WatchError};
-use crate::k8s::KubeOptions;
 use crate::source::decode::{Decoded, Decoder};
 use crate::source::k8s::WatchOptions;
 use tokio_util::sync::CancellationToken;
@@ -241,9 +241,8 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
     tokio::spawn(stop_on_signal(shutdown.clone()));
     let config = config_path.as_deref().map(Config::load).transpose()?;
     // One Kubernetes client for the source and every `k8s` sink, made when anything names one.
-    let names_k8s = |rules: &crate::config::Rules| {
-        rules.sinks.iter().flatten().any(|s| s == "k8s" || s.starts_with("k8s:"))
-    };
+    let names_k8s =
+        |rules: &crate::config::Rules| rules.sinks.iter().flatten().any(|s| s == "k8s" || s.starts_with("k8s:"));
     let needs_kube = matches!(source, SourceSpec::Kubernetes(_))
         || base.sinks.iter().any(|s| matches!(s, SinkSpec::Kubernetes(_)))
         || config.as_ref().is_some_and(|c| names_k8s(&c.defaults) || c.tenants.iter().any(|t| names_k8s(&t.rules)));
@@ -316,7 +315,10 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         match tokio::time::timeout(shutdown_timeout, drain).await {
             Ok(stats) => stats?,
             Err(_) => {
-                tracing::warn!(timeout_ms = shutdown_timeout.as_millis() as u64, "shutdown timeout: pending sink retries abandoned");
+                tracing::warn!(
+                    timeout_ms = shutdown_timeout.as_millis() as u64,
+                    "shutdown timeout: pending sink retries abandoned"
+                );
                 RouterStats::default()
             }
         }

@@ -103,11 +103,8 @@ pub async fn watch_events(
     to: Broadcaster<Event>,
     cancel: CancellationToken,
 ) -> WatchStats {
-    let scopes: Vec<Option<String>> = if options.namespaces.is_empty() {
-        vec![None]
-    } else {
-        options.namespaces.iter().cloned().map(Some).collect()
-    };
+    let scopes: Vec<Option<String>> =
+        if options.namespaces.is_empty() { vec![None] } else { options.namespaces.iter().cloned().map(Some).collect() };
     let mut tasks = tokio::task::JoinSet::new();
     for namespace in scopes {
         let watch = Watch::new(client.clone(), &options, namespace, to.clone(), cancel.clone());
@@ -276,8 +273,8 @@ impl Watch {
             }
             let response = self.get(uri.clone()).await?;
             let bytes = response.into_body().collect_bytes().await.map_err(|e| Failure::Other(e.to_string()))?;
-            let page: ListPage = serde_json::from_slice(&bytes)
-                .map_err(|e| Failure::Other(format!("GET {uri}: not a list: {e}")))?;
+            let page: ListPage =
+                serde_json::from_slice(&bytes).map_err(|e| Failure::Other(format!("GET {uri}: not a list: {e}")))?;
             // The whole list through the decoder: items inherit the list's apiVersion
             // (events.k8s.io items carry none).
             let mut items = Vec::new();

@@ -7,6 +7,9 @@
 //! writes to one file is reported once, after it goes quiet. A slow, non-atomic copy that pauses
 //! longer than that is reported more than once; the consumer rejects the incomplete versions
 //! (they do not compile) and takes the complete one when the last write lands.
+//!
+//! Kubernetes ConfigMap and Secret volumes update by swapping a `..data` symlink; such a swap
+//! re-reads every plugin file (and the config) in that directory.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -71,6 +74,18 @@ impl FileWatcher {
                 let mut seen: Vec<Change> = Vec::new();
                 for event in events.iter().filter(|e| counts(&e.kind)) {
                     for path in &event.paths {
+                        // A Kubernetes ConfigMap / Secret volume swaps its `..data` symlink to
+                        // update every file at once: re-read everything in that directory.
+                        if path.file_name().is_some_and(|n| n == "..data") {
+                            let dir = path.parent().map(Path::to_path_buf);
+                            for change in
+                                rescan(dir.as_deref(), dir_for_events.as_deref(), config_for_events.as_deref())
+                            {
+                                seen.retain(|c| c != &change);
+                                seen.push(change);
+                            }
+                            continue;
+                        }
                         let change = if config_for_events.as_deref() == Some(path.as_path()) {
                             Change::Config(path.clone())
                         } else if dir_for_events.as_deref() == path.parent()
@@ -109,6 +124,29 @@ impl FileWatcher {
         }
         Ok(Self { _debouncer: debouncer })
     }
+}
+
+/// Every plugin file and the config file in `dir` (after a `..data` swap): the changes to
+/// re-read. Unchanged files are recognised by their content digest downstream.
+fn rescan(dir: Option<&Path>, plugins_dir: Option<&Path>, config: Option<&Path>) -> Vec<Change> {
+    let mut changes = Vec::new();
+    if dir.is_some()
+        && dir == plugins_dir
+        && let Ok(entries) = std::fs::read_dir(dir.expect("checked"))
+    {
+        let mut files: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "wasm"))
+            .collect();
+        files.sort();
+        changes.extend(files.into_iter().map(Change::Plugin));
+    }
+    if let Some(config) = config
+        && config.parent() == dir
+    {
+        changes.push(Change::Config(config.to_path_buf()));
+    }
+    changes
 }
 
 /// Whether an event kind can change a file's content or presence.
@@ -163,5 +201,27 @@ mod tests {
         std::fs::remove_file(plugins.join("a.wasm")).unwrap();
         assert_eq!(next(&rx), Change::Plugin(plugins.join("a.wasm")));
         assert!(rx.recv_timeout(DEBOUNCE * 10).is_err(), "nothing else was reported");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_configmap_style_data_swap_rereads_every_file_in_the_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let data = root.join("..2026_11_21_v1");
+        std::fs::create_dir(&data).unwrap();
+        std::fs::write(data.join("k.wasm"), "x").unwrap();
+        std::fs::write(data.join("eventpipe.toml"), "").unwrap();
+        std::os::unix::fs::symlink("..data/k.wasm", root.join("k.wasm")).unwrap();
+        std::os::unix::fs::symlink("..data/eventpipe.toml", root.join("eventpipe.toml")).unwrap();
+        let config = root.join("eventpipe.toml");
+        let (tx, rx) = mpsc::channel();
+        let _watch = FileWatcher::start(Some(&root), Some(&config), move |c| tx.send(c).unwrap()).unwrap();
+        // The atomic writer's last step: `..data` now points at the new version.
+        std::os::unix::fs::symlink("..2026_11_21_v1", root.join("..data_tmp")).unwrap();
+        std::fs::rename(root.join("..data_tmp"), root.join("..data")).unwrap();
+        let mut got = vec![next(&rx), next(&rx)];
+        got.sort_by_key(|c| format!("{c:?}"));
+        assert_eq!(got, [Change::Config(config.clone()), Change::Plugin(root.join("k.wasm"))]);
     }
 }

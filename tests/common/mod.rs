@@ -115,8 +115,9 @@ pub fn with_default_plugins(
     options
 }
 
-/// The component of test fixture plugin `name` (a crate under `tests/plugins/`), built once per
-/// test binary for wasm32-wasip2 into `target/wasm-plugins`.
+/// The component of test fixture plugin `name` (the crate `tests/plugins/<name>`, package
+/// `fixture-<name>`), all fixtures built once per test binary for wasm32-wasip2 into
+/// `target/wasm-plugins`.
 pub fn fixture_plugin(name: &str) -> PathBuf {
     static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -126,17 +127,12 @@ pub fn fixture_plugin(name: &str) -> PathBuf {
         build
             .current_dir(root.join("plugins"))
             .args(["build", "--release", "--locked", "--target", "wasm32-wasip2", "--target-dir"])
-            .arg(&target)
-            .args([
-                "-p",
-                "fixture-misbehave",
-                "-p",
-                "fixture-ignore-host",
-                "-p",
-                "fixture-keep-all",
-                "-p",
-                "fixture-tagger",
-            ]);
+            .arg(&target);
+        // Every crate under tests/plugins is a fixture package `fixture-<dir name>`.
+        let fixtures = std::fs::read_dir(root.join("tests").join("plugins")).expect("tests/plugins");
+        for dir in fixtures.filter_map(Result::ok).filter(|d| d.path().join("Cargo.toml").is_file()) {
+            build.arg("-p").arg(format!("fixture-{}", dir.file_name().to_string_lossy()));
+        }
         for var in ["RUSTFLAGS", "CARGO_ENCODED_RUSTFLAGS", "CARGO_BUILD_TARGET", "CARGO_TARGET_DIR"] {
             build.env_remove(var);
         }

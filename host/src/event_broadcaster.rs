@@ -154,17 +154,19 @@ impl EventBroadcaster {
 
     /// The tenant router watcher ([`crate::pipeline::record_to_tenants`]): like
     /// [`start_recording_to_sink`](Self::start_recording_to_sink), but each event goes to its
-    /// tenant's filters and correlators and sinks, as the latest plan from `plans` says.
+    /// tenant's filters and correlators and sinks, as the latest plan from `plans` says;
+    /// `progress` counts finished events (at-least-once delivery).
     ///
     /// # Errors
     /// [`BroadcasterError::Stopped`] after shutdown.
     pub fn start_recording_to_tenants(
         &self,
         plans: tokio::sync::watch::Receiver<Arc<crate::pipeline::TenantPlan>>,
+        progress: Option<Arc<crate::delivery::Progress>>,
     ) -> Result<JoinHandle<crate::pipeline::RouterStats>, BroadcasterError> {
         let watcher = self.broadcaster.watch()?;
         let (retry, cancel, clock) = (self.options.retry.clone(), self.cancel.clone(), self.options.correlation_clock);
-        Ok(tokio::spawn(crate::pipeline::record_to_tenants(watcher, plans, retry, cancel, clock)))
+        Ok(tokio::spawn(crate::pipeline::record_to_tenants(watcher, plans, retry, cancel, clock, progress)))
     }
 
     /// client-go `StartEventWatcher`: calls `handler` synchronously for every event; a slow

@@ -8,6 +8,7 @@ pub mod broadcaster;
 pub mod clock;
 pub mod config;
 pub mod correlator;
+pub mod delivery;
 pub mod event;
 pub mod event_broadcaster;
 pub mod k8s;

@@ -9,6 +9,7 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use eventpipe::broadcaster::FullChannelBehavior;
 use eventpipe::correlator::{CorrelatorOptions, SourceObjectType};
+use eventpipe::delivery::Delivery;
 use eventpipe::event_broadcaster::{CorrelationClock, EventBroadcasterOptions};
 use eventpipe::k8s::KubeOptions;
 use eventpipe::pipeline::{KeyChoice, TenantRules};
@@ -278,6 +279,16 @@ enum Behavior {
     Drop,
 }
 
+#[derive(Copy, Clone, Debug, ValueEnum, PartialEq, Eq)]
+enum DeliveryArg {
+    /// DropIfChannelFull: never blocks the source; drops are counted.
+    AtMostOnce,
+    /// WaitIfChannelFull: nothing lost in process.
+    Wait,
+    /// Wait, plus a saved source position: nothing lost across restarts (duplicates possible).
+    AtLeastOnce,
+}
+
 #[derive(Copy, Clone, Debug, ValueEnum)]
 enum ClockArg {
     /// The event's own time (lastTimestamp, else eventTime…): deterministic for recorded streams.
@@ -316,9 +327,17 @@ struct RunArgs {
     kube: KubeArgs,
     #[command(flatten)]
     runtime: RuntimeArgs,
-    /// What a full watcher queue does.
+    /// What a full watcher queue does (`--delivery` sets it too).
     #[arg(long, value_enum, default_value_t = Behavior::Wait)]
     full_channel_behavior: Behavior,
+    /// Delivery mode: `at-most-once` (DropIfChannelFull), `wait` (WaitIfChannelFull, nothing
+    /// lost in process), `at-least-once` (wait, and the source position is saved in
+    /// `--state-file` once every sink acknowledged, so a restart resumes without loss).
+    #[arg(long, value_enum)]
+    delivery: Option<DeliveryArg>,
+    /// The state file of `--delivery at-least-once`.
+    #[arg(long, value_name = "FILE", required_if_eq("delivery", "at-least-once"))]
+    state_file: Option<PathBuf>,
     /// Which clock the correlator reads.
     #[arg(long, value_enum, default_value_t = ClockArg::Event)]
     clock: ClockArg,
@@ -449,6 +468,13 @@ fn execute(command: Command) -> anyhow::Result<ExitCode> {
                 },
                 shutdown_timeout: std::time::Duration::from_secs(args.shutdown_timeout),
                 shutdown: tokio_util::sync::CancellationToken::new(),
+                delivery: match (args.delivery, args.full_channel_behavior) {
+                    (Some(DeliveryArg::AtLeastOnce), _) => {
+                        Delivery::AtLeastOnce { state_file: args.state_file.expect("required by clap") }
+                    }
+                    (Some(DeliveryArg::AtMostOnce), _) | (None, Behavior::Drop) => Delivery::AtMostOnce,
+                    (Some(DeliveryArg::Wait), _) | (None, Behavior::Wait) => Delivery::Wait,
+                },
             };
             let runtime = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
             let summary = runtime.block_on(run(options))?;

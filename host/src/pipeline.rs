@@ -389,6 +389,7 @@ impl OpenSink {
 pub struct SinkSet {
     open: Mutex<HashMap<String, OpenSink>>,
     kube: Option<kube::Client>,
+    append: bool,
 }
 
 impl std::fmt::Debug for SinkSet {
@@ -399,9 +400,11 @@ impl std::fmt::Debug for SinkSet {
 }
 
 impl SinkSet {
-    /// An empty set; `kube` is the client `k8s` sinks use (none: they cannot be opened).
-    pub fn new(kube: Option<kube::Client>) -> Self {
-        Self { open: Mutex::default(), kube }
+    /// An empty set; `kube` is the client `k8s` sinks use (none: they cannot be opened);
+    /// `append`: JSON-lines files are appended to instead of truncated (at-least-once: what was
+    /// delivered before a restart stays).
+    pub fn new(kube: Option<kube::Client>, append: bool) -> Self {
+        Self { open: Mutex::default(), kube, append }
     }
 
     fn open(
@@ -423,7 +426,12 @@ impl SinkSet {
         let sink = match spec {
             SinkSpec::JsonLinesStdout => OpenSink::Jsonl(Arc::new(JsonLinesSink::new(Box::new(std::io::stdout())))),
             SinkSpec::JsonLinesFile(path) => {
-                let file = std::fs::File::create(path).map_err(|e| fail(e.to_string()))?;
+                let file = if self.append {
+                    std::fs::OpenOptions::new().create(true).append(true).open(path)
+                } else {
+                    std::fs::File::create(path)
+                }
+                .map_err(|e| fail(e.to_string()))?;
                 OpenSink::Jsonl(Arc::new(JsonLinesSink::new(Box::new(file))))
             }
             SinkSpec::Kubernetes(namespace) => {
@@ -510,13 +518,15 @@ fn adopt(plan: &TenantPlan, live: Vec<LiveTenant>) -> Vec<LiveTenant> {
 }
 
 /// The tenant router watcher's loop; ends when the watcher closes. `plans` delivers the
-/// current plan and every later one (config reloads).
+/// current plan and every later one (config reloads). `progress` counts the events finished
+/// (written to every sink of their tenant, or skipped, filtered or dropped), batch by batch.
 pub async fn record_to_tenants(
     mut watcher: Watcher<Event>,
     mut plans: watch::Receiver<Arc<TenantPlan>>,
     retry: RetryPolicy,
     cancel: CancellationToken,
     clock: CorrelationClock,
+    progress: Option<Arc<crate::delivery::Progress>>,
 ) -> RouterStats {
     let mut stats = RouterStats::default();
     let mut plan = plans.borrow_and_update().clone();
@@ -537,6 +547,7 @@ pub async fn record_to_tenants(
                 None => break,
             }
         }
+        let batch_len = batch.len() as u64;
         if plans.has_changed().unwrap_or(false) {
             plan = plans.borrow_and_update().clone();
             live = adopt(&plan, live);
@@ -603,6 +614,9 @@ pub async fn record_to_tenants(
                     s.count(&outcome);
                 }
             }
+        }
+        if let Some(progress) = &progress {
+            progress.finished(batch_len);
         }
     }
     stats

@@ -6,8 +6,10 @@ use std::sync::Arc;
 
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 
+use crate::broadcaster::FullChannelBehavior;
 use crate::broadcaster::WatchEventType;
 use crate::config::{Config, ConfigError};
+use crate::delivery::{Committer, Delivery, Position, Progress, SavedState};
 use crate::event_broadcaster::{EventBroadcaster, EventBroadcasterOptions};
 use crate::k8s::KubeOptions;
 use crate::pipeline::{PlanError, RouterStats, SinkSet, TenantPlan, TenantRules};
@@ -43,6 +45,17 @@ pub enum SinkSpec {
     Plugin(String),
     /// The Kubernetes Events API; `""`: every event to its own namespace.
     Kubernetes(String),
+}
+
+impl std::fmt::Display for SourceSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SourceSpec::JsonLinesFile(p) => write!(f, "jsonl:{}", p.display()),
+            SourceSpec::JsonLinesStdin => f.write_str("jsonl:-"),
+            SourceSpec::Kubernetes(ns) if ns.is_empty() => f.write_str("k8s"),
+            SourceSpec::Kubernetes(ns) => write!(f, "k8s:{}", ns.join(",")),
+        }
+    }
 }
 
 impl std::fmt::Display for SinkSpec {
@@ -159,6 +172,9 @@ pub enum RunError {
     /// The tenants' rules cannot be put together (a missing plugin, a sink that cannot open).
     #[error(transparent)]
     Plan(#[from] PlanError),
+    /// At-least-once delivery cannot work (no resumable source, a bad state file).
+    #[error("delivery: {0}")]
+    Delivery(String),
     /// The Kubernetes API cannot be reached.
     #[error(transparent)]
     Kubernetes(#[from] crate::k8s::ConnectError),
@@ -204,6 +220,9 @@ pub struct RunOptions {
     pub shutdown_timeout: std::time::Duration,
     /// Fires to stop the run as a signal would (the run also listens for SIGINT and SIGTERM).
     pub shutdown: CancellationToken,
+    /// How events are delivered (sets the Broadcaster's full-channel behaviour; at-least-once
+    /// also saves and resumes the source position).
+    pub delivery: Delivery,
 }
 
 /// Prints a line about what is live (stderr, always) and logs it.
@@ -237,7 +256,31 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         kube_watch,
         shutdown_timeout,
         shutdown,
+        delivery,
     } = options;
+    let mut broadcaster = broadcaster;
+    broadcaster.full_channel_behavior = match delivery {
+        Delivery::AtMostOnce => FullChannelBehavior::DropIfChannelFull,
+        Delivery::Wait | Delivery::AtLeastOnce { .. } => FullChannelBehavior::WaitIfChannelFull,
+    };
+    // At-least-once: where the last run stopped, and the progress this one makes.
+    let source_name = source.to_string();
+    let (progress, resume) = match &delivery {
+        Delivery::AtLeastOnce { state_file } => {
+            if source == SourceSpec::JsonLinesStdin {
+                return Err(RunError::Delivery(
+                    "at-least-once needs a file or k8s source (stdin cannot resume)".into(),
+                ));
+            }
+            let saved = SavedState::load(state_file).map_err(|e| RunError::Delivery(e.to_string()))?;
+            let resume = saved.filter(|s| s.source == source_name).map(|s| s.position);
+            if let Some(p) = &resume {
+                announce(&format!("resuming {source_name} from {p:?} ({})", state_file.display()));
+            }
+            (Some(Arc::new(Progress::default())), resume)
+        }
+        _ => (None, None),
+    };
     tokio::spawn(stop_on_signal(shutdown.clone()));
     let config = config_path.as_deref().map(Config::load).transpose()?;
     // One Kubernetes client for the source and every `k8s` sink, made when anything names one.
@@ -247,7 +290,7 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         || base.sinks.iter().any(|s| matches!(s, SinkSpec::Kubernetes(_)))
         || config.as_ref().is_some_and(|c| names_k8s(&c.defaults) || c.tenants.iter().any(|t| names_k8s(&t.rules)));
     let client = if needs_kube { Some(crate::k8s::connect(&kube).await?) } else { None };
-    let sinks = Arc::new(SinkSet::new(client.clone()));
+    let sinks = Arc::new(SinkSet::new(client.clone(), progress.is_some()));
     let plan = TenantPlan::build(&base, config.as_ref(), &registry, &sinks)?;
     let (plans_tx, plans_rx) = tokio::sync::watch::channel(Arc::new(plan));
     let latest_plan = plans_tx.subscribe();
@@ -282,11 +325,38 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
     announce_plan(&latest_plan.borrow());
 
     let event_broadcaster = EventBroadcaster::new(broadcaster);
-    let router = event_broadcaster.start_recording_to_tenants(plans_rx).expect("a new broadcaster is running");
+    let router =
+        event_broadcaster.start_recording_to_tenants(plans_rx, progress.clone()).expect("a new broadcaster is running");
+    let committer = match (&delivery, &progress) {
+        (Delivery::AtLeastOnce { state_file }, Some(progress)) => {
+            let committer = Arc::new(Committer {
+                state_file: state_file.clone(),
+                source: source_name.clone(),
+                progress: progress.clone(),
+            });
+            let (c, s, stop) = (committer.clone(), sinks.clone(), shutdown.child_token());
+            let task = tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = stop.cancelled() => break,
+                        _ = tokio::time::sleep(COMMIT_INTERVAL) => {}
+                    }
+                    commit(&c, &s);
+                }
+            });
+            Some((committer, task))
+        }
+        _ => None,
+    };
     let mut summary = match &source {
         SourceSpec::Kubernetes(namespaces) => {
             let client = client.clone().expect("connected above for a k8s source");
-            let options = WatchOptions { namespaces: namespaces.clone(), ..kube_watch };
+            let resume_from = match &resume {
+                Some(Position::ResourceVersion(rv)) => Some(rv.clone()),
+                _ => None,
+            };
+            let options =
+                WatchOptions { namespaces: namespaces.clone(), resume_from, progress: progress.clone(), ..kube_watch };
             let watch = crate::source::k8s::watch_events(
                 client,
                 options,
@@ -296,11 +366,15 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
             .await;
             Ok(RunSummary { read: watch.events, ..RunSummary::default() })
         }
-        SourceSpec::JsonLinesStdin => pump(tokio::io::stdin(), "-", &event_broadcaster, &shutdown).await,
+        SourceSpec::JsonLinesStdin => pump(tokio::io::stdin(), "-", &event_broadcaster, &shutdown, None, 0).await,
         SourceSpec::JsonLinesFile(p) => {
             let path = p.display().to_string();
-            match tokio::fs::File::open(p).await {
-                Ok(file) => pump(file, &path, &event_broadcaster, &shutdown).await,
+            let offset = match &resume {
+                Some(Position::FileOffset(o)) => *o,
+                _ => 0,
+            };
+            match open_at(p, offset).await {
+                Ok(file) => pump(file, &path, &event_broadcaster, &shutdown, progress.clone(), offset).await,
                 Err(error) => Err(RunError::Source { path, error }),
             }
         }
@@ -326,6 +400,10 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         drain.await?
     };
     drop(watcher);
+    if let Some((committer, task)) = committer {
+        task.abort();
+        commit(&committer, &sinks); // what the drain finished
+    }
     sinks.flush().map_err(|(spec, error)| RunError::Sink { spec, error })?;
     if let Ok(s) = summary.as_mut() {
         s.sink = router_stats;
@@ -379,6 +457,28 @@ impl Reloader {
     }
 }
 
+/// How often at-least-once saves the source position.
+const COMMIT_INTERVAL: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Flushes the sinks and saves the newest finished position; errors are logged (the next
+/// commit tries again).
+fn commit(committer: &Committer, sinks: &SinkSet) {
+    let flush = || sinks.flush().map_err(|(spec, e)| format!("flushing sink {spec}: {e}"));
+    if let Err(error) = committer.commit(flush) {
+        tracing::error!(%error, "could not save the source position");
+    }
+}
+
+/// `path` opened and positioned at byte `offset`.
+async fn open_at(path: &std::path::Path, offset: u64) -> std::io::Result<tokio::fs::File> {
+    use tokio::io::AsyncSeekExt;
+    let mut file = tokio::fs::File::open(path).await?;
+    if offset > 0 {
+        file.seek(std::io::SeekFrom::Start(offset)).await?;
+    }
+    Ok(file)
+}
+
 /// Fires `shutdown` on SIGINT or SIGTERM.
 async fn stop_on_signal(shutdown: CancellationToken) {
     #[cfg(unix)]
@@ -404,32 +504,51 @@ async fn stop_on_signal(shutdown: CancellationToken) {
 }
 
 /// Reads the source line by line into the Broadcaster (waiting for room: `Action`) until it
-/// ends or `shutdown` fires.
+/// ends or `shutdown` fires. With `progress`, records the byte offset (from `start`) after each
+/// event's line; an earlier event of a line that holds several gets the line's start, so a
+/// restart re-reads the whole line (duplicates, never gaps).
 async fn pump(
     input: impl AsyncRead + Unpin,
     path: &str,
     to: &EventBroadcaster,
     shutdown: &CancellationToken,
+    progress: Option<Arc<Progress>>,
+    start: u64,
 ) -> Result<RunSummary, RunError> {
     let mut summary = RunSummary::default();
-    let mut lines = BufReader::with_capacity(1 << 16, input).lines();
+    let mut reader = BufReader::with_capacity(1 << 16, input);
     let mut decoder = Decoder::new();
+    let mut buf = Vec::with_capacity(4096);
+    let mut offset = start;
     loop {
-        let line = tokio::select! {
-            _ = shutdown.cancelled() => None,
-            line = lines.next_line() => line.map_err(|error| RunError::Source { path: path.into(), error })?,
+        buf.clear();
+        let read = tokio::select! {
+            _ = shutdown.cancelled() => 0,
+            n = reader.read_until(b'\n', &mut buf) => n.map_err(|error| RunError::Source { path: path.into(), error })?,
         };
+        let line_start = offset;
+        offset += read as u64;
         let mut items = Vec::new();
-        match &line {
-            Some(l) => decoder.push_line(l, |item| items.push(item)),
-            None => items.extend(decoder.finish().map(Err)),
+        if read > 0 {
+            let text = String::from_utf8_lossy(&buf);
+            decoder.push_line(text.trim_end_matches(['\n', '\r']), |item| items.push(item));
+        } else {
+            items.extend(decoder.finish().map(Err));
         }
+        let events = items.iter().filter(|i| matches!(i, Ok(Decoded::Event { .. }))).count();
+        let mut nth = 0;
         for item in items {
             match item {
-                Ok(Decoded::Event { event, .. }) => match to.broadcaster().action(WatchEventType::Added, event).await {
-                    Ok(()) => summary.read += 1,
-                    Err(error) => tracing::error!(%error, "broadcaster refused an event"),
-                },
+                Ok(Decoded::Event { event, .. }) => {
+                    nth += 1;
+                    if let Some(progress) = &progress {
+                        progress.sent(Position::FileOffset(if nth == events { offset } else { line_start }));
+                    }
+                    match to.broadcaster().action(WatchEventType::Added, event).await {
+                        Ok(()) => summary.read += 1,
+                        Err(error) => tracing::error!(%error, "broadcaster refused an event"),
+                    }
+                }
                 Ok(other) => {
                     tracing::info!(
                         source = path,
@@ -445,7 +564,7 @@ async fn pump(
                 }
             }
         }
-        if line.is_none() {
+        if read == 0 {
             return Ok(summary);
         }
     }

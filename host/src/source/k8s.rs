@@ -51,7 +51,7 @@ pub enum EventsApi {
 }
 
 /// What to watch.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct WatchOptions {
     /// Namespaces to watch; empty: all namespaces.
     pub namespaces: Vec<String>,
@@ -65,6 +65,23 @@ pub struct WatchOptions {
     pub replay_existing: bool,
     /// Server-side watch timeout, seconds (0: 300). The watch is resumed after it.
     pub timeout_seconds: u32,
+    /// Resume watching from this resourceVersion (a saved position) instead of listing first.
+    pub resume_from: Option<String>,
+    /// Records the position after each event sent (at-least-once delivery).
+    pub progress: Option<std::sync::Arc<crate::delivery::Progress>>,
+}
+
+impl std::fmt::Debug for WatchOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WatchOptions")
+            .field("namespaces", &self.namespaces)
+            .field("field_selector", &self.field_selector)
+            .field("label_selector", &self.label_selector)
+            .field("api", &self.api)
+            .field("replay_existing", &self.replay_existing)
+            .field("resume_from", &self.resume_from)
+            .finish_non_exhaustive()
+    }
 }
 
 /// What a watch did.
@@ -141,6 +158,8 @@ struct Watch {
     seen: lru::LruCache<String, String>,
     stats: WatchStats,
     backoff: Duration,
+    resume_from: Option<String>,
+    progress: Option<std::sync::Arc<crate::delivery::Progress>>,
 }
 
 impl Watch {
@@ -176,24 +195,33 @@ impl Watch {
             seen: lru::LruCache::new(NonZeroUsize::new(SEEN_ENTRIES).expect("non-zero")),
             stats: WatchStats::default(),
             backoff: INITIAL_BACKOFF,
+            // A saved resourceVersion belongs to one watch; with several namespaces each lists.
+            resume_from: options.resume_from.clone().filter(|_| options.namespaces.len() <= 1),
+            progress: options.progress.clone(),
         }
     }
 
     async fn run(mut self) -> WatchStats {
-        let mut resource_version: Option<String> = None;
-        let mut first_list = true;
+        // Resuming: the events before the saved position were delivered; a relist (410) then
+        // sends on everything it finds (at-least-once: duplicates rather than gaps).
+        let mut first_list = self.resume_from.is_none();
+        let mut resource_version: Option<String> = self.resume_from.take().filter(|rv| !rv.is_empty());
+        // The last resourceVersion a watch reached (where a restart resumes for listed events).
+        let mut last_watched = String::new();
         loop {
             if self.cancel.is_cancelled() {
                 break;
             }
             let outcome = match &resource_version {
-                None => self.list(!first_list || self.replay_existing).await.map(Some),
+                None => self.list(!first_list || self.replay_existing, last_watched.clone()).await.map(Some),
                 Some(rv) => self.watch(rv.clone()).await,
             };
             match outcome {
                 Ok(Some(rv)) => {
                     if resource_version.is_none() {
                         first_list = false;
+                    } else {
+                        last_watched = rv.clone();
                     }
                     resource_version = Some(rv);
                     self.backoff = INITIAL_BACKOFF;
@@ -235,8 +263,14 @@ impl Watch {
         true
     }
 
-    async fn send(&mut self, event: Event) -> Result<(), Failure> {
+    /// Sends `event` on; `position` is where a restart must resume to see it again (a watched
+    /// event's own resourceVersion; for a listed one, the resourceVersion before the list, as
+    /// list items come in no resourceVersion order).
+    async fn send(&mut self, event: Event, position: &str) -> Result<(), Failure> {
         self.stats.events += 1;
+        if let Some(progress) = &self.progress {
+            progress.sent(crate::delivery::Position::ResourceVersion(position.to_string()));
+        }
         self.to.action(WatchEventType::Added, event).await.map_err(|_| Failure::Stopped)
     }
 
@@ -263,7 +297,7 @@ impl Watch {
 
     /// Lists every page; sends on the items when `send_items` (or when they changed since
     /// last seen); returns the list's resourceVersion.
-    async fn list(&mut self, send_items: bool) -> Result<String, Failure> {
+    async fn list(&mut self, send_items: bool, position: String) -> Result<String, Failure> {
         self.stats.lists += 1;
         let mut continue_token: Option<String> = None;
         loop {
@@ -284,7 +318,7 @@ impl Watch {
             for item in items {
                 if let Ok(Decoded::Event { event, .. }) = item {
                     if self.changed(&event) && send_items {
-                        self.send(event).await?;
+                        self.send(event, &position).await?;
                     } else {
                         self.stats.repeats += u64::from(send_items);
                     }
@@ -335,7 +369,8 @@ impl Watch {
                                 continue; // an expired event going away is not an occurrence
                             }
                             if self.changed(&event) {
-                                self.send(event).await?;
+                                let position = event.metadata.resource_version.clone();
+                                self.send(event, &position).await?;
                             } else {
                                 self.stats.repeats += 1;
                             }

@@ -10,6 +10,8 @@ pub mod config;
 pub mod correlator;
 pub mod event;
 pub mod event_broadcaster;
+pub mod logging;
+pub mod metrics;
 pub mod pipeline;
 pub mod plugin;
 pub mod recorder;

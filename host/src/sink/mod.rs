@@ -3,6 +3,7 @@
 
 pub mod jsonl;
 pub mod retry;
+pub mod webhook;
 
 use async_trait::async_trait;
 

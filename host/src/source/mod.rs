@@ -1,3 +1,4 @@
-//! Event sources: decoding real event streams into the core/v1 model.
+//! Event sources: decoding real event streams into the core/v1 model, and HTTP ingest.
 
 pub mod decode;
+pub mod http;

@@ -204,7 +204,7 @@ async fn limits_media_types_and_unknown_paths_answer_status_objects() {
     let config = IngestConfig { max_body_bytes: 1024, ..IngestConfig::default() };
     let (ingest, _rx) = ingest(config, 8);
     let router = ingest.router();
-    let big = format!("[{}]", vec![CLIENT_GO_CREATE; 4].join(","));
+    let big = format!("[{}]", [CLIENT_GO_CREATE; 4].join(","));
     let mut declared = request(Method::POST, "/ingest", Some("application/json"), big.clone());
     declared.headers_mut().insert(header::CONTENT_LENGTH, big.len().into());
     let cases: Vec<(Request<Body>, StatusCode, &str)> = vec![
@@ -212,7 +212,7 @@ async fn limits_media_types_and_unknown_paths_answer_status_objects() {
         (declared, StatusCode::PAYLOAD_TOO_LARGE, "RequestEntityTooLarge"),
         (
             // No Content-Length: the limit applies while reading.
-            request(Method::POST, "/ingest", Some("application/json"), ChunkBody::new(big.as_bytes())),
+            request(Method::POST, "/ingest", Some("application/json"), ChunkBody::body(big.as_bytes())),
             StatusCode::PAYLOAD_TOO_LARGE,
             "RequestEntityTooLarge",
         ),
@@ -246,7 +246,7 @@ async fn limits_media_types_and_unknown_paths_answer_status_objects() {
 struct ChunkBody(std::collections::VecDeque<bytes::Bytes>);
 
 impl ChunkBody {
-    fn new(bytes: &[u8]) -> Body {
+    fn body(bytes: &[u8]) -> Body {
         Body::new(ChunkBody(bytes.chunks(100).map(bytes::Bytes::copy_from_slice).collect()))
     }
 }

@@ -30,9 +30,8 @@ impl Scrape {
     /// `name{k="v",…} value`, and the final `# EOF`.
     fn parse(text: &str) -> Scrape {
         let mut scrape = Scrape::default();
-        let mut lines = text.lines().peekable();
         let mut saw_eof = false;
-        while let Some(line) = lines.next() {
+        for line in text.lines() {
             assert!(!saw_eof, "content after # EOF: {line}");
             if line == "# EOF" {
                 saw_eof = true;

@@ -675,3 +675,26 @@ impl Worker {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_is_exponential_capped_jittered_and_honours_retry_after() {
+        let backoff = Backoff {
+            base: Duration::from_millis(100),
+            cap: Duration::from_secs(1),
+            max_attempts: None,
+            jitter: Arc::new(|| 0.5),
+        };
+        let ms = |failures, retry_after| backoff.delay(failures, retry_after).as_millis();
+        assert_eq!([ms(1, None), ms(2, None), ms(3, None), ms(4, None)], [50, 100, 200, 400]);
+        assert_eq!(ms(5, None), 500, "bound capped at 1 s, then jittered");
+        assert_eq!(ms(80, None), 500, "no overflow");
+        assert_eq!(ms(1, Some(Duration::from_millis(300))), 300, "at least Retry-After");
+        assert_eq!(ms(1, Some(Duration::from_secs(60))), 1000, "Retry-After is capped too");
+        let none = Backoff { jitter: Arc::new(|| 0.0), ..backoff.clone() };
+        assert_eq!(none.delay(3, None), Duration::ZERO, "full jitter reaches zero");
+    }
+}

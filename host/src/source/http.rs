@@ -533,12 +533,12 @@ fn media_type(headers: &HeaderMap) -> Option<String> {
     Some(value.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
 }
 
-fn check_media_type(shared: &Shared, headers: &HeaderMap, accepted: &[&str]) -> Result<(), ApiStatus> {
+fn check_media_type(shared: &Shared, headers: &HeaderMap, accepted: &[&str]) -> Result<(), Box<ApiStatus>> {
     match media_type(headers) {
         Some(m) if accepted.contains(&m.as_str()) => Ok(()),
         given => {
             bump(&shared.counters.unsupported_media_type);
-            Err(ApiStatus::failure(
+            Err(Box::new(ApiStatus::failure(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 "UnsupportedMediaType",
                 format!(
@@ -546,7 +546,7 @@ fn check_media_type(shared: &Shared, headers: &HeaderMap, accepted: &[&str]) -> 
                     given.as_deref().unwrap_or("no Content-Type"),
                     accepted.join(", ")
                 ),
-            ))
+            )))
         }
     }
 }
@@ -610,7 +610,7 @@ async fn create(State(shared): State<SharedState>, Path(ns): Path<String>, heade
 
 async fn create_inner(shared: &Shared, ns: String, headers: HeaderMap, body: Body) -> Result<Response, Response> {
     let fail = |s: ApiStatus| s.into_response();
-    check_media_type(shared, &headers, &["application/json"]).map_err(fail)?;
+    check_media_type(shared, &headers, &["application/json"]).map_err(|s| fail(*s))?;
     let bytes = read_body(shared, &headers, body).await.map_err(fail)?;
     let mut event: Event = serde_json::from_slice(&bytes)
         .map_err(|e| fail(bad_request(shared, format!("the body is not a core/v1 Event: {e}"))))?;
@@ -710,7 +710,7 @@ async fn ingest(State(shared): State<SharedState>, headers: HeaderMap, body: Bod
 }
 
 async fn ingest_inner(shared: &Shared, headers: HeaderMap, body: Body) -> Result<IngestReport, ApiStatus> {
-    check_media_type(shared, &headers, INGEST_MEDIA_TYPES)?;
+    check_media_type(shared, &headers, INGEST_MEDIA_TYPES).map_err(|s| *s)?;
     let bytes = read_body(shared, &headers, body).await?;
     let text = std::str::from_utf8(&bytes)
         .map_err(|e| bad_request(shared, format!("the body is not UTF-8 (at byte {})", e.valid_up_to())))?;
@@ -798,4 +798,47 @@ async fn ingest_inner(shared: &Shared, headers: HeaderMap, body: Body) -> Result
         counters.accepted.fetch_add(n, Ordering::Relaxed);
     }
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_binds_need_no_token_others_do() {
+        let token = BearerToken::new("abc").unwrap();
+        for (addr, ok_without) in [
+            ("127.0.0.1:80", true),
+            ("[::1]:80", true),
+            ("127.8.9.1:80", true),
+            ("0.0.0.0:80", false),
+            ("[::]:80", false),
+            ("10.0.0.1:80", false),
+        ] {
+            let addr: SocketAddr = addr.parse().unwrap();
+            assert_eq!(check_bind(addr, None).is_ok(), ok_without, "{addr}");
+            assert!(check_bind(addr, Some(&token)).is_ok(), "{addr}");
+        }
+    }
+
+    #[test]
+    fn tokens_are_checked_and_compared_exactly() {
+        let token = BearerToken::new("abc.DEF-123~+/==").unwrap();
+        assert!(token.matches(b"abc.DEF-123~+/=="));
+        assert!(!token.matches(b"abc.DEF-123~+/="));
+        assert!(!token.matches(b"abc.DEF-123~+/==x"));
+        assert!(!token.matches(b""));
+        for bad in ["", "===", "a b", "tok\u{e9}n", "a\"b"] {
+            assert!(BearerToken::new(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(format!("{token:?}"), "BearerToken(<redacted>)");
+    }
+
+    #[test]
+    fn media_types_ignore_parameters_and_case() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("Application/JSON; charset=utf-8"));
+        assert_eq!(media_type(&headers).as_deref(), Some("application/json"));
+        assert_eq!(media_type(&HeaderMap::new()), None);
+    }
 }

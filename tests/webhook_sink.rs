@@ -274,6 +274,16 @@ async fn shutdown_grace_fails_what_cannot_be_delivered() {
     assert!(matches!(ack.await, Err(SinkError::Transport(_))));
 }
 
+#[tokio::test]
+async fn dropping_the_sink_abandons_its_queue() {
+    let (server, addr) = start(Vec::new()).await;
+    *server.always.lock().unwrap() = Some(Mode::Fail(StatusCode::INTERNAL_SERVER_ERROR));
+    let sink = WebhookSink::new(config(addr)).unwrap();
+    let ack = sink.submit(Verb::Create, &event("e.0"), &[]).await.unwrap();
+    drop(sink);
+    assert!(matches!(ack.await, Err(SinkError::Transport(_))));
+}
+
 /// client-go's `recordToSink` on top of the webhook: the first occurrence is a create, the repeat
 /// a patch carrying the strategic-merge body, each written once its batch is acknowledged.
 #[tokio::test]

@@ -475,6 +475,16 @@ impl WebhookSink {
     }
 }
 
+/// Dropping the sink without [`shutdown`](WebhookSink::shutdown) abandons what is still queued
+/// or being retried: it is failed without another attempt (its [`Ack`]s resolve with an error)
+/// and the worker ends. Call `shutdown` first to drain.
+impl Drop for WebhookSink {
+    fn drop(&mut self) {
+        self.closing.cancel();
+        self.abort.cancel();
+    }
+}
+
 #[async_trait]
 impl EventSink for WebhookSink {
     async fn create(&self, event: &Event) -> Result<Event, SinkError> {

@@ -946,7 +946,9 @@ mod tests {
         assert_err("[defaults]\nqps = nan\n", 2, "defaults.qps", "not nan");
         assert_err("[defaults]\nfilters = [\"a\", \"builtin\"]\n", 2, "defaults.filters[1]", "not a filter plugin");
         assert_err("[defaults]\naggregate_key = \"\"\n", 2, "defaults.aggregate_key", "must not be empty");
-        let ok = parse("[defaults]\nsinks = [\"jsonl:-\", \"plugin:jsonl\", \"plugin:x.wasm\", \"k8s\", \"k8s:ns\"]\nfallback = \"fail\"\n");
+        let ok = parse(
+            "[defaults]\nsinks = [\"jsonl:-\", \"plugin:jsonl\", \"plugin:x.wasm\", \"k8s\", \"k8s:ns\"]\nfallback = \"fail\"\n",
+        );
         assert_eq!(ok.unwrap().defaults.fallback, Some(FallbackPolicy::Fail));
     }
 

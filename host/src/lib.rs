@@ -12,6 +12,8 @@ pub mod delivery;
 pub mod event;
 pub mod event_broadcaster;
 pub mod k8s;
+pub mod logging;
+pub mod metrics;
 pub mod pipeline;
 pub mod plugin;
 pub mod recorder;

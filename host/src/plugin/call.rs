@@ -68,6 +68,23 @@ impl CallFailure {
         }
     }
 
+    /// Every [`label`](Self::label), in the order of [`PluginStatsSnapshot::failures_by_reason`](super::PluginStatsSnapshot::failures_by_reason).
+    pub const LABELS: [&'static str; 7] =
+        ["out_of_fuel", "memory_limit", "trap", "instantiate", "guest_error", "garbage", "unloaded"];
+
+    /// The index of this failure's label in [`LABELS`](Self::LABELS).
+    pub fn index(&self) -> usize {
+        match self {
+            CallFailure::OutOfFuel { .. } => 0,
+            CallFailure::MemoryLimit(_) => 1,
+            CallFailure::Trap(_) => 2,
+            CallFailure::Instantiate(_) => 3,
+            CallFailure::GuestError(_) => 4,
+            CallFailure::Garbage(_) => 5,
+            CallFailure::Unloaded => 6,
+        }
+    }
+
     fn from_wasmtime(e: &wasmtime::Error, budget: u64) -> Self {
         if let Some(limit) = e.downcast_ref::<MemoryLimitExceeded>() {
             return CallFailure::MemoryLimit(limit.to_string());
@@ -136,7 +153,9 @@ where
 
     /// The error for `failure` on `event`, counted in the handle's stats.
     pub(crate) fn error(&self, event: String, failure: CallFailure) -> PluginCallError {
-        self.handle.stats().failures.fetch_add(1, Ordering::Relaxed);
+        let stats = self.handle.stats();
+        stats.failures.fetch_add(1, Ordering::Relaxed);
+        stats.failures_by_reason[failure.index()].fetch_add(1, Ordering::Relaxed);
         PluginCallError {
             plugin: self.handle.name().to_string(),
             kind: self.handle.kind(),

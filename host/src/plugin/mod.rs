@@ -212,6 +212,7 @@ pub struct PluginStats {
     events: AtomicU64,
     fuel_consumed: AtomicU64,
     failures: AtomicU64,
+    failures_by_reason: [AtomicU64; CallFailure::LABELS.len()],
     fallbacks: AtomicU64,
     drops: AtomicU64,
     instances: AtomicU64,
@@ -228,6 +229,8 @@ pub struct PluginStatsSnapshot {
     pub fuel_consumed: u64,
     /// Failed calls (traps, fuel, memory, guest errors, garbage results).
     pub failures: u64,
+    /// `failures` by [`CallFailure::label`], indexed as [`CallFailure::LABELS`].
+    pub failures_by_reason: [u64; CallFailure::LABELS.len()],
     /// Events handled by the built-in function after a failure.
     pub fallbacks: u64,
     /// Events dropped after a failure (`drop` / `fail` policies).
@@ -245,6 +248,7 @@ impl PluginStats {
             events: get(&self.events),
             fuel_consumed: get(&self.fuel_consumed),
             failures: get(&self.failures),
+            failures_by_reason: std::array::from_fn(|i| get(&self.failures_by_reason[i])),
             fallbacks: get(&self.fallbacks),
             drops: get(&self.drops),
             instances: get(&self.instances),

@@ -4,6 +4,7 @@
 pub mod jsonl;
 pub mod k8s;
 pub mod retry;
+pub mod webhook;
 
 use async_trait::async_trait;
 

@@ -1,5 +1,6 @@
-//! Event sources: decoding real event streams into the core/v1 model, and the Kubernetes API
-//! watch.
+//! Event sources: decoding real event streams into the core/v1 model, the Kubernetes API
+//! watch, and HTTP ingest.
 
 pub mod decode;
+pub mod http;
 pub mod k8s;

@@ -1,0 +1,533 @@
+//! Prometheus metrics: the host's counters, read at scrape time, in the OpenMetrics text format
+//! (`prometheus-client`), served by `GET /metrics`.
+//!
+//! The host already counts everything (`RouterStats`, `PluginStats` per `PluginHandle`, the
+//! plugin registry's swaps, the Broadcaster's drops, the ingest and webhook counters), so
+//! nothing is counted twice: [`Metrics`] holds *sources* — closures that add their current
+//! counters to a [`Snapshot`] — and every scrape calls them all and encodes the result. A
+//! source adds (`+=`), so several sources may feed one series (e.g. two handles of one plugin
+//! for one tenant). A series whose source goes away (a tenant removed by a config reload) may
+//! go down: Prometheus treats that as a counter reset.
+//!
+//! # Families (OpenMetrics names; counters end in `_total`)
+//!
+//! | family | labels | from |
+//! |---|---|---|
+//! | `eventpipe_events_in_total` | `source` | events read / accepted per source |
+//! | `eventpipe_events_routed_total` | `tenant` | `RouterStats.tenants[t].received` |
+//! | `eventpipe_sink_writes_total` | `tenant`, `verb` (`create`, `patch`) | `created`, `patched` |
+//! | `eventpipe_sink_write_failures_total` | `tenant`, `outcome` (`dropped`, `gave_up`, `cancelled`) | `recordToSink` outcomes |
+//! | `eventpipe_record_retries_total` | `tenant` | `recordToSink` attempts beyond the first |
+//! | `eventpipe_spam_skipped_total` | `tenant` | spam filter skips |
+//! | `eventpipe_aggregated_total` | `tenant` | events replaced by an aggregate |
+//! | `eventpipe_filtered_total` | `tenant` | filter plugin drops |
+//! | `eventpipe_watcher_dropped_total` | `watcher`, `reason` | Broadcaster queue drops |
+//! | `eventpipe_sink_sent_total`, `_acked_total`, `_retries_total`, `_failures_total` | `sink` | webhook sinks |
+//! | `eventpipe_sink_dropped_total` | `sink`, `reason` (`queue_full`) | webhook sinks, at-most-once |
+//! | `eventpipe_sink_queue_depth`, `eventpipe_sink_queue_capacity` (gauges) | `sink` | webhook sinks, events |
+//! | `eventpipe_plugin_calls_total`, `_events_total`, `_fuel_consumed_total`, `_fallbacks_total`, `_drops_total`, `_instances_total` | `plugin`, `tenant` | `PluginStats` |
+//! | `eventpipe_plugin_failures_total` | `plugin`, `tenant`, `reason` (`trap`, `out_of_fuel`, `memory_limit`, `garbage`, …) | `PluginStats` |
+//! | `eventpipe_plugin_swaps_total`, `eventpipe_plugin_reloads_rejected_total` | — | plugin registry |
+//! | `eventpipe_config_reloads_total` | `result` (`applied`, `rejected`) | tenant config reloads |
+//! | `eventpipe_ingest_requests_total` | — | HTTP ingest |
+//! | `eventpipe_ingest_rejected_total` | `reason` | HTTP ingest error answers and bad documents |
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::Registry;
+
+use crate::broadcaster::Broadcaster;
+use crate::event::Event;
+use crate::pipeline::RouterStats;
+use crate::plugin::registry::PluginRegistry;
+use crate::plugin::{CallFailure, PluginHandle, PluginStatsSnapshot};
+use crate::sink::webhook::{WebhookSink, WebhookStats};
+use crate::source::http::IngestStats;
+
+/// The `Content-Type` of `GET /metrics` (OpenMetrics text 1.0.0, which Prometheus scrapes).
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// The tenant label of counts the host only keeps in total (`RouterStats.filtered`).
+pub const ALL_TENANTS: &str = "*";
+
+/// Why the metrics could not be encoded.
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    /// The text encoder failed.
+    #[error("encoding the metrics: {0}")]
+    Encode(#[from] std::fmt::Error),
+}
+
+/// Every counter at one scrape; sources add to it. Maps are keyed by label values.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Snapshot {
+    /// Events in, by source (`jsonl`, `http`, `kubernetes`, …).
+    pub events_in: BTreeMap<String, u64>,
+    /// Events given to each tenant.
+    pub routed: BTreeMap<String, u64>,
+    /// Successful sink writes by (tenant, verb: `create` / `patch`).
+    pub writes: BTreeMap<(String, String), u64>,
+    /// `recordToSink` failures by (tenant, outcome: `dropped` / `gave_up` / `cancelled`).
+    pub write_failures: BTreeMap<(String, String), u64>,
+    /// `recordToSink` retries by tenant.
+    pub record_retries: BTreeMap<String, u64>,
+    /// Spam-filter skips by tenant.
+    pub spam_skipped: BTreeMap<String, u64>,
+    /// Aggregated events by tenant.
+    pub aggregated: BTreeMap<String, u64>,
+    /// Events dropped by filter plugins, by tenant ([`ALL_TENANTS`] for a total).
+    pub filtered: BTreeMap<String, u64>,
+    /// Events dropped by Broadcaster queues, by (watcher, reason).
+    pub watcher_dropped: BTreeMap<(String, String), u64>,
+    /// Webhook (and other queued) sinks by name.
+    pub sinks: BTreeMap<String, WebhookStats>,
+    /// Plugin uses by (plugin, tenant).
+    pub plugins: BTreeMap<(String, String), PluginStatsSnapshot>,
+    /// Plugin versions swapped in (or reverted) by hot reload.
+    pub plugin_swaps: u64,
+    /// Plugin files refused by hot reload.
+    pub plugin_reloads_rejected: u64,
+    /// Tenant config versions taken after the first.
+    pub config_reloads_applied: u64,
+    /// Tenant config versions refused.
+    pub config_reloads_rejected: u64,
+    /// HTTP ingest counters.
+    pub ingest: Option<IngestStats>,
+}
+
+fn add<K: Ord>(map: &mut BTreeMap<K, u64>, key: K, n: u64) {
+    *map.entry(key).or_default() += n;
+}
+
+impl Snapshot {
+    /// Adds the tenant router watcher's counters: per tenant routed, writes by verb, failures
+    /// by outcome, retries, spam skips and aggregations; `filtered` (a total) under
+    /// [`ALL_TENANTS`]; `reloads` as applied config reloads.
+    pub fn add_router(&mut self, stats: &RouterStats) {
+        for (tenant, s) in &stats.tenants {
+            add(&mut self.routed, tenant.clone(), s.received);
+            add(&mut self.writes, (tenant.clone(), "create".into()), s.created);
+            add(&mut self.writes, (tenant.clone(), "patch".into()), s.patched);
+            add(&mut self.write_failures, (tenant.clone(), "dropped".into()), s.dropped);
+            add(&mut self.write_failures, (tenant.clone(), "gave_up".into()), s.gave_up);
+            add(&mut self.write_failures, (tenant.clone(), "cancelled".into()), s.cancelled);
+            add(&mut self.record_retries, tenant.clone(), s.retries);
+            add(&mut self.spam_skipped, tenant.clone(), s.skipped);
+            add(&mut self.aggregated, tenant.clone(), s.aggregated);
+        }
+        add(&mut self.filtered, ALL_TENANTS.into(), stats.filtered);
+        self.config_reloads_applied += stats.reloads;
+    }
+
+    /// Adds one plugin use (its name, tenant and counters).
+    pub fn add_plugin(&mut self, handle: &PluginHandle) {
+        self.add_plugin_stats(handle.name(), handle.tenant(), &handle.stats().snapshot());
+    }
+
+    /// Adds plugin counters under (`plugin`, `tenant`).
+    pub fn add_plugin_stats(&mut self, plugin: &str, tenant: &str, s: &PluginStatsSnapshot) {
+        let e = self.plugins.entry((plugin.into(), tenant.into())).or_default();
+        e.calls += s.calls;
+        e.events += s.events;
+        e.fuel_consumed += s.fuel_consumed;
+        e.failures += s.failures;
+        for (sum, n) in e.failures_by_reason.iter_mut().zip(s.failures_by_reason) {
+            *sum += n;
+        }
+        e.fallbacks += s.fallbacks;
+        e.drops += s.drops;
+        e.instances += s.instances;
+    }
+
+    /// Adds the registry's swaps and refused files.
+    pub fn add_registry(&mut self, registry: &PluginRegistry) {
+        self.plugin_swaps += registry.swaps();
+        self.plugin_reloads_rejected += registry.rejected();
+    }
+
+    /// Adds the Broadcaster's incoming-queue drops (watcher `incoming`, reason `queue_full`).
+    pub fn add_broadcaster(&mut self, broadcaster: &Broadcaster<Event>) {
+        self.add_watcher_dropped("incoming", "queue_full", broadcaster.incoming_dropped());
+    }
+
+    /// Adds `n` events dropped by `watcher` for `reason`.
+    pub fn add_watcher_dropped(&mut self, watcher: &str, reason: &str, n: u64) {
+        add(&mut self.watcher_dropped, (watcher.into(), reason.into()), n);
+    }
+
+    /// Adds the ingest counters, and their accepted events as `events_in{source="http"}`.
+    pub fn add_ingest(&mut self, stats: &IngestStats) {
+        add(&mut self.events_in, "http".into(), stats.accepted);
+        let sum = self.ingest.get_or_insert_with(IngestStats::default);
+        sum.requests += stats.requests;
+        sum.accepted += stats.accepted;
+        sum.bad_documents += stats.bad_documents;
+        sum.non_events += stats.non_events;
+        sum.patch_not_found += stats.patch_not_found;
+        sum.unauthorized += stats.unauthorized;
+        sum.too_large += stats.too_large;
+        sum.unsupported_media_type += stats.unsupported_media_type;
+        sum.bad_requests += stats.bad_requests;
+        sum.queue_full += stats.queue_full;
+    }
+
+    /// Adds a webhook sink's counters under its name.
+    pub fn add_webhook(&mut self, sink: &WebhookSink) {
+        self.add_sink_stats(sink.name(), &sink.stats());
+    }
+
+    /// Adds queued-sink counters under `name`.
+    pub fn add_sink_stats(&mut self, name: &str, s: &WebhookStats) {
+        let e = self.sinks.entry(name.into()).or_default();
+        e.enqueued += s.enqueued;
+        e.sent += s.sent;
+        e.acked += s.acked;
+        e.requests += s.requests;
+        e.retries += s.retries;
+        e.failed += s.failed;
+        e.dropped += s.dropped;
+        e.queue_depth += s.queue_depth;
+        e.max_queue_depth = e.max_queue_depth.max(s.max_queue_depth);
+        e.queue_capacity += s.queue_capacity;
+    }
+
+    /// Adds `n` events read from `source`.
+    pub fn add_events_in(&mut self, source: &str, n: u64) {
+        add(&mut self.events_in, source.into(), n);
+    }
+}
+
+type Source = Box<dyn Fn(&mut Snapshot) + Send + Sync>;
+
+#[derive(Default)]
+struct Sources(RwLock<Vec<Source>>);
+
+impl std::fmt::Debug for Sources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = self.0.read().unwrap_or_else(|p| p.into_inner()).len();
+        f.debug_struct("Sources").field("count", &n).finish()
+    }
+}
+
+impl Sources {
+    fn snapshot(&self) -> Snapshot {
+        let mut snapshot = Snapshot::default();
+        for source in self.0.read().unwrap_or_else(|p| p.into_inner()).iter() {
+            source(&mut snapshot);
+        }
+        snapshot
+    }
+}
+
+/// The metrics registry: sources registered by the run, read at every scrape. Share it as
+/// `Arc<Metrics>`; sources may be added at any time.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    sources: Arc<Sources>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// An empty registry (every family is still described).
+    pub fn new() -> Self {
+        let sources = Arc::new(Sources::default());
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(SnapshotCollector(sources.clone())));
+        Self { registry, sources }
+    }
+
+    /// Registers a source: called at every scrape to add its counters, e.g.
+    /// `metrics.add_source(move |s| s.add_webhook(&sink))`. It must be quick and not block.
+    pub fn add_source(&self, source: impl Fn(&mut Snapshot) + Send + Sync + 'static) {
+        self.sources.0.write().unwrap_or_else(|p| p.into_inner()).push(Box::new(source));
+    }
+
+    /// What a scrape would read now.
+    pub fn snapshot(&self) -> Snapshot {
+        self.sources.snapshot()
+    }
+
+    /// The OpenMetrics text of every family, ending in `# EOF`.
+    ///
+    /// # Errors
+    /// [`MetricsError::Encode`] if the encoder fails (it does not when writing to a `String`).
+    pub fn encode(&self) -> Result<String, MetricsError> {
+        let mut out = String::with_capacity(8 << 10);
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
+        Ok(out)
+    }
+}
+
+/// A router with `GET /metrics` (merge it into the ingest router, or serve it alone).
+pub fn router(metrics: Arc<Metrics>) -> Router {
+    Router::new().route("/metrics", axum::routing::get(handler)).with_state(metrics)
+}
+
+/// `GET /metrics`: `200` with [`CONTENT_TYPE`], or `500` when encoding fails.
+pub async fn handler(State(metrics): State<Arc<Metrics>>) -> Response {
+    match metrics.encode() {
+        Ok(text) => {
+            (StatusCode::OK, [(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE))], text).into_response()
+        }
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+#[derive(Debug)]
+struct SnapshotCollector(Arc<Sources>);
+
+/// Writes one family: its descriptor, then one sample per entry.
+fn family<'a, L: prometheus_client::encoding::EncodeLabelSet + 'a>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    metric_type: MetricType,
+    samples: impl IntoIterator<Item = (L, u64)>,
+) -> Result<(), std::fmt::Error> {
+    let mut family = encoder.encode_descriptor(name, help, None, metric_type)?;
+    for (labels, value) in samples {
+        let encoder = family.encode_family(&labels)?;
+        match metric_type {
+            MetricType::Gauge => ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX)).encode(encoder)?,
+            _ => ConstCounter::new(value).encode(encoder)?,
+        }
+    }
+    Ok(())
+}
+
+fn per<'a>(map: &'a BTreeMap<String, u64>, key: &'static str) -> Vec<([(&'static str, &'a str); 1], u64)> {
+    map.iter().map(|(k, v)| (l1(key, k), *v)).collect()
+}
+
+fn per2<'a>(
+    map: &'a BTreeMap<(String, String), u64>,
+    k1: &'static str,
+    k2: &'static str,
+) -> Vec<([(&'static str, &'a str); 2], u64)> {
+    map.iter().map(|((a, b), v)| (l2(k1, a, k2, b), *v)).collect()
+}
+
+fn l1<'a>(k: &'static str, v: &'a str) -> [(&'static str, &'a str); 1] {
+    [(k, v)]
+}
+
+fn l2<'a>(k1: &'static str, v1: &'a str, k2: &'static str, v2: &'a str) -> [(&'static str, &'a str); 2] {
+    [(k1, v1), (k2, v2)]
+}
+
+impl Collector for SnapshotCollector {
+    fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        use MetricType::{Counter, Gauge};
+        let s = self.0.snapshot();
+        family(
+            &mut e,
+            "eventpipe_events_in",
+            "Events read or accepted, per source.",
+            Counter,
+            per(&s.events_in, "source"),
+        )?;
+        family(&mut e, "eventpipe_events_routed", "Events given to each tenant.", Counter, per(&s.routed, "tenant"))?;
+        family(
+            &mut e,
+            "eventpipe_sink_writes",
+            "Events written by sink call verb (create, patch), per tenant.",
+            Counter,
+            per2(&s.writes, "tenant", "verb"),
+        )?;
+        family(
+            &mut e,
+            "eventpipe_sink_write_failures",
+            "Events recordToSink gave up on, by outcome (dropped, gave_up, cancelled), per tenant.",
+            Counter,
+            per2(&s.write_failures, "tenant", "outcome"),
+        )?;
+        family(
+            &mut e,
+            "eventpipe_record_retries",
+            "recordToSink attempts beyond the first, per tenant.",
+            Counter,
+            per(&s.record_retries, "tenant"),
+        )?;
+        family(
+            &mut e,
+            "eventpipe_spam_skipped",
+            "Events skipped by the spam filter, per tenant.",
+            Counter,
+            per(&s.spam_skipped, "tenant"),
+        )?;
+        family(
+            &mut e,
+            "eventpipe_aggregated",
+            "Events replaced by an aggregate event, per tenant.",
+            Counter,
+            per(&s.aggregated, "tenant"),
+        )?;
+        family(
+            &mut e,
+            "eventpipe_filtered",
+            "Events dropped by filter plugins, per tenant (* = all tenants).",
+            Counter,
+            per(&s.filtered, "tenant"),
+        )?;
+        family(
+            &mut e,
+            "eventpipe_watcher_dropped",
+            "Events dropped by Broadcaster queues, per watcher and reason.",
+            Counter,
+            per2(&s.watcher_dropped, "watcher", "reason"),
+        )?;
+
+        let sink =
+            |f: fn(&WebhookStats) -> u64| s.sinks.iter().map(move |(n, st)| (l1("sink", n), f(st))).collect::<Vec<_>>();
+        family(
+            &mut e,
+            "eventpipe_sink_sent",
+            "Events sent by queued sinks (once per event).",
+            Counter,
+            sink(|s| s.sent),
+        )?;
+        family(
+            &mut e,
+            "eventpipe_sink_acked",
+            "Events acknowledged by the sink's endpoint.",
+            Counter,
+            sink(|s| s.acked),
+        )?;
+        family(
+            &mut e,
+            "eventpipe_sink_retries",
+            "Sink requests beyond the first of a batch.",
+            Counter,
+            sink(|s| s.retries),
+        )?;
+        family(&mut e, "eventpipe_sink_failures", "Events whose batch failed for good.", Counter, sink(|s| s.failed))?;
+        let dropped =
+            s.sinks.iter().map(|(n, st)| (l2("sink", n, "reason", "queue_full"), st.dropped)).collect::<Vec<_>>();
+        family(&mut e, "eventpipe_sink_dropped", "Events a sink refused, per reason.", Counter, dropped)?;
+        family(
+            &mut e,
+            "eventpipe_sink_queue_depth",
+            "Events queued or in flight in a sink, now.",
+            Gauge,
+            sink(|s| s.queue_depth),
+        )?;
+        family(
+            &mut e,
+            "eventpipe_sink_queue_capacity",
+            "A sink's queue capacity, events.",
+            Gauge,
+            sink(|s| s.queue_capacity),
+        )?;
+
+        let plugin = |f: fn(&PluginStatsSnapshot) -> u64| {
+            s.plugins.iter().map(move |((p, t), st)| (l2("plugin", p, "tenant", t), f(st))).collect::<Vec<_>>()
+        };
+        family(&mut e, "eventpipe_plugin_calls", "Calls into a plugin.", Counter, plugin(|s| s.calls))?;
+        family(&mut e, "eventpipe_plugin_events", "Events passed to a plugin.", Counter, plugin(|s| s.events))?;
+        family(
+            &mut e,
+            "eventpipe_plugin_fuel_consumed",
+            "Fuel consumed by successful plugin calls.",
+            Counter,
+            plugin(|s| s.fuel_consumed),
+        )?;
+        let failures = s.plugins.iter().flat_map(|((p, t), st)| {
+            CallFailure::LABELS
+                .iter()
+                .zip(st.failures_by_reason)
+                .map(move |(reason, n)| ([("plugin", p.as_str()), ("tenant", t.as_str()), ("reason", *reason)], n))
+        });
+        family(&mut e, "eventpipe_plugin_failures", "Failed plugin calls, per reason.", Counter, failures)?;
+        family(
+            &mut e,
+            "eventpipe_plugin_fallbacks",
+            "Events handled by the built-in function after a plugin failure.",
+            Counter,
+            plugin(|s| s.fallbacks),
+        )?;
+        family(
+            &mut e,
+            "eventpipe_plugin_drops",
+            "Events dropped after a plugin failure.",
+            Counter,
+            plugin(|s| s.drops),
+        )?;
+        family(&mut e, "eventpipe_plugin_instances", "Plugin instances created.", Counter, plugin(|s| s.instances))?;
+
+        family(
+            &mut e,
+            "eventpipe_plugin_swaps",
+            "Plugin versions swapped in or reverted by hot reload.",
+            Counter,
+            [(NoLabels, s.plugin_swaps)],
+        )?;
+        family(
+            &mut e,
+            "eventpipe_plugin_reloads_rejected",
+            "Plugin files refused by hot reload.",
+            Counter,
+            [(NoLabels, s.plugin_reloads_rejected)],
+        )?;
+        family(
+            &mut e,
+            "eventpipe_config_reloads",
+            "Tenant config versions applied or rejected.",
+            Counter,
+            [
+                (l1("result", "applied"), s.config_reloads_applied),
+                (l1("result", "rejected"), s.config_reloads_rejected),
+            ],
+        )?;
+        if let Some(i) = s.ingest {
+            family(
+                &mut e,
+                "eventpipe_ingest_requests",
+                "HTTP ingest requests answered.",
+                Counter,
+                [(NoLabels, i.requests)],
+            )?;
+            let rejected = [
+                ("unauthorized", i.unauthorized),
+                ("too_large", i.too_large),
+                ("unsupported_media_type", i.unsupported_media_type),
+                ("bad_request", i.bad_requests),
+                ("queue_full", i.queue_full),
+                ("bad_document", i.bad_documents),
+            ];
+            family(
+                &mut e,
+                "eventpipe_ingest_rejected",
+                "HTTP ingest error answers and bad documents, per reason.",
+                Counter,
+                rejected.map(|(r, n)| (l1("reason", r), n)),
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// The empty label set.
+#[derive(Debug, Clone, Copy)]
+struct NoLabels;
+
+impl prometheus_client::encoding::EncodeLabelSet for NoLabels {
+    fn encode(&self, _encoder: &mut prometheus_client::encoding::LabelSetEncoder) -> Result<(), std::fmt::Error> {
+        Ok(())
+    }
+}

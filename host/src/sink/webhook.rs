@@ -1,0 +1,710 @@
+//! A webhook sink: sink calls batched into JSON `POST`s to an HTTP(S) endpoint.
+//!
+//! Each batch is one request, `Content-Type: application/json`:
+//!
+//! ```json
+//! {"items":[{"verb":"create","event":{…},"patch":null},{"verb":"patch","event":{…},"patch":{…}}]}
+//! ```
+//!
+//! — the items are the lines the JSON-lines sink writes, in call order. Every attempt of one batch
+//! carries the same `X-Eventpipe-Batch-Id` (a UUID) so that a receiver can drop duplicates.
+//!
+//! # Queue and batching
+//! Calls are queued (at most [`WebhookConfig::queue_capacity`] events, counting those being
+//! delivered: the queue depth never exceeds it) and one worker task sends them in order: a batch
+//! closes at [`WebhookConfig::max_batch`] events or [`WebhookConfig::max_batch_delay`] after its
+//! first event, whichever comes first. One batch is in flight at a time.
+//!
+//! # Delivery
+//! - [`Delivery::AtLeastOnce`] (default): a call waits for room in the queue, then for its
+//!   batch's acknowledgement — a `2xx` answer — and only then returns the event. So
+//!   `EventSink::create`/`patch` returning `Ok` means "acknowledged", and client-go's
+//!   `recordToSink` loop ([`super::retry`]) works unchanged on top: a batch that exhausts its
+//!   attempts fails its calls with [`SinkError::Transport`] (retryable), so `recordToSink`
+//!   submits them again. With `max_attempts: None` a batch is retried until acknowledged (or
+//!   shutdown). [`WebhookSink::submit`] is the same without waiting: it returns an [`Ack`]
+//!   future once the call is queued.
+//! - [`Delivery::AtMostOnce`]: a call never waits: when the queue is full the event is dropped
+//!   (counted in `dropped`, and the call fails with a `503 QueueFull` [`SinkError::Status`],
+//!   which `recordToSink` does not retry); otherwise it returns as soon as the event is queued.
+//!   A batch is retried only when it surely was not processed: connection failures, `429` and
+//!   `503`; a timeout or another `5xx` loses it (counted in `failed`).
+//!
+//! # Retries
+//! Transport errors, timeouts ([`WebhookConfig::request_timeout`] covers the whole exchange),
+//! `408`, `429` and `5xx` are retried with exponential back-off and full jitter: before attempt
+//! `n + 1`, a pause uniform in `[0, min(cap, base × 2^(n−1)))`, at least the server's
+//! `Retry-After` (seconds; still capped at `cap`). Any other status (`3xx`, `4xx`) is permanent:
+//! the batch's calls fail with a [`SinkError::Status`] carrying the code, which `recordToSink`
+//! drops as it drops an apiserver rejection.
+//!
+//! # Transport
+//! hyper 1 through hyper-util's pooled client, TLS through rustls with the `ring` provider and
+//! the system's root certificates (or a given `rustls::ClientConfig`) — the stack the Kubernetes
+//! client already brings, so no second HTTP stack and no C toolchain.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::Request;
+use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde::Serialize;
+use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use super::retry::Verb;
+use super::{EventSink, SinkError, StatusError};
+use crate::event::Event;
+
+/// Default queue capacity, events.
+pub const DEFAULT_QUEUE_CAPACITY: usize = 1024;
+/// Default largest batch, events.
+pub const DEFAULT_MAX_BATCH: usize = 100;
+/// Default wait for a batch to fill after its first event.
+pub const DEFAULT_MAX_BATCH_DELAY: Duration = Duration::from_millis(100);
+/// Default time allowed for one request (connect, send, answer and its body).
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// Header carrying the batch id, the same on every attempt.
+pub const BATCH_ID_HEADER: &str = "x-eventpipe-batch-id";
+/// Bytes of an error answer's body quoted in errors.
+const ERROR_BODY_BYTES: usize = 512;
+/// Largest answer body read (then discarded), bytes.
+const MAX_ANSWER_BYTES: usize = 64 << 10;
+
+/// Why a webhook sink cannot be built.
+#[derive(Debug, thiserror::Error)]
+pub enum WebhookError {
+    /// The URL is not an absolute `http` or `https` URL.
+    #[error("webhook URL {url:?}: {reason}")]
+    Url {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A setting is out of range.
+    #[error("webhook {0}")]
+    Config(&'static str),
+    /// The system's root certificates could not be loaded for an `https` URL.
+    #[error("webhook TLS: {0}")]
+    Tls(String),
+}
+
+/// How deliveries are acknowledged and what a full queue does; see the [module docs](self).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Delivery {
+    /// Calls wait for room and for their batch's `2xx`.
+    #[default]
+    AtLeastOnce,
+    /// Calls never wait; a full queue drops the event (counted).
+    AtMostOnce,
+}
+
+/// Exponential back-off with full jitter between attempts of one batch.
+#[derive(Clone)]
+pub struct Backoff {
+    /// Pause bound after the first failure (default 100 ms); doubles per failure.
+    pub base: Duration,
+    /// Largest pause bound (default 30 s).
+    pub cap: Duration,
+    /// Attempts per batch including the first (default `Some(10)`); `None`: until acknowledged.
+    pub max_attempts: Option<u32>,
+    /// A factor in `[0, 1)` (default `rand::random`); injectable so tests are deterministic.
+    pub jitter: Arc<dyn Fn() -> f64 + Send + Sync>,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self {
+            base: Duration::from_millis(100),
+            cap: Duration::from_secs(30),
+            max_attempts: Some(10),
+            jitter: Arc::new(rand::random::<f64>),
+        }
+    }
+}
+
+impl std::fmt::Debug for Backoff {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Backoff")
+            .field("base", &self.base)
+            .field("cap", &self.cap)
+            .field("max_attempts", &self.max_attempts)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Backoff {
+    /// The pause after failed attempt `failures` (1-based): `jitter × min(cap, base × 2^(failures−1))`,
+    /// raised to `retry_after` when the server sent one, and never above `cap`.
+    pub fn delay(&self, failures: u32, retry_after: Option<Duration>) -> Duration {
+        let exp = 2u32.saturating_pow(failures.saturating_sub(1).min(31));
+        let bound = self.base.saturating_mul(exp).min(self.cap);
+        let jittered = bound.mul_f64((self.jitter)().clamp(0.0, 1.0));
+        jittered.max(retry_after.unwrap_or_default()).min(self.cap)
+    }
+}
+
+/// How a webhook sink is built.
+#[derive(Clone, Debug)]
+pub struct WebhookConfig {
+    /// Name for logs and metrics labels (e.g. the sink spec).
+    pub name: String,
+    /// Absolute `http://` or `https://` URL the batches are posted to.
+    pub url: String,
+    /// Sent as `Authorization: Bearer …` when set.
+    pub bearer_token: Option<String>,
+    /// Events queued or in flight at most (default 1024).
+    pub queue_capacity: usize,
+    /// Events per batch at most (default 100).
+    pub max_batch: usize,
+    /// Wait for a batch to fill after its first event (default 100 ms).
+    pub max_batch_delay: Duration,
+    /// Time allowed per request, answer body included (default 10 s).
+    pub request_timeout: Duration,
+    /// Retries of a failed batch.
+    pub backoff: Backoff,
+    /// Acknowledgement and full-queue behaviour.
+    pub delivery: Delivery,
+    /// TLS settings for `https` (default: rustls + ring with the system's roots).
+    pub tls: Option<rustls::ClientConfig>,
+}
+
+impl WebhookConfig {
+    /// Defaults for `url`, named `name`.
+    pub fn new(name: impl Into<String>, url: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            url: url.into(),
+            bearer_token: None,
+            queue_capacity: DEFAULT_QUEUE_CAPACITY,
+            max_batch: DEFAULT_MAX_BATCH,
+            max_batch_delay: DEFAULT_MAX_BATCH_DELAY,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            backoff: Backoff::default(),
+            delivery: Delivery::AtLeastOnce,
+            tls: None,
+        }
+    }
+}
+
+/// Counters of one webhook sink, at one moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct WebhookStats {
+    /// Events accepted into the queue.
+    pub enqueued: u64,
+    /// Events sent (counted once, on their batch's first attempt).
+    pub sent: u64,
+    /// Events acknowledged (`2xx`).
+    pub acked: u64,
+    /// Requests made (attempts of all batches).
+    pub requests: u64,
+    /// Attempts beyond the first of a batch.
+    pub retries: u64,
+    /// Events whose batch failed for good (attempts exhausted, permanent error, shutdown).
+    pub failed: u64,
+    /// Events refused because the queue was full ([`Delivery::AtMostOnce`]).
+    pub dropped: u64,
+    /// Events queued or in flight now (≤ `queue_capacity`).
+    pub queue_depth: u64,
+    /// The largest queue depth seen.
+    pub max_queue_depth: u64,
+    /// The configured capacity.
+    pub queue_capacity: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    enqueued: AtomicU64,
+    sent: AtomicU64,
+    acked: AtomicU64,
+    requests: AtomicU64,
+    retries: AtomicU64,
+    failed: AtomicU64,
+    dropped: AtomicU64,
+    max_queue_depth: AtomicU64,
+}
+
+/// One line of a batch: the JSON-lines sink's shape.
+#[derive(Serialize)]
+struct SinkCall<'a> {
+    verb: Verb,
+    event: &'a Event,
+    patch: Option<&'a serde_json::value::RawValue>,
+}
+
+/// A queued call: its JSON, its place in the queue, and who waits for the outcome.
+struct Item {
+    json: Vec<u8>,
+    ack: Option<oneshot::Sender<Result<(), SinkError>>>,
+    _slot: OwnedSemaphorePermit,
+}
+
+/// The acknowledgement of one queued call: resolves when its batch was acknowledged (`Ok`) or
+/// failed for good.
+///
+/// # Errors
+/// The batch's [`SinkError`]; [`SinkError::Transport`] when the sink shut down first.
+pub struct Ack(oneshot::Receiver<Result<(), SinkError>>);
+
+impl Future for Ack {
+    type Output = Result<(), SinkError>;
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.0)
+            .poll(cx)
+            .map(|r| r.unwrap_or_else(|_| Err(SinkError::Transport("webhook sink shut down before delivery".into()))))
+    }
+}
+
+type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// The webhook [`EventSink`]; see the [module docs](self). Needs a tokio runtime (it spawns
+/// its worker task when built).
+pub struct WebhookSink {
+    name: String,
+    delivery: Delivery,
+    capacity: usize,
+    slots: Arc<Semaphore>,
+    tx: mpsc::UnboundedSender<Item>,
+    counters: Arc<Counters>,
+    closing: CancellationToken,
+    abort: CancellationToken,
+    worker: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for WebhookSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebhookSink").field("name", &self.name).field("stats", &self.stats()).finish_non_exhaustive()
+    }
+}
+
+impl WebhookSink {
+    /// Builds the sink and spawns its worker.
+    ///
+    /// # Errors
+    /// [`WebhookError::Url`] for a URL that is not absolute `http`/`https`;
+    /// [`WebhookError::Config`] for a zero capacity, batch size or timeout;
+    /// [`WebhookError::Tls`] when an `https` URL is given no TLS config and the system's root
+    /// certificates cannot be loaded.
+    pub fn new(config: WebhookConfig) -> Result<Self, WebhookError> {
+        let url_error = |reason: &str| WebhookError::Url { url: config.url.clone(), reason: reason.into() };
+        let uri: hyper::Uri =
+            config.url.parse().map_err(|e: hyper::http::uri::InvalidUri| url_error(&e.to_string()))?;
+        let https = match uri.scheme_str() {
+            Some("https") => true,
+            Some("http") => false,
+            _ => return Err(url_error("expected an absolute http:// or https:// URL")),
+        };
+        if uri.host().is_none() {
+            return Err(url_error("no host"));
+        }
+        if config.queue_capacity == 0 || config.queue_capacity > Semaphore::MAX_PERMITS {
+            return Err(WebhookError::Config("queue_capacity must be at least 1"));
+        }
+        if config.max_batch == 0 {
+            return Err(WebhookError::Config("max_batch must be at least 1"));
+        }
+        if config.request_timeout.is_zero() {
+            return Err(WebhookError::Config("request_timeout must be positive"));
+        }
+        let auth = match &config.bearer_token {
+            Some(t) => Some(
+                HeaderValue::from_str(&format!("Bearer {t}"))
+                    .map_err(|_| WebhookError::Config("bearer_token has characters a header cannot carry"))?,
+            ),
+            None => None,
+        };
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = hyper_rustls::HttpsConnectorBuilder::new();
+        let builder = match config.tls.clone() {
+            Some(tls) => builder.with_tls_config(tls),
+            None if https => builder
+                .with_provider_and_native_roots(provider)
+                .map_err(|e| WebhookError::Tls(format!("cannot load the system's root certificates: {e}")))?,
+            None => builder.with_tls_config(
+                rustls::ClientConfig::builder_with_provider(provider)
+                    .with_safe_default_protocol_versions()
+                    .map_err(|e| WebhookError::Tls(e.to_string()))?
+                    .with_root_certificates(rustls::RootCertStore::empty())
+                    .with_no_client_auth(),
+            ),
+        };
+        let connector = builder.https_or_http().enable_http1().build();
+        let client: HttpClient = Client::builder(TokioExecutor::new()).build(connector);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let counters = Arc::new(Counters::default());
+        let closing = CancellationToken::new();
+        let abort = CancellationToken::new();
+        let worker = Worker {
+            name: config.name.clone(),
+            uri,
+            auth,
+            client,
+            max_batch: config.max_batch,
+            max_batch_delay: config.max_batch_delay,
+            request_timeout: config.request_timeout,
+            backoff: config.backoff,
+            delivery: config.delivery,
+            counters: counters.clone(),
+            closing: closing.clone(),
+            abort: abort.clone(),
+        };
+        let handle = tokio::spawn(worker.run(rx));
+        Ok(Self {
+            name: config.name,
+            delivery: config.delivery,
+            capacity: config.queue_capacity,
+            slots: Arc::new(Semaphore::new(config.queue_capacity)),
+            tx,
+            counters,
+            closing,
+            abort,
+            worker: Mutex::new(Some(handle)),
+        })
+    }
+
+    /// The sink's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The counters now.
+    pub fn stats(&self) -> WebhookStats {
+        let c = &self.counters;
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        WebhookStats {
+            enqueued: get(&c.enqueued),
+            sent: get(&c.sent),
+            acked: get(&c.acked),
+            requests: get(&c.requests),
+            retries: get(&c.retries),
+            failed: get(&c.failed),
+            dropped: get(&c.dropped),
+            queue_depth: (self.capacity - self.slots.available_permits()) as u64,
+            max_queue_depth: get(&c.max_queue_depth),
+            queue_capacity: self.capacity as u64,
+        }
+    }
+
+    /// Queues one call (`patch` empty for none) and returns its acknowledgement without waiting
+    /// for it (the "enqueue, then ack" API). With [`Delivery::AtLeastOnce`] this waits for room
+    /// in the queue; with [`Delivery::AtMostOnce`] it never waits. Dropping the [`Ack`] does not
+    /// cancel the delivery.
+    ///
+    /// # Errors
+    /// [`SinkError::RequestConstruction`] when the patch is not JSON; [`SinkError::Transport`]
+    /// after [`shutdown`](Self::shutdown); [`SinkError::Status`] `503 QueueFull` when an
+    /// [`Delivery::AtMostOnce`] queue is full (the event is dropped and counted).
+    pub async fn submit(&self, verb: Verb, event: &Event, patch: &[u8]) -> Result<Ack, SinkError> {
+        let patch = if patch.is_empty() {
+            None
+        } else {
+            Some(
+                serde_json::from_slice::<&serde_json::value::RawValue>(patch)
+                    .map_err(|e| SinkError::RequestConstruction(format!("patch is not JSON: {e}")))?,
+            )
+        };
+        let json = serde_json::to_vec(&SinkCall { verb, event, patch })
+            .map_err(|e| SinkError::RequestConstruction(format!("encoding the event: {e}")))?;
+        let shut = || SinkError::Transport(format!("webhook {} is shut down", self.name));
+        if self.closing.is_cancelled() {
+            return Err(shut());
+        }
+        let slot = match self.delivery {
+            Delivery::AtLeastOnce => tokio::select! {
+                slot = self.slots.clone().acquire_owned() => slot.map_err(|_| shut())?,
+                _ = self.closing.cancelled() => return Err(shut()),
+            },
+            Delivery::AtMostOnce => match self.slots.clone().try_acquire_owned() {
+                Ok(slot) => slot,
+                Err(tokio::sync::TryAcquireError::Closed) => return Err(shut()),
+                Err(tokio::sync::TryAcquireError::NoPermits) => {
+                    self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+                    return Err(SinkError::Status(StatusError {
+                        code: 503,
+                        reason: "QueueFull".into(),
+                        message: format!(
+                            "webhook {} queue is full ({} events): event dropped",
+                            self.name, self.capacity
+                        ),
+                        causes: Vec::new(),
+                    }));
+                }
+            },
+        };
+        let depth = (self.capacity - self.slots.available_permits()) as u64;
+        self.counters.max_queue_depth.fetch_max(depth, Ordering::Relaxed);
+        let (ack_tx, ack_rx) = oneshot::channel();
+        self.tx.send(Item { json, ack: Some(ack_tx), _slot: slot }).map_err(|_| shut())?;
+        self.counters.enqueued.fetch_add(1, Ordering::Relaxed);
+        Ok(Ack(ack_rx))
+    }
+
+    async fn call(&self, verb: Verb, event: &Event, patch: &[u8]) -> Result<Event, SinkError> {
+        let ack = self.submit(verb, event, patch).await?;
+        if self.delivery == Delivery::AtLeastOnce {
+            ack.await?;
+        }
+        Ok(event.clone())
+    }
+
+    /// Stops taking calls, delivers what is queued (retrying as configured) for at most `grace`,
+    /// then fails what is left, and waits for the worker to end. Returns the final counters.
+    /// Calling it again only returns the counters.
+    pub async fn shutdown(&self, grace: Duration) -> WebhookStats {
+        self.closing.cancel();
+        let worker = self.worker.lock().await.take();
+        if let Some(mut worker) = worker {
+            tokio::select! {
+                _ = &mut worker => {}
+                _ = tokio::time::sleep(grace) => {
+                    self.abort.cancel();
+                    let _ = worker.await;
+                }
+            }
+        }
+        self.stats()
+    }
+}
+
+/// Dropping the sink without [`shutdown`](WebhookSink::shutdown) abandons what is still queued
+/// or being retried: it is failed without another attempt (its [`Ack`]s resolve with an error)
+/// and the worker ends. Call `shutdown` first to drain.
+impl Drop for WebhookSink {
+    fn drop(&mut self) {
+        self.closing.cancel();
+        self.abort.cancel();
+    }
+}
+
+#[async_trait]
+impl EventSink for WebhookSink {
+    async fn create(&self, event: &Event) -> Result<Event, SinkError> {
+        self.call(Verb::Create, event, &[]).await
+    }
+
+    async fn update(&self, _event: &Event) -> Result<Event, SinkError> {
+        Err(SinkError::RequestConstruction("the webhook sink sends creates and patches only".into()))
+    }
+
+    async fn patch(&self, event: &Event, patch: &[u8]) -> Result<Event, SinkError> {
+        self.call(Verb::Patch, event, patch).await
+    }
+}
+
+/// How one attempt ended.
+enum Attempt {
+    Acked,
+    /// Worth another attempt; `safe`: the server surely did not process the batch.
+    Retry {
+        error: String,
+        safe: bool,
+        retry_after: Option<Duration>,
+    },
+    Permanent(StatusError),
+}
+
+struct Worker {
+    name: String,
+    uri: hyper::Uri,
+    auth: Option<HeaderValue>,
+    client: HttpClient,
+    max_batch: usize,
+    max_batch_delay: Duration,
+    request_timeout: Duration,
+    backoff: Backoff,
+    delivery: Delivery,
+    counters: Arc<Counters>,
+    closing: CancellationToken,
+    abort: CancellationToken,
+}
+
+impl Worker {
+    async fn run(self, mut rx: mpsc::UnboundedReceiver<Item>) {
+        loop {
+            let first = tokio::select! {
+                biased;
+                item = rx.recv() => item,
+                _ = self.closing.cancelled() => rx.try_recv().ok(),
+            };
+            let Some(first) = first else { break };
+            let mut batch = vec![first];
+            let deadline = tokio::time::Instant::now() + self.max_batch_delay;
+            while batch.len() < self.max_batch {
+                if self.closing.is_cancelled() {
+                    match rx.try_recv() {
+                        Ok(item) => batch.push(item),
+                        Err(_) => break,
+                    }
+                    continue;
+                }
+                tokio::select! {
+                    biased;
+                    item = rx.recv() => match item {
+                        Some(item) => batch.push(item),
+                        None => break,
+                    },
+                    _ = tokio::time::sleep_until(deadline) => break,
+                    _ = self.closing.cancelled() => {}
+                }
+            }
+            self.deliver(batch).await;
+        }
+    }
+
+    async fn deliver(&self, batch: Vec<Item>) {
+        let n = batch.len() as u64;
+        let mut body = Vec::with_capacity(batch.iter().map(|i| i.json.len() + 1).sum::<usize>() + 12);
+        body.extend_from_slice(b"{\"items\":[");
+        for (i, item) in batch.iter().enumerate() {
+            if i > 0 {
+                body.push(b',');
+            }
+            body.extend_from_slice(&item.json);
+        }
+        body.extend_from_slice(b"]}");
+        let body = Bytes::from(body);
+        let id = uuid::Uuid::new_v4().to_string();
+        self.counters.sent.fetch_add(n, Ordering::Relaxed);
+        let mut attempts = 0u32;
+        let outcome = loop {
+            attempts += 1;
+            self.counters.requests.fetch_add(1, Ordering::Relaxed);
+            if attempts > 1 {
+                self.counters.retries.fetch_add(1, Ordering::Relaxed);
+            }
+            let attempt = tokio::select! {
+                biased;
+                _ = self.abort.cancelled() => break Err(SinkError::Transport(format!("webhook {}: shut down before the batch was acknowledged", self.name))),
+                a = self.attempt(body.clone(), &id) => a,
+            };
+            let (error, safe, retry_after) = match attempt {
+                Attempt::Acked => break Ok(()),
+                Attempt::Permanent(status) => break Err(SinkError::Status(status)),
+                Attempt::Retry { error, safe, retry_after } => (error, safe, retry_after),
+            };
+            let exhausted = self.backoff.max_attempts.is_some_and(|max| attempts >= max);
+            if exhausted || (self.delivery == Delivery::AtMostOnce && !safe) {
+                break Err(SinkError::Transport(format!(
+                    "webhook {}: batch of {n} not acknowledged after {attempts} attempt(s): {error}",
+                    self.name
+                )));
+            }
+            tracing::debug!(webhook = %self.name, attempts, %error, "webhook batch failed, retrying");
+            tokio::select! {
+                biased;
+                _ = self.abort.cancelled() => break Err(SinkError::Transport(format!("webhook {}: shut down before the batch was acknowledged ({error})", self.name))),
+                _ = tokio::time::sleep(self.backoff.delay(attempts, retry_after)) => {}
+            }
+        };
+        match &outcome {
+            Ok(()) => {
+                self.counters.acked.fetch_add(n, Ordering::Relaxed);
+            }
+            Err(error) => {
+                self.counters.failed.fetch_add(n, Ordering::Relaxed);
+                tracing::warn!(webhook = %self.name, events = n, attempts, %error, "webhook batch failed");
+            }
+        }
+        for item in batch {
+            if let Some(ack) = item.ack {
+                let _ = ack.send(outcome.clone());
+            }
+        }
+    }
+
+    async fn attempt(&self, body: Bytes, id: &str) -> Attempt {
+        let mut request = Request::post(self.uri.clone())
+            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+            .header(BATCH_ID_HEADER, id);
+        if let Some(auth) = &self.auth {
+            request = request.header(AUTHORIZATION, auth.clone());
+        }
+        let request = match request.body(Full::new(body)) {
+            Ok(r) => r,
+            Err(e) => {
+                return Attempt::Permanent(StatusError {
+                    code: 0,
+                    reason: "BadRequest".into(),
+                    message: e.to_string(),
+                    causes: Vec::new(),
+                });
+            }
+        };
+        let exchange = async {
+            let response = self.client.request(request).await?;
+            let (parts, body) = response.into_parts();
+            let body = Limited::new(body, MAX_ANSWER_BYTES).collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+            Ok::<_, hyper_util::client::legacy::Error>((parts, body))
+        };
+        let (parts, answer) = match tokio::time::timeout(self.request_timeout, exchange).await {
+            Err(_) => {
+                return Attempt::Retry {
+                    error: format!("no answer within {:?}", self.request_timeout),
+                    safe: false,
+                    retry_after: None,
+                };
+            }
+            Ok(Err(e)) => {
+                let error = std::iter::successors(Some(&e as &dyn std::error::Error), |e| e.source())
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(": ");
+                return Attempt::Retry { error, safe: e.is_connect(), retry_after: None };
+            }
+            Ok(Ok(answer)) => answer,
+        };
+        let status = parts.status;
+        if status.is_success() {
+            return Attempt::Acked;
+        }
+        let text = String::from_utf8_lossy(&answer[..answer.len().min(ERROR_BODY_BYTES)]).into_owned();
+        let error = format!("{status}: {text}");
+        let code = status.as_u16();
+        if code == 408 || code == 429 || status.is_server_error() {
+            let retry_after = parts
+                .headers
+                .get(RETRY_AFTER)
+                .and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok())
+                .map(Duration::from_secs);
+            return Attempt::Retry { error, safe: code == 429 || code == 503, retry_after };
+        }
+        Attempt::Permanent(StatusError {
+            code,
+            reason: status.canonical_reason().unwrap_or("").replace(' ', ""),
+            message: format!("webhook {} answered {error}", self.name),
+            causes: Vec::new(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_is_exponential_capped_jittered_and_honours_retry_after() {
+        let backoff = Backoff {
+            base: Duration::from_millis(100),
+            cap: Duration::from_secs(1),
+            max_attempts: None,
+            jitter: Arc::new(|| 0.5),
+        };
+        let ms = |failures, retry_after| backoff.delay(failures, retry_after).as_millis();
+        assert_eq!([ms(1, None), ms(2, None), ms(3, None), ms(4, None)], [50, 100, 200, 400]);
+        assert_eq!(ms(5, None), 500, "bound capped at 1 s, then jittered");
+        assert_eq!(ms(80, None), 500, "no overflow");
+        assert_eq!(ms(1, Some(Duration::from_millis(300))), 300, "at least Retry-After");
+        assert_eq!(ms(1, Some(Duration::from_secs(60))), 1000, "Retry-After is capped too");
+        let none = Backoff { jitter: Arc::new(|| 0.0), ..backoff.clone() };
+        assert_eq!(none.delay(3, None), Duration::ZERO, "full jitter reaches zero");
+    }
+}

@@ -1,0 +1,844 @@
+//! HTTP ingest: events pushed over HTTP into eventpipe (axum 0.8, HTTP/1.1).
+//!
+//! # Routes
+//!
+//! | route | body | answer |
+//! |---|---|---|
+//! | `POST /api/v1/namespaces/{ns}/events` | one core/v1 Event, `application/json` | `201 Created`, the event as "stored" |
+//! | `PATCH` / `PUT /api/v1/namespaces/{ns}/events/{name}` | anything | `404 NotFound` (see below) |
+//! | `POST /ingest` | JSON lines, arrays, `EventList`s, watch envelopes (see [`super::decode`]) | `200` with `{"accepted": N, "non_events": K, "errors": [{"line": L, "error": "…"}]}` |
+//!
+//! The first two are the paths client-go's `EventSinkImpl` uses (`CreateWithEventNamespace`,
+//! `PatchWithEventNamespace`, `UpdateWithEventNamespace`), so a Go component whose `rest.Config`
+//! points at eventpipe records through it unchanged (with the default JSON content type; the
+//! protobuf content type is answered `415`).
+//!
+//! **Create** answers like the apiserver: `201` with the event as stored — `kind: Event`,
+//! `apiVersion: v1`, `metadata.namespace` set to `{ns}` when empty, `metadata.name` generated
+//! from `generateName` (5 characters, as the apiserver's `SimpleNameGenerator`) when empty,
+//! `uid` and `creationTimestamp` filled when missing. A body namespace that differs from the
+//! path's is `400 BadRequest` ("the namespace of the provided object does not match the
+//! namespace sent on the request", as the apiserver); a body that is not an Event, or another
+//! `kind`/`apiVersion`, is `400`; no name and no `generateName` is `422 Invalid`.
+//!
+//! **Patch and update are `404 NotFound`.** eventpipe does not store events, so it cannot apply
+//! client-go's strategic-merge patch (`recordToSink` patches repeats: count > 1) nor return the
+//! merged object its correlator remembers. client-go's `recordEvent` treats a 404 on patch as
+//! "the event is gone" and immediately creates the full event instead (same name, updated
+//! `count`, `lastTimestamp`, `message`; `resourceVersion` cleared), so every repeat reaches
+//! eventpipe whole, as a create, at the cost of one extra round trip. Answering `200` with a
+//! made-up object instead would put wrong state into the client's correlator.
+//!
+//! # Errors
+//!
+//! Every error body is a Kubernetes `Status` ([`ApiStatus`]):
+//! `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"…","reason":"BadRequest","code":400}`,
+//! with these reasons: `400 BadRequest` (malformed body, namespace mismatch, a batch in which
+//! nothing could be decoded — one `details.causes` entry per bad line), `401 Unauthorized`
+//! (with `WWW-Authenticate: Bearer`), `404 NotFound` (unknown path, patch/update), `405
+//! MethodNotAllowed`, `413 RequestEntityTooLarge` (body over [`IngestConfig::max_body_bytes`]),
+//! `415 UnsupportedMediaType`, `422 Invalid`, `503 ServiceUnavailable` (queue full or closed).
+//! A batch with some good and some bad documents is a partial success: `200`, the good events
+//! accepted, the bad lines listed.
+//!
+//! # Back-pressure
+//!
+//! Accepted events go to a bounded [`tokio::sync::mpsc`] channel of [`Ingested`]. A request
+//! waits up to [`IngestConfig::enqueue_timeout`] for room; then it is answered `503` with
+//! `Retry-After: {retry_after_seconds}` and `details.retryAfterSeconds`. client-go's REST client
+//! retries a 5xx carrying `Retry-After` by itself (up to 10 times), so a Go recorder rides out a
+//! short stall. A batch is enqueued in chunks of the channel's capacity, each all-or-nothing:
+//! a batch of at most that many events is accepted whole or not at all (retry it whole); for a
+//! larger batch the `503` message says how many were accepted and the line to resume from.
+//!
+//! # Authentication
+//!
+//! With a token ([`IngestConfig::token`], usually from [`TOKEN_ENV`]) every request, on every
+//! path, needs `Authorization: Bearer <token>`, compared in constant time. Without a token the
+//! server only binds loopback addresses: [`Ingest::bind`] and [`Ingest::serve`] refuse any other
+//! address with [`IngestError::TokenRequired`]. The `Authorization`, `Proxy-Authorization` and
+//! `Cookie` headers are never passed on with the events.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use serde::Serialize;
+use subtle::ConstantTimeEq;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+
+use super::decode::{Decoded, Decoder};
+use crate::broadcaster::WatchEventType;
+use crate::event::Event;
+
+/// Default largest request body, bytes (4 MiB, the decoder's longest line).
+pub const DEFAULT_MAX_BODY_BYTES: usize = 4 << 20;
+/// Default address: loopback only, so no token is needed.
+pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 8080);
+/// Default wait for room in the event queue before answering `503`.
+pub const DEFAULT_ENQUEUE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Environment variable holding the bearer token (see [`BearerToken::from_env`]).
+pub const TOKEN_ENV: &str = "EVENTPIPE_INGEST_TOKEN";
+/// `details.causes` entries listed at most in a `400` for a batch.
+const MAX_CAUSES: usize = 100;
+/// Media types `POST /ingest` accepts.
+const INGEST_MEDIA_TYPES: &[&str] =
+    &["application/json", "application/x-ndjson", "application/jsonl", "application/x-jsonlines", "text/plain"];
+/// Headers never passed on with events.
+const PRIVATE_HEADERS: &[header::HeaderName] = &[header::AUTHORIZATION, header::PROXY_AUTHORIZATION, header::COOKIE];
+
+/// Why the ingest server cannot start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum IngestError {
+    /// A non-loopback address without a bearer token.
+    #[error(
+        "refusing to serve HTTP ingest on {addr} without a bearer token: set {TOKEN_ENV} (or the configured token), \
+         or bind a loopback address such as 127.0.0.1"
+    )]
+    TokenRequired {
+        /// The address asked for.
+        addr: SocketAddr,
+    },
+    /// The token is empty or has characters a bearer token cannot carry.
+    #[error("invalid ingest bearer token: {0}")]
+    InvalidToken(&'static str),
+    /// The address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The server failed while running.
+    #[error("HTTP ingest server: {0}")]
+    Serve(#[source] std::io::Error),
+}
+
+/// A bearer token (RFC 6750 `b64token`: ASCII letters, digits and `-._~+/`, then `=` padding).
+/// Its `Debug` output is redacted.
+#[derive(Clone)]
+pub struct BearerToken(Arc<[u8]>);
+
+impl std::fmt::Debug for BearerToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BearerToken(<redacted>)")
+    }
+}
+
+impl BearerToken {
+    /// Checks and wraps `token`.
+    ///
+    /// # Errors
+    /// [`IngestError::InvalidToken`] when it is empty or not a `b64token`.
+    pub fn new(token: &str) -> Result<Self, IngestError> {
+        if token.is_empty() {
+            return Err(IngestError::InvalidToken("it is empty"));
+        }
+        let body = token.trim_end_matches('=');
+        if body.is_empty() || !body.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._~+/".contains(&b)) {
+            return Err(IngestError::InvalidToken("only ASCII letters, digits, `-._~+/` and trailing `=` are allowed"));
+        }
+        Ok(Self(token.as_bytes().into()))
+    }
+
+    /// The token in [`TOKEN_ENV`], `None` when unset or empty.
+    ///
+    /// # Errors
+    /// [`IngestError::InvalidToken`] when it is set but not a valid token.
+    pub fn from_env() -> Result<Option<Self>, IngestError> {
+        match std::env::var(TOKEN_ENV) {
+            Ok(v) if !v.is_empty() => Self::new(&v).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    /// Whether `given` is this token; constant time in the contents (the length is not secret).
+    pub fn matches(&self, given: &[u8]) -> bool {
+        bool::from(self.0.as_ref().ct_eq(given))
+    }
+}
+
+/// How the ingest server behaves.
+#[derive(Debug, Clone)]
+pub struct IngestConfig {
+    /// Address to listen on (default [`DEFAULT_LISTEN`], `127.0.0.1:8080`).
+    pub listen: SocketAddr,
+    /// Bearer token every request must carry; required for a non-loopback `listen`.
+    pub token: Option<BearerToken>,
+    /// Largest request body, bytes (default 4 MiB); larger is `413`.
+    pub max_body_bytes: usize,
+    /// How long a request waits for room in the event queue before `503` (default 2 s).
+    pub enqueue_timeout: Duration,
+    /// `Retry-After` of a `503`, seconds (default 1).
+    pub retry_after_seconds: u32,
+}
+
+impl Default for IngestConfig {
+    fn default() -> Self {
+        Self {
+            listen: DEFAULT_LISTEN,
+            token: None,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            enqueue_timeout: DEFAULT_ENQUEUE_TIMEOUT,
+            retry_after_seconds: 1,
+        }
+    }
+}
+
+/// Checks the rule "a non-loopback address needs a token".
+///
+/// # Errors
+/// [`IngestError::TokenRequired`] for a non-loopback `addr` without `token`.
+pub fn check_bind(addr: SocketAddr, token: Option<&BearerToken>) -> Result<(), IngestError> {
+    if addr.ip().is_loopback() || token.is_some() { Ok(()) } else { Err(IngestError::TokenRequired { addr }) }
+}
+
+/// Which route an event came through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IngestRoute {
+    /// `POST /api/v1/namespaces/{ns}/events` (a client-go style create).
+    Create,
+    /// `POST /ingest`, from the document or list item starting at this 1-based line of the body.
+    Batch {
+        /// Line in the request body.
+        line: u64,
+    },
+}
+
+/// One event received over HTTP, with what tenant routing needs.
+#[derive(Debug, Clone)]
+pub struct Ingested {
+    /// The event (for creates, as answered to the client).
+    pub event: Event,
+    /// The request's headers (names lowercase, values that are not UTF-8 left out, credentials
+    /// removed), shared by every event of the request. Route with
+    /// `TenantRouter::route(&i.event, Some(&i.headers))`.
+    pub headers: Arc<[(String, String)]>,
+    /// The route it came through.
+    pub route: IngestRoute,
+    /// The watch envelope's type when it came in one (`DELETED` events included: the caller
+    /// decides).
+    pub watch_type: Option<WatchEventType>,
+}
+
+/// Counters of the ingest server (read with [`Ingest::stats`]).
+#[derive(Debug, Default)]
+struct Counters {
+    requests: AtomicU64,
+    accepted: AtomicU64,
+    bad_documents: AtomicU64,
+    non_events: AtomicU64,
+    patch_not_found: AtomicU64,
+    unauthorized: AtomicU64,
+    too_large: AtomicU64,
+    unsupported_media_type: AtomicU64,
+    bad_requests: AtomicU64,
+    queue_full: AtomicU64,
+}
+
+/// A copy of the ingest counters at one moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct IngestStats {
+    /// Requests answered (every route, every status).
+    pub requests: u64,
+    /// Events put on the queue.
+    pub accepted: u64,
+    /// Documents or lines of `/ingest` bodies that could not be decoded.
+    pub bad_documents: u64,
+    /// Watch bookmarks and `ERROR` envelopes seen (not events).
+    pub non_events: u64,
+    /// Patches and updates answered `404` (each followed by a create from client-go).
+    pub patch_not_found: u64,
+    /// `401` answers.
+    pub unauthorized: u64,
+    /// `413` answers.
+    pub too_large: u64,
+    /// `415` answers.
+    pub unsupported_media_type: u64,
+    /// `400` and `422` answers.
+    pub bad_requests: u64,
+    /// `503` answers (queue full or closed).
+    pub queue_full: u64,
+}
+
+fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+struct Shared {
+    config: IngestConfig,
+    tx: mpsc::Sender<Ingested>,
+    counters: Counters,
+}
+
+/// The HTTP ingest service: configuration, the queue events go to, and counters. Cheap to clone.
+#[derive(Clone)]
+pub struct Ingest {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Ingest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ingest").field("config", &self.shared.config).finish_non_exhaustive()
+    }
+}
+
+impl Ingest {
+    /// A service putting accepted events on `tx` (bounded; its capacity is the back-pressure
+    /// bound and the all-or-nothing batch size).
+    pub fn new(config: IngestConfig, tx: mpsc::Sender<Ingested>) -> Self {
+        Self { shared: Arc::new(Shared { config, tx, counters: Counters::default() }) }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &IngestConfig {
+        &self.shared.config
+    }
+
+    /// The counters now.
+    pub fn stats(&self) -> IngestStats {
+        let c = &self.shared.counters;
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        IngestStats {
+            requests: get(&c.requests),
+            accepted: get(&c.accepted),
+            bad_documents: get(&c.bad_documents),
+            non_events: get(&c.non_events),
+            patch_not_found: get(&c.patch_not_found),
+            unauthorized: get(&c.unauthorized),
+            too_large: get(&c.too_large),
+            unsupported_media_type: get(&c.unsupported_media_type),
+            bad_requests: get(&c.bad_requests),
+            queue_full: get(&c.queue_full),
+        }
+    }
+
+    /// The ingest routes, a `404` fallback, and — when a token is configured — the bearer check
+    /// in front of all of them.
+    pub fn router(&self) -> Router {
+        self.router_with(Router::new())
+    }
+
+    /// Like [`router`](Self::router), with `extra` routes (e.g. `crate::metrics::router`) merged
+    /// in behind the same bearer check and fallback. `extra` must have no fallback of its own.
+    pub fn router_with(&self, extra: Router) -> Router {
+        let shared = self.shared.clone();
+        let router = Router::new()
+            .route("/api/v1/namespaces/{ns}/events", post(create))
+            .route("/api/v1/namespaces/{ns}/events/{name}", axum::routing::patch(patch_or_update).put(patch_or_update))
+            .route("/ingest", post(ingest))
+            .with_state(shared.clone())
+            .merge(extra)
+            .fallback(not_found)
+            .method_not_allowed_fallback(method_not_allowed);
+        let counted = {
+            let shared = shared.clone();
+            axum::middleware::from_fn(move |req: Request, next: Next| {
+                bump(&shared.counters.requests);
+                next.run(req)
+            })
+        };
+        match shared.config.token.clone() {
+            Some(token) => router.layer(axum::middleware::from_fn_with_state((token, shared), require_bearer)),
+            None => router,
+        }
+        .layer(counted)
+    }
+
+    /// Binds [`IngestConfig::listen`].
+    ///
+    /// # Errors
+    /// [`IngestError::TokenRequired`] for a non-loopback address without a token (checked before
+    /// binding); [`IngestError::Bind`] when the address cannot be bound.
+    pub async fn bind(&self) -> Result<TcpListener, IngestError> {
+        let addr = self.shared.config.listen;
+        check_bind(addr, self.shared.config.token.as_ref())?;
+        TcpListener::bind(addr).await.map_err(|source| IngestError::Bind { addr, source })
+    }
+
+    /// Serves [`router_with(extra)`](Self::router_with) on `listener` until `shutdown`
+    /// completes, then finishes the requests in flight.
+    ///
+    /// # Errors
+    /// [`IngestError::TokenRequired`] when `listener` is on a non-loopback address and no token
+    /// is configured; [`IngestError::Serve`] when serving fails.
+    pub async fn serve(
+        &self,
+        listener: TcpListener,
+        extra: Router,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), IngestError> {
+        let addr = listener.local_addr().map_err(IngestError::Serve)?;
+        check_bind(addr, self.shared.config.token.as_ref())?;
+        tracing::info!(%addr, auth = self.shared.config.token.is_some(), "HTTP ingest listening");
+        axum::serve(listener, self.router_with(extra))
+            .with_graceful_shutdown(shutdown)
+            .await
+            .map_err(IngestError::Serve)
+    }
+}
+
+/// A Kubernetes `metav1.Status` failure, as the apiserver writes it; every error answer of the
+/// ingest server is one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiStatus {
+    /// `"Status"`.
+    pub kind: String,
+    /// `"v1"`.
+    pub api_version: String,
+    /// Always `{}`.
+    pub metadata: serde_json::Map<String, serde_json::Value>,
+    /// `"Failure"`.
+    pub status: String,
+    /// Human-readable explanation.
+    pub message: String,
+    /// `metav1.StatusReason`: `BadRequest`, `Unauthorized`, `NotFound`, …
+    pub reason: String,
+    /// Name, kind, causes and retry delay, when there are any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub details: Option<StatusDetails>,
+    /// The HTTP status code.
+    pub code: u16,
+}
+
+/// `metav1.StatusDetails`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusDetails {
+    /// The object's name, when the failure is about one.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    /// The resource (`"events"`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub kind: String,
+    /// One entry per problem (for `/ingest`: per bad line, `field` = `"line N"`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub causes: Vec<StatusCause>,
+    /// Seconds to wait before retrying (`503`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_seconds: Option<u32>,
+}
+
+/// `metav1.StatusCause`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct StatusCause {
+    /// `metav1.CauseType` (`FieldValueInvalid`, `FieldValueRequired`).
+    pub reason: String,
+    /// What is wrong.
+    pub message: String,
+    /// Where.
+    pub field: String,
+}
+
+impl ApiStatus {
+    /// A failure with `code`, `reason` and `message`, no details.
+    pub fn failure(code: StatusCode, reason: &str, message: impl Into<String>) -> Self {
+        Self {
+            kind: "Status".into(),
+            api_version: "v1".into(),
+            metadata: serde_json::Map::new(),
+            status: "Failure".into(),
+            message: message.into(),
+            reason: reason.into(),
+            details: None,
+            code: code.as_u16(),
+        }
+    }
+
+    fn with_details(mut self, details: StatusDetails) -> Self {
+        self.details = Some(details);
+        self
+    }
+}
+
+impl IntoResponse for ApiStatus {
+    fn into_response(self) -> Response {
+        let code = StatusCode::from_u16(self.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let retry_after = self.details.as_ref().and_then(|d| d.retry_after_seconds);
+        let mut response = json_response(code, &self);
+        if let Some(seconds) = retry_after {
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
+    }
+}
+
+fn json_response(code: StatusCode, body: &impl Serialize) -> Response {
+    match serde_json::to_vec(body) {
+        Ok(bytes) => {
+            (code, [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], bytes).into_response()
+        }
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("encoding the answer: {e}")).into_response(),
+    }
+}
+
+type SharedState = Arc<Shared>;
+
+async fn require_bearer(
+    State((token, shared)): State<(BearerToken, SharedState)>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let given = req.headers().get(header::AUTHORIZATION).map(|v| v.as_bytes());
+    let bearer = given.and_then(|v| {
+        let (scheme, rest) = v.split_at_checked(7)?;
+        scheme.eq_ignore_ascii_case(b"bearer ").then(|| rest.trim_ascii())
+    });
+    let (message, challenge) = match bearer {
+        Some(t) if token.matches(t) => return next.run(req).await,
+        Some(_) => ("invalid bearer token", r#"Bearer realm="eventpipe", error="invalid_token""#),
+        None => ("a bearer token is required (Authorization: Bearer <token>)", r#"Bearer realm="eventpipe""#),
+    };
+    bump(&shared.counters.unauthorized);
+    let mut response = ApiStatus::failure(StatusCode::UNAUTHORIZED, "Unauthorized", message).into_response();
+    response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(challenge));
+    response
+}
+
+async fn not_found(req: Request) -> ApiStatus {
+    ApiStatus::failure(
+        StatusCode::NOT_FOUND,
+        "NotFound",
+        format!("the server could not find the requested resource {}", req.uri().path()),
+    )
+}
+
+async fn method_not_allowed(req: Request) -> ApiStatus {
+    ApiStatus::failure(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "MethodNotAllowed",
+        format!(
+            "the server does not allow this method on the requested resource: {} {}",
+            req.method(),
+            req.uri().path()
+        ),
+    )
+}
+
+/// The media type of `headers`' `Content-Type`, lowercased, without parameters.
+fn media_type(headers: &HeaderMap) -> Option<String> {
+    let value = headers.get(header::CONTENT_TYPE)?.to_str().ok()?;
+    Some(value.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
+}
+
+fn check_media_type(shared: &Shared, headers: &HeaderMap, accepted: &[&str]) -> Result<(), Box<ApiStatus>> {
+    match media_type(headers) {
+        Some(m) if accepted.contains(&m.as_str()) => Ok(()),
+        given => {
+            bump(&shared.counters.unsupported_media_type);
+            Err(Box::new(ApiStatus::failure(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "UnsupportedMediaType",
+                format!(
+                    "the body of the request was in an unknown format ({}) - accepted media types include: {}",
+                    given.as_deref().unwrap_or("no Content-Type"),
+                    accepted.join(", ")
+                ),
+            )))
+        }
+    }
+}
+
+fn bad_request(shared: &Shared, message: impl Into<String>) -> ApiStatus {
+    bump(&shared.counters.bad_requests);
+    ApiStatus::failure(StatusCode::BAD_REQUEST, "BadRequest", message)
+}
+
+async fn read_body(shared: &Shared, headers: &HeaderMap, body: Body) -> Result<Bytes, ApiStatus> {
+    let limit = shared.config.max_body_bytes;
+    let too_large = || {
+        bump(&shared.counters.too_large);
+        ApiStatus::failure(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "RequestEntityTooLarge",
+            format!("the request body is larger than the limit of {limit} bytes"),
+        )
+    };
+    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    axum::body::to_bytes(body, limit).await.map_err(|e| {
+        if std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>()) {
+            too_large()
+        } else {
+            bad_request(shared, format!("reading the request body: {e}"))
+        }
+    })
+}
+
+/// The headers passed on with events.
+fn forwarded_headers(headers: &HeaderMap) -> Arc<[(String, String)]> {
+    headers
+        .iter()
+        .filter(|(name, _)| !PRIVATE_HEADERS.contains(name))
+        .filter_map(|(name, value)| Some((name.as_str().to_string(), value.to_str().ok()?.to_string())))
+        .collect()
+}
+
+fn queue_unavailable(shared: &Shared, message: String) -> ApiStatus {
+    bump(&shared.counters.queue_full);
+    let retry = shared.config.retry_after_seconds;
+    ApiStatus::failure(StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable", message)
+        .with_details(StatusDetails { retry_after_seconds: Some(retry), ..StatusDetails::default() })
+}
+
+/// The apiserver's `SimpleNameGenerator`: 5 random characters from a vowel-free alphabet.
+fn generate_name_suffix() -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    (0..5).map(|_| char::from(ALPHABET[rand::random_range(0..ALPHABET.len())])).collect()
+}
+
+/// `POST /api/v1/namespaces/{ns}/events`.
+async fn create(State(shared): State<SharedState>, Path(ns): Path<String>, headers: HeaderMap, body: Body) -> Response {
+    match create_inner(&shared, ns, headers, body).await {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+async fn create_inner(shared: &Shared, ns: String, headers: HeaderMap, body: Body) -> Result<Response, Response> {
+    let fail = |s: ApiStatus| s.into_response();
+    check_media_type(shared, &headers, &["application/json"]).map_err(|s| fail(*s))?;
+    let bytes = read_body(shared, &headers, body).await.map_err(fail)?;
+    let mut event: Event = serde_json::from_slice(&bytes)
+        .map_err(|e| fail(bad_request(shared, format!("the body is not a core/v1 Event: {e}"))))?;
+    if !event.kind.is_empty() && event.kind != "Event" {
+        return Err(fail(bad_request(shared, format!("the kind in the data ({}) is not Event", event.kind))));
+    }
+    if !event.api_version.is_empty() && event.api_version != "v1" {
+        return Err(fail(bad_request(
+            shared,
+            format!("the API version in the data ({}) does not match the expected API version (v1)", event.api_version),
+        )));
+    }
+    if event.metadata.namespace.is_empty() {
+        event.metadata.namespace = ns;
+    } else if event.metadata.namespace != ns {
+        return Err(fail(bad_request(
+            shared,
+            "the namespace of the provided object does not match the namespace sent on the request",
+        )));
+    }
+    if event.metadata.name.is_empty() {
+        if event.metadata.generate_name.is_empty() {
+            bump(&shared.counters.bad_requests);
+            let status = ApiStatus::failure(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "Invalid",
+                "Event \"\" is invalid: metadata.name: Required value: name or generateName is required",
+            )
+            .with_details(StatusDetails {
+                kind: "Event".into(),
+                causes: vec![StatusCause {
+                    reason: "FieldValueRequired".into(),
+                    message: "Required value: name or generateName is required".into(),
+                    field: "metadata.name".into(),
+                }],
+                ..StatusDetails::default()
+            });
+            return Err(fail(status));
+        }
+        event.metadata.name = format!("{}{}", event.metadata.generate_name, generate_name_suffix());
+    }
+    event.kind = "Event".into();
+    event.api_version = "v1".into();
+    if event.metadata.uid.is_empty() {
+        event.metadata.uid = uuid::Uuid::new_v4().to_string();
+    }
+    event.metadata.creation_timestamp.get_or_insert_with(chrono::Utc::now);
+    let answer = json_response(StatusCode::CREATED, &event);
+    let item = Ingested { event, headers: forwarded_headers(&headers), route: IngestRoute::Create, watch_type: None };
+    match tokio::time::timeout(shared.config.enqueue_timeout, shared.tx.send(item)).await {
+        Ok(Ok(())) => {
+            bump(&shared.counters.accepted);
+            Ok(answer)
+        }
+        Ok(Err(_)) => Err(fail(queue_unavailable(shared, "the event queue is closed (shutting down)".into()))),
+        Err(_) => Err(fail(queue_unavailable(
+            shared,
+            format!("the event queue stayed full for {:?}; retry later", shared.config.enqueue_timeout),
+        ))),
+    }
+}
+
+/// `PATCH` / `PUT /api/v1/namespaces/{ns}/events/{name}`: eventpipe stores nothing, so the event
+/// is not found and client-go creates it instead (see the module docs).
+async fn patch_or_update(State(shared): State<SharedState>, Path((_ns, name)): Path<(String, String)>) -> ApiStatus {
+    bump(&shared.counters.patch_not_found);
+    ApiStatus::failure(StatusCode::NOT_FOUND, "NotFound", format!("events \"{name}\" not found"))
+        .with_details(StatusDetails { name, kind: "events".into(), ..StatusDetails::default() })
+}
+
+/// One bad line of an `/ingest` body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct LineError {
+    /// 1-based line where the bad document starts.
+    pub line: u64,
+    /// What is wrong.
+    pub error: String,
+}
+
+/// The `200` answer of `POST /ingest`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct IngestReport {
+    /// Events put on the queue.
+    pub accepted: u64,
+    /// Watch bookmarks and `ERROR` envelopes (not events; not forwarded).
+    pub non_events: u64,
+    /// Documents that could not be decoded.
+    pub errors: Vec<LineError>,
+}
+
+/// `POST /ingest`.
+async fn ingest(State(shared): State<SharedState>, headers: HeaderMap, body: Body) -> Response {
+    match ingest_inner(&shared, headers, body).await {
+        Ok(report) => json_response(StatusCode::OK, &report),
+        Err(status) => status.into_response(),
+    }
+}
+
+async fn ingest_inner(shared: &Shared, headers: HeaderMap, body: Body) -> Result<IngestReport, ApiStatus> {
+    check_media_type(shared, &headers, INGEST_MEDIA_TYPES).map_err(|s| *s)?;
+    let bytes = read_body(shared, &headers, body).await?;
+    let text = std::str::from_utf8(&bytes)
+        .map_err(|e| bad_request(shared, format!("the body is not UTF-8 (at byte {})", e.valid_up_to())))?;
+    let forwarded = forwarded_headers(&headers);
+    let mut decoder = Decoder::new();
+    let mut events = Vec::new();
+    let mut report = IngestReport { accepted: 0, non_events: 0, errors: Vec::new() };
+    let mut take = |item: Result<Decoded, super::decode::DecodeError>| match item {
+        Ok(Decoded::Event { event, watch_type, line, .. }) => {
+            events.push(Ingested { event, headers: forwarded.clone(), route: IngestRoute::Batch { line }, watch_type })
+        }
+        Ok(_) => report.non_events += 1,
+        Err(e) => report.errors.push(LineError { line: e.line, error: e.message }),
+    };
+    for line in text.split('\n') {
+        decoder.push_line(line, &mut take);
+    }
+    if let Some(e) = decoder.finish() {
+        take(Err(e));
+    }
+    let counters = &shared.counters;
+    counters.bad_documents.fetch_add(report.errors.len() as u64, Ordering::Relaxed);
+    counters.non_events.fetch_add(report.non_events, Ordering::Relaxed);
+    if events.is_empty() && !report.errors.is_empty() {
+        let n = report.errors.len();
+        let first = &report.errors[0];
+        let causes = report
+            .errors
+            .iter()
+            .take(MAX_CAUSES)
+            .map(|e| StatusCause {
+                reason: "FieldValueInvalid".into(),
+                message: e.error.clone(),
+                field: format!("line {}", e.line),
+            })
+            .collect();
+        return Err(bad_request(
+            shared,
+            format!("no event could be decoded: {n} bad document(s); first at line {}: {}", first.line, first.error),
+        )
+        .with_details(StatusDetails { causes, ..StatusDetails::default() }));
+    }
+    if events.is_empty() && report.non_events == 0 {
+        return Err(bad_request(shared, "the body holds no events"));
+    }
+    let total = events.len();
+    let deadline = tokio::time::Instant::now() + shared.config.enqueue_timeout;
+    let chunk = shared.tx.max_capacity().max(1);
+    let mut rest = events;
+    while !rest.is_empty() {
+        let tail = rest.split_off(chunk.min(rest.len()));
+        let batch = std::mem::replace(&mut rest, tail);
+        let first_line = match batch[0].route {
+            IngestRoute::Batch { line } => line,
+            IngestRoute::Create => 0,
+        };
+        let permits = match tokio::time::timeout_at(deadline, shared.tx.reserve_many(batch.len())).await {
+            Ok(Ok(permits)) => permits,
+            Ok(Err(_)) => {
+                return Err(queue_unavailable(
+                    shared,
+                    format!(
+                        "the event queue is closed (shutting down): accepted {} of {total} events; the rest, from \
+                         line {first_line}, were not",
+                        report.accepted
+                    ),
+                ));
+            }
+            Err(_) => {
+                return Err(queue_unavailable(
+                    shared,
+                    format!(
+                        "the event queue stayed full for {:?}: accepted {} of {total} events; retry from line \
+                         {first_line}",
+                        shared.config.enqueue_timeout, report.accepted
+                    ),
+                ));
+            }
+        };
+        let n = batch.len() as u64;
+        for (permit, item) in permits.zip(batch) {
+            permit.send(item);
+        }
+        report.accepted += n;
+        counters.accepted.fetch_add(n, Ordering::Relaxed);
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_binds_need_no_token_others_do() {
+        let token = BearerToken::new("abc").unwrap();
+        for (addr, ok_without) in [
+            ("127.0.0.1:80", true),
+            ("[::1]:80", true),
+            ("127.8.9.1:80", true),
+            ("0.0.0.0:80", false),
+            ("[::]:80", false),
+            ("10.0.0.1:80", false),
+        ] {
+            let addr: SocketAddr = addr.parse().unwrap();
+            assert_eq!(check_bind(addr, None).is_ok(), ok_without, "{addr}");
+            assert!(check_bind(addr, Some(&token)).is_ok(), "{addr}");
+        }
+    }
+
+    #[test]
+    fn tokens_are_checked_and_compared_exactly() {
+        let token = BearerToken::new("abc.DEF-123~+/==").unwrap();
+        assert!(token.matches(b"abc.DEF-123~+/=="));
+        assert!(!token.matches(b"abc.DEF-123~+/="));
+        assert!(!token.matches(b"abc.DEF-123~+/==x"));
+        assert!(!token.matches(b""));
+        for bad in ["", "===", "a b", "tok\u{e9}n", "a\"b"] {
+            assert!(BearerToken::new(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(format!("{token:?}"), "BearerToken(<redacted>)");
+    }
+
+    #[test]
+    fn media_types_ignore_parameters_and_case() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("Application/JSON; charset=utf-8"));
+        assert_eq!(media_type(&headers).as_deref(), Some("application/json"));
+        assert_eq!(media_type(&HeaderMap::new()), None);
+    }
+}

@@ -1,0 +1,437 @@
+//! HTTP ingest: client-go's event paths answered as the apiserver does, batch ingest with
+//! partial success, bearer-token authentication, limits and back-pressure, on the router
+//! directly (`tower::ServiceExt::oneshot`) and on a real loopback socket.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode, header};
+use eventpipe::config::Config;
+use eventpipe::source::http::{
+    ApiStatus, BearerToken, Ingest, IngestConfig, IngestError, IngestReport, IngestRoute, Ingested, LineError,
+};
+use eventpipe::tenant::TenantRouter;
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tower::ServiceExt;
+
+/// What client-go's `EventSinkImpl.Create` sends for a kubelet event (v1.31 recorder, JSON).
+const CLIENT_GO_CREATE: &str = r#"{"kind":"Event","apiVersion":"v1","metadata":{"name":"nginx-7c5ddbdf54-x8f2k.17f0c9d2a5b3e4c1","namespace":"default","creationTimestamp":null},"involvedObject":{"kind":"Pod","namespace":"default","name":"nginx-7c5ddbdf54-x8f2k","uid":"3f0c7c2e-5a1b-4a57-9d0e-2b1f6f0c9a11","apiVersion":"v1","resourceVersion":"123456","fieldPath":"spec.containers{nginx}"},"reason":"Pulled","message":"Container image \"nginx:1.25\" already present on machine","source":{"component":"kubelet","host":"node-1"},"firstTimestamp":"2025-01-01T00:00:00Z","lastTimestamp":"2025-01-01T00:00:00Z","count":1,"type":"Normal","eventTime":null,"reportingComponent":"kubelet","reportingInstance":"node-1"}"#;
+
+const EVENTS: &str = "/api/v1/namespaces/default/events";
+
+fn ingest(config: IngestConfig, capacity: usize) -> (Ingest, mpsc::Receiver<Ingested>) {
+    let (tx, rx) = mpsc::channel(capacity);
+    (Ingest::new(config, tx), rx)
+}
+
+fn request(method: Method, uri: &str, content_type: Option<&str>, body: impl Into<Body>) -> Request<Body> {
+    let mut r = Request::builder().method(method).uri(uri).header(header::USER_AGENT, "kubelet/v1.31.0 (linux/amd64)");
+    if let Some(ct) = content_type {
+        r = r.header(header::CONTENT_TYPE, ct);
+    }
+    r.body(body.into()).unwrap()
+}
+
+fn create_request(body: &str) -> Request<Body> {
+    request(Method::POST, EVENTS, Some("application/json"), body.to_string())
+}
+
+async fn send(router: &Router, req: Request<Body>) -> (StatusCode, axum::http::HeaderMap, Value) {
+    let response = router.clone().oneshot(req).await.unwrap();
+    let (parts, body) = response.into_parts();
+    let bytes = body.collect().await.unwrap().to_bytes();
+    let value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    (parts.status, parts.headers, value)
+}
+
+fn status_of(value: &Value) -> ApiStatus {
+    serde_json::from_value(value.clone()).unwrap_or_else(|e| panic!("not a Status ({e}): {value}"))
+}
+
+#[tokio::test]
+async fn client_go_create_is_stored_and_forwarded() {
+    let (ingest, mut rx) = ingest(IngestConfig::default(), 16);
+    let (code, headers, body) = send(&ingest.router(), create_request(CLIENT_GO_CREATE)).await;
+    assert_eq!(code, StatusCode::CREATED, "{body}");
+    assert_eq!(headers[header::CONTENT_TYPE], "application/json");
+    let sent: Value = serde_json::from_str(CLIENT_GO_CREATE).unwrap();
+    for field in ["kind", "apiVersion", "involvedObject", "reason", "message", "source", "count", "type"] {
+        assert_eq!(body[field], sent[field], "{field}");
+    }
+    assert_eq!(body["metadata"]["name"], sent["metadata"]["name"]);
+    assert_eq!(body["metadata"]["namespace"], "default");
+    assert!(!body["metadata"]["uid"].as_str().unwrap().is_empty(), "the server fills the uid: {body}");
+    assert!(body["metadata"]["creationTimestamp"].is_string());
+
+    let got = rx.try_recv().expect("the event reached the receiver");
+    assert_eq!(got.route, IngestRoute::Create);
+    assert_eq!(got.event.metadata.name, "nginx-7c5ddbdf54-x8f2k.17f0c9d2a5b3e4c1");
+    assert_eq!(got.event.reason, "Pulled");
+    assert_eq!(serde_json::to_value(&got.event).unwrap(), body, "forwarded as answered");
+    assert!(got.headers.iter().any(|(n, v)| n == "user-agent" && v.starts_with("kubelet/")));
+    assert_eq!(ingest.stats().accepted, 1);
+}
+
+#[tokio::test]
+async fn create_fills_namespace_and_generated_name() {
+    let (ingest, mut rx) = ingest(IngestConfig::default(), 16);
+    let body =
+        json!({"metadata": {"generateName": "web."}, "involvedObject": {"kind": "Pod", "name": "web"}, "reason": "X"});
+    let (code, _, answer) = send(&ingest.router(), create_request(&body.to_string())).await;
+    assert_eq!(code, StatusCode::CREATED, "{answer}");
+    assert_eq!(answer["metadata"]["namespace"], "default");
+    let name = answer["metadata"]["name"].as_str().unwrap();
+    assert!(name.starts_with("web.") && name.len() == "web.".len() + 5, "{name}");
+    assert_eq!(answer["kind"], "Event");
+    assert_eq!(rx.try_recv().unwrap().event.metadata.name, name);
+
+    let nameless = json!({"involvedObject": {"kind": "Pod", "name": "web"}});
+    let (code, _, answer) = send(&ingest.router(), create_request(&nameless.to_string())).await;
+    assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY);
+    let status = status_of(&answer);
+    assert_eq!((status.reason.as_str(), status.code), ("Invalid", 422));
+    assert_eq!(status.details.unwrap().causes[0].field, "metadata.name");
+    assert!(rx.try_recv().is_err());
+}
+
+#[tokio::test]
+async fn namespace_mismatch_is_the_apiservers_bad_request() {
+    let (ingest, mut rx) = ingest(IngestConfig::default(), 16);
+    let req = request(Method::POST, "/api/v1/namespaces/other/events", Some("application/json"), CLIENT_GO_CREATE);
+    let (code, _, body) = send(&ingest.router(), req).await;
+    assert_eq!(code, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        body,
+        json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
+               "message":"the namespace of the provided object does not match the namespace sent on the request",
+               "reason":"BadRequest","code":400})
+    );
+    assert!(rx.try_recv().is_err());
+}
+
+/// client-go's `recordToSink` patches a repeat; eventpipe answers 404, and client-go's fallback
+/// (create with the same name, count 2, resourceVersion cleared) delivers the whole event.
+#[tokio::test]
+async fn patch_is_not_found_so_client_go_creates_the_repeat() {
+    let (ingest, mut rx) = ingest(IngestConfig::default(), 16);
+    let router = ingest.router();
+    let name = "nginx-7c5ddbdf54-x8f2k.17f0c9d2a5b3e4c1";
+    let patch = r#"{"count":2,"lastTimestamp":"2025-01-01T00:00:10Z","message":"Container image \"nginx:1.25\" already present on machine"}"#;
+    let uri = format!("{EVENTS}/{name}");
+    let (code, _, body) =
+        send(&router, request(Method::PATCH, &uri, Some("application/strategic-merge-patch+json"), patch)).await;
+    assert_eq!(code, StatusCode::NOT_FOUND);
+    let status = status_of(&body);
+    assert_eq!(status.reason, "NotFound");
+    assert_eq!(status.message, format!("events \"{name}\" not found"));
+    let details = status.details.unwrap();
+    assert_eq!((details.name.as_str(), details.kind.as_str()), (name, "events"));
+    let (code, _, _) = send(&router, request(Method::PUT, &uri, Some("application/json"), CLIENT_GO_CREATE)).await;
+    assert_eq!(code, StatusCode::NOT_FOUND);
+    assert!(rx.try_recv().is_err(), "nothing forwarded for patches");
+
+    let mut repeat: Value = serde_json::from_str(CLIENT_GO_CREATE).unwrap();
+    repeat["count"] = json!(2);
+    repeat["lastTimestamp"] = json!("2025-01-01T00:00:10Z");
+    let (code, _, _) = send(&router, create_request(&repeat.to_string())).await;
+    assert_eq!(code, StatusCode::CREATED);
+    let got = rx.try_recv().unwrap();
+    assert_eq!((got.event.metadata.name.as_str(), got.event.count), (name, 2));
+    assert_eq!(ingest.stats().patch_not_found, 2);
+}
+
+#[tokio::test]
+async fn ingest_accepts_every_shape_and_reports_bad_lines() {
+    let (ingest, mut rx) = ingest(IngestConfig::default(), 64);
+    let body = [
+        r#"{"metadata":{"name":"a.1","namespace":"ns"},"involvedObject":{"kind":"Pod","name":"a"},"reason":"R"}"#,
+        "this is not json",
+        r#"{"type":"ADDED","object":{"kind":"Event","apiVersion":"v1","metadata":{"name":"b.1","namespace":"ns"},"involvedObject":{"kind":"Pod","name":"b"}}}"#,
+        r#"{"type":"BOOKMARK","object":{"kind":"Event","apiVersion":"v1","metadata":{"resourceVersion":"42"}}}"#,
+        r#"{"kind":"EventList","apiVersion":"v1","items":[{"metadata":{"name":"c.1"},"involvedObject":{"kind":"Pod","name":"c"}},{"metadata":{"name":"d.1"},"involvedObject":{"kind":"Pod","name":"d"}}]}"#,
+        r#"[{"metadata":{"name":"e.1"},"involvedObject":{"kind":"Node","name":"e"}}]"#,
+        r#"{"metadata":{"name":"broken""#,
+    ]
+    .join("\n");
+    let req = request(Method::POST, "/ingest", Some("application/x-ndjson"), body);
+    let (code, _, answer) = send(&ingest.router(), req).await;
+    assert_eq!(code, StatusCode::OK, "{answer}");
+    let report: IngestReport = serde_json::from_value(answer).unwrap();
+    assert_eq!(report.accepted, 5);
+    assert_eq!(report.non_events, 1);
+    let lines: Vec<u64> = report.errors.iter().map(|e: &LineError| e.line).collect();
+    assert_eq!(lines, [2, 7], "{:?}", report.errors);
+    let mut names = Vec::new();
+    while let Ok(i) = rx.try_recv() {
+        names.push((i.event.metadata.name, i.route));
+    }
+    let expect = [("a.1", 1), ("b.1", 3), ("c.1", 5), ("d.1", 5), ("e.1", 6)];
+    let expect: Vec<_> = expect.iter().map(|(n, l)| (n.to_string(), IngestRoute::Batch { line: *l })).collect();
+    assert_eq!(names, expect);
+    let stats = ingest.stats();
+    assert_eq!((stats.accepted, stats.bad_documents, stats.non_events), (5, 2, 1));
+}
+
+#[tokio::test]
+async fn a_body_with_no_good_event_is_a_bad_request_with_causes() {
+    let (ingest, mut rx) = ingest(IngestConfig::default(), 8);
+    let req = request(Method::POST, "/ingest", Some("application/json"), "nope\n{\"a\":\n");
+    let (code, _, answer) = send(&ingest.router(), req).await;
+    assert_eq!(code, StatusCode::BAD_REQUEST);
+    let status = status_of(&answer);
+    assert_eq!(status.reason, "BadRequest");
+    assert!(
+        status.message.starts_with("no event could be decoded: 2 bad document(s); first at line 1"),
+        "{}",
+        status.message
+    );
+    let fields: Vec<String> = status.details.unwrap().causes.into_iter().map(|c| c.field).collect();
+    assert_eq!(fields, ["line 1", "line 2"]);
+    let (code, _, answer) =
+        send(&ingest.router(), request(Method::POST, "/ingest", Some("application/json"), "\n\n")).await;
+    assert_eq!(code, StatusCode::BAD_REQUEST);
+    assert_eq!(status_of(&answer).message, "the body holds no events");
+    assert!(rx.try_recv().is_err());
+}
+
+#[tokio::test]
+async fn limits_media_types_and_unknown_paths_answer_status_objects() {
+    let config = IngestConfig { max_body_bytes: 1024, ..IngestConfig::default() };
+    let (ingest, _rx) = ingest(config, 8);
+    let router = ingest.router();
+    let big = format!("[{}]", [CLIENT_GO_CREATE; 4].join(","));
+    let mut declared = request(Method::POST, "/ingest", Some("application/json"), big.clone());
+    declared.headers_mut().insert(header::CONTENT_LENGTH, big.len().into());
+    let cases: Vec<(Request<Body>, StatusCode, &str)> = vec![
+        // Refused on its Content-Length, before reading.
+        (declared, StatusCode::PAYLOAD_TOO_LARGE, "RequestEntityTooLarge"),
+        (
+            // No Content-Length: the limit applies while reading.
+            request(Method::POST, "/ingest", Some("application/json"), ChunkBody::body(big.as_bytes())),
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "RequestEntityTooLarge",
+        ),
+        (
+            request(Method::POST, EVENTS, Some("application/vnd.kubernetes.protobuf"), "x"),
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "UnsupportedMediaType",
+        ),
+        (request(Method::POST, "/ingest", None, "{}"), StatusCode::UNSUPPORTED_MEDIA_TYPE, "UnsupportedMediaType"),
+        (request(Method::POST, EVENTS, Some("application/json"), "{not json"), StatusCode::BAD_REQUEST, "BadRequest"),
+        (request(Method::GET, "/api/v1/pods", None, ""), StatusCode::NOT_FOUND, "NotFound"),
+        (request(Method::GET, "/ingest", None, ""), StatusCode::METHOD_NOT_ALLOWED, "MethodNotAllowed"),
+    ];
+    for (req, code, reason) in cases {
+        let what = format!("{} {}", req.method(), req.uri());
+        let (got, headers, body) = send(&router, req).await;
+        assert_eq!(got, code, "{what}: {body}");
+        assert_eq!(headers[header::CONTENT_TYPE], "application/json", "{what}");
+        let status = status_of(&body);
+        assert_eq!(
+            (status.reason.as_str(), status.code, status.status.as_str()),
+            (reason, code.as_u16(), "Failure"),
+            "{what}"
+        );
+    }
+    let stats = ingest.stats();
+    assert_eq!((stats.too_large, stats.unsupported_media_type, stats.bad_requests), (2, 2, 1));
+}
+
+/// A body in 100-byte frames with no size hint (sent chunked, no Content-Length).
+struct ChunkBody(std::collections::VecDeque<bytes::Bytes>);
+
+impl ChunkBody {
+    fn body(bytes: &[u8]) -> Body {
+        Body::new(ChunkBody(bytes.chunks(100).map(bytes::Bytes::copy_from_slice).collect()))
+    }
+}
+
+impl axum::body::HttpBody for ChunkBody {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+        std::task::Poll::Ready(self.0.pop_front().map(|b| Ok(http_body::Frame::data(b))))
+    }
+}
+
+#[tokio::test]
+async fn back_pressure_answers_503_with_retry_after_and_batches_are_all_or_nothing() {
+    let config = IngestConfig { enqueue_timeout: Duration::from_millis(20), ..IngestConfig::default() };
+    let (ingest, mut rx) = ingest(config, 2);
+    let router = ingest.router();
+    let (code, _, _) = send(&router, create_request(CLIENT_GO_CREATE)).await;
+    assert_eq!(code, StatusCode::CREATED);
+    // One slot left: a batch of two waits for both, then is refused whole.
+    let two = format!("{CLIENT_GO_CREATE}\n{CLIENT_GO_CREATE}");
+    let (code, headers, body) = send(&router, request(Method::POST, "/ingest", Some("application/json"), two)).await;
+    assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(headers[header::RETRY_AFTER], "1");
+    let status = status_of(&body);
+    assert_eq!(status.reason, "ServiceUnavailable");
+    assert_eq!(status.details.unwrap().retry_after_seconds, Some(1));
+    assert!(status.message.contains("accepted 0 of 2 events; retry from line 1"), "{}", status.message);
+    // Fill the last slot, then a create waits and is refused.
+    assert_eq!(send(&router, create_request(CLIENT_GO_CREATE)).await.0, StatusCode::CREATED);
+    let (code, headers, _) = send(&router, create_request(CLIENT_GO_CREATE)).await;
+    assert_eq!((code, &headers[header::RETRY_AFTER]), (StatusCode::SERVICE_UNAVAILABLE, &"1".parse().unwrap()));
+    let mut received = 0;
+    while rx.try_recv().is_ok() {
+        received += 1;
+    }
+    assert_eq!(received, 2, "only the accepted creates were queued");
+    assert_eq!(ingest.stats().queue_full, 2);
+}
+
+#[tokio::test]
+async fn headers_route_tenants_and_credentials_are_not_forwarded() {
+    let token = BearerToken::new("s3cret-token").unwrap();
+    let (ingest, mut rx) = ingest(IngestConfig { token: Some(token), ..IngestConfig::default() }, 8);
+    let mut req = create_request(CLIENT_GO_CREATE);
+    req.headers_mut().insert("x-eventpipe-tenant", "payments".parse().unwrap());
+    req.headers_mut().insert(header::AUTHORIZATION, "Bearer s3cret-token".parse().unwrap());
+    assert_eq!(send(&ingest.router(), req).await.0, StatusCode::CREATED);
+    let got = rx.try_recv().unwrap();
+    assert!(got.headers.iter().all(|(n, _)| n != "authorization"), "{:?}", got.headers);
+    let toml = r#"
+[defaults]
+sinks = ["jsonl:-"]
+[[tenants]]
+name = "payments"
+[tenants.match]
+headers = { "X-Eventpipe-Tenant" = "pay*" }
+"#;
+    let config = Config::parse(toml, Path::new("eventpipe.toml")).unwrap();
+    let router = TenantRouter::from(&config);
+    assert_eq!(router.route(&got.event, Some(&got.headers)), Some(0));
+    assert_eq!(router.route(&got.event, None), None);
+}
+
+#[tokio::test]
+async fn bearer_token_is_required_when_configured() {
+    let token = BearerToken::new("s3cret-token").unwrap();
+    let (ingest, mut rx) = ingest(IngestConfig { token: Some(token), ..IngestConfig::default() }, 8);
+    let router = ingest.router();
+    let with = |auth: Option<&str>, uri: &str| {
+        let mut req = request(Method::POST, uri, Some("application/json"), CLIENT_GO_CREATE);
+        if let Some(a) = auth {
+            req.headers_mut().insert(header::AUTHORIZATION, a.parse().unwrap());
+        }
+        req
+    };
+    for (auth, uri, challenge) in [
+        (None, EVENTS, r#"Bearer realm="eventpipe""#),
+        (Some("Bearer wrong-token"), EVENTS, r#"Bearer realm="eventpipe", error="invalid_token""#),
+        (Some("Bearer s3cret-toke"), EVENTS, r#"Bearer realm="eventpipe", error="invalid_token""#),
+        (Some("Basic czNjcmV0LXRva2Vu"), EVENTS, r#"Bearer realm="eventpipe""#),
+        (None, "/no/such/path", r#"Bearer realm="eventpipe""#),
+    ] {
+        let (code, headers, body) = send(&router, with(auth, uri)).await;
+        assert_eq!(code, StatusCode::UNAUTHORIZED, "{auth:?} {uri}");
+        assert_eq!(headers[header::WWW_AUTHENTICATE], challenge);
+        assert_eq!(status_of(&body).reason, "Unauthorized");
+    }
+    assert!(rx.try_recv().is_err());
+    let (code, _, _) = send(&router, with(Some("bearer s3cret-token"), EVENTS)).await;
+    assert_eq!(code, StatusCode::CREATED, "the scheme is case-insensitive");
+    assert!(rx.try_recv().is_ok());
+    assert_eq!(ingest.stats().unauthorized, 5);
+}
+
+#[tokio::test]
+async fn a_non_loopback_bind_needs_a_token() {
+    let any: SocketAddr = "0.0.0.0:0".parse().unwrap();
+    let (open, _rx) = ingest(IngestConfig { listen: any, ..IngestConfig::default() }, 8);
+    let err = open.bind().await.unwrap_err();
+    assert!(matches!(err, IngestError::TokenRequired { .. }), "{err}");
+    assert!(err.to_string().contains("EVENTPIPE_INGEST_TOKEN"), "{err}");
+    // A listener made elsewhere is checked too.
+    let listener = tokio::net::TcpListener::bind(any).await.unwrap();
+    let err = open.serve(listener, Router::new(), async {}).await.unwrap_err();
+    assert!(matches!(err, IngestError::TokenRequired { .. }), "{err}");
+    // With a token it binds.
+    let token = BearerToken::new("t0ken").unwrap();
+    let (guarded, _rx) = ingest(IngestConfig { listen: any, token: Some(token), ..IngestConfig::default() }, 8);
+    assert!(guarded.bind().await.is_ok());
+    assert!(BearerToken::new("").is_err() && BearerToken::new("with space").is_err());
+}
+
+/// A minimal HTTP/1.1 client for the real-socket tests.
+async fn http(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: Vec<u8>) -> (u16, Value) {
+    let client: hyper_util::client::legacy::Client<_, http_body_util::Full<bytes::Bytes>> =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http();
+    let mut req = Request::builder().method(method).uri(format!("http://{addr}{path}"));
+    for (n, v) in headers {
+        req = req.header(*n, *v);
+    }
+    let response = client.request(req.body(http_body_util::Full::from(body)).unwrap()).await.unwrap();
+    let status = response.status().as_u16();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn real_loopback_server_with_a_token_and_concurrent_bad_requests() {
+    let token = BearerToken::new("s3cret-token").unwrap();
+    let config = IngestConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        token: Some(token),
+        max_body_bytes: 2048,
+        ..IngestConfig::default()
+    };
+    let (ingest, mut rx) = ingest(config, 256);
+    let listener = ingest.bind().await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn({
+        let ingest = ingest.clone();
+        async move { ingest.serve(listener, Router::new(), async move { stopped.await.unwrap_or(()) }).await }
+    });
+    let json = ("content-type", "application/json");
+    let auth = ("authorization", "Bearer s3cret-token");
+    assert_eq!(http(addr, "POST", EVENTS, &[json], CLIENT_GO_CREATE.into()).await.0, 401);
+
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..40 {
+        tasks.spawn(async move {
+            let (path, body, expect) = match i % 4 {
+                0 => ("/ingest", vec![b'['; 3000], 413),
+                1 => ("/ingest", b"garbage\n".to_vec(), 400),
+                _ => {
+                    let mut event: Value = serde_json::from_str(CLIENT_GO_CREATE).unwrap();
+                    event["metadata"]["name"] = json!(format!("good.{i}"));
+                    (EVENTS, event.to_string().into_bytes(), 201)
+                }
+            };
+            let (code, body) = http(addr, "POST", path, &[json, auth], body).await;
+            assert_eq!(code, expect, "request {i}: {body}");
+            (i, code)
+        });
+    }
+    let mut good = 0;
+    while let Some(done) = tasks.join_next().await {
+        if done.unwrap().1 == 201 {
+            good += 1;
+        }
+    }
+    let mut names = Vec::new();
+    while let Ok(i) = rx.try_recv() {
+        names.push(i.event.metadata.name);
+    }
+    names.sort();
+    let mut expect: Vec<String> = (0..40).filter(|i| i % 4 >= 2).map(|i| format!("good.{i}")).collect();
+    expect.sort();
+    assert_eq!((good, names), (20, expect));
+    let stats = ingest.stats();
+    assert_eq!((stats.too_large, stats.bad_requests, stats.accepted, stats.unauthorized), (10, 10, 20, 1));
+    stop.send(()).unwrap();
+    server.await.unwrap().unwrap();
+}

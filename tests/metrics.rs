@@ -1,0 +1,248 @@
+//! `GET /metrics`: scraped through the router and parsed as OpenMetrics text; families, labels
+//! and values checked against known activity (real ingest requests and webhook deliveries, and
+//! the router and plugin counters the run module hands over).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode, header};
+use eventpipe::event_broadcaster::SinkStats;
+use eventpipe::metrics::{self, ALL_TENANTS, Metrics};
+use eventpipe::pipeline::RouterStats;
+use eventpipe::plugin::{CallFailure, PluginStatsSnapshot};
+use eventpipe::sink::EventSink;
+use eventpipe::sink::webhook::{WebhookConfig, WebhookSink};
+use eventpipe::source::http::{Ingest, IngestConfig};
+use http_body_util::BodyExt;
+use tower::ServiceExt;
+
+/// One parsed sample: family type, and the value by sorted label set.
+#[derive(Debug, Default)]
+struct Scrape {
+    types: BTreeMap<String, String>,
+    samples: BTreeMap<String, BTreeMap<Vec<(String, String)>, f64>>,
+}
+
+impl Scrape {
+    /// A strict-enough OpenMetrics text parser: `# TYPE`/`# HELP` lines, samples
+    /// `name{k="v",…} value`, and the final `# EOF`.
+    fn parse(text: &str) -> Scrape {
+        let mut scrape = Scrape::default();
+        let mut saw_eof = false;
+        for line in text.lines() {
+            assert!(!saw_eof, "content after # EOF: {line}");
+            if line == "# EOF" {
+                saw_eof = true;
+                continue;
+            }
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let (name, kind) = rest.split_once(' ').unwrap();
+                assert!(["counter", "gauge"].contains(&kind), "{line}");
+                scrape.types.insert(name.to_string(), kind.to_string());
+                continue;
+            }
+            if line.starts_with("# HELP ") || line.starts_with("# UNIT ") {
+                continue;
+            }
+            assert!(!line.starts_with('#'), "unexpected comment {line}");
+            let (series, value) = line.rsplit_once(' ').unwrap();
+            let value: f64 = value.parse().unwrap_or_else(|_| panic!("bad value in {line}"));
+            let (name, labels) = match series.split_once('{') {
+                Some((name, rest)) => (name, parse_labels(rest.strip_suffix('}').unwrap())),
+                None => (series, Vec::new()),
+            };
+            let family = name.strip_suffix("_total").unwrap_or(name);
+            assert!(scrape.types.contains_key(family), "sample before its # TYPE: {line}");
+            if scrape.types[family] == "counter" {
+                assert!(name.ends_with("_total"), "counter sample without _total: {line}");
+            }
+            scrape.samples.entry(name.to_string()).or_default().insert(labels, value);
+        }
+        assert!(saw_eof, "no # EOF");
+        scrape
+    }
+
+    fn get(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        let mut key: Vec<(String, String)> = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        key.sort();
+        *self
+            .samples
+            .get(name)
+            .and_then(|s| s.get(&key))
+            .unwrap_or_else(|| panic!("no sample {name}{labels:?}; have {:?}", self.samples.get(name)))
+    }
+}
+
+fn parse_labels(s: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut rest = s;
+    while !rest.is_empty() {
+        let (key, after) = rest.split_once("=\"").unwrap();
+        let end = after.find('"').unwrap();
+        out.push((key.to_string(), after[..end].to_string()));
+        rest = after[end + 1..].trim_start_matches(',');
+    }
+    out.sort();
+    out
+}
+
+async fn scrape(metrics: &Arc<Metrics>) -> Scrape {
+    let request = Request::get("/metrics").body(Body::empty()).unwrap();
+    let response = metrics::router(metrics.clone()).oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.headers()[header::CONTENT_TYPE], metrics::CONTENT_TYPE);
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    Scrape::parse(std::str::from_utf8(&body).unwrap())
+}
+
+#[tokio::test]
+async fn an_empty_registry_describes_every_family() {
+    let metrics = Arc::new(Metrics::new());
+    let s = scrape(&metrics).await;
+    for family in [
+        "eventpipe_events_in",
+        "eventpipe_sink_writes",
+        "eventpipe_spam_skipped",
+        "eventpipe_aggregated",
+        "eventpipe_filtered",
+        "eventpipe_watcher_dropped",
+        "eventpipe_sink_retries",
+        "eventpipe_sink_failures",
+        "eventpipe_plugin_calls",
+        "eventpipe_plugin_fuel_consumed",
+        "eventpipe_plugin_failures",
+        "eventpipe_plugin_swaps",
+        "eventpipe_config_reloads",
+    ] {
+        assert_eq!(s.types.get(family).map(String::as_str), Some("counter"), "{family}");
+    }
+    assert_eq!(s.types["eventpipe_sink_queue_depth"], "gauge");
+    assert_eq!(s.get("eventpipe_plugin_swaps_total", &[]), 0.0);
+}
+
+#[tokio::test]
+async fn counters_follow_known_activity() {
+    let metrics = Arc::new(Metrics::new());
+
+    // Real ingest: two good creates, one bad body.
+    let (tx, _rx) = tokio::sync::mpsc::channel(16);
+    let ingest = Ingest::new(IngestConfig::default(), tx);
+    let router = ingest.router();
+    let event = r#"{"metadata":{"name":"a.1"},"involvedObject":{"kind":"Pod","name":"a"}}"#;
+    for body in [event, event, "{nope"] {
+        let req = Request::post("/api/v1/namespaces/ns/events")
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(body))
+            .unwrap();
+        router.clone().oneshot(req).await.unwrap();
+    }
+    let i = ingest.clone();
+    metrics.add_source(move |s| s.add_ingest(&i.stats()));
+
+    // A real webhook delivery (to a server that acknowledges).
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = axum::Router::new().route("/", axum::routing::post(|| async { StatusCode::NO_CONTENT }));
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let sink = Arc::new(
+        WebhookSink::new(WebhookConfig {
+            queue_capacity: 32,
+            max_batch_delay: Duration::from_millis(1),
+            ..WebhookConfig::new("audit-hook", format!("http://{addr}/"))
+        })
+        .unwrap(),
+    );
+    let e: eventpipe::event::Event = serde_json::from_str(event).unwrap();
+    sink.create(&e).await.unwrap();
+    sink.patch(&e, b"{}").await.unwrap();
+    let w = sink.clone();
+    metrics.add_source(move |s| s.add_webhook(&w));
+
+    // What the run module hands over: router stats, plugin counters, reloads, drops.
+    let mut router_stats = RouterStats { filtered: 4, reloads: 2, ..RouterStats::default() };
+    router_stats.tenants.insert(
+        "payments".into(),
+        SinkStats {
+            received: 10,
+            created: 3,
+            patched: 2,
+            skipped: 1,
+            aggregated: 4,
+            dropped: 1,
+            retries: 5,
+            ..SinkStats::default()
+        },
+    );
+    router_stats.tenants.insert("default".into(), SinkStats { received: 7, created: 7, ..SinkStats::default() });
+    let mut failures = [0; CallFailure::LABELS.len()];
+    failures[CallFailure::LABELS.iter().position(|l| *l == "out_of_fuel").unwrap()] = 2;
+    failures[CallFailure::LABELS.iter().position(|l| *l == "trap").unwrap()] = 1;
+    let plugin = PluginStatsSnapshot {
+        calls: 12,
+        events: 300,
+        fuel_consumed: 860_000,
+        failures: 3,
+        failures_by_reason: failures,
+        fallbacks: 3,
+        drops: 0,
+        instances: 4,
+    };
+    metrics.add_source(move |s| {
+        s.add_router(&router_stats);
+        s.add_events_in("jsonl", 17);
+        // Two handles of one plugin for one tenant add up.
+        s.add_plugin_stats("by-reason", "payments", &plugin);
+        s.add_plugin_stats("by-reason", "payments", &plugin);
+        s.add_watcher_dropped("tenant-router", "queue_full", 6);
+        s.config_reloads_rejected += 1;
+    });
+
+    let s = scrape(&metrics).await;
+    assert_eq!(s.get("eventpipe_events_in_total", &[("source", "http")]), 2.0);
+    assert_eq!(s.get("eventpipe_events_in_total", &[("source", "jsonl")]), 17.0);
+    assert_eq!(s.get("eventpipe_ingest_requests_total", &[]), 3.0);
+    assert_eq!(s.get("eventpipe_ingest_rejected_total", &[("reason", "bad_request")]), 1.0);
+    assert_eq!(s.get("eventpipe_ingest_rejected_total", &[("reason", "unauthorized")]), 0.0);
+
+    assert_eq!(s.get("eventpipe_events_routed_total", &[("tenant", "payments")]), 10.0);
+    assert_eq!(s.get("eventpipe_sink_writes_total", &[("tenant", "payments"), ("verb", "create")]), 3.0);
+    assert_eq!(s.get("eventpipe_sink_writes_total", &[("tenant", "payments"), ("verb", "patch")]), 2.0);
+    assert_eq!(s.get("eventpipe_sink_writes_total", &[("tenant", "default"), ("verb", "create")]), 7.0);
+    assert_eq!(s.get("eventpipe_sink_write_failures_total", &[("tenant", "payments"), ("outcome", "dropped")]), 1.0);
+    assert_eq!(s.get("eventpipe_record_retries_total", &[("tenant", "payments")]), 5.0);
+    assert_eq!(s.get("eventpipe_spam_skipped_total", &[("tenant", "payments")]), 1.0);
+    assert_eq!(s.get("eventpipe_aggregated_total", &[("tenant", "payments")]), 4.0);
+    assert_eq!(s.get("eventpipe_filtered_total", &[("tenant", ALL_TENANTS)]), 4.0);
+    assert_eq!(
+        s.get("eventpipe_watcher_dropped_total", &[("watcher", "tenant-router"), ("reason", "queue_full")]),
+        6.0
+    );
+    assert_eq!(s.get("eventpipe_config_reloads_total", &[("result", "applied")]), 2.0);
+    assert_eq!(s.get("eventpipe_config_reloads_total", &[("result", "rejected")]), 1.0);
+
+    let hook = [("sink", "audit-hook")];
+    assert_eq!(s.get("eventpipe_sink_sent_total", &hook), 2.0);
+    assert_eq!(s.get("eventpipe_sink_acked_total", &hook), 2.0);
+    assert_eq!(s.get("eventpipe_sink_retries_total", &hook), 0.0);
+    assert_eq!(s.get("eventpipe_sink_failures_total", &hook), 0.0);
+    assert_eq!(s.get("eventpipe_sink_dropped_total", &[("sink", "audit-hook"), ("reason", "queue_full")]), 0.0);
+    assert_eq!(s.get("eventpipe_sink_queue_depth", &hook), 0.0);
+    assert_eq!(s.get("eventpipe_sink_queue_capacity", &hook), 32.0);
+
+    let p = [("plugin", "by-reason"), ("tenant", "payments")];
+    assert_eq!(s.get("eventpipe_plugin_calls_total", &p), 24.0);
+    assert_eq!(s.get("eventpipe_plugin_fuel_consumed_total", &p), 1_720_000.0);
+    assert_eq!(s.get("eventpipe_plugin_instances_total", &p), 8.0);
+    let reason = |r| [("plugin", "by-reason"), ("tenant", "payments"), ("reason", r)];
+    assert_eq!(s.get("eventpipe_plugin_failures_total", &reason("out_of_fuel")), 4.0);
+    assert_eq!(s.get("eventpipe_plugin_failures_total", &reason("trap")), 2.0);
+    assert_eq!(s.get("eventpipe_plugin_failures_total", &reason("memory_limit")), 0.0);
+    assert_eq!(s.get("eventpipe_plugin_failures_total", &reason("garbage")), 0.0);
+
+    // The next scrape reads the counters again (no caching, no double counting).
+    let again = scrape(&metrics).await;
+    assert_eq!(again.get("eventpipe_plugin_calls_total", &p), 24.0);
+    assert_eq!(again.get("eventpipe_ingest_requests_total", &[]), 3.0);
+}

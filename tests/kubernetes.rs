@@ -392,3 +392,58 @@ fn the_kubernetes_source_lists_watches_resumes_and_relists_on_410() {
     // (found by the relist); not e3 again; then the one after the relist.
     assert_eq!(objects, ["new", "new", "gap", "late"], "{stderr}");
 }
+
+#[test]
+fn a_client_go_style_create_to_http_ingest_reaches_the_sink() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.jsonl");
+    let mut child = eventpipe()
+        .args(["run", "--summary-json", "--no-watch", "--source=http:127.0.0.1:0"])
+        .arg(format!("--sink=jsonl:{}", out.display()))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let addr = loop {
+        let mut line = String::new();
+        assert!(stderr.read_line(&mut line).unwrap() > 0, "no listening line");
+        if let Some(addr) = line.trim().strip_prefix("eventpipe: HTTP ingest listening on ") {
+            break addr.to_string();
+        }
+    };
+    // What client-go's EventSinkImpl sends for a new event.
+    let e = event(
+        "web-0.17cb5b99f8638000",
+        "web-0",
+        "BackOff",
+        "Back-off restarting failed container",
+        "2025-01-01T00:00:00Z",
+    );
+    let body = typed_body(&e);
+    let mut conn = TcpStream::connect(&addr).unwrap();
+    write!(
+        conn,
+        "POST /api/v1/namespaces/ns/events HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 201"), "{answer}");
+    std::thread::sleep(Duration::from_millis(300));
+    Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(child.wait().unwrap().success());
+    let calls: Vec<Value> =
+        std::fs::read_to_string(&out).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0]["verb"], "create");
+    assert_eq!(calls[0]["event"]["involvedObject"]["name"], "web-0");
+    assert_eq!(calls[0]["event"]["message"], "Back-off restarting failed container");
+}
+
+fn typed_body(e: &Value) -> String {
+    let mut e = e.clone();
+    e["kind"] = json!("Event");
+    e["apiVersion"] = json!("v1");
+    e.to_string()
+}

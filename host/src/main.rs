@@ -12,6 +12,7 @@ use eventpipe::correlator::{CorrelatorOptions, SourceObjectType};
 use eventpipe::delivery::Delivery;
 use eventpipe::event_broadcaster::{CorrelationClock, EventBroadcasterOptions};
 use eventpipe::k8s::KubeOptions;
+use eventpipe::logging::{LogFormat, try_init_logging};
 use eventpipe::pipeline::{KeyChoice, TenantRules};
 use eventpipe::plugin::check::check;
 use eventpipe::plugin::functions::{CorrelatorPlugins, DEFAULT_TENANT};
@@ -29,6 +30,9 @@ use eventpipe::source::k8s::{EventsApi, WatchOptions};
 #[derive(Parser, Debug)]
 #[command(name = "eventpipe", version, about)]
 struct Cli {
+    /// Log lines on stderr: `pretty` (human) or `json` (one object per line).
+    #[arg(long, global = true, default_value = "pretty")]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -300,7 +304,9 @@ enum ClockArg {
 #[derive(Args, Debug)]
 struct RunArgs {
     /// `jsonl:PATH` or `jsonl:-` (stdin): JSON lines, watch envelopes, EventLists or
-    /// `kubectl get events -w -o json` output.
+    /// `kubectl get events -w -o json` output; `k8s` / `k8s:NS[,NS…]`: a Kubernetes watch;
+    /// `http` / `http:ADDR` (default 127.0.0.1:8080): HTTP ingest (client-go's event paths and
+    /// `POST /ingest`; a non-loopback address needs $EVENTPIPE_INGEST_TOKEN).
     #[arg(long)]
     source: SourceSpec,
     /// `jsonl:PATH` or `jsonl:-` (stdout): one `{"verb","event","patch"}` line per sink call;
@@ -384,14 +390,13 @@ enum EventsApiArg {
     EventsK8sIo,
 }
 
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
-}
-
 fn main() -> ExitCode {
-    init_logging();
-    match execute(Cli::parse().command) {
+    let cli = Cli::parse();
+    if let Err(e) = try_init_logging(cli.log_format) {
+        eprintln!("eventpipe: {e}");
+        return ExitCode::FAILURE;
+    }
+    match execute(cli.command) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("eventpipe: {e:#}");

@@ -32,6 +32,7 @@ use crate::plugin::{FallbackPolicy, PluginHandle, PluginKind, PluginSettings};
 use crate::run::SinkSpec;
 use crate::sink::jsonl::JsonLinesSink;
 use crate::sink::k8s::KubernetesSink;
+use crate::sink::webhook::{WebhookConfig, WebhookSink};
 use crate::sink::{EventSink, RetryPolicy, write_event};
 use crate::tenant::TenantRouter;
 
@@ -361,6 +362,7 @@ enum OpenSink {
     Jsonl(Arc<JsonLinesSink>),
     Plugin(Arc<WasmSink>),
     Kubernetes(Arc<KubernetesSink>),
+    Webhook(Arc<WebhookSink>),
 }
 
 impl OpenSink {
@@ -369,6 +371,7 @@ impl OpenSink {
             OpenSink::Jsonl(s) => s.clone(),
             OpenSink::Plugin(s) => s.clone(),
             OpenSink::Kubernetes(s) => s.clone(),
+            OpenSink::Webhook(s) => s.clone(),
         }
     }
 
@@ -376,7 +379,8 @@ impl OpenSink {
         match self {
             OpenSink::Jsonl(s) => s.flush(),
             OpenSink::Plugin(s) => s.flush(),
-            OpenSink::Kubernetes(_) => Ok(()),
+            // Every call of these returned only once the server acknowledged it.
+            OpenSink::Kubernetes(_) | OpenSink::Webhook(_) => Ok(()),
         }
     }
 }
@@ -433,6 +437,10 @@ impl SinkSet {
                 }
                 .map_err(|e| fail(e.to_string()))?;
                 OpenSink::Jsonl(Arc::new(JsonLinesSink::new(Box::new(file))))
+            }
+            SinkSpec::Webhook(url) => {
+                let config = WebhookConfig::new(spec.to_string(), url.clone());
+                OpenSink::Webhook(Arc::new(WebhookSink::new(config).map_err(|e| fail(e.to_string()))?))
             }
             SinkSpec::Kubernetes(namespace) => {
                 let client = self.kube.clone().ok_or_else(|| fail("no Kubernetes connection".into()))?;

@@ -29,6 +29,9 @@ pub enum SourceSpec {
     JsonLinesStdin,
     /// A Kubernetes Events watch; empty: all namespaces.
     Kubernetes(Vec<String>),
+    /// HTTP ingest on this address (`POST /api/v1/namespaces/{ns}/events`, `POST /ingest`,
+    /// `GET /metrics`).
+    Http(std::net::SocketAddr),
 }
 
 /// Where sink calls go: `jsonl:PATH`, `jsonl:-` (stdout), `plugin:NAME` / `plugin:FILE.wasm`
@@ -45,6 +48,8 @@ pub enum SinkSpec {
     Plugin(String),
     /// The Kubernetes Events API; `""`: every event to its own namespace.
     Kubernetes(String),
+    /// A webhook: batched JSON POSTs to this URL (`webhook:http://…` / `webhook:https://…`).
+    Webhook(String),
 }
 
 impl std::fmt::Display for SourceSpec {
@@ -54,6 +59,7 @@ impl std::fmt::Display for SourceSpec {
             SourceSpec::JsonLinesStdin => f.write_str("jsonl:-"),
             SourceSpec::Kubernetes(ns) if ns.is_empty() => f.write_str("k8s"),
             SourceSpec::Kubernetes(ns) => write!(f, "k8s:{}", ns.join(",")),
+            SourceSpec::Http(addr) => write!(f, "http:{addr}"),
         }
     }
 }
@@ -66,13 +72,16 @@ impl std::fmt::Display for SinkSpec {
             SinkSpec::Plugin(name) => write!(f, "plugin:{name}"),
             SinkSpec::Kubernetes(ns) if ns.is_empty() => f.write_str("k8s"),
             SinkSpec::Kubernetes(ns) => write!(f, "k8s:{ns}"),
+            SinkSpec::Webhook(url) => write!(f, "webhook:{url}"),
         }
     }
 }
 
 /// A `--source` / `--sink` value that is not `KIND:TARGET` with a known kind.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0:?}: expected jsonl:PATH, jsonl:-, k8s, k8s:NAMESPACE or (sinks only) plugin:NAME")]
+#[error(
+    "{0:?}: expected jsonl:PATH, jsonl:-, k8s, k8s:NAMESPACE, (sources) http[:ADDR], (sinks) plugin:NAME or webhook:URL"
+)]
 pub struct SpecError(String);
 
 impl std::str::FromStr for SourceSpec {
@@ -80,6 +89,8 @@ impl std::str::FromStr for SourceSpec {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.split_once(':') {
             _ if s == "k8s" => Ok(SourceSpec::Kubernetes(Vec::new())),
+            _ if s == "http" => Ok(SourceSpec::Http(([127, 0, 0, 1], 8080).into())),
+            Some(("http", addr)) => addr.parse().map(SourceSpec::Http).map_err(|_| SpecError(s.into())),
             Some(("k8s", namespaces)) if !namespaces.is_empty() => {
                 Ok(SourceSpec::Kubernetes(namespaces.split(',').map(|n| n.trim().to_string()).collect()))
             }
@@ -99,6 +110,9 @@ impl std::str::FromStr for SinkSpec {
             Some(("jsonl", "-")) => Ok(SinkSpec::JsonLinesStdout),
             Some(("jsonl", path)) if !path.is_empty() => Ok(SinkSpec::JsonLinesFile(path.into())),
             Some(("plugin", name)) if !name.is_empty() => Ok(SinkSpec::Plugin(name.into())),
+            Some(("webhook", url)) if url.starts_with("http://") || url.starts_with("https://") => {
+                Ok(SinkSpec::Webhook(url.into()))
+            }
             _ => Err(SpecError(s.into())),
         }
     }
@@ -366,6 +380,7 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
             .await;
             Ok(RunSummary { read: watch.events, ..RunSummary::default() })
         }
+        SourceSpec::Http(addr) => serve_http(*addr, &event_broadcaster, &shutdown).await,
         SourceSpec::JsonLinesStdin => pump(tokio::io::stdin(), "-", &event_broadcaster, &shutdown, None, 0).await,
         SourceSpec::JsonLinesFile(p) => {
             let path = p.display().to_string();
@@ -467,6 +482,53 @@ fn commit(committer: &Committer, sinks: &SinkSet) {
     if let Err(error) = committer.commit(flush) {
         tracing::error!(%error, "could not save the source position");
     }
+}
+
+/// HTTP ingest on `addr` until `shutdown`: every accepted event goes to the Broadcaster.
+async fn serve_http(
+    addr: std::net::SocketAddr,
+    to: &EventBroadcaster,
+    shutdown: &CancellationToken,
+) -> Result<RunSummary, RunError> {
+    use crate::source::http::{BearerToken, Ingest, IngestConfig};
+    let fail = |e: &dyn std::fmt::Display| RunError::Source {
+        path: format!("http:{addr}"),
+        error: std::io::Error::other(e.to_string()),
+    };
+    let token = BearerToken::from_env().map_err(|e| fail(&e))?;
+    let (tx, mut rx) = tokio::sync::mpsc::channel(crate::event_broadcaster::MAX_QUEUED_EVENTS);
+    let ingest = Ingest::new(IngestConfig { listen: addr, token, ..IngestConfig::default() }, tx);
+    let listener = ingest.bind().await.map_err(|e| fail(&e))?;
+    announce(&format!("HTTP ingest listening on {}", listener.local_addr().map_err(|e| fail(&e))?));
+    let stop = shutdown.clone();
+    let server = {
+        let ingest = ingest.clone();
+        tokio::spawn(async move { ingest.serve(listener, axum::Router::new(), stop.cancelled_owned()).await })
+    };
+    let mut summary = RunSummary::default();
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            item = rx.recv() => match item {
+                Some(item) => match to.broadcaster().action(WatchEventType::Added, item.event).await {
+                    Ok(()) => summary.read += 1,
+                    Err(error) => tracing::error!(%error, "broadcaster refused an event"),
+                },
+                None => break,
+            },
+        }
+    }
+    // What was accepted before the shutdown still goes in.
+    drop(ingest);
+    if let Ok(Err(e)) = server.await {
+        tracing::warn!(error = %e, "HTTP ingest ended with an error");
+    }
+    while let Ok(item) = rx.try_recv() {
+        if to.broadcaster().action(WatchEventType::Added, item.event).await.is_ok() {
+            summary.read += 1;
+        }
+    }
+    Ok(summary)
 }
 
 /// `path` opened and positioned at byte `offset`.

@@ -430,7 +430,21 @@ fn a_client_go_style_create_to_http_ingest_reaches_the_sink() {
     let mut answer = String::new();
     conn.read_to_string(&mut answer).unwrap();
     assert!(answer.starts_with("HTTP/1.1 201"), "{answer}");
-    std::thread::sleep(Duration::from_millis(300));
+    // The same server answers Prometheus scrapes with the live counters.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut conn = TcpStream::connect(&addr).unwrap();
+        write!(conn, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+        let mut scrape = String::new();
+        conn.read_to_string(&mut scrape).unwrap();
+        assert!(scrape.starts_with("HTTP/1.1 200"), "{scrape}");
+        if scrape.contains("eventpipe_sink_writes_total{tenant=\"default\",verb=\"create\"} 1") {
+            assert!(scrape.contains("eventpipe_plugin_calls_total{"), "{scrape}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the create never showed in /metrics:\n{scrape}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
     assert!(child.wait().unwrap().success());
     let calls: Vec<Value> =

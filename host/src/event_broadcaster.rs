@@ -155,7 +155,7 @@ impl EventBroadcaster {
     /// The tenant router watcher ([`crate::pipeline::record_to_tenants`]): like
     /// [`start_recording_to_sink`](Self::start_recording_to_sink), but each event goes to its
     /// tenant's filters and correlators and sinks, as the latest plan from `plans` says;
-    /// `progress` counts finished events (at-least-once delivery).
+    /// `progress` counts finished events (at-least-once delivery); `live` mirrors the stats.
     ///
     /// # Errors
     /// [`BroadcasterError::Stopped`] after shutdown.
@@ -163,10 +163,11 @@ impl EventBroadcaster {
         &self,
         plans: tokio::sync::watch::Receiver<Arc<crate::pipeline::TenantPlan>>,
         progress: Option<Arc<crate::delivery::Progress>>,
+        live: Option<Arc<std::sync::Mutex<crate::pipeline::RouterStats>>>,
     ) -> Result<JoinHandle<crate::pipeline::RouterStats>, BroadcasterError> {
         let watcher = self.broadcaster.watch()?;
         let (retry, cancel, clock) = (self.options.retry.clone(), self.cancel.clone(), self.options.correlation_clock);
-        Ok(tokio::spawn(crate::pipeline::record_to_tenants(watcher, plans, retry, cancel, clock, progress)))
+        Ok(tokio::spawn(crate::pipeline::record_to_tenants(watcher, plans, retry, cancel, clock, progress, live)))
     }
 
     /// client-go `StartEventWatcher`: calls `handler` synchronously for every event; a slow

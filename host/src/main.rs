@@ -341,6 +341,9 @@ struct RunArgs {
     /// `--state-file` once every sink acknowledged, so a restart resumes without loss).
     #[arg(long, value_enum)]
     delivery: Option<DeliveryArg>,
+    /// Serve Prometheus metrics at `GET /metrics` on this address (e.g. 127.0.0.1:9090).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<std::net::SocketAddr>,
     /// The state file of `--delivery at-least-once`.
     #[arg(long, value_name = "FILE", required_if_eq("delivery", "at-least-once"))]
     state_file: Option<PathBuf>,
@@ -473,6 +476,7 @@ fn execute(command: Command) -> anyhow::Result<ExitCode> {
                 },
                 shutdown_timeout: std::time::Duration::from_secs(args.shutdown_timeout),
                 shutdown: tokio_util::sync::CancellationToken::new(),
+                metrics: args.metrics,
                 delivery: match (args.delivery, args.full_channel_behavior) {
                     (Some(DeliveryArg::AtLeastOnce), _) => {
                         Delivery::AtLeastOnce { state_file: args.state_file.expect("required by clap") }

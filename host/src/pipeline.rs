@@ -269,6 +269,11 @@ impl TenantPlan {
             .collect()
     }
 
+    /// Every plugin handle of every tenant (for metrics).
+    pub fn handles(&self) -> impl Iterator<Item = &PluginHandle> {
+        self.tenants.iter().flat_map(|t| &t.handles)
+    }
+
     /// Whether any plugin of any tenant failed under the `fail` policy.
     pub fn failed(&self) -> bool {
         self.tenants
@@ -527,7 +532,8 @@ fn adopt(plan: &TenantPlan, live: Vec<LiveTenant>) -> Vec<LiveTenant> {
 
 /// The tenant router watcher's loop; ends when the watcher closes. `plans` delivers the
 /// current plan and every later one (config reloads). `progress` counts the events finished
-/// (written to every sink of their tenant, or skipped, filtered or dropped), batch by batch.
+/// (written to every sink of their tenant, or skipped, filtered or dropped), batch by batch;
+/// `mirror` gets a copy of the stats after every batch (for `/metrics`).
 pub async fn record_to_tenants(
     mut watcher: Watcher<Event>,
     mut plans: watch::Receiver<Arc<TenantPlan>>,
@@ -535,6 +541,7 @@ pub async fn record_to_tenants(
     cancel: CancellationToken,
     clock: CorrelationClock,
     progress: Option<Arc<crate::delivery::Progress>>,
+    mirror: Option<Arc<Mutex<RouterStats>>>,
 ) -> RouterStats {
     let mut stats = RouterStats::default();
     let mut plan = plans.borrow_and_update().clone();
@@ -625,6 +632,9 @@ pub async fn record_to_tenants(
         }
         if let Some(progress) = &progress {
             progress.finished(batch_len);
+        }
+        if let Some(mirror) = &mirror {
+            *mirror.lock().unwrap_or_else(|p| p.into_inner()) = stats.clone();
         }
     }
     stats

@@ -12,6 +12,7 @@ use crate::config::{Config, ConfigError};
 use crate::delivery::{Committer, Delivery, Position, Progress, SavedState};
 use crate::event_broadcaster::{EventBroadcaster, EventBroadcasterOptions};
 use crate::k8s::KubeOptions;
+use crate::metrics::Metrics;
 use crate::pipeline::{PlanError, RouterStats, SinkSet, TenantPlan, TenantRules};
 use crate::plugin::registry::{PluginRegistry, ReloadOutcome};
 use crate::reload::{Change, FileWatcher, WatchError};
@@ -237,6 +238,8 @@ pub struct RunOptions {
     /// How events are delivered (sets the Broadcaster's full-channel behaviour; at-least-once
     /// also saves and resumes the source position).
     pub delivery: Delivery,
+    /// Serve Prometheus `GET /metrics` on this address (an HTTP source serves it too).
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 /// Prints a line about what is live (stderr, always) and logs it.
@@ -271,6 +274,7 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         shutdown_timeout,
         shutdown,
         delivery,
+        metrics: metrics_addr,
     } = options;
     let mut broadcaster = broadcaster;
     broadcaster.full_channel_behavior = match delivery {
@@ -339,8 +343,40 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
     announce_plan(&latest_plan.borrow());
 
     let event_broadcaster = EventBroadcaster::new(broadcaster);
-    let router =
-        event_broadcaster.start_recording_to_tenants(plans_rx, progress.clone()).expect("a new broadcaster is running");
+    let live = Arc::new(std::sync::Mutex::new(RouterStats::default()));
+    let router = event_broadcaster
+        .start_recording_to_tenants(plans_rx, progress.clone(), Some(live.clone()))
+        .expect("a new broadcaster is running");
+    // Prometheus: every scrape reads the live counters (router, plugins of the current plan,
+    // registry, Broadcaster).
+    let metrics = Arc::new(Metrics::new());
+    {
+        let (registry, plans, broadcaster, source) =
+            (registry.clone(), latest_plan.clone(), event_broadcaster.broadcaster().clone(), source.to_string());
+        metrics.add_source(move |s| {
+            let stats = live.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            s.add_events_in(&source, stats.total.received);
+            s.add_router(&stats);
+            s.add_registry(&registry);
+            s.add_broadcaster(&broadcaster);
+            for handle in plans.borrow().handles() {
+                s.add_plugin(handle);
+            }
+        });
+    }
+    if let Some(addr) = metrics_addr {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|error| RunError::Source { path: format!("metrics {addr}"), error })?;
+        announce(&format!(
+            "metrics on http://{}/metrics",
+            listener.local_addr().map_err(|error| RunError::Source { path: format!("metrics {addr}"), error })?
+        ));
+        let (app, stop) = (crate::metrics::router(metrics.clone()), shutdown.clone());
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).with_graceful_shutdown(stop.cancelled_owned()).await;
+        });
+    }
     let committer = match (&delivery, &progress) {
         (Delivery::AtLeastOnce { state_file }, Some(progress)) => {
             let committer = Arc::new(Committer {
@@ -380,7 +416,7 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
             .await;
             Ok(RunSummary { read: watch.events, ..RunSummary::default() })
         }
-        SourceSpec::Http(addr) => serve_http(*addr, &event_broadcaster, &shutdown).await,
+        SourceSpec::Http(addr) => serve_http(*addr, &event_broadcaster, &shutdown, &metrics).await,
         SourceSpec::JsonLinesStdin => pump(tokio::io::stdin(), "-", &event_broadcaster, &shutdown, None, 0).await,
         SourceSpec::JsonLinesFile(p) => {
             let path = p.display().to_string();
@@ -489,6 +525,7 @@ async fn serve_http(
     addr: std::net::SocketAddr,
     to: &EventBroadcaster,
     shutdown: &CancellationToken,
+    metrics: &Arc<Metrics>,
 ) -> Result<RunSummary, RunError> {
     use crate::source::http::{BearerToken, Ingest, IngestConfig};
     let fail = |e: &dyn std::fmt::Display| RunError::Source {
@@ -503,7 +540,8 @@ async fn serve_http(
     let stop = shutdown.clone();
     let server = {
         let ingest = ingest.clone();
-        tokio::spawn(async move { ingest.serve(listener, axum::Router::new(), stop.cancelled_owned()).await })
+        let extra = crate::metrics::router(metrics.clone());
+        tokio::spawn(async move { ingest.serve(listener, extra, stop.cancelled_owned()).await })
     };
     let mut summary = RunSummary::default();
     loop {

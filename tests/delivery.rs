@@ -70,3 +70,45 @@ fn a_sigkilled_run_resumes_from_its_state_file_without_losing_an_event() {
     let duplicates = written.len() - EVENTS;
     println!("{duplicates} duplicates after the crash (written after the last save, written again)");
 }
+
+#[test]
+fn a_followed_file_source_picks_up_lines_appended_later() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, out) = (dir.path().join("in.jsonl"), dir.path().join("out.jsonl"));
+    let line = |i: usize| {
+        format!(
+            "{}\n",
+            json!({"metadata": {"name": format!("f-{i}.1"), "namespace": "d"},
+                "involvedObject": {"kind": "Pod", "namespace": "d", "name": format!("f-{i}")},
+                "reason": "Started", "message": "m", "type": "Normal", "source": {"component": "test"},
+                "lastTimestamp": "2025-01-01T00:00:00Z", "count": 1})
+        )
+    };
+    std::fs::write(&input, line(0)).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_eventpipe"))
+        .args(["run", "--summary-json", "--no-watch", "--follow"])
+        .arg(format!("--source=jsonl:{}", input.display()))
+        .arg(format!("--sink=jsonl:{}", out.display()))
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    // Appended later, the second line in two writes (a writer caught mid-line).
+    let mut f = std::fs::OpenOptions::new().append(true).open(&input).unwrap();
+    let second = line(1);
+    use std::io::Write;
+    f.write_all(&second.as_bytes()[..20]).unwrap();
+    f.flush().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    f.write_all(&second.as_bytes()[20..]).unwrap();
+    f.write_all(line(2).as_bytes()).unwrap();
+    f.flush().unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let summary: Value = stderr.lines().rev().find_map(|l| serde_json::from_str(l).ok()).unwrap();
+    assert_eq!((summary["read"].as_u64(), summary["bad_lines"].as_u64()), (Some(3), Some(0)), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&out).unwrap().lines().count(), 3);
+}

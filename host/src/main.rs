@@ -341,6 +341,9 @@ struct RunArgs {
     /// `--state-file` once every sink acknowledged, so a restart resumes without loss).
     #[arg(long, value_enum)]
     delivery: Option<DeliveryArg>,
+    /// Keep reading a `jsonl:FILE` source as it grows (as `tail -f`) until SIGINT / SIGTERM.
+    #[arg(long)]
+    follow: bool,
     /// Serve Prometheus metrics at `GET /metrics` on this address (e.g. 127.0.0.1:9090).
     #[arg(long, value_name = "ADDR")]
     metrics: Option<std::net::SocketAddr>,
@@ -477,6 +480,7 @@ fn execute(command: Command) -> anyhow::Result<ExitCode> {
                 shutdown_timeout: std::time::Duration::from_secs(args.shutdown_timeout),
                 shutdown: tokio_util::sync::CancellationToken::new(),
                 metrics: args.metrics,
+                follow: args.follow,
                 delivery: match (args.delivery, args.full_channel_behavior) {
                     (Some(DeliveryArg::AtLeastOnce), _) => {
                         Delivery::AtLeastOnce { state_file: args.state_file.expect("required by clap") }

@@ -240,6 +240,8 @@ pub struct RunOptions {
     pub delivery: Delivery,
     /// Serve Prometheus `GET /metrics` on this address (an HTTP source serves it too).
     pub metrics: Option<std::net::SocketAddr>,
+    /// A JSON-lines file source keeps reading as the file grows (as `tail -f`) until shutdown.
+    pub follow: bool,
 }
 
 /// Prints a line about what is live (stderr, always) and logs it.
@@ -275,6 +277,7 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         shutdown,
         delivery,
         metrics: metrics_addr,
+        follow,
     } = options;
     let mut broadcaster = broadcaster;
     broadcaster.full_channel_behavior = match delivery {
@@ -417,7 +420,9 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
             Ok(RunSummary { read: watch.events, ..RunSummary::default() })
         }
         SourceSpec::Http(addr) => serve_http(*addr, &event_broadcaster, &shutdown, &metrics).await,
-        SourceSpec::JsonLinesStdin => pump(tokio::io::stdin(), "-", &event_broadcaster, &shutdown, None, 0).await,
+        SourceSpec::JsonLinesStdin => {
+            pump(tokio::io::stdin(), "-", &event_broadcaster, &shutdown, None, 0, false).await
+        }
         SourceSpec::JsonLinesFile(p) => {
             let path = p.display().to_string();
             let offset = match &resume {
@@ -425,7 +430,7 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
                 _ => 0,
             };
             match open_at(p, offset).await {
-                Ok(file) => pump(file, &path, &event_broadcaster, &shutdown, progress.clone(), offset).await,
+                Ok(file) => pump(file, &path, &event_broadcaster, &shutdown, progress.clone(), offset, follow).await,
                 Err(error) => Err(RunError::Source { path, error }),
             }
         }
@@ -507,6 +512,9 @@ impl Reloader {
         }
     }
 }
+
+/// How often a followed file is checked for more lines.
+const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// How often at-least-once saves the source position.
 const COMMIT_INTERVAL: std::time::Duration = std::time::Duration::from_millis(200);
@@ -606,7 +614,8 @@ async fn stop_on_signal(shutdown: CancellationToken) {
 /// Reads the source line by line into the Broadcaster (waiting for room: `Action`) until it
 /// ends or `shutdown` fires. With `progress`, records the byte offset (from `start`) after each
 /// event's line; an earlier event of a line that holds several gets the line's start, so a
-/// restart re-reads the whole line (duplicates, never gaps).
+/// restart re-reads the whole line (duplicates, never gaps). With `follow`, the end of the input
+/// is not its end: reading goes on as it grows (polled every [`FOLLOW_POLL`]) until `shutdown`.
 async fn pump(
     input: impl AsyncRead + Unpin,
     path: &str,
@@ -614,6 +623,7 @@ async fn pump(
     shutdown: &CancellationToken,
     progress: Option<Arc<Progress>>,
     start: u64,
+    follow: bool,
 ) -> Result<RunSummary, RunError> {
     let mut summary = RunSummary::default();
     let mut reader = BufReader::with_capacity(1 << 16, input);
@@ -626,8 +636,33 @@ async fn pump(
             _ = shutdown.cancelled() => 0,
             n = reader.read_until(b'\n', &mut buf) => n.map_err(|error| RunError::Source { path: path.into(), error })?,
         };
+        if read == 0 && follow && !shutdown.is_cancelled() {
+            tokio::select! {
+                _ = shutdown.cancelled() => {}
+                _ = tokio::time::sleep(FOLLOW_POLL) => {}
+            }
+            continue;
+        }
+        if read > 0 && follow && !buf.ends_with(b"\n") {
+            // A line still being written: read the rest of it before decoding.
+            let mut rest = buf.clone();
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = tokio::time::sleep(FOLLOW_POLL) => {}
+                }
+                let more = reader
+                    .read_until(b'\n', &mut rest)
+                    .await
+                    .map_err(|error| RunError::Source { path: path.into(), error })?;
+                if more > 0 && rest.ends_with(b"\n") {
+                    break;
+                }
+            }
+            buf = rest;
+        }
         let line_start = offset;
-        offset += read as u64;
+        offset += buf.len() as u64;
         let mut items = Vec::new();
         if read > 0 {
             let text = String::from_utf8_lossy(&buf);

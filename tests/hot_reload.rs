@@ -132,27 +132,46 @@ fn arg(name: &str, value: impl AsRef<Path>) -> String {
     format!("--{name}={}", value.as_ref().display())
 }
 
+/// `eventpipe run` reading stdin, with the tagger fixture (version 0) as `plugins/tagger.wasm`
+/// and a config in which every event aggregates (max_events 1), so every result's message comes
+/// from the combiner; started and its plugin confirmed live.
+struct TaggerRun {
+    run: Running,
+    plugins: std::path::PathBuf,
+    config: std::path::PathBuf,
+    base: Vec<u8>,
+    out: std::path::PathBuf,
+}
+
+impl TaggerRun {
+    fn start(dir: &Path, extra: &[&str]) -> Self {
+        let plugins = dir.join("plugins");
+        std::fs::create_dir(&plugins).unwrap();
+        let base = std::fs::read(common::fixture_plugin("tagger")).unwrap();
+        std::fs::write(plugins.join("tagger.wasm"), tagger_version(&base, 0)).unwrap();
+        let config = dir.join("eventpipe.toml");
+        std::fs::write(&config, "[defaults]\nmessage_combiner = \"tagger\"\nmax_events = 1\nburst = 1000000\n")
+            .unwrap();
+        let out = dir.join("out.jsonl");
+        let mut args = vec![
+            arg("sink", format!("jsonl:{}", out.display())),
+            arg("plugins", &plugins),
+            arg("config", &config),
+            arg("compile-cache", dir.join("cache")),
+        ];
+        args.extend(extra.iter().map(|a| a.to_string()));
+        let mut run = Running::start(&args);
+        run.wait_for(&["plugin `tagger`", &digest(&tagger_version(&base, 0)), "is live"]);
+        Self { run, plugins, config, base, out }
+    }
+}
+
 #[test]
 fn plugin_swaps_under_load_lose_nothing_and_take_effect_in_order() {
     const SWAPS: usize = 21;
     const PER_SWAP: usize = 5_000;
     let dir = tempfile::tempdir().unwrap();
-    let plugins = dir.path().join("plugins");
-    std::fs::create_dir(&plugins).unwrap();
-    let base = std::fs::read(common::fixture_plugin("tagger")).unwrap();
-    std::fs::write(plugins.join("tagger.wasm"), tagger_version(&base, 0)).unwrap();
-    // Every event aggregates (max_events 1), so every result's message comes from the combiner.
-    let config = dir.path().join("eventpipe.toml");
-    std::fs::write(&config, "[defaults]\nmessage_combiner = \"tagger\"\nmax_events = 1\nburst = 1000000\n").unwrap();
-    let out = dir.path().join("out.jsonl");
-    let mut run = Running::start(&[
-        arg("sink", format!("jsonl:{}", out.display())),
-        arg("plugins", &plugins),
-        arg("config", &config),
-        arg("compile-cache", dir.path().join("cache")),
-        "--full-channel-behavior=wait".into(),
-    ]);
-    run.wait_for(&["plugin `tagger`", &digest(&tagger_version(&base, 0)), "is live"]);
+    let TaggerRun { mut run, plugins, base, out, .. } = TaggerRun::start(dir.path(), &["--full-channel-behavior=wait"]);
 
     // (first event index sent after version k was confirmed live, k)
     let mut confirmed = Vec::new();
@@ -193,20 +212,7 @@ fn plugin_swaps_under_load_lose_nothing_and_take_effect_in_order() {
 #[test]
 fn a_broken_plugin_file_and_a_broken_config_are_refused_while_the_old_ones_keep_serving() {
     let dir = tempfile::tempdir().unwrap();
-    let plugins = dir.path().join("plugins");
-    std::fs::create_dir(&plugins).unwrap();
-    let base = std::fs::read(common::fixture_plugin("tagger")).unwrap();
-    std::fs::write(plugins.join("tagger.wasm"), &base).unwrap();
-    let config = dir.path().join("eventpipe.toml");
-    std::fs::write(&config, "[defaults]\nmessage_combiner = \"tagger\"\nmax_events = 1\nburst = 1000\n").unwrap();
-    let out = dir.path().join("out.jsonl");
-    let mut run = Running::start(&[
-        arg("sink", format!("jsonl:{}", out.display())),
-        arg("plugins", &plugins),
-        arg("config", &config),
-        arg("compile-cache", dir.path().join("cache")),
-    ]);
-    run.wait_for(&["plugin `tagger`", "is live"]);
+    let TaggerRun { mut run, plugins, config, out, .. } = TaggerRun::start(dir.path(), &[]);
     run.send(&(0..10).map(event_line).collect::<String>());
 
     install(&plugins, "tagger", b"\0asm this is not a component", true);

@@ -140,9 +140,7 @@ sinks = ["jsonl:{system}"]
 #[test]
 fn a_tenant_with_a_failing_plugin_falls_back_per_its_config_and_leaves_others_alone() {
     let dir = tempfile::tempdir().unwrap();
-    let plugins = dir.path().join("plugins");
-    std::fs::create_dir(&plugins).unwrap();
-    std::fs::copy(common::fixture_plugin("misbehave"), plugins.join("misbehave.wasm")).unwrap();
+    let plugins = common::plugins_dir(dir.path(), &["misbehave"]);
     let (a_out, b_out) = (dir.path().join("a.jsonl"), dir.path().join("b.jsonl"));
     let config = dir.path().join("eventpipe.toml");
     std::fs::write(
@@ -215,9 +213,7 @@ fn a_config_naming_a_missing_plugin_is_refused_with_file_line_and_key() {
 #[test]
 fn a_tenant_filter_plugin_drops_what_its_config_names_before_correlation() {
     let dir = tempfile::tempdir().unwrap();
-    let plugins = dir.path().join("plugins");
-    std::fs::create_dir(&plugins).unwrap();
-    std::fs::copy(common::fixture_plugin("drop-reasons"), plugins.join("drop-reasons.wasm")).unwrap();
+    let plugins = common::plugins_dir(dir.path(), &["drop-reasons"]);
     let (quiet_out, rest_out) = (dir.path().join("quiet.jsonl"), dir.path().join("rest.jsonl"));
     let config = dir.path().join("eventpipe.toml");
     std::fs::write(

@@ -115,6 +115,16 @@ pub fn with_default_plugins(
     options
 }
 
+/// A `plugins` directory under `dir` holding the fixture plugins `names` as `NAME.wasm`.
+pub fn plugins_dir(dir: &std::path::Path, names: &[&str]) -> PathBuf {
+    let plugins = dir.join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    for name in names {
+        std::fs::copy(fixture_plugin(name), plugins.join(format!("{name}.wasm"))).unwrap();
+    }
+    plugins
+}
+
 /// The component of test fixture plugin `name` (the crate `tests/plugins/<name>`, package
 /// `fixture-<name>`), all fixtures built once per test binary for wasm32-wasip2 into
 /// `target/wasm-plugins`.

@@ -85,13 +85,26 @@ fn a_followed_file_source_picks_up_lines_appended_later() {
         )
     };
     std::fs::write(&input, line(0)).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_eventpipe"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_eventpipe"))
         .args(["run", "--summary-json", "--no-watch", "--follow"])
         .arg(format!("--source=jsonl:{}", input.display()))
         .arg(format!("--sink=jsonl:{}", out.display()))
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    // Wait until the run is up (on a fresh machine, compiling the plugins takes a while).
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut seen = Vec::new();
+    while !seen.iter().any(|l: &String| l.contains("tenant `default`")) {
+        seen.push(rx.recv_timeout(Duration::from_secs(120)).expect("the run starts"));
+    }
     std::thread::sleep(Duration::from_millis(500));
     // Appended later, the second line in two writes (a writer caught mid-line).
     let mut f = std::fs::OpenOptions::new().append(true).open(&input).unwrap();
@@ -103,11 +116,12 @@ fn a_followed_file_source_picks_up_lines_appended_later() {
     f.write_all(&second.as_bytes()[20..]).unwrap();
     f.write_all(line(2).as_bytes()).unwrap();
     f.flush().unwrap();
-    std::thread::sleep(Duration::from_millis(800));
+    std::thread::sleep(Duration::from_secs(2));
     Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
-    let output = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stderr}");
+    let status = child.wait().unwrap();
+    seen.extend(rx.iter());
+    let stderr = seen.join("\n");
+    assert!(status.success(), "{stderr}");
     let summary: Value = stderr.lines().rev().find_map(|l| serde_json::from_str(l).ok()).unwrap();
     assert_eq!((summary["read"].as_u64(), summary["bad_lines"].as_u64()), (Some(3), Some(0)), "{stderr}");
     assert_eq!(std::fs::read_to_string(&out).unwrap().lines().count(), 3);

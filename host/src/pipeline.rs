@@ -588,8 +588,11 @@ pub async fn record_to_tenants(
         // Prepare per (tenant, sink), in input order within each.
         let mut per_tenant: Vec<Vec<Occurrence>> = live.iter().map(|_| Vec::new()).collect();
         for (i, event) in batch.into_iter().enumerate() {
-            let tenant = stats.tenants.entry(live[owners[i]].name.to_string()).or_default();
-            tenant.received += 1;
+            let name = &live[owners[i]].name;
+            if !stats.tenants.contains_key(&**name) {
+                stats.tenants.insert(name.to_string(), SinkStats::default()); // once per tenant, not per event
+            }
+            stats.tenants.get_mut(&**name).expect("inserted above").received += 1;
             stats.total.received += 1;
             if kept[i] {
                 per_tenant[owners[i]].push(occurrence(event));

@@ -29,6 +29,35 @@ pub enum CorrelationClock {
     EventTime,
 }
 
+impl CorrelationClock {
+    /// `event` as an [`Occurrence`] whose clocks this choice sets: none (the correlator reads
+    /// its own) or both from [`Event::occurred_at`].
+    pub fn occurrence(self, event: Event) -> Occurrence {
+        match self {
+            CorrelationClock::Processing => Occurrence::from(event),
+            CorrelationClock::EventTime => {
+                let at = event.occurred_at();
+                Occurrence { event, clock: at, spam_filter_clock: at }
+            }
+        }
+    }
+}
+
+/// The next batch of a watcher: the next event (waiting for it) and whatever else is queued,
+/// up to [`PREPARE_BATCH_SIZE`] events; `None` when the watcher is closed.
+pub(crate) async fn recv_batch(watcher: &mut Watcher<Event>) -> Option<Vec<Event>> {
+    let first = watcher.recv().await?;
+    let mut batch = Vec::with_capacity(PREPARE_BATCH_SIZE);
+    batch.push(first.object);
+    while batch.len() < PREPARE_BATCH_SIZE {
+        match watcher.try_recv() {
+            Some(next) => batch.push(next.object),
+            None => break,
+        }
+    }
+    Some(batch)
+}
+
 /// How an [`EventBroadcaster`] is built (client-go `NewBroadcaster` options).
 #[derive(Clone, Debug)]
 pub struct EventBroadcasterOptions {
@@ -251,22 +280,8 @@ async fn record_to_sink(
     clock: CorrelationClock,
 ) -> SinkStats {
     let mut stats = SinkStats::default();
-    let occurrence = |event: Event| match clock {
-        CorrelationClock::Processing => Occurrence::from(event),
-        CorrelationClock::EventTime => {
-            let at = event.occurred_at();
-            Occurrence { event, clock: at, spam_filter_clock: at }
-        }
-    };
-    while let Some(first) = watcher.recv().await {
-        let mut batch = Vec::with_capacity(PREPARE_BATCH_SIZE);
-        batch.push(occurrence(first.object));
-        while batch.len() < PREPARE_BATCH_SIZE {
-            match watcher.try_recv() {
-                Some(next) => batch.push(occurrence(next.object)),
-                None => break,
-            }
-        }
+    while let Some(events) = recv_batch(&mut watcher).await {
+        let batch: Vec<Occurrence> = events.into_iter().map(|e| clock.occurrence(e)).collect();
         stats.received += batch.len() as u64;
         for prepared in correlator.prepare(batch) {
             stats.aggregated += u64::from(prepared.aggregated());

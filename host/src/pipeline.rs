@@ -21,9 +21,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::broadcaster::Watcher;
 use crate::config::{Config, PluginRef, Rules};
-use crate::correlator::{CorrelatorOptions, EventCorrelator, Occurrence, PREPARE_BATCH_SIZE, SourceObjectType};
+use crate::correlator::{CorrelatorOptions, EventCorrelator, Occurrence, SourceObjectType};
 use crate::event::Event;
-use crate::event_broadcaster::{CorrelationClock, SinkStats};
+use crate::event_broadcaster::{CorrelationClock, SinkStats, recv_batch};
 use crate::plugin::filter::{Verdict, WasmFilter};
 use crate::plugin::functions::{DEFAULT_TENANT, WasmAggregateKeyFunc, WasmMessageFunc, WasmSpamKeyFunc};
 use crate::plugin::registry::{LookupError, PluginRegistry};
@@ -546,22 +546,7 @@ pub async fn record_to_tenants(
     let mut stats = RouterStats::default();
     let mut plan = plans.borrow_and_update().clone();
     let mut live = adopt(&plan, Vec::new());
-    let occurrence = |event: Event| match clock {
-        CorrelationClock::Processing => Occurrence::from(event),
-        CorrelationClock::EventTime => {
-            let at = event.occurred_at();
-            Occurrence { event, clock: at, spam_filter_clock: at }
-        }
-    };
-    while let Some(first) = watcher.recv().await {
-        let mut batch = Vec::with_capacity(PREPARE_BATCH_SIZE);
-        batch.push(first.object);
-        while batch.len() < PREPARE_BATCH_SIZE {
-            match watcher.try_recv() {
-                Some(next) => batch.push(next.object),
-                None => break,
-            }
-        }
+    while let Some(batch) = recv_batch(&mut watcher).await {
         let batch_len = batch.len() as u64;
         if plans.has_changed().unwrap_or(false) {
             plan = plans.borrow_and_update().clone();
@@ -595,7 +580,7 @@ pub async fn record_to_tenants(
             stats.tenants.get_mut(&**name).expect("inserted above").received += 1;
             stats.total.received += 1;
             if kept[i] {
-                per_tenant[owners[i]].push(occurrence(event));
+                per_tenant[owners[i]].push(clock.occurrence(event));
             } else {
                 stats.filtered += 1;
             }

@@ -10,6 +10,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use eventpipe::broadcaster::FullChannelBehavior;
 use eventpipe::correlator::{CorrelatorOptions, SourceObjectType};
 use eventpipe::event_broadcaster::{CorrelationClock, EventBroadcasterOptions};
+use eventpipe::golden::{Subject, compare, run_test, write_golden};
 use eventpipe::pipeline::{KeyChoice, TenantRules};
 use eventpipe::plugin::check::check;
 use eventpipe::plugin::functions::{CorrelatorPlugins, DEFAULT_TENANT};
@@ -20,6 +21,7 @@ use eventpipe::plugin::{
 };
 use eventpipe::replay::{ReplayOptions, replay};
 use eventpipe::run::{RunOptions, SinkSpec, SourceSpec, run};
+use eventpipe::scaffold;
 
 /// The Kubernetes event pipeline (client-go's EventRecorder → Broadcaster → EventCorrelator →
 /// EventSink) as a fast, pluggable host.
@@ -40,6 +42,86 @@ enum Command {
     /// Work with plugin components.
     #[command(subcommand)]
     Plugins(PluginsCommand),
+    /// Run a plugin (or a tenant config's plugins) over JSON lines with the replay clock and
+    /// compare the output with a golden file; exit 1 on a difference.
+    Test(TestArgs),
+    /// Create a plugin project (directory NAME) that builds with the commands in its README.
+    NewPlugin(NewPluginArgs),
+}
+
+#[derive(Args, Debug)]
+struct TestArgs {
+    /// The plugin component (its kind decides what is tested). Or use `--config`.
+    #[arg(value_name = "PLUGIN.wasm", required_unless_present = "config", conflicts_with = "config")]
+    plugin: Option<PathBuf>,
+    /// A tenant config whose rules name the plugins to test (looked up in `--plugins`).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// The plugins directory the config's plugin names refer to.
+    #[arg(long, value_name = "DIR")]
+    plugins: Option<PathBuf>,
+    /// The input: JSON lines (`{"clock","event"}` replay lines, or events); `-` for stdin.
+    #[arg(long, value_name = "FILE")]
+    input: PathBuf,
+    /// The golden output file.
+    #[arg(long, value_name = "FILE")]
+    expected: PathBuf,
+    /// Write the output to the golden file instead of comparing.
+    #[arg(long)]
+    update: bool,
+    /// Config of the plugin (its `config` import), `KEY=VALUE`; repeatable.
+    #[arg(long = "plugin-config", value_name = "KEY=VALUE", value_parser = parse_key_value)]
+    plugin_config: Vec<(String, String)>,
+    /// How many differing lines to show.
+    #[arg(long, default_value_t = 10)]
+    show: usize,
+    #[command(flatten)]
+    limits: PluginArgs,
+    #[command(flatten)]
+    runtime: RuntimeArgs,
+}
+
+fn parse_key_value(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .ok_or_else(|| format!("expected KEY=VALUE, got {s:?}"))
+}
+
+#[derive(Args, Debug)]
+struct NewPluginArgs {
+    /// The language: rust, python, js or c.
+    #[arg(long)]
+    lang: Lang,
+    /// The plugin kind (WIT world).
+    #[arg(long)]
+    kind: KindArg,
+    /// The plugin's name; also the directory created.
+    name: String,
+    /// Create the project in this directory instead of `./NAME`.
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
+    /// Rust: the `guest-sdk` directory of an eventpipe clone (default: the one this binary was
+    /// built from, when it still exists).
+    #[arg(long, value_name = "PATH")]
+    sdk: Option<PathBuf>,
+}
+
+#[derive(Copy, Clone, Debug, ValueEnum)]
+enum Lang {
+    Rust,
+    Python,
+    Js,
+    C,
+}
+
+#[derive(Copy, Clone, Debug, ValueEnum)]
+enum KindArg {
+    Filter,
+    AggregateKey,
+    MessageCombiner,
+    SpamKey,
+    Sink,
+    Watcher,
 }
 
 #[derive(Subcommand, Debug)]
@@ -321,6 +403,50 @@ struct RunArgs {
     correlator: CorrelatorArgs,
 }
 
+/// `eventpipe test`: exit 0 when the output matches the golden file (or `--update` wrote it),
+/// 1 on a difference.
+fn test(args: TestArgs) -> anyhow::Result<ExitCode> {
+    let mut settings = args.limits.settings();
+    settings.config = args.plugin_config.into_iter().collect();
+    let mut registry = args.runtime.registry()?.with_validation(settings.clone());
+    if let Some(dir) = &args.plugins {
+        let (with_dir, outcomes) =
+            registry.with_dir(dir).with_context(|| format!("plugins directory {}", dir.display()))?;
+        registry = with_dir;
+        for outcome in outcomes.iter().filter(|o| matches!(o, ReloadOutcome::Rejected { .. })) {
+            eprintln!("eventpipe test: {outcome}");
+        }
+    }
+    let subject = match (args.plugin, args.config) {
+        (Some(plugin), _) => Subject::Component(plugin),
+        (None, Some(config)) => Subject::Config(config),
+        (None, None) => anyhow::bail!("give a PLUGIN.wasm or --config FILE"),
+    };
+    let input: Box<dyn std::io::BufRead> = if args.input.as_os_str() == "-" {
+        Box::new(BufReader::new(std::io::stdin().lock()))
+    } else {
+        let file = std::fs::File::open(&args.input).with_context(|| format!("input {}", args.input.display()))?;
+        Box::new(BufReader::with_capacity(1 << 16, file))
+    };
+    let got = run_test(&registry, &subject, &settings, input)?;
+    if args.update {
+        write_golden(&args.expected, &got).with_context(|| format!("writing {}", args.expected.display()))?;
+        println!("wrote {} lines to {}", got.len(), args.expected.display());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let expected = std::fs::read_to_string(&args.expected)
+        .with_context(|| format!("golden file {} (create it with --update)", args.expected.display()))?;
+    let mut comparison = compare(&expected, &got);
+    comparison.shown = args.show;
+    if comparison.matches() {
+        println!("ok: {} lines match {}", got.len(), args.expected.display());
+        Ok(ExitCode::SUCCESS)
+    } else {
+        println!("{comparison}");
+        Ok(ExitCode::FAILURE)
+    }
+}
+
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
@@ -340,7 +466,7 @@ fn main() -> ExitCode {
 fn execute(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Replay(args) => {
-            let registry = args.runtime.registry()?;
+            let registry = args.runtime.registry()?.with_validation(args.correlator.limits.settings());
             let (correlator, plugins) = args.correlator.options(&registry)?;
             let options = ReplayOptions { correlator, no_update_state: args.no_update_state };
             let stdin = BufReader::with_capacity(1 << 16, std::io::stdin().lock());
@@ -360,7 +486,7 @@ fn execute(command: Command) -> anyhow::Result<ExitCode> {
                 let default = PathBuf::from("plugins");
                 default.is_dir().then_some(default)
             });
-            let mut registry = args.runtime.registry()?;
+            let mut registry = args.runtime.registry()?.with_validation(args.correlator.limits.settings());
             if let Some(dir) = &plugins_dir {
                 let (with_dir, outcomes) =
                     registry.with_dir(dir).with_context(|| format!("plugins directory {}", dir.display()))?;
@@ -397,6 +523,31 @@ fn execute(command: Command) -> anyhow::Result<ExitCode> {
                 eprintln!("eventpipe run: {summary}");
             }
             Ok(if summary.plugin_failed { ExitCode::from(3) } else { ExitCode::SUCCESS })
+        }
+        Command::Test(args) => test(args),
+        Command::NewPlugin(args) => {
+            let lang = match args.lang {
+                Lang::Rust => scaffold::Lang::Rust,
+                Lang::Python => scaffold::Lang::Python,
+                Lang::Js => scaffold::Lang::Js,
+                Lang::C => scaffold::Lang::C,
+            };
+            let kind = match args.kind {
+                KindArg::Filter => PluginKind::Filter,
+                KindArg::AggregateKey => PluginKind::AggregateKey,
+                KindArg::MessageCombiner => PluginKind::MessageCombiner,
+                KindArg::SpamKey => PluginKind::SpamKey,
+                KindArg::Sink => PluginKind::Sink,
+                KindArg::Watcher => PluginKind::Watcher,
+            };
+            let dir = args.dir.unwrap_or_else(|| PathBuf::from(&args.name));
+            let sdk = args.sdk.or_else(scaffold::built_in_sdk);
+            let files = scaffold::scaffold(&scaffold::Scaffold { lang, kind, name: args.name, dir: dir.clone(), sdk })?;
+            for f in &files {
+                println!("created {}", f.display());
+            }
+            println!("see {} for how to build it", dir.join("README.md").display());
+            Ok(ExitCode::SUCCESS)
         }
         Command::Plugins(PluginsCommand::Check { file, limits }) => {
             let runtime = PluginRuntime::new(Metering::Fuel)?;

@@ -452,11 +452,11 @@ fn eventpipe_test_writes_a_golden_file_passes_on_it_and_prints_a_diff_otherwise(
     assert!(String::from_utf8_lossy(&ok.stdout).starts_with("ok: 300 lines match"));
 
     // A different config drops other events: a readable diff and status 1.
-    let other = eventpipe(&["--plugin-config", "reasons=BackOff"]);
+    let other = eventpipe(&["--plugin-config", "reasons=Starting"]);
     assert_eq!(other.status.code(), Some(1));
     let report = String::from_utf8_lossy(&other.stdout);
     assert!(report.contains("\n  expected: ") && report.contains("\n  got:      "), "{report}");
-    assert!(report.starts_with("line "), "{report}");
+    assert!(report.starts_with("line 1:\n"), "{report}");
     assert!(report.trim_end().ends_with("lines differ (expected 300 lines, got 300)"), "{report}");
-    assert!(report.contains("\"filtered\":\"routine Normal event: BackOff\""), "{report}");
+    assert!(report.contains("\"filtered\":\"routine Normal event: Starting\""), "{report}");
 }

@@ -65,6 +65,9 @@ fn median(runs: usize, mut f: impl FnMut()) -> f64 {
     times[runs / 2]
 }
 
+/// One plugin call on a batch of events.
+type Call = Box<dyn Fn(&[&Event])>;
+
 struct Row {
     language: &'static str,
     plugin: &'static str,
@@ -88,7 +91,7 @@ fn measure(runtime: &PluginRuntime, file: &Path, filter: bool, events: &[Event])
     let refs: Vec<&Event> = events.iter().collect();
     let batches: Vec<&[&Event]> = refs.chunks(256).collect();
     let singles: Vec<&[&Event]> = refs.chunks(1).take(512).collect();
-    let call: Box<dyn Fn(&[&Event])> = if filter {
+    let call: Call = if filter {
         let f = WasmFilter::new(handle.clone()).ok()?;
         Box::new(move |batch: &[&Event]| {
             std::hint::black_box(f.filter(batch));

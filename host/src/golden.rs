@@ -73,7 +73,7 @@ enum Harness {
     /// Filters and correlators, per tenant.
     Pipeline { plan: TenantPlan, correlators: Vec<EventCorrelator> },
     /// A sink plugin behind the default correlator.
-    Sink { sink: WasmSink, written: Arc<Mutex<Vec<u8>>>, correlator: EventCorrelator },
+    Sink { sink: WasmSink, written: Arc<Mutex<Vec<u8>>>, correlator: Box<EventCorrelator> },
     /// A watcher plugin.
     Watcher(WasmWatcher),
 }
@@ -197,7 +197,7 @@ fn single(handle: PluginHandle) -> Harness {
     }
     let written = Arc::new(Mutex::new(Vec::new()));
     let sink = WasmSink::new(handle, Box::new(Shared(written.clone()))).expect("checked to be a sink");
-    Harness::Sink { sink, written, correlator: EventCorrelator::new(CorrelatorOptions::default()) }
+    Harness::Sink { sink, written, correlator: Box::new(EventCorrelator::new(CorrelatorOptions::default())) }
 }
 
 fn line(value: serde_json::Value) -> String {
@@ -478,8 +478,7 @@ mod tests {
             &PluginSettings::default(),
             std::io::Cursor::new(""),
         )
-        .err()
-        .expect("an error");
+        .expect_err("an error");
         assert!(error.to_string().contains("/nonexistent/x.wasm"), "{error}");
     }
 }

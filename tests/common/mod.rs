@@ -136,6 +136,8 @@ pub fn fixture_plugin(name: &str) -> PathBuf {
                 "fixture-keep-all",
                 "-p",
                 "fixture-tagger",
+                "-p",
+                "fixture-drop-reasons",
             ]);
         for var in ["RUSTFLAGS", "CARGO_ENCODED_RUSTFLAGS", "CARGO_BUILD_TARGET", "CARGO_TARGET_DIR"] {
             build.env_remove(var);

@@ -181,7 +181,9 @@ fn the_kubernetes_sink_creates_patches_and_handles_status_errors_as_client_go() 
     std::fs::write(&input, stream.iter().map(|e| format!("{e}\n")).collect::<String>()).unwrap();
 
     // Per object: what the server answers to its requests, in order.
-    let script: Arc<Mutex<Vec<(String, VecDeque<u16>)>>> = Arc::new(Mutex::new(vec![
+    /// (path suffix, status codes still to answer)
+    type Script = Vec<(String, VecDeque<u16>)>;
+    let script: Arc<Mutex<Script>> = Arc::new(Mutex::new(vec![
         ("/a".into(), VecDeque::from([201, 200, 404, 201])),
         ("/b".into(), VecDeque::from([409])),
         ("/c".into(), VecDeque::from([429, 201])),

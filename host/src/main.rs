@@ -11,6 +11,7 @@ use eventpipe::broadcaster::FullChannelBehavior;
 use eventpipe::correlator::{CorrelatorOptions, SourceObjectType};
 use eventpipe::delivery::Delivery;
 use eventpipe::event_broadcaster::{CorrelationClock, EventBroadcasterOptions};
+use eventpipe::golden::{Subject, compare, run_test, write_golden};
 use eventpipe::k8s::KubeOptions;
 use eventpipe::logging::{LogFormat, try_init_logging};
 use eventpipe::pipeline::{KeyChoice, TenantRules};
@@ -23,6 +24,7 @@ use eventpipe::plugin::{
 };
 use eventpipe::replay::{ReplayOptions, replay};
 use eventpipe::run::{RunOptions, SinkSpec, SourceSpec, run};
+use eventpipe::scaffold;
 use eventpipe::source::k8s::{EventsApi, WatchOptions};
 
 /// The Kubernetes event pipeline (client-go's EventRecorder → Broadcaster → EventCorrelator →
@@ -43,10 +45,90 @@ enum Command {
     /// (`{"clock","event"}` lines in, `{"skip","event","patch"}` lines out).
     Replay(ReplayArgs),
     /// Read events from a source, run them Broadcaster → EventCorrelator → sink, print a summary.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Work with plugin components.
     #[command(subcommand)]
     Plugins(PluginsCommand),
+    /// Run a plugin (or a tenant config's plugins) over JSON lines with the replay clock and
+    /// compare the output with a golden file; exit 1 on a difference.
+    Test(TestArgs),
+    /// Create a plugin project (directory NAME) that builds with the commands in its README.
+    NewPlugin(NewPluginArgs),
+}
+
+#[derive(Args, Debug)]
+struct TestArgs {
+    /// The plugin component (its kind decides what is tested). Or use `--config`.
+    #[arg(value_name = "PLUGIN.wasm", required_unless_present = "config", conflicts_with = "config")]
+    plugin: Option<PathBuf>,
+    /// A tenant config whose rules name the plugins to test (looked up in `--plugins`).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// The plugins directory the config's plugin names refer to.
+    #[arg(long, value_name = "DIR")]
+    plugins: Option<PathBuf>,
+    /// The input: JSON lines (`{"clock","event"}` replay lines, or events); `-` for stdin.
+    #[arg(long, value_name = "FILE")]
+    input: PathBuf,
+    /// The golden output file.
+    #[arg(long, value_name = "FILE")]
+    expected: PathBuf,
+    /// Write the output to the golden file instead of comparing.
+    #[arg(long)]
+    update: bool,
+    /// Config of the plugin (its `config` import), `KEY=VALUE`; repeatable.
+    #[arg(long = "plugin-config", value_name = "KEY=VALUE", value_parser = parse_key_value)]
+    plugin_config: Vec<(String, String)>,
+    /// How many differing lines to show.
+    #[arg(long, default_value_t = 10)]
+    show: usize,
+    #[command(flatten)]
+    limits: PluginArgs,
+    #[command(flatten)]
+    runtime: RuntimeArgs,
+}
+
+fn parse_key_value(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .ok_or_else(|| format!("expected KEY=VALUE, got {s:?}"))
+}
+
+#[derive(Args, Debug)]
+struct NewPluginArgs {
+    /// The language: rust, python, js or c.
+    #[arg(long)]
+    lang: Lang,
+    /// The plugin kind (WIT world).
+    #[arg(long)]
+    kind: KindArg,
+    /// The plugin's name; also the directory created.
+    name: String,
+    /// Create the project in this directory instead of `./NAME`.
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
+    /// Rust: the `guest-sdk` directory of an eventpipe clone (default: the one this binary was
+    /// built from, when it still exists).
+    #[arg(long, value_name = "PATH")]
+    sdk: Option<PathBuf>,
+}
+
+#[derive(Copy, Clone, Debug, ValueEnum)]
+enum Lang {
+    Rust,
+    Python,
+    Js,
+    C,
+}
+
+#[derive(Copy, Clone, Debug, ValueEnum)]
+enum KindArg {
+    Filter,
+    AggregateKey,
+    MessageCombiner,
+    SpamKey,
+    Sink,
+    Watcher,
 }
 
 #[derive(Subcommand, Debug)]
@@ -396,6 +478,50 @@ enum EventsApiArg {
     EventsK8sIo,
 }
 
+/// `eventpipe test`: exit 0 when the output matches the golden file (or `--update` wrote it),
+/// 1 on a difference.
+fn test(args: TestArgs) -> anyhow::Result<ExitCode> {
+    let mut settings = args.limits.settings();
+    settings.config = args.plugin_config.into_iter().collect();
+    let mut registry = args.runtime.registry()?.with_validation(settings.clone());
+    if let Some(dir) = &args.plugins {
+        let (with_dir, outcomes) =
+            registry.with_dir(dir).with_context(|| format!("plugins directory {}", dir.display()))?;
+        registry = with_dir;
+        for outcome in outcomes.iter().filter(|o| matches!(o, ReloadOutcome::Rejected { .. })) {
+            eprintln!("eventpipe test: {outcome}");
+        }
+    }
+    let subject = match (args.plugin, args.config) {
+        (Some(plugin), _) => Subject::Component(plugin),
+        (None, Some(config)) => Subject::Config(config),
+        (None, None) => anyhow::bail!("give a PLUGIN.wasm or --config FILE"),
+    };
+    let input: Box<dyn std::io::BufRead> = if args.input.as_os_str() == "-" {
+        Box::new(BufReader::new(std::io::stdin().lock()))
+    } else {
+        let file = std::fs::File::open(&args.input).with_context(|| format!("input {}", args.input.display()))?;
+        Box::new(BufReader::with_capacity(1 << 16, file))
+    };
+    let got = run_test(&registry, &subject, &settings, input)?;
+    if args.update {
+        write_golden(&args.expected, &got).with_context(|| format!("writing {}", args.expected.display()))?;
+        println!("wrote {} lines to {}", got.len(), args.expected.display());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let expected = std::fs::read_to_string(&args.expected)
+        .with_context(|| format!("golden file {} (create it with --update)", args.expected.display()))?;
+    let mut comparison = compare(&expected, &got);
+    comparison.shown = args.show;
+    if comparison.matches() {
+        println!("ok: {} lines match {}", got.len(), args.expected.display());
+        Ok(ExitCode::SUCCESS)
+    } else {
+        println!("{comparison}");
+        Ok(ExitCode::FAILURE)
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Err(e) = try_init_logging(cli.log_format) {
@@ -414,7 +540,7 @@ fn main() -> ExitCode {
 fn execute(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Replay(args) => {
-            let registry = args.runtime.registry()?;
+            let registry = args.runtime.registry()?.with_validation(args.correlator.limits.settings());
             let (correlator, plugins) = args.correlator.options(&registry)?;
             let options = ReplayOptions { correlator, no_update_state: args.no_update_state };
             let stdin = BufReader::with_capacity(1 << 16, std::io::stdin().lock());
@@ -434,7 +560,7 @@ fn execute(command: Command) -> anyhow::Result<ExitCode> {
                 let default = PathBuf::from("plugins");
                 default.is_dir().then_some(default)
             });
-            let mut registry = args.runtime.registry()?;
+            let mut registry = args.runtime.registry()?.with_validation(args.correlator.limits.settings());
             if let Some(dir) = &plugins_dir {
                 let (with_dir, outcomes) =
                     registry.with_dir(dir).with_context(|| format!("plugins directory {}", dir.display()))?;
@@ -497,6 +623,31 @@ fn execute(command: Command) -> anyhow::Result<ExitCode> {
                 eprintln!("eventpipe run: {summary}");
             }
             Ok(if summary.plugin_failed { ExitCode::from(3) } else { ExitCode::SUCCESS })
+        }
+        Command::Test(args) => test(args),
+        Command::NewPlugin(args) => {
+            let lang = match args.lang {
+                Lang::Rust => scaffold::Lang::Rust,
+                Lang::Python => scaffold::Lang::Python,
+                Lang::Js => scaffold::Lang::Js,
+                Lang::C => scaffold::Lang::C,
+            };
+            let kind = match args.kind {
+                KindArg::Filter => PluginKind::Filter,
+                KindArg::AggregateKey => PluginKind::AggregateKey,
+                KindArg::MessageCombiner => PluginKind::MessageCombiner,
+                KindArg::SpamKey => PluginKind::SpamKey,
+                KindArg::Sink => PluginKind::Sink,
+                KindArg::Watcher => PluginKind::Watcher,
+            };
+            let dir = args.dir.unwrap_or_else(|| PathBuf::from(&args.name));
+            let sdk = args.sdk.or_else(scaffold::built_in_sdk);
+            let files = scaffold::scaffold(&scaffold::Scaffold { lang, kind, name: args.name, dir: dir.clone(), sdk })?;
+            for f in &files {
+                println!("created {}", f.display());
+            }
+            println!("see {} for how to build it", dir.join("README.md").display());
+            Ok(ExitCode::SUCCESS)
         }
         Command::Plugins(PluginsCommand::Check { file, limits }) => {
             let runtime = PluginRuntime::new(Metering::Fuel)?;

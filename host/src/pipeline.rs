@@ -177,6 +177,18 @@ pub struct PlannedTenant {
     handles: Vec<PluginHandle>,
 }
 
+impl PlannedTenant {
+    /// The tenant's filters, in order.
+    pub fn filters(&self) -> &[Arc<WasmFilter>] {
+        &self.filters
+    }
+
+    /// The options of the tenant's correlators (numbers and key functions).
+    pub fn correlator_options(&self) -> &CorrelatorOptions {
+        &self.options
+    }
+}
+
 impl std::fmt::Debug for PlannedTenant {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PlannedTenant").field("name", &self.name).field("rules", &self.rules).finish_non_exhaustive()

@@ -23,6 +23,7 @@ pub mod registry;
 pub mod sink;
 mod slot;
 mod state;
+pub mod watcher;
 
 use std::collections::BTreeMap;
 use std::fmt;

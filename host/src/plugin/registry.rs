@@ -161,6 +161,14 @@ impl PluginRegistry {
         })
     }
 
+    /// Validates new versions (the call on a sample event before a version may serve) with
+    /// `settings` instead of the defaults: give Python and JavaScript plugins a larger fuel budget
+    /// here (`--fuel-per-event`), or their first call may run out of the default 2,000,000.
+    pub fn with_validation(mut self, settings: PluginSettings) -> Self {
+        self.validation = settings;
+        self
+    }
+
     /// Adds the plugins directory `dir` and loads every `*.wasm` in it (in name order); a file
     /// that fails is reported in the outcomes and left out. A missing directory is an error.
     ///

@@ -1,0 +1,48 @@
+# namespace-reason (Python, componentize-py): an aggregate-key function that groups similar
+# events per namespace instead of per object.
+#   aggregate key = source.component|involvedObject.kind|involvedObject.namespace|type|reason
+#   local key     = message (as client-go)
+# The correlator calls aggregate_key_batch with a packed batch of the 13 key fields per event
+# (wit/types.wit, key-fields-batch) and expects 2 packed strings per event back.
+import wit_world
+from wit_world.imports import types
+from componentize_py_types import Err
+
+FIELDS = 13  # per event, in the order of types.key-fields-batch
+
+
+def _keys(f: list[str]) -> tuple[str, str]:
+    # f[0] source.component, f[2] kind, f[3] namespace, f[8] type, f[9] reason, f[10] message
+    return "|".join((f[0], f[2], f[3], f[8], f[9])), f[10]
+
+
+class WitWorld(wit_world.WitWorld):
+    def aggregate_key(self, event: types.Event) -> types.AggregateKeyPair:
+        o = event.involved_object
+        agg = "|".join((event.source.component, o.kind, o.namespace, event.type, event.reason))
+        return types.AggregateKeyPair(agg, event.message)
+
+    def aggregate_key_batch(self, events: types.PackedStrings) -> types.PackedStrings:
+        data, ends = events.bytes, events.ends
+        if len(ends) % FIELDS != 0:
+            raise Err(f"len(ends) = {len(ends)} is not a multiple of {FIELDS}")
+        if (ends[-1] if ends else 0) != len(data):
+            raise Err("the last offset is not len(bytes)")
+        out = bytearray()
+        out_ends: list[int] = []
+        start = 0
+        fields: list[str] = []
+        for end in ends:
+            if end < start or end > len(data):
+                raise Err("offsets decrease or pass len(bytes)")
+            try:
+                fields.append(data[start:end].decode("utf-8"))
+            except UnicodeDecodeError:
+                raise Err("bytes are not UTF-8 split at character boundaries")
+            start = end
+            if len(fields) == FIELDS:
+                for key in _keys(fields):
+                    out += key.encode("utf-8")
+                    out_ends.append(len(out))
+                fields = []
+        return types.PackedStrings(bytes(out), out_ends)

@@ -1,0 +1,332 @@
+//! `eventpipe new-plugin`: a plugin project in Rust, Python, JavaScript or C that builds with
+//! the commands of its README.
+//!
+//! The sources come from the repository, compiled in: a filter and an aggregate-key function
+//! are the examples of `examples/plugins/` (the `quiet-normal` filter and the
+//! `namespace-reason` key function; the Rust sink is the `slack` example), the other kinds the
+//! templates of `examples/templates/`. Every project but Rust's carries a copy of `wit/`, so it
+//! builds on its own.
+
+use std::path::{Path, PathBuf};
+
+use crate::plugin::PluginKind;
+
+/// The languages a project can be created in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lang {
+    /// Rust on the guest SDK (`eventpipe-guest`), `cargo build --target wasm32-wasip2`.
+    Rust,
+    /// Python with componentize-py.
+    Python,
+    /// JavaScript with componentize-js (or componentize-qjs).
+    Js,
+    /// C with clang + wasi-libc and `eventpipe-plugin-build`.
+    C,
+}
+
+/// What to create.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scaffold {
+    /// The language.
+    pub lang: Lang,
+    /// The plugin kind (WIT world).
+    pub kind: PluginKind,
+    /// The plugin's name: lowercase letters, digits and `-`, starting with a letter.
+    pub name: String,
+    /// The directory to create (must not exist, or be empty).
+    pub dir: PathBuf,
+    /// Rust: the `guest-sdk` directory the project depends on.
+    pub sdk: Option<PathBuf>,
+}
+
+/// Why a project could not be created.
+#[derive(Debug, thiserror::Error)]
+pub enum ScaffoldError {
+    /// The name is not a valid plugin name.
+    #[error("invalid plugin name {0:?}: use lowercase letters, digits and '-', starting with a letter")]
+    Name(String),
+    /// The directory exists and is not empty.
+    #[error("{}: exists and is not empty", .0.display())]
+    Exists(PathBuf),
+    /// A Rust project needs the SDK's path.
+    #[error("a Rust plugin needs the eventpipe guest SDK: pass --sdk PATH/TO/eventpipe/guest-sdk")]
+    NoSdk,
+    /// The SDK path is not an SDK.
+    #[error("{}: not the eventpipe guest SDK (no Cargo.toml naming eventpipe-guest)", .0.display())]
+    BadSdk(PathBuf),
+    /// The toolchain cannot build this kind in this language.
+    #[error("{0}")]
+    Unsupported(&'static str),
+    /// Writing a file failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The WIT package, copied into every non-Rust project.
+const WIT: [(&str, &str); 4] = [
+    ("types.wit", include_str!("../../wit/types.wit")),
+    ("host.wit", include_str!("../../wit/host.wit")),
+    ("worlds.wit", include_str!("../../wit/worlds.wit")),
+    ("host-world.wit", include_str!("../../wit/host-world.wit")),
+];
+const WIT_README: &str = include_str!("../../wit/README.md");
+
+/// Why there is no Python sink (see `examples/plugins/README.md`).
+const PYTHON_SINK: &str = "componentize-py 0.25.1 cannot build a sink: the world's export `send` clashes with \
+    wasi-libc's `send` symbol (it panics: `one or more duplicate items detected when collecting into set or map`, \
+    wit-component linking.rs:237); write sinks in Rust, JavaScript or C";
+
+/// The guest SDK of the source tree this binary was built from, if it is still there.
+pub fn built_in_sdk() -> Option<PathBuf> {
+    let sdk = Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest-sdk");
+    sdk.join("Cargo.toml").is_file().then(|| std::path::absolute(&sdk).unwrap_or(sdk))
+}
+
+/// The main source file of a project: (file name, text).
+fn source(lang: Lang, kind: PluginKind) -> (&'static str, &'static str) {
+    use PluginKind as K;
+    match lang {
+        Lang::Rust => (
+            "src/lib.rs",
+            match kind {
+                K::Filter => include_str!("../../examples/plugins/rust/filter/src/lib.rs"),
+                K::AggregateKey => include_str!("../../examples/plugins/rust/aggregate-key/src/lib.rs"),
+                K::Sink => include_str!("../../examples/plugins/rust/slack-sink/src/lib.rs"),
+                K::MessageCombiner => include_str!("../../examples/templates/rust/message-combiner.rs"),
+                K::SpamKey => include_str!("../../examples/templates/rust/spam-key.rs"),
+                K::Watcher => include_str!("../../examples/templates/rust/watcher.rs"),
+            },
+        ),
+        Lang::Python => (
+            "app.py",
+            match kind {
+                K::Filter => include_str!("../../examples/plugins/python/filter/app.py"),
+                K::AggregateKey => include_str!("../../examples/plugins/python/aggregate-key/app.py"),
+                K::MessageCombiner => include_str!("../../examples/templates/python/message-combiner.py"),
+                K::SpamKey => include_str!("../../examples/templates/python/spam-key.py"),
+                K::Sink => unreachable!("refused in scaffold()"),
+                K::Watcher => include_str!("../../examples/templates/python/watcher.py"),
+            },
+        ),
+        Lang::Js => (
+            "plugin.js",
+            match kind {
+                K::Filter => include_str!("../../examples/plugins/js/filter/filter.js"),
+                K::AggregateKey => include_str!("../../examples/plugins/js/aggregate-key/aggregate-key.js"),
+                K::MessageCombiner => include_str!("../../examples/templates/js/message-combiner.js"),
+                K::SpamKey => include_str!("../../examples/templates/js/spam-key.js"),
+                K::Sink => include_str!("../../examples/templates/js/sink.js"),
+                K::Watcher => include_str!("../../examples/templates/js/watcher.js"),
+            },
+        ),
+        Lang::C => (
+            "plugin.c",
+            match kind {
+                K::Filter => include_str!("../../examples/plugins/c/filter/quiet_normal.c"),
+                K::AggregateKey => include_str!("../../examples/plugins/c/aggregate-key/namespace_reason.c"),
+                K::MessageCombiner => include_str!("../../examples/templates/c/message-combiner.c"),
+                K::SpamKey => include_str!("../../examples/templates/c/spam-key.c"),
+                K::Sink => include_str!("../../examples/templates/c/sink.c"),
+                K::Watcher => include_str!("../../examples/templates/c/watcher.c"),
+            },
+        ),
+    }
+}
+
+/// Where a tenant config names a plugin of `kind`.
+fn config_key(kind: PluginKind, name: &str) -> String {
+    match kind {
+        PluginKind::Filter => format!("filters = [\"{name}\"]"),
+        PluginKind::AggregateKey => format!("aggregate_key = \"{name}\""),
+        PluginKind::MessageCombiner => format!("message_combiner = \"{name}\""),
+        PluginKind::SpamKey => format!("spam_key = \"{name}\""),
+        PluginKind::Sink => format!("sinks = [\"plugin:{name}\"]"),
+        PluginKind::Watcher => "watchers are run by `eventpipe test` only for now".into(),
+    }
+}
+
+fn valid_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_ascii_lowercase())
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !name.ends_with('-')
+}
+
+/// Creates the project `s` describes; returns the files written, in order.
+///
+/// # Errors
+/// [`ScaffoldError`]: a bad name, a non-empty directory, a missing or wrong SDK path (Rust), or
+/// an I/O error.
+pub fn scaffold(s: &Scaffold) -> Result<Vec<PathBuf>, ScaffoldError> {
+    if !valid_name(&s.name) {
+        return Err(ScaffoldError::Name(s.name.clone()));
+    }
+    if s.dir.read_dir().is_ok_and(|mut d| d.next().is_some()) {
+        return Err(ScaffoldError::Exists(s.dir.clone()));
+    }
+    if (s.lang, s.kind) == (Lang::Python, PluginKind::Sink) {
+        return Err(ScaffoldError::Unsupported(PYTHON_SINK));
+    }
+    let world = s.kind.world();
+    let stem = world.replace('-', "_");
+    let crate_name = s.name.replace('-', "_");
+    let sdk = match (s.lang, &s.sdk) {
+        (Lang::Rust, None) => return Err(ScaffoldError::NoSdk),
+        (Lang::Rust, Some(sdk)) => {
+            let manifest = std::fs::read_to_string(sdk.join("Cargo.toml")).unwrap_or_default();
+            if !manifest.contains("name = \"eventpipe-guest\"") {
+                return Err(ScaffoldError::BadSdk(sdk.clone()));
+            }
+            std::path::absolute(sdk).unwrap_or_else(|_| sdk.clone()).display().to_string()
+        }
+        _ => String::new(),
+    };
+    let fill = |text: &str| {
+        text.replace("{{name}}", &s.name)
+            .replace("{{world}}", world)
+            .replace("{{stem}}", &stem)
+            .replace("{{crate}}", &crate_name)
+            .replace("{{sdk}}", &sdk.replace('\\', "/"))
+            .replace("{{config_key}}", &config_key(s.kind, &s.name))
+    };
+    let mut files: Vec<(String, String)> = Vec::new();
+    let (main, text) = source(s.lang, s.kind);
+    files.push((main.into(), fill(text)));
+    match s.lang {
+        Lang::Rust => {
+            files.push(("Cargo.toml".into(), fill(include_str!("../../examples/templates/rust/Cargo.toml.in"))));
+            // The versions the SDK is tested with (cargo prunes what the project does not use).
+            files.push(("Cargo.lock".into(), include_str!("../../plugins/Cargo.lock").into()));
+            files.push(("README.md".into(), fill(include_str!("../../examples/templates/rust/README.md.in"))));
+            files.push((".gitignore".into(), "/target\n*.wasm\n".into()));
+        }
+        Lang::Python => {
+            if matches!(s.kind, PluginKind::MessageCombiner | PluginKind::SpamKey) {
+                files.push(("packed.py".into(), include_str!("../../examples/templates/python/packed.py").into()));
+            }
+            files.push(("README.md".into(), fill(include_str!("../../examples/templates/python/README.md.in"))));
+            files.push((".gitignore".into(), ".venv/\n__pycache__/\n*.wasm\n".into()));
+        }
+        Lang::Js => {
+            files.push(("package.json".into(), fill(include_str!("../../examples/templates/js/package.json.in"))));
+            files.push(("README.md".into(), fill(include_str!("../../examples/templates/js/README.md.in"))));
+            files.push((".gitignore".into(), "node_modules/\n*.wasm\n".into()));
+        }
+        Lang::C => {
+            files.push(("build.sh".into(), fill(include_str!("../../examples/templates/c/build.sh.in"))));
+            files.push(("README.md".into(), fill(include_str!("../../examples/templates/c/README.md.in"))));
+            files.push((".gitignore".into(), "gen/\n*.wasm\n".into()));
+        }
+    }
+    if s.lang != Lang::Rust {
+        for (file, text) in WIT {
+            files.push((format!("wit/{file}"), text.into()));
+        }
+        files.push(("wit/README.md".into(), WIT_README.into()));
+    }
+    let mut written = Vec::with_capacity(files.len());
+    for (file, text) in files {
+        let path = s.dir.join(&file);
+        let io = |source| ScaffoldError::Io { path: path.clone(), source };
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(io)?;
+        }
+        std::fs::write(&path, text).map_err(io)?;
+        if file == "build.sh" {
+            make_executable(&path).map_err(io)?;
+        }
+        written.push(path);
+    }
+    Ok(written)
+}
+
+#[cfg(unix)]
+fn make_executable(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
+}
+
+#[cfg(not(unix))]
+fn make_executable(_path: &Path) -> std::io::Result<()> {
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn new(lang: Lang, kind: PluginKind, dir: &Path) -> Result<Vec<PathBuf>, ScaffoldError> {
+        scaffold(&Scaffold { lang, kind, name: "my-plugin".into(), dir: dir.to_path_buf(), sdk: built_in_sdk() })
+    }
+
+    #[test]
+    fn every_language_and_kind_gets_a_project_with_its_world_filled_in() {
+        for lang in [Lang::Rust, Lang::Python, Lang::Js, Lang::C] {
+            for kind in PluginKind::ALL {
+                if (lang, kind) == (Lang::Python, PluginKind::Sink) {
+                    let tmp = tempfile::tempdir().unwrap();
+                    assert!(matches!(new(lang, kind, tmp.path()), Err(ScaffoldError::Unsupported(_))));
+                    continue;
+                }
+                let tmp = tempfile::tempdir().unwrap();
+                let dir = tmp.path().join("my-plugin");
+                let files = new(lang, kind, &dir).unwrap();
+                for f in &files {
+                    let text = std::fs::read_to_string(f).unwrap();
+                    assert!(!text.contains("{{"), "{lang:?} {kind}: placeholder left in {}", f.display());
+                }
+                let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
+                assert!(readme.starts_with("# my-plugin\n"), "{lang:?} {kind}");
+                assert!(readme.contains(&format!("`{}` plugin", kind.world())), "{lang:?} {kind}");
+                if lang != Lang::Rust {
+                    assert!(dir.join("wit/worlds.wit").is_file(), "{lang:?}: the WIT is copied");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_rust_project_depends_on_the_sdk_by_absolute_path() {
+        let tmp = tempfile::tempdir().unwrap();
+        new(Lang::Rust, PluginKind::Filter, tmp.path()).unwrap();
+        let manifest = std::fs::read_to_string(tmp.path().join("Cargo.toml")).unwrap();
+        let sdk = built_in_sdk().unwrap();
+        assert!(manifest.contains(&format!("eventpipe-guest = {{ path = \"{}\" }}", sdk.display())), "{manifest}");
+        assert!(manifest.contains("name = \"my_plugin\""));
+    }
+
+    #[test]
+    fn bad_names_existing_directories_and_missing_sdks_are_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        for bad in ["", "My", "1x", "a_b", "x-"] {
+            let s = Scaffold {
+                lang: Lang::C,
+                kind: PluginKind::Filter,
+                name: bad.into(),
+                dir: tmp.path().join("x"),
+                sdk: None,
+            };
+            assert!(matches!(scaffold(&s), Err(ScaffoldError::Name(_))), "{bad:?}");
+        }
+        std::fs::write(tmp.path().join("f"), "").unwrap();
+        let s =
+            Scaffold { lang: Lang::C, kind: PluginKind::Filter, name: "x".into(), dir: tmp.path().into(), sdk: None };
+        assert!(matches!(scaffold(&s), Err(ScaffoldError::Exists(_))));
+        let s = Scaffold {
+            lang: Lang::Rust,
+            kind: PluginKind::Filter,
+            name: "x".into(),
+            dir: tmp.path().join("r"),
+            sdk: None,
+        };
+        assert!(matches!(scaffold(&s), Err(ScaffoldError::NoSdk)));
+        let s = Scaffold { sdk: Some(tmp.path().into()), ..s };
+        assert!(matches!(scaffold(&s), Err(ScaffoldError::BadSdk(_))));
+    }
+}

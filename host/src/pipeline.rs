@@ -448,7 +448,12 @@ impl SinkSet {
             SinkSpec::JsonLinesStdout => OpenSink::Jsonl(Arc::new(JsonLinesSink::new(Box::new(std::io::stdout())))),
             SinkSpec::JsonLinesFile(path) => {
                 let file = if self.append {
-                    std::fs::OpenOptions::new().create(true).append(true).open(path)
+                    JsonLinesSink::open_append(path).map(|(file, torn)| {
+                        if torn > 0 {
+                            tracing::warn!(sink = %spec, bytes = torn, "cut a torn last line (an interrupted write)");
+                        }
+                        file
+                    })
                 } else {
                     std::fs::File::create(path)
                 }

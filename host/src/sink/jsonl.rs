@@ -3,7 +3,8 @@
 //! It stores nothing and echoes the event back, like client-go's test sink; the correlator's
 //! `update_state` therefore sees exactly what was written.
 
-use std::io::Write;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::Path;
 use std::sync::Mutex;
 
 use async_trait::async_trait;
@@ -45,6 +46,43 @@ impl JsonLinesSink {
         self.out.lock().unwrap_or_else(|p| p.into_inner()).flush()
     }
 
+    /// Opens `path` for appending (creating it), first cutting off a torn last line: a process
+    /// killed mid-write leaves a line without its `\n`, and appending to it would make that line
+    /// and the next one unreadable. The torn record was never acknowledged, so at-least-once
+    /// delivery writes it again. Returns the file and how many bytes were cut (0 for a file
+    /// that ends with `\n`, is empty or is not a regular file, e.g. a pipe).
+    ///
+    /// # Errors
+    /// Opening, reading or truncating the file.
+    pub fn open_append(path: &Path) -> std::io::Result<(std::fs::File, u64)> {
+        let mut file = std::fs::OpenOptions::new().create(true).read(true).append(true).open(path)?;
+        let meta = file.metadata()?;
+        if !meta.is_file() || meta.len() == 0 {
+            return Ok((file, 0));
+        }
+        // Find the last '\n', reading backwards in 64 KiB blocks.
+        let len = meta.len();
+        let mut end = len;
+        let mut block = vec![0u8; 1 << 16];
+        let keep = loop {
+            let start = end.saturating_sub(block.len() as u64);
+            let chunk = &mut block[..(end - start) as usize];
+            file.seek(SeekFrom::Start(start))?;
+            file.read_exact(chunk)?;
+            if let Some(i) = chunk.iter().rposition(|&b| b == b'\n') {
+                break start + i as u64 + 1;
+            }
+            if start == 0 {
+                break 0;
+            }
+            end = start;
+        };
+        if keep < len {
+            file.set_len(keep)?;
+        }
+        Ok((file, len - keep))
+    }
+
     fn write(&self, call: &SinkCall<'_>) -> Result<(), SinkError> {
         let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
         serde_json::to_writer(&mut *out, call)
@@ -76,5 +114,31 @@ impl EventSink for JsonLinesSink {
         };
         self.write(&SinkCall { verb: Verb::Patch, event, patch })?;
         Ok(event.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn open_append_cuts_only_a_torn_last_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.jsonl");
+        // A long first line so the backwards scan crosses a block boundary.
+        let whole = format!("{{\"a\":\"{}\"}}\n{{\"b\":1}}\n", "x".repeat(100_000));
+        std::fs::write(&path, format!("{whole}{{\"c\":")).unwrap();
+        let (mut file, torn) = JsonLinesSink::open_append(&path).unwrap();
+        assert_eq!(torn, 5);
+        file.write_all(b"{\"d\":2}\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), format!("{whole}{{\"d\":2}}\n"));
+
+        let (_, torn) = JsonLinesSink::open_append(&path).unwrap();
+        assert_eq!(torn, 0, "a file ending in a newline is left alone");
+        std::fs::write(&path, "no newline at all").unwrap();
+        assert_eq!(JsonLinesSink::open_append(&path).unwrap().1, 17);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 0);
+        let fresh = dir.path().join("new.jsonl");
+        assert_eq!(JsonLinesSink::open_append(&fresh).unwrap().1, 0);
     }
 }

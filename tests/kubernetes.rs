@@ -463,3 +463,67 @@ fn typed_body(e: &Value) -> String {
     e["apiVersion"] = json!("v1");
     e.to_string()
 }
+
+#[test]
+fn http_ingest_routes_events_to_the_tenant_their_request_header_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let (payments, other) = (dir.path().join("payments.jsonl"), dir.path().join("other.jsonl"));
+    let config = dir.path().join("tenants.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[defaults]\nsinks = [\"jsonl:{}\"]\n\n[[tenants]]\nname = \"payments\"\n\
+             [tenants.match]\nheaders = {{ \"X-Eventpipe-Tenant\" = \"pay*\" }}\n\
+             [tenants.rules]\nsinks = [\"jsonl:{}\"]\n",
+            other.display(),
+            payments.display()
+        ),
+    )
+    .unwrap();
+    let mut child = eventpipe()
+        .args(["run", "--summary-json", "--no-watch", "--source=http:127.0.0.1:0"])
+        .arg(format!("--config={}", config.display()))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let addr = loop {
+        let mut line = String::new();
+        assert!(stderr.read_line(&mut line).unwrap() > 0, "no listening line");
+        if let Some(addr) = line.trim().strip_prefix("eventpipe: HTTP ingest listening on ") {
+            break addr.to_string();
+        }
+    };
+    let post = |object: &str, header: &str| {
+        let body = event(&format!("{object}.1"), object, "BackOff", "Back-off", "2025-01-01T00:00:00Z").to_string();
+        let mut conn = TcpStream::connect(&addr).unwrap();
+        write!(
+            conn,
+            "POST /ingest HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/x-ndjson\r\n{header}\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut answer = String::new();
+        conn.read_to_string(&mut answer).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 2"), "{answer}");
+    };
+    post("pay-0", "x-eventpipe-tenant: payments\r\n");
+    post("none-0", "");
+    post("pay-1", "X-EVENTPIPE-TENANT: payroll\r\n");
+    post("shop-0", "x-eventpipe-tenant: shop\r\n");
+    // Stop once all four went through the pipeline (SIGTERM drains what was accepted anyway).
+    Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    let mut rest = String::new();
+    stderr.read_to_string(&mut rest).unwrap();
+    assert!(child.wait().unwrap().success(), "{rest}");
+    let objects = |path: &std::path::Path| -> Vec<String> {
+        std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap()["event"]["involvedObject"]["name"].to_string())
+            .collect()
+    };
+    assert_eq!(objects(&payments), ["\"pay-0\"", "\"pay-1\""], "{rest}");
+    assert_eq!(objects(&other), ["\"none-0\"", "\"shop-0\""], "{rest}");
+}

@@ -112,6 +112,35 @@ pub struct Event {
     /// The reporting controller's instance; always written.
     #[serde(default, deserialize_with = "nullable")]
     pub reporting_instance: String,
+    /// Not part of the API object: the HTTP ingest request's headers, for tenant routing
+    /// (`match.headers`). Never serialised, never compared.
+    #[serde(skip)]
+    pub ingest_headers: IngestHeaders,
+}
+
+/// The headers of the HTTP ingest request an [`Event`] came in with, carried beside it from the
+/// source through the Broadcaster to the tenant router: `(name, value)` pairs, names lowercase,
+/// credentials (`Authorization`, `Cookie`) left out by the source. Empty for events from other
+/// sources. Transport metadata, not part of the event's value: any two compare equal.
+#[derive(Debug, Clone, Default)]
+pub struct IngestHeaders(Option<std::sync::Arc<[(String, String)]>>);
+
+impl IngestHeaders {
+    /// The headers of one ingest request.
+    pub fn new(headers: std::sync::Arc<[(String, String)]>) -> Self {
+        Self(Some(headers))
+    }
+
+    /// The headers, `None` for an event that did not come through HTTP ingest.
+    pub fn get(&self) -> Option<&[(String, String)]> {
+        self.0.as_deref()
+    }
+}
+
+impl PartialEq for IngestHeaders {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 /// The `metadata` of an Event. Fields the correlator and sinks use are typed; everything else

@@ -248,7 +248,7 @@ impl TenantPlan {
 
     /// The index into [`tenants`](Self::tenants) of `event`'s tenant.
     pub fn route(&self, event: &Event) -> usize {
-        self.router.route(event, None).unwrap_or(self.tenants.len() - 1)
+        self.router.route(event, event.ingest_headers.get()).unwrap_or(self.tenants.len() - 1)
     }
 
     /// One line per tenant for logs: name, plugins and numbers.

@@ -556,7 +556,7 @@ async fn serve_http(
         tokio::select! {
             _ = shutdown.cancelled() => break,
             item = rx.recv() => match item {
-                Some(item) => match to.broadcaster().action(WatchEventType::Added, item.event).await {
+                Some(item) => match to.broadcaster().action(WatchEventType::Added, item.into_event()).await {
                     Ok(()) => summary.read += 1,
                     Err(error) => tracing::error!(%error, "broadcaster refused an event"),
                 },
@@ -570,7 +570,7 @@ async fn serve_http(
         tracing::warn!(error = %e, "HTTP ingest ended with an error");
     }
     while let Ok(item) = rx.try_recv() {
-        if to.broadcaster().action(WatchEventType::Added, item.event).await.is_ok() {
+        if to.broadcaster().action(WatchEventType::Added, item.into_event()).await.is_ok() {
             summary.read += 1;
         }
     }

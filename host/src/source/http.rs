@@ -222,14 +222,24 @@ pub struct Ingested {
     /// The event (for creates, as answered to the client).
     pub event: Event,
     /// The request's headers (names lowercase, values that are not UTF-8 left out, credentials
-    /// removed), shared by every event of the request. Route with
-    /// `TenantRouter::route(&i.event, Some(&i.headers))`.
+    /// removed), shared by every event of the request; [`Ingested::into_event`] attaches them to
+    /// the event for the tenant router.
     pub headers: Arc<[(String, String)]>,
     /// The route it came through.
     pub route: IngestRoute,
     /// The watch envelope's type when it came in one (`DELETED` events included: the caller
     /// decides).
     pub watch_type: Option<WatchEventType>,
+}
+
+impl Ingested {
+    /// The event as it goes into the Broadcaster: with the request's headers as its
+    /// [`Event::ingest_headers`], so that tenants can match on them (`match.headers`).
+    pub fn into_event(self) -> Event {
+        let mut event = self.event;
+        event.ingest_headers = crate::event::IngestHeaders::new(self.headers);
+        event
+    }
 }
 
 /// Counters of the ingest server (read with [`Ingest::stats`]).

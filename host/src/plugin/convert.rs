@@ -180,6 +180,7 @@ pub(crate) fn from_wit(w: wit::Event, like: &Event) -> Event {
         related: w.related.map(from_reference),
         reporting_component: w.reporting_component,
         reporting_instance: w.reporting_instance,
+        ingest_headers: like.ingest_headers.clone(),
     }
 }
 

@@ -394,8 +394,9 @@ struct RunArgs {
     /// `jsonl:PATH` or `jsonl:-` (stdout): one `{"verb","event","patch"}` line per sink call;
     /// `plugin:NAME` (a sink plugin, embedded like `plugin:jsonl` or from the plugins
     /// directory) or `plugin:FILE.wasm` (writes to stdout). Repeatable. The sinks of tenants
-    /// whose config names none.
-    #[arg(long, required = true)]
+    /// whose config names none; required unless `--config` gives `sinks` in `[defaults]` (a
+    /// tenant left without a sink is an error at start).
+    #[arg(long)]
     sink: Vec<SinkSpec>,
     /// The plugins directory: every NAME.wasm in it is plugin NAME (overriding an embedded one
     /// of that name), watched and hot-swapped. Default: `./plugins` when it exists.

@@ -8,7 +8,8 @@
 //!   the kept events correlate as `eventpipe replay` correlates them alone;
 //! - the `namespace-reason` key functions give exactly the aggregation of the same key function
 //!   written natively (and a different one than client-go's default);
-//! - the Rust `slack` sink writes one `{"text"}` line per create / patch;
+//! - the `slack` sinks (Rust, Python) write one `{"text"}` line per create / patch, the same
+//!   lines in every language;
 //! - `examples/configs/python-keys.toml` applies the key function to `kube-system` only;
 //! - `eventpipe test` writes and checks a golden file and prints a diff on a difference.
 //!
@@ -151,9 +152,11 @@ fn build_python() -> Result<Vec<Built>, String> {
     let out = out_dir("python");
     let wit = root().join("wit");
     let mut built = Vec::new();
-    for (name, dir, world) in
-        [("quiet-normal", "filter", "filter"), ("namespace-reason", "aggregate-key", "aggregate-key")]
-    {
+    for (name, dir, world) in [
+        ("quiet-normal", "filter", "filter"),
+        ("namespace-reason", "aggregate-key", "aggregate-key"),
+        ("slack", "slack-sink", "sink"),
+    ] {
         let file = out.join(format!("{name}.wasm"));
         if !fresh(&file, &[src.join(dir), wit.clone()]) {
             let mut cmd = Command::new(&tool);
@@ -371,33 +374,46 @@ fn the_key_functions_aggregate_per_namespace_exactly_as_the_native_function_in_e
 
 #[test]
 fn the_slack_sink_writes_one_text_line_per_create_and_patch() {
-    let slack = built().iter().find(|b| b.name == "slack").unwrap();
+    let sinks: Vec<&Built> = built().iter().filter(|b| b.name == "slack").collect();
+    assert_eq!(sinks[0].lang, "rust");
     let input = stream(2_000);
-    let got =
-        run_test(&registry(), &Subject::Component(slack.file.clone()), &settings(slack), input.as_bytes()).unwrap();
-    assert_eq!(got.len(), 2_000);
-    let (mut creates, mut patches) = (0, 0);
-    for (line, event) in got.iter().zip(input.lines()) {
-        let out: Value = serde_json::from_str(line).unwrap();
-        if out["skip"] == true {
-            continue;
-        }
-        assert_eq!(out["result"], "ok", "{line}");
-        let event: Value = serde_json::from_str(event).unwrap();
-        let text: Value = serde_json::from_str(out["output"].as_str().unwrap().trim_end()).unwrap();
-        let text = text["text"].as_str().unwrap();
-        let icon = if event["type"] == "Warning" { ":warning:" } else { ":information_source:" };
-        assert!(text.starts_with(&format!("{icon} *{}* ", event["reason"].as_str().unwrap())), "{text}");
-        match out["verb"].as_str().unwrap() {
-            "create" => creates += 1,
-            "patch" => {
-                patches += 1;
-                assert!(text.contains(" (x"), "a repeat shows its count: {text}");
+    let mut rust_lines: Option<Vec<String>> = None;
+    for slack in sinks {
+        let got = run_test(&registry(), &Subject::Component(slack.file.clone()), &settings(slack), input.as_bytes())
+            .unwrap_or_else(|e| panic!("{} slack: {e}", slack.lang));
+        assert_eq!(got.len(), 2_000, "{}", slack.lang);
+        let (mut creates, mut patches) = (0, 0);
+        for (line, event) in got.iter().zip(input.lines()) {
+            let out: Value = serde_json::from_str(line).unwrap();
+            if out["skip"] == true {
+                continue;
             }
-            other => panic!("verb {other}"),
+            assert_eq!(out["result"], "ok", "{}: {line}", slack.lang);
+            let event: Value = serde_json::from_str(event).unwrap();
+            let text: Value = serde_json::from_str(out["output"].as_str().unwrap().trim_end()).unwrap();
+            let text = text["text"].as_str().unwrap();
+            let icon = if event["type"] == "Warning" { ":warning:" } else { ":information_source:" };
+            assert!(text.starts_with(&format!("{icon} *{}* ", event["reason"].as_str().unwrap())), "{text}");
+            match out["verb"].as_str().unwrap() {
+                "create" => creates += 1,
+                "patch" => {
+                    patches += 1;
+                    assert!(text.contains(" (x"), "a repeat shows its count: {text}");
+                }
+                other => panic!("verb {other}"),
+            }
+        }
+        assert!(creates > 100 && patches > 100, "{}: {creates} creates, {patches} patches", slack.lang);
+        // Every language writes exactly the Rust sink's lines (its output, byte for byte).
+        match &rust_lines {
+            None => rust_lines = Some(got),
+            Some(expected) => {
+                for (i, (a, b)) in expected.iter().zip(&got).enumerate() {
+                    assert_eq!(a, b, "{} slack, line {}: differs from the Rust sink", slack.lang, i + 1);
+                }
+            }
         }
     }
-    assert!(creates > 100 && patches > 100, "{creates} creates, {patches} patches");
 }
 
 #[test]

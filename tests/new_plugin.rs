@@ -1,8 +1,7 @@
 //! `eventpipe new-plugin`: the projects it creates build with the commands of their README and
 //! pass `eventpipe plugins check`. Rust and C: every kind; JavaScript: every kind with
 //! componentize-qjs and one with componentize-js; Python: the kinds that are not examples
-//! (the filter and key function are `examples/plugins/python`, built by `example_plugins`; a
-//! Python sink cannot be built, and `new-plugin` says why).
+//! (the filter and key function are `examples/plugins/python`, built by `example_plugins`).
 //! A language whose toolchain is missing is skipped with a printed reason, except under `CI`
 //! (`.ci/run` installs every toolchain), where it fails.
 
@@ -128,8 +127,7 @@ fn python_projects_build_with_componentize_py_and_pass_the_check() {
         return skip(&format!("Python: `{tool}` is not installed (pip install componentize-py==0.25.1)"));
     }
     let tmp = tempfile::tempdir().unwrap();
-    // No sink: componentize-py 0.25.1 cannot build the sink world (examples/plugins/README.md).
-    for kind in ["message-combiner", "spam-key", "watcher"] {
+    for kind in ["message-combiner", "spam-key", "sink", "watcher"] {
         let dir = new_plugin(tmp.path(), "python", kind);
         let wasm = format!("my-{kind}.wasm");
         let out = Command::new(&tool)

@@ -137,12 +137,12 @@ impl<I: Instance> sink::Guest for Export<I>
 where
     I::Plugin: Sink,
 {
-    fn send(tenant: String, request: SinkRequest) -> Result<Event, SinkError> {
-        I::with(|p| p.send(&tenant, request))
+    fn deliver(tenant: String, request: SinkRequest) -> Result<Event, SinkError> {
+        I::with(|p| p.deliver(&tenant, request))
     }
 
-    fn send_batch(tenant: String, requests: Vec<SinkRequest>) -> Vec<Result<Event, SinkError>> {
-        I::with(|p| p.send_batch(&tenant, requests))
+    fn deliver_batch(tenant: String, requests: Vec<SinkRequest>) -> Vec<Result<Event, SinkError>> {
+        I::with(|p| p.deliver_batch(&tenant, requests))
     }
 }
 

@@ -141,16 +141,16 @@ pub trait Sink: Default + 'static {
     /// # Errors
     /// [`SinkError::Retryable`] (the host retries later), [`SinkError::Permanent`] (dropped),
     /// [`SinkError::NotFound`] (a patch's target is missing: the host creates instead).
-    fn send(&self, tenant: &str, request: SinkRequest) -> Result<Event, SinkError>;
+    fn deliver(&self, tenant: &str, request: SinkRequest) -> Result<Event, SinkError>;
 
     /// Performs a batch of requests in order: exactly one result per request. Default:
-    /// [`Sink::send`] on each.
-    fn send_batch(
+    /// [`Sink::deliver`] on each.
+    fn deliver_batch(
         &self,
         tenant: &str,
         requests: Vec<SinkRequest>,
     ) -> Vec<Result<Event, SinkError>> {
-        requests.into_iter().map(|r| self.send(tenant, r)).collect()
+        requests.into_iter().map(|r| self.deliver(tenant, r)).collect()
     }
 }
 

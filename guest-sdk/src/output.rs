@@ -3,7 +3,7 @@
 //! interface its world lacks, and the host rejects it).
 //!
 //! The host appends the bytes, in call order, to the destination its config names for this
-//! sink (default: standard output) and flushes after each `send`/`send-batch` call.
+//! sink (default: standard output) and flushes after each `deliver`/`deliver-batch` call.
 //! Off wasm32 (native unit tests) writes succeed and go nowhere.
 
 use alloc::string::String;

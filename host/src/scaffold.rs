@@ -54,9 +54,6 @@ pub enum ScaffoldError {
     /// The SDK path is not an SDK.
     #[error("{}: not the eventpipe guest SDK (no Cargo.toml naming eventpipe-guest)", .0.display())]
     BadSdk(PathBuf),
-    /// The toolchain cannot build this kind in this language.
-    #[error("{0}")]
-    Unsupported(&'static str),
     /// Writing a file failed.
     #[error("{}: {source}", path.display())]
     Io {
@@ -76,11 +73,6 @@ const WIT: [(&str, &str); 4] = [
     ("host-world.wit", include_str!("../../wit/host-world.wit")),
 ];
 const WIT_README: &str = include_str!("../../wit/README.md");
-
-/// Why there is no Python sink (see `examples/plugins/README.md`).
-const PYTHON_SINK: &str = "componentize-py 0.25.1 cannot build a sink: the world's export `send` clashes with \
-    wasi-libc's `send` symbol (it panics: `one or more duplicate items detected when collecting into set or map`, \
-    wit-component linking.rs:237); write sinks in Rust, JavaScript or C";
 
 /// The guest SDK of the source tree this binary was built from, if it is still there.
 pub fn built_in_sdk() -> Option<PathBuf> {
@@ -110,7 +102,7 @@ fn source(lang: Lang, kind: PluginKind) -> (&'static str, &'static str) {
                 K::AggregateKey => include_str!("../../examples/plugins/python/aggregate-key/app.py"),
                 K::MessageCombiner => include_str!("../../examples/templates/python/message-combiner.py"),
                 K::SpamKey => include_str!("../../examples/templates/python/spam-key.py"),
-                K::Sink => unreachable!("refused in scaffold()"),
+                K::Sink => include_str!("../../examples/templates/python/sink.py"),
                 K::Watcher => include_str!("../../examples/templates/python/watcher.py"),
             },
         ),
@@ -169,9 +161,6 @@ pub fn scaffold(s: &Scaffold) -> Result<Vec<PathBuf>, ScaffoldError> {
     }
     if s.dir.read_dir().is_ok_and(|mut d| d.next().is_some()) {
         return Err(ScaffoldError::Exists(s.dir.clone()));
-    }
-    if (s.lang, s.kind) == (Lang::Python, PluginKind::Sink) {
-        return Err(ScaffoldError::Unsupported(PYTHON_SINK));
     }
     let world = s.kind.world();
     let stem = world.replace('-', "_");
@@ -269,11 +258,6 @@ mod tests {
     fn every_language_and_kind_gets_a_project_with_its_world_filled_in() {
         for lang in [Lang::Rust, Lang::Python, Lang::Js, Lang::C] {
             for kind in PluginKind::ALL {
-                if (lang, kind) == (Lang::Python, PluginKind::Sink) {
-                    let tmp = tempfile::tempdir().unwrap();
-                    assert!(matches!(new(lang, kind, tmp.path()), Err(ScaffoldError::Unsupported(_))));
-                    continue;
-                }
                 let tmp = tempfile::tempdir().unwrap();
                 let dir = tmp.path().join("my-plugin");
                 let files = new(lang, kind, &dir).unwrap();

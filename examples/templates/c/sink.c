@@ -41,7 +41,7 @@ static bool write_line(const sink_sink_request_t *request, const sink_event_t *e
 }
 
 // Performs one request, moving its event into `ret` (or freeing it on error).
-static bool send_one(sink_sink_request_t *request, sink_event_t *ret, sink_sink_error_t *err) {
+static bool deliver_one(sink_sink_request_t *request, sink_event_t *ret, sink_sink_error_t *err) {
   sink_event_t *event = request->tag == EVENTPIPE_PLUGIN_TYPES_SINK_REQUEST_CREATE ? &request->val.create
                                                                                    : &request->val.patch.event;
   bool ok = write_line(request, event, err);
@@ -51,19 +51,19 @@ static bool send_one(sink_sink_request_t *request, sink_event_t *ret, sink_sink_
   return ok;
 }
 
-bool exports_sink_send(str_t *tenant, sink_sink_request_t *request, sink_event_t *ret, sink_sink_error_t *err) {
+bool exports_sink_deliver(str_t *tenant, sink_sink_request_t *request, sink_event_t *ret, sink_sink_error_t *err) {
   sink_string_free(tenant);
-  return send_one(request, ret, err);
+  return deliver_one(request, ret, err);
 }
 
-void exports_sink_send_batch(str_t *tenant, sink_list_sink_request_t *requests,
+void exports_sink_deliver_batch(str_t *tenant, sink_list_sink_request_t *requests,
                              sink_list_result_event_sink_error_t *ret) {
   sink_string_free(tenant);
   ret->len = requests->len;
   ret->ptr = requests->len ? malloc(requests->len * sizeof *ret->ptr) : NULL;
   for (size_t i = 0; i < requests->len; i++) {
     sink_result_event_sink_error_t *r = &ret->ptr[i];
-    r->is_err = !send_one(&requests->ptr[i], &r->val.ok, &r->val.err);
+    r->is_err = !deliver_one(&requests->ptr[i], &r->val.ok, &r->val.err);
   }
   free(requests->ptr);  // the elements were moved or freed above
 }

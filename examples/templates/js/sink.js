@@ -25,7 +25,7 @@ function line(request) {
 }
 
 // result<event, sink-error>: return the event, throw the error variant.
-export function send(tenant, request) {
+export function deliver(tenant, request) {
   try {
     write(encoder.encode(line(request)));
   } catch (e) {
@@ -34,10 +34,10 @@ export function send(tenant, request) {
   return request.tag === 'create' ? request.val : request.val.event;
 }
 
-export function sendBatch(tenant, requests) {
+export function deliverBatch(tenant, requests) {
   return requests.map((r) => {
     try {
-      return { tag: 'ok', val: send(tenant, r) };
+      return { tag: 'ok', val: deliver(tenant, r) };
     } catch (e) {
       return { tag: 'err', val: e?.payload ?? e };
     }

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use super::bindings::{self as wit, PackedStrings};
 use super::call::{CallCost, CallFailure, Caller};
 use super::convert::{pack_key_fields, to_wit, unpack};
-use super::sink::SendBatch;
+use super::sink::DeliverBatch;
 use super::{Plugin, PluginHandle, PluginKind, PluginRuntime, PluginSettings};
 use crate::event::Event;
 use crate::plugin::functions::DEFAULT_TENANT;
@@ -125,7 +125,7 @@ fn run_once(handle: &PluginHandle) -> Result<(String, CallCost), CallFailure> {
                 sink.lock().map_err(|e| e.to_string())?.extend_from_slice(b);
                 Ok(())
             });
-            let caller: SendBatch = Caller::new(handle.clone(), export, Some(output));
+            let caller: DeliverBatch = Caller::new(handle.clone(), export, Some(output));
             let ((results,), cost) =
                 caller.call((DEFAULT_TENANT.into(), vec![wit::SinkRequest::Create(to_wit(&event))]), 1)?;
             let written = String::from_utf8_lossy(&written.lock().unwrap_or_else(|p| p.into_inner())).into_owned();

@@ -84,7 +84,7 @@ impl PluginKind {
             PluginKind::MessageCombiner => "combine-message-batch",
             PluginKind::SpamKey => "spam-key-batch",
             PluginKind::Filter => "filter-batch",
-            PluginKind::Sink => "send-batch",
+            PluginKind::Sink => "deliver-batch",
             PluginKind::Watcher => "watch-batch",
         }
     }
@@ -96,7 +96,7 @@ impl PluginKind {
             PluginKind::MessageCombiner => "combine-message",
             PluginKind::SpamKey => "spam-key",
             PluginKind::Filter => "filter",
-            PluginKind::Sink => "send",
+            PluginKind::Sink => "deliver",
             PluginKind::Watcher => "watch",
         }
     }
@@ -449,6 +449,11 @@ fn kind_of(engine: &Engine, component: &Component) -> Result<PluginKind, String>
         PluginKind::ALL.into_iter().filter(|k| exports.iter().any(|e| e == k.batch_export())).collect();
     match kinds.as_slice() {
         [kind] => Ok(*kind),
+        [] if exports.iter().any(|e| e == "send-batch") => Err(format!(
+            "a sink built against an older WIT (exports `send-batch`, now `deliver-batch`): rebuild it; \
+             it exports: [{}]",
+            exports.join(", ")
+        )),
         [] => Err(format!(
             "exports no eventpipe plugin world (expected one of: {}); it exports: [{}]",
             PluginKind::ALL.map(|k| k.world()).join(", "),

@@ -1,4 +1,4 @@
-//! A sink plugin as an [`EventSink`]: each create / patch is one `send-batch` call; what the
+//! A sink plugin as an [`EventSink`]: each create / patch is one `deliver-batch` call; what the
 //! plugin writes through its `output` import goes to the destination the host gives it.
 
 use std::io::Write;
@@ -14,8 +14,8 @@ use super::{PluginHandle, PluginKind};
 use crate::event::Event;
 use crate::sink::{EventSink, SinkError, StatusError};
 
-/// The `send-batch` export.
-pub(crate) type SendBatch = Caller<(String, Vec<wit::SinkRequest>), (Vec<Result<wit::Event, wit::SinkError>>,)>;
+/// The `deliver-batch` export.
+pub(crate) type DeliverBatch = Caller<(String, Vec<wit::SinkRequest>), (Vec<Result<wit::Event, wit::SinkError>>,)>;
 
 /// An `EventSink` backed by a `sink` plugin.
 ///
@@ -23,7 +23,7 @@ pub(crate) type SendBatch = Caller<(String, Vec<wit::SinkRequest>), (Vec<Result<
 /// patch → create (client-go's 404 path); a failed call (trap, fuel, memory, garbage) is retried
 /// like a transport error, on a fresh instance.
 pub struct WasmSink {
-    send: SendBatch,
+    deliver: DeliverBatch,
     tenant: String,
     out: Arc<Mutex<Box<dyn Write + Send>>>,
 }
@@ -41,8 +41,8 @@ impl WasmSink {
         let output: super::state::OutputFn = Arc::new(move |bytes: &[u8]| {
             writer.lock().unwrap_or_else(|p| p.into_inner()).write_all(bytes).map_err(|e| e.to_string())
         });
-        let send = Caller::new(handle, PluginKind::Sink.batch_export(), Some(output));
-        Ok(Self { send, tenant, out })
+        let deliver = Caller::new(handle, PluginKind::Sink.batch_export(), Some(output));
+        Ok(Self { deliver, tenant, out })
     }
 
     /// Flushes what the plugin wrote.
@@ -53,11 +53,11 @@ impl WasmSink {
         self.out.lock().unwrap_or_else(|p| p.into_inner()).flush()
     }
 
-    fn send(&self, request: wit::SinkRequest, event: &Event) -> Result<Event, SinkError> {
-        let answer = self.send.call((self.tenant.clone(), vec![request]), 1);
+    fn deliver(&self, request: wit::SinkRequest, event: &Event) -> Result<Event, SinkError> {
+        let answer = self.deliver.call((self.tenant.clone(), vec![request]), 1);
         let mut results = match answer {
             Ok(((results,), _cost)) => results,
-            Err(failure) => return Err(SinkError::Transport(self.send.error(describe(event), failure).to_string())),
+            Err(failure) => return Err(SinkError::Transport(self.deliver.error(describe(event), failure).to_string())),
         };
         match (results.pop(), results.is_empty()) {
             (Some(Ok(stored)), true) => Ok(from_wit(stored, event)),
@@ -71,7 +71,7 @@ impl WasmSink {
             })),
             _ => Err(SinkError::Transport(format!(
                 "sink plugin `{}` answered {} results for 1 request",
-                self.send.handle().name(),
+                self.deliver.handle().name(),
                 results.len() + 1
             ))),
         }
@@ -81,7 +81,7 @@ impl WasmSink {
 #[async_trait]
 impl EventSink for WasmSink {
     async fn create(&self, event: &Event) -> Result<Event, SinkError> {
-        self.send(wit::SinkRequest::Create(to_wit(event)), event)
+        self.deliver(wit::SinkRequest::Create(to_wit(event)), event)
     }
 
     async fn update(&self, _event: &Event) -> Result<Event, SinkError> {
@@ -89,6 +89,6 @@ impl EventSink for WasmSink {
     }
 
     async fn patch(&self, event: &Event, patch: &[u8]) -> Result<Event, SinkError> {
-        self.send(wit::SinkRequest::Patch(wit::PatchRequest { event: to_wit(event), body: patch.to_vec() }), event)
+        self.deliver(wit::SinkRequest::Patch(wit::PatchRequest { event: to_wit(event), body: patch.to_vec() }), event)
     }
 }

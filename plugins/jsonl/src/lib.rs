@@ -29,13 +29,13 @@ eventpipe_guest::export_sink!(JsonLines);
 pub struct JsonLines;
 
 impl Sink for JsonLines {
-    fn send(&self, tenant: &str, request: SinkRequest) -> Result<Event, SinkError> {
-        self.send_batch(tenant, vec![request])
+    fn deliver(&self, tenant: &str, request: SinkRequest) -> Result<Event, SinkError> {
+        self.deliver_batch(tenant, vec![request])
             .pop()
             .unwrap_or_else(|| Err(SinkError::Permanent("jsonl: no result".into())))
     }
 
-    fn send_batch(
+    fn deliver_batch(
         &self,
         _tenant: &str,
         requests: Vec<SinkRequest>,
@@ -105,7 +105,7 @@ mod tests {
 
     #[test]
     fn create_and_patch_lines() {
-        let results = JsonLines.send_batch(
+        let results = JsonLines.deliver_batch(
             "t",
             vec![
                 SinkRequest::Create(event()),

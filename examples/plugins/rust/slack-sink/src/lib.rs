@@ -43,11 +43,11 @@ fn write_message(event: &Event, out: &mut String) {
 }
 
 impl Sink for Slack {
-    fn send(&self, tenant: &str, request: SinkRequest) -> Result<Event, SinkError> {
-        self.send_batch(tenant, vec![request]).pop().unwrap_or_else(|| Err(SinkError::Permanent("no result".into())))
+    fn deliver(&self, tenant: &str, request: SinkRequest) -> Result<Event, SinkError> {
+        self.deliver_batch(tenant, vec![request]).pop().unwrap_or_else(|| Err(SinkError::Permanent("no result".into())))
     }
 
-    fn send_batch(&self, _tenant: &str, requests: Vec<SinkRequest>) -> Vec<Result<Event, SinkError>> {
+    fn deliver_batch(&self, _tenant: &str, requests: Vec<SinkRequest>) -> Vec<Result<Event, SinkError>> {
         let mut lines = String::new();
         for request in &requests {
             let event = request.event();

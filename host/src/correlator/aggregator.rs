@@ -3,7 +3,7 @@
 use std::num::NonZeroUsize;
 
 use indexmap::IndexSet;
-use lru::LruCache;
+use lru::{DefaultHasher, LruCache};
 
 use super::keys::{AggregateKey, Key};
 use crate::clock::to_unix_nanos;
@@ -14,9 +14,33 @@ use crate::event::{Event, ObjectMeta, Time};
 #[derive(Debug, Default)]
 struct AggregateRecord {
     /// Distinct local keys, in insertion order (the order decides [`EventAggregator`]'s PopAny).
-    local_keys: IndexSet<Key>,
+    /// Keys are already seeded digests, so the LRU's fast hasher is enough here too.
+    local_keys: IndexSet<Key, DefaultHasher>,
     /// When the last similar event was seen; `None` (Go's zero time) for a new group.
     last_timestamp: Option<Time>,
+}
+
+impl AggregateRecord {
+    /// Records `local` at `now` and tells whether the event is aggregated (the body of
+    /// client-go `EventAggregate` for one record).
+    fn observe(&mut self, local: Key, now: Time, max_events: u64, max_interval_nanos: i64) -> bool {
+        let expired = match self.last_timestamp {
+            None => true,
+            Some(last) => elapsed_nanos(now, last) > max_interval_nanos,
+        };
+        if expired {
+            // Reuse the set's allocation: most groups in a busy cluster expire and start again.
+            self.local_keys.clear();
+        }
+        self.local_keys.insert(local);
+        self.last_timestamp = Some(now);
+        if (self.local_keys.len() as u64) < max_events {
+            return false;
+        }
+        // PopAny, made deterministic: drop the oldest inserted local key.
+        self.local_keys.shift_remove_index(0);
+        true
+    }
 }
 
 /// What the aggregator decided for one event.
@@ -68,24 +92,21 @@ impl EventAggregator {
     /// one (strictly greater) starts a fresh group.
     pub fn aggregate(&mut self, key: AggregateKey, now: Time) -> AggregateDecision {
         let AggregateKey { aggregate, local } = key;
-        let max_interval_nanos = self.max_interval_nanos;
-        let record = self.cache.get_or_insert_mut(aggregate, AggregateRecord::default);
-        let expired = match record.last_timestamp {
-            None => true,
-            Some(last) => elapsed_nanos(now, last) > max_interval_nanos,
+        let (max_events, max_interval_nanos) = (self.max_events, self.max_interval_nanos);
+        let aggregated = match self.cache.get_mut(&aggregate) {
+            Some(record) => record.observe(local, now, max_events, max_interval_nanos),
+            None => {
+                // A new group. When the cache is full the least recently used group is evicted
+                // (client-go's LRU `Add`); its record is reused rather than freed and reallocated.
+                let full = self.cache.len() == self.cache.cap().get();
+                let mut record = if full { self.cache.pop_lru().map(|(_, r)| r) } else { None }.unwrap_or_default();
+                record.last_timestamp = None;
+                let aggregated = record.observe(local, now, max_events, max_interval_nanos);
+                self.cache.push(aggregate, record);
+                aggregated
+            }
         };
-        if expired {
-            // Reuse the set's allocation: most groups in a busy cluster expire and start again.
-            record.local_keys.clear();
-        }
-        record.local_keys.insert(local);
-        record.last_timestamp = Some(now);
-        if (record.local_keys.len() as u64) < self.max_events {
-            return AggregateDecision::Original;
-        }
-        // PopAny, made deterministic: drop the oldest inserted local key.
-        record.local_keys.shift_remove_index(0);
-        AggregateDecision::Aggregate(aggregate)
+        if aggregated { AggregateDecision::Aggregate(aggregate) } else { AggregateDecision::Original }
     }
 
     /// Number of groups cached.

@@ -18,6 +18,22 @@ struct EventLog {
     resource_version: String,
 }
 
+impl EventLog {
+    /// Takes `event`'s count, firstTimestamp, name and resourceVersion, copying the strings only
+    /// when they changed.
+    fn set(&mut self, event: &Event) {
+        let m = &event.metadata;
+        self.count = event.count;
+        self.first_timestamp = event.first_timestamp;
+        if self.name != m.name {
+            self.name.clone_from(&m.name);
+        }
+        if self.resource_version != m.resource_version {
+            self.resource_version.clone_from(&m.resource_version);
+        }
+    }
+}
+
 /// The strategic-merge patch client-go sends for a repeated event: the two-way merge patch
 /// between the event with `count = 0`, `lastTimestamp = Unix epoch`, `message = ""` and the event
 /// as observed. Serialises as a JSON object with sorted keys, e.g.
@@ -95,15 +111,19 @@ impl EventLogger {
     /// lastTimestamp and message stay the incoming ones) and return the patch; otherwise keep the
     /// event's own count and return no patch. Either way, remember the result under `key`.
     pub fn observe(&mut self, event: &mut Event, key: Key) -> Option<EventPatch> {
+        let Some(last) = self.cache.get_mut(&key) else {
+            self.insert(key, event);
+            return None;
+        };
         let mut patch = None;
-        if let Some(last) = self.cache.get(&key).filter(|l| l.count > 0) {
+        if last.count > 0 {
             event.metadata.name.clone_from(&last.name);
             event.metadata.resource_version.clone_from(&last.resource_version);
             event.first_timestamp = last.first_timestamp;
             event.count = last.count.wrapping_add(1);
             patch = Some(EventPatch::for_event(event));
         }
-        self.remember(key, event);
+        last.set(event);
         patch
     }
 
@@ -117,30 +137,24 @@ impl EventLogger {
     }
 
     /// Stores `event`'s count, firstTimestamp, name and resourceVersion under `key` (an LRU
-    /// `Add`: refreshes recency), copying the strings only when they changed.
+    /// `Add`: refreshes recency).
     fn remember(&mut self, key: Key, event: &Event) {
-        let m = &event.metadata;
         match self.cache.get_mut(&key) {
-            Some(slot) => {
-                slot.count = event.count;
-                slot.first_timestamp = event.first_timestamp;
-                if slot.name != m.name {
-                    slot.name.clone_from(&m.name);
-                }
-                if slot.resource_version != m.resource_version {
-                    slot.resource_version.clone_from(&m.resource_version);
-                }
-            }
-            None => {
-                let log = EventLog {
-                    count: event.count,
-                    first_timestamp: event.first_timestamp,
-                    name: m.name.clone(),
-                    resource_version: m.resource_version.clone(),
-                };
-                self.cache.put(key, log);
-            }
+            Some(slot) => slot.set(event),
+            None => self.insert(key, event),
         }
+    }
+
+    /// Adds a new entry for `key` (evicting the least recently used one when full).
+    fn insert(&mut self, key: Key, event: &Event) {
+        let m = &event.metadata;
+        let log = EventLog {
+            count: event.count,
+            first_timestamp: event.first_timestamp,
+            name: m.name.clone(),
+            resource_version: m.resource_version.clone(),
+        };
+        self.cache.put(key, log);
     }
 
     /// The count remembered for `key` without touching recency (for tests and diagnostics).

@@ -118,9 +118,12 @@ impl From<Event> for Occurrence {
 }
 
 /// An event after the aggregator, waiting for the EventLogger and the SpamFilter.
+///
+/// The event is boxed: a core/v1 `Event` is close to 1 KiB, and a batch of them moved through
+/// `prepare` and `finish` by value costs more in copies than one allocation per event.
 #[derive(Debug, Clone)]
 pub struct PreparedEvent {
-    event: Event,
+    event: Box<Event>,
     logger_key: Key,
     spam_key: Key,
     spam_filter_clock: Option<Time>,
@@ -229,32 +232,39 @@ impl EventCorrelator {
         self.key_func.aggregate_keys(&batch.iter().map(|o| &o.event).collect::<Vec<_>>(), &mut keys);
         keys.resize(batch.len(), None); // a short answer drops the rest rather than misaligning
 
-        // The aggregator, in order. Aggregated events are built once their messages are known.
+        // The aggregator, in order, on the borrowed events. Aggregated events are built once
+        // their messages are known.
         let mut aggregated: Vec<(usize, Time)> = Vec::new();
-        let mut prepared: Vec<PreparedEvent> = Vec::with_capacity(batch.len());
-        for (i, (occurrence, key)) in batch.into_iter().zip(keys).enumerate() {
+        let mut decisions: Vec<(Key, bool, bool)> = Vec::with_capacity(batch.len());
+        for (i, (occurrence, key)) in batch.iter().zip(keys).enumerate() {
             let now = occurrence.clock.unwrap_or_else(|| self.clock.now());
-            let (logger_key, aggregated_now, dropped) = match key.map(|k| self.aggregator.aggregate(k, now)) {
+            decisions.push(match key.map(|k| self.aggregator.aggregate(k, now)) {
                 None => (Key::UNSET, false, true),
                 Some(AggregateDecision::Original) => (keys::event_cache_key(&occurrence.event), false, false),
                 Some(AggregateDecision::Aggregate(aggregate_key)) => {
                     aggregated.push((i, now));
                     (aggregate_key, true, false)
                 }
-            };
+            });
+        }
+        // Then the events are moved into their boxes.
+        let mut prepared: Vec<PreparedEvent> = Vec::with_capacity(batch.len());
+        let mut decisions = decisions.into_iter();
+        for occurrence in batch {
+            let (logger_key, aggregated, dropped) = decisions.next().expect("one decision per event");
             prepared.push(PreparedEvent {
                 spam_filter_clock: occurrence.spam_filter_clock.or(occurrence.clock),
-                event: occurrence.event,
+                event: Box::new(occurrence.event),
                 logger_key,
                 spam_key: Key::UNSET, // set below, once aggregate events are built
-                aggregated: aggregated_now,
+                aggregated,
                 dropped,
             });
         }
         self.build_aggregate_events(&mut prepared, &aggregated);
 
         let mut spam_keys = Vec::with_capacity(prepared.len());
-        self.spam_key_func.spam_keys(&prepared.iter().map(|p| &p.event).collect::<Vec<_>>(), &mut spam_keys);
+        self.spam_key_func.spam_keys(&prepared.iter().map(|p| &*p.event).collect::<Vec<_>>(), &mut spam_keys);
         spam_keys.resize(prepared.len(), None);
         for (p, k) in prepared.iter_mut().zip(spam_keys) {
             match k {
@@ -270,12 +280,12 @@ impl EventCorrelator {
             return;
         }
         let mut messages = Vec::with_capacity(aggregated.len());
-        let originals: Vec<&Event> = aggregated.iter().map(|&(i, _)| &prepared[i].event).collect();
+        let originals: Vec<&Event> = aggregated.iter().map(|&(i, _)| &*prepared[i].event).collect();
         self.message_func.aggregate_messages(&originals, &mut messages);
         messages.resize(aggregated.len(), None);
         for (&(i, now), message) in aggregated.iter().zip(messages) {
             match message {
-                Some(message) => prepared[i].event = aggregate_event(&prepared[i].event, message, now),
+                Some(message) => *prepared[i].event = aggregate_event(&prepared[i].event, message, now),
                 None => prepared[i].dropped = true,
             }
         }
@@ -299,7 +309,7 @@ impl EventCorrelator {
             self.stats.skipped += 1;
             return SKIP;
         }
-        EventCorrelateResult { skip: false, event: Some(event), patch }
+        EventCorrelateResult { skip: false, event: Some(*event), patch }
     }
 
     /// client-go `UpdateState`: remember the sink's copy of a written event (its name,

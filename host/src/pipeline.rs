@@ -21,7 +21,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::broadcaster::Watcher;
 use crate::config::{Config, PluginRef, Rules};
-use crate::correlator::{CorrelatorOptions, EventCorrelator, Occurrence, SourceObjectType};
+use crate::correlator::{
+    CorrelatorOptions, DEFAULT_AGGREGATE_INTERVAL_IN_SECONDS, DEFAULT_AGGREGATE_MAX_EVENTS, DEFAULT_SPAM_BURST,
+    DEFAULT_SPAM_QPS, EventCorrelator, MAX_LRU_CACHE_ENTRIES, Occurrence, SourceObjectType, or_default,
+};
 use crate::event::Event;
 use crate::event_broadcaster::{CorrelationClock, SinkStats, recv_batch};
 use crate::plugin::filter::{Verdict, WasmFilter};
@@ -269,11 +272,12 @@ impl TenantPlan {
                     name(&r.message_combiner),
                     name(&r.spam_key),
                     r.filters.join(", "),
-                    r.max_events,
-                    r.max_interval_seconds,
-                    r.burst,
-                    r.qps,
-                    r.lru_cache_size,
+                    // What the correlator applies: 0 is client-go's default.
+                    or_default(r.max_events, DEFAULT_AGGREGATE_MAX_EVENTS),
+                    or_default(r.max_interval_seconds, DEFAULT_AGGREGATE_INTERVAL_IN_SECONDS),
+                    or_default(r.burst, DEFAULT_SPAM_BURST),
+                    or_default(r.qps, DEFAULT_SPAM_QPS),
+                    or_default(r.lru_cache_size, MAX_LRU_CACHE_ENTRIES),
                     r.plugin.fallback,
                     r.sinks.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
                 )

@@ -95,7 +95,8 @@ impl std::fmt::Debug for CorrelatorOptions {
     }
 }
 
-fn or_default<T: PartialEq + Default>(v: T, default: T) -> T {
+/// `v`, or `default` when `v` is its type's zero value (client-go's 0 → default option rule).
+pub(crate) fn or_default<T: PartialEq + Default>(v: T, default: T) -> T {
     if v == T::default() { default } else { v }
 }
 

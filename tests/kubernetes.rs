@@ -399,20 +399,7 @@ fn the_kubernetes_source_lists_watches_resumes_and_relists_on_410() {
 fn a_client_go_style_create_to_http_ingest_reaches_the_sink() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.jsonl");
-    let mut child = eventpipe()
-        .args(["run", "--summary-json", "--no-watch", "--source=http:127.0.0.1:0"])
-        .arg(format!("--sink=jsonl:{}", out.display()))
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let addr = loop {
-        let mut line = String::new();
-        assert!(stderr.read_line(&mut line).unwrap() > 0, "no listening line");
-        if let Some(addr) = line.trim().strip_prefix("eventpipe: HTTP ingest listening on ") {
-            break addr.to_string();
-        }
-    };
+    let (mut child, _stderr, addr) = run_http_ingest(&format!("--sink=jsonl:{}", out.display()));
     // What client-go's EventSinkImpl sends for a new event.
     let e = event(
         "web-0.17cb5b99f8638000",
@@ -457,6 +444,25 @@ fn a_client_go_style_create_to_http_ingest_reaches_the_sink() {
     assert_eq!(calls[0]["event"]["message"], "Back-off restarting failed container");
 }
 
+/// `eventpipe run --source http:127.0.0.1:0 EXTRA`, once it listens: the process, its stderr
+/// (past the listening line) and the address it listens on.
+fn run_http_ingest(extra: &str) -> (std::process::Child, BufReader<std::process::ChildStderr>, String) {
+    let mut child = eventpipe()
+        .args(["run", "--summary-json", "--no-watch", "--source=http:127.0.0.1:0", extra])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let addr = loop {
+        let mut line = String::new();
+        assert!(stderr.read_line(&mut line).unwrap() > 0, "no listening line");
+        if let Some(addr) = line.trim().strip_prefix("eventpipe: HTTP ingest listening on ") {
+            break addr.to_string();
+        }
+    };
+    (child, stderr, addr)
+}
+
 fn typed_body(e: &Value) -> String {
     let mut e = e.clone();
     e["kind"] = json!("Event");
@@ -480,20 +486,7 @@ fn http_ingest_routes_events_to_the_tenant_their_request_header_names() {
         ),
     )
     .unwrap();
-    let mut child = eventpipe()
-        .args(["run", "--summary-json", "--no-watch", "--source=http:127.0.0.1:0"])
-        .arg(format!("--config={}", config.display()))
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let addr = loop {
-        let mut line = String::new();
-        assert!(stderr.read_line(&mut line).unwrap() > 0, "no listening line");
-        if let Some(addr) = line.trim().strip_prefix("eventpipe: HTTP ingest listening on ") {
-            break addr.to_string();
-        }
-    };
+    let (mut child, mut stderr, addr) = run_http_ingest(&format!("--config={}", config.display()));
     let post = |object: &str, header: &str| {
         let body = event(&format!("{object}.1"), object, "BackOff", "Back-off", "2025-01-01T00:00:00Z").to_string();
         let mut conn = TcpStream::connect(&addr).unwrap();

@@ -14,13 +14,32 @@ use super::retry::Verb;
 use super::{EventSink, SinkError};
 use crate::event::Event;
 
-/// One line of the JSON-lines sink.
+/// One sink call as JSON: `{"verb":"create"|"patch","event":…,"patch":…}` — a line of the
+/// JSON-lines sink and an item of a webhook batch.
 #[derive(Debug, Serialize)]
-struct SinkCall<'a> {
+pub(crate) struct SinkCall<'a> {
     verb: Verb,
     event: &'a Event,
-    /// The patch body as sent, embedded without re-serialising it.
+    /// The patch body as sent, embedded without re-serialising it; absent for an empty body.
     patch: Option<&'a serde_json::value::RawValue>,
+}
+
+impl<'a> SinkCall<'a> {
+    /// The call `verb` on `event` with the patch body `patch` (empty: none).
+    ///
+    /// # Errors
+    /// [`SinkError::RequestConstruction`] when a non-empty `patch` is not JSON.
+    pub(crate) fn new(verb: Verb, event: &'a Event, patch: &'a [u8]) -> Result<Self, SinkError> {
+        let patch = if patch.is_empty() {
+            None
+        } else {
+            Some(
+                serde_json::from_slice::<&serde_json::value::RawValue>(patch)
+                    .map_err(|e| SinkError::RequestConstruction(format!("patch is not JSON: {e}")))?,
+            )
+        };
+        Ok(Self { verb, event, patch })
+    }
 }
 
 /// Writes sink calls as JSON lines to any writer (a file, stdout), buffered.
@@ -95,7 +114,7 @@ impl JsonLinesSink {
 #[async_trait]
 impl EventSink for JsonLinesSink {
     async fn create(&self, event: &Event) -> Result<Event, SinkError> {
-        self.write(&SinkCall { verb: Verb::Create, event, patch: None })?;
+        self.write(&SinkCall::new(Verb::Create, event, &[])?)?;
         Ok(event.clone())
     }
 
@@ -104,15 +123,7 @@ impl EventSink for JsonLinesSink {
     }
 
     async fn patch(&self, event: &Event, patch: &[u8]) -> Result<Event, SinkError> {
-        let patch = if patch.is_empty() {
-            None
-        } else {
-            Some(
-                serde_json::from_slice::<&serde_json::value::RawValue>(patch)
-                    .map_err(|e| SinkError::RequestConstruction(format!("patch is not JSON: {e}")))?,
-            )
-        };
-        self.write(&SinkCall { verb: Verb::Patch, event, patch })?;
+        self.write(&SinkCall::new(Verb::Patch, event, patch)?)?;
         Ok(event.clone())
     }
 }

@@ -55,10 +55,10 @@ use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use serde::Serialize;
 use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
+use super::jsonl::SinkCall;
 use super::retry::Verb;
 use super::{EventSink, SinkError, StatusError};
 use crate::event::Event;
@@ -232,14 +232,6 @@ struct Counters {
     max_queue_depth: AtomicU64,
 }
 
-/// One line of a batch: the JSON-lines sink's shape.
-#[derive(Serialize)]
-struct SinkCall<'a> {
-    verb: Verb,
-    event: &'a Event,
-    patch: Option<&'a serde_json::value::RawValue>,
-}
-
 /// A queued call: its JSON, its place in the queue, and who waits for the outcome.
 struct Item {
     json: Vec<u8>,
@@ -404,15 +396,7 @@ impl WebhookSink {
     /// after [`shutdown`](Self::shutdown); [`SinkError::Status`] `503 QueueFull` when an
     /// [`Delivery::AtMostOnce`] queue is full (the event is dropped and counted).
     pub async fn submit(&self, verb: Verb, event: &Event, patch: &[u8]) -> Result<Ack, SinkError> {
-        let patch = if patch.is_empty() {
-            None
-        } else {
-            Some(
-                serde_json::from_slice::<&serde_json::value::RawValue>(patch)
-                    .map_err(|e| SinkError::RequestConstruction(format!("patch is not JSON: {e}")))?,
-            )
-        };
-        let json = serde_json::to_vec(&SinkCall { verb, event, patch })
+        let json = serde_json::to_vec(&SinkCall::new(verb, event, patch)?)
             .map_err(|e| SinkError::RequestConstruction(format!("encoding the event: {e}")))?;
         let shut = || SinkError::Transport(format!("webhook {} is shut down", self.name));
         if self.closing.is_cancelled() {

@@ -191,6 +191,6 @@ pub mod __private {
     pub use crate::export::{Export, Instance, PluginCell};
     pub use crate::runtime::{cabi_realloc, panic};
     #[cfg(target_arch = "wasm32")]
-    pub use dlmalloc;
+    pub use talc;
     pub use wit_bindgen;
 }

@@ -8,14 +8,21 @@
 //! longer than that is reported more than once; the consumer rejects the incomplete versions
 //! (they do not compile) and takes the complete one when the last write lands.
 //!
+//! A `*.wasm` file renamed into the plugins directory (the recommended way to install a plugin)
+//! is complete when it appears, so it is also reported at once, without waiting for the
+//! debounce: that is [`DEBOUNCE`] less swap latency. The debounced report follows; by then the
+//! consumer finds the content it already serves and does nothing.
+//!
 //! Kubernetes ConfigMap and Secret volumes update by swapping a `..data` symlink; such a swap
 //! re-reads every plugin file (and the config) in that directory.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use notify::event::{EventKind, ModifyKind};
-use notify::{RecommendedWatcher, RecursiveMode};
+use std::sync::{Arc, Mutex};
+
+use notify::event::{EventKind, ModifyKind, RenameMode};
+use notify::{RecommendedWatcher, RecursiveMode, Watcher};
 use notify_debouncer_full::{DebounceEventResult, Debouncer, RecommendedCache, new_debouncer};
 
 /// How long a file must be quiet before its change is reported.
@@ -45,6 +52,7 @@ pub struct WatchError {
 /// A running watch; dropping it stops watching.
 pub struct FileWatcher {
     _debouncer: Debouncer<RecommendedWatcher, RecommendedCache>,
+    _renames: Option<RecommendedWatcher>,
 }
 
 impl std::fmt::Debug for FileWatcher {
@@ -56,18 +64,31 @@ impl std::fmt::Debug for FileWatcher {
 impl FileWatcher {
     /// Watches `plugins_dir` (its `*.wasm` files, not recursively) and `config` (through its
     /// directory, so editors that replace the file by a rename are seen), calling `on_change`
-    /// on notify's thread with each debounced change, in order. `on_change` should hand the
-    /// change to another thread rather than compile there.
+    /// on notify's threads with each debounced change, in order, and at once with each
+    /// `*.wasm` file renamed into `plugins_dir` (reported again when the debounce ends).
+    /// `on_change` should hand the change to another thread rather than compile there.
     ///
     /// # Errors
     /// [`WatchError`] when a directory cannot be watched (missing, no permission, no inotify).
     pub fn start(
         plugins_dir: Option<&Path>,
         config: Option<&Path>,
-        mut on_change: impl FnMut(Change) + Send + 'static,
+        on_change: impl FnMut(Change) + Send + 'static,
+    ) -> Result<Self, WatchError> {
+        Self::start_with(DEBOUNCE, plugins_dir, config, on_change)
+    }
+
+    fn start_with(
+        debounce: Duration,
+        plugins_dir: Option<&Path>,
+        config: Option<&Path>,
+        on_change: impl FnMut(Change) + Send + 'static,
     ) -> Result<Self, WatchError> {
         let plugins_dir = plugins_dir.map(absolute);
         let config = config.map(absolute);
+        let shared = Arc::new(Mutex::new(on_change));
+        let report = shared.clone();
+        let mut on_change = move |change| (report.lock().unwrap_or_else(|p| p.into_inner()))(change);
         let (dir_for_events, config_for_events) = (plugins_dir.clone(), config.clone());
         let handler = move |result: DebounceEventResult| match result {
             Ok(events) => {
@@ -88,9 +109,7 @@ impl FileWatcher {
                         }
                         let change = if config_for_events.as_deref() == Some(path.as_path()) {
                             Change::Config(path.clone())
-                        } else if dir_for_events.as_deref() == path.parent()
-                            && path.extension().is_some_and(|x| x == "wasm")
-                        {
+                        } else if is_plugin_file(path, dir_for_events.as_deref()) {
                             Change::Plugin(path.clone())
                         } else {
                             continue;
@@ -109,9 +128,9 @@ impl FileWatcher {
                 }
             }
         };
-        let mut debouncer = new_debouncer(DEBOUNCE, Some(DEBOUNCE / 4), handler)
+        let mut debouncer = new_debouncer(debounce, Some(debounce / 4), handler)
             .map_err(|error| WatchError { path: PathBuf::new(), error })?;
-        let mut dirs: Vec<PathBuf> = plugins_dir.into_iter().collect();
+        let mut dirs: Vec<PathBuf> = plugins_dir.iter().cloned().collect();
         if let Some(parent) = config.as_deref().and_then(Path::parent)
             && !dirs.iter().any(|d| d == parent)
         {
@@ -122,8 +141,41 @@ impl FileWatcher {
                 .watch(&dir, RecursiveMode::NonRecursive)
                 .map_err(|error| WatchError { path: dir.clone(), error })?;
         }
-        Ok(Self { _debouncer: debouncer })
+        let renames = plugins_dir.map(|dir| watch_renames(dir, shared)).transpose()?;
+        Ok(Self { _debouncer: debouncer, _renames: renames })
     }
+}
+
+/// A second, undebounced watch on the plugins directory that reports each `*.wasm` file
+/// renamed into it at once.
+fn watch_renames<F: FnMut(Change) + Send + 'static>(
+    dir: PathBuf,
+    on_change: Arc<Mutex<F>>,
+) -> Result<RecommendedWatcher, WatchError> {
+    let plugins_dir = dir.clone();
+    let handler = move |result: notify::Result<notify::Event>| {
+        let Ok(event) = result else { return };
+        // `To`: the new name, whether renamed within the directory or in from elsewhere (inotify
+        // adds a `Both` for the former, which would report the file twice); `Any`: backends
+        // that do not tell the two names apart.
+        if !matches!(event.kind, EventKind::Modify(ModifyKind::Name(RenameMode::To | RenameMode::Any))) {
+            return;
+        }
+        if let Some(path) = event.paths.last()
+            && is_plugin_file(path, Some(&plugins_dir))
+        {
+            (on_change.lock().unwrap_or_else(|p| p.into_inner()))(Change::Plugin(path.clone()));
+        }
+    };
+    let error = |error| WatchError { path: dir.clone(), error };
+    let mut watcher = notify::recommended_watcher(handler).map_err(error)?;
+    watcher.watch(&dir, RecursiveMode::NonRecursive).map_err(error)?;
+    Ok(watcher)
+}
+
+/// Whether `path` is a `*.wasm` file directly in `plugins_dir`.
+fn is_plugin_file(path: &Path, plugins_dir: Option<&Path>) -> bool {
+    plugins_dir.is_some() && plugins_dir == path.parent() && path.extension().is_some_and(|x| x == "wasm")
 }
 
 /// Every plugin file and the config file in `dir` (after a `..data` swap): the changes to
@@ -192,6 +244,8 @@ mod tests {
         std::fs::write(plugins.join("notes.txt"), "x").unwrap();
         std::fs::write(plugins.join("a.wasm.tmp"), "x").unwrap();
         std::fs::rename(plugins.join("a.wasm.tmp"), plugins.join("a.wasm")).unwrap();
+        // At once (the rename), then when the debounce ends.
+        assert_eq!(next(&rx), Change::Plugin(plugins.join("a.wasm")));
         assert_eq!(next(&rx), Change::Plugin(plugins.join("a.wasm")));
 
         let _ = std::fs::read(plugins.join("a.wasm")).unwrap(); // a read is not a change
@@ -201,6 +255,29 @@ mod tests {
         std::fs::remove_file(plugins.join("a.wasm")).unwrap();
         assert_eq!(next(&rx), Change::Plugin(plugins.join("a.wasm")));
         assert!(rx.recv_timeout(DEBOUNCE * 10).is_err(), "nothing else was reported");
+    }
+
+    #[test]
+    fn a_rename_into_the_plugins_directory_is_reported_without_waiting_for_the_debounce() {
+        let dir = tempfile::tempdir().unwrap();
+        let plugins = dir.path().canonicalize().unwrap();
+        let (tx, rx) = mpsc::channel();
+        let debounce = Duration::from_secs(30);
+        let _watch = FileWatcher::start_with(debounce, Some(&plugins), None, move |c| tx.send(c).unwrap()).unwrap();
+        // A write in place waits for the debounce…
+        std::fs::write(plugins.join("slow.wasm"), "x").unwrap();
+        // …a rename does not, whether within the directory or from elsewhere.
+        std::fs::write(plugins.join(".a.wasm.tmp"), "x").unwrap();
+        std::fs::rename(plugins.join(".a.wasm.tmp"), plugins.join("a.wasm")).unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("b.wasm"), "x").unwrap();
+        std::fs::rename(outside.path().join("b.wasm"), plugins.join("b.wasm")).unwrap();
+        // Renamed to a name that is not a plugin: nothing.
+        std::fs::rename(plugins.join("a.wasm"), plugins.join("a.wasm.bak")).unwrap();
+        let within = |rx: &mpsc::Receiver<Change>| rx.recv_timeout(debounce / 3).expect("reported before the debounce");
+        assert_eq!(within(&rx), Change::Plugin(plugins.join("a.wasm")));
+        assert_eq!(within(&rx), Change::Plugin(plugins.join("b.wasm")));
+        assert!(rx.recv_timeout(Duration::from_millis(500)).is_err(), "nothing else before the debounce");
     }
 
     #[cfg(unix)]

@@ -490,7 +490,7 @@ impl Reloader {
                     eprintln!("eventpipe: {outcome}");
                     tracing::warn!(path = %path.display(), "{outcome}");
                 }
-                ReloadOutcome::Unchanged { .. } | ReloadOutcome::Ignored => {}
+                ReloadOutcome::Unchanged { .. } | ReloadOutcome::StillRejected { .. } | ReloadOutcome::Ignored => {}
             },
             Change::Config(path) => {
                 let plan = Config::load(&path).map_err(|e| e.to_string()).and_then(|c| {

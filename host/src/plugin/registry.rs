@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use super::check::validate;
@@ -44,6 +44,12 @@ pub enum ReloadOutcome {
         /// Why: compile, world, link, validation or kind-change error.
         error: String,
     },
+    /// The file's content is what was refused last for this name (e.g. the debounced report of
+    /// a file already refused when it was renamed in): not compiled, counted or logged again.
+    StillRejected {
+        /// Plugin name.
+        name: String,
+    },
     /// Not a plugin file (not `*.wasm`, or outside the plugins directory).
     Ignored,
 }
@@ -59,6 +65,9 @@ impl std::fmt::Display for ReloadOutcome {
             }
             ReloadOutcome::Rejected { name, path, error } => {
                 write!(f, "plugin `{name}` from {} rejected, previous version kept: {error}", path.display())
+            }
+            ReloadOutcome::StillRejected { name } => {
+                write!(f, "plugin `{name}` unchanged since it was rejected, previous version kept")
             }
             ReloadOutcome::Ignored => f.write_str("not a plugin file"),
         }
@@ -137,6 +146,9 @@ pub struct PluginRegistry {
     validation: PluginSettings,
     swaps: AtomicU64,
     rejected: AtomicU64,
+    /// Per name, the XXH3-64 digest of the content refused last (cleared when a version of
+    /// that name goes live).
+    refused: Mutex<BTreeMap<String, u64>>,
 }
 
 impl PluginRegistry {
@@ -158,6 +170,7 @@ impl PluginRegistry {
             validation: PluginSettings::default(),
             swaps: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
+            refused: Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -251,29 +264,34 @@ impl PluginRegistry {
         if slot.as_ref().and_then(|s| s.load()).is_some_and(|p| p.digest() == digest) {
             return ReloadOutcome::Unchanged { name };
         }
+        if self.refused().get(&name) == Some(&digest) {
+            return ReloadOutcome::StillRejected { name };
+        }
         let plugin = match self.runtime.load(&name, &bytes, PluginOrigin::File(path.to_path_buf())) {
             Ok(plugin) => plugin,
-            Err(e) => return self.reject(&name, path, e.to_string()),
+            Err(e) => return self.refuse(&name, path, digest, e.to_string()),
         };
         if let Err(e) = validate(plugin.clone(), self.validation.clone()) {
-            return self.reject(&name, path, e.to_string());
+            return self.refuse(&name, path, digest, e.to_string());
         }
         let live = LivePlugin::of(&plugin);
         match slot {
             Some(slot) => {
                 if let Err(e) = slot.swap(Some(plugin)) {
-                    return self.reject(&name, path, e.to_string());
+                    return self.refuse(&name, path, digest, e.to_string());
                 }
             }
             None => {
                 self.slots.write().unwrap_or_else(|p| p.into_inner()).insert(name, PluginSlot::new(plugin));
             }
         }
+        self.refused().remove(&live.name);
         self.swaps.fetch_add(1, Ordering::Relaxed);
         ReloadOutcome::Live(live)
     }
 
     fn revert(&self, name: &str) -> ReloadOutcome {
+        self.refused().remove(name);
         let Some(slot) = self.slot(name) else { return ReloadOutcome::Ignored };
         let default = self.embedded.get(name).cloned();
         if let (Some(current), Some(default)) = (slot.load(), &default)
@@ -285,6 +303,16 @@ impl PluginRegistry {
         slot.swap(default).expect("an embedded default has its slot's kind");
         self.swaps.fetch_add(1, Ordering::Relaxed);
         ReloadOutcome::Reverted { name: name.into(), now }
+    }
+
+    /// Rejects content with `digest`, remembered so that the same content is not tried again.
+    fn refuse(&self, name: &str, path: &Path, digest: u64, error: String) -> ReloadOutcome {
+        self.refused().insert(name.into(), digest);
+        self.reject(name, path, error)
+    }
+
+    fn refused(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, u64>> {
+        self.refused.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn reject(&self, name: &str, path: &Path, error: String) -> ReloadOutcome {
@@ -366,6 +394,42 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
         assert!(matches!(reg.reload_file(&path), ReloadOutcome::Reverted { now: None, .. }));
         assert!(reg.slot("keys").unwrap().load().is_none());
+    }
+
+    #[test]
+    fn refused_content_is_not_tried_again_until_the_name_changes_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keys.wasm");
+        std::fs::write(&path, embedded::BY_REASON).unwrap();
+        let reg = registry(dir.path());
+        std::fs::write(&path, b"not wasm at all").unwrap();
+        assert!(matches!(reg.reload_file(&path), ReloadOutcome::Rejected { .. }));
+        // The same content reported again (the debounced report after a rename): no new error.
+        let again = reg.reload_file(&path);
+        assert_eq!(again, ReloadOutcome::StillRejected { name: "keys".into() });
+        assert!(again.to_string().contains("previous version kept"), "{again}");
+        assert_eq!(reg.rejected(), 1);
+        // Other broken content is a new rejection.
+        std::fs::write(&path, b"not wasm either").unwrap();
+        assert!(matches!(reg.reload_file(&path), ReloadOutcome::Rejected { .. }));
+        // Once a good version went live, the old broken content is tried (and refused) again.
+        std::fs::write(&path, embedded::SIMILAR_EVENTS).unwrap();
+        assert!(matches!(reg.reload_file(&path), ReloadOutcome::Rejected { .. }), "another kind");
+        std::fs::write(&path, embedded::SOURCE_OBJECT).unwrap();
+        assert!(matches!(reg.reload_file(&path), ReloadOutcome::Rejected { .. }), "another kind");
+        assert_eq!(reg.rejected(), 4);
+        std::fs::write(&path, variant_of_by_reason()).unwrap();
+        assert!(matches!(reg.reload_file(&path), ReloadOutcome::Live(_)));
+        std::fs::write(&path, b"not wasm either").unwrap();
+        assert!(matches!(reg.reload_file(&path), ReloadOutcome::Rejected { .. }));
+        assert_eq!(reg.rejected(), 5);
+    }
+
+    /// `by-reason` with one extra custom section: new bytes, the same plugin.
+    fn variant_of_by_reason() -> Vec<u8> {
+        let mut bytes = embedded::BY_REASON.to_vec();
+        bytes.extend_from_slice(&[0, 3, 1, b'x', b'y']);
+        bytes
     }
 
     #[test]

@@ -27,7 +27,7 @@
 //! | `eventpipe_sink_queue_depth`, `eventpipe_sink_queue_capacity` (gauges) | `sink` | webhook sinks, events |
 //! | `eventpipe_plugin_calls_total`, `_events_total`, `_fuel_consumed_total`, `_fallbacks_total`, `_drops_total`, `_instances_total` | `plugin`, `tenant` | `PluginStats` |
 //! | `eventpipe_plugin_failures_total` | `plugin`, `tenant`, `reason` (`trap`, `out_of_fuel`, `memory_limit`, `garbage`, …) | `PluginStats` |
-//! | `eventpipe_plugin_swaps_total`, `eventpipe_plugin_reloads_rejected_total` | — | plugin registry |
+//! | `eventpipe_plugin_swaps_total`, `eventpipe_plugin_tier_ups_total`, `eventpipe_plugin_reloads_rejected_total` | — | plugin registry |
 //! | `eventpipe_config_reloads_total` | `result` (`applied`, `rejected`) | tenant config reloads |
 //! | `eventpipe_ingest_requests_total` | — | HTTP ingest |
 //! | `eventpipe_ingest_rejected_total` | `reason` | HTTP ingest error answers and bad documents |
@@ -95,6 +95,8 @@ pub struct Snapshot {
     pub plugins: BTreeMap<(String, String), PluginStatsSnapshot>,
     /// Plugin versions swapped in (or reverted) by hot reload.
     pub plugin_swaps: u64,
+    /// Hot-reloaded versions moved from the quick tier to their optimized build.
+    pub plugin_tier_ups: u64,
     /// Plugin files refused by hot reload.
     pub plugin_reloads_rejected: u64,
     /// Tenant config versions taken after the first.
@@ -152,6 +154,7 @@ impl Snapshot {
     /// Adds the registry's swaps and refused files.
     pub fn add_registry(&mut self, registry: &PluginRegistry) {
         self.plugin_swaps += registry.swaps();
+        self.plugin_tier_ups += registry.tier_ups();
         self.plugin_reloads_rejected += registry.rejected();
     }
 
@@ -476,6 +479,13 @@ impl Collector for SnapshotCollector {
             "Plugin versions swapped in or reverted by hot reload.",
             Counter,
             [(NoLabels, s.plugin_swaps)],
+        )?;
+        family(
+            &mut e,
+            "eventpipe_plugin_tier_ups",
+            "Hot-reloaded plugin versions moved from the quick tier to their optimized build.",
+            Counter,
+            [(NoLabels, s.plugin_tier_ups)],
         )?;
         family(
             &mut e,

@@ -14,7 +14,9 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use super::check::validate;
-use super::{Plugin, PluginError, PluginHandle, PluginKind, PluginOrigin, PluginRuntime, PluginSettings, PluginSlot};
+use super::{
+    Plugin, PluginError, PluginHandle, PluginKind, PluginOrigin, PluginRuntime, PluginSettings, PluginSlot, Tier,
+};
 use super::{embedded, functions::WrongKind};
 
 /// What one file change did.
@@ -89,18 +91,21 @@ pub struct LivePlugin {
     pub digest: u64,
     /// Time to compile it (or fetch it from the compilation cache).
     pub compile_time: Duration,
+    /// The Cranelift settings it was compiled with.
+    pub tier: Tier,
 }
 
 impl std::fmt::Display for LivePlugin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "plugin `{}` ({}) v{} digest {:016x} from {} (compiled in {:.1} ms)",
+            "plugin `{}` ({}) v{} digest {:016x} from {} ({}, compiled in {:.1} ms)",
             self.name,
             self.kind,
             self.version,
             self.digest,
             self.origin,
+            self.tier,
             self.compile_time.as_secs_f64() * 1e3
         )
     }
@@ -115,6 +120,7 @@ impl LivePlugin {
             version: plugin.version(),
             digest: plugin.digest(),
             compile_time: plugin.compile_time(),
+            tier: plugin.tier(),
         }
     }
 }
@@ -149,6 +155,10 @@ pub struct PluginRegistry {
     /// Per name, the XXH3-64 digest of the content refused last (cleared when a version of
     /// that name goes live).
     refused: Mutex<BTreeMap<String, u64>>,
+    /// Digests of the content compiled at [`Tier::Optimized`] in this process (so in
+    /// wasmtime's cache): a hot reload of one of them skips the quick tier.
+    optimized: Mutex<std::collections::HashSet<u64>>,
+    tier_ups: AtomicU64,
 }
 
 impl PluginRegistry {
@@ -162,6 +172,7 @@ impl PluginRegistry {
             embedded.insert(name.to_string(), runtime.load(name, bytes, PluginOrigin::Embedded)?);
         }
         let slots = embedded.iter().map(|(n, p)| (n.clone(), PluginSlot::new(p.clone()))).collect();
+        let optimized = embedded.values().map(|p| p.digest()).collect();
         Ok(Self {
             runtime,
             dir: None,
@@ -171,6 +182,8 @@ impl PluginRegistry {
             swaps: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
             refused: Mutex::new(BTreeMap::new()),
+            optimized: Mutex::new(optimized),
+            tier_ups: AtomicU64::new(0),
         })
     }
 
@@ -250,9 +263,31 @@ impl PluginRegistry {
         self.rejected.load(Ordering::Relaxed)
     }
 
+    /// Quick-tier versions replaced by their optimized build so far.
+    pub fn tier_ups(&self) -> u64 {
+        self.tier_ups.load(Ordering::Relaxed)
+    }
+
     /// Applies the current state of `path` (a `NAME.wasm` that was created, changed, renamed in
-    /// or removed): load, validate and swap in; or revert on removal. Blocking (compiles).
+    /// or removed): load, validate and swap in; or revert on removal. Blocking (compiles at
+    /// [`Tier::Optimized`]).
     pub fn reload_file(&self, path: &Path) -> ReloadOutcome {
+        self.reload(path, None)
+    }
+
+    /// As [`reload_file`](Self::reload_file), for a change seen while events flow, where swap
+    /// latency counts: content not compiled optimized in this process before is compiled at
+    /// [`Tier::Quick`] (about half the compile time) and swapped in, then a background thread
+    /// builds it at [`Tier::Optimized`] and swaps that in, unless another version was swapped
+    /// in meanwhile. The second swap restarts the plugin's instances (guest memory starts
+    /// fresh), as any swap does. Content compiled optimized before (a rollback) swaps in
+    /// optimized at once (a compilation-cache hit).
+    pub fn hot_reload_file(self: &Arc<Self>, path: &Path) -> ReloadOutcome {
+        self.reload(path, Some(self))
+    }
+
+    /// `hot`: the registry to tier up in the background (hot reload), or `None` (optimized at once).
+    fn reload(&self, path: &Path, hot: Option<&Arc<Self>>) -> ReloadOutcome {
         let Some(name) = plugin_name(path) else { return ReloadOutcome::Ignored };
         let bytes = match std::fs::read(path) {
             Ok(bytes) => bytes,
@@ -267,7 +302,11 @@ impl PluginRegistry {
         if self.refused().get(&name) == Some(&digest) {
             return ReloadOutcome::StillRejected { name };
         }
-        let plugin = match self.runtime.load(&name, &bytes, PluginOrigin::File(path.to_path_buf())) {
+        let tier = match hot {
+            Some(_) if !self.optimized_digests().contains(&digest) => Tier::Quick,
+            _ => Tier::Optimized,
+        };
+        let plugin = match self.runtime.load_tier(&name, &bytes, PluginOrigin::File(path.to_path_buf()), tier) {
             Ok(plugin) => plugin,
             Err(e) => return self.refuse(&name, path, digest, e.to_string()),
         };
@@ -287,7 +326,53 @@ impl PluginRegistry {
         }
         self.refused().remove(&live.name);
         self.swaps.fetch_add(1, Ordering::Relaxed);
+        match (tier, hot) {
+            (Tier::Optimized, _) => {
+                self.optimized_digests().insert(digest);
+            }
+            (Tier::Quick, Some(registry)) => {
+                let (registry, quick) = (registry.clone(), self.slot(&live.name).and_then(|s| s.load()));
+                let spawned = std::thread::Builder::new()
+                    .name("eventpipe-tier-up".into())
+                    .spawn(move || quick.map(|quick| registry.tier_up(&quick, &bytes)));
+                if let Err(error) = spawned {
+                    tracing::warn!(plugin = %live.name, %error, "cannot start the optimized build; the quick tier keeps serving");
+                }
+            }
+            (Tier::Quick, None) => unreachable!("the quick tier is only chosen for hot reloads"),
+        }
         ReloadOutcome::Live(live)
+    }
+
+    /// Builds `quick`'s content (`bytes`) at [`Tier::Optimized`], validates it and swaps it in
+    /// if `quick` still serves.
+    fn tier_up(&self, quick: &Arc<Plugin>, bytes: &[u8]) {
+        let name = quick.name();
+        let optimized = self
+            .runtime
+            .load_tier(name, bytes, quick.origin().clone(), Tier::Optimized)
+            .map_err(|e| e.to_string())
+            .and_then(|p| validate(p.clone(), self.validation.clone()).map(|_| p).map_err(|e| e.to_string()));
+        let optimized = match optimized {
+            Ok(optimized) => optimized,
+            Err(error) => {
+                tracing::warn!(plugin = name, %error, "optimized build failed; the quick tier keeps serving");
+                return;
+            }
+        };
+        self.optimized_digests().insert(optimized.digest());
+        let compile_ms = optimized.compile_time().as_secs_f64() * 1e3;
+        match self.slot(name) {
+            Some(slot) if slot.replace(quick, optimized) => {
+                self.tier_ups.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(plugin = name, compile_ms, "optimized build is live");
+            }
+            _ => tracing::debug!(plugin = name, "optimized build dropped: another version serves"),
+        }
+    }
+
+    fn optimized_digests(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<u64>> {
+        self.optimized.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn revert(&self, name: &str) -> ReloadOutcome {
@@ -423,6 +508,53 @@ mod tests {
         std::fs::write(&path, b"not wasm either").unwrap();
         assert!(matches!(reg.reload_file(&path), ReloadOutcome::Rejected { .. }));
         assert_eq!(reg.rejected(), 5);
+    }
+
+    #[test]
+    fn a_hot_reload_serves_new_content_at_the_quick_tier_until_its_optimized_build_takes_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("by-reason.wasm");
+        let reg = Arc::new(registry(dir.path()));
+        let slot = reg.slot("by-reason").unwrap();
+        let embedded_version = slot.load().unwrap();
+
+        std::fs::write(&path, variant_of_by_reason()).unwrap();
+        let ReloadOutcome::Live(live) = reg.hot_reload_file(&path) else { panic!("not live") };
+        assert_eq!(live.tier, Tier::Quick);
+        assert!(live.to_string().contains("quick tier"), "{live}");
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while slot.load().unwrap().tier() != Tier::Optimized {
+            assert!(std::time::Instant::now() < deadline, "the optimized build never took over");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let optimized = slot.load().unwrap();
+        assert_eq!(optimized.digest(), live.digest, "the same content");
+        assert!(optimized.version() > live.version);
+        assert_eq!((reg.swaps(), reg.tier_ups()), (1, 1), "a tier-up is not a swap");
+        // Content compiled optimized before (the embedded default): optimized at once.
+        std::fs::write(&path, embedded::BY_REASON).unwrap();
+        let ReloadOutcome::Live(rollback) = reg.hot_reload_file(&path) else { panic!("not live") };
+        assert_eq!(rollback.tier, Tier::Optimized);
+        assert_eq!(rollback.digest, embedded_version.digest());
+        // The blocking path never uses the quick tier.
+        let mut another = variant_of_by_reason();
+        another.extend_from_slice(&[0, 3, 1, b'z', b'z']);
+        std::fs::write(&path, another).unwrap();
+        let ReloadOutcome::Live(blocking) = reg.reload_file(&path) else { panic!("not live") };
+        assert_eq!(blocking.tier, Tier::Optimized);
+    }
+
+    #[test]
+    fn a_tier_up_never_replaces_a_version_swapped_in_meanwhile() {
+        let runtime = PluginRuntime::new(Metering::Fuel).unwrap();
+        let load = |tier| runtime.load_tier("k", embedded::BY_REASON, PluginOrigin::Embedded, tier).unwrap();
+        let (quick, newer, optimized) = (load(Tier::Quick), load(Tier::Optimized), load(Tier::Optimized));
+        let slot = PluginSlot::new(quick.clone());
+        slot.swap(Some(newer.clone())).unwrap();
+        assert!(!slot.replace(&quick, optimized.clone()));
+        assert!(Arc::ptr_eq(&slot.load().unwrap(), &newer));
+        assert!(slot.replace(&newer, optimized.clone()));
+        assert!(Arc::ptr_eq(&slot.load().unwrap(), &optimized));
     }
 
     /// `by-reason` with one extra custom section: new bytes, the same plugin.

@@ -85,6 +85,18 @@ impl PluginSlot {
         Ok(self.current.swap(plugin))
     }
 
+    /// Replaces `current` by `new` if `current` still serves (the same compiled version, not an
+    /// equal one), atomically; `false` (and no change) otherwise. For a rebuild of the same
+    /// content (a [`Tier`](super::Tier) change), not counted in [`swaps`](Self::swaps).
+    pub fn replace(&self, current: &Arc<Plugin>, new: Arc<Plugin>) -> bool {
+        if new.kind != self.kind {
+            return false;
+        }
+        let expected = Some(current.clone());
+        let previous = self.current.compare_and_swap(&expected, Some(new));
+        previous.as_ref().is_some_and(|p| Arc::ptr_eq(p, current))
+    }
+
     /// How many times the slot's version was replaced or unloaded.
     pub fn swaps(&self) -> u64 {
         self.swaps.load(Ordering::Relaxed)

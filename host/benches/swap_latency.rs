@@ -121,7 +121,7 @@ fn main() {
     std::thread::spawn(move || {
         for change in rx {
             if let Change::Plugin(path) = change {
-                reloader.hot_reload_file(&path);
+                reloader.hot_reload_file(&path, |_| {});
             }
         }
     });

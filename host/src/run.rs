@@ -484,7 +484,7 @@ struct Reloader {
 impl Reloader {
     fn apply(&self, change: Change) {
         match change {
-            Change::Plugin(path) => match self.registry.hot_reload_file(&path) {
+            Change::Plugin(path) => match self.registry.hot_reload_file(&path, |p| announce(&format!("{p} is live"))) {
                 outcome @ (ReloadOutcome::Live(_) | ReloadOutcome::Reverted { .. }) => announce(&outcome.to_string()),
                 outcome @ ReloadOutcome::Rejected { .. } => {
                     eprintln!("eventpipe: {outcome}");

@@ -125,6 +125,9 @@ impl LivePlugin {
     }
 }
 
+/// Told about a hot-reloaded version's optimized build once it serves.
+type TierUpListener = Box<dyn FnOnce(&LivePlugin) + Send>;
+
 /// A name no slot has (neither embedded nor in the plugins directory), or a slot of the wrong
 /// kind for its use.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -281,13 +284,19 @@ impl PluginRegistry {
     /// builds it at [`Tier::Optimized`] and swaps that in, unless another version was swapped
     /// in meanwhile. The second swap restarts the plugin's instances (guest memory starts
     /// fresh), as any swap does. Content compiled optimized before (a rollback) swaps in
-    /// optimized at once (a compilation-cache hit).
-    pub fn hot_reload_file(self: &Arc<Self>, path: &Path) -> ReloadOutcome {
-        self.reload(path, Some(self))
+    /// optimized at once (a compilation-cache hit). `on_tier_up` is called (on the background
+    /// thread) with the optimized build once it serves.
+    pub fn hot_reload_file(
+        self: &Arc<Self>,
+        path: &Path,
+        on_tier_up: impl FnOnce(&LivePlugin) + Send + 'static,
+    ) -> ReloadOutcome {
+        self.reload(path, Some((self, Box::new(on_tier_up))))
     }
 
-    /// `hot`: the registry to tier up in the background (hot reload), or `None` (optimized at once).
-    fn reload(&self, path: &Path, hot: Option<&Arc<Self>>) -> ReloadOutcome {
+    /// `hot`: the registry to tier up in the background (hot reload) and what to tell when that
+    /// is done, or `None` (optimized at once).
+    fn reload(&self, path: &Path, hot: Option<(&Arc<Self>, TierUpListener)>) -> ReloadOutcome {
         let Some(name) = plugin_name(path) else { return ReloadOutcome::Ignored };
         let bytes = match std::fs::read(path) {
             Ok(bytes) => bytes,
@@ -330,11 +339,11 @@ impl PluginRegistry {
             (Tier::Optimized, _) => {
                 self.optimized_digests().insert(digest);
             }
-            (Tier::Quick, Some(registry)) => {
+            (Tier::Quick, Some((registry, on_tier_up))) => {
                 let (registry, quick) = (registry.clone(), self.slot(&live.name).and_then(|s| s.load()));
                 let spawned = std::thread::Builder::new()
                     .name("eventpipe-tier-up".into())
-                    .spawn(move || quick.map(|quick| registry.tier_up(&quick, &bytes)));
+                    .spawn(move || quick.map(|quick| registry.tier_up(&quick, &bytes, on_tier_up)));
                 if let Err(error) = spawned {
                     tracing::warn!(plugin = %live.name, %error, "cannot start the optimized build; the quick tier keeps serving");
                 }
@@ -345,8 +354,8 @@ impl PluginRegistry {
     }
 
     /// Builds `quick`'s content (`bytes`) at [`Tier::Optimized`], validates it and swaps it in
-    /// if `quick` still serves.
-    fn tier_up(&self, quick: &Arc<Plugin>, bytes: &[u8]) {
+    /// if `quick` still serves, then calls `on_tier_up`.
+    fn tier_up(&self, quick: &Arc<Plugin>, bytes: &[u8], on_tier_up: TierUpListener) {
         let name = quick.name();
         let optimized = self
             .runtime
@@ -361,11 +370,11 @@ impl PluginRegistry {
             }
         };
         self.optimized_digests().insert(optimized.digest());
-        let compile_ms = optimized.compile_time().as_secs_f64() * 1e3;
+        let live = LivePlugin::of(&optimized);
         match self.slot(name) {
             Some(slot) if slot.replace(quick, optimized) => {
                 self.tier_ups.fetch_add(1, Ordering::Relaxed);
-                tracing::info!(plugin = name, compile_ms, "optimized build is live");
+                on_tier_up(&live);
             }
             _ => tracing::debug!(plugin = name, "optimized build dropped: another version serves"),
         }
@@ -519,7 +528,10 @@ mod tests {
         let embedded_version = slot.load().unwrap();
 
         std::fs::write(&path, variant_of_by_reason()).unwrap();
-        let ReloadOutcome::Live(live) = reg.hot_reload_file(&path) else { panic!("not live") };
+        let (told_tx, told) = std::sync::mpsc::channel();
+        let ReloadOutcome::Live(live) = reg.hot_reload_file(&path, move |p| told_tx.send(p.clone()).unwrap()) else {
+            panic!("not live")
+        };
         assert_eq!(live.tier, Tier::Quick);
         assert!(live.to_string().contains("quick tier"), "{live}");
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
@@ -528,12 +540,15 @@ mod tests {
             std::thread::sleep(Duration::from_millis(5));
         }
         let optimized = slot.load().unwrap();
+        assert_eq!(told.recv().unwrap(), LivePlugin::of(&optimized), "the listener is told");
         assert_eq!(optimized.digest(), live.digest, "the same content");
         assert!(optimized.version() > live.version);
         assert_eq!((reg.swaps(), reg.tier_ups()), (1, 1), "a tier-up is not a swap");
         // Content compiled optimized before (the embedded default): optimized at once.
         std::fs::write(&path, embedded::BY_REASON).unwrap();
-        let ReloadOutcome::Live(rollback) = reg.hot_reload_file(&path) else { panic!("not live") };
+        let ReloadOutcome::Live(rollback) = reg.hot_reload_file(&path, |_| panic!("no tier-up")) else {
+            panic!("not live")
+        };
         assert_eq!(rollback.tier, Tier::Optimized);
         assert_eq!(rollback.digest, embedded_version.digest());
         // The blocking path never uses the quick tier.

@@ -323,6 +323,7 @@ impl PluginRegistry {
             return self.refuse(&name, path, digest, e.to_string());
         }
         let live = LivePlugin::of(&plugin);
+        let serving = plugin.clone();
         match slot {
             Some(slot) => {
                 if let Err(e) = slot.swap(Some(plugin)) {
@@ -335,20 +336,16 @@ impl PluginRegistry {
         }
         self.refused().remove(&live.name);
         self.swaps.fetch_add(1, Ordering::Relaxed);
-        match (tier, hot) {
-            (Tier::Optimized, _) => {
-                self.optimized_digests().insert(digest);
+        if tier == Tier::Optimized {
+            self.optimized_digests().insert(digest);
+        } else if let Some((registry, on_tier_up)) = hot {
+            let registry = registry.clone();
+            let spawned = std::thread::Builder::new()
+                .name("eventpipe-tier-up".into())
+                .spawn(move || registry.tier_up(&serving, &bytes, on_tier_up));
+            if let Err(error) = spawned {
+                tracing::warn!(plugin = %live.name, %error, "cannot start the optimized build; the quick tier keeps serving");
             }
-            (Tier::Quick, Some((registry, on_tier_up))) => {
-                let (registry, quick) = (registry.clone(), self.slot(&live.name).and_then(|s| s.load()));
-                let spawned = std::thread::Builder::new()
-                    .name("eventpipe-tier-up".into())
-                    .spawn(move || quick.map(|quick| registry.tier_up(&quick, &bytes, on_tier_up)));
-                if let Err(error) = spawned {
-                    tracing::warn!(plugin = %live.name, %error, "cannot start the optimized build; the quick tier keeps serving");
-                }
-            }
-            (Tier::Quick, None) => unreachable!("the quick tier is only chosen for hot reloads"),
         }
         ReloadOutcome::Live(live)
     }
@@ -357,6 +354,9 @@ impl PluginRegistry {
     /// if `quick` still serves, then calls `on_tier_up`.
     fn tier_up(&self, quick: &Arc<Plugin>, bytes: &[u8], on_tier_up: TierUpListener) {
         let name = quick.name();
+        if !self.slot(name).and_then(|s| s.load()).is_some_and(|p| Arc::ptr_eq(&p, quick)) {
+            return; // superseded before its optimized build started: not worth compiling
+        }
         let optimized = self
             .runtime
             .load_tier(name, bytes, quick.origin().clone(), Tier::Optimized)

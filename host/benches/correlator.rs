@@ -3,19 +3,22 @@
 //! whole stream the way a sink watcher does: `prepare` batches of 256, then `finish` and
 //! `update_state` per event. Three ways to compute the keys: (a) the native client-go functions,
 //! (b) the default Wasm plugins with fuel metering, (c) the same plugins without fuel. Then ns
-//! per plugin call: one batch of 256 events and a batch of one. Throughput is printed as
-//! elements (events) per second; the `ns/event` lines give the per-event cost directly.
+//! per call of each key plugin (`by-reason`, `source-object`) on a batch of 256 events and on a
+//! batch of one, and their fuel per event. Throughput is printed as elements (events) per
+//! second; the `ns/event` lines give the per-event cost directly.
 
 #![allow(missing_docs, reason = "criterion_group! generates an undocumented function")]
 
 use std::time::{Duration, Instant};
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
-use eventpipe::correlator::{ByReason, CorrelatorOptions, EventAggregatorKeyFunc, EventCorrelator, Occurrence};
+use eventpipe::correlator::{
+    ByReason, CorrelatorOptions, EventAggregatorKeyFunc, EventCorrelator, EventSpamKeyFunc, Occurrence,
+};
 use eventpipe::event::{Event, EventSource, ObjectReference, Time};
 use eventpipe::plugin::embedded;
 use eventpipe::plugin::functions::CorrelatorPlugins;
-use eventpipe::plugin::functions::WasmAggregateKeyFunc;
+use eventpipe::plugin::functions::{WasmAggregateKeyFunc, WasmSpamKeyFunc};
 use eventpipe::plugin::registry::PluginRegistry;
 use eventpipe::plugin::{Metering, PluginHandle, PluginOrigin, PluginRuntime, PluginSettings};
 use rand::rngs::StdRng;
@@ -154,20 +157,33 @@ fn bench(c: &mut Criterion) {
         );
     }
 
-    // One plugin call, batch of 256 and batch of 1, fuel on.
+    // One plugin call of each key plugin, batch of 256 and batch of 1, fuel on.
     let runtime = PluginRuntime::new(Metering::Fuel).expect("runtime");
-    let plugin = runtime.load("by-reason", embedded::BY_REASON, PluginOrigin::Embedded).expect("by-reason");
-    let handle = PluginHandle::fixed(plugin, "default", PluginSettings::default());
-    let key_fn = WasmAggregateKeyFunc::new(handle.clone()).expect("kind");
+    let handle = |name, bytes| {
+        let plugin = runtime.load(name, bytes, PluginOrigin::Embedded).expect("embedded plugin");
+        PluginHandle::fixed(plugin, "default", PluginSettings::default())
+    };
+    let by_reason = handle("by-reason", embedded::BY_REASON);
+    let source_object = handle("source-object", embedded::SOURCE_OBJECT);
+    let key_fn = WasmAggregateKeyFunc::new(by_reason.clone()).expect("kind");
+    let spam_key_fn = WasmSpamKeyFunc::new(source_object.clone()).expect("kind");
     let batch: Vec<&Event> = events.iter().take(BATCH).map(|o| &o.event).collect();
     let mut calls = c.benchmark_group("plugin_call");
-    for (label, size) in [("by_reason_batch_256", BATCH), ("by_reason_batch_1", 1)] {
+    for (label, size) in [("batch_256", BATCH), ("batch_1", 1)] {
         calls.throughput(Throughput::Elements(size as u64));
-        calls.bench_function(label, |b| {
+        calls.bench_function(format!("by_reason_{label}"), |b| {
             let mut out = Vec::with_capacity(size);
             b.iter(|| {
                 out.clear();
                 key_fn.aggregate_keys(&batch[..size], &mut out);
+                out.len()
+            })
+        });
+        calls.bench_function(format!("source_object_{label}"), |b| {
+            let mut out = Vec::with_capacity(size);
+            b.iter(|| {
+                out.clear();
+                spam_key_fn.spam_keys(&batch[..size], &mut out);
                 out.len()
             })
         });
@@ -179,8 +195,10 @@ fn bench(c: &mut Criterion) {
         std::hint::black_box(native.aggregate_key(batch[0]));
     }
     println!("plugin_call/native_by_reason: {:.0} ns/call", t.elapsed().as_nanos() as f64 / 10_000.0);
-    let stats = handle.stats().snapshot();
-    println!("plugin_call/by_reason: {:.0} fuel/event", stats.fuel_consumed as f64 / stats.events.max(1) as f64);
+    for (name, handle) in [("by_reason", &by_reason), ("source_object", &source_object)] {
+        let stats = handle.stats().snapshot();
+        println!("plugin_call/{name}: {:.0} fuel/event", stats.fuel_consumed as f64 / stats.events.max(1) as f64);
+    }
 }
 
 criterion_group!(benches, bench);

@@ -22,6 +22,7 @@ pub mod reload;
 pub mod replay;
 pub mod run;
 pub mod scaffold;
+pub mod series;
 pub mod sink;
 pub mod source;
 pub mod tenant;

@@ -119,38 +119,84 @@ pub async fn write_event(
     };
     let patch = patch.map(|p| p.to_json()).unwrap_or_default();
     let update_existing = event.count > 1;
-    let mut tries = 0;
+    let mut tries = Tries::new(policy);
     loop {
-        tries += 1;
         let error = match record_event(sink, &mut event, &patch, update_existing).await {
             Ok((server_event, verb)) => {
                 correlator.update_state(&server_event);
-                return WriteOutcome::Written { verb, attempts: tries };
+                return tries.written(verb);
             }
             Err(error) => error,
         };
-        if !error.is_retryable() {
-            log_dropped(&event, &error);
-            return WriteOutcome::Dropped { error, attempts: tries };
+        let retryable = error.is_retryable();
+        let after = tries.count();
+        if let Some(outcome) = tries.after_failure(&event, error, retryable, || policy.delay_after(after), cancel).await
+        {
+            return outcome;
         }
-        if tries >= policy.max_tries {
+    }
+}
+
+/// The attempts of one event's write and what ends them: the retry loop that client-go's
+/// `tools/record` `recordToSink` and `tools/events` `attemptRecording` share.
+pub(crate) struct Tries<'p> {
+    policy: &'p RetryPolicy,
+    /// The attempt under way, 1-based.
+    tries: u32,
+}
+
+impl<'p> Tries<'p> {
+    /// Before the first attempt.
+    pub(crate) fn new(policy: &'p RetryPolicy) -> Self {
+        Self { policy, tries: 1 }
+    }
+
+    /// The attempt under way, 1-based.
+    pub(crate) fn count(&self) -> u32 {
+        self.tries
+    }
+
+    /// The attempt under way succeeded with `verb`.
+    pub(crate) fn written(&self, verb: Verb) -> WriteOutcome {
+        WriteOutcome::Written { verb, attempts: self.tries }
+    }
+
+    /// The attempt under way failed with `error`. Ends the write (`Some`) when the error is not
+    /// `retryable` (dropped, as client-go), after `max_tries` attempts (gave up), or when `cancel`
+    /// fires during the pause; otherwise pauses for `pause()` and returns `None`: try again.
+    pub(crate) async fn after_failure(
+        &mut self,
+        event: &Event,
+        error: SinkError,
+        retryable: bool,
+        pause: impl FnOnce() -> Duration,
+        cancel: &CancellationToken,
+    ) -> Option<WriteOutcome> {
+        let attempts = self.tries;
+        if !retryable {
+            log_dropped(event, &error);
+            return Some(WriteOutcome::Dropped { error, attempts });
+        }
+        if attempts >= self.policy.max_tries {
             tracing::error!(event = %event.metadata.name, %error, "unable to write event (retry limit exceeded!)");
-            return WriteOutcome::GaveUp { error, attempts: tries };
+            return Some(WriteOutcome::GaveUp { error, attempts });
         }
         tokio::select! {
             biased;
             _ = cancel.cancelled() => {
                 tracing::info!(event = %event.metadata.name, "shutdown requested, not retrying the event");
-                return WriteOutcome::Cancelled { error, attempts: tries };
+                return Some(WriteOutcome::Cancelled { error, attempts });
             }
-            _ = tokio::time::sleep(policy.delay_after(tries)) => {}
+            _ = tokio::time::sleep(pause()) => {}
         }
+        self.tries += 1;
+        None
     }
 }
 
 /// client-go `recordEvent`: one attempt. Patch when `update_existing`; create when not, or when
 /// the patch target is gone (404), with `resourceVersion` cleared.
-async fn record_event(
+pub(crate) async fn record_event(
     sink: &dyn EventSink,
     event: &mut Event,
     patch: &[u8],

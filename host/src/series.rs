@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::event::{Event, EventSeries, ObjectMeta, ObjectReference, Time, format_micro_time};
 use crate::recorder::generate_event_name;
-use crate::sink::retry::{Tries, record_event};
+use crate::sink::retry::{Tries, Verb, record_event};
 use crate::sink::{EventSink, RetryPolicy, SinkError, WriteOutcome};
 
 /// client-go `finishTime`: a series not observed for this long is closed (final patch, then
@@ -207,7 +207,7 @@ impl EventSeriesCache {
     pub async fn refresh_existing_series(&mut self, sink: &dyn EventSink) {
         for event in self.events.values_mut() {
             if event.series.is_some()
-                && let Ok(server_event) = attempt(sink, event).await
+                && let Ok((server_event, _)) = attempt(sink, event).await
             {
                 *event = server_event;
             }
@@ -245,13 +245,12 @@ fn is_retryable(error: &SinkError, series: bool) -> bool {
     }
 }
 
-/// One attempt (client-go events.k8s.io `recordEvent`): patch a series (create on 404), create
-/// anything else.
-async fn attempt(sink: &dyn EventSink, event: &Event) -> Result<Event, SinkError> {
-    let mut event = event.clone();
+/// One attempt (client-go events.k8s.io `recordEvent`): patch a series (create when it is gone,
+/// with `resourceVersion` cleared on `event` itself, as client-go), create anything else.
+async fn attempt(sink: &dyn EventSink, event: &mut Event) -> Result<(Event, Verb), SinkError> {
     let series = event.series.is_some();
-    let patch = if series { series_patch(&event) } else { Vec::new() };
-    record_event(sink, &mut event, &patch, series).await.map(|(server_event, _)| server_event)
+    let patch = if series { series_patch(event) } else { Vec::new() };
+    record_event(sink, event, &patch, series).await
 }
 
 /// client-go events.k8s.io `attemptRecording`: writes `event` (a [`SeriesDecision`]'s event) to
@@ -260,21 +259,19 @@ async fn attempt(sink: &dyn EventSink, event: &Event) -> Result<Event, SinkError
 /// back into the cache (client-go keeps server-side changes out of its aggregation).
 pub async fn record_series_event(
     sink: &dyn EventSink,
-    event: Event,
+    mut event: Event,
     policy: &RetryPolicy,
     cancel: &CancellationToken,
 ) -> WriteOutcome {
     let series = event.series.is_some();
-    let patch = if series { series_patch(&event) } else { Vec::new() };
-    let mut event = event;
     let mut tries = Tries::new(policy);
     loop {
-        let error = match record_event(sink, &mut event, &patch, series).await {
+        let error = match attempt(sink, &mut event).await {
             Ok((_, verb)) => return tries.written(verb),
             Err(error) => error,
         };
         let retryable = is_retryable(&error, series);
-        let pause = || policy.sleep_duration.mul_f64(1.0 + RETRY_JITTER_FACTOR * (policy.jitter)().clamp(0.0, 1.0));
+        let pause = |_| policy.sleep_duration.mul_f64(1.0 + RETRY_JITTER_FACTOR * (policy.jitter)().clamp(0.0, 1.0));
         if let Some(outcome) = tries.after_failure(&event, error, retryable, pause, cancel).await {
             return outcome;
         }

@@ -129,9 +129,7 @@ pub async fn write_event(
             Err(error) => error,
         };
         let retryable = error.is_retryable();
-        let after = tries.count();
-        if let Some(outcome) = tries.after_failure(&event, error, retryable, || policy.delay_after(after), cancel).await
-        {
+        if let Some(outcome) = tries.after_failure(&event, error, retryable, |n| policy.delay_after(n), cancel).await {
             return outcome;
         }
     }
@@ -151,11 +149,6 @@ impl<'p> Tries<'p> {
         Self { policy, tries: 1 }
     }
 
-    /// The attempt under way, 1-based.
-    pub(crate) fn count(&self) -> u32 {
-        self.tries
-    }
-
     /// The attempt under way succeeded with `verb`.
     pub(crate) fn written(&self, verb: Verb) -> WriteOutcome {
         WriteOutcome::Written { verb, attempts: self.tries }
@@ -163,13 +156,14 @@ impl<'p> Tries<'p> {
 
     /// The attempt under way failed with `error`. Ends the write (`Some`) when the error is not
     /// `retryable` (dropped, as client-go), after `max_tries` attempts (gave up), or when `cancel`
-    /// fires during the pause; otherwise pauses for `pause()` and returns `None`: try again.
+    /// fires during the pause; otherwise pauses for `pause(failed attempts so far)` and returns
+    /// `None`: try again.
     pub(crate) async fn after_failure(
         &mut self,
         event: &Event,
         error: SinkError,
         retryable: bool,
-        pause: impl FnOnce() -> Duration,
+        pause: impl FnOnce(u32) -> Duration,
         cancel: &CancellationToken,
     ) -> Option<WriteOutcome> {
         let attempts = self.tries;
@@ -187,7 +181,7 @@ impl<'p> Tries<'p> {
                 tracing::info!(event = %event.metadata.name, "shutdown requested, not retrying the event");
                 return Some(WriteOutcome::Cancelled { error, attempts });
             }
-            _ = tokio::time::sleep(pause()) => {}
+            _ = tokio::time::sleep(pause(attempts)) => {}
         }
         self.tries += 1;
         None

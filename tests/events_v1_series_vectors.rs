@@ -278,3 +278,59 @@ async fn a_series_patch_that_hits_already_exists_is_retried() {
     // Eleven pauses of Jitter(10 s, 0.25) at jitter 0.5: 11 × 11.25 s.
     assert_eq!(started.elapsed(), std::time::Duration::from_millis(11 * 11_250));
 }
+
+/// The wall clock of a paused tokio runtime: `start` plus the tokio time elapsed since made.
+#[derive(Debug)]
+struct TokioClock {
+    start: Time,
+    base: tokio::time::Instant,
+}
+
+impl eventpipe::clock::Clock for TokioClock {
+    fn now(&self) -> Time {
+        self.start + chrono::Duration::from_std(self.base.elapsed()).unwrap()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_series_watcher_creates_patches_counts_then_closes_an_idle_series() {
+    use eventpipe::broadcaster::{Broadcaster, FullChannelBehavior, WatchEventType};
+    use eventpipe::series::start_recording_series_to_sink;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    let broadcaster = Broadcaster::new_long_queue(100, FullChannelBehavior::WaitIfChannelFull);
+    let sink = Arc::new(RecordingSink::default());
+    let clock = Arc::new(TokioClock { start: now(), base: tokio::time::Instant::now() });
+    let cancel = CancellationToken::new();
+    let task = start_recording_series_to_sink(
+        &broadcaster,
+        sink.clone(),
+        RetryPolicy::default(),
+        clock.clone(),
+        cancel.clone(),
+    )
+    .unwrap();
+    let source = SeriesEventSource { reporting_controller: "c".into(), reporting_instance: "c-host".into() };
+    let regarding =
+        ObjectReference { kind: "Pod".into(), namespace: "ns".into(), name: "foo".into(), ..Default::default() };
+    for i in 0..5 {
+        let event = source.make_event(&regarding, None, "Normal", "BackOff", "Restart", format!("try {i}"), now());
+        broadcaster.action(WatchEventType::Added, event).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let calls = sink.take();
+    assert_eq!(calls.iter().map(|c| c.verb).collect::<Vec<_>>(), ["create", "patch"]);
+    assert_eq!(calls[1].patch.as_ref().unwrap()["series"]["count"], 2);
+    // The finish pass at 6 minutes finds the series observed exactly 6 minutes ago: not idle
+    // for more than 6 minutes yet. The pass at 12 minutes closes it with a final patch.
+    tokio::time::sleep(Duration::from_secs(6 * 60)).await;
+    assert_eq!(sink.take(), []);
+    tokio::time::sleep(Duration::from_secs(6 * 60)).await;
+    let calls = sink.take();
+    assert_eq!(calls.iter().map(|c| c.verb).collect::<Vec<_>>(), ["patch"]);
+    assert_eq!(calls[0].patch.as_ref().unwrap()["series"]["count"], 5);
+    cancel.cancel();
+    let stats = task.await.unwrap();
+    assert_eq!((stats.received, stats.counted, stats.writes.created, stats.writes.patched), (5, 3, 1, 1));
+}

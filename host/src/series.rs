@@ -15,12 +15,21 @@
 //! Writes go through [`record_series_event`], client-go's `attemptRecording`: a patch for a series
 //! (create when it is gone), a create otherwise, retried like `tools/record` except that
 //! `AlreadyExists` on a series is retried too, and every pause is `Jitter(10 s, 0.25)`.
+//! [`start_recording_series_to_sink`] puts it together as a Broadcaster watcher, client-go's
+//! events.k8s.io `StartRecordingToSink`.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
+use tokio::task::JoinHandle;
+use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
+
+use crate::broadcaster::{Broadcaster, BroadcasterError};
+use crate::clock::SharedClock;
+use crate::event_broadcaster::SinkStats;
 
 use crate::event::{Event, EventSeries, ObjectMeta, ObjectReference, Time, format_micro_time};
 use crate::recorder::generate_event_name;
@@ -276,6 +285,80 @@ pub async fn record_series_event(
             return outcome;
         }
     }
+}
+
+/// What a series watcher ([`start_recording_series_to_sink`]) did, returned when its task ends.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SeriesStats {
+    /// Events received from the Broadcaster.
+    pub received: u64,
+    /// Events only counted in a cached series (nothing sent for them then).
+    pub counted: u64,
+    /// How the creates and series patches of received events ended (`skipped` stays 0).
+    pub writes: SinkStats,
+}
+
+/// client-go events.k8s.io `StartRecordingToSinkWithContext`: a watcher on `broadcaster` whose
+/// task keeps the isomorphic-event cache. Each event is observed at `clock.now()` in arrival
+/// order; what it needs sent is written by a task of its own (client-go: a goroutine per event)
+/// with [`record_series_event`]. Every [`FINISH_TIME`] the task runs
+/// [`EventSeriesCache::finish_series`], every [`REFRESH_TIME`]
+/// [`EventSeriesCache::refresh_existing_series`] (both at once on start, as `wait.Until`); events
+/// wait meanwhile, as they wait for client-go's cache mutex. The task ends when the watcher
+/// closes or `cancel` fires (pending retries are cancelled too) and returns its [`SeriesStats`].
+///
+/// # Errors
+/// [`BroadcasterError::Stopped`] after the Broadcaster shut down.
+pub fn start_recording_series_to_sink(
+    broadcaster: &Broadcaster<Event>,
+    sink: Arc<dyn EventSink>,
+    policy: RetryPolicy,
+    clock: SharedClock,
+    cancel: CancellationToken,
+) -> Result<JoinHandle<SeriesStats>, BroadcasterError> {
+    let mut watcher = broadcaster.watch()?;
+    Ok(tokio::spawn(async move {
+        let mut cache = EventSeriesCache::new();
+        let mut stats = SeriesStats::default();
+        let mut writes = tokio::task::JoinSet::new();
+        let mut finish = tokio::time::interval(FINISH_TIME);
+        let mut refresh = tokio::time::interval(REFRESH_TIME);
+        finish.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        refresh.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => break,
+                _ = finish.tick() => cache.finish_series(&*sink, clock.now()).await,
+                _ = refresh.tick() => cache.refresh_existing_series(&*sink).await,
+                Some(done) = writes.join_next(), if !writes.is_empty() => {
+                    if let Ok(outcome) = done {
+                        stats.writes.count(&outcome);
+                    }
+                }
+                next = watcher.recv() => {
+                    let Some(next) = next else { break };
+                    stats.received += 1;
+                    let event = match cache.observe(next.object, clock.now()) {
+                        SeriesDecision::Create(event) | SeriesDecision::Patch(event) => event,
+                        SeriesDecision::Counted => {
+                            stats.counted += 1;
+                            continue;
+                        }
+                    };
+                    let (sink, policy, cancel) = (sink.clone(), policy.clone(), cancel.clone());
+                    writes.spawn(async move { record_series_event(&*sink, event, &policy, &cancel).await });
+                }
+            }
+        }
+        watcher.stop();
+        while let Some(done) = writes.join_next().await {
+            if let Ok(outcome) = done {
+                stats.writes.count(&outcome);
+            }
+        }
+        stats
+    }))
 }
 
 #[cfg(test)]

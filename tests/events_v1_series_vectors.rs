@@ -159,15 +159,19 @@ async fn isomorphic_events_become_one_series() {
     }
 }
 
+/// The event of a vector's cache entry: reported by `controller` (the entry's
+/// `reportingController`, or its id), about Pod baz/foo, made at `at`. Entries with different
+/// controllers are not isomorphic; the note does not matter.
+fn entry_event(controller: &str, at: Time) -> Event {
+    let regarding =
+        ObjectReference { kind: "Pod".into(), namespace: "baz".into(), name: "foo".into(), ..Default::default() };
+    SeriesEventSource { reporting_controller: controller.into(), reporting_instance: "eventTest-host".into() }
+        .make_event(&regarding, None, "Normal", "test", "started", "note".into(), at)
+}
+
 /// A cache holding what a vector's `cache` lists, built through `observe` as client-go's would
 /// be: a series entry is its event observed `count` times, last at `lastObservedTime`.
 fn cache_of(entries: &Value) -> EventSeriesCache {
-    let source = |controller: Option<&str>| SeriesEventSource {
-        reporting_controller: controller.unwrap_or("eventTest").into(),
-        reporting_instance: "eventTest-host".into(),
-    };
-    let regarding =
-        ObjectReference { kind: "Pod".into(), namespace: "baz".into(), name: "foo".into(), ..Default::default() };
     let at = |v: &Value| match v.as_str().unwrap() {
         "now" => now(),
         "now-9m" => now() - minutes(9),
@@ -175,10 +179,9 @@ fn cache_of(entries: &Value) -> EventSeriesCache {
     };
     let mut cache = EventSeriesCache::new();
     for entry in entries.as_array().unwrap() {
-        let controller = entry["reportingController"].as_str().or(entry["id"].as_str());
+        let controller = entry["reportingController"].as_str().or(entry["id"].as_str()).unwrap();
         let created = entry.get("eventTime").map_or(now() - minutes(10), at);
-        let event =
-            source(controller).make_event(&regarding, None, "Normal", "test", "started", "note".into(), created);
+        let event = entry_event(controller, created);
         let observations = entry["series"]["count"].as_i64().unwrap_or(1);
         let last = entry["series"].get("lastObservedTime").map_or(created, at);
         for _ in 0..observations {
@@ -218,12 +221,7 @@ async fn finish_series_closes_old_series_and_keeps_fresh_singletons() {
 }
 
 fn contains_controller(cache: &EventSeriesCache, controller: &str) -> bool {
-    let regarding =
-        ObjectReference { kind: "Pod".into(), namespace: "baz".into(), name: "foo".into(), ..Default::default() };
-    let probe =
-        SeriesEventSource { reporting_controller: controller.into(), reporting_instance: "eventTest-host".into() }
-            .make_event(&regarding, None, "Normal", "test", "started", String::new(), now());
-    cache.get(&IsomorphicKey::of(&probe)).is_some()
+    cache.get(&IsomorphicKey::of(&entry_event(controller, now()))).is_some()
 }
 
 #[tokio::test]

@@ -144,7 +144,7 @@ impl<T> Drop for Inner<T> {
 /// What travels through the incoming queue. Only `Event` counts against its capacity.
 enum Item<T> {
     Event(WatchEvent<T>),
-    Register(u64, Arc<Queue<WatchEvent<T>>>),
+    Register(u64, Arc<Queue<WatchEvent<T>>>, Option<FullChannelBehavior>),
     Unregister(u64),
 }
 
@@ -198,7 +198,21 @@ impl<T: Clone + Send + 'static> Broadcaster<T> {
     /// # Errors
     /// [`BroadcasterError::Stopped`] after [`Broadcaster::shutdown`].
     pub fn watch(&self) -> Result<Watcher<T>, BroadcasterError> {
-        self.register(self.inner.watch_queue_length, Vec::new())
+        self.register(self.inner.watch_queue_length, Vec::new(), None)
+    }
+
+    /// As [`Broadcaster::watch`], but with a buffer of `queue_length` events and its own
+    /// full-queue behaviour instead of the Broadcaster's: a `DropIfChannelFull` watcher never
+    /// holds the others back, even when the Broadcaster waits for its other watchers.
+    ///
+    /// # Errors
+    /// [`BroadcasterError::Stopped`] after [`Broadcaster::shutdown`].
+    pub fn watch_with(
+        &self,
+        queue_length: usize,
+        behavior: FullChannelBehavior,
+    ) -> Result<Watcher<T>, BroadcasterError> {
+        self.register(queue_length, Vec::new(), Some(behavior))
     }
 
     /// As [`Broadcaster::watch`], but `prefix` is queued to this watcher alone, ahead of every
@@ -209,15 +223,20 @@ impl<T: Clone + Send + 'static> Broadcaster<T> {
     /// [`BroadcasterError::Stopped`] after [`Broadcaster::shutdown`].
     pub fn watch_with_prefix(&self, prefix: Vec<WatchEvent<T>>) -> Result<Watcher<T>, BroadcasterError> {
         let capacity = self.inner.watch_queue_length.max(prefix.len() + 1);
-        self.register(capacity, prefix)
+        self.register(capacity, prefix, None)
     }
 
-    fn register(&self, capacity: usize, prefix: Vec<WatchEvent<T>>) -> Result<Watcher<T>, BroadcasterError> {
+    fn register(
+        &self,
+        capacity: usize,
+        prefix: Vec<WatchEvent<T>>,
+        behavior: Option<FullChannelBehavior>,
+    ) -> Result<Watcher<T>, BroadcasterError> {
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let queue = Arc::new(Queue::with_items(capacity, prefix));
         self.inner
             .incoming
-            .push_marker(Item::Register(id, Arc::clone(&queue)))
+            .push_marker(Item::Register(id, Arc::clone(&queue), behavior))
             .map_err(|_| BroadcasterError::Stopped)?;
         let stopper = WatcherStopper::new(id, Arc::clone(&queue), Arc::clone(&self.inner.incoming));
         Ok(Watcher { id, queue, stopper })
@@ -276,31 +295,31 @@ async fn distributor<T: Clone>(
     behavior: FullChannelBehavior,
     done: watch::Sender<bool>,
 ) {
-    let mut watchers: BTreeMap<u64, Arc<Queue<WatchEvent<T>>>> = BTreeMap::new();
+    let mut watchers: Watchers<T> = BTreeMap::new();
     while let Some(item) = incoming.recv().await {
         match item {
-            Item::Event(event) => distribute(&watchers, event, behavior).await,
-            Item::Register(id, queue) => {
-                watchers.insert(id, queue);
+            Item::Event(event) => distribute(&watchers, event).await,
+            Item::Register(id, queue, own) => {
+                watchers.insert(id, (queue, own.unwrap_or(behavior)));
             }
             Item::Unregister(id) => {
-                if let Some(queue) = watchers.remove(&id) {
+                if let Some((queue, _)) = watchers.remove(&id) {
                     queue.close();
                 }
             }
         }
     }
-    watchers.values().for_each(|queue| queue.close());
+    watchers.values().for_each(|(queue, _)| queue.close());
     done.send_replace(true);
 }
 
-/// Offers one event to every watcher in id order (apimachinery `distribute`).
-async fn distribute<T: Clone>(
-    watchers: &BTreeMap<u64, Arc<Queue<WatchEvent<T>>>>,
-    event: WatchEvent<T>,
-    behavior: FullChannelBehavior,
-) {
-    for (id, queue) in watchers {
+/// The registered watchers by id: each one's queue and full-queue behaviour.
+type Watchers<T> = BTreeMap<u64, (Arc<Queue<WatchEvent<T>>>, FullChannelBehavior)>;
+
+/// Offers one event to every watcher in id order, each as its behaviour says (apimachinery
+/// `distribute`).
+async fn distribute<T: Clone>(watchers: &Watchers<T>, event: WatchEvent<T>) {
+    for (id, (queue, behavior)) in watchers {
         let outcome = match behavior {
             FullChannelBehavior::DropIfChannelFull => queue.try_push(event.clone()),
             FullChannelBehavior::WaitIfChannelFull => queue.push(event.clone()).await,
@@ -334,6 +353,24 @@ impl<T> Watcher<T> {
     /// Cancellation-safe: dropping the future loses no event.
     pub async fn recv(&mut self) -> Option<WatchEvent<T>> {
         self.queue.recv().await
+    }
+
+    /// The next batch: the next event's object (waiting for it) and the objects of whatever else
+    /// is buffered, up to `max` (≥ 1) in all, in acceptance order; `None` once the watcher is
+    /// closed and drained. Watch event types are dropped: for consumers that only add.
+    ///
+    /// Cancellation-safe as [`Watcher::recv`].
+    pub async fn recv_batch(&mut self, max: usize) -> Option<Vec<T>> {
+        let first = self.queue.recv().await?;
+        let mut batch = Vec::with_capacity(max.clamp(1, 1024));
+        batch.push(first.object);
+        while batch.len() < max {
+            match self.queue.try_recv() {
+                Some(next) => batch.push(next.object),
+                None => break,
+            }
+        }
+        Some(batch)
     }
 
     /// The next buffered event without waiting: `None` when nothing is buffered right now, or

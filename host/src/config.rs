@@ -77,9 +77,11 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
 use toml::Spanned;
 
+use crate::broadcaster::FullChannelBehavior;
 use crate::plugin::FallbackPolicy;
-pub use crate::plugin::functions::DEFAULT_TENANT;
-use crate::tenant::{MatchEntry, MatchError, MatchSpec, TenantMatch};
+pub use crate::tenant::DEFAULT_TENANT;
+use crate::tenant::{MatchEntry, MatchError, MatchSpec, TenantMatch, TenantRouter};
+use crate::watchers::WatcherSpec;
 
 /// The plugin name that selects the native client-go function instead of a plugin
 /// (`aggregate_key`, `message_combiner`, `spam_key`).
@@ -240,6 +242,8 @@ pub struct Config {
     pub tenants: Vec<TenantConfig>,
     /// `[plugins.NAME]` tables: plugin name → its key/value config.
     pub plugin_config: BTreeMap<String, BTreeMap<String, String>>,
+    /// `[[watchers]]` tables: watcher plugins attached to the Broadcaster at start.
+    pub watchers: Vec<WatcherSpec>,
 }
 
 impl Config {
@@ -286,7 +290,32 @@ impl Config {
             .into_iter()
             .map(|(plugin, table)| (plugin, table.into_iter().map(|(k, v)| (k, v.0)).collect()))
             .collect();
-        Ok(Config { path: path.to_path_buf(), defaults, tenants, plugin_config })
+        let mut watchers = Vec::with_capacity(raw.watchers.len());
+        for (i, w) in raw.watchers.iter().enumerate() {
+            let w = w.get_ref();
+            let mut spec = WatcherSpec::new(w.plugin.get_ref().clone());
+            if spec.plugin.is_empty() {
+                return Err(ctx.error(w.plugin.span(), format!("watchers[{i}].plugin"), "must not be empty"));
+            }
+            if let Some(n) = w.queue_length {
+                spec.queue_length = n;
+            }
+            if let Some(b) = &w.full_channel_behavior {
+                spec.full_channel_behavior = match b.get_ref().as_str() {
+                    "drop" => FullChannelBehavior::DropIfChannelFull,
+                    "wait" => FullChannelBehavior::WaitIfChannelFull,
+                    other => {
+                        return Err(ctx.error(
+                            b.span(),
+                            format!("watchers[{i}].full_channel_behavior"),
+                            format!("expected `drop` or `wait`, got `{other}`"),
+                        ));
+                    }
+                };
+            }
+            watchers.push(spec);
+        }
+        Ok(Config { path: path.to_path_buf(), defaults, tenants, plugin_config, watchers })
     }
 
     /// Reads and parses the file at `path`.
@@ -332,6 +361,12 @@ impl Config {
         tenant.map_or(&self.defaults, |i| &self.tenants[i].rules)
     }
 
+    /// The router of these tenants, in file order (`route` gives an index into
+    /// [`Config::tenants`], `None` for the defaults).
+    pub fn router(&self) -> TenantRouter {
+        TenantRouter::new(self.tenants.iter().map(|t| t.matcher.clone()).collect())
+    }
+
     /// The name of a routed event's tenant: the tenant's, or [`DEFAULT_TENANT`] for `None`.
     ///
     /// # Panics
@@ -352,6 +387,16 @@ struct RawFile {
     plugins: BTreeMap<String, BTreeMap<String, PluginValue>>,
     #[serde(default)]
     tenants: Vec<Spanned<RawTenant>>,
+    #[serde(default)]
+    watchers: Vec<Spanned<RawWatcher>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWatcher {
+    plugin: Spanned<String>,
+    queue_length: Option<usize>,
+    full_channel_behavior: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -558,7 +603,7 @@ impl Ctx<'_> {
                     .get_ref()
                     .iter()
                     .enumerate()
-                    .map(|(i, s)| match s.get_ref().parse::<crate::run::SinkSpec>() {
+                    .map(|(i, s)| match s.get_ref().parse::<crate::sink::SinkSpec>() {
                         Ok(_) => Ok(s.get_ref().clone()),
                         Err(e) => {
                             Err(self.error(s.span(), format!("{prefix}.sinks[{i}]"), format!("invalid sink {e}")))
@@ -662,7 +707,6 @@ fn key_path(path: &serde_path_to_error::Path, message: &str) -> String {
 mod tests {
     use super::*;
     use crate::event::Event;
-    use crate::tenant::TenantRouter;
 
     /// The example in this module's documentation, so that it cannot go stale.
     fn doc_example() -> String {
@@ -762,7 +806,7 @@ mod tests {
     #[test]
     fn doc_example_routes() {
         let config = parse(&doc_example()).unwrap();
-        let router = TenantRouter::from(&config);
+        let router = config.router();
         let mut e = Event::default();
         e.metadata.namespace = "payments-eu".into();
         e.involved_object.kind = "Pod".into();
@@ -940,7 +984,7 @@ mod tests {
             "defaults.sinks[1]",
             "invalid sink \"kafka:x\"",
         );
-        assert_err("[defaults]\nsinks = [\"jsonl:\"]\n", 2, "defaults.sinks[0]", "expected jsonl:PATH");
+        assert_err("[defaults]\nsinks = [\"jsonl:\"]\n", 2, "defaults.sinks[0]", "expected a sink: jsonl:PATH");
         assert_err("[defaults]\nsinks = [\"out.jsonl\"]\n", 2, "defaults.sinks[0]", "invalid sink");
         assert_err("[defaults]\nsinks = []\n", 2, "defaults.sinks", "empty list");
         assert_err("[defaults]\nqps = nan\n", 2, "defaults.qps", "not nan");

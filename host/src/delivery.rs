@@ -141,6 +141,64 @@ impl Progress {
     }
 }
 
+/// Turns acknowledgements that arrive in any order into [`Progress::finished`] counts of the
+/// acknowledged prefix: event `seq` (numbered in Broadcaster order from 0) counts only once it
+/// and every event before it are acknowledged, so a saved position never skips an event still
+/// in flight. Shared by the partitions of a run.
+#[derive(Debug, Default)]
+pub struct Acknowledgements {
+    state: Mutex<AckState>,
+    progress: Option<Arc<Progress>>,
+}
+
+#[derive(Debug, Default)]
+struct AckState {
+    /// Sequence number of `done[0]`.
+    base: u64,
+    /// Whether each event from `base` on is acknowledged.
+    done: VecDeque<bool>,
+}
+
+impl Acknowledgements {
+    /// A tracker reporting to `progress` (none: it only numbers events).
+    pub fn new(progress: Option<Arc<Progress>>) -> Self {
+        Self { state: Mutex::default(), progress }
+    }
+
+    /// Numbers the next event (call in Broadcaster order).
+    pub fn begin(&self) -> u64 {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.done.push_back(false);
+        state.base + state.done.len() as u64 - 1
+    }
+
+    /// Event `seq` is finished (written to every sink of its tenant, or skipped, filtered or
+    /// dropped); reports the prefix that became complete.
+    pub fn ack(&self, seq: u64) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(i) = seq.checked_sub(state.base) else { return };
+        match state.done.get_mut(i as usize) {
+            Some(slot) => *slot = true,
+            None => return,
+        }
+        let mut finished = 0;
+        while state.done.front() == Some(&true) {
+            state.done.pop_front();
+            finished += 1;
+        }
+        state.base += finished;
+        drop(state);
+        if let (Some(progress), true) = (&self.progress, finished > 0) {
+            progress.finished(finished);
+        }
+    }
+
+    /// Events numbered and not yet part of the acknowledged prefix.
+    pub fn pending(&self) -> usize {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).done.len()
+    }
+}
+
 /// Saves positions for `at-least-once`: after flushing the sinks, the position of the last
 /// finished event.
 pub struct Committer {
@@ -169,6 +227,25 @@ impl Committer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn acknowledgements_report_only_the_complete_prefix() {
+        let progress = Arc::new(Progress::default());
+        let acks = Acknowledgements::new(Some(progress.clone()));
+        let seqs: Vec<u64> = (0..4).map(|_| acks.begin()).collect();
+        assert_eq!(seqs, [0, 1, 2, 3]);
+        acks.ack(2);
+        acks.ack(1);
+        assert_eq!(progress.finished_count(), 0, "event 0 is still in flight");
+        acks.ack(0);
+        assert_eq!(progress.finished_count(), 3);
+        acks.ack(0); // twice: ignored
+        assert_eq!(progress.finished_count(), 3);
+        assert_eq!(acks.pending(), 1);
+        acks.ack(3);
+        assert_eq!(progress.finished_count(), 4);
+        assert_eq!(acks.begin(), 4);
+    }
 
     #[test]
     fn only_finished_positions_are_taken_in_order() {

@@ -7,56 +7,18 @@ use std::sync::Arc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::broadcaster::{Broadcaster, BroadcasterError, FullChannelBehavior, Watcher};
+use crate::broadcaster::{Broadcaster, BroadcasterError, FullChannelBehavior};
 use crate::clock::SharedClock;
-use crate::correlator::{CorrelatorOptions, EventCorrelator, Occurrence, PREPARE_BATCH_SIZE};
+use crate::correlator::{CorrelationClock, CorrelatorOptions};
 use crate::event::{Event, EventSource};
+use crate::plan::{PlannedTenant, TenantPlan};
 use crate::recorder::EventRecorder;
-use crate::sink::retry::Verb;
-use crate::sink::{EventSink, RetryPolicy, WriteOutcome, write_event};
+use crate::router::{RouterOptions, RouterStats, record_to_tenants};
+use crate::sink::{EventSink, RetryPolicy, SinkStats};
+use crate::tenant::DEFAULT_TENANT;
 
 /// client-go `maxQueuedEvents`: the incoming queue and every watcher's queue, events.
 pub const MAX_QUEUED_EVENTS: usize = 1000;
-
-/// Which instant the correlator reads for an event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum CorrelationClock {
-    /// The correlator's clock when the event is processed, as client-go.
-    #[default]
-    Processing,
-    /// The event's own time ([`Event::occurred_at`]), falling back to the correlator's clock:
-    /// deterministic when replaying recorded streams.
-    EventTime,
-}
-
-impl CorrelationClock {
-    /// `event` as an [`Occurrence`] whose clocks this choice sets: none (the correlator reads
-    /// its own) or both from [`Event::occurred_at`].
-    pub fn occurrence(self, event: Event) -> Occurrence {
-        match self {
-            CorrelationClock::Processing => Occurrence::from(event),
-            CorrelationClock::EventTime => {
-                let at = event.occurred_at();
-                Occurrence { event, clock: at, spam_filter_clock: at }
-            }
-        }
-    }
-}
-
-/// The next batch of a watcher: the next event (waiting for it) and whatever else is queued,
-/// up to [`PREPARE_BATCH_SIZE`] events; `None` when the watcher is closed.
-pub(crate) async fn recv_batch(watcher: &mut Watcher<Event>) -> Option<Vec<Event>> {
-    let first = watcher.recv().await?;
-    let mut batch = Vec::with_capacity(PREPARE_BATCH_SIZE);
-    batch.push(first.object);
-    while batch.len() < PREPARE_BATCH_SIZE {
-        match watcher.try_recv() {
-            Some(next) => batch.push(next.object),
-            None => break,
-        }
-    }
-    Some(batch)
-}
 
 /// How an [`EventBroadcaster`] is built (client-go `NewBroadcaster` options).
 #[derive(Clone, Debug)]
@@ -82,62 +44,6 @@ impl Default for EventBroadcasterOptions {
             retry: RetryPolicy::default(),
             correlation_clock: CorrelationClock::Processing,
         }
-    }
-}
-
-/// What one sink watcher did, returned when its task ends.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-pub struct SinkStats {
-    /// Events received from the Broadcaster.
-    pub received: u64,
-    /// Written with create.
-    pub created: u64,
-    /// Written with patch.
-    pub patched: u64,
-    /// Skipped by the spam filter.
-    pub skipped: u64,
-    /// Replaced by an aggregate event.
-    pub aggregated: u64,
-    /// Dropped after a non-retryable sink error.
-    pub dropped: u64,
-    /// Abandoned after the last retry.
-    pub gave_up: u64,
-    /// Abandoned because of shutdown.
-    pub cancelled: u64,
-    /// Sink calls beyond the first per event.
-    pub retries: u64,
-}
-
-impl SinkStats {
-    /// Counts one `recordToSink` outcome.
-    pub(crate) fn count(&mut self, outcome: &WriteOutcome) {
-        let attempts = match *outcome {
-            WriteOutcome::Skipped => {
-                self.skipped += 1;
-                return;
-            }
-            WriteOutcome::Written { verb: Verb::Create, attempts } => {
-                self.created += 1;
-                attempts
-            }
-            WriteOutcome::Written { verb: Verb::Patch, attempts } => {
-                self.patched += 1;
-                attempts
-            }
-            WriteOutcome::Dropped { attempts, .. } => {
-                self.dropped += 1;
-                attempts
-            }
-            WriteOutcome::GaveUp { attempts, .. } => {
-                self.gave_up += 1;
-                attempts
-            }
-            WriteOutcome::Cancelled { attempts, .. } => {
-                self.cancelled += 1;
-                attempts
-            }
-        };
-        self.retries += u64::from(attempts.saturating_sub(1));
     }
 }
 
@@ -169,34 +75,45 @@ impl EventBroadcaster {
     }
 
     /// client-go `StartRecordingToSink`: a new watcher whose task runs every event through a
-    /// **new** EventCorrelator and writes the result to `sink` with the retry policy. The task
-    /// ends, returning its [`SinkStats`], when the watcher closes (shutdown or stop).
+    /// **new** EventCorrelator (one tenant stage) and writes the result to `sink` with the retry
+    /// policy, one write at a time as client-go. The task ends, returning its [`SinkStats`],
+    /// when the watcher closes (shutdown or stop).
     ///
     /// # Errors
     /// [`BroadcasterError::Stopped`] after shutdown.
     pub fn start_recording_to_sink(&self, sink: Arc<dyn EventSink>) -> Result<JoinHandle<SinkStats>, BroadcasterError> {
-        let watcher = self.broadcaster.watch()?;
-        let correlator = EventCorrelator::new(self.options.correlator.clone());
-        let (retry, cancel, clock) = (self.options.retry.clone(), self.cancel.clone(), self.options.correlation_clock);
-        Ok(tokio::spawn(record_to_sink(watcher, sink, correlator, retry, cancel, clock)))
+        let plan = TenantPlan::single(PlannedTenant::fixed(DEFAULT_TENANT, self.options.correlator.clone(), sink));
+        let (_keep, plans) = tokio::sync::watch::channel(Arc::new(plan));
+        let options = RouterOptions { max_in_flight: 1, ..self.router_options() };
+        let task = self.start_recording_to_tenants(plans, options)?;
+        Ok(tokio::spawn(async move { task.await.map(|s| s.total).unwrap_or_default() }))
     }
 
-    /// The tenant router watcher ([`crate::pipeline::record_to_tenants`]): like
-    /// [`start_recording_to_sink`](Self::start_recording_to_sink), but each event goes to its
-    /// tenant's filters and correlators and sinks, as the latest plan from `plans` says;
-    /// `progress` counts finished events (at-least-once delivery); `live` mirrors the stats.
+    /// The router options this broadcaster's sink watchers get: its retry policy, clock and
+    /// shutdown token; one partition.
+    pub fn router_options(&self) -> RouterOptions {
+        RouterOptions {
+            retry: self.options.retry.clone(),
+            cancel: self.cancel.clone(),
+            clock: self.options.correlation_clock,
+            ..RouterOptions::default()
+        }
+    }
+
+    /// The tenant router watcher ([`crate::router::record_to_tenants`]): each event goes to its
+    /// tenant's stage and sinks, as the latest plan from `plans` says. Pass
+    /// [`router_options`](Self::router_options), changed where needed (partitions, window,
+    /// acknowledgements, live stats).
     ///
     /// # Errors
     /// [`BroadcasterError::Stopped`] after shutdown.
     pub fn start_recording_to_tenants(
         &self,
-        plans: tokio::sync::watch::Receiver<Arc<crate::pipeline::TenantPlan>>,
-        progress: Option<Arc<crate::delivery::Progress>>,
-        live: Option<Arc<std::sync::Mutex<crate::pipeline::RouterStats>>>,
-    ) -> Result<JoinHandle<crate::pipeline::RouterStats>, BroadcasterError> {
+        plans: tokio::sync::watch::Receiver<Arc<TenantPlan>>,
+        options: RouterOptions,
+    ) -> Result<JoinHandle<RouterStats>, BroadcasterError> {
         let watcher = self.broadcaster.watch()?;
-        let (retry, cancel, clock) = (self.options.retry.clone(), self.cancel.clone(), self.options.correlation_clock);
-        Ok(tokio::spawn(crate::pipeline::record_to_tenants(watcher, plans, retry, cancel, clock, progress, live)))
+        Ok(tokio::spawn(record_to_tenants(watcher, plans, options)))
     }
 
     /// client-go `StartEventWatcher`: calls `handler` synchronously for every event; a slow
@@ -266,31 +183,6 @@ impl EventBroadcaster {
         self.broadcaster.shutdown().await;
         self.cancel.cancel();
     }
-}
-
-/// The sink watcher's loop: batches of up to [`PREPARE_BATCH_SIZE`] queued events are prepared
-/// together (one key-function call per batch), then each is finished and written in order, with
-/// `update_state` after each successful write, exactly where client-go calls it.
-async fn record_to_sink(
-    mut watcher: Watcher<Event>,
-    sink: Arc<dyn EventSink>,
-    mut correlator: EventCorrelator,
-    retry: RetryPolicy,
-    cancel: CancellationToken,
-    clock: CorrelationClock,
-) -> SinkStats {
-    let mut stats = SinkStats::default();
-    while let Some(events) = recv_batch(&mut watcher).await {
-        let batch: Vec<Occurrence> = events.into_iter().map(|e| clock.occurrence(e)).collect();
-        stats.received += batch.len() as u64;
-        for prepared in correlator.prepare(batch) {
-            stats.aggregated += u64::from(prepared.aggregated());
-            let result = correlator.finish(prepared);
-            let outcome = write_event(sink.as_ref(), &mut correlator, result, &retry, &cancel).await;
-            stats.count(&outcome);
-        }
-    }
-    stats
 }
 
 /// Go's `%q` for the strings events carry: double-quoted, with `"`, `\` and control

@@ -28,18 +28,17 @@ use std::sync::{Arc, Mutex};
 use serde_json::json;
 
 use crate::config::Config;
-use crate::correlator::{CorrelatorOptions, EventCorrelator, Occurrence, PREPARE_BATCH_SIZE};
-use crate::event::Event;
-use crate::pipeline::{KeyChoice, PlanError, SinkSet, TenantPlan, TenantRules};
-use crate::plugin::filter::Verdict;
-use crate::plugin::functions::DEFAULT_TENANT;
+use crate::correlator::{CorrelatorOptions, EventCorrelateResult, Occurrence, PREPARE_BATCH_SIZE};
+use crate::plan::{KeyChoice, PlanError, TenantPlan, TenantRules};
 use crate::plugin::registry::{PluginRegistry, ReloadOutcome};
 use crate::plugin::sink::WasmSink;
 use crate::plugin::watcher::WasmWatcher;
 use crate::plugin::{PluginHandle, PluginKind, PluginSettings};
-use crate::run::SinkSpec;
-use crate::sink::EventSink;
+use crate::sink::SinkSpec;
+use crate::sink::set::SinkSet;
 use crate::source::decode::{DecodeError, Decoded, Decoder};
+use crate::stage::{Staged, TenantStage, TenantStages};
+use crate::tenant::DEFAULT_TENANT;
 
 /// What to test.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,10 +69,10 @@ pub enum TestError {
 
 /// A loaded subject, ready to run over documents.
 enum Harness {
-    /// Filters and correlators, per tenant.
-    Pipeline { plan: TenantPlan, correlators: Vec<EventCorrelator> },
+    /// The tenant stages of a plan.
+    Pipeline(Box<TenantStages>),
     /// A sink plugin behind the default correlator.
-    Sink { sink: WasmSink, written: Arc<Mutex<Vec<u8>>>, correlator: Box<EventCorrelator> },
+    Sink { sink: WasmSink, written: Arc<Mutex<Vec<u8>>>, stage: Box<TenantStage> },
     /// A watcher plugin.
     Watcher(WasmWatcher),
 }
@@ -175,8 +174,7 @@ fn load(registry: &PluginRegistry, subject: &Subject, settings: &PluginSettings)
             TenantPlan::build(&base, None, registry, &sinks)?
         }
     };
-    let correlators = plan.tenants.iter().map(|t| EventCorrelator::new(t.correlator_options().clone())).collect();
-    Ok(Harness::Pipeline { plan, correlators })
+    Ok(Harness::Pipeline(Box::new(TenantStages::new(Arc::new(plan)))))
 }
 
 /// The harness of a sink or watcher plugin.
@@ -197,29 +195,12 @@ fn single(handle: PluginHandle) -> Harness {
     }
     let written = Arc::new(Mutex::new(Vec::new()));
     let sink = WasmSink::new(handle, Box::new(Shared(written.clone()))).expect("checked to be a sink");
-    Harness::Sink { sink, written, correlator: Box::new(EventCorrelator::new(CorrelatorOptions::default())) }
+    let stage = Box::new(TenantStage::new(DEFAULT_TENANT, CorrelatorOptions::default()));
+    Harness::Sink { sink, written, stage }
 }
 
 fn line(value: serde_json::Value) -> String {
     value.to_string()
-}
-
-/// The occurrence of an event document with the replay clock.
-fn occurrence(event: Event, clock: Option<crate::event::Time>, spam: Option<crate::event::Time>) -> Occurrence {
-    let clock = clock.or_else(|| event.occurred_at());
-    Occurrence { event, clock, spam_filter_clock: spam.or(clock) }
-}
-
-/// Runs a future that never waits (the Wasm sink's are synchronous underneath).
-fn ready<T>(future: impl std::future::Future<Output = T>) -> T {
-    let waker = std::task::Waker::noop();
-    let mut cx = std::task::Context::from_waker(waker);
-    let mut future = std::pin::pin!(future);
-    loop {
-        if let std::task::Poll::Ready(value) = future.as_mut().poll(&mut cx) {
-            return value;
-        }
-    }
 }
 
 impl Harness {
@@ -230,7 +211,7 @@ impl Harness {
         for (i, doc) in docs.into_iter().enumerate() {
             match doc {
                 Ok(Decoded::Event { event, clock, spam_filter_clock, .. }) => {
-                    events.push((i, occurrence(event, clock, spam_filter_clock)));
+                    events.push((i, Occurrence::replayed(event, clock, spam_filter_clock)));
                 }
                 Ok(other) => {
                     let error = format!("line {}: not an event ({})", other.line(), other.describe());
@@ -240,50 +221,46 @@ impl Harness {
             }
         }
         match self {
-            Harness::Pipeline { plan, correlators } => {
-                let mut per_tenant: Vec<Vec<(usize, Occurrence)>> = plan.tenants.iter().map(|_| Vec::new()).collect();
-                for (i, o) in events {
-                    per_tenant[plan.route(&o.event)].push((i, o));
-                }
-                for ((tenant, mut items), correlator) in plan.tenants.iter().zip(per_tenant).zip(correlators) {
-                    for filter in tenant.filters() {
-                        let verdicts = filter.filter(&items.iter().map(|(_, o)| &o.event).collect::<Vec<_>>());
-                        let mut kept = Vec::with_capacity(items.len());
-                        for ((i, o), verdict) in items.into_iter().zip(verdicts) {
-                            match verdict {
-                                Verdict::Keep => kept.push((i, o)),
-                                Verdict::Drop(reason) => lines[i] = Some(line(json!({ "filtered": reason }))),
+            Harness::Pipeline(stages) => {
+                let (positions, occurrences): (Vec<usize>, Vec<Occurrence>) = events.into_iter().unzip();
+                for (i, (t, staged)) in positions.into_iter().zip(stages.prepare(occurrences)) {
+                    lines[i] = Some(match staged {
+                        Staged::Filtered { reason, .. } => line(json!({ "filtered": reason })),
+                        Staged::Prepared(p) => {
+                            let result = stages.finish(t, p);
+                            if let Some(event) = &result.event {
+                                stages.stage_mut(t).update_state(event);
                             }
+                            serde_json::to_string(&result).expect("results serialise")
                         }
-                        items = kept;
-                    }
-                    correlate(correlator, items, &mut lines);
+                    });
                 }
             }
-            Harness::Sink { sink, written, correlator } => {
+            Harness::Sink { sink, written, stage } => {
                 let (positions, occurrences): (Vec<usize>, Vec<Occurrence>) = events.into_iter().unzip();
-                for (i, prepared) in positions.into_iter().zip(correlator.prepare(occurrences)) {
-                    let result = correlator.finish(prepared);
-                    let Some(event) = result.event else {
-                        lines[i] = Some(line(json!({ "skip": true })));
-                        continue;
+                let mut calls = Vec::with_capacity(positions.len());
+                stage.correlate(occurrences, |result: &EventCorrelateResult| {
+                    let Some(event) = &result.event else {
+                        calls.push(json!({ "skip": true }));
+                        return None;
                     };
                     let (verb, answer) = match &result.patch {
-                        Some(patch) if event.count > 1 => ("patch", ready(sink.patch(&event, &patch.to_json()))),
-                        _ => ("create", ready(sink.create(&event))),
+                        Some(patch) if event.count > 1 => ("patch", sink.patch(event, &patch.to_json())),
+                        _ => ("create", sink.create(event)),
                     };
                     let text = String::from_utf8_lossy(&std::mem::take(
                         &mut *written.lock().unwrap_or_else(|p| p.into_inner()),
                     ))
                     .into_owned();
-                    let result = match answer {
-                        Ok(stored) => {
-                            correlator.update_state(&stored);
-                            json!("ok")
-                        }
-                        Err(e) => json!({ "error": e.to_string() }),
+                    let (result, stored) = match answer {
+                        Ok(stored) => (json!("ok"), Some(stored)),
+                        Err(e) => (json!({ "error": crate::sink::SinkError::from(e).to_string() }), None),
                     };
-                    lines[i] = Some(line(json!({ "verb": verb, "result": result, "output": text })));
+                    calls.push(json!({ "verb": verb, "result": result, "output": text }));
+                    stored
+                });
+                for (i, call) in positions.into_iter().zip(calls) {
+                    lines[i] = Some(line(call));
                 }
             }
             Harness::Watcher(watcher) => {
@@ -296,18 +273,6 @@ impl Harness {
             }
         }
         out.extend(lines.into_iter().map(|l| l.expect("one line per document")));
-    }
-}
-
-/// Correlates `items` (positions and occurrences, in input order) and fills their lines.
-fn correlate(correlator: &mut EventCorrelator, items: Vec<(usize, Occurrence)>, lines: &mut [Option<String>]) {
-    let (positions, occurrences): (Vec<usize>, Vec<Occurrence>) = items.into_iter().unzip();
-    for (i, prepared) in positions.into_iter().zip(correlator.prepare(occurrences)) {
-        let result = correlator.finish(prepared);
-        if let Some(event) = &result.event {
-            correlator.update_state(event);
-        }
-        lines[i] = Some(serde_json::to_string(&result).expect("results serialise"));
     }
 }
 

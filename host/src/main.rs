@@ -8,13 +8,14 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use eventpipe::broadcaster::FullChannelBehavior;
+use eventpipe::correlator::CorrelationClock;
 use eventpipe::correlator::{CorrelatorOptions, SourceObjectType};
 use eventpipe::delivery::Delivery;
-use eventpipe::event_broadcaster::{CorrelationClock, EventBroadcasterOptions};
+use eventpipe::event_broadcaster::EventBroadcasterOptions;
 use eventpipe::golden::{Subject, compare, run_test, write_golden};
 use eventpipe::k8s::KubeOptions;
 use eventpipe::logging::{LogFormat, try_init_logging};
-use eventpipe::pipeline::{KeyChoice, TenantRules};
+use eventpipe::plan::{KeyChoice, TenantRules};
 use eventpipe::plugin::check::check;
 use eventpipe::plugin::functions::{CorrelatorPlugins, DEFAULT_TENANT};
 use eventpipe::plugin::registry::{PluginRegistry, ReloadOutcome};
@@ -23,8 +24,11 @@ use eventpipe::plugin::{
     PluginRuntime, PluginSettings,
 };
 use eventpipe::replay::{ReplayOptions, replay};
-use eventpipe::run::{RunOptions, SinkSpec, SourceSpec, run};
+use eventpipe::router::{DEFAULT_MAX_IN_FLIGHT, PartitionKey};
+use eventpipe::run::{RunOptions, run};
 use eventpipe::scaffold;
+use eventpipe::sink::SinkSpec;
+use eventpipe::source::SourceSpec;
 use eventpipe::source::k8s::{EventsApi, WatchOptions};
 
 /// The Kubernetes event pipeline (client-go's EventRecorder → Broadcaster → EventCorrelator →
@@ -439,6 +443,22 @@ struct RunArgs {
     /// Print the summary as one JSON object on stderr instead of a sentence.
     #[arg(long)]
     summary_json: bool,
+    /// Partitions of the tenant router, each on its own task and core. Events are sharded by
+    /// `--partition-key`; 1 (the default) is one EventCorrelator per tenant, with every sink
+    /// call in input order; `0` is the number of cores.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    workers: usize,
+    /// What an event's partition is computed from.
+    #[arg(long, value_enum, default_value_t = PartitionKey::SourceObject)]
+    partition_key: PartitionKey,
+    /// A watcher plugin to attach to the Broadcaster: a plugin name (the embedded `log`, or one
+    /// in the plugins directory) or a component file; its own queue of 1000 events, dropping
+    /// when full (as client-go's watchers). Repeatable; the config's `[[watchers]]` add more.
+    #[arg(long, value_name = "NAME|FILE.wasm")]
+    watcher: Vec<eventpipe::watchers::WatcherSpec>,
+    /// Writes in flight per sink (1: client-go's one write at a time).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_IN_FLIGHT)]
+    max_in_flight: usize,
     #[command(flatten)]
     correlator: CorrelatorArgs,
 }
@@ -608,6 +628,13 @@ fn execute(command: Command) -> anyhow::Result<ExitCode> {
                 shutdown: tokio_util::sync::CancellationToken::new(),
                 metrics: args.metrics,
                 follow: args.follow,
+                workers: match args.workers {
+                    0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+                    n => n,
+                },
+                partition_key: args.partition_key,
+                max_in_flight: args.max_in_flight,
+                watchers: args.watcher,
                 delivery: match (args.delivery, args.full_channel_behavior) {
                     (Some(DeliveryArg::AtLeastOnce), _) => {
                         Delivery::AtLeastOnce { state_file: args.state_file.expect("required by clap") }
@@ -617,7 +644,10 @@ fn execute(command: Command) -> anyhow::Result<ExitCode> {
                 },
             };
             let runtime = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
-            let summary = runtime.block_on(run(options))?;
+            let summary = runtime.block_on(run(options));
+            // A watcher plugin cut off at shutdown may still be inside a call: do not wait for it.
+            runtime.shutdown_background();
+            let summary = summary?;
             if args.summary_json {
                 eprintln!("{}", serde_json::to_string(&summary)?);
             } else {

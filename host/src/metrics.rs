@@ -48,9 +48,9 @@ use prometheus_client::registry::Registry;
 
 use crate::broadcaster::Broadcaster;
 use crate::event::Event;
-use crate::pipeline::RouterStats;
 use crate::plugin::registry::PluginRegistry;
 use crate::plugin::{CallFailure, PluginHandle, PluginStatsSnapshot};
+use crate::router::RouterStats;
 use crate::sink::webhook::{WebhookSink, WebhookStats};
 use crate::source::http::IngestStats;
 

@@ -1,4 +1,4 @@
-//! `eventpipe replay`: one EventCorrelator over a recorded stream, its clocks set from each line,
+//! `eventpipe replay`: one tenant stage (an EventCorrelator, no filter) over a recorded stream, its clocks set from each line,
 //! writing client-go's `EventCorrelateResult` per line (the contract of the conformance suite).
 //!
 //! Input lines: `{"clock": RFC3339Nano, "event": Event, "spam_filter_clock"?: RFC3339Nano}`;
@@ -9,8 +9,10 @@
 
 use std::io::{BufRead, Write};
 
-use crate::correlator::{CorrelatorOptions, EventCorrelator, Occurrence, PREPARE_BATCH_SIZE};
+use crate::correlator::{CorrelatorOptions, Occurrence, PREPARE_BATCH_SIZE};
 use crate::source::decode::{DecodeError, Decoded, Decoder};
+use crate::stage::TenantStage;
+use crate::tenant::DEFAULT_TENANT;
 
 /// How to replay.
 #[derive(Debug, Clone, Default)]
@@ -55,12 +57,12 @@ pub fn replay(
     mut output: impl Write,
     options: ReplayOptions,
 ) -> Result<ReplaySummary, ReplayError> {
-    let mut correlator = EventCorrelator::new(options.correlator);
+    let mut stage = TenantStage::new(DEFAULT_TENANT, options.correlator);
     let mut decoder = Decoder::new();
     let mut summary = ReplaySummary::default();
     let mut pending: Vec<Result<Decoded, DecodeError>> = Vec::with_capacity(PREPARE_BATCH_SIZE);
     let mut write_batch = |pending: &mut Vec<Result<Decoded, DecodeError>>, summary: &mut ReplaySummary| {
-        flush(pending, &mut correlator, &mut output, summary, !options.no_update_state)
+        flush(pending, &mut stage, &mut output, summary, !options.no_update_state)
     };
     for line in input.lines() {
         let line = line.map_err(ReplayError::Read)?;
@@ -71,6 +73,7 @@ pub fn replay(
     }
     pending.extend(decoder.finish().map(Err));
     write_batch(&mut pending, &mut summary)?;
+    summary.aggregated = stage.stats().aggregated;
     output.flush().map_err(ReplayError::Write)?;
     Ok(summary)
 }
@@ -78,7 +81,7 @@ pub fn replay(
 /// Correlates and writes the pending documents, in order.
 fn flush(
     pending: &mut Vec<Result<Decoded, DecodeError>>,
-    correlator: &mut EventCorrelator,
+    stage: &mut TenantStage,
     output: &mut impl Write,
     summary: &mut ReplaySummary,
     update_state: bool,
@@ -89,15 +92,14 @@ fn flush(
     for item in pending.drain(..) {
         match item {
             Ok(Decoded::Event { event, clock, spam_filter_clock, .. }) => {
-                let clock = clock.or_else(|| event.occurred_at());
-                occurrences.push(Occurrence { event, clock, spam_filter_clock: spam_filter_clock.or(clock) });
+                occurrences.push(Occurrence::replayed(event, clock, spam_filter_clock));
                 slots.push(None);
             }
             Ok(other) => slots.push(Some(format!("line {}: not an event ({})", other.line(), other.describe()))),
             Err(e) => slots.push(Some(e.to_string())),
         }
     }
-    let mut prepared = correlator.prepare(occurrences).into_iter();
+    let mut results = stage.correlate(occurrences, |r| r.event.clone().filter(|_| update_state)).into_iter();
     for slot in slots {
         let line = match slot {
             Some(error) => {
@@ -106,14 +108,9 @@ fn flush(
                 serde_json::to_vec(&serde_json::json!({ "error": error }))
             }
             None => {
-                let p = prepared.next().expect("one prepared event per event slot");
-                summary.aggregated += u64::from(p.aggregated());
-                let result = correlator.finish(p);
+                let result = results.next().expect("one result per event slot").expect("no filters in replay");
                 summary.results += 1;
                 summary.skipped += u64::from(result.skip);
-                if let (true, Some(event)) = (update_state, &result.event) {
-                    correlator.update_state(event);
-                }
                 serde_json::to_vec(&result)
             }
         }

@@ -9,115 +9,22 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use crate::broadcaster::FullChannelBehavior;
 use crate::broadcaster::WatchEventType;
 use crate::config::{Config, ConfigError};
-use crate::delivery::{Committer, Delivery, Position, Progress, SavedState};
+use crate::delivery::{Acknowledgements, Committer, Delivery, Position, Progress, SavedState};
 use crate::event_broadcaster::{EventBroadcaster, EventBroadcasterOptions};
 use crate::k8s::KubeOptions;
 use crate::metrics::Metrics;
-use crate::pipeline::{PlanError, RouterStats, SinkSet, TenantPlan, TenantRules};
+use crate::plan::{PlanError, TenantPlan, TenantRules};
 use crate::plugin::registry::{PluginRegistry, ReloadOutcome};
 use crate::reload::{Change, FileWatcher, WatchError};
+use crate::router::{PartitionKey, RouterOptions, RouterStats};
+use crate::sink::SinkSpec;
+use crate::sink::set::SinkSet;
+use crate::source::SourceSpec;
 use crate::source::decode::{Decoded, Decoder};
 use crate::source::k8s::WatchOptions;
+use crate::tenant::DEFAULT_TENANT;
+use crate::watchers::{PluginWatcher, WatcherSpec, WatcherStats};
 use tokio_util::sync::CancellationToken;
-
-/// Where events come from: `jsonl:PATH`, `jsonl:-` (stdin), or `k8s` / `k8s:NS[,NS…]` (a
-/// Kubernetes API watch of all namespaces or the listed ones).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SourceSpec {
-    /// JSON lines (or any shape the decoder accepts) from a file.
-    JsonLinesFile(PathBuf),
-    /// The same from standard input.
-    JsonLinesStdin,
-    /// A Kubernetes Events watch; empty: all namespaces.
-    Kubernetes(Vec<String>),
-    /// HTTP ingest on this address (`POST /api/v1/namespaces/{ns}/events`, `POST /ingest`,
-    /// `GET /metrics`).
-    Http(std::net::SocketAddr),
-}
-
-/// Where sink calls go: `jsonl:PATH`, `jsonl:-` (stdout), `plugin:NAME` / `plugin:FILE.wasm`
-/// (a sink plugin, embedded or from a file, writing to stdout), or `k8s` / `k8s:NAMESPACE` (the
-/// Kubernetes Events API; with a namespace, events of other namespaces are refused as client-go's
-/// namespaced sink does).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SinkSpec {
-    /// One JSON line per sink call, to a file (created or truncated).
-    JsonLinesFile(PathBuf),
-    /// The same to standard output.
-    JsonLinesStdout,
-    /// A sink plugin: an embedded one by name (`jsonl`) or a component file.
-    Plugin(String),
-    /// The Kubernetes Events API; `""`: every event to its own namespace.
-    Kubernetes(String),
-    /// A webhook: batched JSON POSTs to this URL (`webhook:http://…` / `webhook:https://…`).
-    Webhook(String),
-}
-
-impl std::fmt::Display for SourceSpec {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            SourceSpec::JsonLinesFile(p) => write!(f, "jsonl:{}", p.display()),
-            SourceSpec::JsonLinesStdin => f.write_str("jsonl:-"),
-            SourceSpec::Kubernetes(ns) if ns.is_empty() => f.write_str("k8s"),
-            SourceSpec::Kubernetes(ns) => write!(f, "k8s:{}", ns.join(",")),
-            SourceSpec::Http(addr) => write!(f, "http:{addr}"),
-        }
-    }
-}
-
-impl std::fmt::Display for SinkSpec {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            SinkSpec::JsonLinesFile(p) => write!(f, "jsonl:{}", p.display()),
-            SinkSpec::JsonLinesStdout => f.write_str("jsonl:-"),
-            SinkSpec::Plugin(name) => write!(f, "plugin:{name}"),
-            SinkSpec::Kubernetes(ns) if ns.is_empty() => f.write_str("k8s"),
-            SinkSpec::Kubernetes(ns) => write!(f, "k8s:{ns}"),
-            SinkSpec::Webhook(url) => write!(f, "webhook:{url}"),
-        }
-    }
-}
-
-/// A `--source` / `--sink` value that is not `KIND:TARGET` with a known kind.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "{0:?}: expected jsonl:PATH, jsonl:-, k8s, k8s:NAMESPACE, (sources) http[:ADDR], (sinks) plugin:NAME or webhook:URL"
-)]
-pub struct SpecError(String);
-
-impl std::str::FromStr for SourceSpec {
-    type Err = SpecError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.split_once(':') {
-            _ if s == "k8s" => Ok(SourceSpec::Kubernetes(Vec::new())),
-            _ if s == "http" => Ok(SourceSpec::Http(([127, 0, 0, 1], 8080).into())),
-            Some(("http", addr)) => addr.parse().map(SourceSpec::Http).map_err(|_| SpecError(s.into())),
-            Some(("k8s", namespaces)) if !namespaces.is_empty() => {
-                Ok(SourceSpec::Kubernetes(namespaces.split(',').map(|n| n.trim().to_string()).collect()))
-            }
-            Some(("jsonl", "-")) => Ok(SourceSpec::JsonLinesStdin),
-            Some(("jsonl", path)) if !path.is_empty() => Ok(SourceSpec::JsonLinesFile(path.into())),
-            _ => Err(SpecError(s.into())),
-        }
-    }
-}
-
-impl std::str::FromStr for SinkSpec {
-    type Err = SpecError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.split_once(':') {
-            _ if s == "k8s" => Ok(SinkSpec::Kubernetes(String::new())),
-            Some(("k8s", ns)) if !ns.is_empty() => Ok(SinkSpec::Kubernetes(ns.into())),
-            Some(("jsonl", "-")) => Ok(SinkSpec::JsonLinesStdout),
-            Some(("jsonl", path)) if !path.is_empty() => Ok(SinkSpec::JsonLinesFile(path.into())),
-            Some(("plugin", name)) if !name.is_empty() => Ok(SinkSpec::Plugin(name.into())),
-            Some(("webhook", url)) if url.starts_with("http://") || url.starts_with("https://") => {
-                Ok(SinkSpec::Webhook(url.into()))
-            }
-            _ => Err(SpecError(s.into())),
-        }
-    }
-}
 
 /// What a run did: the source's side and the tenant router watcher's [`RouterStats`].
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -139,6 +46,8 @@ pub struct RunSummary {
     /// The sink side, in total and per tenant.
     #[serde(flatten)]
     pub sink: RouterStats,
+    /// Per watcher plugin: events seen, failed and dropped.
+    pub watchers: std::collections::BTreeMap<String, WatcherStats>,
 }
 
 impl std::fmt::Display for RunSummary {
@@ -205,6 +114,14 @@ pub enum RunError {
         #[source]
         error: std::io::Error,
     },
+    /// A watcher plugin could not be attached.
+    #[error("watcher plugin {plugin}: {message}")]
+    WatcherPlugin {
+        /// The plugin name or file, as given.
+        plugin: String,
+        /// What is wrong.
+        message: String,
+    },
     /// The sink watcher's task panicked or was cancelled.
     #[error("sink watcher failed: {0}")]
     Watcher(#[from] tokio::task::JoinError),
@@ -242,6 +159,14 @@ pub struct RunOptions {
     pub metrics: Option<std::net::SocketAddr>,
     /// A JSON-lines file source keeps reading as the file grows (as `tail -f`) until shutdown.
     pub follow: bool,
+    /// Partitions of the tenant router, each on its own task (≥ 1).
+    pub workers: usize,
+    /// What an event's partition is computed from.
+    pub partition_key: PartitionKey,
+    /// Writes in flight per sink (≥ 1).
+    pub max_in_flight: usize,
+    /// Watcher plugins to attach to the Broadcaster (the config's `[[watchers]]` come after).
+    pub watchers: Vec<WatcherSpec>,
 }
 
 /// Prints a line about what is live (stderr, always) and logs it.
@@ -278,6 +203,10 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         delivery,
         metrics: metrics_addr,
         follow,
+        workers,
+        partition_key,
+        max_in_flight,
+        watchers: watcher_specs,
     } = options;
     let mut broadcaster = broadcaster;
     broadcaster.full_channel_behavior = match delivery {
@@ -323,7 +252,7 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         })?;
         let reloader = Reloader {
             registry: registry.clone(),
-            base,
+            base: base.clone(),
             sinks: sinks.clone(),
             plans: plans_tx,
             rejected_configs: rejected_configs.clone(),
@@ -347,9 +276,23 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
 
     let event_broadcaster = EventBroadcaster::new(broadcaster);
     let live = Arc::new(std::sync::Mutex::new(RouterStats::default()));
-    let router = event_broadcaster
-        .start_recording_to_tenants(plans_rx, progress.clone(), Some(live.clone()))
-        .expect("a new broadcaster is running");
+    let router_options = RouterOptions {
+        workers: workers.max(1),
+        partition_key,
+        max_in_flight: max_in_flight.max(1),
+        acks: Arc::new(Acknowledgements::new(progress.clone())),
+        stats: live.clone(),
+        ..event_broadcaster.router_options()
+    };
+    let router =
+        event_broadcaster.start_recording_to_tenants(plans_rx, router_options).expect("a new broadcaster is running");
+    let watchers = attach_watchers(
+        &event_broadcaster,
+        &registry,
+        watcher_specs.iter().chain(config.iter().flat_map(|c| &c.watchers)),
+        &base,
+    )?;
+    let watcher_probes: Vec<_> = watchers.iter().map(|w| (w.handle.clone(), w.counters.clone())).collect();
     // Prometheus: every scrape reads the live counters (router, plugins of the current plan,
     // registry, Broadcaster).
     let metrics = Arc::new(Metrics::new());
@@ -364,6 +307,10 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
             s.add_broadcaster(&broadcaster);
             for handle in plans.borrow().handles() {
                 s.add_plugin(handle);
+            }
+            for (handle, counters) in &watcher_probes {
+                s.add_plugin(handle);
+                s.add_watcher_dropped(handle.name(), "queue_full", counters.snapshot().dropped);
             }
         });
     }
@@ -437,9 +384,22 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
     };
     // The source has ended (or was stopped): drain the Broadcaster into the watchers and let
     // the sinks finish, within the shutdown timeout once a shutdown was asked for.
+    let (watcher_tasks, watcher_stats): (Vec<_>, Vec<_>) =
+        watchers.into_iter().map(|w| (w.task, (w.handle.name().to_string(), w.counters))).unzip();
     let drain = async {
         event_broadcaster.shutdown().await;
-        router.await
+        let stats = router.await;
+        // Watcher plugins observe; they get a short grace to finish their queues, then are cut
+        // off (a looping plugin must not hold the run).
+        let watchers = async {
+            for task in watcher_tasks {
+                let _ = task.await;
+            }
+        };
+        if tokio::time::timeout(WATCHER_GRACE, watchers).await.is_err() {
+            tracing::warn!(grace_ms = WATCHER_GRACE.as_millis() as u64, "watcher plugins cut off at shutdown");
+        }
+        stats
     };
     let router_stats = if shutdown.is_cancelled() {
         match tokio::time::timeout(shutdown_timeout, drain).await {
@@ -467,8 +427,47 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         s.plugin_swaps = registry.swaps();
         s.plugin_failed = latest_plan.borrow().failed();
         s.rejected_reloads = registry.rejected() + rejected_configs.load(std::sync::atomic::Ordering::Relaxed);
+        s.watchers = watcher_stats.iter().map(|(name, c)| (name.clone(), c.snapshot())).collect();
     }
     summary
+}
+
+/// Attaches every watcher plugin of `specs` to the Broadcaster: a name is looked up in the
+/// registry (hot-swapped through its slot); a `FILE.wasm` is loaded under its stem. Each is
+/// called with the command line's plugin limits and its `[plugins.NAME]` config.
+///
+/// # Errors
+/// [`RunError::Watcher`] for a plugin that is missing, refused or not a watcher.
+fn attach_watchers<'a>(
+    broadcaster: &EventBroadcaster,
+    registry: &PluginRegistry,
+    specs: impl Iterator<Item = &'a WatcherSpec>,
+    base: &TenantRules,
+) -> Result<Vec<PluginWatcher>, RunError> {
+    let mut attached = Vec::new();
+    for spec in specs {
+        let fail = |message: String| RunError::WatcherPlugin { plugin: spec.plugin.clone(), message };
+        let name = if spec.plugin.ends_with(".wasm") {
+            match registry.reload_file(std::path::Path::new(&spec.plugin)) {
+                ReloadOutcome::Live(p) => p.name,
+                ReloadOutcome::Unchanged { name } => name,
+                other => return Err(fail(other.to_string())),
+            }
+        } else {
+            spec.plugin.clone()
+        };
+        let handle = registry
+            .handle(&name, crate::plugin::PluginKind::Watcher, DEFAULT_TENANT, base.settings_for(&name))
+            .map_err(|e| fail(e.to_string()))?;
+        let watcher =
+            crate::watchers::attach(broadcaster.broadcaster(), handle, spec).map_err(|e| fail(e.to_string()))?;
+        announce(&format!(
+            "watcher plugin `{name}` attached (queue {}, {:?})",
+            spec.queue_length, spec.full_channel_behavior
+        ));
+        attached.push(watcher);
+    }
+    Ok(attached)
 }
 
 /// Applies file changes on the reload thread: plugins through the registry, the config by
@@ -512,6 +511,9 @@ impl Reloader {
         }
     }
 }
+
+/// How long watcher plugins may take to finish their queues once the pipeline has drained.
+const WATCHER_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// How often a followed file is checked for more lines.
 const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(100);

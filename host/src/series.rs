@@ -30,8 +30,8 @@ use tokio_util::sync::CancellationToken;
 use crate::broadcaster::{Broadcaster, BroadcasterError};
 use crate::clock::SharedClock;
 use crate::event::{Event, EventSeries, ObjectMeta, ObjectReference, Time, format_micro_time};
-use crate::event_broadcaster::SinkStats;
 use crate::recorder::generate_event_name;
+use crate::sink::SinkStats;
 use crate::sink::retry::{Tries, Verb, record_event};
 use crate::sink::{EventSink, RetryPolicy, SinkError, WriteOutcome};
 

@@ -23,8 +23,11 @@ use std::collections::BTreeMap;
 
 use globset::{Candidate, Glob, GlobBuilder, GlobMatcher, GlobSet, GlobSetBuilder};
 
-use crate::config::{Config, TenantConfig};
 use crate::event::Event;
+
+/// The name of the tenant whose rules are the config's `[defaults]` (or the command line's):
+/// it gets every event no tenant matches, and labels the plugin calls made outside any tenant.
+pub const DEFAULT_TENANT: &str = "default";
 
 /// The criteria of one tenant as written in the configuration (patterns not yet compiled).
 ///
@@ -193,9 +196,9 @@ pub struct TenantRouter {
 }
 
 impl TenantRouter {
-    /// A router over `tenants`, in order (indices are positions in this slice).
-    pub fn new(tenants: &[TenantConfig]) -> Self {
-        TenantRouter { matchers: tenants.iter().map(|t| t.matcher.clone()).collect() }
+    /// A router over the tenants' matchers, in file order (indices are positions in this list).
+    pub fn new(matchers: Vec<TenantMatch>) -> Self {
+        TenantRouter { matchers }
     }
 
     /// The index into the tenants of the first one matching `event` and `headers`, or `None`
@@ -212,12 +215,6 @@ impl TenantRouter {
     /// Whether there are no tenants (every event gets the defaults).
     pub fn is_empty(&self) -> bool {
         self.matchers.is_empty()
-    }
-}
-
-impl From<&Config> for TenantRouter {
-    fn from(config: &Config) -> Self {
-        TenantRouter::new(&config.tenants)
     }
 }
 
@@ -280,7 +277,6 @@ fn glob_table(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Rules;
 
     fn list(items: &[&str]) -> Option<Vec<String>> {
         Some(items.iter().map(|s| s.to_string()).collect())
@@ -300,10 +296,6 @@ mod tests {
 
     fn matcher(spec: MatchSpec) -> TenantMatch {
         TenantMatch::new(spec).expect("valid spec")
-    }
-
-    fn tenant(name: &str, spec: MatchSpec) -> TenantConfig {
-        TenantConfig { name: name.into(), matcher: matcher(spec), rules: Rules::default() }
     }
 
     fn headers(items: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -448,16 +440,16 @@ mod tests {
     #[test]
     fn router_first_match_wins() {
         let tenants = [
-            tenant("pods", MatchSpec { kinds: list(&["Pod"]), ..Default::default() }),
-            tenant("payments", MatchSpec { namespaces: list(&["payments-*"]), ..Default::default() }),
-            tenant("all-payments-pods", MatchSpec { namespaces: list(&["payments-*"]), ..Default::default() }),
+            matcher(MatchSpec { kinds: list(&["Pod"]), ..Default::default() }),
+            matcher(MatchSpec { namespaces: list(&["payments-*"]), ..Default::default() }),
+            matcher(MatchSpec { namespaces: list(&["payments-*"]), ..Default::default() }),
         ];
-        let router = TenantRouter::new(&tenants);
+        let router = TenantRouter::new(tenants.to_vec());
         assert_eq!(router.len(), 3);
         assert_eq!(router.route(&event("payments-1", "Pod"), None), Some(0));
         assert_eq!(router.route(&event("payments-1", "Deployment"), None), Some(1));
         assert_eq!(router.route(&event("search", "Deployment"), None), None);
-        assert_eq!(TenantRouter::new(&[]).route(&event("payments-1", "Pod"), None), None);
+        assert_eq!(TenantRouter::new(Vec::new()).route(&event("payments-1", "Pod"), None), None);
     }
 
     #[test]

@@ -136,6 +136,16 @@ impl EventLogger {
         self.remember(event_cache_key(event), event);
     }
 
+    /// As [`update_state`](Self::update_state), but keeps the cached entry when it has a higher
+    /// count than `event` (a newer occurrence was observed after `event` was written).
+    pub fn update_state_unless_stale(&mut self, event: &Event) {
+        let key = event_cache_key(event);
+        if self.cache.peek(&key).is_some_and(|cached| cached.count > event.count) {
+            return;
+        }
+        self.remember(key, event);
+    }
+
     /// Stores `event`'s count, firstTimestamp, name and resourceVersion under `key` (an LRU
     /// `Add`: refreshes recency).
     fn remember(&mut self, key: Key, event: &Event) {

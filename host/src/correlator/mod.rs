@@ -112,9 +112,43 @@ pub struct Occurrence {
     pub spam_filter_clock: Option<Time>,
 }
 
+impl Occurrence {
+    /// A recorded event replayed with its line's clocks: `clock`, else the event's own time
+    /// ([`Event::occurred_at`]); the spam filter's, else the same.
+    pub fn replayed(event: Event, clock: Option<Time>, spam_filter_clock: Option<Time>) -> Self {
+        let clock = clock.or_else(|| event.occurred_at());
+        Self { event, clock, spam_filter_clock: spam_filter_clock.or(clock) }
+    }
+}
+
 impl From<Event> for Occurrence {
     fn from(event: Event) -> Self {
         Self { event, clock: None, spam_filter_clock: None }
+    }
+}
+
+/// Which instant the correlator reads for an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CorrelationClock {
+    /// The correlator's clock when the event is processed, as client-go.
+    #[default]
+    Processing,
+    /// The event's own time ([`Event::occurred_at`]), falling back to the correlator's clock:
+    /// deterministic when replaying recorded streams.
+    EventTime,
+}
+
+impl CorrelationClock {
+    /// `event` as an [`Occurrence`] whose clocks this choice sets: none (the correlator reads
+    /// its own) or both from [`Event::occurred_at`].
+    pub fn occurrence(self, event: Event) -> Occurrence {
+        match self {
+            CorrelationClock::Processing => Occurrence::from(event),
+            CorrelationClock::EventTime => {
+                let at = event.occurred_at();
+                Occurrence { event, clock: at, spam_filter_clock: at }
+            }
+        }
     }
 }
 
@@ -317,6 +351,14 @@ impl EventCorrelator {
     /// resourceVersion, count, firstTimestamp) so the next repeat patches it.
     pub fn update_state(&mut self, event: &Event) {
         self.logger.update_state(event);
+    }
+
+    /// As [`update_state`](Self::update_state), unless the EventLogger has observed a newer
+    /// occurrence of the same event since (a higher count than the sink's copy): a sink that
+    /// writes several events at once can acknowledge an older write after a newer one was
+    /// correlated, and taking its copy would count that repeat twice.
+    pub fn update_state_unless_stale(&mut self, event: &Event) {
+        self.logger.update_state_unless_stale(event);
     }
 
     /// Totals so far.

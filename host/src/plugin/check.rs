@@ -9,7 +9,7 @@ use super::convert::{pack_key_fields, to_wit, unpack};
 use super::sink::DeliverBatch;
 use super::{Plugin, PluginHandle, PluginKind, PluginRuntime, PluginSettings};
 use crate::event::Event;
-use crate::plugin::functions::DEFAULT_TENANT;
+use crate::tenant::DEFAULT_TENANT;
 
 /// A kubelet event of the kind every plugin must handle.
 pub fn sample_event() -> Event {

@@ -10,8 +10,9 @@ use std::sync::atomic::Ordering;
 use super::bindings as wit;
 use super::call::{CallFailure, Caller};
 use super::convert::{describe, to_wit};
-use super::functions::{WrongKind, check_kind, log_failure};
+use super::functions::log_failure;
 use super::{FallbackPolicy, PluginHandle, PluginKind};
+use super::{WrongKind, check_kind};
 use crate::event::Event;
 
 type FilterBatch = Caller<(String, Vec<wit::Event>), (Vec<wit::Verdict>,)>;

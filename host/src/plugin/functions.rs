@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use super::registry::{LookupError, PluginRegistry};
 use super::{FallbackPolicy, PluginCallError, PluginHandle, PluginKind, PluginSettings};
+use super::{WrongKind, check_kind};
 use crate::correlator::CorrelatorOptions;
 use crate::correlator::keys::{
     AggregateKey, ByReason, EventAggregatorKeyFunc, EventAggregatorMessageFunc, EventSpamKeyFunc, Key, SimilarEvents,
@@ -27,8 +28,7 @@ use crate::event::Event;
 /// calling the plugin again.
 pub const MAX_ISOLATED_FAILURES: usize = 3;
 
-/// The tenant name used when no tenant rules apply.
-pub const DEFAULT_TENANT: &str = "default";
+pub use crate::tenant::DEFAULT_TENANT;
 
 type KeyBatchFn = Caller<(PackedStrings,), (Result<PackedStrings, String>,)>;
 
@@ -36,18 +36,6 @@ type KeyBatchFn = Caller<(PackedStrings,), (Result<PackedStrings, String>,)>;
 struct BatchKeyFn {
     caller: KeyBatchFn,
     per_event: usize,
-}
-
-/// A plugin was given to an adapter of another kind.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("plugin `{plugin}` is a {actual} plugin, not a {expected} plugin")]
-pub struct WrongKind {
-    /// Plugin name.
-    pub plugin: String,
-    /// Its kind.
-    pub actual: PluginKind,
-    /// The kind the adapter needs.
-    pub expected: PluginKind,
 }
 
 impl BatchKeyFn {
@@ -131,14 +119,6 @@ impl BatchKeyFn {
             }
         }
     }
-}
-
-/// [`WrongKind`] unless `handle` is a plugin of kind `expected`.
-pub(crate) fn check_kind(handle: &PluginHandle, expected: PluginKind) -> Result<(), WrongKind> {
-    if handle.kind() != expected {
-        return Err(WrongKind { plugin: handle.name().into(), actual: handle.kind(), expected });
-    }
-    Ok(())
 }
 
 pub(crate) fn log_failure(error: &PluginCallError, policy: FallbackPolicy) {

@@ -34,7 +34,8 @@ use wasmtime::component::{Component, InstancePre, Linker};
 use wasmtime::{Config, Engine};
 
 pub use call::{CallCost, CallFailure, PluginCallError};
-pub use slot::{KindChanged, PluginHandle, PluginSlot};
+pub(crate) use slot::check_kind;
+pub use slot::{KindChanged, PluginHandle, PluginSlot, WrongKind};
 pub use state::PluginState;
 
 /// The plugin kinds, one per world in `wit/worlds.wit`, recognised by their batch export.

@@ -17,7 +17,7 @@ use super::check::validate;
 use super::{
     Plugin, PluginError, PluginHandle, PluginKind, PluginOrigin, PluginRuntime, PluginSettings, PluginSlot, Tier,
 };
-use super::{embedded, functions::WrongKind};
+use super::{WrongKind, embedded};
 
 /// What one file change did.
 #[derive(Debug, Clone, PartialEq, Eq)]

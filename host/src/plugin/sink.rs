@@ -1,27 +1,35 @@
-//! A sink plugin as an [`EventSink`]: each create / patch is one `deliver-batch` call; what the
-//! plugin writes through its `output` import goes to the destination the host gives it.
+//! A sink plugin: each create / patch is one `deliver-batch` call; what the plugin writes through
+//! its `output` import goes to the destination the host gives it. `crate::sink::plugin` makes it
+//! an `EventSink`.
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use async_trait::async_trait;
-
 use super::bindings as wit;
 use super::call::Caller;
 use super::convert::{describe, from_wit, to_wit};
-use super::functions::{WrongKind, check_kind};
 use super::{PluginHandle, PluginKind};
+use super::{WrongKind, check_kind};
 use crate::event::Event;
-use crate::sink::{EventSink, SinkError, StatusError};
 
 /// The `deliver-batch` export.
 pub(crate) type DeliverBatch = Caller<(String, Vec<wit::SinkRequest>), (Vec<Result<wit::Event, wit::SinkError>>,)>;
 
-/// An `EventSink` backed by a `sink` plugin.
-///
-/// Error classes: the plugin's `retryable` → retried, `permanent` → dropped, `not-found` on a
-/// patch → create (client-go's 404 path); a failed call (trap, fuel, memory, garbage) is retried
-/// like a transport error, on a fresh instance.
+/// Why a sink plugin did not store an event: the plugin's own answer, or a failed call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeliverError {
+    /// The plugin answered `retryable`: try again later.
+    Retryable(String),
+    /// The plugin answered `permanent`: this event can never be stored.
+    Permanent(String),
+    /// The plugin answered `not-found` (a patch whose target is gone: client-go's 404 path).
+    NotFound(String),
+    /// The call failed (trap, fuel, memory limit) or answered garbage (not one result for one
+    /// request); the instance is replaced for the next call.
+    Failed(String),
+}
+
+/// A `sink` plugin as one tenant uses it.
 pub struct WasmSink {
     deliver: DeliverBatch,
     tenant: String,
@@ -53,42 +61,43 @@ impl WasmSink {
         self.out.lock().unwrap_or_else(|p| p.into_inner()).flush()
     }
 
-    fn deliver(&self, request: wit::SinkRequest, event: &Event) -> Result<Event, SinkError> {
+    /// The plugin as used here (name, tenant, counters).
+    pub fn handle(&self) -> &PluginHandle {
+        self.deliver.handle()
+    }
+
+    /// `create` of `event` in one `deliver-batch` call; the plugin's copy of the event.
+    ///
+    /// # Errors
+    /// [`DeliverError`]: the plugin's answer, or a failed call.
+    pub fn create(&self, event: &Event) -> Result<Event, DeliverError> {
+        self.deliver(wit::SinkRequest::Create(to_wit(event)), event)
+    }
+
+    /// `patch` of `event` (strategic-merge `patch` body) in one `deliver-batch` call.
+    ///
+    /// # Errors
+    /// [`DeliverError`]: the plugin's answer, or a failed call.
+    pub fn patch(&self, event: &Event, patch: &[u8]) -> Result<Event, DeliverError> {
+        self.deliver(wit::SinkRequest::Patch(wit::PatchRequest { event: to_wit(event), body: patch.to_vec() }), event)
+    }
+
+    fn deliver(&self, request: wit::SinkRequest, event: &Event) -> Result<Event, DeliverError> {
         let answer = self.deliver.call((self.tenant.clone(), vec![request]), 1);
         let mut results = match answer {
             Ok(((results,), _cost)) => results,
-            Err(failure) => return Err(SinkError::Transport(self.deliver.error(describe(event), failure).to_string())),
+            Err(failure) => return Err(DeliverError::Failed(self.deliver.error(describe(event), failure).to_string())),
         };
         match (results.pop(), results.is_empty()) {
             (Some(Ok(stored)), true) => Ok(from_wit(stored, event)),
-            (Some(Err(wit::SinkError::Retryable(m))), true) => Err(SinkError::Transport(m)),
-            (Some(Err(wit::SinkError::Permanent(m))), true) => Err(SinkError::RequestConstruction(m)),
-            (Some(Err(wit::SinkError::NotFound(m))), true) => Err(SinkError::Status(StatusError {
-                code: 404,
-                reason: "NotFound".into(),
-                message: m,
-                causes: Vec::new(),
-            })),
-            _ => Err(SinkError::Transport(format!(
+            (Some(Err(wit::SinkError::Retryable(m))), true) => Err(DeliverError::Retryable(m)),
+            (Some(Err(wit::SinkError::Permanent(m))), true) => Err(DeliverError::Permanent(m)),
+            (Some(Err(wit::SinkError::NotFound(m))), true) => Err(DeliverError::NotFound(m)),
+            _ => Err(DeliverError::Failed(format!(
                 "sink plugin `{}` answered {} results for 1 request",
                 self.deliver.handle().name(),
                 results.len() + 1
             ))),
         }
-    }
-}
-
-#[async_trait]
-impl EventSink for WasmSink {
-    async fn create(&self, event: &Event) -> Result<Event, SinkError> {
-        self.deliver(wit::SinkRequest::Create(to_wit(event)), event)
-    }
-
-    async fn update(&self, _event: &Event) -> Result<Event, SinkError> {
-        Err(SinkError::RequestConstruction("the sink world has no update".into()))
-    }
-
-    async fn patch(&self, event: &Event, patch: &[u8]) -> Result<Event, SinkError> {
-        self.deliver(wit::SinkRequest::Patch(wit::PatchRequest { event: to_wit(event), body: patch.to_vec() }), event)
     }
 }

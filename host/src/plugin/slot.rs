@@ -155,3 +155,23 @@ impl PluginHandle {
         &self.stats
     }
 }
+
+/// A plugin was given to an adapter of another kind.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("plugin `{plugin}` is a {actual} plugin, not a {expected} plugin")]
+pub struct WrongKind {
+    /// Plugin name.
+    pub plugin: String,
+    /// Its kind.
+    pub actual: PluginKind,
+    /// The kind the adapter needs.
+    pub expected: PluginKind,
+}
+
+/// [`WrongKind`] unless `handle` is a plugin of kind `expected`.
+pub(crate) fn check_kind(handle: &PluginHandle, expected: PluginKind) -> Result<(), WrongKind> {
+    if handle.kind() != expected {
+        return Err(WrongKind { plugin: handle.name().into(), actual: handle.kind(), expected });
+    }
+    Ok(())
+}

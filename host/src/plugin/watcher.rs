@@ -6,8 +6,8 @@
 use super::bindings as wit;
 use super::call::{CallCost, Caller};
 use super::convert::{describe, to_wit};
-use super::functions::{WrongKind, check_kind};
 use super::{PluginCallError, PluginHandle, PluginKind};
+use super::{WrongKind, check_kind};
 use crate::event::Event;
 
 type WatchBatch = Caller<(Vec<wit::Event>,), ()>;

@@ -3,14 +3,20 @@
 
 pub mod jsonl;
 pub mod k8s;
+pub mod plugin;
 pub mod retry;
+pub mod set;
+mod spec;
+mod stats;
 pub mod webhook;
 
 use async_trait::async_trait;
 
 use crate::event::Event;
 
-pub use retry::{RetryPolicy, WriteOutcome, write_event};
+pub use retry::{RetryPolicy, WriteOutcome, deliver, write_event};
+pub use spec::{SinkSpec, SinkSpecError};
+pub use stats::SinkStats;
 
 /// A Kubernetes API status failure (`metav1.Status` in a `StatusError`): an HTTP code, a
 /// machine-readable reason (`NotFound`, `AlreadyExists`, …) and the status causes' types.

@@ -113,24 +113,37 @@ pub async fn write_event(
     policy: &RetryPolicy,
     cancel: &CancellationToken,
 ) -> WriteOutcome {
+    let (outcome, stored) = deliver(sink, result, policy, cancel).await;
+    if let Some(stored) = stored {
+        correlator.update_state(&stored);
+    }
+    outcome
+}
+
+/// [`write_event`] without the correlator: the outcome, and on success the sink's copy of the
+/// event, for the caller to give to `update_state` (a caller with several writes in flight
+/// does so when each completes).
+pub async fn deliver(
+    sink: &dyn EventSink,
+    result: EventCorrelateResult,
+    policy: &RetryPolicy,
+    cancel: &CancellationToken,
+) -> (WriteOutcome, Option<Event>) {
     let EventCorrelateResult { skip, event, patch } = result;
     let Some(mut event) = event.filter(|_| !skip) else {
-        return WriteOutcome::Skipped;
+        return (WriteOutcome::Skipped, None);
     };
     let patch = patch.map(|p| p.to_json()).unwrap_or_default();
     let update_existing = event.count > 1;
     let mut tries = Tries::new(policy);
     loop {
         let error = match record_event(sink, &mut event, &patch, update_existing).await {
-            Ok((server_event, verb)) => {
-                correlator.update_state(&server_event);
-                return tries.written(verb);
-            }
+            Ok((server_event, verb)) => return (tries.written(verb), Some(server_event)),
             Err(error) => error,
         };
         let retryable = error.is_retryable();
         if let Some(outcome) = tries.after_failure(&event, error, retryable, |n| policy.delay_after(n), cancel).await {
-            return outcome;
+            return (outcome, None);
         }
     }
 }

@@ -4,3 +4,6 @@
 pub mod decode;
 pub mod http;
 pub mod k8s;
+mod spec;
+
+pub use spec::{SourceSpec, SourceSpecError};

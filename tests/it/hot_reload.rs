@@ -2,8 +2,6 @@
 //! under load lose and duplicate nothing and take effect in order; broken files and configs
 //! never replace working ones.
 
-mod common;
-
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -11,6 +9,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+
+use crate::common;
 
 /// A running `eventpipe run --source jsonl:-` whose stderr lines arrive on a channel.
 struct Running {
@@ -23,7 +23,8 @@ struct Running {
 impl Running {
     fn start(args: &[String]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_eventpipe"))
-            .args(["run", "--source=jsonl:-", "--summary-json"])
+            // One partition: these tests read results in input order across objects.
+            .args(["run", "--source=jsonl:-", "--summary-json", "--workers=1"])
             .args(args)
             .stdin(Stdio::piped())
             .stderr(Stdio::piped())

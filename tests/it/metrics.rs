@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
-use eventpipe::event_broadcaster::SinkStats;
 use eventpipe::metrics::{self, ALL_TENANTS, Metrics};
-use eventpipe::pipeline::RouterStats;
 use eventpipe::plugin::{CallFailure, PluginStatsSnapshot};
+use eventpipe::router::RouterStats;
 use eventpipe::sink::EventSink;
+use eventpipe::sink::SinkStats;
 use eventpipe::sink::webhook::{WebhookConfig, WebhookSink};
 use eventpipe::source::http::{Ingest, IngestConfig};
 use http_body_util::BodyExt;

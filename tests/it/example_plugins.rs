@@ -16,8 +16,6 @@
 //! A language whose toolchain is missing is skipped with a printed reason; CI (`.ci/run`)
 //! installs them all.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, OnceLock};

@@ -2,8 +2,6 @@
 //! `TestUpdateExpiredEvent` and derived ones): `recordToSink`'s create / patch / retry policy,
 //! driven through [`write_event`] with a scripted sink on tokio's paused clock.
 
-mod common;
-
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -13,6 +11,8 @@ use eventpipe::event::Event;
 use eventpipe::sink::{EventSink, RetryPolicy, SinkError, StatusError, WriteOutcome, write_event};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
+
+use crate::common;
 
 /// Turns a vector's error description into the matching [`SinkError`] class.
 fn error_from(desc: &str) -> SinkError {

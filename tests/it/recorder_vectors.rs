@@ -2,8 +2,6 @@
 //! StartRecordingToSink (EventCorrelator + recordToSink) → a sink that behaves like client-go's
 //! test sink (create stores by `getEventKey` and echoes; patch merges into the stored event).
 
-mod common;
-
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -20,6 +18,8 @@ use eventpipe::recorder::{RecordOutcome, generate_event_name, is_dns1123_subdoma
 use eventpipe::sink::{EventSink, RetryPolicy, SinkError, StatusError};
 use serde_json::Value;
 use tokio::sync::mpsc;
+
+use crate::common;
 
 /// One call the sink received: verb, the event sent, the patch body, the sink's answer.
 #[derive(Debug)]

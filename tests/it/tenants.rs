@@ -2,13 +2,13 @@
 //! its options gives on its own sub-stream; one tenant's failing plugin does not disturb another;
 //! a broken config or plugin file is refused while the old ones keep serving.
 
-mod common;
-
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use serde_json::Value;
+
+use crate::common;
 
 fn bundled_stream() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/data/occurrences.jsonl")

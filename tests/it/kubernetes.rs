@@ -231,7 +231,8 @@ fn the_kubernetes_sink_creates_patches_and_handles_status_errors_as_client_go() 
     }));
 
     let out = eventpipe()
-        .args(["run", "--summary-json", "--no-watch", "--sink=k8s"])
+        // client-go's loop: one partition, one write at a time, so the calls come in its order.
+        .args(["run", "--summary-json", "--no-watch", "--sink=k8s", "--workers=1", "--max-in-flight=1"])
         .arg(format!("--source=jsonl:{}", input.display()))
         .arg(format!("--kube-server={}", api.url))
         .output()

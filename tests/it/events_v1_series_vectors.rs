@@ -3,8 +3,6 @@
 //! and the finish and refresh passes, driven through [`EventSeriesCache`] and
 //! [`record_series_event`] with a recording sink.
 
-mod common;
-
 use std::sync::Mutex;
 
 use async_trait::async_trait;
@@ -14,6 +12,8 @@ use eventpipe::series::{EventSeriesCache, IsomorphicKey, SeriesDecision, SeriesE
 use eventpipe::sink::{EventSink, RetryPolicy, SinkError, WriteOutcome};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
+
+use crate::common;
 
 /// One sink call: the verb, the event's reporting controller and name, and the patch body.
 #[derive(Debug, Clone, PartialEq)]

@@ -2,14 +2,14 @@
 //! (`tests/fixtures/replay/`, and the real-event stream of the shared conformance suite when it is
 //! beside the repository), compared as the conformance README says.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use serde_json::Value;
+
+use crate::common;
 
 /// The shared conformance directory next to this repository, when present.
 fn shared_conformance() -> Option<PathBuf> {

@@ -3,8 +3,6 @@
 //! keeps processing the following events. Also: files that are not plugins, a plugin of the
 //! wrong world, and a user plugin overriding a default.
 
-mod common;
-
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -15,6 +13,8 @@ use eventpipe::plugin::functions::WasmAggregateKeyFunc;
 use eventpipe::plugin::{
     FallbackPolicy, Metering, PluginError, PluginHandle, PluginOrigin, PluginRuntime, PluginSettings,
 };
+
+use crate::common;
 
 fn event(name: &str, reason: &str, host: &str, message: &str) -> Event {
     let t = "2025-01-01T00:00:00Z".parse().unwrap();

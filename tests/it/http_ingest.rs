@@ -13,7 +13,6 @@ use eventpipe::config::Config;
 use eventpipe::source::http::{
     ApiStatus, BearerToken, Ingest, IngestConfig, IngestError, IngestReport, IngestRoute, Ingested, LineError,
 };
-use eventpipe::tenant::TenantRouter;
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -310,7 +309,7 @@ name = "payments"
 headers = { "X-Eventpipe-Tenant" = "pay*" }
 "#;
     let config = Config::parse(toml, Path::new("eventpipe.toml")).unwrap();
-    let router = TenantRouter::from(&config);
+    let router = config.router();
     assert_eq!(router.route(&got.event, Some(&got.headers)), Some(0));
     assert_eq!(router.route(&got.event, None), None);
 }

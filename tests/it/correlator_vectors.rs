@@ -1,8 +1,6 @@
 //! The `correlator` and `keys` scenarios of client-go's tests (`tests/fixtures/vectors.jsonl`),
 //! run through the EventCorrelator step by step.
 
-mod common;
-
 use std::sync::Arc;
 
 use eventpipe::correlator::keys::{
@@ -11,6 +9,8 @@ use eventpipe::correlator::keys::{
 use eventpipe::correlator::{CorrelatorOptions, EventCorrelator, EventSpamKeyFunc, Occurrence};
 use eventpipe::event::{Event, Time, format_time};
 use serde_json::{Value, json};
+
+use crate::common;
 
 fn time(v: &Value) -> Time {
     v.as_str().and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("not a time: {v}"))

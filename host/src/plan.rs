@@ -1,0 +1,406 @@
+//! Tenant plans: the rules of every tenant (command line, overridden by the config's
+//! `[defaults]`, overridden by each tenant's `rules`), with their plugins looked up and their
+//! sinks opened, built and validated away from the event path. A [`TenantPlan`] is what the
+//! tenant stages ([`crate::stage`]) run; a config reload builds a new one.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::config::{Config, PluginRef, Rules};
+use crate::correlator::{
+    CorrelatorOptions, DEFAULT_AGGREGATE_INTERVAL_IN_SECONDS, DEFAULT_AGGREGATE_MAX_EVENTS, DEFAULT_SPAM_BURST,
+    DEFAULT_SPAM_QPS, MAX_LRU_CACHE_ENTRIES, SourceObjectType, or_default,
+};
+use crate::event::Event;
+use crate::plugin::filter::WasmFilter;
+use crate::plugin::functions::{WasmAggregateKeyFunc, WasmMessageFunc, WasmSpamKeyFunc};
+use crate::plugin::registry::{LookupError, PluginRegistry};
+use crate::plugin::{FallbackPolicy, PluginHandle, PluginKind, PluginSettings};
+use crate::sink::set::{SinkBuildError, SinkSet};
+use crate::sink::{EventSink, SinkSpec};
+use crate::tenant::{DEFAULT_TENANT, TenantRouter};
+
+/// Which function fills one of the correlator's key slots.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum KeyChoice {
+    /// The native built-in client-go function.
+    #[default]
+    Builtin,
+    /// A plugin, by name (embedded or from the plugins directory).
+    Plugin(String),
+}
+
+/// The concrete rules of one tenant: what the command line gives, overridden by the config's
+/// `[defaults]`, overridden by the tenant's own `rules`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TenantRules {
+    /// The correlator's numbers (key functions are filled from the choices below).
+    pub lru_cache_size: usize,
+    /// Spam filter burst, events (client-go `BurstSize`).
+    pub burst: i64,
+    /// Spam filter refill, events per second (client-go `QPS`).
+    pub qps: f32,
+    /// Distinct messages before aggregating (client-go `MaxEvents`).
+    pub max_events: i64,
+    /// Aggregation window, seconds (client-go `MaxIntervalInSeconds`).
+    pub max_interval_seconds: i64,
+    /// The aggregate-key function.
+    pub aggregate_key: KeyChoice,
+    /// The message combiner.
+    pub message_combiner: KeyChoice,
+    /// The spam-key function.
+    pub spam_key: KeyChoice,
+    /// With `spam_key: Builtin`: client-go ≥ 1.32's key (with `type`) instead of v0.26's.
+    pub spam_key_with_type: bool,
+    /// Filter plugins, in order.
+    pub filters: Vec<String>,
+    /// Fuel, memory and fallback of this tenant's plugin calls (`config` is filled per plugin).
+    pub plugin: PluginSettings,
+    /// Per-plugin config (`[plugins.NAME]`).
+    pub plugin_config: BTreeMap<String, BTreeMap<String, String>>,
+    /// Where results go.
+    pub sinks: Vec<SinkSpec>,
+}
+
+impl TenantRules {
+    /// These rules overridden by the set fields of `rules`.
+    ///
+    /// # Errors
+    /// A sink spec that does not parse: `(key, message)`.
+    fn overlay(&self, rules: &Rules) -> Result<Self, (String, String)> {
+        let choice = |r: &Option<PluginRef>, base: &KeyChoice| match r {
+            Some(r) if r.is_builtin() => KeyChoice::Builtin,
+            Some(r) => KeyChoice::Plugin(r.name.clone()),
+            None => base.clone(),
+        };
+        let mut sinks: Vec<SinkSpec> = match &rules.sinks {
+            Some(specs) => specs
+                .iter()
+                .map(|s| s.parse::<SinkSpec>().map_err(|e| ("sinks".to_string(), e.to_string())))
+                .collect::<Result<_, _>>()?,
+            None => self.sinks.clone(),
+        };
+        // A sink named twice would get every result twice.
+        let mut seen = std::collections::HashSet::new();
+        sinks.retain(|s| seen.insert(s.to_string()));
+        Ok(Self {
+            lru_cache_size: rules.lru_cache_size.unwrap_or(self.lru_cache_size),
+            burst: rules.burst.unwrap_or(self.burst),
+            qps: rules.qps.unwrap_or(self.qps),
+            max_events: rules.max_events.unwrap_or(self.max_events),
+            max_interval_seconds: rules.max_interval_seconds.unwrap_or(self.max_interval_seconds),
+            aggregate_key: choice(&rules.aggregate_key, &self.aggregate_key),
+            message_combiner: choice(&rules.message_combiner, &self.message_combiner),
+            spam_key: choice(&rules.spam_key, &self.spam_key),
+            spam_key_with_type: self.spam_key_with_type,
+            // The config's rules come merged over `[defaults]`, where an explicit `filters = []`
+            // clears them; the command line has no filters.
+            filters: rules.filters.iter().map(|f| f.name.clone()).collect(),
+            plugin: PluginSettings {
+                // 0 means "the default", as for the correlator's numbers.
+                fuel_per_event: rules.fuel_per_event.filter(|&f| f > 0).unwrap_or(self.plugin.fuel_per_event),
+                memory_limit_bytes: rules
+                    .memory_limit_bytes
+                    .filter(|&m| m > 0)
+                    .unwrap_or(self.plugin.memory_limit_bytes),
+                fallback: rules.fallback.unwrap_or(self.plugin.fallback),
+                config: BTreeMap::new(),
+            },
+            plugin_config: self.plugin_config.clone(),
+            sinks,
+        })
+    }
+
+    /// The plugin settings a call of `plugin` gets under these rules: the limits and fallback,
+    /// with its `[plugins.NAME]` config.
+    pub fn settings_for(&self, plugin: &str) -> PluginSettings {
+        PluginSettings { config: self.plugin_config.get(plugin).cloned().unwrap_or_default(), ..self.plugin.clone() }
+    }
+}
+
+/// Why a plan could not be built (the previous plan keeps serving).
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// A rule names a plugin that does not exist or is of the wrong kind.
+    #[error("{location}: {key}: {error}")]
+    Plugin {
+        /// `FILE:LINE` of the reference (or `command line`).
+        location: String,
+        /// The config key, e.g. `tenants[0].rules.aggregate_key`.
+        key: String,
+        /// What is wrong.
+        #[source]
+        error: LookupError,
+    },
+    /// A rule's value is invalid.
+    #[error("{location}: {key}: {message}")]
+    Rule {
+        /// `FILE` of the config (or `command line`).
+        location: String,
+        /// The config key.
+        key: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A sink could not be opened.
+    #[error(transparent)]
+    Sink(#[from] SinkBuildError),
+}
+
+/// One tenant of a plan, ready to run: its rules, the plugins they name (looked up and checked
+/// to be of the right kind), and its opened sinks.
+pub struct PlannedTenant {
+    /// Tenant name (`default` for the defaults).
+    pub name: Arc<str>,
+    /// Its rules (compared on reload: equal rules keep the tenant's correlator state).
+    pub rules: TenantRules,
+    /// Numbers and native key functions; plugin slots are filled per instance.
+    options: CorrelatorOptions,
+    aggregate_key: Option<PluginHandle>,
+    message_combiner: Option<PluginHandle>,
+    spam_key: Option<PluginHandle>,
+    filters: Vec<PluginHandle>,
+    sinks: Vec<Arc<dyn EventSink>>,
+    handles: Vec<PluginHandle>,
+}
+
+impl PlannedTenant {
+    /// A tenant with no plugins: `options` as given (native or any key functions), no filter,
+    /// one sink — what client-go's `StartRecordingToSink` runs.
+    pub fn fixed(name: &str, options: CorrelatorOptions, sink: Arc<dyn EventSink>) -> Self {
+        Self {
+            name: name.into(),
+            rules: TenantRules::default(),
+            options,
+            aggregate_key: None,
+            message_combiner: None,
+            spam_key: None,
+            filters: Vec::new(),
+            sinks: vec![sink],
+            handles: Vec::new(),
+        }
+    }
+
+    /// Fresh filter adapters and correlator options for one running copy of this tenant (a
+    /// tenant stage): each copy calls its plugins through instances of its own, so partitions
+    /// on different cores never wait for each other's plugin calls.
+    pub fn instantiate(&self) -> (Vec<WasmFilter>, CorrelatorOptions) {
+        const CHECKED: &str = "the plugin's kind was checked when the plan was built";
+        let mut options = self.options.clone();
+        if let Some(h) = &self.aggregate_key {
+            options.key_func = Some(Arc::new(WasmAggregateKeyFunc::new(h.clone()).expect(CHECKED)));
+        }
+        if let Some(h) = &self.message_combiner {
+            options.message_func = Some(Arc::new(WasmMessageFunc::new(h.clone()).expect(CHECKED)));
+        }
+        if let Some(h) = &self.spam_key {
+            options.spam_key_func = Some(Arc::new(WasmSpamKeyFunc::new(h.clone()).expect(CHECKED)));
+        }
+        let filters = self.filters.iter().map(|h| WasmFilter::new(h.clone()).expect(CHECKED)).collect();
+        (filters, options)
+    }
+
+    /// The tenant's sinks, in rule order; each gets every result of the tenant's correlator.
+    pub fn sinks(&self) -> &[Arc<dyn EventSink>] {
+        &self.sinks
+    }
+}
+
+impl std::fmt::Debug for PlannedTenant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PlannedTenant").field("name", &self.name).field("rules", &self.rules).finish_non_exhaustive()
+    }
+}
+
+/// Every tenant (config order, then `default`) and how events are routed to them.
+pub struct TenantPlan {
+    router: TenantRouter,
+    /// Config tenants in file order, then the defaults.
+    pub tenants: Vec<PlannedTenant>,
+}
+
+impl std::fmt::Debug for TenantPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TenantPlan").field("tenants", &self.tenants).finish_non_exhaustive()
+    }
+}
+
+impl TenantPlan {
+    /// A plan of one tenant ([`DEFAULT_TENANT`]) that gets every event.
+    pub fn single(tenant: PlannedTenant) -> Self {
+        Self { router: TenantRouter::new(Vec::new()), tenants: vec![tenant] }
+    }
+
+    /// The plan for `config` (or only the defaults when `None`) over the command line's `base`
+    /// rules: plugins looked up in `registry`, sinks opened in `sinks`.
+    ///
+    /// # Errors
+    /// [`PlanError`] for a missing plugin, a plugin of the wrong kind, a bad rule or a sink that
+    /// cannot be opened; nothing is changed then.
+    pub fn build(
+        base: &TenantRules,
+        config: Option<&Config>,
+        registry: &PluginRegistry,
+        sinks: &SinkSet,
+    ) -> Result<Self, PlanError> {
+        let Some(config) = config else {
+            let tenant = plan_tenant(DEFAULT_TENANT, base.clone(), &[], "command line", registry, sinks)?;
+            return Ok(Self { router: TenantRouter::new(Vec::new()), tenants: vec![tenant] });
+        };
+        let file = config.path.display().to_string();
+        let mut with_config = base.clone();
+        with_config.plugin_config = config.plugin_config.clone();
+        let defaults = with_config.overlay(&config.defaults).map_err(|(key, message)| PlanError::Rule {
+            location: file.clone(),
+            key: format!("defaults.{key}"),
+            message,
+        })?;
+        let mut tenants = Vec::with_capacity(config.tenants.len() + 1);
+        for (i, t) in config.tenants.iter().enumerate() {
+            let rules = with_config.overlay(&t.rules).map_err(|(key, message)| PlanError::Rule {
+                location: file.clone(),
+                key: format!("tenants[{i}].rules.{key}"),
+                message,
+            })?;
+            tenants.push(plan_tenant(&t.name, rules, &refs(&t.rules), &file, registry, sinks)?);
+        }
+        tenants.push(plan_tenant(DEFAULT_TENANT, defaults, &refs(&config.defaults), &file, registry, sinks)?);
+        Ok(Self { router: config.router(), tenants })
+    }
+
+    /// The index into [`tenants`](Self::tenants) of `event`'s tenant.
+    pub fn route(&self, event: &Event) -> usize {
+        self.router.route(event, event.ingest_headers.get()).unwrap_or(self.tenants.len() - 1)
+    }
+
+    /// One line per tenant for logs: name, plugins and numbers.
+    pub fn describe(&self) -> Vec<String> {
+        self.tenants
+            .iter()
+            .map(|t| {
+                let r = &t.rules;
+                let name = |c: &KeyChoice| match c {
+                    KeyChoice::Builtin => "builtin".to_string(),
+                    KeyChoice::Plugin(p) => p.clone(),
+                };
+                format!(
+                    "tenant `{}`: aggregate_key={} message_combiner={} spam_key={} filters=[{}] max_events={} \
+                     max_interval_seconds={} burst={} qps={} lru_cache_size={} fallback={:?} sinks=[{}]",
+                    t.name,
+                    name(&r.aggregate_key),
+                    name(&r.message_combiner),
+                    name(&r.spam_key),
+                    r.filters.join(", "),
+                    // What the correlator applies: 0 is client-go's default.
+                    or_default(r.max_events, DEFAULT_AGGREGATE_MAX_EVENTS),
+                    or_default(r.max_interval_seconds, DEFAULT_AGGREGATE_INTERVAL_IN_SECONDS),
+                    or_default(r.burst, DEFAULT_SPAM_BURST),
+                    or_default(r.qps, DEFAULT_SPAM_QPS),
+                    or_default(r.lru_cache_size, MAX_LRU_CACHE_ENTRIES),
+                    r.plugin.fallback,
+                    r.sinks.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+                )
+            })
+            .collect()
+    }
+
+    /// Every plugin handle of every tenant (for metrics).
+    pub fn handles(&self) -> impl Iterator<Item = &PluginHandle> {
+        self.tenants.iter().flat_map(|t| &t.handles)
+    }
+
+    /// Whether any plugin of any tenant failed under the `fail` policy.
+    pub fn failed(&self) -> bool {
+        self.tenants
+            .iter()
+            .flat_map(|t| &t.handles)
+            .any(|h| h.settings().fallback == FallbackPolicy::Fail && h.stats().snapshot().drops > 0)
+    }
+}
+
+/// The plugin references of `rules` with their config keys and lines.
+fn refs(rules: &Rules) -> Vec<PluginRef> {
+    [&rules.aggregate_key, &rules.message_combiner, &rules.spam_key]
+        .into_iter()
+        .flatten()
+        .chain(&rules.filters)
+        .cloned()
+        .collect()
+}
+
+fn plan_tenant(
+    name: &str,
+    rules: TenantRules,
+    refs: &[PluginRef],
+    location: &str,
+    registry: &PluginRegistry,
+    sinks: &SinkSet,
+) -> Result<PlannedTenant, PlanError> {
+    let mut handles = Vec::new();
+    let mut lookup = |plugin: &str, kind: PluginKind| {
+        let found = registry.handle(plugin, kind, name, rules.settings_for(plugin));
+        let handle = found.map_err(|error| {
+            let r = refs.iter().find(|r| r.name == plugin);
+            PlanError::Plugin {
+                location: r.map_or_else(|| location.to_string(), |r| format!("{location}:{}", r.line)),
+                key: r.map_or_else(|| plugin.to_string(), |r| r.key.clone()),
+                error,
+            }
+        })?;
+        handles.push(handle.clone());
+        Ok::<_, PlanError>(handle)
+    };
+    let kind_error = |e: crate::plugin::WrongKind| PlanError::Rule {
+        location: location.into(),
+        key: e.plugin.clone(),
+        message: e.to_string(),
+    };
+    let mut options = CorrelatorOptions {
+        lru_cache_size: rules.lru_cache_size,
+        burst_size: rules.burst,
+        qps: rules.qps,
+        max_events: rules.max_events,
+        max_interval_in_seconds: rules.max_interval_seconds,
+        ..CorrelatorOptions::default()
+    };
+    let mut slot = |choice: &KeyChoice, kind: PluginKind| match choice {
+        KeyChoice::Plugin(p) => {
+            let handle = lookup(p, kind)?;
+            crate::plugin::check_kind(&handle, kind).map_err(kind_error)?;
+            Ok(Some(handle))
+        }
+        KeyChoice::Builtin => Ok::<_, PlanError>(None),
+    };
+    let aggregate_key = slot(&rules.aggregate_key, PluginKind::AggregateKey)?;
+    let message_combiner = slot(&rules.message_combiner, PluginKind::MessageCombiner)?;
+    let spam_key = slot(&rules.spam_key, PluginKind::SpamKey)?;
+    if spam_key.is_none() && rules.spam_key_with_type {
+        options.spam_key_func = Some(Arc::new(SourceObjectType));
+    }
+    let mut filters = Vec::new();
+    for f in &rules.filters {
+        filters.push(slot(&KeyChoice::Plugin(f.clone()), PluginKind::Filter)?.expect("a plugin choice"));
+    }
+    let mut opened = Vec::new();
+    for spec in &rules.sinks {
+        opened.push(sinks.open(spec, name, &|p| rules.settings_for(p), registry)?);
+    }
+    if opened.is_empty() {
+        return Err(PlanError::Rule {
+            location: location.into(),
+            key: "sinks".into(),
+            message: format!("tenant `{name}` has no sink"),
+        });
+    }
+    Ok(PlannedTenant {
+        name: name.into(),
+        rules,
+        options,
+        aggregate_key,
+        message_combiner,
+        spam_key,
+        filters,
+        sinks: opened,
+        handles,
+    })
+}

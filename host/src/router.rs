@@ -1,0 +1,471 @@
+//! The tenant router watcher (DESIGN's "watcher: tenant router ─ EventCorrelator(t)"): one
+//! Broadcaster watcher that runs each event through its tenant's stage ([`crate::stage`]) and
+//! writes the result to every sink of that tenant with client-go's `recordToSink` retry policy.
+//!
+//! # Partitions
+//! With `workers` > 1 the events are sharded by a partition key that every client-go key
+//! contains ([`PartitionKey`]): each partition has its own tenant stages (LRU caches, token
+//! buckets, plugin instances) and runs on its own task, so partitions use every core. Events of
+//! one involved object stay in one partition, in Broadcaster order. Output differs from one
+//! partition only under LRU pressure (each partition's caches hold `lru_cache_size` entries)
+//! and in the interleaving of different objects' writes.
+//!
+//! # Sink writes
+//! Each sink has a window of up to `max_in_flight` writes in flight. Events with different names
+//! may be in flight together; one event's writes (its create, then its patches) go one at a
+//! time, in order. `update_state` follows each successful write; a write that completes after a
+//! newer occurrence of the same event was correlated does not roll the EventLogger back
+//! ([`crate::stage::TenantStage::update_state_unless_stale`]). A write that completes at once
+//! (the JSON-lines and plugin sinks) is accounted for before the next event is correlated,
+//! exactly as client-go's sequential loop. `max_in_flight = 1` is client-go's loop.
+//!
+//! # Config reloads
+//! A new plan (the config file changed) is taken between two batches: tenants whose rules did
+//! not change keep their stages; changed or new tenants start fresh; removed tenants are
+//! dropped. Plugin swaps need no new plan: plugins are called through their slots.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::broadcaster::Watcher;
+use crate::correlator::{CorrelationClock, EventCorrelateResult, PREPARE_BATCH_SIZE};
+use crate::delivery::Acknowledgements;
+use crate::event::Event;
+use crate::plan::TenantPlan;
+use crate::sink::{EventSink, RetryPolicy, SinkStats, WriteOutcome, deliver};
+use crate::stage::{Staged, TenantStages};
+
+/// Default writes in flight per sink (`run --max-in-flight`).
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 1024;
+
+/// What the partition of an event is computed from. Every client-go key (aggregate, logger,
+/// spam) contains the event's source and involved object, so partitioning by them keeps every
+/// key's events together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum PartitionKey {
+    /// `source.component`, `source.host` and the involved object's kind, namespace, name, UID
+    /// and apiVersion (client-go `getSpamKey`'s fields).
+    #[default]
+    SourceObject,
+    /// The event's namespace: for key plugins that group events of several objects of one
+    /// namespace together.
+    Namespace,
+}
+
+impl PartitionKey {
+    /// The partition of `event` among `partitions` (≥ 1): a 64-bit xxh3 of the key's fields,
+    /// modulo `partitions`. The same function on every host (NATS subjects use it too).
+    pub fn partition(self, event: &Event, partitions: usize) -> usize {
+        if partitions <= 1 {
+            return 0;
+        }
+        let mut h = xxhash_rust::xxh3::Xxh3::new();
+        let mut field = |s: &str| {
+            h.update(s.as_bytes());
+            h.update(&[0xff]);
+        };
+        match self {
+            PartitionKey::SourceObject => {
+                let o = &event.involved_object;
+                for s in [
+                    &event.source.component,
+                    &event.source.host,
+                    &o.kind,
+                    &o.namespace,
+                    &o.name,
+                    &o.uid,
+                    &o.api_version,
+                ] {
+                    field(s);
+                }
+            }
+            PartitionKey::Namespace => field(if event.metadata.namespace.is_empty() {
+                &event.involved_object.namespace
+            } else {
+                &event.metadata.namespace
+            }),
+        }
+        (h.digest() % partitions as u64) as usize
+    }
+}
+
+/// What the tenant router watcher did, in total and per tenant.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RouterStats {
+    /// All tenants together.
+    #[serde(flatten)]
+    pub total: SinkStats,
+    /// Events dropped by filter plugins.
+    pub filtered: u64,
+    /// Per tenant (sink calls are counted once per sink).
+    pub tenants: BTreeMap<String, SinkStats>,
+    /// Plans taken after the first (config reloads).
+    pub reloads: u64,
+}
+
+impl RouterStats {
+    fn tenant(&mut self, name: &str) -> &mut SinkStats {
+        if !self.tenants.contains_key(name) {
+            self.tenants.insert(name.to_string(), SinkStats::default()); // once per tenant, not per event
+        }
+        self.tenants.get_mut(name).expect("inserted above")
+    }
+
+    /// Adds `other`'s counts to these.
+    pub fn add(&mut self, other: &RouterStats) {
+        self.total.add(&other.total);
+        self.filtered += other.filtered;
+        self.reloads += other.reloads;
+        for (name, s) in &other.tenants {
+            self.tenant(name).add(s);
+        }
+    }
+}
+
+/// How the tenant router runs.
+#[derive(Clone, Debug)]
+pub struct RouterOptions {
+    /// The sink retry policy (client-go `recordToSink`).
+    pub retry: RetryPolicy,
+    /// Fires to abandon pending retries (shutdown).
+    pub cancel: CancellationToken,
+    /// Which instant the correlators read.
+    pub clock: CorrelationClock,
+    /// Partitions, each on its own task (≥ 1).
+    pub workers: usize,
+    /// What an event's partition is computed from.
+    pub partition_key: PartitionKey,
+    /// Writes in flight per sink (≥ 1; 1 is client-go's one-at-a-time loop).
+    pub max_in_flight: usize,
+    /// Counts the events finished, as the acknowledged prefix (at-least-once delivery).
+    pub acks: Arc<Acknowledgements>,
+    /// Live stats, updated after every batch (for `/metrics`); the final stats are returned too.
+    pub stats: Arc<Mutex<RouterStats>>,
+}
+
+impl Default for RouterOptions {
+    fn default() -> Self {
+        Self {
+            retry: RetryPolicy::default(),
+            cancel: CancellationToken::new(),
+            clock: CorrelationClock::Processing,
+            workers: 1,
+            partition_key: PartitionKey::SourceObject,
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            acks: Arc::default(),
+            stats: Arc::default(),
+        }
+    }
+}
+
+/// The tenant router watcher's loop; ends, returning the stats, when the watcher closes and
+/// every write has ended. `plans` delivers the current plan and every later one.
+pub async fn record_to_tenants(
+    mut watcher: Watcher<Event>,
+    plans: watch::Receiver<Arc<TenantPlan>>,
+    options: RouterOptions,
+) -> RouterStats {
+    let workers = options.workers.max(1);
+    if workers == 1 {
+        let input = Input::Watcher(watcher, options.acks.clone());
+        Partition::new(plans, &options, true).run(input).await;
+    } else {
+        let mut senders = Vec::with_capacity(workers);
+        let mut tasks = Vec::with_capacity(workers);
+        for i in 0..workers {
+            let (tx, rx) = mpsc::channel(4);
+            senders.push(tx);
+            let partition = Partition::new(plans.clone(), &options, i == 0);
+            tasks.push(tokio::spawn(partition.run(Input::Channel(rx))));
+        }
+        let key = options.partition_key;
+        while let Some(batch) = watcher.recv_batch(PREPARE_BATCH_SIZE).await {
+            let mut shares: Vec<Vec<(u64, Event)>> = (0..workers).map(|_| Vec::new()).collect();
+            for event in batch {
+                shares[key.partition(&event, workers)].push((options.acks.begin(), event));
+            }
+            for (tx, share) in senders.iter().zip(shares) {
+                if !share.is_empty() && tx.send(share).await.is_err() {
+                    tracing::error!("a partition of the tenant router ended early");
+                }
+            }
+        }
+        drop(senders);
+        for task in tasks {
+            if let Err(error) = task.await {
+                tracing::error!(%error, "a partition of the tenant router failed");
+            }
+        }
+    }
+    options.stats.lock().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+/// Where a partition's batches come from, each event with its sequence number.
+enum Input {
+    /// The router watcher itself (one partition), numbering events as they come.
+    Watcher(Watcher<Event>, Arc<Acknowledgements>),
+    /// The partitioner's share for this partition.
+    Channel(mpsc::Receiver<Vec<(u64, Event)>>),
+}
+
+impl Input {
+    /// The next batch; `None` at the end. Cancellation-safe.
+    async fn next(&mut self) -> Option<Vec<(u64, Event)>> {
+        match self {
+            Input::Watcher(watcher, acks) => {
+                let batch = watcher.recv_batch(PREPARE_BATCH_SIZE).await?;
+                Some(batch.into_iter().map(|e| (acks.begin(), e)).collect())
+            }
+            Input::Channel(rx) => rx.recv().await,
+        }
+    }
+}
+
+/// One write of one event to one sink, ready to start.
+struct Job {
+    tenant: Arc<str>,
+    seq: u64,
+    sink: Arc<dyn EventSink>,
+    name: String,
+    result: EventCorrelateResult,
+    aggregated: bool,
+}
+
+/// How a [`Job`] ended.
+struct Done {
+    tenant: Arc<str>,
+    seq: u64,
+    sink: usize,
+    name: String,
+    aggregated: bool,
+    outcome: WriteOutcome,
+    stored: Option<Event>,
+    /// Whether it was kept in flight (it did not end at once).
+    in_flight: bool,
+}
+
+type Write = Pin<Box<dyn Future<Output = Done> + Send>>;
+
+/// One sink's writes: how many are in flight, which event names, and the writes waiting for an
+/// earlier write of the same event.
+#[derive(Default)]
+struct SinkWindow {
+    in_flight: usize,
+    busy: HashSet<String>,
+    waiting: HashMap<String, VecDeque<Job>>,
+}
+
+/// One partition: its tenant stages and its writes in flight.
+struct Partition {
+    plans: watch::Receiver<Arc<TenantPlan>>,
+    stages: TenantStages,
+    writes: FuturesUnordered<Write>,
+    windows: HashMap<usize, SinkWindow>,
+    /// Sink writes still to end, per event with more than one.
+    remaining: HashMap<u64, usize>,
+    stats: RouterStats,
+    options: RouterOptions,
+    /// Counts config reloads (one partition does, so a reload counts once).
+    counts_reloads: bool,
+}
+
+fn sink_id(sink: &Arc<dyn EventSink>) -> usize {
+    Arc::as_ptr(sink).cast::<()>() as usize
+}
+
+impl Partition {
+    fn new(mut plans: watch::Receiver<Arc<TenantPlan>>, options: &RouterOptions, counts_reloads: bool) -> Self {
+        let plan = plans.borrow_and_update().clone();
+        Self {
+            plans,
+            stages: TenantStages::new(plan),
+            writes: FuturesUnordered::new(),
+            windows: HashMap::new(),
+            remaining: HashMap::new(),
+            stats: RouterStats::default(),
+            options: options.clone(),
+            counts_reloads,
+        }
+    }
+
+    async fn run(mut self, mut input: Input) {
+        loop {
+            tokio::select! {
+                biased;
+                Some(done) = self.writes.next(), if !self.writes.is_empty() => self.complete(done),
+                batch = input.next() => match batch {
+                    Some(batch) => self.process(batch).await,
+                    None => break,
+                },
+            }
+            self.publish();
+        }
+        while let Some(done) = self.writes.next().await {
+            self.complete(done);
+        }
+        self.publish();
+    }
+
+    /// Adds what this partition counted since the last call to the shared stats.
+    fn publish(&mut self) {
+        let delta = std::mem::take(&mut self.stats);
+        self.options.stats.lock().unwrap_or_else(|p| p.into_inner()).add(&delta);
+    }
+
+    async fn process(&mut self, batch: Vec<(u64, Event)>) {
+        if self.plans.has_changed().unwrap_or(false) {
+            let plan = self.plans.borrow_and_update().clone();
+            self.stages.adopt(plan);
+            self.stats.reloads += u64::from(self.counts_reloads);
+        }
+        let clock = self.options.clock;
+        let (seqs, occurrences): (Vec<u64>, Vec<_>) = batch.into_iter().map(|(s, e)| (s, clock.occurrence(e))).unzip();
+        let staged = self.stages.prepare(occurrences);
+        let plan = self.stages.plan().clone();
+        for ((t, staged), seq) in staged.into_iter().zip(seqs) {
+            let tenant = &plan.tenants[t];
+            self.stats.total.received += 1;
+            self.stats.tenant(&tenant.name).received += 1;
+            let prepared = match staged {
+                Staged::Filtered { .. } => {
+                    self.stats.filtered += 1;
+                    self.options.acks.ack(seq);
+                    continue;
+                }
+                Staged::Prepared(p) => p,
+            };
+            let aggregated = prepared.aggregated();
+            let result = self.stages.finish(t, prepared);
+            let sinks = tenant.sinks();
+            let name = match &result.event {
+                Some(event) if !result.skip && !sinks.is_empty() => event.metadata.name.clone(),
+                _ => {
+                    for _ in sinks {
+                        self.count(&tenant.name, aggregated, &WriteOutcome::Skipped);
+                    }
+                    self.options.acks.ack(seq);
+                    continue;
+                }
+            };
+            if sinks.len() > 1 {
+                self.remaining.insert(seq, sinks.len());
+            }
+            for sink in sinks {
+                let job = Job {
+                    tenant: tenant.name.clone(),
+                    seq,
+                    sink: sink.clone(),
+                    name: name.clone(),
+                    result: result.clone(),
+                    aggregated,
+                };
+                self.submit(job).await;
+            }
+            if self.options.max_in_flight == 1 {
+                // client-go's loop: the write (and `update_state`) ends before the next event.
+                while let Some(done) = self.writes.next().await {
+                    self.complete(done);
+                }
+            }
+        }
+    }
+
+    fn count(&mut self, tenant: &str, aggregated: bool, outcome: &WriteOutcome) {
+        let tenant = self.stats.tenant(tenant);
+        tenant.aggregated += u64::from(aggregated);
+        tenant.count(outcome);
+        let total = &mut self.stats.total;
+        total.aggregated += u64::from(aggregated);
+        total.count(outcome);
+    }
+
+    /// Starts `job` once its sink has room and no earlier write of the same event is in flight.
+    async fn submit(&mut self, job: Job) {
+        let id = sink_id(&job.sink);
+        let window = self.windows.entry(id).or_default();
+        if window.busy.contains(&job.name) {
+            window.waiting.entry(job.name.clone()).or_default().push_back(job);
+            return;
+        }
+        while self.windows.get(&id).is_some_and(|w| w.in_flight >= self.options.max_in_flight) {
+            match self.writes.next().await {
+                Some(done) => self.complete(done),
+                None => break,
+            }
+        }
+        if let Some(done) = self.start(job) {
+            self.complete(done);
+        }
+    }
+
+    /// Starts a write; returns it when it ended at once (a synchronous sink), else keeps it in
+    /// flight.
+    fn start(&mut self, job: Job) -> Option<Done> {
+        let Job { tenant, seq, sink, name, result, aggregated } = job;
+        let id = sink_id(&sink);
+        let (retry, cancel) = (self.options.retry.clone(), self.options.cancel.clone());
+        let window = self.windows.entry(id).or_default();
+        window.busy.insert(name.clone());
+        let mut write: Write = Box::pin(async move {
+            let (outcome, stored) = deliver(sink.as_ref(), result, &retry, &cancel).await;
+            Done { tenant, seq, sink: id, name, aggregated, outcome, stored, in_flight: false }
+        });
+        match write.as_mut().poll(&mut Context::from_waker(std::task::Waker::noop())) {
+            Poll::Ready(done) => Some(done),
+            Poll::Pending => {
+                window.in_flight += 1;
+                self.writes.push(Box::pin(async move { Done { in_flight: true, ..write.await } }));
+                None
+            }
+        }
+    }
+
+    /// Accounts for ended writes, starting the next write of the same event on the same sink.
+    fn complete(&mut self, done: Done) {
+        let mut ended = vec![done];
+        while let Some(done) = ended.pop() {
+            self.count(&done.tenant.clone(), done.aggregated, &done.outcome);
+            if let (Some(stored), Some(t)) = (&done.stored, self.stages.position(&done.tenant)) {
+                self.stages.stage_mut(t).update_state_unless_stale(stored);
+            }
+            let window = self.windows.get_mut(&done.sink).expect("a window per started write");
+            window.busy.remove(&done.name);
+            window.in_flight -= usize::from(done.in_flight);
+            let next = match window.waiting.get_mut(&done.name) {
+                Some(queue) => {
+                    let job = queue.pop_front();
+                    if queue.is_empty() {
+                        window.waiting.remove(&done.name);
+                    }
+                    job
+                }
+                None => None,
+            };
+            self.ack(done.seq);
+            if let Some(job) = next
+                && let Some(done) = self.start(job)
+            {
+                ended.push(done);
+            }
+        }
+    }
+
+    fn ack(&mut self, seq: u64) {
+        if let Some(left) = self.remaining.get_mut(&seq) {
+            *left -= 1;
+            if *left > 0 {
+                return;
+            }
+            self.remaining.remove(&seq);
+        }
+        self.options.acks.ack(seq);
+    }
+}

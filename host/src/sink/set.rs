@@ -1,0 +1,158 @@
+//! The sinks of a run, built in one place from their specs (as Vector's `SinkConfig::build`):
+//! [`SinkSet::open`] turns a [`SinkSpec`] into an [`EventSink`], sharing what is already open.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use super::jsonl::JsonLinesSink;
+use super::k8s::KubernetesSink;
+use super::plugin::PluginSink;
+use super::webhook::{WebhookConfig, WebhookSink};
+use super::{EventSink, SinkSpec};
+use crate::plugin::registry::PluginRegistry;
+use crate::plugin::sink::WasmSink;
+use crate::plugin::{PluginHandle, PluginKind, PluginSettings};
+
+/// A sink that could not be opened.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("sink {spec}: {message}")]
+pub struct SinkBuildError {
+    /// The sink spec, as written.
+    pub spec: String,
+    /// What went wrong.
+    pub message: String,
+}
+
+/// An opened sink, kept typed so it can be flushed at the end.
+enum OpenSink {
+    Jsonl(Arc<JsonLinesSink>),
+    Plugin(Arc<PluginSink>),
+    Kubernetes(Arc<KubernetesSink>),
+    Webhook(Arc<WebhookSink>),
+}
+
+impl OpenSink {
+    fn as_event_sink(&self) -> Arc<dyn EventSink> {
+        match self {
+            OpenSink::Jsonl(s) => s.clone(),
+            OpenSink::Plugin(s) => s.clone(),
+            OpenSink::Kubernetes(s) => s.clone(),
+            OpenSink::Webhook(s) => s.clone(),
+        }
+    }
+
+    fn flush(&self) -> std::io::Result<()> {
+        match self {
+            OpenSink::Jsonl(s) => s.flush(),
+            OpenSink::Plugin(s) => s.flush(),
+            // Every call of these returned only once the server acknowledged it.
+            OpenSink::Kubernetes(_) | OpenSink::Webhook(_) => Ok(()),
+        }
+    }
+}
+
+/// The sinks of a run, opened once and shared: a JSON-lines file is opened (truncated) the first
+/// time any tenant names it; a sink plugin gets one instance per tenant (it is called with the
+/// tenant's limits); `k8s` sinks share the run's Kubernetes client. Config reloads reuse what is
+/// open.
+#[derive(Default)]
+pub struct SinkSet {
+    open: Mutex<HashMap<String, OpenSink>>,
+    kube: Option<kube::Client>,
+    append: bool,
+}
+
+impl std::fmt::Debug for SinkSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        f.debug_struct("SinkSet").field("open", &open.keys().collect::<Vec<_>>()).finish()
+    }
+}
+
+impl SinkSet {
+    /// An empty set; `kube` is the client `k8s` sinks use (none: they cannot be opened);
+    /// `append`: JSON-lines files are appended to instead of truncated (at-least-once: what was
+    /// delivered before a restart stays).
+    pub fn new(kube: Option<kube::Client>, append: bool) -> Self {
+        Self { open: Mutex::default(), kube, append }
+    }
+
+    /// The sink `spec` for `tenant`, opened now or shared with an earlier call (a sink plugin
+    /// is one instance per tenant, called with `settings(plugin name)`). This is the one place
+    /// where sinks are built.
+    ///
+    /// # Errors
+    /// [`SinkBuildError`] when the sink cannot be opened (a file, a webhook URL, no Kubernetes
+    /// connection, a plugin that is missing or not a sink).
+    pub fn open(
+        &self,
+        spec: &SinkSpec,
+        tenant: &str,
+        settings: &dyn Fn(&str) -> PluginSettings,
+        registry: &PluginRegistry,
+    ) -> Result<Arc<dyn EventSink>, SinkBuildError> {
+        let key = match spec {
+            SinkSpec::Plugin(name) => format!("{spec}@{tenant}:{name}"),
+            _ => spec.to_string(),
+        };
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(s) = open.get(&key) {
+            return Ok(s.as_event_sink());
+        }
+        let fail = |message: String| SinkBuildError { spec: spec.to_string(), message };
+        let sink = match spec {
+            SinkSpec::JsonLinesStdout => OpenSink::Jsonl(Arc::new(JsonLinesSink::new(Box::new(std::io::stdout())))),
+            SinkSpec::JsonLinesFile(path) => {
+                let file = if self.append {
+                    JsonLinesSink::open_append(path).map(|(file, torn)| {
+                        if torn > 0 {
+                            tracing::warn!(sink = %spec, bytes = torn, "cut a torn last line (an interrupted write)");
+                        }
+                        file
+                    })
+                } else {
+                    std::fs::File::create(path)
+                }
+                .map_err(|e| fail(e.to_string()))?;
+                OpenSink::Jsonl(Arc::new(JsonLinesSink::new(Box::new(file))))
+            }
+            SinkSpec::Webhook(url) => {
+                let config = WebhookConfig::new(spec.to_string(), url.clone());
+                OpenSink::Webhook(Arc::new(WebhookSink::new(config).map_err(|e| fail(e.to_string()))?))
+            }
+            SinkSpec::Kubernetes(namespace) => {
+                let client = self.kube.clone().ok_or_else(|| fail("no Kubernetes connection".into()))?;
+                OpenSink::Kubernetes(Arc::new(KubernetesSink::new(client, namespace.clone())))
+            }
+            SinkSpec::Plugin(name) => {
+                let handle = if name.ends_with(".wasm") {
+                    let path = PathBuf::from(name);
+                    let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+                    let plugin = registry.runtime().load_file(&stem, &path).map_err(|e| fail(e.to_string()))?;
+                    PluginHandle::fixed(plugin, tenant, settings(&stem))
+                } else {
+                    registry.handle(name, PluginKind::Sink, tenant, settings(name)).map_err(|e| fail(e.to_string()))?
+                };
+                OpenSink::Plugin(Arc::new(PluginSink(
+                    WasmSink::new(handle, Box::new(std::io::stdout())).map_err(|e| fail(e.to_string()))?,
+                )))
+            }
+        };
+        let shared = sink.as_event_sink();
+        open.insert(key, sink);
+        Ok(shared)
+    }
+
+    /// Flushes every open sink.
+    ///
+    /// # Errors
+    /// The first flush error, with its sink.
+    pub fn flush(&self) -> Result<(), (String, std::io::Error)> {
+        let open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        for (key, sink) in open.iter() {
+            sink.flush().map_err(|e| (key.clone(), e))?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,73 @@
+//! What writing to sinks did: counts of client-go `recordToSink` outcomes.
+
+use super::WriteOutcome;
+use super::retry::Verb;
+
+/// What one sink watcher did, returned when its task ends.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SinkStats {
+    /// Events received from the Broadcaster.
+    pub received: u64,
+    /// Written with create.
+    pub created: u64,
+    /// Written with patch.
+    pub patched: u64,
+    /// Skipped by the spam filter.
+    pub skipped: u64,
+    /// Replaced by an aggregate event.
+    pub aggregated: u64,
+    /// Dropped after a non-retryable sink error.
+    pub dropped: u64,
+    /// Abandoned after the last retry.
+    pub gave_up: u64,
+    /// Abandoned because of shutdown.
+    pub cancelled: u64,
+    /// Sink calls beyond the first per event.
+    pub retries: u64,
+}
+
+impl SinkStats {
+    /// Adds `other`'s counts to these.
+    pub fn add(&mut self, other: &SinkStats) {
+        self.received += other.received;
+        self.created += other.created;
+        self.patched += other.patched;
+        self.skipped += other.skipped;
+        self.aggregated += other.aggregated;
+        self.dropped += other.dropped;
+        self.gave_up += other.gave_up;
+        self.cancelled += other.cancelled;
+        self.retries += other.retries;
+    }
+
+    /// Counts one `recordToSink` outcome.
+    pub fn count(&mut self, outcome: &WriteOutcome) {
+        let attempts = match *outcome {
+            WriteOutcome::Skipped => {
+                self.skipped += 1;
+                return;
+            }
+            WriteOutcome::Written { verb: Verb::Create, attempts } => {
+                self.created += 1;
+                attempts
+            }
+            WriteOutcome::Written { verb: Verb::Patch, attempts } => {
+                self.patched += 1;
+                attempts
+            }
+            WriteOutcome::Dropped { attempts, .. } => {
+                self.dropped += 1;
+                attempts
+            }
+            WriteOutcome::GaveUp { attempts, .. } => {
+                self.gave_up += 1;
+                attempts
+            }
+            WriteOutcome::Cancelled { attempts, .. } => {
+                self.cancelled += 1;
+                attempts
+            }
+        };
+        self.retries += u64::from(attempts.saturating_sub(1));
+    }
+}

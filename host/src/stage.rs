@@ -1,0 +1,240 @@
+//! The tenant stage: filters → keys → correlate, for one tenant, and [`TenantStages`], every
+//! tenant of a plan with the router that picks one per event.
+//!
+//! This is the only implementation of a tenant's pipeline: `eventpipe run` (through the tenant
+//! router watcher, [`crate::router`]), `eventpipe replay`, `eventpipe test` and
+//! [`crate::event_broadcaster::EventBroadcaster::start_recording_to_sink`] all run events
+//! through it. Keys are computed once per tenant (one EventCorrelator per tenant, shared by all
+//! its sinks).
+//!
+//! A batch goes through in two steps, as the EventCorrelator's own: [`TenantStages::prepare`]
+//! routes every event, runs each tenant's filters (one call per filter per batch) and the key
+//! functions (one call per key function per batch); then [`TenantStages::finish`] runs the
+//! EventLogger and the spam filter event by event, in input order, so that a caller can call
+//! `update_state` between two events exactly where client-go does.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::correlator::{
+    CorrelatorOptions, CorrelatorStats, EventCorrelateResult, EventCorrelator, Occurrence, PreparedEvent,
+};
+use crate::event::Event;
+use crate::plan::{PlannedTenant, TenantPlan, TenantRules};
+use crate::plugin::filter::{Verdict, WasmFilter};
+
+/// What the first step made of one event.
+#[derive(Debug)]
+pub enum Staged {
+    /// A filter plugin dropped it.
+    Filtered {
+        /// The filter's name.
+        filter: String,
+        /// The filter's reason, if it gave one.
+        reason: Option<String>,
+    },
+    /// Aggregated and keyed, waiting for [`TenantStages::finish`].
+    Prepared(PreparedEvent),
+}
+
+/// One tenant's filters and EventCorrelator (its LRU caches and token buckets).
+pub struct TenantStage {
+    name: Arc<str>,
+    rules: TenantRules,
+    filters: Vec<WasmFilter>,
+    correlator: EventCorrelator,
+}
+
+impl std::fmt::Debug for TenantStage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TenantStage").field("name", &self.name).field("filters", &self.filters.len()).finish()
+    }
+}
+
+impl TenantStage {
+    /// A stage with no filter and a new EventCorrelator with `options` (client-go defaults for
+    /// zero fields): what `replay` and client-go's `StartRecordingToSink` run.
+    pub fn new(name: &str, options: CorrelatorOptions) -> Self {
+        Self {
+            name: name.into(),
+            rules: TenantRules::default(),
+            filters: Vec::new(),
+            correlator: EventCorrelator::new(options),
+        }
+    }
+
+    /// A fresh stage for a planned tenant, with plugin instances of its own.
+    pub fn planned(tenant: &PlannedTenant) -> Self {
+        let (filters, options) = tenant.instantiate();
+        Self {
+            name: tenant.name.clone(),
+            rules: tenant.rules.clone(),
+            filters,
+            correlator: EventCorrelator::new(options),
+        }
+    }
+
+    /// The correlator's totals so far.
+    pub fn stats(&self) -> CorrelatorStats {
+        self.correlator.stats()
+    }
+
+    /// The tenant's name.
+    pub fn name(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    /// Runs the filters over `events`, in order; returns, per event, `None` to keep it or the
+    /// filter and reason that dropped it.
+    fn filter(&self, events: &[&Event]) -> Vec<Option<(String, Option<String>)>> {
+        let mut dropped: Vec<Option<(String, Option<String>)>> = vec![None; events.len()];
+        let mut positions: Vec<usize> = (0..events.len()).collect();
+        for filter in &self.filters {
+            if positions.is_empty() {
+                break;
+            }
+            let batch: Vec<&Event> = positions.iter().map(|&i| events[i]).collect();
+            for (&i, verdict) in positions.iter().zip(filter.filter(&batch)) {
+                if let Verdict::Drop(reason) = verdict {
+                    tracing::debug!(tenant = %self.name, filter = filter.handle().name(), reason = reason.as_deref().unwrap_or(""), "event filtered");
+                    dropped[i] = Some((filter.handle().name().to_string(), reason));
+                }
+            }
+            positions.retain(|&i| dropped[i].is_none());
+        }
+        dropped
+    }
+
+    /// Step 1 for this tenant's share of a batch: filters, then the key functions on the kept
+    /// events. One [`Staged`] per occurrence, in order.
+    pub fn prepare(&mut self, batch: Vec<Occurrence>) -> Vec<Staged> {
+        let dropped = if self.filters.is_empty() {
+            vec![None; batch.len()]
+        } else {
+            self.filter(&batch.iter().map(|o| &o.event).collect::<Vec<_>>())
+        };
+        let kept: Vec<Occurrence> =
+            batch.into_iter().zip(&dropped).filter(|(_, d)| d.is_none()).map(|(o, _)| o).collect();
+        let mut prepared = self.correlator.prepare(kept).into_iter();
+        dropped
+            .into_iter()
+            .map(|d| match d {
+                Some((filter, reason)) => Staged::Filtered { filter, reason },
+                None => Staged::Prepared(prepared.next().expect("one prepared event per kept event")),
+            })
+            .collect()
+    }
+
+    /// Step 2 for one event: the EventLogger and the spam filter (client-go `EventCorrelate`'s
+    /// second half).
+    pub fn finish(&mut self, prepared: PreparedEvent) -> EventCorrelateResult {
+        self.correlator.finish(prepared)
+    }
+
+    /// client-go `UpdateState`: remember the sink's copy of a written event.
+    pub fn update_state(&mut self, stored: &Event) {
+        self.correlator.update_state(stored);
+    }
+
+    /// As [`update_state`](Self::update_state) for a write that completed while later events
+    /// were already correlated (a sink with several writes in flight): a copy older than what
+    /// the EventLogger has since observed for the same event is not taken.
+    pub fn update_state_unless_stale(&mut self, stored: &Event) {
+        self.correlator.update_state_unless_stale(stored);
+    }
+
+    /// Both steps over a whole batch, in order, with no sink: `written` is called with each
+    /// result and returns the sink's copy to remember (`None`: nothing written). One result per
+    /// occurrence: `Err((filter, reason))` for a filtered event.
+    pub fn correlate(
+        &mut self,
+        batch: Vec<Occurrence>,
+        mut written: impl FnMut(&EventCorrelateResult) -> Option<Event>,
+    ) -> Vec<Result<EventCorrelateResult, (String, Option<String>)>> {
+        self.prepare(batch)
+            .into_iter()
+            .map(|staged| match staged {
+                Staged::Filtered { filter, reason } => Err((filter, reason)),
+                Staged::Prepared(p) => {
+                    let result = self.finish(p);
+                    if let Some(stored) = written(&result) {
+                        self.update_state(&stored);
+                    }
+                    Ok(result)
+                }
+            })
+            .collect()
+    }
+}
+
+/// Every tenant of a plan, live: the plan's router and one [`TenantStage`] per tenant.
+pub struct TenantStages {
+    plan: Arc<TenantPlan>,
+    stages: Vec<TenantStage>,
+}
+
+impl std::fmt::Debug for TenantStages {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TenantStages").field("stages", &self.stages).finish()
+    }
+}
+
+impl TenantStages {
+    /// Fresh stages for every tenant of `plan`.
+    pub fn new(plan: Arc<TenantPlan>) -> Self {
+        let stages = plan.tenants.iter().map(TenantStage::planned).collect();
+        Self { plan, stages }
+    }
+
+    /// Takes `plan` (a config reload): tenants whose rules did not change keep their stage
+    /// (correlator state); changed or new tenants start fresh; removed tenants are dropped.
+    pub fn adopt(&mut self, plan: Arc<TenantPlan>) {
+        let mut old: HashMap<Arc<str>, TenantStage> = self.stages.drain(..).map(|s| (s.name.clone(), s)).collect();
+        self.stages = plan
+            .tenants
+            .iter()
+            .map(|t| match old.remove(&t.name) {
+                Some(kept) if kept.rules == t.rules => kept,
+                _ => TenantStage::planned(t),
+            })
+            .collect();
+        self.plan = plan;
+    }
+
+    /// The plan these stages run.
+    pub fn plan(&self) -> &Arc<TenantPlan> {
+        &self.plan
+    }
+
+    /// The stage of tenant `i` (an index into the plan's tenants).
+    pub fn stage_mut(&mut self, i: usize) -> &mut TenantStage {
+        &mut self.stages[i]
+    }
+
+    /// The index of the tenant called `name`, if the plan has one.
+    pub fn position(&self, name: &str) -> Option<usize> {
+        self.stages.iter().position(|s| &*s.name == name)
+    }
+
+    /// Step 1 for a batch: routes every occurrence to its tenant, then prepares each tenant's
+    /// share (in input order within it). Returns `(tenant index, staged)` per occurrence, in
+    /// input order.
+    pub fn prepare(&mut self, batch: Vec<Occurrence>) -> Vec<(usize, Staged)> {
+        let owners: Vec<usize> = batch.iter().map(|o| self.plan.route(&o.event)).collect();
+        if self.stages.len() == 1 {
+            return self.stages[0].prepare(batch).into_iter().map(|s| (0, s)).collect();
+        }
+        let mut shares: Vec<Vec<Occurrence>> = self.stages.iter().map(|_| Vec::new()).collect();
+        for (o, &t) in batch.into_iter().zip(&owners) {
+            shares[t].push(o);
+        }
+        let mut staged: Vec<std::vec::IntoIter<Staged>> =
+            self.stages.iter_mut().zip(shares).map(|(stage, share)| stage.prepare(share).into_iter()).collect();
+        owners.into_iter().map(|t| (t, staged[t].next().expect("one staged event per routed event"))).collect()
+    }
+
+    /// Step 2 for one event of tenant `tenant`.
+    pub fn finish(&mut self, tenant: usize, prepared: PreparedEvent) -> EventCorrelateResult {
+        self.stages[tenant].finish(prepared)
+    }
+}

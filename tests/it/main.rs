@@ -1,0 +1,24 @@
+//! eventpipe's integration tests: one binary (linking wasmtime, kube and axum once), one module per theme.
+
+mod common;
+
+mod broadcaster_vectors;
+mod correlator_properties;
+mod correlator_vectors;
+mod delivery;
+mod events_v1_series_vectors;
+mod example_plugins;
+mod guest_sdk;
+mod hot_reload;
+mod http_ingest;
+mod kubernetes;
+mod metrics;
+mod new_plugin;
+mod plugin_failures;
+mod recorder_vectors;
+mod replay_cli;
+mod run_cli;
+mod sink_retry_vectors;
+mod tenants;
+mod watchers;
+mod webhook_sink;

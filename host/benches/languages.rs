@@ -3,11 +3,11 @@
 //! function.
 //!
 //! ```sh
-//! cargo test -p eventpipe --test example_plugins     # builds the examples (records build times)
+//! cargo test -p eventpipe --test it example_plugins:: # builds the examples (records build times)
 //! cargo bench -p eventpipe --bench languages
 //! ```
 //!
-//! Components are read from where `tests/example_plugins.rs` puts them
+//! Components are read from where `tests/it/example_plugins.rs` puts them
 //! (`target/tmp/example-plugins/LANG/`, the Rust ones from `target/wasm-plugins/`); a missing one
 //! is reported as not built. Calls run on the bundled stream's events, in batches of 256 (what
 //! the correlator and the router send) and of 1.

@@ -358,13 +358,16 @@ impl Partition {
             if sinks.len() > 1 {
                 self.remaining.insert(seq, sinks.len());
             }
-            for sink in sinks {
+            // The result is cloned for all sinks but the last, which takes it.
+            let mut result = Some(result);
+            for (i, sink) in sinks.iter().enumerate() {
+                let result = if i + 1 == sinks.len() { result.take() } else { result.clone() };
                 let job = Job {
                     tenant: tenant.name.clone(),
                     seq,
                     sink: sink.clone(),
                     name: name.clone(),
-                    result: result.clone(),
+                    result: result.expect("taken only for the last sink"),
                     aggregated,
                 };
                 self.submit(job).await;

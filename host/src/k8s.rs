@@ -1,12 +1,11 @@
 //! The connection to a Kubernetes API server, shared by the Kubernetes source and sink: the
 //! `kube` client configured like kubectl (an explicit kubeconfig, else `$KUBECONFIG` /
-//! `~/.kube/config`, else the in-cluster service account), and the API's error shapes.
+//! `~/.kube/config`, else the in-cluster service account), and the API's error shape
+//! ([`StatusError`]).
 
 use std::path::PathBuf;
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
-
-use crate::sink::{SinkError, StatusError};
 
 /// How to reach the API server.
 #[derive(Debug, Clone, Default)]
@@ -58,6 +57,39 @@ pub async fn connect(options: &KubeOptions) -> Result<kube::Client, ConnectError
     kube::Client::try_from(config).map_err(|e| ConnectError::Client(e.to_string()))
 }
 
+/// A Kubernetes API status failure (`metav1.Status` in a `StatusError`): an HTTP code, a
+/// machine-readable reason (`NotFound`, `AlreadyExists`, …) and the status causes' types.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StatusError {
+    /// HTTP status code (0 when the server gave none).
+    pub code: u16,
+    /// `metav1.StatusReason`, e.g. `"NotFound"`.
+    pub reason: String,
+    /// Human-readable message.
+    pub message: String,
+    /// `details.causes[].type`, e.g. `"NamespaceTerminating"`.
+    pub causes: Vec<String>,
+}
+
+/// Cause type the apiserver sets when the event's namespace is being deleted
+/// (`v1.NamespaceTerminatingCause`).
+pub const CAUSE_NAMESPACE_TERMINATING: &str = "NamespaceTerminating";
+/// Status reason of a create that hit an existing object (`metav1.StatusReasonAlreadyExists`).
+pub const REASON_ALREADY_EXISTS: &str = "AlreadyExists";
+
+impl StatusError {
+    /// Whether this is a 404, the only failure of a patch that falls back to create.
+    pub fn is_not_found(&self) -> bool {
+        self.code == 404
+    }
+
+    /// client-go logs these at V(5) instead of as errors: the event already exists, or its
+    /// namespace is terminating.
+    pub fn is_expected(&self) -> bool {
+        self.reason == REASON_ALREADY_EXISTS || self.causes.iter().any(|c| c == CAUSE_NAMESPACE_TERMINATING)
+    }
+}
+
 /// A non-2xx answer of the API server as client-go's `StatusError`: the `Status` body when
 /// there is one, else the HTTP code with the body text as message.
 pub fn status_error(code: u16, body: &[u8]) -> StatusError {
@@ -95,20 +127,6 @@ pub fn status_error(code: u16, body: &[u8]) -> StatusError {
             message: String::from_utf8_lossy(body).trim().to_string(),
             causes: Vec::new(),
         },
-    }
-}
-
-/// A `kube` error as a sink error: API answers are `StatusError`s (not retried by
-/// `recordToSink`), everything else is a transport error (retried).
-pub fn sink_error(error: kube::Error) -> SinkError {
-    match error {
-        kube::Error::Api(status) => SinkError::Status(StatusError {
-            code: status.code,
-            reason: status.reason,
-            message: status.message,
-            causes: status.details.map(|d| d.causes.into_iter().map(|c| c.reason).collect()).unwrap_or_default(),
-        }),
-        other => SinkError::Transport(other.to_string()),
     }
 }
 

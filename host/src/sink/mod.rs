@@ -14,42 +14,10 @@ use async_trait::async_trait;
 
 use crate::event::Event;
 
+pub use crate::k8s::{CAUSE_NAMESPACE_TERMINATING, REASON_ALREADY_EXISTS, StatusError};
 pub use retry::{RetryPolicy, WriteOutcome, deliver, write_event};
 pub use spec::{SinkSpec, SinkSpecError};
 pub use stats::SinkStats;
-
-/// A Kubernetes API status failure (`metav1.Status` in a `StatusError`): an HTTP code, a
-/// machine-readable reason (`NotFound`, `AlreadyExists`, …) and the status causes' types.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct StatusError {
-    /// HTTP status code (0 when the server gave none).
-    pub code: u16,
-    /// `metav1.StatusReason`, e.g. `"NotFound"`.
-    pub reason: String,
-    /// Human-readable message.
-    pub message: String,
-    /// `details.causes[].type`, e.g. `"NamespaceTerminating"`.
-    pub causes: Vec<String>,
-}
-
-/// Cause type the apiserver sets when the event's namespace is being deleted
-/// (`v1.NamespaceTerminatingCause`).
-pub const CAUSE_NAMESPACE_TERMINATING: &str = "NamespaceTerminating";
-/// Status reason of a create that hit an existing object (`metav1.StatusReasonAlreadyExists`).
-pub const REASON_ALREADY_EXISTS: &str = "AlreadyExists";
-
-impl StatusError {
-    /// Whether this is a 404, the only failure of a patch that falls back to create.
-    pub fn is_not_found(&self) -> bool {
-        self.code == 404
-    }
-
-    /// client-go logs these at V(5) instead of as errors: the event already exists, or its
-    /// namespace is terminating.
-    pub fn is_expected(&self) -> bool {
-        self.reason == REASON_ALREADY_EXISTS || self.causes.iter().any(|c| c == CAUSE_NAMESPACE_TERMINATING)
-    }
-}
 
 /// Why a sink call failed, in the classes client-go's `recordEvent` tells apart.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

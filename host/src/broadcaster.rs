@@ -43,12 +43,15 @@ use tokio::sync::{Notify, watch};
 pub const INCOMING_QUEUE_LENGTH: usize = 25;
 
 /// What the distributor does when a watcher's queue is full (apimachinery `FullChannelBehavior`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// As a command-line or config value: `wait` or `drop`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
 pub enum FullChannelBehavior {
     /// Wait until that watcher has room or is stopped (Go `WaitIfChannelFull = 0`). One stuck
     /// watcher stalls delivery to all of them.
+    #[value(name = "wait")]
     WaitIfChannelFull,
     /// Skip that watcher for this event and count a drop on it (Go `DropIfChannelFull = 1`).
+    #[value(name = "drop")]
     DropIfChannelFull,
 }
 
@@ -118,6 +121,9 @@ pub enum BroadcasterError {
     /// The broadcaster was shut down (apimachinery returns the same text since v0.25).
     #[error("broadcaster already stopped")]
     Stopped,
+    /// [`Broadcaster::action_all`] was given more events than the incoming queue holds.
+    #[error("{0} events do not fit the incoming queue at once")]
+    TooMany(usize),
 }
 
 /// Distributes watch events to every registered [`Watcher`] (apimachinery `watch.Broadcaster`).
@@ -253,6 +259,28 @@ impl<T: Clone + Send + 'static> Broadcaster<T> {
     pub async fn action(&self, type_: WatchEventType, object: T) -> Result<(), BroadcasterError> {
         let event = Item::Event(WatchEvent { type_, object });
         self.inner.incoming.push(event).await.map_err(|_| BroadcasterError::Stopped)
+    }
+
+    /// Accepts `events` together, in order, waiting until the incoming queue has room for all of
+    /// them (at most [`incoming_capacity`](Self::incoming_capacity) events): all are accepted or
+    /// none (HTTP ingest's all-or-nothing batches). Cancellation-safe: a future dropped before it
+    /// completes has enqueued nothing.
+    ///
+    /// # Errors
+    /// [`BroadcasterError::Stopped`] after [`Broadcaster::shutdown`];
+    /// [`BroadcasterError::TooMany`] for more events than the incoming queue holds.
+    pub async fn action_all(&self, events: Vec<(WatchEventType, T)>) -> Result<(), BroadcasterError> {
+        let n = events.len();
+        let items = events.into_iter().map(|(type_, object)| Item::Event(WatchEvent { type_, object })).collect();
+        self.inner.incoming.push_all(items).await.map_err(|why| match why {
+            Rejected::Closed => BroadcasterError::Stopped,
+            Rejected::Full => BroadcasterError::TooMany(n),
+        })
+    }
+
+    /// How many events the incoming queue holds.
+    pub fn incoming_capacity(&self) -> usize {
+        self.inner.incoming.capacity
     }
 
     /// Accepts an event if the incoming queue has room; never blocks (apimachinery
@@ -627,6 +655,37 @@ impl<I> Queue<I> {
         }
     }
 
+    /// Pushes all of `items` at once (at most `capacity` of them), waiting until there is room for
+    /// every one; `Full` for more items than the capacity, `Closed` once closed or stopped.
+    /// Nothing is pushed on an error.
+    /// Cancellation-safe: nothing is pushed before the call completes.
+    async fn push_all(&self, items: Vec<I>) -> Result<(), Rejected> {
+        if items.len() > self.capacity {
+            return Err(Rejected::Full);
+        }
+        loop {
+            let mut writable = pin!(self.writable.notified());
+            writable.as_mut().enable();
+            {
+                let mut state = self.lock();
+                if state.closed {
+                    return Err(Rejected::Closed);
+                }
+                if state.counted + items.len() <= self.capacity + state.parked {
+                    state.counted += items.len();
+                    state.items.extend(items.into_iter().map(|item| (item, true)));
+                    drop(state);
+                    self.readable.notify_waiters();
+                    return Ok(());
+                }
+                if state.stopped {
+                    return Err(Rejected::Closed);
+                }
+            }
+            writable.await;
+        }
+    }
+
     /// Pushes an item that does not count against the capacity; fails only when closed.
     fn push_marker(&self, item: I) -> Result<(), Rejected> {
         let mut state = self.lock();
@@ -763,6 +822,32 @@ mod tests {
             assert_eq!(t.as_str().parse::<WatchEventType>(), Ok(t));
         }
         assert_eq!("added".parse::<WatchEventType>(), Err(UnknownWatchEventType("added".into())));
+    }
+
+    #[tokio::test]
+    async fn action_all_accepts_a_batch_whole_once_it_fits_or_not_at_all() {
+        // Incoming holds 4; the watcher's queue 0 in Wait mode, so nothing leaves incoming until
+        // the watcher reads.
+        let b = Broadcaster::with_incoming(4, 0, Wait);
+        let mut w = b.watch().unwrap();
+        settle().await;
+        let batch = |r: std::ops::Range<u32>| r.map(|i| (ADDED, i)).collect::<Vec<_>>();
+        assert_eq!(b.action_all(batch(0..5)).await, Err(BroadcasterError::TooMany(5)));
+        b.action_all(batch(0..3)).await.unwrap();
+        // The distributor holds 0 (waiting for the watcher) and 1, 2 are queued: a batch of 3
+        // does not fit, and a cancelled wait enqueues nothing.
+        assert!(timeout(Duration::from_millis(50), b.action_all(batch(10..13))).await.is_err());
+        let reader = tokio::spawn(async move {
+            let mut got = Vec::new();
+            while let Some(i) = next(&mut w).await {
+                got.push(i);
+            }
+            got
+        });
+        b.action_all(batch(3..7)).await.unwrap();
+        b.shutdown().await;
+        assert_eq!(reader.await.unwrap(), (0..7).collect::<Vec<_>>(), "in order, whole, nothing of 10..13");
+        assert_eq!(b.action_all(batch(0..1)).await, Err(BroadcasterError::Stopped));
     }
 
     #[tokio::test]

@@ -21,6 +21,7 @@
 //! memory_limit_bytes = 67108864        # plugin linear-memory limit, bytes
 //! fallback = "builtin"                 # what a failed plugin call does: builtin | drop | fail
 //! sinks = ["jsonl:out/default.jsonl"]  # sink specs, same syntax as --sink; absent = the --sink option
+//! partition_key = "source-object"      # what `run --workers` shards by: source-object | namespace; absent = --partition-key
 //!
 //! # Per-plugin key/value config, handed to the plugin through its `config` import. Values are
 //! # strings; integers, floats and booleans are accepted and passed in their string form.
@@ -56,7 +57,7 @@
 //! - `lru_cache_size`, `fuel_per_event` and `memory_limit_bytes` are non-negative integers.
 //!   `max_events`, `max_interval_seconds`, `burst` and `qps` may be negative, with client-go's
 //!   meaning (a negative burst filters every event, …); `qps` must not be NaN.
-//! - `fallback` is `builtin`, `drop` or `fail`.
+//! - `fallback` is `builtin`, `drop` or `fail`; `partition_key` is `source-object` or `namespace`.
 //! - Each sink is a sink spec as `--sink` takes it (`jsonl:PATH`, `jsonl:-`, `plugin:NAME`, `k8s`,
 //!   `k8s:NAMESPACE`), and
 //!   `sinks` must not be empty when given.
@@ -78,6 +79,7 @@ use serde::de::{self, Deserializer, Visitor};
 use toml::Spanned;
 
 use crate::broadcaster::FullChannelBehavior;
+use crate::partition::PartitionKey;
 use crate::plugin::FallbackPolicy;
 pub use crate::tenant::DEFAULT_TENANT;
 use crate::tenant::{MatchEntry, MatchError, MatchSpec, TenantMatch, TenantRouter};
@@ -186,6 +188,8 @@ pub struct Rules {
     pub fallback: Option<FallbackPolicy>,
     /// Sink specs (`jsonl:PATH`, `jsonl:-`, `plugin:NAME`), not yet parsed; never empty.
     pub sinks: Option<Vec<String>>,
+    /// What this tenant's events are partitioned by (`run --workers`).
+    pub partition_key: Option<PartitionKey>,
 }
 
 impl Rules {
@@ -210,6 +214,7 @@ impl Rules {
             memory_limit_bytes: self.memory_limit_bytes.or(base.memory_limit_bytes),
             fallback: self.fallback.or(base.fallback),
             sinks: self.sinks.or_else(|| base.sinks.clone()),
+            partition_key: self.partition_key.or(base.partition_key),
         }
     }
 
@@ -415,6 +420,7 @@ struct RawRules {
     memory_limit_bytes: Option<usize>,
     fallback: Option<Spanned<String>>,
     sinks: Option<Spanned<Vec<Spanned<String>>>>,
+    partition_key: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -588,6 +594,19 @@ impl Ctx<'_> {
             .as_ref()
             .map(|f| f.get_ref().parse::<FallbackPolicy>().map_err(|e| self.error(f.span(), key("fallback"), e)))
             .transpose()?;
+        let partition_key = raw
+            .partition_key
+            .as_ref()
+            .map(|p| {
+                <PartitionKey as clap::ValueEnum>::from_str(p.get_ref(), false).map_err(|_| {
+                    self.error(
+                        p.span(),
+                        key("partition_key"),
+                        format!("expected `source-object` or `namespace`, got `{}`", p.get_ref()),
+                    )
+                })
+            })
+            .transpose()?;
         let sinks = raw
             .sinks
             .as_ref()
@@ -626,6 +645,7 @@ impl Ctx<'_> {
             memory_limit_bytes: raw.memory_limit_bytes,
             fallback,
             sinks,
+            partition_key,
         })
     }
 
@@ -966,6 +986,22 @@ mod tests {
             5,
             "tenants[0].match.source_hosts",
             "empty",
+        );
+    }
+
+    #[test]
+    fn partition_key_is_a_rule_tenants_inherit() {
+        let text = "[defaults]\npartition_key = \"namespace\"\n[[tenants]]\nname = \"a\"\nmatch = { kinds = [\"Pod\"] }\n\
+                    [[tenants]]\nname = \"b\"\nmatch = { kinds = [\"Node\"] }\nrules = { partition_key = \"source-object\" }\n";
+        let c = Config::parse(text, Path::new("t.toml")).unwrap();
+        assert_eq!(c.defaults.partition_key, Some(PartitionKey::Namespace));
+        assert_eq!(c.tenants[0].rules.partition_key, Some(PartitionKey::Namespace), "inherited");
+        assert_eq!(c.tenants[1].rules.partition_key, Some(PartitionKey::SourceObject), "overridden");
+        assert_err(
+            "[defaults]\npartition_key = \"pod\"\n",
+            2,
+            "defaults.partition_key",
+            "expected `source-object` or `namespace`",
         );
     }
 

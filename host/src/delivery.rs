@@ -37,6 +37,43 @@ pub enum Delivery {
     },
 }
 
+/// A delivery mode without its state file: `--delivery`, and a sink's `delivery` in the config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DeliveryMode {
+    /// `DropIfChannelFull`: never blocks the source; drops are counted.
+    AtMostOnce,
+    /// `WaitIfChannelFull`: nothing lost inside the process.
+    #[default]
+    Wait,
+    /// Wait, plus a saved source position: nothing lost across restarts (duplicates possible).
+    AtLeastOnce,
+}
+
+impl Delivery {
+    /// `mode` with the state file at-least-once saves its position in.
+    ///
+    /// # Errors
+    /// At-least-once without a state file.
+    pub fn new(mode: DeliveryMode, state_file: Option<PathBuf>) -> Result<Self, String> {
+        Ok(match (mode, state_file) {
+            (DeliveryMode::AtMostOnce, _) => Delivery::AtMostOnce,
+            (DeliveryMode::Wait, _) => Delivery::Wait,
+            (DeliveryMode::AtLeastOnce, Some(state_file)) => Delivery::AtLeastOnce { state_file },
+            (DeliveryMode::AtLeastOnce, None) => return Err("at-least-once delivery needs a state file".into()),
+        })
+    }
+
+    /// The mode, without the state file.
+    pub fn mode(&self) -> DeliveryMode {
+        match self {
+            Delivery::AtMostOnce => DeliveryMode::AtMostOnce,
+            Delivery::Wait => DeliveryMode::Wait,
+            Delivery::AtLeastOnce { .. } => DeliveryMode::AtLeastOnce,
+        }
+    }
+}
+
 /// Where a source stands after an event: what a restart resumes from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

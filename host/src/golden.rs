@@ -120,11 +120,12 @@ fn base_rules(settings: &PluginSettings) -> TenantRules {
         aggregate_key: KeyChoice::Builtin,
         message_combiner: KeyChoice::Builtin,
         spam_key: KeyChoice::Builtin,
-        spam_key_with_type: false,
+        builtin_spam_key: Default::default(),
         filters: Vec::new(),
         plugin: PluginSettings { config: Default::default(), ..settings.clone() },
         plugin_config: Default::default(),
         sinks: vec![SinkSpec::JsonLinesStdout],
+        partition_key: None,
     }
 }
 

@@ -1,8 +1,29 @@
 //! eventpipe: the Kubernetes event machinery (client-go `tools/record`, apimachinery
 //! `watch.Broadcaster`) as a fast host whose policy comes from WebAssembly plugins.
 //!
-//! Data flows one way: source → [`broadcaster::Broadcaster`] → watchers →
-//! [`correlator::EventCorrelator`] → [`sink::EventSink`].
+//! # Data flow
+//!
+//! ```text
+//!  source ──► Broadcaster ──┬─► tenant router watcher ─► partition 0..N (by PartitionKey)
+//!  (jsonl,    (one ordered  │     each: TenantStage per tenant:
+//!   k8s,       incoming     │       route ─► filters (Wasm) ─► keys ─► EventCorrelator
+//!   http)      queue)       │     ─► every sink of the tenant (writes in flight, per-event order,
+//!                           │        client-go's recordToSink retries) ─► acknowledgements
+//!                           ├─► watcher plugins (Wasm; own queue, drop or wait when full)
+//!                           └─► any other watcher (EventBroadcaster::start_recording_to_sink, …)
+//! ```
+//!
+//! Where to start:
+//! - [`run()`] runs the whole pipeline from [`RunOptions`] (what `eventpipe run` does);
+//!   [`replay()`] runs one [`TenantStage`] over a recorded stream (`eventpipe replay`).
+//! - [`EventBroadcaster`] and [`EventRecorder`] are client-go's recording API:
+//!   `start_recording_to_sink` attaches the same tenant stage to any [`EventSink`].
+//! - [`EventCorrelator`] is client-go's correlator (aggregator → logger → spam filter), with
+//!   its key functions pluggable ([`correlator`]).
+//! - [`TenantPlan`] is what tenants run: rules from the command line ([`CommandLineRules`]) and
+//!   the [`Config`], plugins from the [`PluginRegistry`], sinks from [`SinkSpec`]s.
+//!
+//! Modules sit in layers; each imports only modules below it (the README lists them).
 
 pub mod broadcaster;
 pub mod clock;
@@ -15,6 +36,7 @@ pub mod golden;
 pub mod k8s;
 pub mod logging;
 pub mod metrics;
+pub mod partition;
 pub mod plan;
 pub mod plugin;
 pub mod recorder;
@@ -29,3 +51,21 @@ pub mod source;
 pub mod stage;
 pub mod tenant;
 pub mod watchers;
+
+pub use broadcaster::{Broadcaster, FullChannelBehavior, WatchEvent, WatchEventType, Watcher};
+pub use config::Config;
+pub use correlator::{CorrelatorOptions, EventCorrelateResult, EventCorrelator};
+pub use delivery::{Delivery, DeliveryMode};
+pub use event::Event;
+pub use event_broadcaster::{EventBroadcaster, EventBroadcasterOptions};
+pub use partition::PartitionKey;
+pub use plan::{CommandLineRules, TenantPlan, TenantRules};
+pub use plugin::registry::PluginRegistry;
+pub use plugin::{PluginKind, PluginRuntime, PluginSettings};
+pub use recorder::EventRecorder;
+pub use replay::{ReplayOptions, replay};
+pub use router::RouterStats;
+pub use run::{RunOptions, RunSummary, run};
+pub use sink::{EventSink, SinkSpec};
+pub use source::{Source, SourceSpec, SourceStats};
+pub use stage::TenantStage;

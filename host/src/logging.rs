@@ -9,7 +9,7 @@ use tracing_subscriber::EnvFilter;
 pub const DEFAULT_FILTER: &str = "warn";
 
 /// `--log-format`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum LogFormat {
     /// One human-readable line per event: time, level, target, message, fields.
     #[default]

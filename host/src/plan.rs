@@ -12,6 +12,7 @@ use crate::correlator::{
     DEFAULT_SPAM_QPS, MAX_LRU_CACHE_ENTRIES, SourceObjectType, or_default,
 };
 use crate::event::Event;
+use crate::partition::PartitionKey;
 use crate::plugin::filter::WasmFilter;
 use crate::plugin::functions::{WasmAggregateKeyFunc, WasmMessageFunc, WasmSpamKeyFunc};
 use crate::plugin::registry::{LookupError, PluginRegistry};
@@ -28,6 +29,106 @@ pub enum KeyChoice {
     Builtin,
     /// A plugin, by name (embedded or from the plugins directory).
     Plugin(String),
+}
+
+/// The built-in spam-key function (`--spam-key`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum BuiltinSpamKey {
+    /// Source + involved object: client-go v0.26 `getSpamKey` (the default).
+    #[default]
+    SourceObject,
+    /// Source + involved object + type: client-go ≥ 1.32, where Normal and Warning events of one
+    /// object get separate token buckets.
+    SourceObjectType,
+}
+
+/// The rules as `run` and `replay` take them on the command line, before any config: client-go's
+/// numbers (0: client-go's default), the key functions, and the plugin limits.
+/// [`rules`](Self::rules) resolves them into the [`TenantRules`] a config then overrides.
+#[derive(Debug, Clone, Default)]
+pub struct CommandLineRules {
+    /// Entries in each LRU cache (client-go `LRUCacheSize`, default 4096).
+    pub lru_cache_size: usize,
+    /// Spam filter burst, events (client-go `BurstSize`, default 25).
+    pub burst: i64,
+    /// Spam filter refill, events per second (client-go `QPS`, default 1/300).
+    pub qps: f32,
+    /// Distinct messages before aggregating (client-go `MaxEvents`, default 10).
+    pub max_events: i64,
+    /// Aggregation window, seconds (client-go `MaxIntervalInSeconds`, default 600).
+    pub max_interval_seconds: i64,
+    /// The native built-in key functions instead of the (identical) default plugins.
+    pub builtin: bool,
+    /// An aggregate-key plugin (name or component file) instead of the default `by-reason`.
+    pub aggregate_key_plugin: Option<String>,
+    /// A message-combiner plugin instead of the default `similar-events`.
+    pub message_combiner_plugin: Option<String>,
+    /// A spam-key plugin instead of the default `source-object`.
+    pub spam_key_plugin: Option<String>,
+    /// The built-in spam key; [`BuiltinSpamKey::SourceObjectType`] has no plugin, so it is
+    /// native even without `builtin`.
+    pub spam_key: BuiltinSpamKey,
+    /// Fuel, memory and fallback of every plugin call.
+    pub plugin: PluginSettings,
+}
+
+/// The default plugins, one per key slot: client-go's functions as Wasm components.
+pub const DEFAULT_AGGREGATE_KEY_PLUGIN: &str = "by-reason";
+/// See [`DEFAULT_AGGREGATE_KEY_PLUGIN`].
+pub const DEFAULT_MESSAGE_COMBINER_PLUGIN: &str = "similar-events";
+/// See [`DEFAULT_AGGREGATE_KEY_PLUGIN`].
+pub const DEFAULT_SPAM_KEY_PLUGIN: &str = "source-object";
+
+impl CommandLineRules {
+    /// These rules resolved: component files are loaded into `registry` under their stems; no
+    /// filters and no sinks (the caller adds its sinks).
+    ///
+    /// # Errors
+    /// [`PlanError::Rule`] for a component file that cannot be loaded, or a spam-key plugin
+    /// with the built-in `source-object-type` key.
+    pub fn rules(&self, registry: &PluginRegistry) -> Result<TenantRules, PlanError> {
+        let rule =
+            |key: &str, message: String| PlanError::Rule { location: "command line".into(), key: key.into(), message };
+        let choice = |key: &str, given: &Option<String>, default: &str| {
+            if self.builtin {
+                return Ok(KeyChoice::Builtin);
+            }
+            let reference = given.as_deref().unwrap_or(default);
+            registry.name_or_load(reference).map(KeyChoice::Plugin).map_err(|message| rule(key, message))
+        };
+        let spam_key = match self.spam_key {
+            BuiltinSpamKey::SourceObjectType if self.spam_key_plugin.is_some() => {
+                return Err(rule(
+                    "--spam-key-plugin",
+                    "--spam-key source-object-type is built in; it cannot be combined with a spam-key plugin".into(),
+                ));
+            }
+            BuiltinSpamKey::SourceObjectType => KeyChoice::Builtin,
+            BuiltinSpamKey::SourceObject => {
+                choice("--spam-key-plugin", &self.spam_key_plugin, DEFAULT_SPAM_KEY_PLUGIN)?
+            }
+        };
+        Ok(TenantRules {
+            lru_cache_size: self.lru_cache_size,
+            burst: self.burst,
+            qps: self.qps,
+            max_events: self.max_events,
+            max_interval_seconds: self.max_interval_seconds,
+            aggregate_key: choice("--aggregate-key-plugin", &self.aggregate_key_plugin, DEFAULT_AGGREGATE_KEY_PLUGIN)?,
+            message_combiner: choice(
+                "--message-combiner-plugin",
+                &self.message_combiner_plugin,
+                DEFAULT_MESSAGE_COMBINER_PLUGIN,
+            )?,
+            spam_key,
+            builtin_spam_key: self.spam_key,
+            filters: Vec::new(),
+            plugin: self.plugin.clone(),
+            plugin_config: BTreeMap::new(),
+            sinks: Vec::new(),
+            partition_key: None,
+        })
+    }
 }
 
 /// The concrete rules of one tenant: what the command line gives, overridden by the config's
@@ -50,8 +151,8 @@ pub struct TenantRules {
     pub message_combiner: KeyChoice,
     /// The spam-key function.
     pub spam_key: KeyChoice,
-    /// With `spam_key: Builtin`: client-go ≥ 1.32's key (with `type`) instead of v0.26's.
-    pub spam_key_with_type: bool,
+    /// With `spam_key: Builtin`: which built-in key.
+    pub builtin_spam_key: BuiltinSpamKey,
     /// Filter plugins, in order.
     pub filters: Vec<String>,
     /// Fuel, memory and fallback of this tenant's plugin calls (`config` is filled per plugin).
@@ -60,6 +161,8 @@ pub struct TenantRules {
     pub plugin_config: BTreeMap<String, BTreeMap<String, String>>,
     /// Where results go.
     pub sinks: Vec<SinkSpec>,
+    /// What this tenant's events are partitioned by; `None`: the router's default.
+    pub partition_key: Option<PartitionKey>,
 }
 
 impl TenantRules {
@@ -92,7 +195,7 @@ impl TenantRules {
             aggregate_key: choice(&rules.aggregate_key, &self.aggregate_key),
             message_combiner: choice(&rules.message_combiner, &self.message_combiner),
             spam_key: choice(&rules.spam_key, &self.spam_key),
-            spam_key_with_type: self.spam_key_with_type,
+            builtin_spam_key: self.builtin_spam_key,
             // The config's rules come merged over `[defaults]`, where an explicit `filters = []`
             // clears them; the command line has no filters.
             filters: rules.filters.iter().map(|f| f.name.clone()).collect(),
@@ -108,6 +211,7 @@ impl TenantRules {
             },
             plugin_config: self.plugin_config.clone(),
             sinks,
+            partition_key: rules.partition_key.or(self.partition_key),
         })
     }
 
@@ -204,6 +308,21 @@ impl PlannedTenant {
     pub fn sinks(&self) -> &[Arc<dyn EventSink>] {
         &self.sinks
     }
+
+    /// A tenant `name` with `rules` whose sinks are not opened (`replay` writes results
+    /// itself): plugins looked up in `registry` as [`TenantPlan::build`] does.
+    ///
+    /// # Errors
+    /// [`PlanError`] for a missing plugin or one of the wrong kind.
+    pub fn without_sinks(name: &str, mut rules: TenantRules, registry: &PluginRegistry) -> Result<Self, PlanError> {
+        rules.sinks.clear();
+        plan_tenant(name, rules, &[], "command line", registry, None)
+    }
+
+    /// Whether a plugin of this tenant failed under the `fail` policy.
+    pub fn failed(&self) -> bool {
+        self.handles.iter().any(|h| h.settings().fallback == FallbackPolicy::Fail && h.stats().snapshot().drops > 0)
+    }
 }
 
 impl std::fmt::Debug for PlannedTenant {
@@ -244,7 +363,7 @@ impl TenantPlan {
         sinks: &SinkSet,
     ) -> Result<Self, PlanError> {
         let Some(config) = config else {
-            let tenant = plan_tenant(DEFAULT_TENANT, base.clone(), &[], "command line", registry, sinks)?;
+            let tenant = plan_tenant(DEFAULT_TENANT, base.clone(), &[], "command line", registry, Some(sinks))?;
             return Ok(Self { router: TenantRouter::new(Vec::new()), tenants: vec![tenant] });
         };
         let file = config.path.display().to_string();
@@ -262,15 +381,26 @@ impl TenantPlan {
                 key: format!("tenants[{i}].rules.{key}"),
                 message,
             })?;
-            tenants.push(plan_tenant(&t.name, rules, &refs(&t.rules), &file, registry, sinks)?);
+            tenants.push(plan_tenant(&t.name, rules, &refs(&t.rules), &file, registry, Some(sinks))?);
         }
-        tenants.push(plan_tenant(DEFAULT_TENANT, defaults, &refs(&config.defaults), &file, registry, sinks)?);
+        tenants.push(plan_tenant(DEFAULT_TENANT, defaults, &refs(&config.defaults), &file, registry, Some(sinks))?);
         Ok(Self { router: config.router(), tenants })
     }
 
     /// The index into [`tenants`](Self::tenants) of `event`'s tenant.
     pub fn route(&self, event: &Event) -> usize {
         self.router.route(event, event.ingest_headers.get()).unwrap_or(self.tenants.len() - 1)
+    }
+
+    /// The partition of `event` among `partitions`: by its tenant's partition key, else by
+    /// `default` (events are routed only when some tenant sets its own key).
+    pub fn partition(&self, event: &Event, default: PartitionKey, partitions: usize) -> usize {
+        let key = if self.tenants.iter().any(|t| t.rules.partition_key.is_some()) {
+            self.tenants[self.route(event)].rules.partition_key.unwrap_or(default)
+        } else {
+            default
+        };
+        key.partition(event, partitions)
     }
 
     /// One line per tenant for logs: name, plugins and numbers.
@@ -311,10 +441,7 @@ impl TenantPlan {
 
     /// Whether any plugin of any tenant failed under the `fail` policy.
     pub fn failed(&self) -> bool {
-        self.tenants
-            .iter()
-            .flat_map(|t| &t.handles)
-            .any(|h| h.settings().fallback == FallbackPolicy::Fail && h.stats().snapshot().drops > 0)
+        self.tenants.iter().any(PlannedTenant::failed)
     }
 }
 
@@ -334,7 +461,7 @@ fn plan_tenant(
     refs: &[PluginRef],
     location: &str,
     registry: &PluginRegistry,
-    sinks: &SinkSet,
+    sinks: Option<&SinkSet>,
 ) -> Result<PlannedTenant, PlanError> {
     let mut handles = Vec::new();
     let mut lookup = |plugin: &str, kind: PluginKind| {
@@ -374,7 +501,7 @@ fn plan_tenant(
     let aggregate_key = slot(&rules.aggregate_key, PluginKind::AggregateKey)?;
     let message_combiner = slot(&rules.message_combiner, PluginKind::MessageCombiner)?;
     let spam_key = slot(&rules.spam_key, PluginKind::SpamKey)?;
-    if spam_key.is_none() && rules.spam_key_with_type {
+    if spam_key.is_none() && rules.builtin_spam_key == BuiltinSpamKey::SourceObjectType {
         options.spam_key_func = Some(Arc::new(SourceObjectType));
     }
     let mut filters = Vec::new();
@@ -382,6 +509,19 @@ fn plan_tenant(
         filters.push(slot(&KeyChoice::Plugin(f.clone()), PluginKind::Filter)?.expect("a plugin choice"));
     }
     let mut opened = Vec::new();
+    let Some(sinks) = sinks else {
+        return Ok(PlannedTenant {
+            name: name.into(),
+            rules,
+            options,
+            aggregate_key,
+            message_combiner,
+            spam_key,
+            filters,
+            sinks: opened,
+            handles,
+        });
+    };
     for spec in &rules.sinks {
         opened.push(sinks.open(spec, name, &|p| rules.settings_for(p), registry)?);
     }

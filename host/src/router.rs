@@ -39,63 +39,13 @@ use crate::broadcaster::Watcher;
 use crate::correlator::{CorrelationClock, EventCorrelateResult, PREPARE_BATCH_SIZE};
 use crate::delivery::Acknowledgements;
 use crate::event::Event;
+pub use crate::partition::PartitionKey;
 use crate::plan::TenantPlan;
 use crate::sink::{EventSink, RetryPolicy, SinkStats, WriteOutcome, deliver};
 use crate::stage::{Staged, TenantStages};
 
 /// Default writes in flight per sink (`run --max-in-flight`).
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 1024;
-
-/// What the partition of an event is computed from. Every client-go key (aggregate, logger,
-/// spam) contains the event's source and involved object, so partitioning by them keeps every
-/// key's events together.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum PartitionKey {
-    /// `source.component`, `source.host` and the involved object's kind, namespace, name, UID
-    /// and apiVersion (client-go `getSpamKey`'s fields).
-    #[default]
-    SourceObject,
-    /// The event's namespace: for key plugins that group events of several objects of one
-    /// namespace together.
-    Namespace,
-}
-
-impl PartitionKey {
-    /// The partition of `event` among `partitions` (≥ 1): a 64-bit xxh3 of the key's fields,
-    /// modulo `partitions`. The same function on every host (NATS subjects use it too).
-    pub fn partition(self, event: &Event, partitions: usize) -> usize {
-        if partitions <= 1 {
-            return 0;
-        }
-        let mut h = xxhash_rust::xxh3::Xxh3::new();
-        let mut field = |s: &str| {
-            h.update(s.as_bytes());
-            h.update(&[0xff]);
-        };
-        match self {
-            PartitionKey::SourceObject => {
-                let o = &event.involved_object;
-                for s in [
-                    &event.source.component,
-                    &event.source.host,
-                    &o.kind,
-                    &o.namespace,
-                    &o.name,
-                    &o.uid,
-                    &o.api_version,
-                ] {
-                    field(s);
-                }
-            }
-            PartitionKey::Namespace => field(if event.metadata.namespace.is_empty() {
-                &event.involved_object.namespace
-            } else {
-                &event.metadata.namespace
-            }),
-        }
-        (h.digest() % partitions as u64) as usize
-    }
-}
 
 /// What the tenant router watcher did, in total and per tenant.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -186,11 +136,12 @@ pub async fn record_to_tenants(
             let partition = Partition::new(plans.clone(), &options, i == 0);
             tasks.push(tokio::spawn(partition.run(Input::Channel(rx))));
         }
-        let key = options.partition_key;
+        let (key, mut plans) = (options.partition_key, plans);
         while let Some(batch) = watcher.recv_batch(PREPARE_BATCH_SIZE).await {
+            let plan = plans.borrow_and_update().clone();
             let mut shares: Vec<Vec<(u64, Event)>> = (0..workers).map(|_| Vec::new()).collect();
             for event in batch {
-                shares[key.partition(&event, workers)].push((options.acks.begin(), event));
+                shares[plan.partition(&event, key, workers)].push((options.acks.begin(), event));
             }
             for (tx, share) in senders.iter().zip(shares) {
                 if !share.is_empty() && tx.send(share).await.is_err() {

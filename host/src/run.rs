@@ -4,12 +4,9 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
-
 use crate::broadcaster::FullChannelBehavior;
-use crate::broadcaster::WatchEventType;
 use crate::config::{Config, ConfigError};
-use crate::delivery::{Acknowledgements, Committer, Delivery, Position, Progress, SavedState};
+use crate::delivery::{Acknowledgements, Committer, Delivery, Progress, SavedState};
 use crate::event_broadcaster::{EventBroadcaster, EventBroadcasterOptions};
 use crate::k8s::KubeOptions;
 use crate::metrics::Metrics;
@@ -19,9 +16,8 @@ use crate::reload::{Change, FileWatcher, WatchError};
 use crate::router::{PartitionKey, RouterOptions, RouterStats};
 use crate::sink::SinkSpec;
 use crate::sink::set::SinkSet;
-use crate::source::SourceSpec;
-use crate::source::decode::{Decoded, Decoder};
 use crate::source::k8s::WatchOptions;
+use crate::source::{SourceContext, SourceError, SourceSpec, SourceStats};
 use crate::tenant::DEFAULT_TENANT;
 use crate::watchers::{PluginWatcher, WatcherSpec, WatcherStats};
 use tokio_util::sync::CancellationToken;
@@ -29,12 +25,9 @@ use tokio_util::sync::CancellationToken;
 /// What a run did: the source's side and the tenant router watcher's [`RouterStats`].
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct RunSummary {
-    /// Events read from the source and accepted by the Broadcaster.
-    pub read: u64,
-    /// Input documents that could not be decoded (each logged with its line number).
-    pub bad_lines: u64,
-    /// Watch bookmarks and error envelopes seen (not events).
-    pub non_events: u64,
+    /// The source side: events read, bad lines, non-events.
+    #[serde(flatten)]
+    pub source: SourceStats,
     /// Events the Broadcaster's incoming queue dropped (only with `DropIfChannelFull`).
     pub dropped_incoming: u64,
     /// Plugin versions swapped in (or reverted) by hot reload during the run.
@@ -58,9 +51,9 @@ impl std::fmt::Display for RunSummary {
             "read {} events ({} bad lines, {} non-events); filtered {}; created {}, patched {}, skipped by spam \
              filter {}, aggregated {}; sink dropped {}, gave up {}, retries {}; incoming queue dropped {}; \
              {} tenant(s), {} plugin swap(s), {} config reload(s), {} rejected reload(s)",
-            self.read,
-            self.bad_lines,
-            self.non_events,
+            self.source.read,
+            self.source.bad_lines,
+            self.source.non_events,
             self.sink.filtered,
             s.created,
             s.patched,
@@ -82,10 +75,13 @@ impl std::fmt::Display for RunSummary {
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     /// The source could not be opened or read.
-    #[error("source {path}: {error}")]
-    Source {
-        /// The source's path (`-` for stdin).
-        path: String,
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    /// The metrics address could not be bound.
+    #[error("metrics {addr}: {error}")]
+    Metrics {
+        /// The address.
+        addr: std::net::SocketAddr,
         /// The I/O error.
         #[source]
         error: std::io::Error,
@@ -315,12 +311,10 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         });
     }
     if let Some(addr) = metrics_addr {
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|error| RunError::Source { path: format!("metrics {addr}"), error })?;
+        let listener = tokio::net::TcpListener::bind(addr).await.map_err(|error| RunError::Metrics { addr, error })?;
         announce(&format!(
             "metrics on http://{}/metrics",
-            listener.local_addr().map_err(|error| RunError::Source { path: format!("metrics {addr}"), error })?
+            listener.local_addr().map_err(|error| RunError::Metrics { addr, error })?
         ));
         let (app, stop) = (crate::metrics::router(metrics.clone()), shutdown.clone());
         tokio::spawn(async move {
@@ -348,39 +342,21 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         }
         _ => None,
     };
-    let mut summary = match &source {
-        SourceSpec::Kubernetes(namespaces) => {
-            let client = client.clone().expect("connected above for a k8s source");
-            let resume_from = match &resume {
-                Some(Position::ResourceVersion(rv)) => Some(rv.clone()),
-                _ => None,
-            };
-            let options =
-                WatchOptions { namespaces: namespaces.clone(), resume_from, progress: progress.clone(), ..kube_watch };
-            let watch = crate::source::k8s::watch_events(
-                client,
-                options,
-                event_broadcaster.broadcaster().clone(),
-                shutdown.clone(),
-            )
-            .await;
-            Ok(RunSummary { read: watch.events, ..RunSummary::default() })
-        }
-        SourceSpec::Http(addr) => serve_http(*addr, &event_broadcaster, &shutdown, &metrics).await,
-        SourceSpec::JsonLinesStdin => {
-            pump(tokio::io::stdin(), "-", &event_broadcaster, &shutdown, None, 0, false).await
-        }
-        SourceSpec::JsonLinesFile(p) => {
-            let path = p.display().to_string();
-            let offset = match &resume {
-                Some(Position::FileOffset(o)) => *o,
-                _ => 0,
-            };
-            match open_at(p, offset).await {
-                Ok(file) => pump(file, &path, &event_broadcaster, &shutdown, progress.clone(), offset, follow).await,
-                Err(error) => Err(RunError::Source { path, error }),
-            }
-        }
+    let built = source.build(SourceContext {
+        kube: client.clone(),
+        watch: kube_watch,
+        resume,
+        progress: progress.clone(),
+        follow,
+        extra_routes: crate::metrics::router(metrics.clone()),
+    });
+    let mut summary = match built {
+        Ok(source) => source
+            .run(event_broadcaster.broadcaster().clone(), shutdown.clone())
+            .await
+            .map(|source| RunSummary { source, ..RunSummary::default() })
+            .map_err(RunError::from),
+        Err(error) => Err(RunError::from(error)),
     };
     // The source has ended (or was stopped): drain the Broadcaster into the watchers and let
     // the sinks finish, within the shutdown timeout once a shutdown was asked for.
@@ -447,15 +423,7 @@ fn attach_watchers<'a>(
     let mut attached = Vec::new();
     for spec in specs {
         let fail = |message: String| RunError::WatcherPlugin { plugin: spec.plugin.clone(), message };
-        let name = if spec.plugin.ends_with(".wasm") {
-            match registry.reload_file(std::path::Path::new(&spec.plugin)) {
-                ReloadOutcome::Live(p) => p.name,
-                ReloadOutcome::Unchanged { name } => name,
-                other => return Err(fail(other.to_string())),
-            }
-        } else {
-            spec.plugin.clone()
-        };
+        let name = registry.name_or_load(&spec.plugin).map_err(fail)?;
         let handle = registry
             .handle(&name, crate::plugin::PluginKind::Watcher, DEFAULT_TENANT, base.settings_for(&name))
             .map_err(|e| fail(e.to_string()))?;
@@ -515,9 +483,6 @@ impl Reloader {
 /// How long watcher plugins may take to finish their queues once the pipeline has drained.
 const WATCHER_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// How often a followed file is checked for more lines.
-const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(100);
-
 /// How often at-least-once saves the source position.
 const COMMIT_INTERVAL: std::time::Duration = std::time::Duration::from_millis(200);
 
@@ -528,65 +493,6 @@ fn commit(committer: &Committer, sinks: &SinkSet) {
     if let Err(error) = committer.commit(flush) {
         tracing::error!(%error, "could not save the source position");
     }
-}
-
-/// HTTP ingest on `addr` until `shutdown`: every accepted event goes to the Broadcaster.
-async fn serve_http(
-    addr: std::net::SocketAddr,
-    to: &EventBroadcaster,
-    shutdown: &CancellationToken,
-    metrics: &Arc<Metrics>,
-) -> Result<RunSummary, RunError> {
-    use crate::source::http::{BearerToken, Ingest, IngestConfig};
-    let fail = |e: &dyn std::fmt::Display| RunError::Source {
-        path: format!("http:{addr}"),
-        error: std::io::Error::other(e.to_string()),
-    };
-    let token = BearerToken::from_env().map_err(|e| fail(&e))?;
-    let (tx, mut rx) = tokio::sync::mpsc::channel(crate::event_broadcaster::MAX_QUEUED_EVENTS);
-    let ingest = Ingest::new(IngestConfig { listen: addr, token, ..IngestConfig::default() }, tx);
-    let listener = ingest.bind().await.map_err(|e| fail(&e))?;
-    announce(&format!("HTTP ingest listening on {}", listener.local_addr().map_err(|e| fail(&e))?));
-    let stop = shutdown.clone();
-    let server = {
-        let ingest = ingest.clone();
-        let extra = crate::metrics::router(metrics.clone());
-        tokio::spawn(async move { ingest.serve(listener, extra, stop.cancelled_owned()).await })
-    };
-    let mut summary = RunSummary::default();
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => break,
-            item = rx.recv() => match item {
-                Some(item) => match to.broadcaster().action(WatchEventType::Added, item.into_event()).await {
-                    Ok(()) => summary.read += 1,
-                    Err(error) => tracing::error!(%error, "broadcaster refused an event"),
-                },
-                None => break,
-            },
-        }
-    }
-    // What was accepted before the shutdown still goes in.
-    drop(ingest);
-    if let Ok(Err(e)) = server.await {
-        tracing::warn!(error = %e, "HTTP ingest ended with an error");
-    }
-    while let Ok(item) = rx.try_recv() {
-        if to.broadcaster().action(WatchEventType::Added, item.into_event()).await.is_ok() {
-            summary.read += 1;
-        }
-    }
-    Ok(summary)
-}
-
-/// `path` opened and positioned at byte `offset`.
-async fn open_at(path: &std::path::Path, offset: u64) -> std::io::Result<tokio::fs::File> {
-    use tokio::io::AsyncSeekExt;
-    let mut file = tokio::fs::File::open(path).await?;
-    if offset > 0 {
-        file.seek(std::io::SeekFrom::Start(offset)).await?;
-    }
-    Ok(file)
 }
 
 /// Fires `shutdown` on SIGINT or SIGTERM.
@@ -611,98 +517,4 @@ async fn stop_on_signal(shutdown: CancellationToken) {
         }
     }
     shutdown.cancel();
-}
-
-/// Reads the source line by line into the Broadcaster (waiting for room: `Action`) until it
-/// ends or `shutdown` fires. With `progress`, records the byte offset (from `start`) after each
-/// event's line; an earlier event of a line that holds several gets the line's start, so a
-/// restart re-reads the whole line (duplicates, never gaps). With `follow`, the end of the input
-/// is not its end: reading goes on as it grows (polled every [`FOLLOW_POLL`]) until `shutdown`.
-async fn pump(
-    input: impl AsyncRead + Unpin,
-    path: &str,
-    to: &EventBroadcaster,
-    shutdown: &CancellationToken,
-    progress: Option<Arc<Progress>>,
-    start: u64,
-    follow: bool,
-) -> Result<RunSummary, RunError> {
-    let mut summary = RunSummary::default();
-    let mut reader = BufReader::with_capacity(1 << 16, input);
-    let mut decoder = Decoder::new();
-    let mut buf = Vec::with_capacity(4096);
-    let mut offset = start;
-    loop {
-        buf.clear();
-        let read = tokio::select! {
-            _ = shutdown.cancelled() => 0,
-            n = reader.read_until(b'\n', &mut buf) => n.map_err(|error| RunError::Source { path: path.into(), error })?,
-        };
-        if read == 0 && follow && !shutdown.is_cancelled() {
-            tokio::select! {
-                _ = shutdown.cancelled() => {}
-                _ = tokio::time::sleep(FOLLOW_POLL) => {}
-            }
-            continue;
-        }
-        if read > 0 && follow && !buf.ends_with(b"\n") {
-            // A line still being written: read the rest of it before decoding.
-            let mut rest = buf.clone();
-            loop {
-                tokio::select! {
-                    _ = shutdown.cancelled() => break,
-                    _ = tokio::time::sleep(FOLLOW_POLL) => {}
-                }
-                let more = reader
-                    .read_until(b'\n', &mut rest)
-                    .await
-                    .map_err(|error| RunError::Source { path: path.into(), error })?;
-                if more > 0 && rest.ends_with(b"\n") {
-                    break;
-                }
-            }
-            buf = rest;
-        }
-        let line_start = offset;
-        offset += buf.len() as u64;
-        let mut items = Vec::new();
-        if read > 0 {
-            let text = String::from_utf8_lossy(&buf);
-            decoder.push_line(text.trim_end_matches(['\n', '\r']), |item| items.push(item));
-        } else {
-            items.extend(decoder.finish().map(Err));
-        }
-        let events = items.iter().filter(|i| matches!(i, Ok(Decoded::Event { .. }))).count();
-        let mut nth = 0;
-        for item in items {
-            match item {
-                Ok(Decoded::Event { event, .. }) => {
-                    nth += 1;
-                    if let Some(progress) = &progress {
-                        progress.sent(Position::FileOffset(if nth == events { offset } else { line_start }));
-                    }
-                    match to.broadcaster().action(WatchEventType::Added, event).await {
-                        Ok(()) => summary.read += 1,
-                        Err(error) => tracing::error!(%error, "broadcaster refused an event"),
-                    }
-                }
-                Ok(other) => {
-                    tracing::info!(
-                        source = path,
-                        line = other.line(),
-                        what = other.describe(),
-                        "not an event, skipped"
-                    );
-                    summary.non_events += 1;
-                }
-                Err(error) => {
-                    tracing::warn!(source = path, %error, "bad input skipped");
-                    summary.bad_lines += 1;
-                }
-            }
-        }
-        if read == 0 {
-            return Ok(summary);
-        }
-    }
 }

@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 
 use crate::plugin::PluginKind;
 
-/// The languages a project can be created in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The languages a project can be created in (`--lang`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Lang {
     /// Rust on the guest SDK (`eventpipe-guest`), `cargo build --target wasm32-wasip2`.
     Rust,

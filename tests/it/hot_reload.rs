@@ -172,7 +172,7 @@ fn plugin_swaps_under_load_lose_nothing_and_take_effect_in_order() {
     const SWAPS: usize = 21;
     const PER_SWAP: usize = 5_000;
     let dir = tempfile::tempdir().unwrap();
-    let TaggerRun { mut run, plugins, base, out, .. } = TaggerRun::start(dir.path(), &["--full-channel-behavior=wait"]);
+    let TaggerRun { mut run, plugins, base, out, .. } = TaggerRun::start(dir.path(), &["--delivery=wait"]);
 
     // (first event index sent after version k was confirmed live, k)
     let mut confirmed = Vec::new();

@@ -1,6 +1,9 @@
 //! `eventpipe run` on the bundled real stream: its summary checked against counts made here,
-//! independently of the pipeline, and its sink calls against `eventpipe replay` of the same stream.
+//! independently of the pipeline, and its sink calls against `eventpipe replay` of the same stream:
+//! in the same order with one partition (`--workers 1`), in the same order per source and
+//! involved object with the default partitions.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -11,14 +14,16 @@ fn bundled_stream() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/data/occurrences.jsonl")
 }
 
-/// Runs `eventpipe run` from `source` into a temporary sink file; returns (summary, sink lines).
-fn run(source: &Path) -> (Value, Vec<Value>) {
+/// Runs `eventpipe run ARGS` from `source` into a temporary sink file; returns (summary, sink
+/// lines).
+fn run(source: &Path, args: &[&str]) -> (Value, Vec<Value>) {
     let dir = tempfile::tempdir().unwrap();
     let sink = dir.path().join("calls.jsonl");
     let out = Command::new(env!("CARGO_BIN_EXE_eventpipe"))
         .args(["run", "--summary-json"])
         .arg(format!("--source=jsonl:{}", source.display()))
         .arg(format!("--sink=jsonl:{}", sink.display()))
+        .args(args)
         .output()
         .expect("eventpipe runs");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -51,6 +56,16 @@ fn replay_with_event_clock(source: &Path) -> Vec<Value> {
     String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
+/// `events` grouped by what the default partition key hashes (source + involved object), each
+/// group in its original order.
+fn by_object<'a>(events: impl IntoIterator<Item = &'a Value>) -> BTreeMap<String, Vec<&'a Value>> {
+    let mut groups: BTreeMap<String, Vec<&Value>> = BTreeMap::new();
+    for e in events {
+        groups.entry(format!("{}|{}", e["source"], e["involvedObject"])).or_default().push(e);
+    }
+    groups
+}
+
 fn n(summary: &Value, key: &str) -> u64 {
     summary[key].as_u64().unwrap_or_else(|| panic!("summary has no {key}: {summary}"))
 }
@@ -58,7 +73,7 @@ fn n(summary: &Value, key: &str) -> u64 {
 #[test]
 fn run_on_the_bundled_stream_reports_what_it_did() {
     let source = bundled_stream();
-    let (summary, calls) = run(&source);
+    let (summary, calls) = run(&source, &["--workers=1"]);
 
     // Counted here, from the files, not by the pipeline.
     let input_events =
@@ -88,8 +103,22 @@ fn run_on_the_bundled_stream_reports_what_it_did() {
     let written: Vec<&Value> = results.iter().filter(|r| r["skip"] == false).map(|r| &r["event"]).collect();
     assert_eq!(results.len() as u64 - written.len() as u64, n(&summary, "skipped"));
     assert_eq!(written.len(), calls.len());
-    for (call, event) in calls.iter().zip(written) {
-        assert_eq!(call["event"], *event);
+    for (call, event) in calls.iter().zip(&written) {
+        assert_eq!(call["event"], **event);
+    }
+
+    // Partitioned (the default, and more partitions than cores): the same calls, in the same
+    // order for each source and involved object.
+    for workers in [None, Some("--workers=3")] {
+        let (partitioned_summary, partitioned) = run(&source, workers.as_slice());
+        for key in ["read", "created", "patched", "skipped", "aggregated"] {
+            assert_eq!(n(&partitioned_summary, key), n(&summary, key), "{key} with {workers:?}");
+        }
+        assert_eq!(
+            by_object(partitioned.iter().map(|c| &c["event"])),
+            by_object(written.iter().copied()),
+            "{workers:?}"
+        );
     }
 }
 
@@ -113,12 +142,14 @@ fn bad_lines_are_counted_and_skipped_without_losing_the_others() {
     let noisy = dir.path().join("noisy.jsonl");
     std::fs::write(&noisy, noisy_lines.join("\n") + "\n").unwrap();
 
-    let (clean_summary, clean_calls) = run(&clean);
-    let (noisy_summary, noisy_calls) = run(&noisy);
+    let (clean_summary, clean_calls) = run(&clean, &[]);
+    let (noisy_summary, noisy_calls) = run(&noisy, &[]);
     assert_eq!(n(&noisy_summary, "bad_lines"), 8, "{noisy_summary}");
     assert_eq!(n(&noisy_summary, "read"), 400);
     for key in ["created", "patched", "skipped", "aggregated"] {
         assert_eq!(n(&noisy_summary, key), n(&clean_summary, key), "{key}");
     }
-    assert_eq!(noisy_calls, clean_calls);
+    let events = |calls: &[Value]| calls.iter().map(|c| c["event"].clone()).collect::<Vec<_>>();
+    let (noisy_events, clean_events) = (events(&noisy_calls), events(&clean_calls));
+    assert_eq!(by_object(&noisy_events), by_object(&clean_events));
 }

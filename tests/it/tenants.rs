@@ -24,7 +24,8 @@ fn namespace(event: &Value) -> &str {
 
 fn run(args: &[String], input: &[u8]) -> (Value, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_eventpipe"))
-        .args(["run", "--source=jsonl:-", "--summary-json", "--no-watch"])
+        // One partition: each tenant's sink lines in input order, comparable with `replay`.
+        .args(["run", "--source=jsonl:-", "--summary-json", "--no-watch", "--workers=1"])
         .args(args)
         .stdin(Stdio::piped())
         .stderr(Stdio::piped())

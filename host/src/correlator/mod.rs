@@ -127,14 +127,15 @@ impl From<Event> for Occurrence {
     }
 }
 
-/// Which instant the correlator reads for an event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// Which instant the correlator reads for an event (`--clock processing|event`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum CorrelationClock {
     /// The correlator's clock when the event is processed, as client-go.
     #[default]
     Processing,
     /// The event's own time ([`Event::occurred_at`]), falling back to the correlator's clock:
     /// deterministic when replaying recorded streams.
+    #[value(name = "event")]
     EventTime,
 }
 

@@ -38,8 +38,9 @@ pub(crate) use slot::check_kind;
 pub use slot::{KindChanged, PluginHandle, PluginSlot, WrongKind};
 pub use state::PluginState;
 
-/// The plugin kinds, one per world in `wit/worlds.wit`, recognised by their batch export.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// The plugin kinds, one per world in `wit/worlds.wit`, recognised by their batch export. As a
+/// command-line value: the world's name (`aggregate-key`, …).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
 pub enum PluginKind {
     /// `aggregate-key`: event → (aggregate key, local key), client-go `EventAggregatorKeyFunc`.
     AggregateKey,
@@ -110,7 +111,7 @@ impl fmt::Display for PluginKind {
 }
 
 /// What a caller does when a plugin call fails (trap, fuel, memory, garbage).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum FallbackPolicy {
     /// Use the built-in client-go function for that event (the default).
     #[default]

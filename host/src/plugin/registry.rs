@@ -278,6 +278,22 @@ impl PluginRegistry {
         self.reload(path, None)
     }
 
+    /// The plugin `reference` names: a plugin name as it is, or a component file
+    /// (`…/NAME.wasm`) loaded now under its stem `NAME` (as [`reload_file`](Self::reload_file)).
+    ///
+    /// # Errors
+    /// The reason a file could not be loaded (missing, refused), as one line.
+    pub fn name_or_load(&self, reference: &str) -> Result<String, String> {
+        if !reference.ends_with(".wasm") {
+            return Ok(reference.to_string());
+        }
+        match self.reload_file(Path::new(reference)) {
+            ReloadOutcome::Live(p) => Ok(p.name),
+            ReloadOutcome::Unchanged { name } => Ok(name),
+            other => Err(other.to_string()),
+        }
+    }
+
     /// As [`reload_file`](Self::reload_file), for a change seen while events flow, where swap
     /// latency counts: content not compiled optimized in this process before is compiled at
     /// [`Tier::Quick`] (about half the compile time) and swapped in, then a background thread

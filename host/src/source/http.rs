@@ -77,7 +77,7 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
 use super::decode::{Decoded, Decoder};
-use crate::broadcaster::WatchEventType;
+use crate::broadcaster::{Broadcaster, WatchEventType};
 use crate::event::Event;
 
 /// Default largest request body, bytes (4 MiB, the decoder's longest line).
@@ -288,8 +288,62 @@ fn bump(c: &AtomicU64) {
 
 struct Shared {
     config: IngestConfig,
-    tx: mpsc::Sender<Ingested>,
+    queue: IngestQueue,
     counters: Counters,
+}
+
+/// Where accepted events go: the one bounded queue whose room is the back-pressure bound and
+/// whose capacity is the all-or-nothing batch size.
+#[derive(Clone)]
+pub enum IngestQueue {
+    /// Straight into the Broadcaster's incoming queue (`run`: no second queue in between).
+    /// Events go in as `ADDED`, with the request's headers attached ([`Ingested::into_event`]).
+    Broadcaster(Broadcaster<Event>),
+    /// A channel of [`Ingested`], for a caller that routes events itself.
+    Channel(mpsc::Sender<Ingested>),
+}
+
+impl From<Broadcaster<Event>> for IngestQueue {
+    fn from(b: Broadcaster<Event>) -> Self {
+        IngestQueue::Broadcaster(b)
+    }
+}
+
+impl From<mpsc::Sender<Ingested>> for IngestQueue {
+    fn from(tx: mpsc::Sender<Ingested>) -> Self {
+        IngestQueue::Channel(tx)
+    }
+}
+
+/// The queue is closed (shutting down).
+struct QueueClosed;
+
+impl IngestQueue {
+    fn capacity(&self) -> usize {
+        match self {
+            IngestQueue::Broadcaster(b) => b.incoming_capacity(),
+            IngestQueue::Channel(tx) => tx.max_capacity(),
+        }
+        .max(1)
+    }
+
+    /// Enqueues all of `items` (at most [`capacity`](Self::capacity)) once there is room for all.
+    /// Cancellation-safe: nothing is enqueued unless it completes.
+    async fn push_all(&self, items: Vec<Ingested>) -> Result<(), QueueClosed> {
+        match self {
+            IngestQueue::Broadcaster(b) => {
+                let events = items.into_iter().map(|i| (WatchEventType::Added, i.into_event())).collect();
+                b.action_all(events).await.map_err(|_| QueueClosed)
+            }
+            IngestQueue::Channel(tx) => {
+                let permits = tx.reserve_many(items.len()).await.map_err(|_| QueueClosed)?;
+                for (permit, item) in permits.zip(items) {
+                    permit.send(item);
+                }
+                Ok(())
+            }
+        }
+    }
 }
 
 /// The HTTP ingest service: configuration, the queue events go to, and counters. Cheap to clone.
@@ -305,10 +359,9 @@ impl std::fmt::Debug for Ingest {
 }
 
 impl Ingest {
-    /// A service putting accepted events on `tx` (bounded; its capacity is the back-pressure
-    /// bound and the all-or-nothing batch size).
-    pub fn new(config: IngestConfig, tx: mpsc::Sender<Ingested>) -> Self {
-        Self { shared: Arc::new(Shared { config, tx, counters: Counters::default() }) }
+    /// A service putting accepted events on `queue` (a Broadcaster or a channel).
+    pub fn new(config: IngestConfig, queue: impl Into<IngestQueue>) -> Self {
+        Self { shared: Arc::new(Shared { config, queue: queue.into(), counters: Counters::default() }) }
     }
 
     /// The configuration.
@@ -396,6 +449,46 @@ impl Ingest {
             .with_graceful_shutdown(shutdown)
             .await
             .map_err(IngestError::Serve)
+    }
+}
+
+/// The HTTP source: an [`Ingest`] service writing into the Broadcaster.
+#[derive(Debug)]
+pub struct HttpSource {
+    /// Address, token (filled from [`TOKEN_ENV`] when `None`), limits.
+    pub config: IngestConfig,
+    /// Routes served beside ingest, behind the same bearer check (e.g. `GET /metrics`).
+    pub extra_routes: Router,
+}
+
+impl HttpSource {
+    /// Serves until `shutdown`, then finishes the requests in flight (what they accepted goes
+    /// in). `read` counts the events accepted.
+    ///
+    /// # Errors
+    /// [`super::SourceError`] for a bad token, a non-loopback address without a token, or an
+    /// address that cannot be bound.
+    pub async fn run(
+        self,
+        to: Broadcaster<Event>,
+        shutdown: tokio_util::sync::CancellationToken,
+    ) -> Result<super::SourceStats, super::SourceError> {
+        let name = format!("http:{}", self.config.listen);
+        let fail = |e: &dyn std::fmt::Display| super::SourceError {
+            source: name.clone(),
+            error: std::io::Error::other(e.to_string()),
+        };
+        let mut config = self.config;
+        if config.token.is_none() {
+            config.token = BearerToken::from_env().map_err(|e| fail(&e))?;
+        }
+        let ingest = Ingest::new(config, to);
+        let listener = ingest.bind().await.map_err(|e| fail(&e))?;
+        let addr = listener.local_addr().map_err(|e| fail(&e))?;
+        eprintln!("eventpipe: HTTP ingest listening on {addr}");
+        ingest.serve(listener, self.extra_routes, shutdown.cancelled_owned()).await.map_err(|e| fail(&e))?;
+        let stats = ingest.stats();
+        Ok(super::SourceStats { read: stats.accepted, bad_lines: stats.bad_documents, non_events: stats.non_events })
     }
 }
 
@@ -670,7 +763,7 @@ async fn create_inner(shared: &Shared, ns: String, headers: HeaderMap, body: Bod
     event.metadata.creation_timestamp.get_or_insert_with(chrono::Utc::now);
     let answer = json_response(StatusCode::CREATED, &event);
     let item = Ingested { event, headers: forwarded_headers(&headers), route: IngestRoute::Create, watch_type: None };
-    match tokio::time::timeout(shared.config.enqueue_timeout, shared.tx.send(item)).await {
+    match tokio::time::timeout(shared.config.enqueue_timeout, shared.queue.push_all(vec![item])).await {
         Ok(Ok(())) => {
             bump(&shared.counters.accepted);
             Ok(answer)
@@ -768,7 +861,7 @@ async fn ingest_inner(shared: &Shared, headers: HeaderMap, body: Body) -> Result
     }
     let total = events.len();
     let deadline = tokio::time::Instant::now() + shared.config.enqueue_timeout;
-    let chunk = shared.tx.max_capacity().max(1);
+    let chunk = shared.queue.capacity();
     let mut rest = events;
     while !rest.is_empty() {
         let tail = rest.split_off(chunk.min(rest.len()));
@@ -777,8 +870,9 @@ async fn ingest_inner(shared: &Shared, headers: HeaderMap, body: Body) -> Result
             IngestRoute::Batch { line } => line,
             IngestRoute::Create => 0,
         };
-        let permits = match tokio::time::timeout_at(deadline, shared.tx.reserve_many(batch.len())).await {
-            Ok(Ok(permits)) => permits,
+        let n = batch.len() as u64;
+        match tokio::time::timeout_at(deadline, shared.queue.push_all(batch)).await {
+            Ok(Ok(())) => {}
             Ok(Err(_)) => {
                 return Err(queue_unavailable(
                     shared,
@@ -799,10 +893,6 @@ async fn ingest_inner(shared: &Shared, headers: HeaderMap, body: Body) -> Result
                     ),
                 ));
             }
-        };
-        let n = batch.len() as u64;
-        for (permit, item) in permits.zip(batch) {
-            permit.send(item);
         }
         report.accepted += n;
         counters.accepted.fetch_add(n, Ordering::Relaxed);

@@ -40,13 +40,15 @@ pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// Items per list page (client-go's reflector pages by 500).
 pub const LIST_PAGE_SIZE: u32 = 500;
 
-/// Which Events API to watch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// Which Events API to watch (`--events-api core|events.k8s.io`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum EventsApi {
     /// `/api/v1/events`.
     #[default]
+    #[value(name = "core")]
     CoreV1,
     /// `/apis/events.k8s.io/v1/events` (converted to core/v1 as the apiserver converts).
+    #[value(name = "events.k8s.io")]
     EventsV1,
 }
 
@@ -109,6 +111,29 @@ impl std::ops::AddAssign for WatchStats {
         self.bookmarks += o.bookmarks;
         self.errors += o.errors;
         self.repeats += o.repeats;
+    }
+}
+
+/// The Kubernetes source: [`watch_events`] with a client and what to watch.
+pub struct KubernetesSource {
+    /// The API client.
+    pub client: kube::Client,
+    /// What to watch.
+    pub options: WatchOptions,
+}
+
+impl std::fmt::Debug for KubernetesSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubernetesSource").field("options", &self.options).finish_non_exhaustive()
+    }
+}
+
+impl KubernetesSource {
+    /// Watches until `shutdown` fires or the Broadcaster stops; API errors are retried with
+    /// back-off, never returned.
+    pub async fn run(self, to: Broadcaster<Event>, shutdown: CancellationToken) -> super::SourceStats {
+        let watch = watch_events(self.client, self.options, to, shutdown).await;
+        super::SourceStats { read: watch.events, non_events: watch.bookmarks, bad_lines: 0 }
     }
 }
 

@@ -1,6 +1,13 @@
 //! `--source` values: where events come from, as `KIND:TARGET` text.
 
 use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::http::{HttpSource, IngestConfig};
+use super::jsonl::JsonLinesSource;
+use super::k8s::{KubernetesSource, WatchOptions};
+use super::{Source, SourceError};
+use crate::delivery::{Position, Progress};
 
 /// Where events come from: `jsonl:PATH`, `jsonl:-` (stdin), or `k8s` / `k8s:NS[,NS…]` (a
 /// Kubernetes API watch of all namespaces or the listed ones).
@@ -48,5 +55,62 @@ impl std::str::FromStr for SourceSpec {
             Some(("jsonl", path)) if !path.is_empty() => Ok(SourceSpec::JsonLinesFile(path.into())),
             _ => Err(SourceSpecError(s.into())),
         }
+    }
+}
+
+/// What building a source takes besides its spec.
+#[derive(Default)]
+pub struct SourceContext {
+    /// The Kubernetes client (needed by `k8s`).
+    pub kube: Option<kube::Client>,
+    /// What a `k8s` source watches (its namespaces come from the spec).
+    pub watch: WatchOptions,
+    /// Where the previous run stopped (at-least-once).
+    pub resume: Option<Position>,
+    /// Records the position after each event (at-least-once).
+    pub progress: Option<Arc<Progress>>,
+    /// A JSON-lines file is followed as it grows.
+    pub follow: bool,
+    /// Routes an HTTP source serves beside ingest (e.g. `GET /metrics`).
+    pub extra_routes: axum::Router,
+}
+
+impl SourceSpec {
+    /// The source this spec names, in the manner of Vector's `SourceConfig::build`.
+    ///
+    /// # Errors
+    /// [`SourceError`] for a `k8s` source without a client.
+    pub fn build(&self, cx: SourceContext) -> Result<Source, SourceError> {
+        Ok(match self {
+            SourceSpec::JsonLinesFile(path) => Source::JsonLines(JsonLinesSource {
+                path: Some(path.clone()),
+                start: match cx.resume {
+                    Some(Position::FileOffset(offset)) => offset,
+                    _ => 0,
+                },
+                progress: cx.progress,
+                follow: cx.follow,
+            }),
+            SourceSpec::JsonLinesStdin => {
+                Source::JsonLines(JsonLinesSource { path: None, start: 0, progress: None, follow: false })
+            }
+            SourceSpec::Kubernetes(namespaces) => {
+                let client = cx.kube.ok_or_else(|| SourceError {
+                    source: self.to_string(),
+                    error: std::io::Error::other("no Kubernetes connection"),
+                })?;
+                let resume_from = match cx.resume {
+                    Some(Position::ResourceVersion(rv)) => Some(rv),
+                    _ => None,
+                };
+                let options =
+                    WatchOptions { namespaces: namespaces.clone(), resume_from, progress: cx.progress, ..cx.watch };
+                Source::Kubernetes(KubernetesSource { client, options })
+            }
+            SourceSpec::Http(addr) => Source::Http(HttpSource {
+                config: IngestConfig { listen: *addr, ..IngestConfig::default() },
+                extra_routes: cx.extra_routes,
+            }),
+        })
     }
 }

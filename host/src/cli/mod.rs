@@ -1,0 +1,152 @@
+//! One module per subcommand (its flags and what it runs), and the flag groups several share.
+//! Exit codes: 0 success; 1 an error (or, for `test`, a difference); 2 `replay` met bad input
+//! lines; 3 a plugin failed under `--plugin-fallback fail`.
+
+pub mod new_plugin;
+pub mod plugins;
+pub mod replay;
+pub mod run;
+pub mod test;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Args;
+use eventpipe::plan::{BuiltinSpamKey, CommandLineRules};
+use eventpipe::plugin::registry::{PluginRegistry, ReloadOutcome};
+use eventpipe::plugin::{
+    DEFAULT_FUEL_PER_EVENT, DEFAULT_MEMORY_LIMIT_BYTES, FallbackPolicy, Metering, PluginRuntime, PluginSettings,
+};
+
+/// Exit status when a plugin failed under the `fail` policy.
+const PLUGIN_FAILED: u8 = 3;
+
+/// `Ok` exit status: [`PLUGIN_FAILED`] when `failed`, else success.
+fn exit_status(failed: bool) -> ExitCode {
+    if failed { ExitCode::from(PLUGIN_FAILED) } else { ExitCode::SUCCESS }
+}
+
+/// Limits and failure policy of every plugin call.
+#[derive(Args, Debug, Clone)]
+pub struct PluginArgs {
+    /// Fuel per event of a plugin call (≈ Wasm instructions).
+    #[arg(long, default_value_t = DEFAULT_FUEL_PER_EVENT)]
+    fuel_per_event: u64,
+    /// Linear-memory limit of a plugin instance, bytes.
+    #[arg(long, default_value_t = DEFAULT_MEMORY_LIMIT_BYTES)]
+    memory_limit_bytes: usize,
+    /// What a failed plugin call does: use the client-go function (`builtin`), drop the event
+    /// (`drop`), or drop it and exit with status 3 at the end (`fail`).
+    #[arg(long, value_enum, default_value_t = FallbackPolicy::Builtin)]
+    plugin_fallback: FallbackPolicy,
+}
+
+impl PluginArgs {
+    fn settings(&self) -> PluginSettings {
+        PluginSettings {
+            fuel_per_event: self.fuel_per_event,
+            memory_limit_bytes: self.memory_limit_bytes,
+            fallback: self.plugin_fallback,
+            ..PluginSettings::default()
+        }
+    }
+}
+
+/// wasmtime's compilation cache.
+#[derive(Args, Debug, Clone)]
+pub struct RuntimeArgs {
+    /// wasmtime's compilation cache directory [default: wasmtime's, e.g. ~/.cache/wasmtime].
+    #[arg(long, value_name = "DIR")]
+    compile_cache: Option<PathBuf>,
+    /// Compile every plugin at start instead of using the compilation cache.
+    #[arg(long, conflicts_with = "compile_cache")]
+    no_compile_cache: bool,
+}
+
+impl RuntimeArgs {
+    /// A plugin registry (the embedded plugins) whose loads are validated with `settings`.
+    fn registry(&self, settings: PluginSettings) -> anyhow::Result<PluginRegistry> {
+        let runtime = if self.no_compile_cache {
+            PluginRuntime::new(Metering::Fuel)?
+        } else {
+            match PluginRuntime::with_cache(Metering::Fuel, self.compile_cache.as_deref()) {
+                Ok(runtime) => runtime,
+                // No writable cache directory (e.g. no HOME): compile every time.
+                Err(e) if self.compile_cache.is_none() => {
+                    tracing::warn!(error = %e, "no compilation cache");
+                    PluginRuntime::new(Metering::Fuel)?
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
+        Ok(PluginRegistry::new(runtime)?.with_validation(settings))
+    }
+}
+
+/// `registry` with the plugins of `dir` loaded (each refused file is reported on stderr,
+/// prefixed by `command`).
+fn with_plugins_dir(registry: PluginRegistry, dir: &Path, command: &str) -> anyhow::Result<PluginRegistry> {
+    let (registry, outcomes) =
+        registry.with_dir(dir).with_context(|| format!("plugins directory {}", dir.display()))?;
+    for outcome in outcomes.iter().filter(|o| matches!(o, ReloadOutcome::Rejected { .. })) {
+        eprintln!("{command}: {outcome}");
+    }
+    Ok(registry)
+}
+
+/// client-go `CorrelatorOptions` and the key functions, as flags; an unset number is client-go's
+/// default.
+#[derive(Args, Debug, Clone)]
+pub struct CorrelatorArgs {
+    /// Entries in each of the three LRU caches [default: 4096].
+    #[arg(long, value_name = "N")]
+    lru_cache_size: Option<usize>,
+    /// Spam filter bucket size per source + object, events [default: 25].
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    burst: Option<i64>,
+    /// Spam filter refill rate, events per second [default: 1/300].
+    #[arg(long, value_name = "EVENTS_PER_SECOND", allow_negative_numbers = true)]
+    qps: Option<f32>,
+    /// Distinct messages per aggregate key within the interval before aggregating [default: 10].
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    max_events: Option<i64>,
+    /// Aggregation window, seconds [default: 600].
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
+    max_interval_seconds: Option<i64>,
+    /// The spam filter's built-in key: `source-object` (client-go v0.26) or `source-object-type`
+    /// (client-go ≥ 1.32: Normal and Warning events get separate buckets; always native).
+    #[arg(long, value_enum, default_value_t = BuiltinSpamKey::SourceObject)]
+    spam_key: BuiltinSpamKey,
+    /// Use the native built-in key functions instead of the (identical) default Wasm plugins.
+    #[arg(long)]
+    builtin: bool,
+    /// An aggregate-key plugin replacing the default `by-reason`: a name or a component file.
+    #[arg(long, value_name = "NAME|FILE.wasm", conflicts_with = "builtin")]
+    aggregate_key_plugin: Option<String>,
+    /// A message-combiner plugin replacing the default `similar-events`.
+    #[arg(long, value_name = "NAME|FILE.wasm", conflicts_with = "builtin")]
+    message_combiner_plugin: Option<String>,
+    /// A spam-key plugin replacing the default `source-object`.
+    #[arg(long, value_name = "NAME|FILE.wasm", conflicts_with = "builtin")]
+    spam_key_plugin: Option<String>,
+}
+
+impl CorrelatorArgs {
+    /// The command line's rules, with the plugin limits of `plugin`.
+    fn rules(&self, plugin: &PluginArgs) -> CommandLineRules {
+        CommandLineRules {
+            lru_cache_size: self.lru_cache_size.unwrap_or(0),
+            burst: self.burst.unwrap_or(0),
+            qps: self.qps.unwrap_or(0.0),
+            max_events: self.max_events.unwrap_or(0),
+            max_interval_seconds: self.max_interval_seconds.unwrap_or(0),
+            builtin: self.builtin,
+            aggregate_key_plugin: self.aggregate_key_plugin.clone(),
+            message_combiner_plugin: self.message_combiner_plugin.clone(),
+            spam_key_plugin: self.spam_key_plugin.clone(),
+            spam_key: self.spam_key,
+            plugin: plugin.settings(),
+        }
+    }
+}

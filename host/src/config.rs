@@ -21,6 +21,7 @@
 //! memory_limit_bytes = 67108864        # plugin linear-memory limit, bytes
 //! fallback = "builtin"                 # what a failed plugin call does: builtin | drop | fail
 //! sinks = ["jsonl:out/default.jsonl"]  # sink specs, same syntax as --sink; absent = the --sink option
+//!                                      # (",delivery=at-most-once|wait|at-least-once" gives a sink its own mode)
 //! partition_key = "source-object"      # what `run --workers` shards by: source-object | namespace; absent = --partition-key
 //!
 //! # Per-plugin key/value config, handed to the plugin through its `config` import. Values are
@@ -622,7 +623,7 @@ impl Ctx<'_> {
                     .get_ref()
                     .iter()
                     .enumerate()
-                    .map(|(i, s)| match s.get_ref().parse::<crate::sink::SinkSpec>() {
+                    .map(|(i, s)| match s.get_ref().parse::<crate::sink::SinkEntry>() {
                         Ok(_) => Ok(s.get_ref().clone()),
                         Err(e) => {
                             Err(self.error(s.span(), format!("{prefix}.sinks[{i}]"), format!("invalid sink {e}")))

@@ -124,7 +124,7 @@ fn base_rules(settings: &PluginSettings) -> TenantRules {
         filters: Vec::new(),
         plugin: PluginSettings { config: Default::default(), ..settings.clone() },
         plugin_config: Default::default(),
-        sinks: vec![SinkSpec::JsonLinesStdout],
+        sinks: vec![SinkSpec::JsonLinesStdout.into()],
         partition_key: None,
     }
 }

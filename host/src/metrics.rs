@@ -16,7 +16,7 @@
 //! | `eventpipe_events_in_total` | `source` | events read / accepted per source |
 //! | `eventpipe_events_routed_total` | `tenant` | `RouterStats.tenants[t].received` |
 //! | `eventpipe_sink_writes_total` | `tenant`, `verb` (`create`, `patch`) | `created`, `patched` |
-//! | `eventpipe_sink_write_failures_total` | `tenant`, `outcome` (`dropped`, `gave_up`, `cancelled`) | `recordToSink` outcomes |
+//! | `eventpipe_sink_write_failures_total` | `tenant`, `outcome` (`dropped`, `gave_up`, `cancelled`, `shed`) | `recordToSink` outcomes; `shed`: an at-most-once sink's full window |
 //! | `eventpipe_record_retries_total` | `tenant` | `recordToSink` attempts beyond the first |
 //! | `eventpipe_spam_skipped_total` | `tenant` | spam filter skips |
 //! | `eventpipe_aggregated_total` | `tenant` | events replaced by an aggregate |
@@ -77,7 +77,7 @@ pub struct Snapshot {
     pub routed: BTreeMap<String, u64>,
     /// Successful sink writes by (tenant, verb: `create` / `patch`).
     pub writes: BTreeMap<(String, String), u64>,
-    /// `recordToSink` failures by (tenant, outcome: `dropped` / `gave_up` / `cancelled`).
+    /// `recordToSink` failures by (tenant, outcome: `dropped` / `gave_up` / `cancelled` / `shed`).
     pub write_failures: BTreeMap<(String, String), u64>,
     /// `recordToSink` retries by tenant.
     pub record_retries: BTreeMap<String, u64>,
@@ -123,6 +123,7 @@ impl Snapshot {
             add(&mut self.write_failures, (tenant.clone(), "dropped".into()), s.dropped);
             add(&mut self.write_failures, (tenant.clone(), "gave_up".into()), s.gave_up);
             add(&mut self.write_failures, (tenant.clone(), "cancelled".into()), s.cancelled);
+            add(&mut self.write_failures, (tenant.clone(), "shed".into()), s.shed);
             add(&mut self.record_retries, tenant.clone(), s.retries);
             add(&mut self.spam_skipped, tenant.clone(), s.skipped);
             add(&mut self.aggregated, tenant.clone(), s.aggregated);
@@ -356,7 +357,7 @@ impl Collector for SnapshotCollector {
         family(
             &mut e,
             "eventpipe_sink_write_failures",
-            "Events recordToSink gave up on, by outcome (dropped, gave_up, cancelled), per tenant.",
+            "Events recordToSink gave up on, by outcome (dropped, gave_up, cancelled, shed), per tenant.",
             Counter,
             per2(&s.write_failures, "tenant", "outcome"),
         )?;

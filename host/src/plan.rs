@@ -11,6 +11,7 @@ use crate::correlator::{
     CorrelatorOptions, DEFAULT_AGGREGATE_INTERVAL_IN_SECONDS, DEFAULT_AGGREGATE_MAX_EVENTS, DEFAULT_SPAM_BURST,
     DEFAULT_SPAM_QPS, MAX_LRU_CACHE_ENTRIES, SourceObjectType, or_default,
 };
+use crate::delivery::DeliveryMode;
 use crate::event::Event;
 use crate::partition::PartitionKey;
 use crate::plugin::filter::WasmFilter;
@@ -18,7 +19,7 @@ use crate::plugin::functions::{WasmAggregateKeyFunc, WasmMessageFunc, WasmSpamKe
 use crate::plugin::registry::{LookupError, PluginRegistry};
 use crate::plugin::{FallbackPolicy, PluginHandle, PluginKind, PluginSettings};
 use crate::sink::set::{SinkBuildError, SinkSet};
-use crate::sink::{EventSink, SinkSpec};
+use crate::sink::{EventSink, SinkEntry};
 use crate::tenant::{DEFAULT_TENANT, TenantRouter};
 
 /// Which function fills one of the correlator's key slots.
@@ -159,8 +160,8 @@ pub struct TenantRules {
     pub plugin: PluginSettings,
     /// Per-plugin config (`[plugins.NAME]`).
     pub plugin_config: BTreeMap<String, BTreeMap<String, String>>,
-    /// Where results go.
-    pub sinks: Vec<SinkSpec>,
+    /// Where results go, each with its own delivery mode if it has one.
+    pub sinks: Vec<SinkEntry>,
     /// What this tenant's events are partitioned by; `None`: the router's default.
     pub partition_key: Option<PartitionKey>,
 }
@@ -176,16 +177,16 @@ impl TenantRules {
             Some(r) => KeyChoice::Plugin(r.name.clone()),
             None => base.clone(),
         };
-        let mut sinks: Vec<SinkSpec> = match &rules.sinks {
+        let mut sinks: Vec<SinkEntry> = match &rules.sinks {
             Some(specs) => specs
                 .iter()
-                .map(|s| s.parse::<SinkSpec>().map_err(|e| ("sinks".to_string(), e.to_string())))
+                .map(|s| s.parse::<SinkEntry>().map_err(|e| ("sinks".to_string(), e.to_string())))
                 .collect::<Result<_, _>>()?,
             None => self.sinks.clone(),
         };
         // A sink named twice would get every result twice.
         let mut seen = std::collections::HashSet::new();
-        sinks.retain(|s| seen.insert(s.to_string()));
+        sinks.retain(|s| seen.insert(s.spec.to_string()));
         Ok(Self {
             lru_cache_size: rules.lru_cache_size.unwrap_or(self.lru_cache_size),
             burst: rules.burst.unwrap_or(self.burst),
@@ -264,14 +265,28 @@ pub struct PlannedTenant {
     message_combiner: Option<PluginHandle>,
     spam_key: Option<PluginHandle>,
     filters: Vec<PluginHandle>,
-    sinks: Vec<Arc<dyn EventSink>>,
+    sinks: Vec<TenantSink>,
     handles: Vec<PluginHandle>,
+}
+
+/// One opened sink of a tenant, with its own delivery mode (`None`: the run's).
+#[derive(Clone)]
+pub struct TenantSink {
+    /// The sink.
+    pub sink: Arc<dyn EventSink>,
+    /// Its delivery mode, if the rule gave one ([`SinkEntry`]).
+    pub delivery: Option<DeliveryMode>,
 }
 
 impl PlannedTenant {
     /// A tenant with no plugins: `options` as given (native or any key functions), no filter,
     /// one sink — what client-go's `StartRecordingToSink` runs.
     pub fn fixed(name: &str, options: CorrelatorOptions, sink: Arc<dyn EventSink>) -> Self {
+        Self::fixed_sinks(name, options, vec![TenantSink { sink, delivery: None }])
+    }
+
+    /// As [`fixed`](Self::fixed), with several sinks, each with its own delivery mode.
+    pub fn fixed_sinks(name: &str, options: CorrelatorOptions, sinks: Vec<TenantSink>) -> Self {
         Self {
             name: name.into(),
             rules: TenantRules::default(),
@@ -280,7 +295,7 @@ impl PlannedTenant {
             message_combiner: None,
             spam_key: None,
             filters: Vec::new(),
-            sinks: vec![sink],
+            sinks,
             handles: Vec::new(),
         }
     }
@@ -305,7 +320,7 @@ impl PlannedTenant {
     }
 
     /// The tenant's sinks, in rule order; each gets every result of the tenant's correlator.
-    pub fn sinks(&self) -> &[Arc<dyn EventSink>] {
+    pub fn sinks(&self) -> &[TenantSink] {
         &self.sinks
     }
 
@@ -509,28 +524,18 @@ fn plan_tenant(
         filters.push(slot(&KeyChoice::Plugin(f.clone()), PluginKind::Filter)?.expect("a plugin choice"));
     }
     let mut opened = Vec::new();
-    let Some(sinks) = sinks else {
-        return Ok(PlannedTenant {
-            name: name.into(),
-            rules,
-            options,
-            aggregate_key,
-            message_combiner,
-            spam_key,
-            filters,
-            sinks: opened,
-            handles,
-        });
-    };
-    for spec in &rules.sinks {
-        opened.push(sinks.open(spec, name, &|p| rules.settings_for(p), registry)?);
-    }
-    if opened.is_empty() {
-        return Err(PlanError::Rule {
-            location: location.into(),
-            key: "sinks".into(),
-            message: format!("tenant `{name}` has no sink"),
-        });
+    if let Some(sinks) = sinks {
+        for entry in &rules.sinks {
+            let sink = sinks.open(entry, name, &|p| rules.settings_for(p), registry)?;
+            opened.push(TenantSink { sink, delivery: entry.delivery });
+        }
+        if opened.is_empty() {
+            return Err(PlanError::Rule {
+                location: location.into(),
+                key: "sinks".into(),
+                message: format!("tenant `{name}` has no sink"),
+            });
+        }
     }
     Ok(PlannedTenant {
         name: name.into(),

@@ -19,6 +19,10 @@
 //! (the JSON-lines and plugin sinks) is accounted for before the next event is correlated,
 //! exactly as client-go's sequential loop. `max_in_flight = 1` is client-go's loop.
 //!
+//! Each sink has a delivery mode (its own, else the run's, [`RouterOptions::delivery`]): the
+//! acknowledged prefix (at-least-once) waits only for the sinks in `at-least-once`; a sink in
+//! `at-most-once` whose window is full drops the write (counted as `shed`) instead of waiting.
+//!
 //! # Config reloads
 //! A new plan (the config file changed) is taken between two batches: tenants whose rules did
 //! not change keep their stages; changed or new tenants start fresh; removed tenants are
@@ -37,7 +41,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::broadcaster::Watcher;
 use crate::correlator::{CorrelationClock, EventCorrelateResult, PREPARE_BATCH_SIZE};
-use crate::delivery::Acknowledgements;
+use crate::delivery::{Acknowledgements, DeliveryMode};
 use crate::event::Event;
 pub use crate::partition::PartitionKey;
 use crate::plan::TenantPlan;
@@ -97,6 +101,8 @@ pub struct RouterOptions {
     pub max_in_flight: usize,
     /// Counts the events finished, as the acknowledged prefix (at-least-once delivery).
     pub acks: Arc<Acknowledgements>,
+    /// The delivery mode of sinks that have none of their own.
+    pub delivery: DeliveryMode,
     /// Live stats, updated after every batch (for `/metrics`); the final stats are returned too.
     pub stats: Arc<Mutex<RouterStats>>,
 }
@@ -111,6 +117,7 @@ impl Default for RouterOptions {
             partition_key: PartitionKey::SourceObject,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             acks: Arc::default(),
+            delivery: DeliveryMode::Wait,
             stats: Arc::default(),
         }
     }
@@ -185,6 +192,8 @@ struct Job {
     tenant: Arc<str>,
     seq: u64,
     sink: Arc<dyn EventSink>,
+    /// The sink's delivery mode.
+    delivery: DeliveryMode,
     name: String,
     result: EventCorrelateResult,
     aggregated: bool,
@@ -201,6 +210,8 @@ struct Done {
     stored: Option<Event>,
     /// Whether it was kept in flight (it did not end at once).
     in_flight: bool,
+    /// Whether the acknowledged prefix waits for it (an at-least-once sink).
+    gating: bool,
 }
 
 type Write = Pin<Box<dyn Future<Output = Done> + Send>>;
@@ -220,7 +231,7 @@ struct Partition {
     stages: TenantStages,
     writes: FuturesUnordered<Write>,
     windows: HashMap<usize, SinkWindow>,
-    /// Sink writes still to end, per event with more than one.
+    /// At-least-once sink writes still to end, per event with more than one.
     remaining: HashMap<u64, usize>,
     stats: RouterStats,
     options: RouterOptions,
@@ -306,8 +317,10 @@ impl Partition {
                     continue;
                 }
             };
-            if sinks.len() > 1 {
-                self.remaining.insert(seq, sinks.len());
+            let default = self.options.delivery;
+            let gating = sinks.iter().filter(|s| s.delivery.unwrap_or(default) == DeliveryMode::AtLeastOnce).count();
+            if gating > 1 {
+                self.remaining.insert(seq, gating);
             }
             // The result is cloned for all sinks but the last, which takes it.
             let mut result = Some(result);
@@ -316,12 +329,16 @@ impl Partition {
                 let job = Job {
                     tenant: tenant.name.clone(),
                     seq,
-                    sink: sink.clone(),
+                    sink: sink.sink.clone(),
+                    delivery: sink.delivery.unwrap_or(default),
                     name: name.clone(),
                     result: result.expect("taken only for the last sink"),
                     aggregated,
                 };
                 self.submit(job).await;
+            }
+            if gating == 0 {
+                self.options.acks.ack(seq);
             }
             if self.options.max_in_flight == 1 {
                 // client-go's loop: the write (and `update_state`) ends before the next event.
@@ -349,7 +366,14 @@ impl Partition {
             window.waiting.entry(job.name.clone()).or_default().push_back(job);
             return;
         }
-        while self.windows.get(&id).is_some_and(|w| w.in_flight >= self.options.max_in_flight) {
+        let max_in_flight = self.options.max_in_flight;
+        let full = move |w: &SinkWindow| w.in_flight >= max_in_flight;
+        if job.delivery == DeliveryMode::AtMostOnce && full(window) {
+            self.stats.tenant(&job.tenant).shed += 1;
+            self.stats.total.shed += 1;
+            return;
+        }
+        while self.windows.get(&id).is_some_and(full) {
             match self.writes.next().await {
                 Some(done) => self.complete(done),
                 None => break,
@@ -363,14 +387,15 @@ impl Partition {
     /// Starts a write; returns it when it ended at once (a synchronous sink), else keeps it in
     /// flight.
     fn start(&mut self, job: Job) -> Option<Done> {
-        let Job { tenant, seq, sink, name, result, aggregated } = job;
+        let Job { tenant, seq, sink, delivery, name, result, aggregated } = job;
+        let gating = delivery == DeliveryMode::AtLeastOnce;
         let id = sink_id(&sink);
         let (retry, cancel) = (self.options.retry.clone(), self.options.cancel.clone());
         let window = self.windows.entry(id).or_default();
         window.busy.insert(name.clone());
         let mut write: Write = Box::pin(async move {
             let (outcome, stored) = deliver(sink.as_ref(), result, &retry, &cancel).await;
-            Done { tenant, seq, sink: id, name, aggregated, outcome, stored, in_flight: false }
+            Done { tenant, seq, sink: id, name, aggregated, outcome, stored, in_flight: false, gating }
         });
         match write.as_mut().poll(&mut Context::from_waker(std::task::Waker::noop())) {
             Poll::Ready(done) => Some(done),
@@ -403,7 +428,9 @@ impl Partition {
                 }
                 None => None,
             };
-            self.ack(done.seq);
+            if done.gating {
+                self.ack(done.seq);
+            }
             if let Some(job) = next
                 && let Some(done) = self.start(job)
             {

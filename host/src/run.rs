@@ -49,7 +49,7 @@ impl std::fmt::Display for RunSummary {
         write!(
             f,
             "read {} events ({} bad lines, {} non-events); filtered {}; created {}, patched {}, skipped by spam \
-             filter {}, aggregated {}; sink dropped {}, gave up {}, retries {}; incoming queue dropped {}; \
+             filter {}, aggregated {}; sink dropped {}, gave up {}, retries {}, shed {}; incoming queue dropped {}; \
              {} tenant(s), {} plugin swap(s), {} config reload(s), {} rejected reload(s)",
             self.source.read,
             self.source.bad_lines,
@@ -62,6 +62,7 @@ impl std::fmt::Display for RunSummary {
             s.dropped,
             s.gave_up,
             s.retries,
+            s.shed,
             self.dropped_incoming,
             self.sink.tenants.len(),
             self.plugin_swaps,
@@ -233,7 +234,7 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
     let names_k8s =
         |rules: &crate::config::Rules| rules.sinks.iter().flatten().any(|s| s == "k8s" || s.starts_with("k8s:"));
     let needs_kube = matches!(source, SourceSpec::Kubernetes(_))
-        || base.sinks.iter().any(|s| matches!(s, SinkSpec::Kubernetes(_)))
+        || base.sinks.iter().any(|s| matches!(s.spec, SinkSpec::Kubernetes(_)))
         || config.as_ref().is_some_and(|c| names_k8s(&c.defaults) || c.tenants.iter().any(|t| names_k8s(&t.rules)));
     let client = if needs_kube { Some(crate::k8s::connect(&kube).await?) } else { None };
     let sinks = Arc::new(SinkSet::new(client.clone(), progress.is_some()));
@@ -277,6 +278,7 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         partition_key,
         max_in_flight: max_in_flight.max(1),
         acks: Arc::new(Acknowledgements::new(progress.clone())),
+        delivery: delivery.mode(),
         stats: live.clone(),
         ..event_broadcaster.router_options()
     };

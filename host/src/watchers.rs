@@ -46,13 +46,32 @@ impl WatcherSpec {
     }
 }
 
+/// `--watcher NAME|FILE.wasm[,queue_length=N][,full_channel_behavior=drop|wait]`: the keys of a
+/// `[[watchers]]` table.
 impl std::str::FromStr for WatcherSpec {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        if s.is_empty() {
-            return Err("expected a watcher plugin: NAME or FILE.wasm".into());
+        const FORM: &str = "NAME or FILE.wasm, then optionally ,queue_length=N and ,full_channel_behavior=drop|wait";
+        let mut parts = s.split(',');
+        let plugin = parts.next().unwrap_or_default();
+        if plugin.is_empty() {
+            return Err(format!("expected a watcher plugin: {FORM}"));
         }
-        Ok(Self::new(s))
+        let mut spec = Self::new(plugin);
+        for part in parts {
+            match part.split_once('=') {
+                Some(("queue_length", n)) => {
+                    spec.queue_length =
+                        n.parse().map_err(|_| format!("{s}: queue_length must be a number of events"))?;
+                }
+                Some(("full_channel_behavior", b)) => {
+                    spec.full_channel_behavior = <FullChannelBehavior as clap::ValueEnum>::from_str(b, false)
+                        .map_err(|_| format!("{s}: full_channel_behavior must be drop or wait"))?;
+                }
+                _ => return Err(format!("{s}: expected {FORM}")),
+            }
+        }
+        Ok(spec)
     }
 }
 
@@ -137,4 +156,23 @@ pub fn attach(
         c.dropped.store(watcher.dropped(), Ordering::Relaxed);
     });
     Ok(PluginWatcher { handle, counters, task })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn watcher_flags_take_the_keys_of_a_watchers_table() {
+        assert_eq!("log".parse(), Ok(WatcherSpec::new("log")));
+        let spec: WatcherSpec = "w.wasm,queue_length=5,full_channel_behavior=wait".parse().unwrap();
+        assert_eq!(
+            (spec.plugin.as_str(), spec.queue_length, spec.full_channel_behavior),
+            ("w.wasm", 5, FullChannelBehavior::WaitIfChannelFull)
+        );
+        assert!("log,queue_length=x".parse::<WatcherSpec>().unwrap_err().contains("queue_length"));
+        assert!("log,full_channel_behavior=block".parse::<WatcherSpec>().unwrap_err().contains("drop or wait"));
+        assert!("log,color=red".parse::<WatcherSpec>().is_err());
+        assert!("".parse::<WatcherSpec>().is_err());
+    }
 }

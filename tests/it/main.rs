@@ -17,6 +17,7 @@ mod new_plugin;
 mod plugin_failures;
 mod recorder_vectors;
 mod replay_cli;
+mod router;
 mod run_cli;
 mod sink_retry_vectors;
 mod tenants;

@@ -15,7 +15,7 @@ use eventpipe::event_broadcaster::EventBroadcasterOptions;
 use eventpipe::k8s::KubeOptions;
 use eventpipe::router::{DEFAULT_MAX_IN_FLIGHT, PartitionKey};
 use eventpipe::run::{RunOptions, run};
-use eventpipe::sink::SinkSpec;
+use eventpipe::sink::SinkEntry;
 use eventpipe::source::SourceSpec;
 use eventpipe::source::k8s::{EventsApi, WatchOptions};
 use eventpipe::watchers::WatcherSpec;
@@ -37,18 +37,19 @@ pub struct RunArgs {
 
     /// `jsonl:PATH` or `jsonl:-` (stdout): one `{"verb","event","patch"}` line per sink call;
     /// `k8s` / `k8s:NAMESPACE`: the Kubernetes Events API; `webhook:URL`: batched JSON POSTs;
-    /// `plugin:NAME` or `plugin:FILE.wasm`: a sink plugin. Repeatable. The sinks of tenants whose
-    /// config names none; required unless the config's `[defaults]` gives `sinks`.
+    /// `plugin:NAME` or `plugin:FILE.wasm`: a sink plugin. `,delivery=MODE` after any of them
+    /// gives that sink its own delivery mode. Repeatable. The sinks of tenants whose config names
+    /// none; required unless the config's `[defaults]` gives `sinks`.
     #[arg(long, help_heading = "Sinks")]
-    sink: Vec<SinkSpec>,
+    sink: Vec<SinkEntry>,
     /// Writes in flight per sink (1: client-go's one write at a time).
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_IN_FLIGHT, help_heading = "Sinks")]
     max_in_flight: usize,
 
     /// `at-most-once` (DropIfChannelFull), `wait` (WaitIfChannelFull: nothing lost in process), or
     /// `at-least-once` (wait, and the source position is saved in `--state-file` once every sink
-    /// acknowledged, so a restart resumes without loss). A sink's own `delivery` in the config
-    /// overrides it for that sink.
+    /// acknowledged, so a restart resumes without loss). A sink's own `,delivery=MODE` overrides
+    /// it for that sink.
     #[arg(long, value_enum, default_value_t = DeliveryMode::Wait, help_heading = "Delivery")]
     delivery: DeliveryMode,
     /// The state file of `--delivery at-least-once`.
@@ -71,8 +72,9 @@ pub struct RunArgs {
     no_watch: bool,
     /// A watcher plugin to attach to the Broadcaster: a plugin name (the embedded `log`, or one
     /// in the plugins directory) or a component file; its own queue of 1000 events, dropping
-    /// when full (as client-go's watchers). Repeatable; the config's `[[watchers]]` add more.
-    #[arg(long, value_name = "NAME|FILE.wasm", help_heading = "Tenants and plugins")]
+    /// when full (as client-go's watchers), or as `,queue_length=N,full_channel_behavior=wait`
+    /// say. Repeatable; the config's `[[watchers]]` add more.
+    #[arg(long, value_name = "NAME|FILE.wasm[,KEY=VALUE…]", help_heading = "Tenants and plugins")]
     watcher: Vec<WatcherSpec>,
 
     /// Partitions of the tenant router, each on its own task: events are sharded by the

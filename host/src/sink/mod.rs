@@ -16,7 +16,7 @@ use crate::event::Event;
 
 pub use crate::k8s::{CAUSE_NAMESPACE_TERMINATING, REASON_ALREADY_EXISTS, StatusError};
 pub use retry::{RetryPolicy, WriteOutcome, deliver, write_event};
-pub use spec::{SinkSpec, SinkSpecError};
+pub use spec::{SinkEntry, SinkSpec, SinkSpecError};
 pub use stats::SinkStats;
 
 /// Why a sink call failed, in the classes client-go's `recordEvent` tells apart.

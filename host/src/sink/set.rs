@@ -9,7 +9,8 @@ use super::jsonl::JsonLinesSink;
 use super::k8s::KubernetesSink;
 use super::plugin::PluginSink;
 use super::webhook::{WebhookConfig, WebhookSink};
-use super::{EventSink, SinkSpec};
+use super::{EventSink, SinkEntry, SinkSpec};
+use crate::delivery::DeliveryMode;
 use crate::plugin::registry::PluginRegistry;
 use crate::plugin::sink::WasmSink;
 use crate::plugin::{PluginHandle, PluginKind, PluginSettings};
@@ -78,22 +79,26 @@ impl SinkSet {
         Self { open: Mutex::default(), kube, append }
     }
 
-    /// The sink `spec` for `tenant`, opened now or shared with an earlier call (a sink plugin
-    /// is one instance per tenant, called with `settings(plugin name)`). This is the one place
-    /// where sinks are built.
+    /// The sink `entry` names for `tenant`, opened now or shared with an earlier call (a sink
+    /// plugin is one instance per tenant, called with `settings(plugin name)`; a webhook with
+    /// `delivery=at-most-once` is one of its own whose queue drops when full). This is the one
+    /// place where sinks are built.
     ///
     /// # Errors
     /// [`SinkBuildError`] when the sink cannot be opened (a file, a webhook URL, no Kubernetes
     /// connection, a plugin that is missing or not a sink).
     pub fn open(
         &self,
-        spec: &SinkSpec,
+        entry: &SinkEntry,
         tenant: &str,
         settings: &dyn Fn(&str) -> PluginSettings,
         registry: &PluginRegistry,
     ) -> Result<Arc<dyn EventSink>, SinkBuildError> {
+        let spec = &entry.spec;
+        let at_most_once = entry.delivery == Some(DeliveryMode::AtMostOnce);
         let key = match spec {
             SinkSpec::Plugin(name) => format!("{spec}@{tenant}:{name}"),
+            SinkSpec::Webhook(_) if at_most_once => entry.to_string(),
             _ => spec.to_string(),
         };
         let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
@@ -118,7 +123,10 @@ impl SinkSet {
                 OpenSink::Jsonl(Arc::new(JsonLinesSink::new(Box::new(file))))
             }
             SinkSpec::Webhook(url) => {
-                let config = WebhookConfig::new(spec.to_string(), url.clone());
+                let mut config = WebhookConfig::new(spec.to_string(), url.clone());
+                if at_most_once {
+                    config.delivery = super::webhook::Delivery::AtMostOnce;
+                }
                 OpenSink::Webhook(Arc::new(WebhookSink::new(config).map_err(|e| fail(e.to_string()))?))
             }
             SinkSpec::Kubernetes(namespace) => {

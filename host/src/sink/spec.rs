@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use crate::delivery::DeliveryMode;
+
 /// Where sink calls go: `jsonl:PATH`, `jsonl:-` (stdout), `plugin:NAME` / `plugin:FILE.wasm`
 /// (a sink plugin, embedded or from a file, writing to stdout), or `k8s` / `k8s:NAMESPACE` (the
 /// Kubernetes Events API; with a namespace, events of other namespaces are refused as client-go's
@@ -36,7 +38,8 @@ impl std::fmt::Display for SinkSpec {
 /// A `--sink` value that is not one of the sink forms.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "{0:?}: expected a sink: jsonl:PATH, jsonl:-, k8s, k8s:NAMESPACE, plugin:NAME, plugin:FILE.wasm or webhook:URL"
+    "{0:?}: expected a sink: jsonl:PATH, jsonl:-, k8s, k8s:NAMESPACE, plugin:NAME, plugin:FILE.wasm or webhook:URL, \
+     optionally followed by ,delivery=at-most-once|wait|at-least-once"
 )]
 pub struct SinkSpecError(String);
 
@@ -54,5 +57,74 @@ impl std::str::FromStr for SinkSpec {
             }
             _ => Err(SinkSpecError(s.into())),
         }
+    }
+}
+
+/// A sink as a tenant names it: where its calls go and, optionally, its own delivery mode
+/// (`SPEC[,delivery=MODE]`, e.g. `webhook:https://hooks.example/e,delivery=at-most-once`), as
+/// `--sink` and the config's `sinks` take it. Without a mode the sink follows the run's
+/// `--delivery`.
+///
+/// What a mode means for one sink, in the tenant router:
+/// - `at-least-once`: the at-least-once source position waits for this sink's acknowledgements;
+/// - `wait`: a full window of writes in flight waits (back-pressure), but the saved position
+///   does not wait for this sink;
+/// - `at-most-once`: a full window drops the write (counted as `shed`) instead of waiting, and
+///   the position does not wait for it; a webhook sink's own queue drops too when full.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SinkEntry {
+    /// Where the calls go.
+    pub spec: SinkSpec,
+    /// Its delivery mode; `None`: the run's.
+    pub delivery: Option<DeliveryMode>,
+}
+
+impl From<SinkSpec> for SinkEntry {
+    fn from(spec: SinkSpec) -> Self {
+        Self { spec, delivery: None }
+    }
+}
+
+impl std::fmt::Display for SinkEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.delivery {
+            Some(mode) => {
+                let mode = clap::ValueEnum::to_possible_value(&mode).expect("no mode is skipped");
+                write!(f, "{},delivery={}", self.spec, mode.get_name())
+            }
+            None => self.spec.fmt(f),
+        }
+    }
+}
+
+impl std::str::FromStr for SinkEntry {
+    type Err = SinkSpecError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.rsplit_once(",delivery=") {
+            Some((spec, mode)) => Ok(Self {
+                spec: spec.parse()?,
+                delivery: Some(
+                    <DeliveryMode as clap::ValueEnum>::from_str(mode, false).map_err(|_| SinkSpecError(s.into()))?,
+                ),
+            }),
+            None => Ok(Self { spec: s.parse()?, delivery: None }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sink_entry_is_a_spec_with_an_optional_delivery_mode() {
+        let e: SinkEntry = "webhook:http://h/x?a=1,delivery=at-most-once".parse().unwrap();
+        assert_eq!(e.spec, SinkSpec::Webhook("http://h/x?a=1".into()));
+        assert_eq!(e.delivery, Some(DeliveryMode::AtMostOnce));
+        assert_eq!(e.to_string(), "webhook:http://h/x?a=1,delivery=at-most-once");
+        let plain: SinkEntry = "jsonl:-".parse().unwrap();
+        assert_eq!((plain.spec, plain.delivery), (SinkSpec::JsonLinesStdout, None));
+        let err = "jsonl:-,delivery=sometimes".parse::<SinkEntry>().unwrap_err().to_string();
+        assert!(err.contains("delivery=at-most-once|wait|at-least-once"), "{err}");
     }
 }

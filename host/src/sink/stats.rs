@@ -24,6 +24,8 @@ pub struct SinkStats {
     pub cancelled: u64,
     /// Sink calls beyond the first per event.
     pub retries: u64,
+    /// Writes an `at-most-once` sink dropped because its window of writes in flight was full.
+    pub shed: u64,
 }
 
 impl SinkStats {
@@ -38,6 +40,7 @@ impl SinkStats {
         self.gave_up += other.gave_up;
         self.cancelled += other.cancelled;
         self.retries += other.retries;
+        self.shed += other.shed;
     }
 
     /// Counts one `recordToSink` outcome.

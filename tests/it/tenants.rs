@@ -256,3 +256,42 @@ rules = {{ filters = ["drop-reasons"], sinks = ["jsonl:{quiet}"] }}
     assert!(sink_calls(&rest_out) == replay_written(&rest, &[]));
     assert!(sink_calls(&rest_out).iter().any(|(e, _)| e["reason"] == "Pulled"));
 }
+
+/// A tenant's `partition_key` shards only its own events by it; other tenants keep the default.
+#[test]
+fn a_tenants_partition_key_shards_only_its_own_events() {
+    use eventpipe::config::Config;
+    use eventpipe::plan::{KeyChoice, TenantPlan, TenantRules};
+    use eventpipe::plugin::registry::PluginRegistry;
+    use eventpipe::plugin::{Metering, PluginRuntime};
+    use eventpipe::router::PartitionKey;
+    use eventpipe::sink::set::SinkSet;
+
+    let text = "[[tenants]]\nname = \"wide\"\nmatch = { namespaces = [\"wide\"] }\nrules = { partition_key = \"namespace\" }\n";
+    let config = Config::parse(text, std::path::Path::new("t.toml")).unwrap();
+    let base = TenantRules {
+        aggregate_key: KeyChoice::Builtin,
+        message_combiner: KeyChoice::Builtin,
+        spam_key: KeyChoice::Builtin,
+        sinks: vec!["jsonl:-".parse().unwrap()],
+        ..TenantRules::default()
+    };
+    let registry = PluginRegistry::new(PluginRuntime::new(Metering::Fuel).unwrap()).unwrap();
+    let plan = TenantPlan::build(&base, Some(&config), &registry, &SinkSet::default()).unwrap();
+    let event = |namespace: &str, name: &str| -> eventpipe::event::Event {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": format!("{name}.1"), "namespace": namespace},
+            "involvedObject": {"kind": "Pod", "namespace": namespace, "name": name},
+            "source": {"component": "kubelet"}, "reason": "Started", "message": "m"
+        }))
+        .unwrap()
+    };
+    const PARTITIONS: usize = 8;
+    let partitions = |namespace: &str| -> std::collections::BTreeSet<usize> {
+        (0..64)
+            .map(|i| plan.partition(&event(namespace, &format!("pod-{i}")), PartitionKey::SourceObject, PARTITIONS))
+            .collect()
+    };
+    assert_eq!(partitions("wide").len(), 1, "the `wide` tenant keeps one namespace in one partition");
+    assert!(partitions("other").len() > 1, "the defaults spread objects over partitions");
+}

@@ -1,0 +1,733 @@
+//! Whole `eventpipe` processes on a real event stream: the figures of a release, each as
+//! min / median / max over a few runs.
+//!
+//! 1. **Webhook sink throughput**: `run --sink webhook:URL` against a local HTTP server that
+//!    answers `200` to every batch and counts its items; events/s = events read / wall seconds
+//!    (target ≥ 20,000), and the server must receive as many items as the summary says were
+//!    written (created + patched). With `--workers 1` and `0` too, and with a correlator that
+//!    writes every event (by default the spam filter skips most of this stream).
+//! 2. **`run` against single-core `replay`**: wall time of `run --sink jsonl:/dev/null` with the
+//!    default `--workers`, `--workers 1` and `--workers 0` (the number of cores), and of
+//!    `replay < STREAM > /dev/null`; the ratios run / replay (target ≤ 0.6).
+//! 3. **At-least-once under SIGKILL**: `run --delivery at-least-once` with a correlator that may
+//!    neither skip nor aggregate (so every input event must reach the sink), killed with SIGKILL
+//!    every 2 s and started again until a run ends by itself; every restart must have saved a
+//!    position further on, and every input event must be in the output at least once (lost
+//!    events are listed; duplicates are counted). The killed runs read the stream played
+//!    several times over, so that an uninterrupted run would last three kill periods.
+//!
+//! ```sh
+//! cargo bench -p eventpipe --bench pipeline                        # the default stream
+//! cargo bench -p eventpipe --bench pipeline -- STREAM.jsonl[.gz]   # or EVENTPIPE_BENCH_STREAM
+//! ```
+//!
+//! The stream is not part of the repository: by default it is
+//! `../shared/conformance/replay-real/real-expanded.in.jsonl.gz` relative to the repository root
+//! (`{"clock","event"}` lines; any shape `run --source jsonl:` reads works). A `.gz` file is
+//! decompressed to a temporary file first. `EVENTPIPE_BENCH_RUNS` sets the runs per figure
+//! (default 3); `EVENTPIPE_BIN` the binary (default: the one `cargo bench` builds).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::post;
+use eventpipe::delivery::{Position, SavedState};
+use eventpipe::event::Event;
+use eventpipe::source::decode::{Decoded, Decoder};
+use serde::Deserialize;
+
+/// The stream, relative to the repository root, when neither the argument nor
+/// `EVENTPIPE_BENCH_STREAM` names one.
+const DEFAULT_STREAM: &str = "../shared/conformance/replay-real/real-expanded.in.jsonl.gz";
+/// Runs per figure unless `EVENTPIPE_BENCH_RUNS` says otherwise.
+const DEFAULT_RUNS: usize = 3;
+/// Webhook sink throughput target, events per second.
+const WEBHOOK_TARGET: f64 = 20_000.0;
+/// Target of run's wall time over replay's.
+const RATIO_TARGET: f64 = 0.6;
+/// How long each at-least-once run lives before it is killed.
+const KILL_EVERY: Duration = Duration::from_secs(2);
+/// How many kill periods an uninterrupted run of the killed scenario's input lasts.
+const KILLED_RUN_PERIODS: f64 = 3.0;
+/// Consecutive killed runs without progress after which the at-least-once figure gives up.
+const MAX_STALLS: usize = 5;
+/// Correlator flags under which every input event is written (no spam filtering, no
+/// aggregation): the webhook sink's full load, and what lets the at-least-once check demand
+/// each input event in the output.
+const WRITE_EVERY_EVENT: [&str; 4] = ["--burst", "1000000000", "--max-events", "1000000000"];
+/// Lost events listed one by one at most (all are counted).
+const LOST_SHOWN: usize = 50;
+
+fn main() {
+    let bench = Bench::new();
+    println!("{bench}");
+    bench.warm_up();
+    let mut table = Table::default();
+    let webhook_ok = webhook_throughput(&bench, &mut table);
+    let ratio_ok = run_against_replay(&bench, &mut table);
+    table.print();
+    println!();
+    target(&format!("webhook sink, default flags: events/s ≥ {WEBHOOK_TARGET:.0}"), webhook_ok);
+    target(&format!("run (default) / replay and run (--workers 0) / replay ≤ {RATIO_TARGET}"), ratio_ok);
+    println!();
+    let survived = at_least_once_under_sigkill(&bench);
+    target("at-least-once under SIGKILL: nothing lost, every restart made progress", survived);
+}
+
+fn target(what: &str, met: bool) {
+    println!("target {what}: {}", if met { "met" } else { "MISSED" });
+}
+
+/// What every figure shares: the binary, the stream (decompressed), its event count, the runs
+/// per figure and a scratch directory (also the processes' working directory, so that no
+/// `./plugins` changes what runs).
+struct Bench {
+    bin: PathBuf,
+    stream: PathBuf,
+    events: u64,
+    runs: usize,
+    cores: usize,
+    scratch: tempfile::TempDir,
+}
+
+impl Bench {
+    /// Finds the binary and the stream; exits with a message when the stream is missing.
+    fn new() -> Self {
+        let bin = std::env::var_os("EVENTPIPE_BIN")
+            .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_eventpipe")), PathBuf::from);
+        let runs =
+            std::env::var("EVENTPIPE_BENCH_RUNS").ok().and_then(|r| r.parse().ok()).unwrap_or(DEFAULT_RUNS).max(1);
+        let given = std::env::args().skip(1).find(|a| !a.starts_with('-')).map(PathBuf::from);
+        let given = given.or_else(|| std::env::var_os("EVENTPIPE_BENCH_STREAM").map(PathBuf::from));
+        let source = given.unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(DEFAULT_STREAM));
+        if !source.is_file() {
+            eprintln!(
+                "pipeline bench: the event stream {} is missing.\n\
+                 It is not part of the repository: give its path as the argument \
+                 (`cargo bench -p eventpipe --bench pipeline -- STREAM.jsonl[.gz]`) or in EVENTPIPE_BENCH_STREAM.",
+                source.display()
+            );
+            std::process::exit(2);
+        }
+        let scratch = tempfile::tempdir().expect("a temporary directory");
+        let (stream, events) = prepare_stream(&source, scratch.path());
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Self { bin, stream, events, runs, cores, scratch }
+    }
+
+    /// `eventpipe ARGS…` in the scratch directory, quiet on stdout, logging at its default level.
+    fn eventpipe<S: AsRef<std::ffi::OsStr>>(&self, args: impl IntoIterator<Item = S>) -> Command {
+        let mut command = Command::new(&self.bin);
+        command.args(args).current_dir(self.scratch.path()).env_remove("RUST_LOG").stdout(Stdio::null());
+        command
+    }
+
+    /// `eventpipe run --summary-json --source jsonl:STREAM ARGS…`.
+    fn run<S: AsRef<std::ffi::OsStr>>(&self, args: impl IntoIterator<Item = S>) -> Command {
+        let mut command = self.eventpipe(["run", "--summary-json"]);
+        command.arg(format!("--source=jsonl:{}", self.stream.display())).args(args);
+        command
+    }
+
+    /// One unmeasured run, so that the plugins are in the compilation cache and the stream in
+    /// the page cache before anything is timed.
+    fn warm_up(&self) {
+        timed(self.run(["--sink=jsonl:/dev/null"]));
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.scratch.path().join(name)
+    }
+}
+
+impl fmt::Display for Bench {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "pipeline: {} events, {} core(s), {} run(s) per figure\n  binary {}",
+            self.events,
+            self.cores,
+            self.runs,
+            self.bin.display()
+        )
+    }
+}
+
+/// The stream as a plain file (a `.gz` one decompressed into `dir`) and its line count.
+fn prepare_stream(source: &Path, dir: &Path) -> (PathBuf, u64) {
+    let file = std::fs::File::open(source).unwrap_or_else(|e| panic!("{}: {e}", source.display()));
+    let (input, plain): (Box<dyn BufRead>, PathBuf) = if source.extension().is_some_and(|e| e == "gz") {
+        (Box::new(BufReader::new(flate2::read::GzDecoder::new(file))), dir.join("stream.jsonl"))
+    } else {
+        (Box::new(BufReader::new(file)), source.to_path_buf())
+    };
+    let mut copy = (plain != source).then(|| BufWriter::new(std::fs::File::create(&plain).expect("the stream copy")));
+    let mut lines = 0;
+    for line in input.split(b'\n') {
+        let line = line.unwrap_or_else(|e| panic!("reading {}: {e}", source.display()));
+        if let Some(copy) = &mut copy {
+            copy.write_all(&line).and_then(|()| copy.write_all(b"\n")).expect("writing the stream copy");
+        }
+        lines += 1;
+    }
+    if let Some(mut copy) = copy {
+        copy.flush().expect("writing the stream copy");
+    }
+    (plain, lines)
+}
+
+/// The counts of `run --summary-json` the figures need (the object has more).
+#[derive(Debug, Default, Deserialize)]
+struct Summary {
+    read: u64,
+    bad_lines: u64,
+    created: u64,
+    patched: u64,
+    skipped: u64,
+    aggregated: u64,
+    dropped: u64,
+    gave_up: u64,
+    retries: u64,
+}
+
+impl Summary {
+    /// The summary object, the last JSON line of a run's stderr.
+    fn parse(stderr: &str) -> Option<Self> {
+        stderr.lines().rev().find_map(|l| serde_json::from_str(l).ok())
+    }
+
+    fn written(&self) -> u64 {
+        self.created + self.patched
+    }
+}
+
+/// A finished process: its wall time and stderr.
+struct Finished {
+    wall: Duration,
+    stderr: String,
+}
+
+impl Finished {
+    fn summary(&self) -> Summary {
+        Summary::parse(&self.stderr).unwrap_or_else(|| panic!("no summary in:\n{}", self.stderr))
+    }
+}
+
+/// Runs `command` to its end, timing it; panics (with its stderr) when it fails.
+fn timed(mut command: Command) -> Finished {
+    let started = Instant::now();
+    let out = command.stderr(Stdio::piped()).output().unwrap_or_else(|e| panic!("{command:?}: {e}"));
+    let wall = started.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{command:?} failed ({}):\n{stderr}", out.status);
+    Finished { wall, stderr }
+}
+
+/// Runs `measure` on every case, `runs` rounds of one run per case, so that a slow moment of
+/// the machine hits every case alike. Returns the samples per case, in case order.
+fn interleaved<C, T>(runs: usize, cases: &[C], mut measure: impl FnMut(&C) -> T) -> Vec<Vec<T>> {
+    let mut samples: Vec<Vec<T>> = cases.iter().map(|_| Vec::with_capacity(runs)).collect();
+    for _ in 0..runs {
+        for (case, samples) in cases.iter().zip(&mut samples) {
+            samples.push(measure(case));
+        }
+    }
+    samples
+}
+
+/// Rows of min / median / max.
+#[derive(Default)]
+struct Table {
+    rows: Vec<(String, String, [f64; 3])>,
+}
+
+impl Table {
+    /// Adds `samples` (in `unit`) as a row.
+    fn add(&mut self, label: impl Into<String>, unit: &str, samples: &[f64]) {
+        let mut sorted = samples.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        let spread = [sorted[0], median(&sorted), sorted[sorted.len() - 1]];
+        self.rows.push((label.into(), unit.into(), spread));
+    }
+
+    fn print(&self) {
+        let width = self.rows.iter().map(|(l, ..)| l.chars().count()).max().unwrap_or(0);
+        println!("\n{:width$}  {:>10} {:>10} {:>10}", "figure", "min", "median", "max");
+        for (label, unit, values) in &self.rows {
+            let [lo, mid, hi] = values.map(|v| format_value(v, unit));
+            println!("{label:width$}  {lo:>10} {mid:>10} {hi:>10}  {unit}");
+        }
+    }
+}
+
+fn format_value(v: f64, unit: &str) -> String {
+    match unit {
+        "events/s" => format!("{v:.0}"),
+        "s" => format!("{v:.2}"),
+        _ => format!("{v:.3}"),
+    }
+}
+
+/// The median of sorted, non-empty `values`.
+fn median(sorted: &[f64]) -> f64 {
+    let n = sorted.len();
+    if n % 2 == 1 { sorted[n / 2] } else { (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0 }
+}
+
+fn median_of(samples: &[f64]) -> f64 {
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    median(&sorted)
+}
+
+/// The `--workers` variants of `run` compared by figures 1 and 2.
+fn workers_cases(cores: usize) -> [(String, Vec<String>); 3] {
+    [
+        ("default flags".into(), vec![]),
+        ("--workers 1".into(), vec!["--workers=1".into()]),
+        (format!("--workers 0 (= {cores})"), vec!["--workers=0".into()]),
+    ]
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. Webhook sink throughput
+
+/// What the webhook receiver counted, live.
+#[derive(Default)]
+struct Tally {
+    requests: AtomicU64,
+    items: AtomicU64,
+    refused: AtomicU64,
+}
+
+/// What the webhook receiver counted during one run.
+struct Received {
+    requests: u64,
+    items: u64,
+    /// Requests whose body was not a batch (answered `400`).
+    refused: u64,
+}
+
+impl Tally {
+    /// The counts since the last call.
+    fn take(&self) -> Received {
+        let take = |c: &AtomicU64| c.swap(0, Ordering::SeqCst);
+        Received { requests: take(&self.requests), items: take(&self.items), refused: take(&self.refused) }
+    }
+}
+
+/// A webhook batch, items counted but not decoded.
+#[derive(Deserialize)]
+struct Batch {
+    items: Vec<serde::de::IgnoredAny>,
+}
+
+async fn receive(State(tally): State<Arc<Tally>>, body: Bytes) -> StatusCode {
+    tally.requests.fetch_add(1, Ordering::SeqCst);
+    match serde_json::from_slice::<Batch>(&body) {
+        Ok(batch) => {
+            tally.items.fetch_add(batch.items.len() as u64, Ordering::SeqCst);
+            StatusCode::OK
+        }
+        Err(_) => {
+            tally.refused.fetch_add(1, Ordering::SeqCst);
+            StatusCode::BAD_REQUEST
+        }
+    }
+}
+
+/// Starts the receiver on a thread of its own (one-threaded runtime) for the rest of the bench.
+fn start_receiver() -> (SocketAddr, Arc<Tally>) {
+    let tally = Arc::new(Tally::default());
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("binding the webhook receiver");
+    listener.set_nonblocking(true).expect("a non-blocking listener");
+    let addr = listener.local_addr().expect("the receiver's address");
+    let app = Router::new().route("/events", post(receive)).with_state(tally.clone());
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+        runtime.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).expect("a tokio listener");
+            axum::serve(listener, app).await.expect("the webhook receiver");
+        });
+    });
+    (addr, tally)
+}
+
+/// Figure 1; returns whether the default flags met the target (and every count matched).
+fn webhook_throughput(bench: &Bench, table: &mut Table) -> bool {
+    let (addr, tally) = start_receiver();
+    let sink = format!("--sink=webhook:http://{addr}/events");
+    let mut cases = workers_cases(bench.cores).to_vec();
+    cases.push(("every event written".into(), WRITE_EVERY_EVENT.map(String::from).to_vec()));
+    let mut mismatches = Vec::new();
+    let samples = interleaved(bench.runs, &cases, |(label, flags)| {
+        let run = timed(bench.run(flags.iter().chain([&sink])));
+        let summary = run.summary();
+        let got = tally.take();
+        if got.items != summary.written() || got.refused > 0 || summary.dropped + summary.gave_up > 0 {
+            mismatches.push(format!(
+                "{label}: the receiver got {} items ({} requests refused), the summary says {} written \
+                 (created {} + patched {}), {} dropped, {} gave up, {} retries",
+                got.items,
+                got.refused,
+                summary.written(),
+                summary.created,
+                summary.patched,
+                summary.dropped,
+                summary.gave_up,
+                summary.retries
+            ));
+        }
+        let rate = summary.read as f64 / run.wall.as_secs_f64();
+        (rate, got.items as f64 / got.requests.max(1) as f64)
+    });
+    for ((label, _), samples) in cases.iter().zip(&samples) {
+        let rates: Vec<f64> = samples.iter().map(|s| s.0).collect();
+        table.add(format!("webhook sink, {label}"), "events/s", &rates);
+        let batches: Vec<f64> = samples.iter().map(|s| s.1).collect();
+        table.add(format!("  mean batch, {label}"), "items/request", &batches);
+    }
+    if mismatches.is_empty() {
+        println!("webhook: the receiver got every item the summaries count as written");
+    } else {
+        println!("webhook: COUNTS DIFFER:\n  {}", mismatches.join("\n  "));
+    }
+    let rate = median_of(&samples[0].iter().map(|s| s.0).collect::<Vec<_>>());
+    mismatches.is_empty() && rate >= WEBHOOK_TARGET
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. run against single-core replay
+
+/// Figure 2; returns whether both ratios met the target.
+fn run_against_replay(bench: &Bench, table: &mut Table) -> bool {
+    // The run cases in `workers_cases` order, then replay.
+    let mut cases: Vec<(String, Option<Vec<String>>)> =
+        workers_cases(bench.cores).into_iter().map(|(label, flags)| (format!("run, {label}"), Some(flags))).collect();
+    cases.push(("replay".into(), None));
+    let seconds = interleaved(bench.runs, &cases, |(_, flags)| {
+        let command = match flags {
+            Some(flags) => bench.run(flags.iter().map(String::as_str).chain(["--sink=jsonl:/dev/null"])),
+            None => {
+                let mut replay = bench.eventpipe(["replay"]);
+                replay.stdin(std::fs::File::open(&bench.stream).expect("the stream"));
+                replay
+            }
+        };
+        timed(command).wall.as_secs_f64()
+    });
+    for ((label, _), seconds) in cases.iter().zip(&seconds) {
+        table.add(format!("{label} → /dev/null"), "s", seconds);
+    }
+    let replay = seconds.last().expect("the replay case");
+    let mut met = true;
+    for (run, label) in [(&seconds[0], "run (default) / replay"), (&seconds[2], "run (--workers 0) / replay")] {
+        let ratios: Vec<f64> = run.iter().zip(replay).map(|(run, replay)| run / replay).collect();
+        met &= median_of(&ratios) <= RATIO_TARGET;
+        table.add(label, "ratio", &ratios);
+    }
+    met
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. At-least-once under SIGKILL
+
+/// What identifies one occurrence in the input and in the sink's lines: the event's identity
+/// fields (a patch keeps them; only name, count and firstTimestamp change) and its own time.
+/// Two occurrences may share it, so identities are counted, not merely collected.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct Identity {
+    object: String,
+    source: String,
+    reason: String,
+    type_: String,
+    message: String,
+    at: String,
+}
+
+impl Identity {
+    fn of(e: &Event) -> Self {
+        let o = &e.involved_object;
+        let at = e.last_timestamp.or(e.event_time).map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+        Self {
+            object: format!(
+                "{}/{}/{}/{} uid={} ({})",
+                e.metadata.namespace, o.kind, o.namespace, o.name, o.uid, o.field_path
+            ),
+            source: format!("{}@{}", e.source.component, e.source.host),
+            reason: e.reason.clone(),
+            type_: e.type_.clone(),
+            message: e.message.clone(),
+            at: at.unwrap_or_default(),
+        }
+    }
+}
+
+impl fmt::Display for Identity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {} {} {} at {}: {:?}", self.object, self.source, self.type_, self.reason, self.at, self.message)
+    }
+}
+
+/// The input's occurrences, counted by identity (decoded as `run` decodes them).
+fn input_identities(stream: &Path) -> HashMap<Identity, u64> {
+    let mut counts = HashMap::new();
+    let mut decoder = Decoder::new();
+    let mut count = |item: Result<Decoded, _>| {
+        if let Ok(Decoded::Event { event, .. }) = item {
+            *counts.entry(Identity::of(&event)).or_default() += 1;
+        }
+    };
+    let file = BufReader::new(std::fs::File::open(stream).expect("the stream"));
+    for line in file.lines() {
+        decoder.push_line(&line.expect("reading the stream"), &mut count);
+    }
+    if let Some(error) = decoder.finish() {
+        count(Err(error));
+    }
+    counts
+}
+
+/// A line of the JSON-lines sink (`{"verb","event","patch"}`), only its event.
+#[derive(Deserialize)]
+struct SinkLine {
+    event: Event,
+}
+
+/// The sink's occurrences, counted by identity, and its lines that are not sink calls.
+fn output_identities(out: &Path) -> (HashMap<Identity, u64>, Vec<String>) {
+    let mut counts = HashMap::new();
+    let mut unreadable = Vec::new();
+    let text = std::fs::read_to_string(out).unwrap_or_default();
+    for (n, line) in text.lines().enumerate() {
+        match serde_json::from_str::<SinkLine>(line) {
+            Ok(call) => *counts.entry(Identity::of(&call.event)).or_default() += 1,
+            Err(e) => unreadable.push(format!("line {}: {e}", n + 1)),
+        }
+    }
+    (counts, unreadable)
+}
+
+/// How the killed runs went.
+#[derive(Default)]
+struct Restarts {
+    /// Saved byte offset after each killed run (`None`: nothing saved yet).
+    positions: Vec<Option<u64>>,
+    /// The run that ended by itself, if one did.
+    last: Option<Finished>,
+}
+
+impl Restarts {
+    /// Killed runs whose saved position did not advance, as (run number from 1, position).
+    fn stalls(&self) -> Vec<(usize, Option<u64>)> {
+        let before = std::iter::once(None).chain(self.positions.iter().copied());
+        before.zip(&self.positions).enumerate().filter(|(_, (b, p))| *p <= b).map(|(i, (_, p))| (i + 1, *p)).collect()
+    }
+}
+
+/// The saved byte offset in `state`, if any.
+fn saved_offset(state: &Path) -> Option<u64> {
+    match SavedState::load(state).expect("a readable state file")?.position {
+        Position::FileOffset(offset) => Some(offset),
+        Position::ResourceVersion(rv) => panic!("a file source saved resourceVersion {rv}"),
+    }
+}
+
+/// Waits for `child` until `deadline`; `None` when it is still running then.
+fn wait_until(child: &mut Child, deadline: Instant) -> Option<ExitStatus> {
+    loop {
+        if let Some(status) = child.try_wait().expect("waiting for eventpipe") {
+            return Some(status);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Starts `command` again and again, killing it with SIGKILL after [`KILL_EVERY`], until a run
+/// ends by itself (or [`MAX_STALLS`] killed runs in a row saved nothing new).
+fn kill_and_restart(command: impl Fn() -> Command, state: &Path, log: &Path) -> Restarts {
+    let mut restarts = Restarts::default();
+    let mut stalled_in_a_row = 0;
+    loop {
+        let stderr = std::fs::File::create(log).expect("the run's log");
+        let started = Instant::now();
+        let mut child = command().stderr(stderr).spawn().expect("starting eventpipe");
+        if let Some(status) = wait_until(&mut child, started + KILL_EVERY) {
+            let stderr = std::fs::read_to_string(log).unwrap_or_default();
+            assert!(status.success(), "the last run failed ({status}):\n{stderr}");
+            restarts.last = Some(Finished { wall: started.elapsed(), stderr });
+            return restarts;
+        }
+        child.kill().expect("SIGKILL"); // Child::kill is SIGKILL on Unix
+        child.wait().expect("reaping eventpipe");
+        let position = saved_offset(state);
+        let advanced = position > restarts.positions.last().copied().flatten();
+        stalled_in_a_row = if advanced { 0 } else { stalled_in_a_row + 1 };
+        restarts.positions.push(position);
+        if stalled_in_a_row >= MAX_STALLS {
+            return restarts;
+        }
+    }
+}
+
+/// One at-least-once scenario: its input, sink file, state file and log of the current run.
+struct Scenario {
+    input: PathBuf,
+    out: PathBuf,
+    state: PathBuf,
+    log: PathBuf,
+}
+
+impl Scenario {
+    fn new(bench: &Bench, name: &str, input: PathBuf) -> Self {
+        let path = |what: &str| bench.path(&format!("{name}.{what}"));
+        Self { input, out: path("out.jsonl"), state: path("state.json"), log: path("log") }
+    }
+
+    /// `run` from the input to the sink file, at least once, writing every event.
+    fn command(&self, bench: &Bench) -> Command {
+        let mut run = bench.eventpipe(["run", "--summary-json", "--delivery=at-least-once"]);
+        run.args(WRITE_EVERY_EVENT)
+            .arg(format!("--state-file={}", self.state.display()))
+            .arg(format!("--source=jsonl:{}", self.input.display()))
+            .arg(format!("--sink=jsonl:{}", self.out.display()));
+        run
+    }
+
+    /// Checks the sink file against `expected` and prints what was lost; returns whether the
+    /// output holds every input occurrence and nothing else is wrong.
+    fn check(&self, expected: &HashMap<Identity, u64>, summary: &Summary) -> bool {
+        let (written, unreadable) = output_identities(&self.out);
+        let report = Comparison::of(expected, &written);
+        println!(
+            "  input {} events, output {} lines: lost {}, duplicates {}, not in the input {}, unreadable lines {} \
+             (the last run: bad lines {}, skipped {}, aggregated {}, dropped {}, gave up {})",
+            report.input,
+            report.output + unreadable.len() as u64,
+            report.lost.iter().map(|(_, n)| n).sum::<u64>(),
+            report.duplicates,
+            report.foreign,
+            unreadable.len(),
+            summary.bad_lines,
+            summary.skipped,
+            summary.aggregated,
+            summary.dropped,
+            summary.gave_up
+        );
+        for (identity, missing) in report.lost.iter().take(LOST_SHOWN) {
+            println!("  LOST {missing}× {identity}");
+        }
+        if report.lost.len() > LOST_SHOWN {
+            println!("  … and {} more lost identities", report.lost.len() - LOST_SHOWN);
+        }
+        for line in unreadable.iter().take(LOST_SHOWN) {
+            println!("  UNREADABLE {line}");
+        }
+        report.lost.is_empty() && report.foreign == 0 && unreadable.is_empty() && summary.bad_lines == 0
+    }
+}
+
+/// `source` played `copies` times, into `target`.
+fn repeat(source: &Path, copies: u32, target: &Path) {
+    let mut out = BufWriter::new(std::fs::File::create(target).expect("the repeated stream"));
+    for _ in 0..copies {
+        let mut input = std::fs::File::open(source).expect("the stream");
+        std::io::copy(&mut input, &mut out).expect("writing the repeated stream");
+    }
+    out.flush().expect("writing the repeated stream");
+}
+
+/// Figure 3; returns whether nothing was lost and every restart made progress.
+///
+/// An uninterrupted run first gives the baseline (and checks the check: nothing lost, no
+/// duplicates). The killed runs then read the stream played as many times as makes an
+/// uninterrupted run last [`KILLED_RUN_PERIODS`] kill periods, so that several kills land
+/// mid-stream however fast the machine is.
+fn at_least_once_under_sigkill(bench: &Bench) -> bool {
+    let once = input_identities(&bench.stream);
+    let clean = Scenario::new(bench, "uninterrupted", bench.stream.clone());
+    let baseline = timed(clean.command(bench));
+    println!("at-least-once, uninterrupted: {:.2} s", baseline.wall.as_secs_f64());
+    let clean_ok = clean.check(&once, &baseline.summary());
+
+    let copies = (KILLED_RUN_PERIODS * KILL_EVERY.as_secs_f64() / baseline.wall.as_secs_f64()).ceil().max(1.0) as u32;
+    let input = bench.path("repeated.jsonl");
+    repeat(&bench.stream, copies, &input);
+    let expected: HashMap<Identity, u64> = once.iter().map(|(id, n)| (id.clone(), n * u64::from(copies))).collect();
+    let killed = Scenario::new(bench, "killed", input);
+    let started = Instant::now();
+    let restarts = kill_and_restart(|| killed.command(bench), &killed.state, &killed.log);
+    let elapsed = started.elapsed();
+    let Some(last) = &restarts.last else {
+        println!(
+            "at-least-once, SIGKILL: GAVE UP after {} restarts: {MAX_STALLS} killed runs in a row saved no new \
+             position (positions {:?})",
+            restarts.positions.len(),
+            restarts.positions
+        );
+        return false;
+    };
+    println!(
+        "at-least-once, SIGKILL every {} s, the stream played {copies} times: {} restart(s), {:.1} s in all \
+         (the last run read {} events in {:.1} s); saved byte offsets at the kills {:?}",
+        KILL_EVERY.as_secs(),
+        restarts.positions.len(),
+        elapsed.as_secs_f64(),
+        last.summary().read,
+        last.wall.as_secs_f64(),
+        restarts.positions
+    );
+    let stalls = restarts.stalls();
+    for (run, position) in &stalls {
+        println!("  run {run} was killed without saving a new position (saved {position:?})");
+    }
+    let killed_ok = killed.check(&expected, &last.summary());
+    clean_ok && killed_ok && stalls.is_empty() && !restarts.positions.is_empty()
+}
+
+/// Input against output, by identity.
+struct Comparison {
+    input: u64,
+    output: u64,
+    /// Identities seen fewer times in the output than in the input, with how many are missing.
+    lost: Vec<(Identity, u64)>,
+    /// Output occurrences beyond the input's count.
+    duplicates: u64,
+    /// Output occurrences whose identity is not in the input at all.
+    foreign: u64,
+}
+
+impl Comparison {
+    fn of(expected: &HashMap<Identity, u64>, written: &HashMap<Identity, u64>) -> Self {
+        let mut lost: Vec<(Identity, u64)> = expected
+            .iter()
+            .filter_map(|(id, &n)| {
+                let got = written.get(id).copied().unwrap_or(0);
+                (got < n).then(|| (id.clone(), n - got))
+            })
+            .collect();
+        lost.sort();
+        let (mut duplicates, mut foreign) = (0, 0);
+        for (id, &got) in written {
+            match expected.get(id) {
+                Some(&n) => duplicates += got.saturating_sub(n),
+                None => foreign += got,
+            }
+        }
+        Self { input: expected.values().sum(), output: written.values().sum(), lost, duplicates, foreign }
+    }
+}

@@ -12,8 +12,16 @@
 //! # Queue and batching
 //! Calls are queued (at most [`WebhookConfig::queue_capacity`] events, counting those being
 //! delivered: the queue depth never exceeds it) and one worker task sends them in order: a batch
-//! closes at [`WebhookConfig::max_batch`] events or [`WebhookConfig::max_batch_delay`] after its
-//! first event, whichever comes first. One batch is in flight at a time.
+//! closes at [`WebhookConfig::max_batch`] events, [`WebhookConfig::max_batch_delay`] after its
+//! first event, or once no event arrived for [`WebhookConfig::batch_quiet`], whichever comes
+//! first. One batch is in flight at a time; the next one fills meanwhile.
+//!
+//! The quiet close matters because callers wait for acknowledgements: the tenant router writes
+//! one event's create and patches one at a time, each after the previous one was acknowledged,
+//! so a write that waits for an earlier one cannot join the batch that earlier one is in. Held
+//! open for the whole `max_batch_delay`, every batch of such writes would cost that delay: 600
+//! repeats of one event, each a patch after the one before, took 60 s. Under load, events keep
+//! arriving and batches still fill to `max_batch`.
 //!
 //! # Delivery
 //! - [`Delivery::AtLeastOnce`] (default): a call waits for room in the queue, then for its
@@ -69,6 +77,8 @@ pub const DEFAULT_QUEUE_CAPACITY: usize = 1024;
 pub const DEFAULT_MAX_BATCH: usize = 100;
 /// Default wait for a batch to fill after its first event.
 pub const DEFAULT_MAX_BATCH_DELAY: Duration = Duration::from_millis(100);
+/// Default quiet time (no event arriving) that closes a batch before its delay is up.
+pub const DEFAULT_BATCH_QUIET: Duration = Duration::from_millis(1);
 /// Default time allowed for one request (connect, send, answer and its body).
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Header carrying the batch id, the same on every attempt.
@@ -167,6 +177,9 @@ pub struct WebhookConfig {
     pub max_batch: usize,
     /// Wait for a batch to fill after its first event (default 100 ms).
     pub max_batch_delay: Duration,
+    /// A batch closes earlier once no event arrived for this long (default 1 ms): the callers
+    /// still to come may be waiting for this very batch. Zero sends what is queued at once.
+    pub batch_quiet: Duration,
     /// Time allowed per request, answer body included (default 10 s).
     pub request_timeout: Duration,
     /// Retries of a failed batch.
@@ -187,6 +200,7 @@ impl WebhookConfig {
             queue_capacity: DEFAULT_QUEUE_CAPACITY,
             max_batch: DEFAULT_MAX_BATCH,
             max_batch_delay: DEFAULT_MAX_BATCH_DELAY,
+            batch_quiet: DEFAULT_BATCH_QUIET,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             backoff: Backoff::default(),
             delivery: Delivery::AtLeastOnce,
@@ -342,6 +356,7 @@ impl WebhookSink {
             client,
             max_batch: config.max_batch,
             max_batch_delay: config.max_batch_delay,
+            batch_quiet: config.batch_quiet,
             request_timeout: config.request_timeout,
             backoff: config.backoff,
             delivery: config.delivery,
@@ -503,6 +518,7 @@ struct Worker {
     client: HttpClient,
     max_batch: usize,
     max_batch_delay: Duration,
+    batch_quiet: Duration,
     request_timeout: Duration,
     backoff: Backoff,
     delivery: Delivery,
@@ -520,28 +536,37 @@ impl Worker {
                 _ = self.closing.cancelled() => rx.try_recv().ok(),
             };
             let Some(first) = first else { break };
-            let mut batch = vec![first];
-            let deadline = tokio::time::Instant::now() + self.max_batch_delay;
-            while batch.len() < self.max_batch {
-                if self.closing.is_cancelled() {
-                    match rx.try_recv() {
-                        Ok(item) => batch.push(item),
-                        Err(_) => break,
-                    }
-                    continue;
-                }
-                tokio::select! {
-                    biased;
-                    item = rx.recv() => match item {
-                        Some(item) => batch.push(item),
-                        None => break,
-                    },
-                    _ = tokio::time::sleep_until(deadline) => break,
-                    _ = self.closing.cancelled() => {}
-                }
-            }
+            let batch = self.fill(vec![first], &mut rx).await;
             self.deliver(batch).await;
         }
+    }
+
+    /// Adds calls to `batch` until it holds `max_batch`, `max_batch_delay` has passed since its
+    /// first call, or no call arrived for `batch_quiet`; once closing, only what is queued.
+    async fn fill(&self, mut batch: Vec<Item>, rx: &mut mpsc::UnboundedReceiver<Item>) -> Vec<Item> {
+        let deadline = tokio::time::Instant::now() + self.max_batch_delay;
+        while batch.len() < self.max_batch {
+            match rx.try_recv() {
+                Ok(item) => {
+                    batch.push(item);
+                    continue;
+                }
+                Err(mpsc::error::TryRecvError::Disconnected) => break,
+                Err(mpsc::error::TryRecvError::Empty) if self.closing.is_cancelled() => break,
+                Err(mpsc::error::TryRecvError::Empty) => {}
+            }
+            let quiet = (tokio::time::Instant::now() + self.batch_quiet).min(deadline);
+            tokio::select! {
+                biased;
+                item = rx.recv() => match item {
+                    Some(item) => batch.push(item),
+                    None => break,
+                },
+                _ = tokio::time::sleep_until(quiet) => break,
+                _ = self.closing.cancelled() => {}
+            }
+        }
+        batch
     }
 
     async fn deliver(&self, batch: Vec<Item>) {
@@ -673,6 +698,59 @@ impl Worker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A receiver answering `200` to every request; returns its URL and its request count.
+    async fn acknowledging_receiver() -> (String, Arc<AtomicU64>) {
+        let requests = Arc::new(AtomicU64::new(0));
+        let counted = requests.clone();
+        let app = axum::Router::new().route(
+            "/",
+            axum::routing::post(move || {
+                counted.fetch_add(1, Ordering::SeqCst);
+                async { hyper::StatusCode::OK }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        (url, requests)
+    }
+
+    fn event(name: &str) -> Event {
+        let mut event = Event::default();
+        event.metadata.name = name.into();
+        event
+    }
+
+    #[tokio::test]
+    async fn a_write_waiting_for_the_previous_acknowledgement_does_not_wait_out_the_batch_delay() {
+        let (url, requests) = acknowledging_receiver().await;
+        let config = WebhookConfig { max_batch_delay: Duration::from_secs(60), ..WebhookConfig::new("w", url) };
+        let sink = WebhookSink::new(config).unwrap();
+        // One event's create, then its patches: each call waits for the one before.
+        let writes = async {
+            sink.create(&event("e.1")).await.unwrap();
+            for _ in 0..3 {
+                sink.patch(&event("e.1"), b"{}").await.unwrap();
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), writes).await.expect("no batch waited out its delay");
+        assert_eq!(requests.load(Ordering::SeqCst), 4);
+    }
+
+    #[tokio::test]
+    async fn calls_queued_together_go_in_one_batch() {
+        let (url, requests) = acknowledging_receiver().await;
+        let sink = WebhookSink::new(WebhookConfig::new("w", url)).unwrap();
+        let mut acks = Vec::new();
+        for i in 0..20 {
+            acks.push(sink.submit(Verb::Create, &event(&format!("e.{i}")), &[]).await.unwrap());
+        }
+        for ack in acks {
+            ack.await.unwrap();
+        }
+        assert_eq!((requests.load(Ordering::SeqCst), sink.stats().acked), (1, 20));
+    }
 
     #[test]
     fn backoff_is_exponential_capped_jittered_and_honours_retry_after() {

@@ -261,6 +261,19 @@ impl<T: Clone + Send + 'static> Broadcaster<T> {
         self.inner.incoming.push(event).await.map_err(|_| BroadcasterError::Stopped)
     }
 
+    /// Accepts `events` in order, waiting for room as [`action`](Self::action) does, but as many
+    /// at a time as fit (one lock, one wake-up of the distributor), and, while waiting, woken only
+    /// once half the incoming queue is free: for a producer with events at hand (a file source),
+    /// so that it and the distributor do not wake each other once per event.
+    ///
+    /// # Errors
+    /// [`BroadcasterError::Stopped`] after [`Broadcaster::shutdown`]: the events not yet accepted
+    /// are not.
+    pub async fn action_many(&self, events: Vec<(WatchEventType, T)>) -> Result<(), BroadcasterError> {
+        let items = events.into_iter().map(|(type_, object)| Item::Event(WatchEvent { type_, object })).collect();
+        self.inner.incoming.push_many(items).await.map_err(|_| BroadcasterError::Stopped)
+    }
+
     /// Accepts `events` together, in order, waiting until the incoming queue has room for all of
     /// them (at most [`incoming_capacity`](Self::incoming_capacity) events): all are accepted or
     /// none (HTTP ingest's all-or-nothing batches). Cancellation-safe: a future dropped before it
@@ -347,10 +360,15 @@ type Watchers<T> = BTreeMap<u64, (Arc<Queue<WatchEvent<T>>>, FullChannelBehavior
 /// Offers one event to every watcher in id order, each as its behaviour says (apimachinery
 /// `distribute`).
 async fn distribute<T: Clone>(watchers: &Watchers<T>, event: WatchEvent<T>) {
+    let mut event = Some(event);
+    let mut left = watchers.len();
     for (id, (queue, behavior)) in watchers {
+        left -= 1;
+        // The last watcher takes the event itself; the others get clones.
+        let event = if left == 0 { event.take() } else { event.clone() }.expect("taken by the last watcher only");
         let outcome = match behavior {
-            FullChannelBehavior::DropIfChannelFull => queue.try_push(event.clone()),
-            FullChannelBehavior::WaitIfChannelFull => queue.push(event.clone()).await,
+            FullChannelBehavior::DropIfChannelFull => queue.try_push(event),
+            FullChannelBehavior::WaitIfChannelFull => queue.push(event).await,
         };
         if outcome == Err(Rejected::Full) {
             tracing::trace!(watcher = id, "watcher queue full, event dropped for it");
@@ -390,15 +408,9 @@ impl<T> Watcher<T> {
     /// Cancellation-safe as [`Watcher::recv`].
     pub async fn recv_batch(&mut self, max: usize) -> Option<Vec<T>> {
         let first = self.queue.recv().await?;
-        let mut batch = Vec::with_capacity(max.clamp(1, 1024));
-        batch.push(first.object);
-        while batch.len() < max {
-            match self.queue.try_recv() {
-                Some(next) => batch.push(next.object),
-                None => break,
-            }
-        }
-        Some(batch)
+        let mut events = Vec::with_capacity(max.clamp(1, 1024));
+        self.queue.try_recv_many(max.max(1) - 1, &mut events);
+        Some(std::iter::once(first).chain(events).map(|e| e.object).collect())
     }
 
     /// The next buffered event without waiting: `None` when nothing is buffered right now, or
@@ -570,6 +582,10 @@ struct Queue<I> {
     readable: Notify,
     /// Signalled when room appears (pop, receiver parks) or the queue stops or closes.
     writable: Notify,
+    /// Signalled when at least [`Queue::low_watermark`] slots are free, or the queue stops or
+    /// closes: what [`Queue::push_many`] waits for, so that a fast producer and its consumer do
+    /// not wake each other once per item.
+    writable_bulk: Notify,
     dropped: AtomicU64,
 }
 
@@ -600,6 +616,7 @@ impl<I> Queue<I> {
             state: Mutex::new(state),
             readable: Notify::new(),
             writable: Notify::new(),
+            writable_bulk: Notify::new(),
             dropped: AtomicU64::new(0),
         }
     }
@@ -702,13 +719,84 @@ impl<I> Queue<I> {
         let (item, counted) = state.items.pop_front()?;
         if counted {
             state.counted -= 1;
-            self.writable.notify_waiters();
+            self.room_appeared(state);
         }
         Some(item)
     }
 
+    /// Free slots now.
+    fn room(&self, state: &QueueState<I>) -> usize {
+        (self.capacity + state.parked).saturating_sub(state.counted)
+    }
+
+    /// How much room wakes a bulk producer: half the capacity (at least 1).
+    fn low_watermark(&self) -> usize {
+        (self.capacity / 2).max(1)
+    }
+
+    /// Wakes the senders waiting for room: every single-item sender, and bulk senders once the
+    /// room reaches the low watermark.
+    fn room_appeared(&self, state: &QueueState<I>) {
+        self.writable.notify_waiters();
+        if self.room(state) >= self.low_watermark() {
+            self.writable_bulk.notify_waiters();
+        }
+    }
+
     fn try_recv(&self) -> Option<I> {
         self.pop(&mut self.lock())
+    }
+
+    /// Up to `max` items at once, under one lock and with one wake-up of the senders; empty
+    /// when nothing is queued.
+    fn try_recv_many(&self, max: usize, into: &mut Vec<I>) {
+        let mut state = self.lock();
+        let mut freed = false;
+        while into.len() < max {
+            let Some((item, counted)) = state.items.pop_front() else { break };
+            if counted {
+                state.counted -= 1;
+                freed = true;
+            }
+            into.push(item);
+        }
+        if freed {
+            self.room_appeared(&state);
+        }
+    }
+
+    /// Pushes `items` in order, as many at a time as there is room for (one lock and one
+    /// wake-up of the receiver each time), waiting for room unless (or until) the queue is
+    /// stopped; a waiting call is woken only once the low watermark of room is free. `Full`
+    /// (the rest dropped and counted) when it stopped, `Closed` (the rest not pushed) once
+    /// closed. Not cancellation-safe: a dropped call may have pushed a prefix.
+    async fn push_many(&self, items: Vec<I>) -> Result<(), Rejected> {
+        let mut rest = items.into_iter().peekable();
+        while rest.peek().is_some() {
+            let mut writable = pin!(self.writable_bulk.notified());
+            writable.as_mut().enable();
+            {
+                let mut state = self.lock();
+                if state.closed {
+                    return Err(Rejected::Closed);
+                }
+                let room = self.room(&state);
+                if room > 0 {
+                    let before = state.items.len();
+                    state.items.extend(rest.by_ref().take(room).map(|item| (item, true)));
+                    state.counted += state.items.len() - before;
+                    drop(state);
+                    self.readable.notify_waiters();
+                    continue;
+                }
+                if state.stopped {
+                    self.dropped.fetch_add(rest.count() as u64, Ordering::Relaxed);
+                    return Err(Rejected::Full);
+                }
+            }
+            writable.await;
+        }
+        Ok(())
     }
 
     /// The next item, parking (which adds one slot of room) while empty; `None` once closed and
@@ -735,6 +823,7 @@ impl<I> Queue<I> {
     fn stop(&self) -> bool {
         let first = !std::mem::replace(&mut self.lock().stopped, true);
         self.writable.notify_waiters();
+        self.writable_bulk.notify_waiters();
         first
     }
 
@@ -743,6 +832,7 @@ impl<I> Queue<I> {
         self.lock().closed = true;
         self.readable.notify_waiters();
         self.writable.notify_waiters();
+        self.writable_bulk.notify_waiters();
     }
 }
 
@@ -758,7 +848,7 @@ impl<I> Park<'_, I> {
             self.parked = true;
             state.parked += 1;
             // A sender waiting for a rendezvous may proceed now.
-            self.queue.writable.notify_waiters();
+            self.queue.room_appeared(state);
         }
     }
 

@@ -194,7 +194,8 @@ struct Job {
     sink: Arc<dyn EventSink>,
     /// The sink's delivery mode.
     delivery: DeliveryMode,
-    name: String,
+    /// The event's name, hashed: one event's writes go one at a time.
+    key: u64,
     result: EventCorrelateResult,
     aggregated: bool,
 }
@@ -204,7 +205,7 @@ struct Done {
     tenant: Arc<str>,
     seq: u64,
     sink: usize,
-    name: String,
+    key: u64,
     aggregated: bool,
     outcome: WriteOutcome,
     stored: Option<Event>,
@@ -216,13 +217,14 @@ struct Done {
 
 type Write = Pin<Box<dyn Future<Output = Done> + Send>>;
 
-/// One sink's writes: how many are in flight, which event names, and the writes waiting for an
-/// earlier write of the same event.
+/// One sink's writes: how many are in flight, which events (by a 64-bit hash of the name: two
+/// names of one hash are only kept in order with each other, never lost), and the writes waiting
+/// for an earlier write of the same event.
 #[derive(Default)]
 struct SinkWindow {
     in_flight: usize,
-    busy: HashSet<String>,
-    waiting: HashMap<String, VecDeque<Job>>,
+    busy: HashSet<u64>,
+    waiting: HashMap<u64, VecDeque<Job>>,
 }
 
 /// One partition: its tenant stages and its writes in flight.
@@ -307,8 +309,10 @@ impl Partition {
             let aggregated = prepared.aggregated();
             let result = self.stages.finish(t, prepared);
             let sinks = tenant.sinks();
-            let name = match &result.event {
-                Some(event) if !result.skip && !sinks.is_empty() => event.metadata.name.clone(),
+            let key = match &result.event {
+                Some(event) if !result.skip && !sinks.is_empty() => {
+                    xxhash_rust::xxh3::xxh3_64(event.metadata.name.as_bytes())
+                }
                 _ => {
                     for _ in sinks {
                         self.count(&tenant.name, aggregated, &WriteOutcome::Skipped);
@@ -331,7 +335,7 @@ impl Partition {
                     seq,
                     sink: sink.sink.clone(),
                     delivery: sink.delivery.unwrap_or(default),
-                    name: name.clone(),
+                    key,
                     result: result.expect("taken only for the last sink"),
                     aggregated,
                 };
@@ -362,8 +366,8 @@ impl Partition {
     async fn submit(&mut self, job: Job) {
         let id = sink_id(&job.sink);
         let window = self.windows.entry(id).or_default();
-        if window.busy.contains(&job.name) {
-            window.waiting.entry(job.name.clone()).or_default().push_back(job);
+        if window.busy.contains(&job.key) {
+            window.waiting.entry(job.key).or_default().push_back(job);
             return;
         }
         let max_in_flight = self.options.max_in_flight;
@@ -387,15 +391,15 @@ impl Partition {
     /// Starts a write; returns it when it ended at once (a synchronous sink), else keeps it in
     /// flight.
     fn start(&mut self, job: Job) -> Option<Done> {
-        let Job { tenant, seq, sink, delivery, name, result, aggregated } = job;
+        let Job { tenant, seq, sink, delivery, key, result, aggregated } = job;
         let gating = delivery == DeliveryMode::AtLeastOnce;
         let id = sink_id(&sink);
         let (retry, cancel) = (self.options.retry.clone(), self.options.cancel.clone());
         let window = self.windows.entry(id).or_default();
-        window.busy.insert(name.clone());
+        window.busy.insert(key);
         let mut write: Write = Box::pin(async move {
             let (outcome, stored) = deliver(sink.as_ref(), result, &retry, &cancel).await;
-            Done { tenant, seq, sink: id, name, aggregated, outcome, stored, in_flight: false, gating }
+            Done { tenant, seq, sink: id, key, aggregated, outcome, stored, in_flight: false, gating }
         });
         match write.as_mut().poll(&mut Context::from_waker(std::task::Waker::noop())) {
             Poll::Ready(done) => Some(done),
@@ -416,13 +420,13 @@ impl Partition {
                 self.stages.stage_mut(t).update_state_unless_stale(stored);
             }
             let window = self.windows.get_mut(&done.sink).expect("a window per started write");
-            window.busy.remove(&done.name);
+            window.busy.remove(&done.key);
             window.in_flight -= usize::from(done.in_flight);
-            let next = match window.waiting.get_mut(&done.name) {
+            let next = match window.waiting.get_mut(&done.key) {
                 Some(queue) => {
                     let job = queue.pop_front();
                     if queue.is_empty() {
-                        window.waiting.remove(&done.name);
+                        window.waiting.remove(&done.key);
                     }
                     job
                 }

@@ -52,7 +52,9 @@ impl JsonLinesSource {
         }
     }
 
-    /// Reads `input` line by line into the Broadcaster (waiting for room: `Action`). With
+    /// Reads `input` line by line into the Broadcaster (waiting for room: `Action`), handing
+    /// over the events of the lines already buffered together (up to [`HANDOFF_BATCH`],
+    /// [`Broadcaster::action_many`]), so that a line waiting for more input is never held back. With
     /// `progress`, records the byte offset after each event's line; an earlier event of a line
     /// that holds several gets the line's start, so a restart re-reads the whole line
     /// (duplicates, never gaps). With `follow`, the end of the input is not its end: reading goes
@@ -69,6 +71,7 @@ impl JsonLinesSource {
         let mut decoder = Decoder::new();
         let mut buf = Vec::with_capacity(4096);
         let mut offset = self.start;
+        let mut batch = Vec::with_capacity(HANDOFF_BATCH);
         loop {
             buf.clear();
             let read = tokio::select! {
@@ -114,10 +117,7 @@ impl JsonLinesSource {
                         if let Some(progress) = &self.progress {
                             progress.sent(Position::FileOffset(if nth == events { offset } else { line_start }));
                         }
-                        match to.action(WatchEventType::Added, event).await {
-                            Ok(()) => stats.read += 1,
-                            Err(error) => tracing::error!(%error, "broadcaster refused an event"),
-                        }
+                        batch.push((WatchEventType::Added, event));
                     }
                     Ok(other) => {
                         tracing::info!(
@@ -134,12 +134,22 @@ impl JsonLinesSource {
                     }
                 }
             }
+            if batch.len() >= HANDOFF_BATCH || reader.buffer().is_empty() || read == 0 {
+                let n = batch.len() as u64;
+                match to.action_many(std::mem::take(&mut batch)).await {
+                    Ok(()) => stats.read += n,
+                    Err(error) => tracing::error!(%error, events = n, "broadcaster refused events"),
+                }
+            }
             if read == 0 {
                 return Ok(stats);
             }
         }
     }
 }
+
+/// Events handed to the Broadcaster at once, at most.
+const HANDOFF_BATCH: usize = 256;
 
 /// `path` opened and positioned at byte `offset`.
 async fn open_at(path: &std::path::Path, offset: u64) -> std::io::Result<tokio::fs::File> {

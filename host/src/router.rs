@@ -59,6 +59,9 @@ pub struct RouterStats {
     pub total: SinkStats,
     /// Events dropped by filter plugins.
     pub filtered: u64,
+    /// Events finished: every sink write ended (written, dropped, gave up, cancelled or shed),
+    /// or nothing to write (filtered, skipped by the spam filter).
+    pub finished: u64,
     /// Per tenant (sink calls are counted once per sink).
     pub tenants: BTreeMap<String, SinkStats>,
     /// Plans taken after the first (config reloads).
@@ -77,6 +80,7 @@ impl RouterStats {
     pub fn add(&mut self, other: &RouterStats) {
         self.total.add(&other.total);
         self.filtered += other.filtered;
+        self.finished += other.finished;
         self.reloads += other.reloads;
         for (name, s) in &other.tenants {
             self.tenant(name).add(s);
@@ -227,14 +231,23 @@ struct SinkWindow {
     waiting: HashMap<u64, VecDeque<Job>>,
 }
 
+/// The sink writes of one event still to end: all of them, and those the acknowledged prefix
+/// waits for.
+#[derive(Clone, Copy)]
+struct Remaining {
+    writes: usize,
+    gating: usize,
+}
+
 /// One partition: its tenant stages and its writes in flight.
 struct Partition {
     plans: watch::Receiver<Arc<TenantPlan>>,
     stages: TenantStages,
     writes: FuturesUnordered<Write>,
     windows: HashMap<usize, SinkWindow>,
-    /// At-least-once sink writes still to end, per event with more than one.
-    remaining: HashMap<u64, usize>,
+    /// Per event with more than one sink write: the writes still to end, and how many of them
+    /// are to at-least-once sinks.
+    remaining: HashMap<u64, Remaining>,
     stats: RouterStats,
     options: RouterOptions,
     /// Counts config reloads (one partition does, so a reload counts once).
@@ -301,6 +314,7 @@ impl Partition {
             let prepared = match staged {
                 Staged::Filtered { .. } => {
                     self.stats.filtered += 1;
+                    self.stats.finished += 1;
                     self.options.acks.ack(seq);
                     continue;
                 }
@@ -317,14 +331,15 @@ impl Partition {
                     for _ in sinks {
                         self.count(&tenant.name, aggregated, &WriteOutcome::Skipped);
                     }
+                    self.stats.finished += 1;
                     self.options.acks.ack(seq);
                     continue;
                 }
             };
             let default = self.options.delivery;
             let gating = sinks.iter().filter(|s| s.delivery.unwrap_or(default) == DeliveryMode::AtLeastOnce).count();
-            if gating > 1 {
-                self.remaining.insert(seq, gating);
+            if sinks.len() > 1 {
+                self.remaining.insert(seq, Remaining { writes: sinks.len(), gating });
             }
             // The result is cloned for all sinks but the last, which takes it.
             let mut result = Some(result);
@@ -375,6 +390,7 @@ impl Partition {
         if job.delivery == DeliveryMode::AtMostOnce && full(window) {
             self.stats.tenant(&job.tenant).shed += 1;
             self.stats.total.shed += 1;
+            self.write_ended(job.seq, false);
             return;
         }
         while self.windows.get(&id).is_some_and(full) {
@@ -432,9 +448,7 @@ impl Partition {
                 }
                 None => None,
             };
-            if done.gating {
-                self.ack(done.seq);
-            }
+            self.write_ended(done.seq, done.gating);
             if let Some(job) = next
                 && let Some(done) = self.start(job)
             {
@@ -443,14 +457,27 @@ impl Partition {
         }
     }
 
-    fn ack(&mut self, seq: u64) {
-        if let Some(left) = self.remaining.get_mut(&seq) {
-            *left -= 1;
-            if *left > 0 {
-                return;
+    /// One write of event `seq` ended (or was shed): the event is finished after its last
+    /// write, and acknowledged after its last write to an at-least-once sink (`gating`).
+    fn write_ended(&mut self, seq: u64, gating: bool) {
+        let Some(left) = self.remaining.get_mut(&seq) else {
+            // The event's only write.
+            self.stats.finished += 1;
+            if gating {
+                self.options.acks.ack(seq);
             }
-            self.remaining.remove(&seq);
+            return;
+        };
+        left.writes -= 1;
+        if gating {
+            left.gating -= 1;
+            if left.gating == 0 {
+                self.options.acks.ack(seq);
+            }
         }
-        self.options.acks.ack(seq);
+        if left.writes == 0 {
+            self.remaining.remove(&seq);
+            self.stats.finished += 1;
+        }
     }
 }

@@ -36,11 +36,24 @@ pub struct RunSummary {
     pub rejected_reloads: u64,
     /// A plugin failed under the `fail` policy (the command exits with status 3).
     pub plugin_failed: bool,
+    /// Events read but not finished when the run ended (the shutdown timeout passed first):
+    /// never acknowledged, so at-least-once delivers them again.
+    pub abandoned: u64,
     /// The sink side, in total and per tenant.
     #[serde(flatten)]
     pub sink: RouterStats,
     /// Per watcher plugin: events seen, failed and dropped.
     pub watchers: std::collections::BTreeMap<String, WatcherStats>,
+}
+
+impl RunSummary {
+    /// Whether events were abandoned: not delivered because retries ran out (`gave_up`), a
+    /// shutdown cancelled them (`cancelled`), or the shutdown timeout passed first (`abandoned`).
+    /// Drops by a documented policy (the spam filter, filters, client-go's handling of a
+    /// `StatusError`, an at-most-once queue or window) are not abandonment.
+    pub fn abandoned_any(&self) -> bool {
+        self.abandoned > 0 || self.sink.total.gave_up > 0 || self.sink.total.cancelled > 0
+    }
 }
 
 impl std::fmt::Display for RunSummary {
@@ -50,7 +63,7 @@ impl std::fmt::Display for RunSummary {
             f,
             "read {} events ({} bad lines, {} non-events); filtered {}; created {}, patched {}, skipped by spam \
              filter {}, aggregated {}; sink dropped {}, gave up {}, retries {}, shed {}; incoming queue dropped {}; \
-             {} tenant(s), {} plugin swap(s), {} config reload(s), {} rejected reload(s)",
+             {} tenant(s), {} plugin swap(s), {} config reload(s), {} rejected reload(s); abandoned {}",
             self.source.read,
             self.source.bad_lines,
             self.source.non_events,
@@ -67,7 +80,8 @@ impl std::fmt::Display for RunSummary {
             self.sink.tenants.len(),
             self.plugin_swaps,
             self.sink.reloads,
-            self.rejected_reloads
+            self.rejected_reloads,
+            self.abandoned
         )
     }
 }
@@ -273,6 +287,7 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
 
     let event_broadcaster = EventBroadcaster::new(broadcaster);
     let live = Arc::new(std::sync::Mutex::new(RouterStats::default()));
+    let live_stats = live.clone();
     let router_options = RouterOptions {
         workers: workers.max(1),
         partition_key,
@@ -379,19 +394,21 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         }
         stats
     };
-    let router_stats = if shutdown.is_cancelled() {
-        match tokio::time::timeout(shutdown_timeout, drain).await {
-            Ok(stats) => stats?,
-            Err(_) => {
-                tracing::warn!(
-                    timeout_ms = shutdown_timeout.as_millis() as u64,
-                    "shutdown timeout: pending sink retries abandoned"
-                );
-                RouterStats::default()
-            }
+    // A shutdown asked for before or during the drain bounds it: `shutdown_timeout` after the
+    // signal, what is not finished is abandoned (counted, and left unacknowledged).
+    let deadline = async {
+        shutdown.cancelled().await;
+        tokio::time::sleep(shutdown_timeout).await;
+    };
+    let router_stats = tokio::select! {
+        stats = drain => stats?,
+        () = deadline => {
+            tracing::warn!(
+                timeout_ms = shutdown_timeout.as_millis() as u64,
+                "shutdown timeout: what is not delivered yet is abandoned"
+            );
+            live_stats.lock().unwrap_or_else(|p| p.into_inner()).clone()
         }
-    } else {
-        drain.await?
     };
     drop(watcher);
     if let Some((committer, task)) = committer {
@@ -400,6 +417,7 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
     }
     sinks.flush().map_err(|(spec, error)| RunError::Sink { spec, error })?;
     if let Ok(s) = summary.as_mut() {
+        s.abandoned = s.source.read.saturating_sub(router_stats.finished);
         s.sink = router_stats;
         s.dropped_incoming = event_broadcaster.broadcaster().incoming_dropped();
         s.plugin_swaps = registry.swaps();

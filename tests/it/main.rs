@@ -19,6 +19,7 @@ mod recorder_vectors;
 mod replay_cli;
 mod router;
 mod run_cli;
+mod shutdown;
 mod sink_retry_vectors;
 mod tenants;
 mod watchers;

@@ -1,6 +1,7 @@
 //! One module per subcommand (its flags and what it runs), and the flag groups several share.
 //! Exit codes: 0 success; 1 an error (or, for `test`, a difference); 2 `replay` met bad input
-//! lines; 3 a plugin failed under `--plugin-fallback fail`.
+//! lines; 3 a plugin failed under `--plugin-fallback fail`; 4 `run` abandoned events (retries ran
+//! out, a shutdown cancelled them, or the shutdown timeout passed before they were delivered).
 
 pub mod new_plugin;
 pub mod plugins;
@@ -21,6 +22,8 @@ use eventpipe::plugin::{
 
 /// Exit status when a plugin failed under the `fail` policy.
 const PLUGIN_FAILED: u8 = 3;
+/// Exit status when `run` abandoned events.
+const ABANDONED: u8 = 4;
 
 /// `Ok` exit status: [`PLUGIN_FAILED`] when `failed`, else success.
 fn exit_status(failed: bool) -> ExitCode {

@@ -136,7 +136,8 @@ struct KubeArgs {
     replay_existing: bool,
 }
 
-/// Runs the pipeline: exit 3 when a plugin failed under `--plugin-fallback fail`, else 0.
+/// Runs the pipeline: exit 3 when a plugin failed under `--plugin-fallback fail`, 4 when events
+/// were abandoned (see [`eventpipe::run::RunSummary::abandoned_any`]), else 0.
 pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
     let plugins_dir = args.plugins.clone().or_else(|| {
         let default = PathBuf::from("plugins");
@@ -190,5 +191,9 @@ pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
     } else {
         eprintln!("eventpipe run: {summary}");
     }
-    Ok(super::exit_status(summary.plugin_failed))
+    Ok(if summary.abandoned_any() && !summary.plugin_failed {
+        ExitCode::from(super::ABANDONED)
+    } else {
+        super::exit_status(summary.plugin_failed)
+    })
 }

@@ -1,0 +1,101 @@
+//! How `run` ends: a SIGTERM bounds the drain by `--shutdown-timeout` even when it arrives after
+//! the source ended, and the exit status says when events were abandoned.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// The first `n` events of the bundled stream, in a file of `dir`.
+fn events_file(dir: &Path, n: usize) -> PathBuf {
+    let text =
+        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/data/occurrences.jsonl"))
+            .unwrap();
+    let path = dir.join("events.jsonl");
+    let mut file = std::fs::File::create(&path).unwrap();
+    for line in text.lines().take(n) {
+        writeln!(file, "{line}").unwrap();
+    }
+    path
+}
+
+fn start(args: &[String]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_eventpipe"))
+        .args(["run", "--summary-json", "--no-watch"])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits for `child` (at most `limit`); returns its exit code, its JSON summary and how long it
+/// took.
+fn finish(child: Child, limit: Duration) -> (Option<i32>, Value, Duration) {
+    let started = Instant::now();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(child.wait_with_output()));
+    let out = rx.recv_timeout(limit).expect("eventpipe ended in time").unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    let summary = stderr.lines().rev().find_map(|l| serde_json::from_str(l).ok()).unwrap_or_else(|| panic!("{stderr}"));
+    (out.status.code(), summary, started.elapsed())
+}
+
+#[test]
+fn sigterm_during_a_sink_outage_after_the_source_ended_stops_within_the_shutdown_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = events_file(dir.path(), 300);
+    // A webhook receiver that accepts connections and never answers: every batch hangs.
+    let receiver = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = receiver.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let held: Vec<_> = receiver.incoming().collect();
+        drop(held);
+    });
+    let run = start(&[
+        format!("--source=jsonl:{}", source.display()),
+        format!("--sink=webhook:http://{addr}/events"),
+        "--shutdown-timeout=1".into(),
+    ]);
+    // The file is read at once; the run is then draining into the hung sink.
+    std::thread::sleep(Duration::from_millis(1500));
+    let term = Command::new("kill").args(["-TERM", &run.id().to_string()]).status().unwrap();
+    assert!(term.success());
+    let (code, summary, took) = finish(run, Duration::from_secs(30));
+    assert!(took < Duration::from_secs(1 + 2), "ended {took:?} after SIGTERM");
+    assert_eq!(code, Some(4), "events were abandoned: {summary}");
+    assert_eq!(summary["read"], 300, "{summary}");
+    assert!(summary["received"].as_u64() > Some(0), "the summary counts what the router did: {summary}");
+    let written = summary["created"].as_u64().unwrap() + summary["patched"].as_u64().unwrap();
+    assert_eq!(written, 0, "{summary}");
+    assert_eq!(
+        summary["abandoned"].as_u64().unwrap() + summary["finished"].as_u64().unwrap(),
+        300,
+        "every event read is finished or abandoned: {summary}"
+    );
+}
+
+#[test]
+fn a_run_whose_sink_was_never_reachable_exits_4_and_one_that_delivered_everything_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = events_file(dir.path(), 20);
+    // Nothing listens on port 1: every attempt fails; at the end of the file the shutdown
+    // cancels the retries (client-go: one more attempt per event after Shutdown).
+    let unreachable = start(&[
+        format!("--source=jsonl:{}", source.display()),
+        "--sink=k8s".into(),
+        "--kube-server=http://127.0.0.1:1".into(),
+    ]);
+    let (code, summary, _) = finish(unreachable, Duration::from_secs(60));
+    assert_eq!(code, Some(4), "{summary}");
+    assert!(summary["cancelled"].as_u64() > Some(0), "{summary}");
+    assert_eq!(summary["created"], 0, "{summary}");
+
+    let delivered = start(&[format!("--source=jsonl:{}", source.display()), "--sink=jsonl:-".into()]);
+    let (code, summary, _) = finish(delivered, Duration::from_secs(60));
+    assert_eq!(code, Some(0), "{summary}");
+    assert_eq!((summary["abandoned"].as_u64(), summary["finished"].as_u64()), (Some(0), Some(20)), "{summary}");
+}

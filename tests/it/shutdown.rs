@@ -99,3 +99,21 @@ fn a_run_whose_sink_was_never_reachable_exits_4_and_one_that_delivered_everythin
     assert_eq!(code, Some(0), "{summary}");
     assert_eq!((summary["abandoned"].as_u64(), summary["finished"].as_u64()), (Some(0), Some(20)), "{summary}");
 }
+
+#[test]
+fn sigterm_ends_a_run_whose_stdin_stays_open() {
+    let mut run = Command::new(env!("CARGO_BIN_EXE_eventpipe"))
+        .args(["run", "--summary-json", "--no-watch", "--source=jsonl:-", "--sink=jsonl:-", "--shutdown-timeout=1"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdin = run.stdin.take(); // held open, never written
+    std::thread::sleep(Duration::from_millis(1000));
+    assert!(Command::new("kill").args(["-TERM", &run.id().to_string()]).status().unwrap().success());
+    let (code, summary, took) = finish(run, Duration::from_secs(30));
+    drop(stdin);
+    assert!(took < Duration::from_secs(1 + 2), "ended {took:?} after SIGTERM");
+    assert_eq!((code, summary["read"].as_u64()), (Some(0), Some(0)), "{summary}");
+}

@@ -138,9 +138,70 @@ fn a_plugin_failing_on_every_event_is_not_called_for_the_rest_of_the_batch() {
     });
     assert!(keys.iter().zip(&events).all(|(k, e)| *k == Some(ByReason.aggregate_key(e))));
     let stats = plugin.stats().snapshot();
-    assert_eq!(stats.calls, 4, "the batch, then three single events: {stats:?}");
+    // The batch of 50, then the first half at each level (25, 12, 6, 3), then single events and
+    // a pair until three single events failed with no call succeeding.
+    assert_eq!(stats.calls, 9, "bisected, then cut off: {stats:?}");
     assert_eq!(stats.fallbacks, 50);
     assert!(log.contains("plugin keeps failing; the rest of the batch falls back without calling it"), "{log}");
+}
+
+/// 256 events of which those at `bad` fail (`reason`), the rest are `good`.
+fn batch_with_failures(bad: &[usize], reason: &str, good: &str) -> Vec<Event> {
+    (0..256).map(|i| event(&format!("p{i}"), if bad.contains(&i) { reason } else { good }, "n", "m")).collect()
+}
+
+/// Failing events: spread out, and three in a row (which made the whole rest of a batch fall
+/// back before failures were bisected).
+const BAD: [usize; 6] = [3, 77, 78, 79, 200, 255];
+
+#[test]
+fn a_key_function_failing_on_n_events_of_a_batch_drops_exactly_those_n() {
+    for reason in ["Trap", "Loop"] {
+        let plugin = load("misbehave", PluginSettings { fallback: FallbackPolicy::Drop, ..PluginSettings::default() });
+        let key_fn = WasmAggregateKeyFunc::new(plugin.clone()).unwrap();
+        let events = batch_with_failures(&BAD, reason, "Started");
+        let refs: Vec<&Event> = events.iter().collect();
+        let (keys, log) = capture_logs(|| {
+            let mut keys = Vec::new();
+            key_fn.aggregate_keys(&refs, &mut keys);
+            keys
+        });
+        let dropped: Vec<usize> = keys.iter().enumerate().filter(|(_, k)| k.is_none()).map(|(i, _)| i).collect();
+        assert_eq!(dropped, BAD, "{reason}: only the failing events are dropped");
+        for i in (0..256).filter(|i| !BAD.contains(i)) {
+            assert_eq!(keys[i], Some(ByReason.aggregate_key(&events[i])), "{reason}: event {i} keyed by the plugin");
+        }
+        let stats = plugin.stats().snapshot();
+        assert_eq!((stats.drops, stats.failures), (6, 6), "{reason}: counted once per failing event: {stats:?}");
+        for i in BAD {
+            assert!(log.contains(&format!("failed on event ns/p{i}.1")), "{reason}: the error names event {i}:\n{log}");
+        }
+        assert!(!log.contains("first of a batch"), "{log}");
+    }
+}
+
+#[test]
+fn a_filter_failing_on_n_events_of_a_batch_drops_exactly_those_n() {
+    use eventpipe::plugin::filter::{Verdict, WasmFilter};
+    let plugin =
+        load("misbehave-filter", PluginSettings { fallback: FallbackPolicy::Drop, ..PluginSettings::default() });
+    let filter = WasmFilter::new(plugin.clone()).unwrap();
+    let mut events = batch_with_failures(&BAD, "Trap", "Started");
+    events[10].reason = "Noise".into(); // dropped by the plugin's own verdict
+    let refs: Vec<&Event> = events.iter().collect();
+    let (verdicts, log) = capture_logs(|| filter.filter(&refs));
+    let failed: Vec<usize> = verdicts
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| matches!(v, Verdict::Drop(Some(r)) if r.contains("failed")))
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(failed, BAD, "only the failing events take the fallback");
+    assert_eq!(verdicts[10], Verdict::Drop(None), "the plugin's own verdicts stand");
+    assert_eq!(verdicts.iter().filter(|v| **v == Verdict::Keep).count(), 256 - BAD.len() - 1);
+    let stats = plugin.stats().snapshot();
+    assert_eq!((stats.drops, stats.failures), (6, 6), "{stats:?}");
+    assert!(log.contains("failed on event ns/p200.1"), "{log}");
 }
 
 #[test]

@@ -229,3 +229,69 @@ where
         }
     }
 }
+
+/// Single-event failures, with no call of the batch succeeding, after which a failure is taken
+/// as systematic (the plugin fails on everything) and the rest of the batch falls back without
+/// calling the plugin again.
+pub const MAX_ISOLATED_FAILURES: usize = 3;
+
+/// Finds the events a failed batch call failed on, by calling the plugin on each half of it,
+/// down to single events, so that only an event that fails alone takes the fallback: with k
+/// failing events among n, at most about 2·k·log2(n) more calls. `failure` is the batch call's.
+///
+/// `try_call` answers one value per event of a slice; `fall_back` is given each event that
+/// failed alone, with its failure (it reports and applies the policy); `systematic` is given
+/// the events left once [`MAX_ISOLATED_FAILURES`] single events failed and no call of this
+/// batch had succeeded. Values come back in event order.
+pub(crate) fn bisect<'e, T>(
+    events: &[&'e crate::event::Event],
+    failure: CallFailure,
+    try_call: &mut dyn FnMut(&[&'e crate::event::Event]) -> Result<Vec<T>, CallFailure>,
+    fall_back: &mut dyn FnMut(&'e crate::event::Event, CallFailure) -> T,
+    systematic: &mut dyn FnMut(&'e crate::event::Event) -> T,
+) -> Vec<T> {
+    struct Search<'f, 'e, T> {
+        try_call: &'f mut dyn FnMut(&[&'e crate::event::Event]) -> Result<Vec<T>, CallFailure>,
+        fall_back: &'f mut dyn FnMut(&'e crate::event::Event, CallFailure) -> T,
+        systematic: &'f mut dyn FnMut(&'e crate::event::Event) -> T,
+        succeeded: bool,
+        single_failures: usize,
+        out: Vec<T>,
+    }
+    impl<'e, T> Search<'_, 'e, T> {
+        fn failed(&mut self, events: &[&'e crate::event::Event], failure: CallFailure) {
+            if let [event] = events {
+                self.out.push((self.fall_back)(event, failure));
+                self.single_failures += 1;
+                return;
+            }
+            let (left, right) = events.split_at(events.len() / 2);
+            self.call(left);
+            self.call(right);
+        }
+
+        fn call(&mut self, events: &[&'e crate::event::Event]) {
+            if !self.succeeded && self.single_failures >= MAX_ISOLATED_FAILURES {
+                self.out.extend(events.iter().map(|e| (self.systematic)(e)));
+                return;
+            }
+            match (self.try_call)(events) {
+                Ok(values) => {
+                    self.succeeded = true;
+                    self.out.extend(values);
+                }
+                Err(failure) => self.failed(events, failure),
+            }
+        }
+    }
+    let mut search = Search {
+        try_call,
+        fall_back,
+        systematic,
+        succeeded: false,
+        single_failures: 0,
+        out: Vec::with_capacity(events.len()),
+    };
+    search.failed(events, failure);
+    search.out
+}

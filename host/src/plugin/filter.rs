@@ -1,14 +1,16 @@
 //! A `filter` plugin before correlation: one `filter-batch` call per batch of a tenant's
 //! events, keep or drop (with a reason) per event.
 //!
-//! A failed call (trap, fuel, memory, wrong number of verdicts) keeps the batch's events under
-//! the `builtin` policy (the built-in behaviour is "no filter") and drops them under `drop` /
-//! `fail`; the failure is logged with plugin, tenant and event, and counted.
+//! A failed call (trap, fuel, memory, wrong number of verdicts) is bisected
+//! ([`super::call::bisect`]) down to the events that fail alone: each of those is kept under
+//! the `builtin` policy (the built-in behaviour is "no filter") and dropped under `drop` /
+//! `fail`, and its failure is logged with plugin, tenant and that event, and counted. The other
+//! events of the batch get the plugin's verdicts.
 
 use std::sync::atomic::Ordering;
 
 use super::bindings as wit;
-use super::call::{CallFailure, Caller};
+use super::call::{CallFailure, Caller, bisect};
 use super::convert::{describe, to_wit};
 use super::functions::log_failure;
 use super::{FallbackPolicy, PluginHandle, PluginKind};
@@ -51,35 +53,64 @@ impl WasmFilter {
         if events.is_empty() {
             return Vec::new();
         }
-        let handle = self.call.handle();
-        let batch = events.iter().map(|e| to_wit(e)).collect();
-        let failure = match self.call.call((handle.tenant().to_string(), batch), events.len()) {
-            Ok(((verdicts,), _)) if verdicts.len() == events.len() => {
-                return verdicts
-                    .into_iter()
-                    .map(|v| match v {
-                        wit::Verdict::Keep => Verdict::Keep,
-                        wit::Verdict::Drop(reason) => Verdict::Drop(reason),
-                    })
-                    .collect();
-            }
-            Ok(((verdicts,), _)) => {
-                CallFailure::Garbage(format!("{} verdicts for {} events", verdicts.len(), events.len()))
-            }
+        let failure = match self.try_filter(events) {
+            Ok(verdicts) => return verdicts,
             Err(CallFailure::Unloaded) => return vec![Verdict::Keep; events.len()],
             Err(failure) => failure,
         };
-        let error = self.call.error(format!("{} (first of a batch of {})", describe(events[0]), events.len()), failure);
-        let policy = handle.settings().fallback;
-        log_failure(&error, policy);
-        match policy {
+        let handle = self.call.handle();
+        let mut systematic = 0;
+        let verdicts = bisect(
+            events,
+            failure,
+            &mut |part| self.try_filter(part),
+            &mut |event, failure| {
+                let error = self.call.error(describe(event), failure);
+                log_failure(&error, handle.settings().fallback);
+                self.fall_back()
+            },
+            &mut |_| {
+                systematic += 1;
+                self.fall_back()
+            },
+        );
+        if systematic > 0 {
+            tracing::warn!(
+                plugin = handle.name(),
+                events = systematic,
+                "plugin keeps failing; the rest of the batch falls back without calling it"
+            );
+        }
+        verdicts
+    }
+
+    /// One call on `events`: a verdict per event, or why not.
+    fn try_filter(&self, events: &[&Event]) -> Result<Vec<Verdict>, CallFailure> {
+        let batch = events.iter().map(|e| to_wit(e)).collect();
+        let ((verdicts,), _) = self.call.call((self.call.handle().tenant().to_string(), batch), events.len())?;
+        if verdicts.len() != events.len() {
+            return Err(CallFailure::Garbage(format!("{} verdicts for {} events", verdicts.len(), events.len())));
+        }
+        Ok(verdicts
+            .into_iter()
+            .map(|v| match v {
+                wit::Verdict::Keep => Verdict::Keep,
+                wit::Verdict::Drop(reason) => Verdict::Drop(reason),
+            })
+            .collect())
+    }
+
+    /// The fallback policy's verdict for an event the plugin failed on (counted).
+    fn fall_back(&self) -> Verdict {
+        let handle = self.call.handle();
+        match handle.settings().fallback {
             FallbackPolicy::Builtin => {
-                handle.stats().fallbacks.fetch_add(events.len() as u64, Ordering::Relaxed);
-                vec![Verdict::Keep; events.len()]
+                handle.stats().fallbacks.fetch_add(1, Ordering::Relaxed);
+                Verdict::Keep
             }
             FallbackPolicy::Drop | FallbackPolicy::Fail => {
-                handle.stats().drops.fetch_add(events.len() as u64, Ordering::Relaxed);
-                vec![Verdict::Drop(Some(format!("filter `{}` failed", handle.name()))); events.len()]
+                handle.stats().drops.fetch_add(1, Ordering::Relaxed);
+                Verdict::Drop(Some(format!("filter `{}` failed", handle.name())))
             }
         }
     }

@@ -2,15 +2,18 @@
 //! [`WasmMessageFunc`] and [`WasmSpamKeyFunc`] implement the correlator's traits by calling the
 //! plugin's batch export once per batch.
 //!
-//! On a failed batch call each event is retried alone (so one poisonous event costs only
-//! itself); after [`MAX_ISOLATED_FAILURES`] consecutive single failures the failure is taken as
-//! systematic and the rest of the batch goes straight to the fallback. Every failed event gets
-//! the plugin's [`FallbackPolicy`]: the built-in client-go function, or dropped.
+//! A failed batch call is bisected ([`super::call::bisect`]): the plugin is called on each half,
+//! down to single events, so only the events that fail alone get the plugin's
+//! [`FallbackPolicy`] (the built-in client-go function, or dropped), each reported with the event
+//! it failed on. When [`MAX_ISOLATED_FAILURES`] single events failed and no call of the batch
+//! succeeded, the failure is taken as systematic and the rest of the batch falls back without
+//! calling the plugin again.
 
 use std::sync::atomic::Ordering;
 
 use super::bindings::PackedStrings;
-use super::call::{CallFailure, Caller};
+pub use super::call::MAX_ISOLATED_FAILURES;
+use super::call::{CallFailure, Caller, bisect};
 use super::convert::{describe, pack_key_fields, unpack};
 use std::sync::Arc;
 
@@ -23,10 +26,6 @@ use crate::correlator::keys::{
     SourceObject,
 };
 use crate::event::Event;
-
-/// Consecutive single-event failures after which the rest of a batch falls back without
-/// calling the plugin again.
-pub const MAX_ISOLATED_FAILURES: usize = 3;
 
 pub use crate::tenant::DEFAULT_TENANT;
 
@@ -74,29 +73,26 @@ impl BatchKeyFn {
             }
             Err(failure) => failure,
         };
-        tracing::debug!(plugin = self.caller.handle().name(), events = events.len(), %failure, "batch call failed; retrying event by event");
-        self.caller.error(format!("{} (first of a batch of {})", describe(events[0]), events.len()), failure);
-        let mut consecutive = 0;
-        for (i, e) in events.iter().enumerate() {
-            let failure = match self.try_batch(&[e], &decode) {
-                Ok(mut v) => {
-                    consecutive = 0;
-                    out.push(v.pop());
-                    continue;
-                }
-                Err(failure) => failure,
-            };
-            out.push(self.fall_back(e, failure.clone(), &builtin));
-            consecutive += 1;
-            if consecutive >= MAX_ISOLATED_FAILURES {
-                let rest = &events[i + 1..];
-                if !rest.is_empty() {
-                    tracing::warn!(plugin = self.caller.handle().name(), events = rest.len(), %failure, "plugin keeps failing; the rest of the batch falls back without calling it");
-                }
-                out.extend(rest.iter().map(|e| self.apply_policy(e, &builtin)));
-                return;
-            }
+        tracing::debug!(plugin = self.caller.handle().name(), events = events.len(), %failure, "batch call failed; bisecting it");
+        let mut systematic = 0;
+        let values = bisect(
+            events,
+            failure,
+            &mut |part| self.try_batch(part, &decode).map(|v| v.into_iter().map(Some).collect()),
+            &mut |e, failure| self.fall_back(e, failure, &builtin),
+            &mut |e| {
+                systematic += 1;
+                self.apply_policy(e, &builtin)
+            },
+        );
+        if systematic > 0 {
+            tracing::warn!(
+                plugin = self.caller.handle().name(),
+                events = systematic,
+                "plugin keeps failing; the rest of the batch falls back without calling it"
+            );
         }
+        out.extend(values);
     }
 
     /// Reports `failure` on `event` and applies the fallback policy.

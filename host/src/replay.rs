@@ -64,9 +64,16 @@ pub fn replay(
     let mut write_batch = |pending: &mut Vec<Result<Decoded, DecodeError>>, summary: &mut ReplaySummary| {
         flush(pending, &mut stage, &mut output, summary, !options.no_update_state)
     };
-    for line in input.lines() {
-        let line = line.map_err(ReplayError::Read)?;
-        decoder.push_line(&line, |item| pending.push(item));
+    let mut input = input;
+    let mut line = Vec::with_capacity(4096);
+    loop {
+        line.clear();
+        if input.read_until(b'\n', &mut line).map_err(ReplayError::Read)? == 0 {
+            break;
+        }
+        let text = line.strip_suffix(b"\n").unwrap_or(&line);
+        // A line that is not UTF-8 becomes an error line in its place (exit 2), as any bad line.
+        decoder.push_bytes(text, |item| pending.push(item));
         if pending.len() >= PREPARE_BATCH_SIZE {
             write_batch(&mut pending, &mut summary)?;
         }

@@ -214,6 +214,30 @@ impl Decoder {
         self.process(line, &mut emit);
     }
 
+    /// As [`push_line`](Self::push_line), for a line of raw bytes: a line that is not UTF-8 is
+    /// an error in its place (`line N: not UTF-8: …`), and a multi-line document open across it
+    /// is abandoned first (an error naming the line it started on).
+    pub fn push_bytes(&mut self, line: &[u8], mut emit: impl FnMut(Result<Decoded, DecodeError>)) {
+        match std::str::from_utf8(line) {
+            Ok(text) => self.push_line(text, emit),
+            Err(e) => {
+                self.line += 1;
+                if self.open.is_some() {
+                    emit(Err(self.abandon("document abandoned: a line in it is not UTF-8")));
+                    self.skipping = false;
+                }
+                emit(Err(DecodeError::new(
+                    self.line,
+                    format!(
+                        "not UTF-8: invalid byte 0x{:02x} at column {}",
+                        line[e.valid_up_to()],
+                        e.valid_up_to() + 1
+                    ),
+                )));
+            }
+        }
+    }
+
     /// Ends the input. A document still open is returned as an error naming the line it started
     /// on; the decoder is then empty again (line numbers keep counting).
     pub fn finish(&mut self) -> Option<DecodeError> {
@@ -1745,6 +1769,24 @@ mod tests {
         assert!(feed(&mut decoder, "}").is_empty());
         assert_eq!(feed(&mut decoder, SUMO_MODIFIED)[0].as_ref().unwrap().line(), 8);
         assert!(decoder.finish().is_none());
+    }
+
+    #[test]
+    fn a_line_that_is_not_utf8_is_an_error_in_its_place() {
+        let mut d = Decoder::new();
+        let mut got = Vec::new();
+        let bad = SUMO_MODIFIED.replace("Created pod", "Created \u{1}pod").into_bytes();
+        let bad: Vec<u8> = bad.into_iter().map(|b| if b == 1 { 0xff } else { b }).collect();
+        for line in [SUMO_ADDED.as_bytes(), &bad, SUMO_DELETED.as_bytes()] {
+            d.push_bytes(line, |item| got.push(item));
+        }
+        assert_eq!(got.len(), 3);
+        assert!(matches!(got[0], Ok(Decoded::Event { .. })));
+        let err = got[1].as_ref().unwrap_err();
+        assert_eq!(err.line, 2);
+        let column = SUMO_MODIFIED.find("pod: fluentd").unwrap() + 1; // 1-based, where `pod` was
+        assert_eq!(err.message, format!("not UTF-8: invalid byte 0xff at column {column}"), "{err}");
+        assert!(matches!(got[2], Ok(Decoded::Event { .. })), "the next line is decoded");
     }
 
     #[test]

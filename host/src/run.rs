@@ -339,25 +339,33 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         });
     }
     let committer = match (&delivery, &progress) {
-        (Delivery::AtLeastOnce { state_file }, Some(progress)) => {
-            let committer = Arc::new(Committer {
-                state_file: state_file.clone(),
-                source: source_name.clone(),
-                progress: progress.clone(),
-            });
-            let (c, s, stop) = (committer.clone(), sinks.clone(), shutdown.child_token());
-            let task = tokio::spawn(async move {
-                loop {
-                    tokio::select! {
-                        _ = stop.cancelled() => break,
-                        _ = tokio::time::sleep(COMMIT_INTERVAL) => {}
-                    }
-                    commit(&c, &s);
-                }
-            });
-            Some((committer, task))
-        }
+        (Delivery::AtLeastOnce { state_file }, Some(progress)) => Some(Arc::new(Committer {
+            state_file: state_file.clone(),
+            source: source_name.clone(),
+            progress: progress.clone(),
+        })),
         _ => None,
+    };
+    // Every COMMIT_INTERVAL: at-least-once saves the acknowledged position (flushing the sinks
+    // first); otherwise the sinks are flushed, so their output shows while the run goes on.
+    let periodic = {
+        let (c, s, stop) = (committer.clone(), sinks.clone(), shutdown.child_token());
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = tokio::time::sleep(COMMIT_INTERVAL) => {}
+                }
+                match &c {
+                    Some(c) => commit(c, &s),
+                    None => {
+                        if let Err((spec, error)) = s.flush() {
+                            tracing::error!(sink = spec, %error, "could not flush the sink");
+                        }
+                    }
+                }
+            }
+        })
     };
     let built = source.build(SourceContext {
         kube: client.clone(),
@@ -411,8 +419,8 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         }
     };
     drop(watcher);
-    if let Some((committer, task)) = committer {
-        task.abort();
+    periodic.abort();
+    if let Some(committer) = committer {
         commit(&committer, &sinks); // what the drain finished
     }
     sinks.flush().map_err(|(spec, error)| RunError::Sink { spec, error })?;
@@ -503,8 +511,8 @@ impl Reloader {
 /// How long watcher plugins may take to finish their queues once the pipeline has drained.
 const WATCHER_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// How often at-least-once saves the source position.
-const COMMIT_INTERVAL: std::time::Duration = std::time::Duration::from_millis(200);
+/// How often at-least-once saves the source position, and other runs flush their sinks.
+const COMMIT_INTERVAL: std::time::Duration = crate::sink::jsonl::FLUSH_INTERVAL;
 
 /// Flushes the sinks and saves the newest finished position; errors are logged (the next
 /// commit tries again).

@@ -72,7 +72,7 @@ fn a_sigkilled_run_resumes_from_its_state_file_without_losing_an_event() {
 }
 
 #[test]
-fn a_followed_file_source_picks_up_lines_appended_later() {
+fn a_followed_file_source_picks_up_lines_appended_later_and_its_sink_shows_them_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let (input, out) = (dir.path().join("in.jsonl"), dir.path().join("out.jsonl"));
     let line = |i: usize| {
@@ -117,6 +117,8 @@ fn a_followed_file_source_picks_up_lines_appended_later() {
     f.write_all(line(2).as_bytes()).unwrap();
     f.flush().unwrap();
     std::thread::sleep(Duration::from_secs(2));
+    // The sink's output shows while the run goes on, in whole lines (flushed every 200 ms).
+    let shown = std::fs::read_to_string(&out).unwrap();
     Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
     let status = child.wait().unwrap();
     seen.extend(rx.iter());
@@ -125,4 +127,5 @@ fn a_followed_file_source_picks_up_lines_appended_later() {
     let summary: Value = stderr.lines().rev().find_map(|l| serde_json::from_str(l).ok()).unwrap();
     assert_eq!((summary["read"].as_u64(), summary["bad_lines"].as_u64()), (Some(3), Some(0)), "{stderr}");
     assert_eq!(std::fs::read_to_string(&out).unwrap().lines().count(), 3);
+    assert_eq!((shown.lines().count(), shown.ends_with('\n')), (3, true), "shown while running: {shown:?}");
 }

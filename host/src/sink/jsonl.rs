@@ -2,6 +2,11 @@
 //!
 //! It stores nothing and echoes the event back, like client-go's test sink; the correlator's
 //! `update_state` therefore sees exactly what was written.
+//!
+//! Lines are buffered and reach the writer whole, never cut in the middle (a reader following
+//! the file sees complete lines only): when [`FLUSH_BYTES`] are buffered, on
+//! [`JsonLinesSink::flush`], and on a write [`FLUSH_INTERVAL`] after the last flush; `run`
+//! also flushes every sink every [`FLUSH_INTERVAL`].
 
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
@@ -42,22 +47,48 @@ impl<'a> SinkCall<'a> {
     }
 }
 
-/// Writes sink calls as JSON lines to any writer (a file, stdout), buffered.
+/// Buffered lines are written out once they reach this many bytes.
+pub const FLUSH_BYTES: usize = 1 << 16;
+
+/// Buffered lines are written out at least this often while calls come in (and `run` flushes
+/// every sink this often).
+pub const FLUSH_INTERVAL: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Writes sink calls as JSON lines to any writer (a file, stdout), buffered in whole lines.
 ///
 /// # Errors
 /// A failed write is a [`SinkError::Transport`] (retried by `recordToSink`). `update` is not part
 /// of this sink's vocabulary and is refused as [`SinkError::RequestConstruction`].
 pub struct JsonLinesSink {
-    out: Mutex<std::io::BufWriter<Box<dyn Write + Send>>>,
+    out: Mutex<Lines>,
+}
+
+/// Whole lines not yet written, and where they go.
+struct Lines {
+    buf: Vec<u8>,
+    out: Box<dyn Write + Send>,
+    flushed: std::time::Instant,
+}
+
+impl Lines {
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.flushed = std::time::Instant::now();
+        if !self.buf.is_empty() {
+            self.out.write_all(&self.buf)?;
+            self.buf.clear();
+        }
+        self.out.flush()
+    }
 }
 
 impl JsonLinesSink {
     /// A sink writing to `out`.
     pub fn new(out: Box<dyn Write + Send>) -> Self {
-        Self { out: Mutex::new(std::io::BufWriter::with_capacity(1 << 16, out)) }
+        let lines = Lines { buf: Vec::with_capacity(FLUSH_BYTES), out, flushed: std::time::Instant::now() };
+        Self { out: Mutex::new(lines) }
     }
 
-    /// Flushes buffered lines.
+    /// Writes out the buffered lines and flushes the writer.
     ///
     /// # Errors
     /// The underlying writer's error.
@@ -103,11 +134,17 @@ impl JsonLinesSink {
     }
 
     fn write(&self, call: &SinkCall<'_>) -> Result<(), SinkError> {
-        let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
-        serde_json::to_writer(&mut *out, call)
-            .map_err(std::io::Error::from)
-            .and_then(|()| out.write_all(b"\n"))
-            .map_err(|e| SinkError::Transport(format!("jsonl sink: {e}")))
+        let mut lines = self.out.lock().unwrap_or_else(|p| p.into_inner());
+        let start = lines.buf.len();
+        if let Err(e) = serde_json::to_writer(&mut lines.buf, call) {
+            lines.buf.truncate(start); // never a partial line
+            return Err(SinkError::Transport(format!("jsonl sink: {e}")));
+        }
+        lines.buf.push(b'\n');
+        if lines.buf.len() >= FLUSH_BYTES || lines.flushed.elapsed() >= FLUSH_INTERVAL {
+            lines.flush().map_err(|e| SinkError::Transport(format!("jsonl sink: {e}")))?;
+        }
+        Ok(())
     }
 }
 
@@ -130,7 +167,39 @@ impl EventSink for JsonLinesSink {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
+
+    /// Records every write it is given, to check where they end.
+    #[derive(Clone, Default)]
+    struct Writes(Arc<Mutex<Vec<Vec<u8>>>>);
+
+    impl Write for Writes {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().push(b.to_vec());
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn lines_reach_the_writer_whole() {
+        let writes = Writes::default();
+        let sink = JsonLinesSink::new(Box::new(writes.clone()));
+        let mut event = Event::default();
+        event.message = "x".repeat(3000);
+        for _ in 0..100 {
+            sink.create(&event).await.unwrap();
+        }
+        assert!(!writes.0.lock().unwrap().is_empty(), "300 KB of lines were written out before the end");
+        sink.flush().unwrap();
+        let writes = writes.0.lock().unwrap();
+        assert!(writes.iter().all(|w| w.ends_with(b"\n")), "every write ends a line");
+        assert_eq!(writes.concat().iter().filter(|&&b| b == b'\n').count(), 100);
+    }
 
     #[test]
     fn open_append_cuts_only_a_torn_last_line() {

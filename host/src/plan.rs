@@ -186,7 +186,7 @@ impl TenantRules {
         };
         // A sink named twice would get every result twice.
         let mut seen = std::collections::HashSet::new();
-        sinks.retain(|s| seen.insert(s.spec.to_string()));
+        sinks.retain(|s| seen.insert(s.spec.identity()));
         Ok(Self {
             lru_cache_size: rules.lru_cache_size.unwrap_or(self.lru_cache_size),
             burst: rules.burst.unwrap_or(self.burst),

@@ -117,3 +117,48 @@ fn sigterm_ends_a_run_whose_stdin_stays_open() {
     assert!(took < Duration::from_secs(1 + 2), "ended {took:?} after SIGTERM");
     assert_eq!((code, summary["read"].as_u64()), (Some(0), Some(0)), "{summary}");
 }
+
+#[test]
+fn webhook_credentials_never_reach_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = events_file(dir.path(), 20);
+    // A receiver answering every request 503, so the sink logs its failures.
+    let receiver = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = receiver.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in receiver.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            std::thread::spawn(move || {
+                use std::io::Read;
+                let mut buf = [0u8; 65536];
+                while let Ok(n) = stream.read(&mut buf) {
+                    if n == 0
+                        || stream.write_all(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n").is_err()
+                    {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    // Every log line, debug included.
+    let run = Command::new(env!("CARGO_BIN_EXE_eventpipe"))
+        .args(["run", "--summary-json", "--no-watch", "--shutdown-timeout=1", "--log-format=json"])
+        .arg(format!("--source=jsonl:{}", source.display()))
+        .arg(format!("--sink=webhook:http://alice:s3cret-pw@{addr}/events?token=t0ken-value"))
+        .env("RUST_LOG", "debug")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(Command::new("kill").args(["-TERM", &run.id().to_string()]).status().unwrap().success());
+    let out = run.wait_with_output().unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("webhook batch failed, retrying"), "the sink's failures are logged: {stderr}");
+    assert!(stderr.contains("webhook:http://***@"), "the sink is named, redacted: {stderr}");
+    for secret in ["s3cret-pw", "t0ken-value", "alice"] {
+        assert!(!stderr.contains(secret), "{secret} in the log:\n{stderr}");
+    }
+}

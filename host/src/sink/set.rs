@@ -98,8 +98,8 @@ impl SinkSet {
         let at_most_once = entry.delivery == Some(DeliveryMode::AtMostOnce);
         let key = match spec {
             SinkSpec::Plugin(name) => format!("{spec}@{tenant}:{name}"),
-            SinkSpec::Webhook(_) if at_most_once => entry.to_string(),
-            _ => spec.to_string(),
+            SinkSpec::Webhook(_) if at_most_once => format!("{},delivery=at-most-once", spec.identity()),
+            _ => spec.identity(),
         };
         let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(s) = open.get(&key) {

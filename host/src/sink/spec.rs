@@ -22,8 +22,30 @@ pub enum SinkSpec {
     Webhook(String),
 }
 
+/// As written, except that a webhook URL's credentials are redacted ([`redact_url`]): this is
+/// what logs, errors and metric labels show. [`SinkSpec::identity`] is the full text.
 impl std::fmt::Display for SinkSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SinkSpec::Webhook(url) => write!(f, "webhook:{}", redact_url(url)),
+            other => other.fmt_full(f),
+        }
+    }
+}
+
+impl SinkSpec {
+    /// The spec as written, secrets included: what tells two sinks apart. Never log it.
+    pub fn identity(&self) -> String {
+        struct Full<'a>(&'a SinkSpec);
+        impl std::fmt::Display for Full<'_> {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                self.0.fmt_full(f)
+            }
+        }
+        Full(self).to_string()
+    }
+
+    fn fmt_full(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             SinkSpec::JsonLinesFile(p) => write!(f, "jsonl:{}", p.display()),
             SinkSpec::JsonLinesStdout => f.write_str("jsonl:-"),
@@ -33,6 +55,37 @@ impl std::fmt::Display for SinkSpec {
             SinkSpec::Webhook(url) => write!(f, "webhook:{url}"),
         }
     }
+}
+
+/// `url` with its secrets replaced by `***`: the user information (`user:password@`) and the
+/// value of every query parameter (`?token=***&a=***`), e.g.
+/// `https://***@hooks.example/e?token=***`.
+pub fn redact_url(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let authority = match authority.rsplit_once('@') {
+        Some((_, host)) => format!("***@{host}"),
+        None => authority.to_string(),
+    };
+    let (path, query) = match tail.split_once('?') {
+        Some((path, query)) => (path, Some(query.split('#').next().unwrap_or_default())),
+        None => (tail.split('#').next().unwrap_or_default(), None),
+    };
+    let mut out = if scheme.is_empty() { authority } else { format!("{scheme}://{authority}") };
+    out.push_str(path);
+    if let Some(query) = query {
+        out.push('?');
+        let params: Vec<String> = query
+            .split('&')
+            .map(|p| match p.split_once('=') {
+                Some((k, _)) => format!("{k}=***"),
+                None => p.to_string(),
+            })
+            .collect();
+        out.push_str(&params.join("&"));
+    }
+    out
 }
 
 /// A `--sink` value that is not one of the sink forms.
@@ -117,11 +170,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn webhook_secrets_are_redacted_in_what_is_shown_but_not_in_the_identity() {
+        let spec: SinkSpec = "webhook:https://bob:s3cret@hooks.example:8443/e/v1?token=abc&x=1#frag".parse().unwrap();
+        assert_eq!(spec.to_string(), "webhook:https://***@hooks.example:8443/e/v1?token=***&x=***");
+        assert!(spec.identity().contains("bob:s3cret@") && spec.identity().contains("token=abc"));
+        assert_eq!(redact_url("http://127.0.0.1:9/x"), "http://127.0.0.1:9/x", "nothing secret, nothing changed");
+        let jsonl: SinkSpec = "jsonl:out.jsonl".parse().unwrap();
+        assert_eq!(jsonl.to_string(), jsonl.identity());
+    }
+
+    #[test]
     fn a_sink_entry_is_a_spec_with_an_optional_delivery_mode() {
         let e: SinkEntry = "webhook:http://h/x?a=1,delivery=at-most-once".parse().unwrap();
         assert_eq!(e.spec, SinkSpec::Webhook("http://h/x?a=1".into()));
         assert_eq!(e.delivery, Some(DeliveryMode::AtMostOnce));
-        assert_eq!(e.to_string(), "webhook:http://h/x?a=1,delivery=at-most-once");
+        assert_eq!(e.to_string(), "webhook:http://h/x?a=***,delivery=at-most-once", "shown redacted");
         let plain: SinkEntry = "jsonl:-".parse().unwrap();
         assert_eq!((plain.spec, plain.delivery), (SinkSpec::JsonLinesStdout, None));
         let err = "jsonl:-,delivery=sometimes".parse::<SinkEntry>().unwrap_err().to_string();

@@ -107,6 +107,25 @@ pub enum WebhookError {
     Tls(String),
 }
 
+/// `uri` without its user information, and that information as an `Authorization: Basic`
+/// header value (`user:password`, base64-encoded as RFC 7617 says).
+///
+/// # Errors
+/// A URI that cannot be rebuilt without it.
+fn split_user_info(uri: hyper::Uri) -> Result<(hyper::Uri, Option<HeaderValue>), String> {
+    let Some((user_info, host)) = uri.authority().and_then(|a| a.as_str().rsplit_once('@')) else {
+        return Ok((uri, None));
+    };
+    use base64::Engine as _;
+    let basic = format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(user_info));
+    let header = HeaderValue::from_str(&basic).map_err(|e| e.to_string())?;
+    let host: hyper::http::uri::Authority = host.parse().map_err(|e: hyper::http::uri::InvalidUri| e.to_string())?;
+    let mut parts = uri.into_parts();
+    parts.authority = Some(host);
+    let uri = hyper::Uri::from_parts(parts).map_err(|e| e.to_string())?;
+    Ok((uri, Some(header)))
+}
+
 /// How deliveries are acknowledged and what a full queue does; see the [module docs](self).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Delivery {
@@ -301,7 +320,8 @@ impl WebhookSink {
     /// [`WebhookError::Tls`] when an `https` URL is given no TLS config and the system's root
     /// certificates cannot be loaded.
     pub fn new(config: WebhookConfig) -> Result<Self, WebhookError> {
-        let url_error = |reason: &str| WebhookError::Url { url: config.url.clone(), reason: reason.into() };
+        let url_error =
+            |reason: &str| WebhookError::Url { url: super::spec::redact_url(&config.url), reason: reason.into() };
         let uri: hyper::Uri =
             config.url.parse().map_err(|e: hyper::http::uri::InvalidUri| url_error(&e.to_string()))?;
         let https = match uri.scheme_str() {
@@ -312,6 +332,9 @@ impl WebhookSink {
         if uri.host().is_none() {
             return Err(url_error("no host"));
         }
+        // Credentials in the URL (`user:password@`) become HTTP Basic authentication, as curl
+        // does, and leave the URI: it is logged by the connection pool.
+        let (uri, basic) = split_user_info(uri).map_err(|e| url_error(&e))?;
         if config.queue_capacity == 0 || config.queue_capacity > Semaphore::MAX_PERMITS {
             return Err(WebhookError::Config("queue_capacity must be at least 1"));
         }
@@ -321,12 +344,12 @@ impl WebhookSink {
         if config.request_timeout.is_zero() {
             return Err(WebhookError::Config("request_timeout must be positive"));
         }
-        let auth = match &config.bearer_token {
-            Some(t) => Some(
+        let auth = match (&config.bearer_token, basic) {
+            (Some(t), _) => Some(
                 HeaderValue::from_str(&format!("Bearer {t}"))
                     .map_err(|_| WebhookError::Config("bearer_token has characters a header cannot carry"))?,
             ),
-            None => None,
+            (None, basic) => basic,
         };
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = hyper_rustls::HttpsConnectorBuilder::new();
@@ -698,6 +721,17 @@ impl Worker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn credentials_in_the_url_become_basic_authentication_and_leave_the_uri() {
+        let uri: hyper::Uri = "https://alice:s3cret@hooks.example:8443/e?token=t".parse().unwrap();
+        let (uri, auth) = split_user_info(uri).unwrap();
+        assert_eq!(uri.to_string(), "https://hooks.example:8443/e?token=t");
+        // base64("alice:s3cret")
+        assert_eq!(auth.unwrap(), "Basic YWxpY2U6czNjcmV0");
+        let (plain, none) = split_user_info("http://h/x".parse().unwrap()).unwrap();
+        assert_eq!((plain.to_string().as_str(), none), ("http://h/x", None));
+    }
 
     /// A receiver answering `200` to every request; returns its URL and its request count.
     async fn acknowledging_receiver() -> (String, Arc<AtomicU64>) {

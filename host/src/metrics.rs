@@ -19,6 +19,7 @@
 //! | `eventpipe_sink_write_failures_total` | `tenant`, `outcome` (`dropped`, `gave_up`, `cancelled`, `shed`) | `recordToSink` outcomes; `shed`: an at-most-once sink's full window |
 //! | `eventpipe_record_retries_total` | `tenant` | `recordToSink` attempts beyond the first |
 //! | `eventpipe_spam_skipped_total` | `tenant` | spam filter skips |
+//! | `eventpipe_sink_rejected_total` | `reason` (`AlreadyExists`, `NotFound`, `NamespaceTerminating`, …) | writes the server rejected and `recordToSink` dropped |
 //! | `eventpipe_aggregated_total` | `tenant` | events replaced by an aggregate |
 //! | `eventpipe_filtered_total` | `tenant` | filter plugin drops |
 //! | `eventpipe_watcher_dropped_total` | `watcher`, `reason` | Broadcaster queue drops |
@@ -83,6 +84,8 @@ pub struct Snapshot {
     pub record_retries: BTreeMap<String, u64>,
     /// Spam-filter skips by tenant.
     pub spam_skipped: BTreeMap<String, u64>,
+    /// Writes the server rejected and `recordToSink` dropped, by reason.
+    pub rejected: BTreeMap<String, u64>,
     /// Aggregated events by tenant.
     pub aggregated: BTreeMap<String, u64>,
     /// Events dropped by filter plugins, by tenant ([`ALL_TENANTS`] for a total).
@@ -129,6 +132,9 @@ impl Snapshot {
             add(&mut self.aggregated, tenant.clone(), s.aggregated);
         }
         add(&mut self.filtered, ALL_TENANTS.into(), stats.filtered);
+        for (reason, n) in &stats.rejected {
+            add(&mut self.rejected, reason.clone(), *n);
+        }
         self.config_reloads_applied += stats.reloads;
     }
 
@@ -367,6 +373,13 @@ impl Collector for SnapshotCollector {
             "recordToSink attempts beyond the first, per tenant.",
             Counter,
             per(&s.record_retries, "tenant"),
+        )?;
+        family(
+            &mut e,
+            "eventpipe_sink_rejected",
+            "Writes the server rejected and recordToSink dropped, per reason (AlreadyExists, NotFound, NamespaceTerminating, …).",
+            Counter,
+            per(&s.rejected, "reason"),
         )?;
         family(
             &mut e,

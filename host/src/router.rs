@@ -64,6 +64,9 @@ pub struct RouterStats {
     pub finished: u64,
     /// Per tenant (sink calls are counted once per sink).
     pub tenants: BTreeMap<String, SinkStats>,
+    /// Writes the server rejected and `recordToSink` dropped, by reason
+    /// ([`crate::sink::retry::rejection_reason`]: `AlreadyExists`, `NotFound`, …).
+    pub rejected: BTreeMap<String, u64>,
     /// Plans taken after the first (config reloads).
     pub reloads: u64,
 }
@@ -84,6 +87,9 @@ impl RouterStats {
         self.reloads += other.reloads;
         for (name, s) in &other.tenants {
             self.tenant(name).add(s);
+        }
+        for (reason, n) in &other.rejected {
+            *self.rejected.entry(reason.clone()).or_default() += n;
         }
     }
 }
@@ -369,6 +375,9 @@ impl Partition {
     }
 
     fn count(&mut self, tenant: &str, aggregated: bool, outcome: &WriteOutcome) {
+        if let WriteOutcome::Dropped { error, .. } = outcome {
+            *self.stats.rejected.entry(crate::sink::retry::rejection_reason(error)).or_default() += 1;
+        }
         let tenant = self.stats.tenant(tenant);
         tenant.aggregated += u64::from(aggregated);
         tenant.count(outcome);

@@ -292,6 +292,14 @@ fn the_kubernetes_sink_creates_patches_and_handles_status_errors_as_client_go() 
     assert_eq!(seen[7].json(), typed(&results[5]["event"]));
     assert_eq!((summary["created"].as_u64(), summary["patched"].as_u64()), (Some(3), Some(1)), "{summary}");
     assert_eq!(summary["dropped"].as_u64(), Some(2), "{summary}");
+    assert_eq!(summary["rejected"], json!({"AlreadyExists": 1, "InternalError": 1}), "{summary}");
+    // client-go logs the 409 at V(5) only; here it is a (rate-limited) warning.
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains("WARN") && l.contains("server rejected event") && l.contains("AlreadyExists")),
+        "{stderr}"
+    );
 }
 
 /// The first event of `object` in the sink test's stream (what the fake server stored).

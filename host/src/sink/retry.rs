@@ -2,7 +2,7 @@
 //! 12 tries with client-go's sleeps (spec §2.5).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
@@ -222,11 +222,101 @@ pub(crate) async fn record_event(
 
 fn log_dropped(event: &Event, error: &SinkError) {
     match error {
+        // client-go logs these at V(5); they are the commonest drops, so they are warned about
+        // at most once per reason per EXPECTED_DROP_LOG_INTERVAL, with the count in between.
         SinkError::Status(s) if s.is_expected() => {
-            tracing::debug!(event = %event.metadata.name, %error, "server rejected event (will not retry!)")
+            let reason = rejection_reason(error);
+            if let Some(since) = EXPECTED_DROPS.lock().unwrap_or_else(|p| p.into_inner()).admit(&reason, Instant::now())
+            {
+                tracing::warn!(event = %event.metadata.name, %error, reason, dropped_since_last_warning = since, "server rejected event (will not retry!)");
+            }
         }
         _ => {
             tracing::error!(event = %event.metadata.name, %error, "server rejected event (will not retry!)")
         }
+    }
+}
+
+/// The reason a write was rejected and dropped, for counting: the Kubernetes status reason
+/// (`AlreadyExists`, `NotFound`, `Forbidden`, …; `NamespaceTerminating` when that is the cause;
+/// the HTTP code when there is no reason), or `RequestConstruction`.
+pub fn rejection_reason(error: &SinkError) -> String {
+    match error {
+        SinkError::Status(s) if s.causes.iter().any(|c| c == crate::k8s::CAUSE_NAMESPACE_TERMINATING) => {
+            crate::k8s::CAUSE_NAMESPACE_TERMINATING.to_string()
+        }
+        SinkError::Status(s) if s.reason.is_empty() => s.code.to_string(),
+        SinkError::Status(s) => s.reason.clone(),
+        SinkError::RequestConstruction(_) => "RequestConstruction".into(),
+        SinkError::UnexpectedObject(_) => "UnexpectedObject".into(),
+        SinkError::Transport(_) => "Transport".into(),
+    }
+}
+
+/// Warnings about expected rejections: at most one per reason per this interval.
+pub const EXPECTED_DROP_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+static EXPECTED_DROPS: std::sync::Mutex<LogLimiter> = std::sync::Mutex::new(LogLimiter::new());
+
+/// Lets one log line per key through per [`EXPECTED_DROP_LOG_INTERVAL`].
+#[derive(Debug)]
+struct LogLimiter {
+    /// Per key: when its last line was let through, and how many were held back since.
+    keys: std::collections::BTreeMap<String, (Instant, u64)>,
+}
+
+impl LogLimiter {
+    const fn new() -> Self {
+        Self { keys: std::collections::BTreeMap::new() }
+    }
+
+    /// `Some(held back since the last line)` when a line for `key` may be logged at `now`.
+    fn admit(&mut self, key: &str, now: Instant) -> Option<u64> {
+        match self.keys.get_mut(key) {
+            Some((last, held)) if now.duration_since(*last) < EXPECTED_DROP_LOG_INTERVAL => {
+                *held += 1;
+                None
+            }
+            Some((last, held)) => {
+                *last = now;
+                Some(std::mem::take(held))
+            }
+            None => {
+                self.keys.insert(key.to_string(), (now, 0));
+                Some(0)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::k8s::StatusError;
+
+    #[test]
+    fn expected_rejections_are_logged_once_per_reason_per_interval_with_the_count_between() {
+        let mut limiter = LogLimiter::new();
+        let t0 = Instant::now();
+        assert_eq!(limiter.admit("AlreadyExists", t0), Some(0));
+        assert_eq!(limiter.admit("AlreadyExists", t0 + Duration::from_secs(1)), None);
+        assert_eq!(limiter.admit("AlreadyExists", t0 + Duration::from_secs(2)), None);
+        assert_eq!(limiter.admit("NamespaceTerminating", t0 + Duration::from_secs(2)), Some(0), "per reason");
+        assert_eq!(limiter.admit("AlreadyExists", t0 + EXPECTED_DROP_LOG_INTERVAL), Some(2), "two held back");
+    }
+
+    #[test]
+    fn rejection_reasons_name_the_status_reason_or_cause() {
+        let status = |code, reason: &str, causes: &[&str]| {
+            SinkError::Status(StatusError {
+                code,
+                reason: reason.into(),
+                message: String::new(),
+                causes: causes.iter().map(|c| c.to_string()).collect(),
+            })
+        };
+        assert_eq!(rejection_reason(&status(409, "AlreadyExists", &[])), "AlreadyExists");
+        assert_eq!(rejection_reason(&status(403, "Forbidden", &["NamespaceTerminating"])), "NamespaceTerminating");
+        assert_eq!(rejection_reason(&status(502, "", &[])), "502");
     }
 }

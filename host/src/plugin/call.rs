@@ -235,6 +235,9 @@ where
 /// calling the plugin again.
 pub const MAX_ISOLATED_FAILURES: usize = 3;
 
+/// One plugin call on a slice of events: a value per event, or why not.
+type TryCall<'f, 'e, T> = dyn FnMut(&[&'e crate::event::Event]) -> Result<Vec<T>, CallFailure> + 'f;
+
 /// Finds the events a failed batch call failed on, by calling the plugin on each half of it,
 /// down to single events, so that only an event that fails alone takes the fallback: with k
 /// failing events among n, at most about 2·k·log2(n) more calls. `failure` is the batch call's.
@@ -246,12 +249,12 @@ pub const MAX_ISOLATED_FAILURES: usize = 3;
 pub(crate) fn bisect<'e, T>(
     events: &[&'e crate::event::Event],
     failure: CallFailure,
-    try_call: &mut dyn FnMut(&[&'e crate::event::Event]) -> Result<Vec<T>, CallFailure>,
+    try_call: &mut TryCall<'_, 'e, T>,
     fall_back: &mut dyn FnMut(&'e crate::event::Event, CallFailure) -> T,
     systematic: &mut dyn FnMut(&'e crate::event::Event) -> T,
 ) -> Vec<T> {
     struct Search<'f, 'e, T> {
-        try_call: &'f mut dyn FnMut(&[&'e crate::event::Event]) -> Result<Vec<T>, CallFailure>,
+        try_call: &'f mut TryCall<'f, 'e, T>,
         fall_back: &'f mut dyn FnMut(&'e crate::event::Event, CallFailure) -> T,
         systematic: &'f mut dyn FnMut(&'e crate::event::Event) -> T,
         succeeded: bool,

@@ -44,16 +44,26 @@ fn finish(child: Child, limit: Duration) -> (Option<i32>, Value, Duration) {
     (out.status.code(), summary, started.elapsed())
 }
 
+/// A local HTTP receiver on a free port; each connection goes to `serve` on a thread of its own.
+fn receiver(serve: fn(std::net::TcpStream)) -> std::net::SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().map_while(Result::ok) {
+            std::thread::spawn(move || serve(stream));
+        }
+    });
+    addr
+}
+
 #[test]
 fn sigterm_during_a_sink_outage_after_the_source_ended_stops_within_the_shutdown_timeout() {
     let dir = tempfile::tempdir().unwrap();
     let source = events_file(dir.path(), 300);
     // A webhook receiver that accepts connections and never answers: every batch hangs.
-    let receiver = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = receiver.local_addr().unwrap();
-    std::thread::spawn(move || {
-        let held: Vec<_> = receiver.incoming().collect();
-        drop(held);
+    let addr = receiver(|stream| {
+        std::thread::sleep(Duration::from_secs(600));
+        drop(stream);
     });
     let run = start(&[
         format!("--source=jsonl:{}", source.display()),
@@ -123,22 +133,14 @@ fn webhook_credentials_never_reach_the_log() {
     let dir = tempfile::tempdir().unwrap();
     let source = events_file(dir.path(), 20);
     // A receiver answering every request 503, so the sink logs its failures.
-    let receiver = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = receiver.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for stream in receiver.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            std::thread::spawn(move || {
-                use std::io::Read;
-                let mut buf = [0u8; 65536];
-                while let Ok(n) = stream.read(&mut buf) {
-                    if n == 0
-                        || stream.write_all(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n").is_err()
-                    {
-                        break;
-                    }
-                }
-            });
+    let addr = receiver(|mut stream| {
+        use std::io::Read;
+        let mut buf = [0u8; 65536];
+        while let Ok(n) = stream.read(&mut buf) {
+            let answer = b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n";
+            if n == 0 || stream.write_all(answer).is_err() {
+                break;
+            }
         }
     });
     // Every log line, debug included.

@@ -1,5 +1,5 @@
-//! Test fixture: a filter that misbehaves on demand, chosen by the event's reason — `Trap` (an
-//! `unreachable` instruction), `Loop` (never returns); it drops `Noise` and keeps any other
+//! Test fixture: a filter that misbehaves on demand, chosen by the event's reason — `Trap` (a
+//! panic, which traps), `Loop` (never returns); it drops `Noise` and keeps any other
 //! event.
 #![cfg_attr(target_arch = "wasm32", no_std)]
 
@@ -15,7 +15,8 @@ struct MisbehaveFilter;
 impl Filter for MisbehaveFilter {
     fn filter(&self, _tenant: &str, event: &Event) -> Verdict {
         match event.reason.as_str() {
-            "Trap" => trap(),
+            // A Rust panic is a Wasm trap (`unreachable`).
+            "Trap" => panic!("misbehave-filter traps on purpose"),
             "Loop" => loop {
                 core::hint::black_box(event);
             },
@@ -23,14 +24,4 @@ impl Filter for MisbehaveFilter {
             _ => Verdict::Keep,
         }
     }
-}
-
-#[cfg(target_arch = "wasm32")]
-fn trap() -> ! {
-    core::arch::wasm32::unreachable()
-}
-
-#[cfg(not(target_arch = "wasm32"))]
-fn trap() -> ! {
-    panic!("trap")
 }

@@ -4,10 +4,10 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, BufReader};
 use tokio_util::sync::CancellationToken;
 
-use super::decode::{Decoded, Decoder};
+use super::decode::{Decoded, Decoder, MAX_LINE_BYTES};
 use super::{SourceError, SourceStats};
 use crate::broadcaster::{Broadcaster, WatchEventType};
 use crate::delivery::{Position, Progress};
@@ -74,9 +74,9 @@ impl JsonLinesSource {
         let mut batch = Vec::with_capacity(HANDOFF_BATCH);
         loop {
             buf.clear();
-            let read = tokio::select! {
-                _ = shutdown.cancelled() => 0,
-                n = reader.read_until(b'\n', &mut buf) => n?,
+            let (read, mut complete) = tokio::select! {
+                _ = shutdown.cancelled() => (0, true),
+                line = read_line_bounded(&mut reader, &mut buf) => line?,
             };
             if read == 0 && self.follow && !shutdown.is_cancelled() {
                 tokio::select! {
@@ -85,22 +85,18 @@ impl JsonLinesSource {
                 }
                 continue;
             }
-            if read > 0 && self.follow && !buf.ends_with(b"\n") {
+            let mut read = read;
+            while read > 0 && self.follow && !complete {
                 // A line still being written: read the rest of it before decoding.
-                let mut rest = std::mem::take(&mut buf);
-                loop {
-                    tokio::select! {
-                        _ = shutdown.cancelled() => break,
-                        _ = tokio::time::sleep(FOLLOW_POLL) => {}
-                    }
-                    if reader.read_until(b'\n', &mut rest).await? > 0 && rest.ends_with(b"\n") {
-                        break;
-                    }
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = tokio::time::sleep(FOLLOW_POLL) => {}
                 }
-                buf = rest;
+                let (more, ended) = read_line_bounded(&mut reader, &mut buf).await?;
+                (read, complete) = (read + more, ended);
             }
             let line_start = offset;
-            offset += buf.len() as u64;
+            offset += read as u64;
             let mut items = Vec::new();
             if read > 0 {
                 let text = String::from_utf8_lossy(&buf);
@@ -144,6 +140,35 @@ impl JsonLinesSource {
             if read == 0 {
                 return Ok(stats);
             }
+        }
+    }
+}
+
+/// Appends one line to `buf` (with its `\n`), keeping at most [`MAX_LINE_BYTES`] + 1 bytes of
+/// it: the rest of a longer line is read and dropped, so memory stays bounded whatever the
+/// input, and the decoder still sees that the line was too long. Returns the bytes read (0 at
+/// the end) and whether the line ended with `\n`. Bytes read before a cancellation are kept.
+async fn read_line_bounded<R: AsyncBufRead + Unpin>(
+    reader: &mut R,
+    buf: &mut Vec<u8>,
+) -> std::io::Result<(usize, bool)> {
+    let mut read = 0;
+    loop {
+        let available = reader.fill_buf().await?;
+        if available.is_empty() {
+            return Ok((read, false));
+        }
+        let (chunk, ended) = match memchr::memchr(b'\n', available) {
+            Some(i) => (&available[..=i], true),
+            None => (available, false),
+        };
+        let room = (MAX_LINE_BYTES + 1).saturating_sub(buf.len());
+        buf.extend_from_slice(&chunk[..room.min(chunk.len())]);
+        let n = chunk.len();
+        reader.consume(n);
+        read += n;
+        if ended {
+            return Ok((read, true));
         }
     }
 }

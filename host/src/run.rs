@@ -307,12 +307,20 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
     )?;
     let watcher_probes: Vec<_> = watchers.iter().map(|w| (w.handle.clone(), w.counters.clone())).collect();
     // Prometheus: every scrape reads the live counters (router, plugins of the current plan,
-    // registry, Broadcaster).
+    // registry, Broadcaster, webhook sinks).
     let metrics = Arc::new(Metrics::new());
     {
-        let (registry, plans, broadcaster, source) =
-            (registry.clone(), latest_plan.clone(), event_broadcaster.broadcaster().clone(), source.to_string());
+        let (registry, plans, broadcaster, source, sinks) = (
+            registry.clone(),
+            latest_plan.clone(),
+            event_broadcaster.broadcaster().clone(),
+            source.to_string(),
+            sinks.clone(),
+        );
         metrics.add_source(move |s| {
+            for webhook in sinks.webhooks() {
+                s.add_webhook(&webhook);
+            }
             let stats = live.lock().unwrap_or_else(|p| p.into_inner()).clone();
             s.add_events_in(&source, stats.total.received);
             s.add_router(&stats);

@@ -246,3 +246,69 @@ async fn counters_follow_known_activity() {
     assert_eq!(again.get("eventpipe_plugin_calls_total", &p), 24.0);
     assert_eq!(again.get("eventpipe_ingest_requests_total", &[]), 3.0);
 }
+
+/// `GET /metrics` of a running `eventpipe` at `addr`, as text.
+fn scrape_process(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let mut conn = std::net::TcpStream::connect(addr).unwrap();
+    write!(conn, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).unwrap();
+    answer
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_exposes_its_webhook_sinks_on_metrics() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hook = listener.local_addr().unwrap();
+    let app = axum::Router::new().route("/", axum::routing::post(|| async { StatusCode::OK }));
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("events.jsonl");
+    let stream =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/data/occurrences.jsonl")).unwrap();
+    std::fs::write(&source, stream.lines().take(50).collect::<Vec<_>>().join("\n") + "\n").unwrap();
+    let mut run = std::process::Command::new(env!("CARGO_BIN_EXE_eventpipe"))
+        .args(["run", "--no-watch", "--follow", "--metrics=127.0.0.1:0"])
+        .arg(format!("--source=jsonl:{}", source.display()))
+        .arg(format!("--sink=webhook:http://{hook}/"))
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stderr = run.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let metrics_addr = loop {
+        let line = rx.recv_timeout(Duration::from_secs(120)).expect("the run announces its metrics address");
+        if let Some(rest) = line.split_once("metrics on http://") {
+            break rest.1.trim_end_matches("/metrics").to_string();
+        }
+    };
+    let sink = format!("eventpipe_sink_acked_total{{sink=\"webhook:http://{hook}/\"}}");
+    let mut text = String::new();
+    for _ in 0..100 {
+        text = tokio::task::spawn_blocking({
+            let addr = metrics_addr.clone();
+            move || scrape_process(&addr)
+        })
+        .await
+        .unwrap();
+        let acked = text.lines().find_map(|l| l.strip_prefix(&sink)).and_then(|v| v.trim().parse::<f64>().ok());
+        if acked.is_some_and(|n| n > 0.0) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _ = std::process::Command::new("kill").args(["-TERM", &run.id().to_string()]).status();
+    let _ = run.wait();
+    assert!(
+        text.lines().any(|l| l.strip_prefix(&sink).and_then(|v| v.trim().parse::<f64>().ok()).is_some_and(|n| n > 0.0)),
+        "{sink} > 0 in:\n{text}"
+    );
+    assert!(text.contains(&format!("eventpipe_sink_queue_capacity{{sink=\"webhook:http://{hook}/\"}}")), "{text}");
+}

@@ -152,6 +152,17 @@ impl SinkSet {
         Ok(shared)
     }
 
+    /// The webhook sinks opened so far (for their metrics).
+    pub fn webhooks(&self) -> Vec<Arc<WebhookSink>> {
+        let open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        open.values()
+            .filter_map(|s| match s {
+                OpenSink::Webhook(w) => Some(w.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Flushes every open sink.
     ///
     /// # Errors

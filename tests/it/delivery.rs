@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use crate::common;
+
 const EVENTS: usize = 60_000;
 
 #[test]
@@ -93,14 +95,7 @@ fn a_followed_file_source_picks_up_lines_appended_later_and_its_sink_shows_them_
         .spawn()
         .unwrap();
     // Wait until the run is up (on a fresh machine, compiling the plugins takes a while).
-    let (tx, rx) = std::sync::mpsc::channel();
-    let stderr = child.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        use std::io::BufRead;
-        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
+    let rx = common::stderr_lines(&mut child);
     let mut seen = Vec::new();
     while !seen.iter().any(|l: &String| l.contains("tenant `default`")) {
         seen.push(rx.recv_timeout(Duration::from_secs(120)).expect("the run starts"));

@@ -275,14 +275,7 @@ async fn a_run_exposes_its_webhook_sinks_on_metrics() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let stderr = run.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        use std::io::BufRead;
-        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
+    let rx = crate::common::stderr_lines(&mut run);
     let metrics_addr = loop {
         let line = rx.recv_timeout(Duration::from_secs(120)).expect("the run announces its metrics address");
         if let Some(rest) = line.split_once("metrics on http://") {

@@ -151,3 +151,16 @@ pub fn fixture_plugin(name: &str) -> PathBuf {
     });
     dir.join(format!("{}.wasm", name.replace('-', "_")))
 }
+
+/// The stderr lines of `child` (spawned with a piped stderr) as they come, read on a thread.
+pub fn stderr_lines(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stderr = child.stderr.take().expect("stderr is piped");
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    rx
+}

@@ -15,7 +15,10 @@ use crate::delivery::DeliveryMode;
 use crate::event::Event;
 use crate::partition::PartitionKey;
 use crate::plugin::filter::WasmFilter;
-use crate::plugin::functions::{WasmAggregateKeyFunc, WasmMessageFunc, WasmSpamKeyFunc};
+use crate::plugin::functions::{
+    DEFAULT_AGGREGATE_KEY_PLUGIN, DEFAULT_MESSAGE_COMBINER_PLUGIN, DEFAULT_SPAM_KEY_PLUGIN, WasmAggregateKeyFunc,
+    WasmMessageFunc, WasmSpamKeyFunc,
+};
 use crate::plugin::registry::{LookupError, PluginRegistry};
 use crate::plugin::{FallbackPolicy, PluginHandle, PluginKind, PluginSettings};
 use crate::sink::set::{SinkBuildError, SinkSet};
@@ -72,13 +75,6 @@ pub struct CommandLineRules {
     /// Fuel, memory and fallback of every plugin call.
     pub plugin: PluginSettings,
 }
-
-/// The default plugins, one per key slot: client-go's functions as Wasm components.
-pub const DEFAULT_AGGREGATE_KEY_PLUGIN: &str = "by-reason";
-/// See [`DEFAULT_AGGREGATE_KEY_PLUGIN`].
-pub const DEFAULT_MESSAGE_COMBINER_PLUGIN: &str = "similar-events";
-/// See [`DEFAULT_AGGREGATE_KEY_PLUGIN`].
-pub const DEFAULT_SPAM_KEY_PLUGIN: &str = "source-object";
 
 impl CommandLineRules {
     /// These rules resolved: component files are loaded into `registry` under their stems; no
@@ -349,6 +345,8 @@ impl std::fmt::Debug for PlannedTenant {
 /// Every tenant (config order, then `default`) and how events are routed to them.
 pub struct TenantPlan {
     router: TenantRouter,
+    /// Whether some tenant sets its own partition key (then events are routed to partition).
+    tenant_keys: bool,
     /// Config tenants in file order, then the defaults.
     pub tenants: Vec<PlannedTenant>,
 }
@@ -362,7 +360,12 @@ impl std::fmt::Debug for TenantPlan {
 impl TenantPlan {
     /// A plan of one tenant ([`DEFAULT_TENANT`]) that gets every event.
     pub fn single(tenant: PlannedTenant) -> Self {
-        Self { router: TenantRouter::new(Vec::new()), tenants: vec![tenant] }
+        Self::new(TenantRouter::new(Vec::new()), vec![tenant])
+    }
+
+    fn new(router: TenantRouter, tenants: Vec<PlannedTenant>) -> Self {
+        let tenant_keys = tenants.iter().any(|t| t.rules.partition_key.is_some());
+        Self { router, tenant_keys, tenants }
     }
 
     /// The plan for `config` (or only the defaults when `None`) over the command line's `base`
@@ -379,7 +382,7 @@ impl TenantPlan {
     ) -> Result<Self, PlanError> {
         let Some(config) = config else {
             let tenant = plan_tenant(DEFAULT_TENANT, base.clone(), &[], "command line", registry, Some(sinks))?;
-            return Ok(Self { router: TenantRouter::new(Vec::new()), tenants: vec![tenant] });
+            return Ok(Self::new(TenantRouter::new(Vec::new()), vec![tenant]));
         };
         let file = config.path.display().to_string();
         let mut with_config = base.clone();
@@ -399,7 +402,7 @@ impl TenantPlan {
             tenants.push(plan_tenant(&t.name, rules, &refs(&t.rules), &file, registry, Some(sinks))?);
         }
         tenants.push(plan_tenant(DEFAULT_TENANT, defaults, &refs(&config.defaults), &file, registry, Some(sinks))?);
-        Ok(Self { router: config.router(), tenants })
+        Ok(Self::new(config.router(), tenants))
     }
 
     /// The index into [`tenants`](Self::tenants) of `event`'s tenant.
@@ -410,7 +413,7 @@ impl TenantPlan {
     /// The partition of `event` among `partitions`: by its tenant's partition key, else by
     /// `default` (events are routed only when some tenant sets its own key).
     pub fn partition(&self, event: &Event, default: PartitionKey, partitions: usize) -> usize {
-        let key = if self.tenants.iter().any(|t| t.rules.partition_key.is_some()) {
+        let key = if self.tenant_keys {
             self.tenants[self.route(event)].rules.partition_key.unwrap_or(default)
         } else {
             default

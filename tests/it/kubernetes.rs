@@ -242,16 +242,7 @@ fn the_kubernetes_sink_creates_patches_and_handles_status_errors_as_client_go() 
     let summary: Value = stderr.lines().rev().find_map(|l| serde_json::from_str(l).ok()).unwrap();
 
     // What the correlator decides for this stream (replay with the event's own time, as run).
-    let mut child = eventpipe().arg("replay").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
-    for e in &stream {
-        writeln!(child.stdin.as_mut().unwrap(), "{}", json!({"clock": e["lastTimestamp"], "event": e})).unwrap();
-    }
-    drop(child.stdin.take());
-    let results: Vec<Value> = String::from_utf8(child.wait_with_output().unwrap().stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let results = crate::common::replay_with_event_clock(&stream, &[]);
     let typed = |e: &Value| {
         let mut e = e.clone();
         e["kind"] = json!("Event");

@@ -10,6 +10,8 @@ use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
+use crate::common;
+
 fn bundled_stream() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/data/occurrences.jsonl")
 }
@@ -31,29 +33,6 @@ fn run(source: &Path, args: &[&str]) -> (Value, Vec<Value>) {
     let summary = stderr.lines().rev().find_map(|l| serde_json::from_str(l).ok()).expect("a JSON summary on stderr");
     let calls = std::fs::read_to_string(sink).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     (summary, calls)
-}
-
-/// Runs `eventpipe replay` with each event's lastTimestamp as its clock (what `run --clock event`
-/// reads); returns the result lines.
-fn replay_with_event_clock(source: &Path) -> Vec<Value> {
-    let mut input = Vec::new();
-    for line in std::fs::read_to_string(source).unwrap().lines() {
-        let event: Value = serde_json::from_str(line).unwrap();
-        let clock = event["lastTimestamp"].clone();
-        writeln!(input, "{}", serde_json::json!({ "clock": clock, "event": event })).unwrap();
-    }
-    let mut child = Command::new(env!("CARGO_BIN_EXE_eventpipe"))
-        .arg("replay")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let writer = std::thread::spawn(move || stdin.write_all(&input));
-    let out = child.wait_with_output().unwrap();
-    writer.join().unwrap().unwrap();
-    assert!(out.status.success());
-    String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
 /// `events` grouped by what the default partition key hashes (source + involved object), each
@@ -99,7 +78,9 @@ fn run_on_the_bundled_stream_reports_what_it_did() {
     }
 
     // The same stream through the correlator alone (no Broadcaster, no sink): same decisions.
-    let results = replay_with_event_clock(&source);
+    let events: Vec<Value> =
+        std::fs::read_to_string(&source).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let results = common::replay_with_event_clock(&events, &[]);
     let written: Vec<&Value> = results.iter().filter(|r| r["skip"] == false).map(|r| &r["event"]).collect();
     assert_eq!(results.len() as u64 - written.len() as u64, n(&summary, "skipped"));
     assert_eq!(written.len(), calls.len());

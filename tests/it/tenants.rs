@@ -45,26 +45,8 @@ fn run(args: &[String], input: &[u8]) -> (Value, String) {
 /// `eventpipe replay FLAGS` of `events` with each event's own time as its clock (what `run`
 /// reads by default); returns the `(event, patch)` of every result that is not skipped.
 fn replay_written(events: &[&Value], flags: &[&str]) -> Vec<(Value, Value)> {
-    let mut input = Vec::new();
-    for event in events {
-        writeln!(input, "{}", serde_json::json!({ "clock": event["lastTimestamp"], "event": event })).unwrap();
-    }
-    let mut child = Command::new(env!("CARGO_BIN_EXE_eventpipe"))
-        .arg("replay")
-        .args(flags)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let writer = std::thread::spawn(move || stdin.write_all(&input));
-    let out = child.wait_with_output().unwrap();
-    writer.join().unwrap().unwrap();
-    assert!(out.status.success());
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+    common::replay_with_event_clock(events.iter().copied(), flags)
+        .into_iter()
         .filter(|r| r["skip"] == false)
         .map(|r| (r["event"].clone(), r["patch"].clone()))
         .collect()

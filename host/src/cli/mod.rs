@@ -10,7 +10,6 @@ pub mod run;
 pub mod test;
 
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Args;
@@ -24,11 +23,6 @@ use eventpipe::plugin::{
 const PLUGIN_FAILED: u8 = 3;
 /// Exit status when `run` abandoned events.
 const ABANDONED: u8 = 4;
-
-/// `Ok` exit status: [`PLUGIN_FAILED`] when `failed`, else success.
-fn exit_status(failed: bool) -> ExitCode {
-    if failed { ExitCode::from(PLUGIN_FAILED) } else { ExitCode::SUCCESS }
-}
 
 /// Limits and failure policy of every plugin call.
 #[derive(Args, Debug, Clone)]

@@ -40,7 +40,7 @@ pub fn execute(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     let stdout = BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
     let summary = replay(stdin, stdout, options).context("replay")?;
     Ok(if tenant.failed() {
-        super::exit_status(true)
+        ExitCode::from(super::PLUGIN_FAILED)
     } else if summary.errors > 0 {
         ExitCode::from(BAD_INPUT)
     } else {

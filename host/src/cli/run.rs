@@ -191,9 +191,11 @@ pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
     } else {
         eprintln!("eventpipe run: {summary}");
     }
-    Ok(if summary.abandoned_any() && !summary.plugin_failed {
+    Ok(if summary.plugin_failed {
+        ExitCode::from(super::PLUGIN_FAILED)
+    } else if summary.abandoned_any() {
         ExitCode::from(super::ABANDONED)
     } else {
-        super::exit_status(summary.plugin_failed)
+        ExitCode::SUCCESS
     })
 }

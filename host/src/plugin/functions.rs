@@ -29,6 +29,14 @@ use crate::event::Event;
 
 pub use crate::tenant::DEFAULT_TENANT;
 
+/// The default plugins, one per key slot: client-go's functions as embedded Wasm components
+/// (`EventAggregatorByReasonFunc`).
+pub const DEFAULT_AGGREGATE_KEY_PLUGIN: &str = "by-reason";
+/// The default message combiner: client-go's `EventAggregatorByReasonMessageFunc`.
+pub const DEFAULT_MESSAGE_COMBINER_PLUGIN: &str = "similar-events";
+/// The default spam key: client-go v0.26's `getSpamKey`.
+pub const DEFAULT_SPAM_KEY_PLUGIN: &str = "source-object";
+
 type KeyBatchFn = Caller<(PackedStrings,), (Result<PackedStrings, String>,)>;
 
 /// A key-fields batch export returning `per_event` strings per event.
@@ -249,9 +257,9 @@ impl CorrelatorPlugins {
     pub fn defaults(registry: &PluginRegistry, tenant: &str, settings: &PluginSettings) -> Result<Self, LookupError> {
         let get = |name, kind| registry.handle(name, kind, tenant, settings.clone());
         Ok(Self {
-            aggregate_key: get("by-reason", PluginKind::AggregateKey)?,
-            message_combiner: get("similar-events", PluginKind::MessageCombiner)?,
-            spam_key: get("source-object", PluginKind::SpamKey)?,
+            aggregate_key: get(DEFAULT_AGGREGATE_KEY_PLUGIN, PluginKind::AggregateKey)?,
+            message_combiner: get(DEFAULT_MESSAGE_COMBINER_PLUGIN, PluginKind::MessageCombiner)?,
+            spam_key: get(DEFAULT_SPAM_KEY_PLUGIN, PluginKind::SpamKey)?,
         })
     }
 

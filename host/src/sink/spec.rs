@@ -27,8 +27,12 @@ pub enum SinkSpec {
 impl std::fmt::Display for SinkSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            SinkSpec::JsonLinesFile(p) => write!(f, "jsonl:{}", p.display()),
+            SinkSpec::JsonLinesStdout => f.write_str("jsonl:-"),
+            SinkSpec::Plugin(name) => write!(f, "plugin:{name}"),
+            SinkSpec::Kubernetes(ns) if ns.is_empty() => f.write_str("k8s"),
+            SinkSpec::Kubernetes(ns) => write!(f, "k8s:{ns}"),
             SinkSpec::Webhook(url) => write!(f, "webhook:{}", redact_url(url)),
-            other => other.fmt_full(f),
         }
     }
 }
@@ -36,23 +40,9 @@ impl std::fmt::Display for SinkSpec {
 impl SinkSpec {
     /// The spec as written, secrets included: what tells two sinks apart. Never log it.
     pub fn identity(&self) -> String {
-        struct Full<'a>(&'a SinkSpec);
-        impl std::fmt::Display for Full<'_> {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                self.0.fmt_full(f)
-            }
-        }
-        Full(self).to_string()
-    }
-
-    fn fmt_full(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            SinkSpec::JsonLinesFile(p) => write!(f, "jsonl:{}", p.display()),
-            SinkSpec::JsonLinesStdout => f.write_str("jsonl:-"),
-            SinkSpec::Plugin(name) => write!(f, "plugin:{name}"),
-            SinkSpec::Kubernetes(ns) if ns.is_empty() => f.write_str("k8s"),
-            SinkSpec::Kubernetes(ns) => write!(f, "k8s:{ns}"),
-            SinkSpec::Webhook(url) => write!(f, "webhook:{url}"),
+            SinkSpec::Webhook(url) => format!("webhook:{url}"),
+            other => other.to_string(),
         }
     }
 }

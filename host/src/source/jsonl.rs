@@ -74,7 +74,7 @@ impl JsonLinesSource {
         let mut batch = Vec::with_capacity(HANDOFF_BATCH);
         loop {
             buf.clear();
-            let (read, mut complete) = tokio::select! {
+            let (mut read, mut complete) = tokio::select! {
                 _ = shutdown.cancelled() => (0, true),
                 line = read_line_bounded(&mut reader, &mut buf) => line?,
             };
@@ -85,7 +85,6 @@ impl JsonLinesSource {
                 }
                 continue;
             }
-            let mut read = read;
             while read > 0 && self.follow && !complete {
                 // A line still being written: read the rest of it before decoding.
                 tokio::select! {

@@ -164,3 +164,26 @@ pub fn stderr_lines(child: &mut std::process::Child) -> std::sync::mpsc::Receive
     });
     rx
 }
+
+/// `eventpipe replay FLAGS` of `events`, each with its own `lastTimestamp` as its clock (what
+/// `run --clock event`, the default, reads): every result line, in order.
+pub fn replay_with_event_clock<'a>(events: impl IntoIterator<Item = &'a Value>, flags: &[&str]) -> Vec<Value> {
+    use std::io::Write;
+    let mut input = Vec::new();
+    for event in events {
+        writeln!(input, "{}", serde_json::json!({ "clock": event["lastTimestamp"], "event": event })).unwrap();
+    }
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_eventpipe"))
+        .arg("replay")
+        .args(flags)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || stdin.write_all(&input));
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap().unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}

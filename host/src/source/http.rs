@@ -804,6 +804,38 @@ pub struct IngestReport {
     pub errors: Vec<LineError>,
 }
 
+/// Decodes a `POST /ingest` body: JSON lines, watch envelopes, a JSON array or a `List` —
+/// what [`Decoder`] accepts — into the events it holds (each with `headers` attached, in body
+/// order) and a report of the documents that are not events or could not be decoded (one
+/// [`LineError`] each, with its 1-based line; `accepted` is left 0 for the caller). Never panics,
+/// whatever the bytes.
+///
+/// # Errors
+/// The body is not UTF-8 (the error gives the offset of the first bad byte).
+pub fn decode_ingest_body(
+    body: &[u8],
+    headers: Arc<[(String, String)]>,
+) -> Result<(Vec<Ingested>, IngestReport), std::str::Utf8Error> {
+    let text = std::str::from_utf8(body)?;
+    let mut decoder = Decoder::new();
+    let mut events = Vec::new();
+    let mut report = IngestReport { accepted: 0, non_events: 0, errors: Vec::new() };
+    let mut take = |item: Result<Decoded, super::decode::DecodeError>| match item {
+        Ok(Decoded::Event { event, watch_type, line, .. }) => {
+            events.push(Ingested { event, headers: headers.clone(), route: IngestRoute::Batch { line }, watch_type })
+        }
+        Ok(_) => report.non_events += 1,
+        Err(e) => report.errors.push(LineError { line: e.line, error: e.message }),
+    };
+    for line in text.split('\n') {
+        decoder.push_line(line, &mut take);
+    }
+    if let Some(e) = decoder.finish() {
+        take(Err(e));
+    }
+    Ok((events, report))
+}
+
 /// `POST /ingest`.
 async fn ingest(State(shared): State<SharedState>, headers: HeaderMap, body: Body) -> Response {
     match ingest_inner(&shared, headers, body).await {
@@ -815,25 +847,8 @@ async fn ingest(State(shared): State<SharedState>, headers: HeaderMap, body: Bod
 async fn ingest_inner(shared: &Shared, headers: HeaderMap, body: Body) -> Result<IngestReport, ApiStatus> {
     check_media_type(shared, &headers, INGEST_MEDIA_TYPES).map_err(|s| *s)?;
     let bytes = read_body(shared, &headers, body).await?;
-    let text = std::str::from_utf8(&bytes)
+    let (events, mut report) = decode_ingest_body(&bytes, forwarded_headers(&headers))
         .map_err(|e| bad_request(shared, format!("the body is not UTF-8 (at byte {})", e.valid_up_to())))?;
-    let forwarded = forwarded_headers(&headers);
-    let mut decoder = Decoder::new();
-    let mut events = Vec::new();
-    let mut report = IngestReport { accepted: 0, non_events: 0, errors: Vec::new() };
-    let mut take = |item: Result<Decoded, super::decode::DecodeError>| match item {
-        Ok(Decoded::Event { event, watch_type, line, .. }) => {
-            events.push(Ingested { event, headers: forwarded.clone(), route: IngestRoute::Batch { line }, watch_type })
-        }
-        Ok(_) => report.non_events += 1,
-        Err(e) => report.errors.push(LineError { line: e.line, error: e.message }),
-    };
-    for line in text.split('\n') {
-        decoder.push_line(line, &mut take);
-    }
-    if let Some(e) = decoder.finish() {
-        take(Err(e));
-    }
     let counters = &shared.counters;
     counters.bad_documents.fetch_add(report.errors.len() as u64, Ordering::Relaxed);
     counters.non_events.fetch_add(report.non_events, Ordering::Relaxed);

@@ -53,6 +53,7 @@ use crate::plugin::registry::PluginRegistry;
 use crate::plugin::{CallFailure, PluginHandle, PluginStatsSnapshot};
 use crate::router::RouterStats;
 use crate::sink::webhook::{WebhookSink, WebhookStats};
+use crate::source::SourceStats;
 use crate::source::http::IngestStats;
 
 /// The `Content-Type` of `GET /metrics` (OpenMetrics text 1.0.0, which Prometheus scrapes).
@@ -74,6 +75,10 @@ pub enum MetricsError {
 pub struct Snapshot {
     /// Events in, by source (`jsonl`, `http`, `kubernetes`, …).
     pub events_in: BTreeMap<String, u64>,
+    /// Input lines or documents that could not be decoded, by source.
+    pub bad_input: BTreeMap<String, u64>,
+    /// Input documents that are not events (watch bookmarks, `ERROR` envelopes), by source.
+    pub non_events: BTreeMap<String, u64>,
     /// Events given to each tenant.
     pub routed: BTreeMap<String, u64>,
     /// Successful sink writes by (tenant, verb: `create` / `patch`).
@@ -175,11 +180,18 @@ impl Snapshot {
         add(&mut self.watcher_dropped, (watcher.into(), reason.into()), n);
     }
 
-    /// Adds the ingest counters, and their accepted events as `events_in{source="http"}`.
-    pub fn add_ingest(&mut self, stats: &IngestStats) {
-        add(&mut self.events_in, "http".into(), stats.accepted);
+    /// Adds HTTP ingest's counters (`source`: the source's name, e.g. `http:127.0.0.1:8080`);
+    /// its bad documents and non-events also go under [`bad_input`](Self::bad_input) and
+    /// [`non_events`](Self::non_events) for `source`. Its accepted events are counted in
+    /// `events_in` by whoever counts the Broadcaster's input, not here.
+    pub fn add_ingest(&mut self, source: &str, stats: &IngestStats) {
+        add(&mut self.bad_input, source.into(), stats.bad_documents);
+        add(&mut self.non_events, source.into(), stats.non_events);
         let sum = self.ingest.get_or_insert_with(IngestStats::default);
         sum.requests += stats.requests;
+        for (code, n) in &stats.by_status {
+            add(&mut sum.by_status, *code, *n);
+        }
         sum.accepted += stats.accepted;
         sum.bad_documents += stats.bad_documents;
         sum.non_events += stats.non_events;
@@ -189,6 +201,12 @@ impl Snapshot {
         sum.unsupported_media_type += stats.unsupported_media_type;
         sum.bad_requests += stats.bad_requests;
         sum.queue_full += stats.queue_full;
+    }
+
+    /// Adds a JSON-lines or Kubernetes source's bad lines and non-events under `source`.
+    pub fn add_source(&mut self, source: &str, stats: &SourceStats) {
+        add(&mut self.bad_input, source.into(), stats.bad_lines);
+        add(&mut self.non_events, source.into(), stats.non_events);
     }
 
     /// Adds a webhook sink's counters under its name.
@@ -351,6 +369,20 @@ impl Collector for SnapshotCollector {
             "Events read or accepted, per source.",
             Counter,
             per(&s.events_in, "source"),
+        )?;
+        family(
+            &mut e,
+            "eventpipe_source_bad_input",
+            "Input lines or documents that could not be decoded, per source.",
+            Counter,
+            per(&s.bad_input, "source"),
+        )?;
+        family(
+            &mut e,
+            "eventpipe_source_non_events",
+            "Input documents that are not events (watch bookmarks, ERROR envelopes), per source.",
+            Counter,
+            per(&s.non_events, "source"),
         )?;
         family(&mut e, "eventpipe_events_routed", "Events given to each tenant.", Counter, per(&s.routed, "tenant"))?;
         family(
@@ -519,12 +551,20 @@ impl Collector for SnapshotCollector {
             ],
         )?;
         if let Some(i) = s.ingest {
+            let codes: Vec<String> = i.by_status.keys().map(u16::to_string).collect();
             family(
                 &mut e,
                 "eventpipe_ingest_requests",
-                "HTTP ingest requests answered.",
+                "HTTP ingest requests answered, per status code.",
                 Counter,
-                [(NoLabels, i.requests)],
+                codes.iter().zip(i.by_status.values()).map(|(code, n)| (l1("code", code), *n)),
+            )?;
+            family(
+                &mut e,
+                "eventpipe_ingest_accepted",
+                "Events HTTP ingest put on the Broadcaster's queue.",
+                Counter,
+                [(NoLabels, i.accepted)],
             )?;
             let rejected = [
                 ("unauthorized", i.unauthorized),

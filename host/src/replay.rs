@@ -68,7 +68,8 @@ pub fn replay(
     let mut line = Vec::with_capacity(4096);
     loop {
         line.clear();
-        if input.read_until(b'\n', &mut line).map_err(ReplayError::Read)? == 0 {
+        // Bounded: a line over MAX_LINE_BYTES is cut there (and rejected by the decoder).
+        if crate::source::lines::read_line(&mut input, &mut line).map_err(ReplayError::Read)?.0 == 0 {
             break;
         }
         let text = line.strip_suffix(b"\n").unwrap_or(&line);

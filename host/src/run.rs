@@ -17,7 +17,8 @@ use crate::router::{PartitionKey, RouterOptions, RouterStats};
 use crate::sink::SinkSpec;
 use crate::sink::set::SinkSet;
 use crate::source::k8s::WatchOptions;
-use crate::source::{SourceContext, SourceError, SourceSpec, SourceStats};
+use crate::source::http::IngestCounters;
+use crate::source::{SourceContext, SourceCounters, SourceError, SourceSpec, SourceStats};
 use crate::tenant::DEFAULT_TENANT;
 use crate::watchers::{PluginWatcher, WatcherSpec, WatcherStats};
 use tokio_util::sync::CancellationToken;
@@ -309,7 +310,10 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
     // Prometheus: every scrape reads the live counters (router, plugins of the current plan,
     // registry, Broadcaster, webhook sinks).
     let metrics = Arc::new(Metrics::new());
+    let (source_counters, ingest_counters) = (Arc::new(SourceCounters::default()), Arc::new(IngestCounters::default()));
     {
+        let http = matches!(source, SourceSpec::Http(_));
+        let (source_counters, ingest_counters) = (source_counters.clone(), ingest_counters.clone());
         let (registry, plans, broadcaster, source, sinks) = (
             registry.clone(),
             latest_plan.clone(),
@@ -321,8 +325,15 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
             for webhook in sinks.webhooks() {
                 s.add_webhook(&webhook);
             }
+            for handle in sinks.plugin_handles() {
+                s.add_plugin(&handle);
+            }
             let stats = live.lock().unwrap_or_else(|p| p.into_inner()).clone();
             s.add_events_in(&source, stats.total.received);
+            s.add_source(&source, &source_counters.stats());
+            if http {
+                s.add_ingest(&source, &ingest_counters.stats());
+            }
             s.add_router(&stats);
             s.add_registry(&registry);
             s.add_broadcaster(&broadcaster);
@@ -382,6 +393,8 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         progress: progress.clone(),
         follow,
         extra_routes: crate::metrics::router(metrics.clone()),
+        counters: source_counters,
+        ingest_counters,
     });
     let mut summary = match built {
         Ok(source) => source

@@ -64,6 +64,13 @@ impl Scrape {
         scrape
     }
 
+    /// The sample's value, `None` when there is no such sample.
+    fn find(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        let mut key: Vec<(String, String)> = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        key.sort();
+        self.samples.get(name).and_then(|s| s.get(&key)).copied()
+    }
+
     fn get(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
         let mut key: Vec<(String, String)> = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         key.sort();
@@ -139,7 +146,7 @@ async fn counters_follow_known_activity() {
         router.clone().oneshot(req).await.unwrap();
     }
     let i = ingest.clone();
-    metrics.add_source(move |s| s.add_ingest(&i.stats()));
+    metrics.add_source(move |s| s.add_ingest("http", &i.stats()));
 
     // A real webhook delivery (to a server that acknowledges).
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -200,9 +207,10 @@ async fn counters_follow_known_activity() {
     });
 
     let s = scrape(&metrics).await;
-    assert_eq!(s.get("eventpipe_events_in_total", &[("source", "http")]), 2.0);
+    assert_eq!(s.get("eventpipe_ingest_accepted_total", &[]), 2.0);
     assert_eq!(s.get("eventpipe_events_in_total", &[("source", "jsonl")]), 17.0);
-    assert_eq!(s.get("eventpipe_ingest_requests_total", &[]), 3.0);
+    assert_eq!(s.get("eventpipe_ingest_requests_total", &[("code", "201")]), 2.0);
+    assert_eq!(s.get("eventpipe_ingest_requests_total", &[("code", "400")]), 1.0);
     assert_eq!(s.get("eventpipe_ingest_rejected_total", &[("reason", "bad_request")]), 1.0);
     assert_eq!(s.get("eventpipe_ingest_rejected_total", &[("reason", "unauthorized")]), 0.0);
 
@@ -244,7 +252,7 @@ async fn counters_follow_known_activity() {
     // The next scrape reads the counters again (no caching, no double counting).
     let again = scrape(&metrics).await;
     assert_eq!(again.get("eventpipe_plugin_calls_total", &p), 24.0);
-    assert_eq!(again.get("eventpipe_ingest_requests_total", &[]), 3.0);
+    assert_eq!(again.get("eventpipe_ingest_requests_total", &[("code", "201")]), 2.0);
 }
 
 /// `GET /metrics` of a running `eventpipe` at `addr`, as text.
@@ -255,6 +263,68 @@ fn scrape_process(addr: &str) -> String {
     let mut answer = String::new();
     conn.read_to_string(&mut answer).unwrap();
     answer
+}
+
+/// Starts `eventpipe run` with `args` and returns it with the address it announced on stderr
+/// for `marker` (`metrics on http://` or `HTTP ingest listening on `).
+fn spawn_run(args: &[String], marker: &str) -> (std::process::Child, String) {
+    let mut run = std::process::Command::new(env!("CARGO_BIN_EXE_eventpipe"))
+        .arg("run")
+        .args(args)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rx = crate::common::stderr_lines(&mut run);
+    let addr = loop {
+        let line = rx.recv_timeout(Duration::from_secs(120)).expect("the run announces its address");
+        if let Some((_, rest)) = line.split_once(marker) {
+            break rest.trim().trim_end_matches("/metrics").to_string();
+        }
+    };
+    (run, addr)
+}
+
+/// Scrapes `addr` until `done` holds for the parsed text (at most ~10 s), then returns it.
+async fn scrape_until(addr: &str, done: impl Fn(&Scrape) -> bool) -> Scrape {
+    let mut text = String::new();
+    for _ in 0..100 {
+        text = tokio::task::spawn_blocking({
+            let addr = addr.to_string();
+            move || scrape_process(&addr)
+        })
+        .await
+        .unwrap();
+        let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+        let scrape = Scrape::parse(&dechunk(body));
+        if done(&scrape) {
+            return scrape;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the scrape never met the condition:\n{text}");
+}
+
+/// An HTTP/1.1 body without its chunked framing, when it has one.
+fn dechunk(body: &str) -> String {
+    if body.starts_with("# ") {
+        return body.to_string();
+    }
+    let mut out = String::new();
+    let mut rest = body;
+    while let Some((size, tail)) = rest.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else { break };
+        if n == 0 || tail.len() < n {
+            break;
+        }
+        out.push_str(&tail[..n]);
+        rest = tail[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+fn stop(mut run: std::process::Child) {
+    let _ = std::process::Command::new("kill").args(["-TERM", &run.id().to_string()]).status();
+    let _ = run.wait();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -268,40 +338,142 @@ async fn a_run_exposes_its_webhook_sinks_on_metrics() {
     let stream =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/data/occurrences.jsonl")).unwrap();
     std::fs::write(&source, stream.lines().take(50).collect::<Vec<_>>().join("\n") + "\n").unwrap();
-    let mut run = std::process::Command::new(env!("CARGO_BIN_EXE_eventpipe"))
-        .args(["run", "--no-watch", "--follow", "--metrics=127.0.0.1:0"])
-        .arg(format!("--source=jsonl:{}", source.display()))
-        .arg(format!("--sink=webhook:http://{hook}/"))
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let rx = crate::common::stderr_lines(&mut run);
-    let metrics_addr = loop {
-        let line = rx.recv_timeout(Duration::from_secs(120)).expect("the run announces its metrics address");
-        if let Some(rest) = line.split_once("metrics on http://") {
-            break rest.1.trim_end_matches("/metrics").to_string();
-        }
-    };
-    let sink = format!("eventpipe_sink_acked_total{{sink=\"webhook:http://{hook}/\"}}");
-    let mut text = String::new();
-    for _ in 0..100 {
-        text = tokio::task::spawn_blocking({
-            let addr = metrics_addr.clone();
-            move || scrape_process(&addr)
-        })
-        .await
-        .unwrap();
-        let acked = text.lines().find_map(|l| l.strip_prefix(&sink)).and_then(|v| v.trim().parse::<f64>().ok());
-        if acked.is_some_and(|n| n > 0.0) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let _ = std::process::Command::new("kill").args(["-TERM", &run.id().to_string()]).status();
-    let _ = run.wait();
-    assert!(
-        text.lines().any(|l| l.strip_prefix(&sink).and_then(|v| v.trim().parse::<f64>().ok()).is_some_and(|n| n > 0.0)),
-        "{sink} > 0 in:\n{text}"
+    let (run, metrics_addr) = spawn_run(
+        &[
+            "--no-watch".into(),
+            "--follow".into(),
+            "--metrics=127.0.0.1:0".into(),
+            format!("--source=jsonl:{}", source.display()),
+            format!("--sink=webhook:http://{hook}/"),
+        ],
+        "metrics on http://",
     );
-    assert!(text.contains(&format!("eventpipe_sink_queue_capacity{{sink=\"webhook:http://{hook}/\"}}")), "{text}");
+    let sink = [("sink", format!("webhook:http://{hook}/"))];
+    let sink: Vec<(&str, &str)> = sink.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let s = scrape_until(&metrics_addr, |s| s.find("eventpipe_sink_acked_total", &sink).is_some_and(|n| n > 0.0)).await;
+    stop(run);
+    assert_eq!(s.types["eventpipe_sink_queue_capacity"], "gauge");
+    assert!(s.get("eventpipe_sink_queue_capacity", &sink) > 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_counts_bad_input_lines_and_non_events_while_it_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("events.jsonl");
+    let stream =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/data/occurrences.jsonl")).unwrap();
+    let mut lines: Vec<String> = stream.lines().take(5).map(String::from).collect();
+    lines.insert(1, "not json at all".into());
+    lines.insert(3, r#"{"broken": tru}"#.into());
+    lines.push(r#"{"type":"BOOKMARK","object":{"kind":"Event","metadata":{"resourceVersion":"12"}}}"#.into());
+    lines.push("\u{1}garbage".into());
+    std::fs::write(&source, lines.join("\n") + "\n").unwrap();
+    let label = format!("jsonl:{}", source.display());
+    let (run, metrics_addr) = spawn_run(
+        &[
+            "--no-watch".into(),
+            "--follow".into(),
+            "--metrics=127.0.0.1:0".into(),
+            format!("--source={label}"),
+            format!("--sink=jsonl:{}", dir.path().join("out.jsonl").display()),
+        ],
+        "metrics on http://",
+    );
+    let source = [("source", label.as_str())];
+    // The run follows the file and has not ended: these are live counters.
+    let s = scrape_until(&metrics_addr, |s| s.find("eventpipe_events_in_total", &source).is_some_and(|n| n >= 5.0)).await;
+    stop(run);
+    assert_eq!(s.get("eventpipe_source_bad_input_total", &source), 3.0);
+    assert_eq!(s.get("eventpipe_source_non_events_total", &source), 1.0);
+    assert_eq!(s.get("eventpipe_events_in_total", &source), 5.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_with_http_ingest_counts_requests_by_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let (run, ingest_addr) = spawn_run(
+        &[
+            "--no-watch".into(),
+            "--source=http:127.0.0.1:0".into(),
+            format!("--sink=jsonl:{}", dir.path().join("out.jsonl").display()),
+        ],
+        "HTTP ingest listening on ",
+    );
+    let addr = ingest_addr.clone();
+    let post = move |content_type: &str, body: &str| {
+        use std::io::{Read, Write};
+        let mut conn = std::net::TcpStream::connect(&addr).unwrap();
+        write!(
+            conn,
+            "POST /ingest HTTP/1.1\r\nHost: {addr}\r\nContent-Type: {content_type}\r\nContent-Length: \
+             {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut answer = String::new();
+        conn.read_to_string(&mut answer).unwrap();
+        answer.split_whitespace().nth(1).unwrap_or_default().to_string()
+    };
+    let event = r#"{"metadata":{"name":"a.1","namespace":"ns"},"involvedObject":{"kind":"Pod","name":"a"},"reason":"R"}"#;
+    let statuses = tokio::task::spawn_blocking(move || {
+        [
+            post("application/json", &format!("{event}\n{{bad\n{event}\n")),
+            post("application/json", "{bad"),
+            post("application/xml", event),
+        ]
+    })
+    .await
+    .unwrap();
+    assert_eq!(statuses, ["200", "400", "415"]);
+    let s = scrape_until(&ingest_addr, |s| s.find("eventpipe_ingest_accepted_total", &[]).is_some_and(|n| n >= 2.0)).await;
+    stop(run);
+    assert_eq!(s.get("eventpipe_ingest_requests_total", &[("code", "200")]), 1.0);
+    assert_eq!(s.get("eventpipe_ingest_requests_total", &[("code", "400")]), 1.0);
+    assert_eq!(s.get("eventpipe_ingest_requests_total", &[("code", "415")]), 1.0);
+    assert_eq!(s.get("eventpipe_ingest_rejected_total", &[("reason", "bad_document")]), 2.0);
+    assert_eq!(s.get("eventpipe_source_bad_input_total", &[("source", "http:127.0.0.1:0")]), 2.0);
+}
+
+/// A sink plugin that refuses some events: each is dropped at once (no retry sleeps), counted
+/// per reason, and the plugin has its `eventpipe_plugin_*` series like the other plugins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_exposes_its_sink_plugins_and_their_refusals_on_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("events.jsonl");
+    let lines: Vec<String> = ["Started", "Permanent", "Pulled", "Garbage", "Trap", "Killing"]
+        .iter()
+        .enumerate()
+        .map(|(i, reason)| {
+            serde_json::json!({
+                "metadata": {"name": format!("p{i}.1"), "namespace": "ns"},
+                "involvedObject": {"kind": "Pod", "name": format!("p{i}"), "namespace": "ns"},
+                "reason": reason, "message": "m", "source": {"component": "c"},
+            })
+            .to_string()
+        })
+        .collect();
+    std::fs::write(&source, lines.join("\n") + "\n").unwrap();
+    let plugin = crate::common::fixture_plugin("misbehave-sink");
+    let (run, metrics_addr) = spawn_run(
+        &[
+            "--no-watch".into(),
+            "--follow".into(),
+            "--metrics=127.0.0.1:0".into(),
+            format!("--source=jsonl:{}", source.display()),
+            format!("--sink=plugin:{}", plugin.display()),
+        ],
+        "metrics on http://",
+    );
+    let dropped = [("tenant", "default"), ("outcome", "dropped")];
+    // Three refusals, dropped within the scrape's ~10 s: no 12 × 10 s retries.
+    let s = scrape_until(&metrics_addr, |s| s.find("eventpipe_sink_write_failures_total", &dropped) == Some(3.0)).await;
+    stop(run);
+    assert_eq!(s.get("eventpipe_sink_writes_total", &[("tenant", "default"), ("verb", "create")]), 3.0);
+    for reason in ["Permanent", "PluginGarbage", "PluginFailed"] {
+        assert_eq!(s.get("eventpipe_sink_rejected_total", &[("reason", reason)]), 1.0, "{reason}");
+    }
+    let p = |reason| [("plugin", "misbehave_sink"), ("tenant", "default"), ("reason", reason)];
+    assert_eq!(s.get("eventpipe_plugin_failures_total", &p("trap")), 1.0);
+    assert_eq!(s.get("eventpipe_plugin_failures_total", &p("garbage")), 1.0);
+    assert_eq!(s.get("eventpipe_record_retries_total", &[("tenant", "default")]), 0.0);
 }

@@ -11,7 +11,7 @@ use eventpipe::correlator::{ByReason, CorrelatorOptions, EventAggregatorKeyFunc,
 use eventpipe::event::{Event, EventSource, ObjectReference};
 use eventpipe::plugin::functions::WasmAggregateKeyFunc;
 use eventpipe::plugin::{
-    FallbackPolicy, Metering, PluginError, PluginHandle, PluginOrigin, PluginRuntime, PluginSettings,
+    CallFailure, FallbackPolicy, Metering, PluginError, PluginHandle, PluginOrigin, PluginRuntime, PluginSettings,
 };
 
 use crate::common;
@@ -339,4 +339,52 @@ fn plugins_check_reports_kind_fuel_and_memory_or_the_reason() {
     let (code, _, err) = eventpipe(&["plugins", "check", bad.to_str().unwrap()], "");
     assert_eq!(code, 1);
     assert!(err.contains("plugin `bad`: not a valid WebAssembly component"), "{err}");
+}
+
+/// A sink plugin's `permanent` answer, its garbage answer (no result for the request) and a
+/// trap drop the event at the first attempt, each under its own reason; only `retryable`
+/// follows client-go's retry policy.
+#[tokio::test]
+async fn a_failing_sink_plugin_is_retried_only_when_it_says_retryable() {
+    use eventpipe::correlator::EventCorrelateResult;
+    use eventpipe::plugin::sink::WasmSink;
+    use eventpipe::sink::plugin::PluginSink;
+    use eventpipe::sink::retry::{RetryPolicy, WriteOutcome, deliver, rejection_reason};
+
+    let handle = load("misbehave-sink", PluginSettings::default());
+    let sink = PluginSink(WasmSink::new(handle.clone(), Box::new(std::io::sink())).unwrap());
+    let policy = RetryPolicy {
+        max_tries: 12,
+        sleep_duration: std::time::Duration::from_millis(1),
+        jitter: Arc::new(|| 0.0),
+    };
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let mut outcomes = Vec::new();
+    for reason in ["Started", "Permanent", "Garbage", "Trap", "Retryable", "Pulled"] {
+        let result =
+            EventCorrelateResult { skip: false, event: Some(event(reason, reason, "n", "m")), patch: None };
+        let (outcome, _) = deliver(&sink, result, &policy, &cancel).await;
+        outcomes.push(match outcome {
+            WriteOutcome::Written { attempts, .. } => format!("written after {attempts}"),
+            WriteOutcome::Dropped { error, attempts } => format!("dropped after {attempts}: {}", rejection_reason(&error)),
+            WriteOutcome::GaveUp { attempts, .. } => format!("gave up after {attempts}"),
+            other => format!("{other:?}"),
+        });
+    }
+    assert_eq!(
+        outcomes,
+        [
+            "written after 1",
+            "dropped after 1: Permanent",
+            "dropped after 1: PluginGarbage",
+            "dropped after 1: PluginFailed",
+            "gave up after 12",
+            "written after 1",
+        ]
+    );
+    // The plugin's own counters (its eventpipe_plugin_* series): one trap, one garbage answer.
+    let stats = handle.stats().snapshot();
+    let reason = |r| stats.failures_by_reason[CallFailure::LABELS.iter().position(|l| *l == r).unwrap()];
+    assert_eq!((reason("trap"), reason("garbage"), stats.failures), (1, 1, 2));
+    assert_eq!(stats.calls, 1 + 1 + 1 + 1 + 12 + 1);
 }

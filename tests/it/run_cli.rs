@@ -4,9 +4,8 @@
 //! involved object with the default partitions.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use serde_json::Value;
 
@@ -139,33 +138,11 @@ fn bad_lines_are_counted_and_skipped_without_losing_the_others() {
 fn a_huge_line_is_skipped_in_bounded_memory_and_the_next_line_is_read() {
     let text = std::fs::read_to_string(bundled_stream()).unwrap();
     let good: Vec<&str> = text.lines().take(2).collect();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_eventpipe"))
-        .args(["run", "--summary-json", "--no-watch", "--source=jsonl:-", "--sink=jsonl:/dev/null"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    writeln!(stdin, "{}", good[0]).unwrap();
-    // A 256 MiB line: the pipe only takes it as fast as eventpipe reads it.
-    let block = vec![b'x'; 1 << 20];
-    stdin.write_all(b"{\"message\":\"").unwrap();
-    for _ in 0..256 {
-        stdin.write_all(&block).unwrap();
-    }
-    writeln!(stdin, "\"}}").unwrap();
-    writeln!(stdin, "{}", good[1]).unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(500));
-    // The peak resident memory so far, the huge line included.
-    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
-    let peak_kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmHWM in /proc/PID/status");
-    drop(stdin);
-    let out = child.wait_with_output().unwrap();
+    let (peak_kib, out) = common::with_a_huge_line(
+        &["run", "--summary-json", "--no-watch", "--source=jsonl:-", "--sink=jsonl:/dev/null"],
+        good[0],
+        good[1],
+    );
     let stderr = String::from_utf8(out.stderr).unwrap();
     let summary: Value = stderr.lines().rev().find_map(|l| serde_json::from_str(l).ok()).expect("a summary");
     assert_eq!((n(&summary, "read"), n(&summary, "bad_lines")), (2, 1), "{summary}");

@@ -24,9 +24,10 @@ pub enum DeliverError {
     Permanent(String),
     /// The plugin answered `not-found` (a patch whose target is gone: client-go's 404 path).
     NotFound(String),
-    /// The call failed (trap, fuel, memory limit) or answered garbage (not one result for one
-    /// request); the instance is replaced for the next call.
+    /// The call failed (trap, fuel, memory limit); the instance is replaced for the next call.
     Failed(String),
+    /// The plugin answered garbage: not one result for one request.
+    Garbage(String),
 }
 
 /// A `sink` plugin as one tenant uses it.
@@ -93,11 +94,11 @@ impl WasmSink {
             (Some(Err(wit::SinkError::Retryable(m))), true) => Err(DeliverError::Retryable(m)),
             (Some(Err(wit::SinkError::Permanent(m))), true) => Err(DeliverError::Permanent(m)),
             (Some(Err(wit::SinkError::NotFound(m))), true) => Err(DeliverError::NotFound(m)),
-            _ => Err(DeliverError::Failed(format!(
-                "sink plugin `{}` answered {} results for 1 request",
-                self.deliver.handle().name(),
-                results.len() + 1
-            ))),
+            (last, _) => {
+                let answered = results.len() + usize::from(last.is_some());
+                let failure = super::CallFailure::Garbage(format!("{answered} results for 1 request"));
+                Err(DeliverError::Garbage(self.deliver.error(describe(event), failure).to_string()))
+            }
         }
     }
 }

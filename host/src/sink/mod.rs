@@ -35,6 +35,16 @@ pub enum SinkError {
     /// Anything else: transport errors, timeouts, a full queue downstream: retried.
     #[error("{0}")]
     Transport(String),
+    /// The sink refused the event for good, for a reason it names (a sink plugin's `permanent`
+    /// answer, an answer that is not one result per request, a call that trapped or ran out of
+    /// fuel or memory): dropped, not retried, counted under `reason`.
+    #[error("{message}")]
+    Refused {
+        /// Counted under this (`Permanent`, `PluginGarbage`, `PluginFailed`).
+        reason: &'static str,
+        /// What the sink said, with the plugin, tenant and event where it names them.
+        message: String,
+    },
 }
 
 impl SinkError {

@@ -1,8 +1,11 @@
 //! A `sink` plugin as an [`EventSink`].
 //!
-//! Error classes: the plugin's `retryable` → retried, `permanent` → dropped, `not-found` on a
-//! patch → create (client-go's 404 path); a failed call (trap, fuel, memory, garbage) is retried
-//! like a transport error, on a fresh instance.
+//! Error classes: only the plugin's `retryable` follows client-go's retry policy (as a
+//! transport error); `permanent`, an answer that is not one result per request (garbage) and a
+//! failed call (trap, fuel, memory limit: deterministic for the same event, so a retry would
+//! fail again) drop the event at once ([`SinkError::Refused`], counted per reason, logged with
+//! the plugin, tenant and event); `not-found` on a patch → create (client-go's 404 path). Other
+//! events keep flowing meanwhile: the router's in-flight window never waits on one event.
 
 use async_trait::async_trait;
 
@@ -26,8 +29,10 @@ impl PluginSink {
 impl From<DeliverError> for SinkError {
     fn from(error: DeliverError) -> Self {
         match error {
-            DeliverError::Retryable(m) | DeliverError::Failed(m) => SinkError::Transport(m),
-            DeliverError::Permanent(m) => SinkError::RequestConstruction(m),
+            DeliverError::Retryable(m) => SinkError::Transport(m),
+            DeliverError::Permanent(message) => SinkError::Refused { reason: "Permanent", message },
+            DeliverError::Garbage(message) => SinkError::Refused { reason: "PluginGarbage", message },
+            DeliverError::Failed(message) => SinkError::Refused { reason: "PluginFailed", message },
             DeliverError::NotFound(message) => {
                 SinkError::Status(StatusError { code: 404, reason: "NotFound".into(), message, causes: Vec::new() })
             }

@@ -250,6 +250,7 @@ pub fn rejection_reason(error: &SinkError) -> String {
         SinkError::RequestConstruction(_) => "RequestConstruction".into(),
         SinkError::UnexpectedObject(_) => "UnexpectedObject".into(),
         SinkError::Transport(_) => "Transport".into(),
+        SinkError::Refused { reason, .. } => (*reason).into(),
     }
 }
 

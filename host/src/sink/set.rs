@@ -163,6 +163,18 @@ impl SinkSet {
             .collect()
     }
 
+    /// The plugin handles of the sink plugins opened so far (for their `eventpipe_plugin_*`
+    /// series).
+    pub fn plugin_handles(&self) -> Vec<PluginHandle> {
+        let open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        open.values()
+            .filter_map(|s| match s {
+                OpenSink::Plugin(p) => Some(p.0.handle().clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Flushes every open sink.
     ///
     /// # Errors

@@ -46,9 +46,11 @@
 //!   put a nested value at column 0, so this is where a truncated document meets the next one.
 //!   The exception is a document that is not indented (hand- or script-written lists such as
 //!   `[` / `{…},` / `{…}` / `]`): a column-0 value continues the document where the grammar
-//!   allows a value, if it is an array's first element or the document already has nested
-//!   values at column 0. Hence the one ambiguity: a document cut off right after a `[` takes
-//!   the next column-0 document as that array's first element, and both are lost together.
+//!   allows a value, if it is the first element of a list that is the document or its `items`
+//!   (not of a deeper list: a line of 100k `[` does not swallow the next document) or the
+//!   document already has nested values at column 0. Hence the one ambiguity: a document cut
+//!   off right after such a `[` takes the next column-0 document as that list's first element,
+//!   and both are lost together; the error then says that the framing could not resync.
 //! - A line that ends inside a string (JSON strings cannot span lines), a closing bracket that
 //!   does not match, or a document over [`MAX_DOCUMENT_BYTES`] abandons the document with one
 //!   error at its start line.
@@ -345,11 +347,18 @@ impl Decoder {
     /// Drops the open document and returns the error describing it; skips its tail afterwards.
     fn abandon(&mut self, reason: &str) -> DecodeError {
         let start = self.open.take().map_or(self.line, |o| o.line);
-        let message = format!(
+        let mut message = format!(
             "{reason}; the document (still missing {}) starts `{}`",
             self.scanner.missing_closers(),
             excerpt(&self.buf)
         );
+        if self.scanner.column0_values {
+            // The framing could not resync inside it: say what went down with it.
+            message.push_str(
+                "; the framing could not resync: its lines that start at column 0 were read as its \
+                 values (a list that is not indented) and are lost with it",
+            );
+        }
         self.clear_buffer();
         self.skipping = true;
         DecodeError::new(start, message)
@@ -539,7 +548,10 @@ impl Scanner {
     fn accepts_column0_value(&self) -> bool {
         let in_array = self.stack.last() == Some(&b'[');
         match self.last {
-            b'[' => true,
+            // Only the first element of a list that is the document or its `items` (`[` or
+            // `{"items":[` alone, then `{…},` lines): after a deeper `[` (`[[[…`) a column-0
+            // document is the next document.
+            b'[' => matches!(self.stack.as_slice(), [b'['] | [b'{', b'[']) || self.column0_values,
             b',' => in_array && self.column0_values,
             b':' => self.column0_values,
             _ => false,
@@ -1561,6 +1573,42 @@ mod tests {
             errors[0]
         );
         assert!(errors[1].message.starts_with("incomplete document: a new document starts at line 5 before this one closed; the document (still missing `}}`)"), "{}", errors[1]);
+    }
+
+    #[test]
+    fn a_deeply_nested_open_document_does_not_swallow_the_next_line() {
+        // 100k `[` that never close, then good lines: each good line still decodes.
+        let deep = "[".repeat(100_000);
+        let input = [deep.as_str(), SUMO_ADDED, SUMO_MODIFIED].join("\n");
+        let (items, errors) = decode_str(&input);
+        assert_eq!(lines_of(&items), [2, 3]);
+        assert_eq!(error_lines(&errors), [1]);
+        assert!(
+            errors[0].message.starts_with("incomplete document: a new document starts at line 2 before this one closed"),
+            "{}",
+            errors[0]
+        );
+        assert!(errors[0].message.contains("100000 brackets"), "{}", errors[0]);
+        // The same for a list nested in a list.
+        let input = ["[[", SUMO_ADDED].join("\n");
+        let (items, errors) = decode_str(&input);
+        assert_eq!((lines_of(&items), error_lines(&errors)), (vec![2], vec![1]));
+    }
+
+    #[test]
+    fn a_list_that_cannot_resync_says_so() {
+        // A top-level list that is not indented takes column-0 documents as its elements; cut
+        // off, it loses them, and its error says so.
+        let a = r#"{"metadata":{"name":"a"},"involvedObject":{"name":"p"}}"#;
+        let b = r#"{"metadata":{"name":"b"},"involvedObject":{"name":"p"}}"#;
+        let input = ["[", &format!("{a},"), b].join("\n");
+        let (items, errors) = decode_str(&input);
+        assert!(items.is_empty(), "{items:?}");
+        assert_eq!(error_lines(&errors), [1]);
+        assert!(errors[0].message.contains("the framing could not resync"), "{}", errors[0]);
+        // Closed, the same list decodes.
+        let (items, errors) = decode_str(&[input.as_str(), "]"].join("\n"));
+        assert_eq!((items.len(), errors.len()), (2, 0), "{errors:?}");
     }
 
     #[test]

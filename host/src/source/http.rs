@@ -242,10 +242,13 @@ impl Ingested {
     }
 }
 
-/// Counters of the ingest server (read with [`Ingest::stats`]).
+/// Live counters of the ingest server, updated as requests are answered; read them with
+/// [`IngestCounters::stats`] (or [`Ingest::stats`]). Share one as `Arc<IngestCounters>` to read
+/// it while the server runs ([`Ingest::with_counters`]).
 #[derive(Debug, Default)]
-struct Counters {
+pub struct IngestCounters {
     requests: AtomicU64,
+    by_status: std::sync::Mutex<std::collections::BTreeMap<u16, u64>>,
     accepted: AtomicU64,
     bad_documents: AtomicU64,
     non_events: AtomicU64,
@@ -258,10 +261,12 @@ struct Counters {
 }
 
 /// A copy of the ingest counters at one moment.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct IngestStats {
     /// Requests answered (every route, every status).
     pub requests: u64,
+    /// Requests answered, per HTTP status code (`200`, `201`, `401`, `404`, `413`, `503`, …).
+    pub by_status: std::collections::BTreeMap<u16, u64>,
     /// Events put on the queue.
     pub accepted: u64,
     /// Documents or lines of `/ingest` bodies that could not be decoded.
@@ -282,6 +287,32 @@ pub struct IngestStats {
     pub queue_full: u64,
 }
 
+impl IngestCounters {
+    /// The counters now.
+    pub fn stats(&self) -> IngestStats {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        IngestStats {
+            requests: get(&self.requests),
+            by_status: self.by_status.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+            accepted: get(&self.accepted),
+            bad_documents: get(&self.bad_documents),
+            non_events: get(&self.non_events),
+            patch_not_found: get(&self.patch_not_found),
+            unauthorized: get(&self.unauthorized),
+            too_large: get(&self.too_large),
+            unsupported_media_type: get(&self.unsupported_media_type),
+            bad_requests: get(&self.bad_requests),
+            queue_full: get(&self.queue_full),
+        }
+    }
+
+    /// Counts one answered request with its status.
+    fn answered(&self, status: StatusCode) {
+        bump(&self.requests);
+        *self.by_status.lock().unwrap_or_else(|p| p.into_inner()).entry(status.as_u16()).or_default() += 1;
+    }
+}
+
 fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
@@ -289,7 +320,7 @@ fn bump(c: &AtomicU64) {
 struct Shared {
     config: IngestConfig,
     queue: IngestQueue,
-    counters: Counters,
+    counters: Arc<IngestCounters>,
 }
 
 /// Where accepted events go: the one bounded queue whose room is the back-pressure bound and
@@ -361,7 +392,13 @@ impl std::fmt::Debug for Ingest {
 impl Ingest {
     /// A service putting accepted events on `queue` (a Broadcaster or a channel).
     pub fn new(config: IngestConfig, queue: impl Into<IngestQueue>) -> Self {
-        Self { shared: Arc::new(Shared { config, queue: queue.into(), counters: Counters::default() }) }
+        Self::with_counters(config, queue, Arc::default())
+    }
+
+    /// As [`new`](Self::new), counting into `counters` (which the caller may read while the
+    /// server runs, e.g. at every `/metrics` scrape).
+    pub fn with_counters(config: IngestConfig, queue: impl Into<IngestQueue>, counters: Arc<IngestCounters>) -> Self {
+        Self { shared: Arc::new(Shared { config, queue: queue.into(), counters }) }
     }
 
     /// The configuration.
@@ -371,20 +408,7 @@ impl Ingest {
 
     /// The counters now.
     pub fn stats(&self) -> IngestStats {
-        let c = &self.shared.counters;
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        IngestStats {
-            requests: get(&c.requests),
-            accepted: get(&c.accepted),
-            bad_documents: get(&c.bad_documents),
-            non_events: get(&c.non_events),
-            patch_not_found: get(&c.patch_not_found),
-            unauthorized: get(&c.unauthorized),
-            too_large: get(&c.too_large),
-            unsupported_media_type: get(&c.unsupported_media_type),
-            bad_requests: get(&c.bad_requests),
-            queue_full: get(&c.queue_full),
-        }
+        self.shared.counters.stats()
     }
 
     /// The ingest routes, a `404` fallback, and — when a token is configured — the bearer check
@@ -408,8 +432,12 @@ impl Ingest {
         let counted = {
             let shared = shared.clone();
             axum::middleware::from_fn(move |req: Request, next: Next| {
-                bump(&shared.counters.requests);
-                next.run(req)
+                let counters = shared.counters.clone();
+                async move {
+                    let response = next.run(req).await;
+                    counters.answered(response.status());
+                    response
+                }
             })
         };
         match shared.config.token.clone() {
@@ -459,6 +487,8 @@ pub struct HttpSource {
     pub config: IngestConfig,
     /// Routes served beside ingest, behind the same bearer check (e.g. `GET /metrics`).
     pub extra_routes: Router,
+    /// Counted into while it serves.
+    pub counters: Arc<IngestCounters>,
 }
 
 impl HttpSource {
@@ -482,7 +512,7 @@ impl HttpSource {
         if config.token.is_none() {
             config.token = BearerToken::from_env().map_err(|e| fail(&e))?;
         }
-        let ingest = Ingest::new(config, to);
+        let ingest = Ingest::with_counters(config, to, self.counters);
         let listener = ingest.bind().await.map_err(|e| fail(&e))?;
         let addr = listener.local_addr().map_err(|e| fail(&e))?;
         eprintln!("eventpipe: HTTP ingest listening on {addr}");

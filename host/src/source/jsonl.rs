@@ -4,11 +4,12 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::io::{AsyncRead, BufReader};
 use tokio_util::sync::CancellationToken;
 
-use super::decode::{Decoded, Decoder, MAX_LINE_BYTES};
-use super::{SourceError, SourceStats};
+use super::decode::{Decoded, Decoder};
+use super::lines::read_line_async;
+use super::{SourceCounters, SourceError, SourceStats};
 use crate::broadcaster::{Broadcaster, WatchEventType};
 use crate::delivery::{Position, Progress};
 use crate::event::Event;
@@ -27,6 +28,8 @@ pub struct JsonLinesSource {
     pub progress: Option<Arc<Progress>>,
     /// At the end of the file, wait for more (as `tail -f`) until shutdown.
     pub follow: bool,
+    /// Counted into as lines are read (events handed over, bad lines, non-events).
+    pub counters: Arc<SourceCounters>,
 }
 
 impl JsonLinesSource {
@@ -66,7 +69,6 @@ impl JsonLinesSource {
         shutdown: &CancellationToken,
     ) -> std::io::Result<SourceStats> {
         let name = self.name();
-        let mut stats = SourceStats::default();
         let mut reader = BufReader::with_capacity(1 << 16, input);
         let mut decoder = Decoder::new();
         let mut buf = Vec::with_capacity(4096);
@@ -76,7 +78,7 @@ impl JsonLinesSource {
             buf.clear();
             let (mut read, mut complete) = tokio::select! {
                 _ = shutdown.cancelled() => (0, true),
-                line = read_line_bounded(&mut reader, &mut buf) => line?,
+                line = read_line_async(&mut reader, &mut buf) => line?,
             };
             if read == 0 && self.follow && !shutdown.is_cancelled() {
                 tokio::select! {
@@ -91,7 +93,7 @@ impl JsonLinesSource {
                     _ = shutdown.cancelled() => break,
                     _ = tokio::time::sleep(FOLLOW_POLL) => {}
                 }
-                let (more, ended) = read_line_bounded(&mut reader, &mut buf).await?;
+                let (more, ended) = read_line_async(&mut reader, &mut buf).await?;
                 (read, complete) = (read + more, ended);
             }
             let line_start = offset;
@@ -121,53 +123,24 @@ impl JsonLinesSource {
                             what = other.describe(),
                             "not an event, skipped"
                         );
-                        stats.non_events += 1;
+                        self.counters.add_non_event();
                     }
                     Err(error) => {
                         tracing::warn!(source = name, %error, "bad input skipped");
-                        stats.bad_lines += 1;
+                        self.counters.add_bad_line();
                     }
                 }
             }
             if batch.len() >= HANDOFF_BATCH || reader.buffer().is_empty() || read == 0 {
                 let n = batch.len() as u64;
                 match to.action_many(std::mem::take(&mut batch)).await {
-                    Ok(()) => stats.read += n,
+                    Ok(()) => self.counters.add_read(n),
                     Err(error) => tracing::error!(%error, events = n, "broadcaster refused events"),
                 }
             }
             if read == 0 {
-                return Ok(stats);
+                return Ok(self.counters.stats());
             }
-        }
-    }
-}
-
-/// Appends one line to `buf` (with its `\n`), keeping at most [`MAX_LINE_BYTES`] + 1 bytes of
-/// it: the rest of a longer line is read and dropped, so memory stays bounded whatever the
-/// input, and the decoder still sees that the line was too long. Returns the bytes read (0 at
-/// the end) and whether the line ended with `\n`. Bytes read before a cancellation are kept.
-async fn read_line_bounded<R: AsyncBufRead + Unpin>(
-    reader: &mut R,
-    buf: &mut Vec<u8>,
-) -> std::io::Result<(usize, bool)> {
-    let mut read = 0;
-    loop {
-        let available = reader.fill_buf().await?;
-        if available.is_empty() {
-            return Ok((read, false));
-        }
-        let (chunk, ended) = match memchr::memchr(b'\n', available) {
-            Some(i) => (&available[..=i], true),
-            None => (available, false),
-        };
-        let room = (MAX_LINE_BYTES + 1).saturating_sub(buf.len());
-        buf.extend_from_slice(&chunk[..room.min(chunk.len())]);
-        let n = chunk.len();
-        reader.consume(n);
-        read += n;
-        if ended {
-            return Ok((read, true));
         }
     }
 }

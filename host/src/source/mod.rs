@@ -13,7 +13,10 @@ pub mod decode;
 pub mod http;
 pub mod jsonl;
 pub mod k8s;
+pub mod lines;
 mod spec;
+
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio_util::sync::CancellationToken;
 
@@ -31,6 +34,37 @@ pub struct SourceStats {
     pub bad_lines: u64,
     /// Watch bookmarks and error envelopes seen (not events).
     pub non_events: u64,
+}
+
+/// Live counters of a running source, read at every `/metrics` scrape; [`stats`](Self::stats)
+/// gives their values as [`SourceStats`]. Share one as `Arc<SourceCounters>` through
+/// [`SourceContext::counters`]. HTTP ingest counts its documents in
+/// [`http::IngestCounters`] instead ([`SourceContext::ingest_counters`]).
+#[derive(Debug, Default)]
+pub struct SourceCounters {
+    read: AtomicU64,
+    bad_lines: AtomicU64,
+    non_events: AtomicU64,
+}
+
+impl SourceCounters {
+    /// The counters now.
+    pub fn stats(&self) -> SourceStats {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        SourceStats { read: get(&self.read), bad_lines: get(&self.bad_lines), non_events: get(&self.non_events) }
+    }
+
+    pub(crate) fn add_read(&self, n: u64) {
+        self.read.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub(crate) fn add_bad_line(&self) {
+        self.bad_lines.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn add_non_event(&self) {
+        self.non_events.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// Why a source could not run: it could not be opened, bound or read.

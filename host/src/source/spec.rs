@@ -3,10 +3,10 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::http::{HttpSource, IngestConfig};
+use super::http::{HttpSource, IngestConfig, IngestCounters};
 use super::jsonl::JsonLinesSource;
 use super::k8s::{KubernetesSource, WatchOptions};
-use super::{Source, SourceError};
+use super::{Source, SourceCounters, SourceError};
 use crate::delivery::{Position, Progress};
 
 /// Where events come from: `jsonl:PATH`, `jsonl:-` (stdin), or `k8s` / `k8s:NS[,NS…]` (a
@@ -73,6 +73,10 @@ pub struct SourceContext {
     pub follow: bool,
     /// Routes an HTTP source serves beside ingest (e.g. `GET /metrics`).
     pub extra_routes: axum::Router,
+    /// Counted into while a JSON-lines source runs (lines read, bad, not events).
+    pub counters: Arc<SourceCounters>,
+    /// Counted into while an HTTP source runs (requests by status, documents).
+    pub ingest_counters: Arc<IngestCounters>,
 }
 
 impl SourceSpec {
@@ -90,10 +94,15 @@ impl SourceSpec {
                 },
                 progress: cx.progress,
                 follow: cx.follow,
+                counters: cx.counters,
             }),
-            SourceSpec::JsonLinesStdin => {
-                Source::JsonLines(JsonLinesSource { path: None, start: 0, progress: None, follow: false })
-            }
+            SourceSpec::JsonLinesStdin => Source::JsonLines(JsonLinesSource {
+                path: None,
+                start: 0,
+                progress: None,
+                follow: false,
+                counters: cx.counters,
+            }),
             SourceSpec::Kubernetes(namespaces) => {
                 let client = cx.kube.ok_or_else(|| SourceError {
                     source: self.to_string(),
@@ -110,6 +119,7 @@ impl SourceSpec {
             SourceSpec::Http(addr) => Source::Http(HttpSource {
                 config: IngestConfig { listen: *addr, ..IngestConfig::default() },
                 extra_routes: cx.extra_routes,
+                counters: cx.ingest_counters,
             }),
         })
     }

@@ -165,6 +165,39 @@ pub fn stderr_lines(child: &mut std::process::Child) -> std::sync::mpsc::Receive
     rx
 }
 
+/// Runs `eventpipe ARGS` with stdin `before`, a 256 MiB line, `after`, each line ended by `\n`,
+/// and returns its peak resident memory in KiB (`VmHWM`, read once the huge line has gone by,
+/// before stdin closes) and its output (stdout and stderr piped).
+pub fn with_a_huge_line(args: &[&str], before: &str, after: &str) -> (u64, std::process::Output) {
+    use std::io::Write;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_eventpipe"))
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "{before}").unwrap();
+    // The pipe only takes the line as fast as eventpipe reads it.
+    let block = vec![b'x'; 1 << 20];
+    stdin.write_all(b"{\"message\":\"").unwrap();
+    for _ in 0..256 {
+        stdin.write_all(&block).unwrap();
+    }
+    writeln!(stdin, "\"}}").unwrap();
+    writeln!(stdin, "{after}").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
+    let peak_kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM in /proc/PID/status");
+    drop(stdin);
+    (peak_kib, child.wait_with_output().unwrap())
+}
+
 /// `eventpipe replay FLAGS` of `events`, each with its own `lastTimestamp` as its clock (what
 /// `run --clock event`, the default, reads): every result line, in order.
 pub fn replay_with_event_clock<'a>(events: impl IntoIterator<Item = &'a Value>, flags: &[&str]) -> Vec<Value> {

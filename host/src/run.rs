@@ -352,7 +352,14 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
             "metrics on http://{}/metrics",
             listener.local_addr().map_err(|error| RunError::Metrics { addr, error })?
         ));
-        let (app, stop) = (crate::metrics::router(metrics.clone()), shutdown.clone());
+        // With the ingest token set, `--metrics` asks for it too.
+        let token = crate::source::http::BearerToken::from_env()
+            .map_err(|e| RunError::Metrics { addr, error: std::io::Error::other(e.to_string()) })?;
+        let app = match token {
+            Some(token) => crate::source::http::with_bearer(crate::metrics::router(metrics.clone()), token),
+            None => crate::metrics::router(metrics.clone()),
+        };
+        let stop = shutdown.clone();
         tokio::spawn(async move {
             let _ = axum::serve(listener, app).with_graceful_shutdown(stop.cancelled_owned()).await;
         });

@@ -257,9 +257,14 @@ async fn counters_follow_known_activity() {
 
 /// `GET /metrics` of a running `eventpipe` at `addr`, as text.
 fn scrape_process(addr: &str) -> String {
+    scrape_process_with(addr, "")
+}
+
+/// As [`scrape_process`], with `headers` (each line ended by `\r\n`) in the request.
+fn scrape_process_with(addr: &str, headers: &str) -> String {
     use std::io::{Read, Write};
     let mut conn = std::net::TcpStream::connect(addr).unwrap();
-    write!(conn, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    write!(conn, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\n{headers}Connection: close\r\n\r\n").unwrap();
     let mut answer = String::new();
     conn.read_to_string(&mut answer).unwrap();
     answer
@@ -268,9 +273,15 @@ fn scrape_process(addr: &str) -> String {
 /// Starts `eventpipe run` with `args` and returns it with the address it announced on stderr
 /// for `marker` (`metrics on http://` or `HTTP ingest listening on `).
 fn spawn_run(args: &[String], marker: &str) -> (std::process::Child, String) {
+    spawn_run_with(args, marker, &[])
+}
+
+/// As [`spawn_run`], with `env` set.
+fn spawn_run_with(args: &[String], marker: &str, env: &[(&str, &str)]) -> (std::process::Child, String) {
     let mut run = std::process::Command::new(env!("CARGO_BIN_EXE_eventpipe"))
         .arg("run")
         .args(args)
+        .envs(env.iter().copied())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -476,4 +487,29 @@ async fn a_run_exposes_its_sink_plugins_and_their_refusals_on_metrics() {
     assert_eq!(s.get("eventpipe_plugin_failures_total", &p("trap")), 1.0);
     assert_eq!(s.get("eventpipe_plugin_failures_total", &p("garbage")), 1.0);
     assert_eq!(s.get("eventpipe_record_retries_total", &[("tenant", "default")]), 0.0);
+}
+
+/// `--metrics` is unauthenticated unless the ingest token is set; then it asks for it.
+#[test]
+fn metrics_ask_for_the_ingest_token_when_one_is_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("events.jsonl");
+    std::fs::write(&source, "").unwrap();
+    let (run, addr) = spawn_run_with(
+        &[
+            "--no-watch".into(),
+            "--follow".into(),
+            "--metrics=127.0.0.1:0".into(),
+            format!("--source=jsonl:{}", source.display()),
+            "--sink=jsonl:/dev/null".into(),
+        ],
+        "metrics on http://",
+        &[("EVENTPIPE_INGEST_TOKEN", "s3cret-token")],
+    );
+    let status = |text: String| text.split_whitespace().nth(1).unwrap_or_default().to_string();
+    let without = status(scrape_process(&addr));
+    let wrong = status(scrape_process_with(&addr, "Authorization: Bearer nope\r\n"));
+    let right = status(scrape_process_with(&addr, "Authorization: Bearer s3cret-token\r\n"));
+    stop(run);
+    assert_eq!((without.as_str(), wrong.as_str(), right.as_str()), ("401", "401", "200"));
 }

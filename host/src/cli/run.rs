@@ -102,6 +102,8 @@ pub struct RunArgs {
     kube: KubeArgs,
 
     /// Serve Prometheus metrics at `GET /metrics` on this address (e.g. 127.0.0.1:9090).
+    /// Unauthenticated, unless `$EVENTPIPE_INGEST_TOKEN` is set: then it asks for that bearer
+    /// token, as HTTP ingest does.
     #[arg(long, value_name = "ADDR", help_heading = "Output")]
     metrics: Option<SocketAddr>,
     /// Print the summary as one JSON object on stderr instead of a sentence.

@@ -441,7 +441,9 @@ impl Ingest {
             })
         };
         match shared.config.token.clone() {
-            Some(token) => router.layer(axum::middleware::from_fn_with_state((token, shared), require_bearer)),
+            Some(token) => {
+                router.layer(axum::middleware::from_fn_with_state((token, Some(shared.counters.clone())), require_bearer))
+            }
             None => router,
         }
         .layer(counted)
@@ -619,8 +621,15 @@ fn json_response(code: StatusCode, body: &impl Serialize) -> Response {
 
 type SharedState = Arc<Shared>;
 
+/// `router` with every request checked for `Authorization: Bearer <token>` (compared in
+/// constant time; `401` with a `WWW-Authenticate` challenge and a `Status` body otherwise), as
+/// the ingest server checks its token. `run` puts `--metrics` behind the ingest token this way.
+pub fn with_bearer(router: Router, token: BearerToken) -> Router {
+    router.layer(axum::middleware::from_fn_with_state((token, None), require_bearer))
+}
+
 async fn require_bearer(
-    State((token, shared)): State<(BearerToken, SharedState)>,
+    State((token, counters)): State<(BearerToken, Option<Arc<IngestCounters>>)>,
     req: Request,
     next: Next,
 ) -> Response {
@@ -634,7 +643,9 @@ async fn require_bearer(
         Some(_) => ("invalid bearer token", r#"Bearer realm="eventpipe", error="invalid_token""#),
         None => ("a bearer token is required (Authorization: Bearer <token>)", r#"Bearer realm="eventpipe""#),
     };
-    bump(&shared.counters.unauthorized);
+    if let Some(counters) = counters {
+        bump(&counters.unauthorized);
+    }
     let mut response = ApiStatus::failure(StatusCode::UNAUTHORIZED, "Unauthorized", message).into_response();
     response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(challenge));
     response

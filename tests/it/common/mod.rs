@@ -165,7 +165,7 @@ pub fn stderr_lines(child: &mut std::process::Child) -> std::sync::mpsc::Receive
     rx
 }
 
-/// Runs `eventpipe ARGS` with stdin `before`, a 256 MiB line, `after`, each line ended by `\n`,
+/// Runs `eventpipe ARGS` with stdin `before`, a 1 GiB line, `after`, each line ended by `\n`,
 /// and returns its peak resident memory in KiB (`VmHWM`, read once the huge line has gone by,
 /// before stdin closes) and its output (stdout and stderr piped).
 pub fn with_a_huge_line(args: &[&str], before: &str, after: &str) -> (u64, std::process::Output) {
@@ -182,7 +182,7 @@ pub fn with_a_huge_line(args: &[&str], before: &str, after: &str) -> (u64, std::
     // The pipe only takes the line as fast as eventpipe reads it.
     let block = vec![b'x'; 1 << 20];
     stdin.write_all(b"{\"message\":\"").unwrap();
-    for _ in 0..256 {
+    for _ in 0..1024 {
         stdin.write_all(&block).unwrap();
     }
     writeln!(stdin, "\"}}").unwrap();

@@ -9,6 +9,8 @@
 
 use std::io::{BufRead, Write};
 
+use crate::source::lines::{Line, LineEnd, read_line};
+
 use crate::correlator::{CorrelatorOptions, Occurrence, PREPARE_BATCH_SIZE};
 use crate::source::decode::{DecodeError, Decoded, Decoder};
 use crate::stage::TenantStage;
@@ -65,14 +67,14 @@ pub fn replay(
         flush(pending, &mut stage, &mut output, summary, !options.no_update_state)
     };
     let mut input = input;
-    let mut line = Vec::with_capacity(4096);
+    let mut line = Line::default();
     loop {
         line.clear();
         // Bounded: a line over MAX_LINE_BYTES is cut there (and rejected by the decoder).
-        if crate::source::lines::read_line(&mut input, &mut line).map_err(ReplayError::Read)?.0 == 0 {
+        if read_line(&mut input, &mut line).map_err(ReplayError::Read)? == LineEnd::Eof && line.read == 0 {
             break;
         }
-        let text = line.strip_suffix(b"\n").unwrap_or(&line);
+        let text = line.bytes.strip_suffix(b"\n").unwrap_or(&line.bytes);
         // A line that is not UTF-8 becomes an error line in its place (exit 2), as any bad line.
         decoder.push_bytes(text, |item| pending.push(item));
         if pending.len() >= PREPARE_BATCH_SIZE {

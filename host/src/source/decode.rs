@@ -203,6 +203,20 @@ impl Decoder {
         Self::default()
     }
 
+    /// A decoder whose next line is line `after + 1`, for decoding a stream in pieces: a piece
+    /// given to it decodes exactly as it would through one decoder that read the whole stream
+    /// and was [clean](Self::is_clean) after line `after`.
+    pub fn after_line(after: u64) -> Self {
+        Self { line: after, ..Self::default() }
+    }
+
+    /// No document is open and no broken document's tail is being skipped: the next line
+    /// decodes the same whichever decoder reads it (one made with [`after_line`](Self::after_line)
+    /// included).
+    pub fn is_clean(&self) -> bool {
+        self.open.is_none() && !self.skipping
+    }
+
     /// Feeds one line, without its `\n` (it must not contain one; a trailing `\r` and a
     /// byte-order mark at the start of line 1 are ignored). Every item or error this line
     /// completes is passed to `emit`, in input order: usually none (a blank line, or inside a

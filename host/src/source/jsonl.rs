@@ -7,8 +7,12 @@ use std::sync::Arc;
 use tokio::io::{AsyncRead, BufReader};
 use tokio_util::sync::CancellationToken;
 
-use super::decode::{Decoded, Decoder};
-use super::lines::read_line_async;
+use std::collections::VecDeque;
+
+use tokio::task::JoinHandle;
+
+use super::decode::{DecodeError, Decoded, Decoder};
+use super::lines::{Line, LineEnd, read_line_async};
 use super::{SourceCounters, SourceError, SourceStats};
 use crate::broadcaster::{Broadcaster, WatchEventType};
 use crate::delivery::{Position, Progress};
@@ -55,98 +59,289 @@ impl JsonLinesSource {
         }
     }
 
-    /// Reads `input` line by line into the Broadcaster (waiting for room: `Action`), handing
-    /// over the events of the lines already buffered together (up to [`HANDOFF_BATCH`],
-    /// [`Broadcaster::action_many`]), so that a line waiting for more input is never held back. With
-    /// `progress`, records the byte offset after each event's line; an earlier event of a line
-    /// that holds several gets the line's start, so a restart re-reads the whole line
-    /// (duplicates, never gaps). With `follow`, the end of the input is not its end: reading goes
-    /// on as it grows (polled every [`FOLLOW_POLL`]) until `shutdown`.
+    /// Reads `input` into the Broadcaster (waiting for room: `Action`). Lines are read in
+    /// [`Chunk`]s that are decoded on blocking-pool threads, up to [`MAX_CHUNKS_IN_FLIGHT`] at
+    /// once, and handed over in input order (one [`Broadcaster::action_many`] per chunk), so
+    /// that decoding — most of a JSON-lines source's work — uses every core while the events
+    /// keep their order. The result is exactly that of one [`Decoder`] reading every line: a
+    /// chunk decoded from a fresh decoder is used only when the decoder was
+    /// [clean](Decoder::is_clean) where it starts, and is decoded again from the real state
+    /// otherwise (a multi-line document across the boundary); after a chunk that ends inside a
+    /// document (pretty-printed input), the next ones are decoded one after another.
+    ///
+    /// A chunk is handed to decoding as soon as the reader has nothing more buffered, and
+    /// decoded chunks are handed over while reading waits, so that nothing read is held back
+    /// while the input pauses. With `progress`, records the byte offset after each event's
+    /// line; an earlier event of a line that holds several gets the line's start, so a restart
+    /// re-reads the whole line (duplicates, never gaps). With `follow`, the end of the input is
+    /// not its end: reading goes on as it grows (polled every [`FOLLOW_POLL`]) until `shutdown`.
     async fn pump(
         &self,
         input: impl AsyncRead + Unpin,
         to: &Broadcaster<Event>,
         shutdown: &CancellationToken,
     ) -> std::io::Result<SourceStats> {
-        let name = self.name();
         let mut reader = BufReader::with_capacity(1 << 16, input);
-        let mut decoder = Decoder::new();
-        let mut buf = Vec::with_capacity(4096);
-        let mut offset = self.start;
-        let mut batch = Vec::with_capacity(HANDOFF_BATCH);
+        let mut state = Some(Decoder::new());
+        let mut pending: VecDeque<Pending> = VecDeque::new();
+        let mut chunk = Chunk::new(0, self.start);
+        // The line being read (all of it is read before it is decoded).
+        let mut line = Line::default();
+        // Whether the last chunk handed over ended clean: speculation is then worth it.
+        let mut speculate = true;
+        let mut ended = false;
+        let mut idle_until: Option<tokio::time::Instant> = None;
         loop {
-            buf.clear();
-            let (mut read, mut complete) = tokio::select! {
-                _ = shutdown.cancelled() => (0, true),
-                line = read_line_async(&mut reader, &mut buf) => line?,
-            };
-            if read == 0 && self.follow && !shutdown.is_cancelled() {
-                tokio::select! {
-                    _ = shutdown.cancelled() => {}
-                    _ = tokio::time::sleep(FOLLOW_POLL) => {}
+            start_held(&mut pending, &mut state);
+            if ended && pending.is_empty() {
+                break;
+            }
+            let can_read = !ended && idle_until.is_none() && pending.len() < MAX_CHUNKS_IN_FLIGHT;
+            let running = matches!(pending.front(), Some(Pending::Speculative(_) | Pending::Continued(_)));
+            tokio::select! {
+                biased;
+                done = front(&mut pending), if running => {
+                    let kind = pending.pop_front().expect("the front just finished");
+                    let done = done.map_err(std::io::Error::other)?;
+                    let items = settle(kind, done, &mut state).await?;
+                    speculate = state.as_ref().is_some_and(Decoder::is_clean);
+                    self.hand_over(items, to).await;
                 }
-                continue;
-            }
-            while read > 0 && self.follow && !complete {
-                // A line still being written: read the rest of it before decoding.
-                tokio::select! {
-                    _ = shutdown.cancelled() => break,
-                    _ = tokio::time::sleep(FOLLOW_POLL) => {}
+                _ = shutdown.cancelled(), if !ended => {
+                    // Stop reading; what was read still goes in.
+                    dispatch(&mut chunk, &mut pending, speculate);
+                    ended = true;
                 }
-                let (more, ended) = read_line_async(&mut reader, &mut buf).await?;
-                (read, complete) = (read + more, ended);
-            }
-            let line_start = offset;
-            offset += read as u64;
-            let mut items = Vec::new();
-            if read > 0 {
-                let text = String::from_utf8_lossy(&buf);
-                decoder.push_line(text.trim_end_matches(['\n', '\r']), |item| items.push(item));
-            } else {
-                items.extend(decoder.finish().map(Err));
-            }
-            let events = items.iter().filter(|i| matches!(i, Ok(Decoded::Event { .. }))).count();
-            let mut nth = 0;
-            for item in items {
-                match item {
-                    Ok(Decoded::Event { event, .. }) => {
-                        nth += 1;
-                        if let Some(progress) = &self.progress {
-                            progress.sent(Position::FileOffset(if nth == events { offset } else { line_start }));
+                _ = sleep_until(idle_until), if idle_until.is_some() => idle_until = None,
+                end = read_line_async(&mut reader, &mut line), if can_read => match end? {
+                    LineEnd::Newline => {
+                        chunk.push(&line.bytes, line.read);
+                        line.clear();
+                        if chunk.is_full() || reader.buffer().is_empty() {
+                            dispatch(&mut chunk, &mut pending, speculate);
                         }
-                        batch.push((WatchEventType::Added, event));
                     }
-                    Ok(other) => {
-                        tracing::info!(
-                            source = name,
-                            line = other.line(),
-                            what = other.describe(),
-                            "not an event, skipped"
-                        );
-                        self.counters.add_non_event();
+                    // The end of the input for now: a followed file may grow (a partial last
+                    // line waits in `line` for its end); otherwise the last line goes in.
+                    LineEnd::Eof => {
+                        if !self.follow && line.read > 0 {
+                            chunk.push(&line.bytes, line.read);
+                        }
+                        dispatch(&mut chunk, &mut pending, speculate);
+                        if self.follow {
+                            idle_until = Some(tokio::time::Instant::now() + FOLLOW_POLL);
+                        } else {
+                            ended = true;
+                        }
                     }
-                    Err(error) => {
-                        tracing::warn!(source = name, %error, "bad input skipped");
-                        self.counters.add_bad_line();
+                },
+            }
+        }
+        let mut decoder = state.expect("no decoding is in flight at the end");
+        if let Some(error) = decoder.finish() {
+            tracing::warn!(source = self.name(), %error, "bad input skipped");
+            self.counters.add_bad_line();
+        }
+        Ok(self.counters.stats())
+    }
+
+    /// Hands a decoded chunk's events to the Broadcaster (recording their positions first),
+    /// and logs and counts its other documents and its errors.
+    async fn hand_over(&self, items: Vec<Item>, to: &Broadcaster<Event>) {
+        let mut batch = Vec::with_capacity(items.len());
+        for item in items {
+            match item {
+                Item::Event { event, position } => {
+                    if let Some(progress) = &self.progress {
+                        progress.sent(Position::FileOffset(position));
                     }
+                    batch.push((WatchEventType::Added, event));
+                }
+                Item::Other { line, what } => {
+                    tracing::info!(source = self.name(), line, what, "not an event, skipped");
+                    self.counters.add_non_event();
+                }
+                Item::Error(error) => {
+                    tracing::warn!(source = self.name(), %error, "bad input skipped");
+                    self.counters.add_bad_line();
                 }
             }
-            if batch.len() >= HANDOFF_BATCH || reader.buffer().is_empty() || read == 0 {
-                let n = batch.len() as u64;
-                match to.action_many(std::mem::take(&mut batch)).await {
-                    Ok(()) => self.counters.add_read(n),
-                    Err(error) => tracing::error!(%error, events = n, "broadcaster refused events"),
-                }
-            }
-            if read == 0 {
-                return Ok(self.counters.stats());
-            }
+        }
+        if batch.is_empty() {
+            return;
+        }
+        let n = batch.len() as u64;
+        match to.action_many(batch).await {
+            Ok(()) => self.counters.add_read(n),
+            Err(error) => tracing::error!(%error, events = n, "broadcaster refused events"),
         }
     }
 }
 
-/// Events handed to the Broadcaster at once, at most.
-const HANDOFF_BATCH: usize = 256;
+/// Lines decoded together, at most [`CHUNK_LINES`] lines or about [`CHUNK_BYTES`] bytes.
+struct Chunk {
+    /// The lines' bytes, back to back (each as read: with its `\n`, cut at `MAX_LINE_BYTES`).
+    text: Vec<u8>,
+    /// Per line: where it ends in `text`, and the input offset just after it.
+    lines: Vec<(usize, u64)>,
+    /// The number of the line before the first (the decoder's count).
+    after_line: u64,
+    /// The input offset of the first line.
+    start: u64,
+}
+
+impl Chunk {
+    fn new(after_line: u64, start: u64) -> Self {
+        Self { text: Vec::new(), lines: Vec::new(), after_line, start }
+    }
+
+    /// Adds a line of `read` input bytes, of which `line` were kept.
+    fn push(&mut self, line: &[u8], read: u64) {
+        let offset = self.lines.last().map_or(self.start, |&(_, end)| end) + read;
+        self.text.extend_from_slice(line);
+        self.lines.push((self.text.len(), offset));
+    }
+
+    fn is_full(&self) -> bool {
+        self.lines.len() >= CHUNK_LINES || self.text.len() >= CHUNK_BYTES
+    }
+
+    /// The chunk that follows this one.
+    fn next(&self) -> Self {
+        let start = self.lines.last().map_or(self.start, |&(_, end)| end);
+        Self::new(self.after_line + self.lines.len() as u64, start)
+    }
+}
+
+/// One decoded document of a chunk.
+enum Item {
+    /// An event, and the input offset a restart resumes at to see it again.
+    Event { event: Event, position: u64 },
+    /// A document that is not an event (a bookmark, an `ERROR` envelope).
+    Other { line: u64, what: String },
+    /// A document that could not be decoded.
+    Error(DecodeError),
+}
+
+/// A chunk decoded, its items in input order, and the decoder after it.
+struct DecodedChunk {
+    chunk: Chunk,
+    items: Vec<Item>,
+    decoder: Decoder,
+}
+
+/// A chunk handed to decoding, in input order.
+enum Pending {
+    /// Decoded from a fresh decoder: right when the decoder is clean where it starts.
+    Speculative(JoinHandle<DecodedChunk>),
+    /// Decoded from the decoder as the chunk before it left it: right.
+    Continued(JoinHandle<DecodedChunk>),
+    /// Waiting for the decoder as the chunk before it leaves it.
+    Held(Chunk),
+}
+
+/// Decodes `chunk`'s lines with `decoder` (on a blocking-pool thread). Lines that are not
+/// UTF-8 are decoded with their bad bytes replaced (U+FFFD).
+fn decode_chunk(mut decoder: Decoder, chunk: Chunk) -> DecodedChunk {
+    let mut items = Vec::with_capacity(chunk.lines.len());
+    let mut from = 0;
+    let mut line_start = chunk.start;
+    for &(end, offset) in &chunk.lines {
+        let bytes = &chunk.text[from..end];
+        let text = match std::str::from_utf8(bytes) {
+            Ok(text) => std::borrow::Cow::Borrowed(text),
+            Err(_) => String::from_utf8_lossy(bytes),
+        };
+        let first = items.len();
+        decoder.push_line(text.trim_end_matches(['\n', '\r']), |item| {
+            items.push(match item {
+                Ok(Decoded::Event { event, .. }) => Item::Event { event, position: line_start },
+                Ok(other) => Item::Other { line: other.line(), what: other.describe() },
+                Err(error) => Item::Error(error),
+            });
+        });
+        // The line's last event resumes after the line; earlier ones at its start.
+        if let Some(Item::Event { position, .. }) =
+            items[first..].iter_mut().rev().find(|i| matches!(i, Item::Event { .. }))
+        {
+            *position = offset;
+        }
+        (from, line_start) = (end, offset);
+    }
+    DecodedChunk { chunk, items, decoder }
+}
+
+/// Hands `chunk` (if it has lines) to decoding: from a fresh decoder when `speculate`, else
+/// held until the chunk before it is decoded. `chunk` becomes the next one.
+fn dispatch(chunk: &mut Chunk, pending: &mut VecDeque<Pending>, speculate: bool) {
+    if chunk.lines.is_empty() {
+        return;
+    }
+    let next = chunk.next();
+    let chunk = std::mem::replace(chunk, next);
+    pending.push_back(if speculate {
+        let decoder = Decoder::after_line(chunk.after_line);
+        Pending::Speculative(tokio::task::spawn_blocking(move || decode_chunk(decoder, chunk)))
+    } else {
+        Pending::Held(chunk)
+    });
+}
+
+/// Starts decoding the held chunk at the front, once the decoder state before it is here.
+fn start_held(pending: &mut VecDeque<Pending>, state: &mut Option<Decoder>) {
+    if matches!(pending.front(), Some(Pending::Held(_)))
+        && let Some(decoder) = state.take()
+        && let Some(Pending::Held(chunk)) = pending.pop_front()
+    {
+        pending.push_front(Pending::Continued(tokio::task::spawn_blocking(move || decode_chunk(decoder, chunk))));
+    }
+}
+
+/// The front chunk's decoding (cancellation-safe: it stays at the front until it is done).
+async fn front(pending: &mut VecDeque<Pending>) -> Result<DecodedChunk, tokio::task::JoinError> {
+    match pending.front_mut() {
+        Some(Pending::Speculative(handle) | Pending::Continued(handle)) => handle.await,
+        _ => std::future::pending().await,
+    }
+}
+
+/// The right decoding of a finished front chunk, as its items: a speculative one is kept when
+/// the decoder was clean before it, and decoded again from the real state otherwise. `state`
+/// becomes the decoder after it.
+async fn settle(kind: Pending, done: DecodedChunk, state: &mut Option<Decoder>) -> std::io::Result<Vec<Item>> {
+    let decoded = match kind {
+        Pending::Speculative(_) => {
+            let before = state.take().expect("the chunk before was handed over");
+            if before.is_clean() {
+                done
+            } else {
+                let chunk = done.chunk;
+                tokio::task::spawn_blocking(move || decode_chunk(before, chunk))
+                    .await
+                    .map_err(std::io::Error::other)?
+            }
+        }
+        _ => done,
+    };
+    *state = Some(decoded.decoder);
+    Ok(decoded.items)
+}
+
+async fn sleep_until(until: Option<tokio::time::Instant>) {
+    match until {
+        Some(until) => tokio::time::sleep_until(until).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Lines decoded together, at most.
+const CHUNK_LINES: usize = 256;
+
+/// Bytes of lines decoded together, about (a longer line is a chunk of its own).
+const CHUNK_BYTES: usize = 1 << 20;
+
+/// Chunks being decoded at once, at most (memory: this many × [`CHUNK_BYTES`], plus one line).
+const MAX_CHUNKS_IN_FLIGHT: usize = 4;
 
 /// `path` opened and positioned at byte `offset`.
 async fn open_at(path: &std::path::Path, offset: u64) -> std::io::Result<tokio::fs::File> {
@@ -156,4 +351,99 @@ async fn open_at(path: &std::path::Path, offset: u64) -> std::io::Result<tokio::
         file.seek(std::io::SeekFrom::Start(offset)).await?;
     }
     Ok(file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broadcaster::FullChannelBehavior;
+    use crate::source::decode::decode_str;
+
+    fn event(i: usize) -> serde_json::Value {
+        serde_json::json!({
+            "metadata": {"name": format!("e{i}"), "namespace": "ns"},
+            "involvedObject": {"kind": "Pod", "name": format!("p{i}")},
+            "reason": "R", "message": format!("m{i}"),
+        })
+    }
+
+    /// Compact lines, pretty-printed documents across chunk boundaries, bad lines and broken
+    /// documents: decoded in parallel chunks, the events, their order and the bad lines are
+    /// exactly those of one decoder reading the whole input.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn chunked_decoding_equals_one_decoder() {
+        let mut text = String::new();
+        for i in 0..3000 {
+            match i % 97 {
+                0 => text += &format!("{}\n", serde_json::to_string_pretty(&event(i)).unwrap()),
+                13 => text += "not json\n",
+                31 => text += "{\"metadata\": {\"name\": \"broken\"\n  \"more\": [\n",
+                _ => text += &format!("{}\n", event(i)),
+            }
+        }
+        text += "{\"unterminated\": [1,";
+        let (expected, errors) = decode_str(&text);
+        let expected: Vec<String> = expected
+            .into_iter()
+            .filter_map(|d| match d {
+                Decoded::Event { event, .. } => Some(event.metadata.name),
+                _ => None,
+            })
+            .collect();
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("in.jsonl");
+        std::fs::write(&path, &text).unwrap();
+        let broadcaster = Broadcaster::new(100_000, FullChannelBehavior::WaitIfChannelFull);
+        let mut watcher = broadcaster.watch().unwrap();
+        let source = JsonLinesSource {
+            path: Some(path),
+            start: 0,
+            progress: None,
+            follow: false,
+            counters: Arc::default(),
+        };
+        let stats = source.run(broadcaster.clone(), CancellationToken::new()).await.unwrap();
+        broadcaster.shutdown().await;
+        let mut names = Vec::new();
+        while let Some(e) = watcher.recv().await {
+            names.push(e.object.metadata.name);
+        }
+        assert_eq!(names.len(), expected.len());
+        assert!(names == expected, "the events and their order");
+        assert_eq!((stats.read, stats.bad_lines), (expected.len() as u64, errors.len() as u64));
+
+        // The speculation rule itself, at every chunk size: a chunk decoded from a fresh decoder
+        // is taken when the decoder before it is clean, else decoded again from that state.
+        let lines: Vec<&str> = text.split_inclusive('\n').collect();
+        for size in [1, 2, 3, 5, 8, 64] {
+            let mut state = Decoder::new();
+            let (mut names, mut bad) = (Vec::new(), 0);
+            let mut after = 0;
+            for piece in lines.chunks(size) {
+                let mut chunk = Chunk::new(after, 0);
+                for line in piece {
+                    chunk.push(line.as_bytes(), line.len() as u64);
+                }
+                after += piece.len() as u64;
+                let speculative = decode_chunk(Decoder::after_line(chunk.after_line), chunk);
+                let decoded = if state.is_clean() {
+                    speculative
+                } else {
+                    decode_chunk(state, speculative.chunk)
+                };
+                for item in decoded.items {
+                    match item {
+                        Item::Event { event, .. } => names.push(event.metadata.name),
+                        Item::Error(_) => bad += 1,
+                        Item::Other { .. } => {}
+                    }
+                }
+                state = decoded.decoder;
+            }
+            bad += usize::from(state.finish().is_some());
+            assert!(names == expected, "chunks of {size} lines");
+            assert_eq!(bad, errors.len(), "chunks of {size} lines");
+        }
+    }
 }

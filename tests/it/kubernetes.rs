@@ -68,14 +68,42 @@ struct FakeApi {
 
 impl FakeApi {
     fn start(handler: Box<Handler>) -> Self {
+        Self::start_with(handler, None)
+    }
+
+    /// The same over TLS, serving `cert` (DER) with `key`: `https://127.0.0.1:PORT`.
+    fn start_tls(handler: Box<Handler>, cert: &rcgen::Certificate, key: &rcgen::KeyPair) -> Self {
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![CertificateDer::from(cert.der().to_vec())],
+                PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
+            )
+            .unwrap();
+        Self::start_with(handler, Some(Arc::new(config)))
+    }
+
+    fn start_with(handler: Box<Handler>, tls: Option<Arc<rustls::ServerConfig>>) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let url = format!("{scheme}://{}", listener.local_addr().unwrap());
         let seen = Arc::new(Mutex::new(Vec::new()));
         let (handler, log) = (Arc::new(handler), seen.clone());
         std::thread::spawn(move || {
             for conn in listener.incoming().map_while(Result::ok) {
-                let (handler, log) = (handler.clone(), log.clone());
-                std::thread::spawn(move || serve(conn, &*handler, &log));
+                let (handler, log, tls) = (handler.clone(), log.clone(), tls.clone());
+                std::thread::spawn(move || match tls {
+                    // A failed handshake ends the connection before any request is seen.
+                    Some(config) => {
+                        let tls = rustls::ServerConnection::new(config).unwrap();
+                        serve(rustls::StreamOwned::new(tls, conn), &*handler, &log)
+                    }
+                    None => serve(conn, &*handler, &log),
+                });
             }
         });
         Self { url, seen }
@@ -86,9 +114,8 @@ impl FakeApi {
     }
 }
 
-fn serve(conn: TcpStream, handler: &Handler, log: &Mutex<Vec<Seen>>) {
-    let mut reader = BufReader::new(conn.try_clone().unwrap());
-    let mut out = conn;
+fn serve(conn: impl Read + Write, handler: &Handler, log: &Mutex<Vec<Seen>>) {
+    let mut reader = BufReader::new(conn);
     loop {
         let mut request_line = String::new();
         if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
@@ -99,7 +126,9 @@ fn serve(conn: TcpStream, handler: &Handler, log: &Mutex<Vec<Seen>>) {
         let (mut length, mut content_type) = (0usize, String::new());
         loop {
             let mut line = String::new();
-            reader.read_line(&mut line).unwrap();
+            if reader.read_line(&mut line).is_err() {
+                return;
+            }
             let line = line.trim_end();
             if line.is_empty() {
                 break;
@@ -112,7 +141,9 @@ fn serve(conn: TcpStream, handler: &Handler, log: &Mutex<Vec<Seen>>) {
             }
         }
         let mut body = vec![0; length];
-        reader.read_exact(&mut body).unwrap();
+        if reader.read_exact(&mut body).is_err() {
+            return;
+        }
         let request = Seen { method, target, content_type, body };
         log.lock().unwrap().push(request.clone());
         let answer = handler(&request);
@@ -125,6 +156,7 @@ fn serve(conn: TcpStream, handler: &Handler, log: &Mutex<Vec<Seen>>) {
             429 => "Too Many Requests",
             _ => "Error",
         };
+        let out = reader.get_mut();
         let mut head = format!("HTTP/1.1 {} {reason}\r\nContent-Type: application/json\r\n", answer.status);
         for (name, value) in &answer.headers {
             head += &format!("{name}: {value}\r\n");
@@ -519,4 +551,172 @@ fn http_ingest_routes_events_to_the_tenant_their_request_header_names() {
     };
     assert_eq!(objects(&payments), ["\"pay-0\"", "\"pay-1\""], "{rest}");
     assert_eq!(objects(&other), ["\"none-0\"", "\"shop-0\""], "{rest}");
+}
+
+/// TLS certificates for the fake API server, made with rcgen.
+mod certs {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, SanType};
+
+    /// A certificate, its key, and its PEM (what a kubeconfig's `certificate-authority-data`
+    /// holds).
+    pub struct Cert {
+        pub cert: rcgen::Certificate,
+        pub key: KeyPair,
+        pub params: CertificateParams,
+    }
+
+    impl Cert {
+        pub fn pem(&self) -> String {
+            self.cert.pem()
+        }
+    }
+
+    fn params(name: &str, ca: bool) -> CertificateParams {
+        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.distinguished_name.push(DnType::CommonName, name);
+        if ca {
+            p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        } else {
+            p.subject_alt_names = vec![SanType::IpAddress([127, 0, 0, 1].into())];
+        }
+        p
+    }
+
+    /// A self-signed CA certificate (`CA:TRUE`, no SAN).
+    pub fn ca(name: &str) -> Cert {
+        let (params, key) = (params(name, true), KeyPair::generate().unwrap());
+        Cert { cert: params.self_signed(&key).unwrap(), key, params }
+    }
+
+    /// A self-signed CA certificate (`CA:TRUE`) valid for 127.0.0.1: a serving certificate that
+    /// is its own CA, as some single-node and test clusters have.
+    pub fn self_signed_ca_for_localhost(name: &str) -> Cert {
+        let mut params = params(name, true);
+        params.subject_alt_names = vec![SanType::IpAddress([127, 0, 0, 1].into())];
+        let key = KeyPair::generate().unwrap();
+        Cert { cert: params.self_signed(&key).unwrap(), key, params }
+    }
+
+    /// A serving certificate for 127.0.0.1 issued by `ca`.
+    pub fn leaf_for_localhost(ca: &Cert) -> Cert {
+        let (params, key) = (params("apiserver", false), KeyPair::generate().unwrap());
+        let issuer = Issuer::from_params(&ca.params, &ca.key);
+        Cert { cert: params.signed_by(&key, &issuer).unwrap(), key, params }
+    }
+}
+
+/// A kubeconfig for `server` trusting `ca_pem`, with a bearer token.
+fn kubeconfig(dir: &std::path::Path, server: &str, ca_pem: &str) -> std::path::PathBuf {
+    use base64::Engine;
+    let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    let path = dir.join("kubeconfig");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: test\n\
+             clusters:\n- name: test\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\n\
+             users:\n- name: test\n  user:\n    token: t0ken\n\
+             contexts:\n- name: test\n  context:\n    cluster: test\n    user: test\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// An API server with no events that holds every watch open.
+fn quiet_api_handler() -> Box<Handler> {
+    Box::new(|req: &Seen| {
+        if req.target.contains("watch=true") {
+            Answer::watch(Vec::new(), Duration::from_secs(60))
+        } else {
+            Answer::json(200, list(&[], "1"))
+        }
+    })
+}
+
+/// `eventpipe run --source k8s` with `kubeconfig` until `done` holds for the stderr lines so far
+/// and the requests the server saw (at most 30 s); then SIGTERM. Its stderr lines.
+fn watch_with_kubeconfig(
+    kubeconfig: &std::path::Path,
+    api: &FakeApi,
+    done: impl Fn(&[String], &[Seen]) -> bool,
+) -> Vec<String> {
+    let mut child = eventpipe()
+        .args(["run", "--no-watch", "--source=k8s", "--sink=jsonl:-"])
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = crate::common::stderr_lines(&mut child);
+    let mut stderr = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !done(&stderr, &api.seen()) {
+        assert!(Instant::now() < deadline, "timed out; stderr:\n{}", stderr.join("\n"));
+        if let Ok(line) = lines.recv_timeout(Duration::from_millis(50)) {
+            stderr.push(line);
+        }
+    }
+    Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    let status = child.wait().unwrap();
+    stderr.extend(lines.iter());
+    assert!(status.success(), "{}", stderr.join("\n"));
+    stderr
+}
+
+fn watched_over_tls(seen: &[Seen]) -> bool {
+    seen.iter().any(|s| s.target.contains("watch=true"))
+}
+
+#[test]
+fn tls_with_a_leaf_issued_by_the_kubeconfig_ca_works() {
+    let ca = certs::ca("cluster CA");
+    let leaf = certs::leaf_for_localhost(&ca);
+    let api = FakeApi::start_tls(quiet_api_handler(), &leaf.cert, &leaf.key);
+    let dir = tempfile::tempdir().unwrap();
+    let stderr =
+        watch_with_kubeconfig(&kubeconfig(dir.path(), &api.url, &ca.pem()), &api, |_, seen| watched_over_tls(seen));
+    assert_eq!(api.seen()[0].target, "/api/v1/events?limit=500");
+    assert!(!stderr.iter().any(|l| l.contains("cannot reach")), "{}", stderr.join("\n"));
+}
+
+/// As kubectl (Go's crypto/x509): a serving certificate that is a CA certificate (`CA:TRUE`) is
+/// accepted when it is exactly the kubeconfig's certificate authority.
+#[test]
+fn tls_with_a_self_signed_ca_serving_certificate_that_is_the_kubeconfig_ca_works() {
+    let serving = certs::self_signed_ca_for_localhost("single-node cluster");
+    let api = FakeApi::start_tls(quiet_api_handler(), &serving.cert, &serving.key);
+    let dir = tempfile::tempdir().unwrap();
+    let stderr = watch_with_kubeconfig(&kubeconfig(dir.path(), &api.url, &serving.pem()), &api, |_, seen| {
+        watched_over_tls(seen)
+    });
+    assert_eq!(api.seen()[0].target, "/api/v1/events?limit=500");
+    assert!(!stderr.iter().any(|l| l.contains("cannot reach")), "{}", stderr.join("\n"));
+}
+
+/// A wrong CA fails every request, and the log says why — the rustls error — in one ERROR line
+/// (the watch's retries do not repeat it).
+#[test]
+fn tls_with_the_wrong_ca_fails_with_the_tls_reason_logged_once() {
+    let cases = [
+        (certs::leaf_for_localhost(&certs::ca("cluster CA")), "TLS: invalid peer certificate: UnknownIssuer"),
+        (
+            certs::self_signed_ca_for_localhost("single-node cluster"),
+            "TLS: invalid peer certificate: CaUsedAsEndEntity (the server's certificate is a CA certificate, and not the configured certificate authority)",
+        ),
+    ];
+    for (serving, reason) in cases {
+        let api = FakeApi::start_tls(quiet_api_handler(), &serving.cert, &serving.key);
+        let dir = tempfile::tempdir().unwrap();
+        let config = kubeconfig(dir.path(), &api.url, &certs::ca("another CA").pem());
+        // Until the watch failed twice (the first try and one after its back-off).
+        let stderr = watch_with_kubeconfig(&config, &api, |stderr, _| {
+            stderr.iter().filter(|l| l.contains("watch failed; backing off")).count() >= 2
+        });
+        assert!(api.seen().is_empty(), "no request got through: {:?}", api.seen());
+        let line = format!("cannot reach the Kubernetes API at {}/: {reason}", api.url);
+        let errors: Vec<&String> = stderr.iter().filter(|l| l.contains("ERROR")).collect();
+        assert_eq!(errors.len(), 1, "{}", stderr.join("\n"));
+        assert!(errors[0].ends_with(&line), "{}\nwanted: {line}", errors[0]);
+    }
 }

@@ -228,6 +228,18 @@ impl StatusError {
     pub fn is_expected(&self) -> bool {
         self.reason == REASON_ALREADY_EXISTS || self.causes.iter().any(|c| c == CAUSE_NAMESPACE_TERMINATING)
     }
+
+    /// The namespace named by a `404 NotFound` whose message is the apiserver's
+    /// `namespaces "NAME" not found` (apimachinery's `NewNotFound` for the `namespaces`
+    /// resource, which the `NamespaceLifecycle` admission plugin answers to a create in a
+    /// namespace that does not exist); `None` for any other error.
+    pub fn missing_namespace(&self) -> Option<&str> {
+        if self.code != 404 || !(self.reason.is_empty() || self.reason == "NotFound") {
+            return None;
+        }
+        let name = self.message.strip_prefix("namespaces \"")?.strip_suffix("\" not found")?;
+        (!name.is_empty() && !name.contains('"')).then_some(name)
+    }
 }
 
 /// A non-2xx answer of the API server as client-go's `StatusError`: the `Status` body when
@@ -280,6 +292,10 @@ mod tests {
         let e = status_error(403, body);
         assert_eq!((e.code, e.reason.as_str()), (403, "Forbidden"));
         assert_eq!(e.causes, ["NamespaceTerminating"]);
+        let body = br#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"namespaces \"gone\" not found","reason":"NotFound","details":{"name":"gone","kind":"namespaces"},"code":404}"#;
+        assert_eq!(status_error(404, body).missing_namespace(), Some("gone"));
+        let body = br#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"events \"x.1\" not found","reason":"NotFound","details":{"name":"x.1","kind":"events"},"code":404}"#;
+        assert_eq!(status_error(404, body).missing_namespace(), None, "a missing event, not a namespace");
         let e = status_error(502, b"<html>bad gateway</html>");
         assert_eq!((e.code, e.reason.as_str(), e.message.as_str()), (502, "", "<html>bad gateway</html>"));
     }

@@ -452,6 +452,10 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         commit(&committer, &sinks); // what the drain finished
     }
     sinks.flush().map_err(|(spec, error)| RunError::Sink { spec, error })?;
+    // Each missing namespace was warned about at its first drop; here is how many it cost.
+    for (namespace, dropped) in &router_stats.missing_namespaces {
+        tracing::warn!(namespace, dropped, "namespace not found: {dropped} event write(s) dropped for it in this run");
+    }
     if let Ok(s) = summary.as_mut() {
         s.abandoned = s.source.read.saturating_sub(router_stats.finished);
         s.sink = router_stats;

@@ -553,6 +553,30 @@ fn http_ingest_routes_events_to_the_tenant_their_request_header_names() {
     assert_eq!(objects(&other), ["\"none-0\"", "\"shop-0\""], "{rest}");
 }
 
+/// Kills the child on drop: a failed assertion leaves no `eventpipe run` behind.
+struct Running(std::process::Child);
+
+impl Running {
+    fn spawn(command: &mut Command) -> Self {
+        Self(command.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap())
+    }
+
+    /// SIGTERM (as Kubernetes stops a pod), then its exit status.
+    fn terminate(&mut self) -> std::process::ExitStatus {
+        Command::new("kill").args(["-TERM", &self.0.id().to_string()]).status().unwrap();
+        self.0.wait().unwrap()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 /// TLS certificates for the fake API server, made with rcgen.
 mod certs {
     use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, SanType};
@@ -641,14 +665,12 @@ fn watch_with_kubeconfig(
     api: &FakeApi,
     done: impl Fn(&[String], &[Seen]) -> bool,
 ) -> Vec<String> {
-    let mut child = eventpipe()
-        .args(["run", "--no-watch", "--source=k8s", "--sink=jsonl:-"])
-        .arg(format!("--kubeconfig={}", kubeconfig.display()))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let lines = crate::common::stderr_lines(&mut child);
+    let mut child = Running::spawn(
+        eventpipe()
+            .args(["run", "--no-watch", "--source=k8s", "--sink=jsonl:-"])
+            .arg(format!("--kubeconfig={}", kubeconfig.display())),
+    );
+    let lines = crate::common::stderr_lines(&mut child.0);
     let mut stderr = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(30);
     while !done(&stderr, &api.seen()) {
@@ -657,8 +679,7 @@ fn watch_with_kubeconfig(
             stderr.push(line);
         }
     }
-    Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
-    let status = child.wait().unwrap();
+    let status = child.terminate();
     stderr.extend(lines.iter());
     assert!(status.success(), "{}", stderr.join("\n"));
     stderr
@@ -719,4 +740,104 @@ fn tls_with_the_wrong_ca_fails_with_the_tls_reason_logged_once() {
         assert_eq!(errors.len(), 1, "{}", stderr.join("\n"));
         assert!(errors[0].ends_with(&line), "{}\nwanted: {line}", errors[0]);
     }
+}
+
+/// `GET /metrics` from `addr` (host:port), the body.
+fn scrape(addr: &str) -> String {
+    let mut conn = TcpStream::connect(addr).unwrap();
+    write!(conn, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).unwrap();
+    answer
+}
+
+/// As client-go, a create in a namespace that does not exist (`404 namespaces "x" not found`)
+/// is dropped; unlike client-go's error line per event, each missing namespace is warned about
+/// once, its count is given at the end of the run, and the drops are counted in `/metrics` under
+/// one reason.
+#[test]
+fn writes_to_a_missing_namespace_are_dropped_warned_once_per_namespace_and_counted() {
+    let in_ns = |e: Value, ns: &str| {
+        let mut e = e;
+        e["metadata"]["namespace"] = json!(ns);
+        e["involvedObject"]["namespace"] = json!(ns);
+        e
+    };
+    let stream = [
+        in_ns(event("a.1", "a", "Started", "started", "2025-01-01T00:00:00Z"), "ns"),
+        in_ns(event("g1.1", "g1", "Started", "started", "2025-01-01T00:00:01Z"), "gone"),
+        in_ns(event("g2.1", "g2", "Started", "started", "2025-01-01T00:00:02Z"), "gone"),
+        in_ns(event("h.1", "h", "Started", "started", "2025-01-01T00:00:03Z"), "gone2"),
+        in_ns(event("g3.1", "g3", "Started", "started", "2025-01-01T00:00:04Z"), "gone"),
+        in_ns(event("b.1", "b", "Started", "started", "2025-01-01T00:00:05Z"), "ns"),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(&input, stream.iter().map(|e| format!("{e}\n")).collect::<String>()).unwrap();
+    let api = FakeApi::start(Box::new(|req: &Seen| {
+        let ns = req.target.trim_start_matches("/api/v1/namespaces/").split('/').next().unwrap().to_string();
+        if ns == "ns" {
+            let mut e = req.json();
+            e["metadata"]["resourceVersion"] = json!("1");
+            Answer::json(201, e)
+        } else {
+            // The apiserver's NamespaceLifecycle admission answer.
+            let mut a = Answer::status(404, "NotFound", &format!("namespaces \"{ns}\" not found"));
+            a.body = json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
+                "message": format!("namespaces \"{ns}\" not found"), "reason":"NotFound",
+                "details":{"name": ns, "kind":"namespaces"}, "code":404})
+            .to_string()
+            .into_bytes();
+            a
+        }
+    }));
+
+    let mut child = Running::spawn(
+        eventpipe()
+            .args(["run", "--summary-json", "--no-watch", "--follow", "--metrics=127.0.0.1:0", "--sink=k8s"])
+            .args(["--workers=1", "--max-in-flight=1"])
+            .arg(format!("--source=jsonl:{}", input.display()))
+            .arg(format!("--kube-server={}", api.url)),
+    );
+    let lines = crate::common::stderr_lines(&mut child.0);
+    let mut stderr = Vec::new();
+    let metrics = loop {
+        let line = lines.recv_timeout(Duration::from_secs(120)).expect("the run announces its metrics address");
+        stderr.push(line.clone());
+        if let Some((_, rest)) = line.split_once("metrics on http://") {
+            break rest.trim_end_matches("/metrics").to_string();
+        }
+    };
+    let counted = "eventpipe_sink_rejected_total{reason=\"NamespaceNotFound\"} 4";
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut text = scrape(&metrics);
+    while !text.contains(counted) {
+        assert!(Instant::now() < deadline, "never {counted}:\n{text}");
+        std::thread::sleep(Duration::from_millis(100));
+        text = scrape(&metrics);
+    }
+    let status = child.terminate();
+    stderr.extend(lines.iter());
+    let all = stderr.join("\n");
+    assert!(status.success(), "{all}");
+
+    // Dropped, not retried: one POST per event.
+    assert_eq!(api.seen().len(), 6, "{:?}", api.seen());
+    let summary: Value = stderr.iter().rev().find_map(|l| serde_json::from_str(l).ok()).unwrap();
+    assert_eq!((summary["created"].as_u64(), summary["dropped"].as_u64()), (Some(2), Some(4)), "{summary}");
+    assert_eq!(summary["rejected"], json!({"NamespaceNotFound": 4}), "{summary}");
+    assert_eq!(summary["missing_namespaces"], json!({"gone": 3, "gone2": 1}), "{summary}");
+    // Warned once per namespace at the first drop, then its count at the end; no error line per
+    // event.
+    let warned = |ns: &str, text: &str| {
+        stderr
+            .iter()
+            .filter(|l| l.contains("WARN") && l.contains(&format!("namespace=\"{ns}\"")) && l.contains(text))
+            .count()
+    };
+    assert_eq!(warned("gone", "its events are dropped"), 1, "{all}");
+    assert_eq!(warned("gone2", "its events are dropped"), 1, "{all}");
+    assert_eq!(warned("gone", "3 event write(s) dropped for it in this run"), 1, "{all}");
+    assert_eq!(warned("gone2", "1 event write(s) dropped for it in this run"), 1, "{all}");
+    assert!(!all.contains("ERROR"), "{all}");
 }

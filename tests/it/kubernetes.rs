@@ -841,3 +841,136 @@ fn writes_to_a_missing_namespace_are_dropped_warned_once_per_namespace_and_count
     assert_eq!(warned("gone2", "1 event write(s) dropped for it in this run"), 1, "{all}");
     assert!(!all.contains("ERROR"), "{all}");
 }
+
+/// The state file's saved resourceVersion, if the file exists.
+fn saved_resource_version(state: &std::path::Path) -> Option<String> {
+    let text = std::fs::read_to_string(state).ok()?;
+    let state: Value = serde_json::from_str(&text).unwrap();
+    Some(state["position"]["resource_version"].as_str().expect("a resourceVersion position").to_string())
+}
+
+/// `eventpipe run --source k8s --delivery at-least-once` against `api` until `done` holds for
+/// the requests it saw (at most 30 s), then SIGTERM: the objects of the events it wrote.
+fn run_at_least_once(
+    api: &FakeApi,
+    state: &std::path::Path,
+    out: &std::path::Path,
+    done: impl Fn() -> bool,
+) -> Vec<String> {
+    let mut child = Running::spawn(
+        eventpipe()
+            .args([
+                "run",
+                "--no-watch",
+                "--source=k8s",
+                "--delivery=at-least-once",
+                "--clock=processing",
+                "--workers=1",
+            ])
+            .arg(format!("--state-file={}", state.display()))
+            .arg(format!("--sink=jsonl:{}", out.display()))
+            .arg(format!("--kube-server={}", api.url)),
+    );
+    let lines = crate::common::stderr_lines(&mut child.0);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !done() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out: {:?}\n{}",
+            api.seen(),
+            lines.try_iter().collect::<Vec<_>>().join("\n")
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let status = child.terminate();
+    let stderr: Vec<String> = lines.iter().collect();
+    assert!(status.success(), "{}", stderr.join("\n"));
+    std::fs::read_to_string(out)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["event"]["involvedObject"]["name"].as_str().unwrap().to_string()
+        })
+        .collect()
+}
+
+/// A fake API server whose watches answer `410 Gone` except from `fresh` (which stays open), and
+/// whose lists answer `listed`.
+fn api_after_expiry(listed: Value, fresh: &'static str) -> FakeApi {
+    FakeApi::start(Box::new(move |req: &Seen| {
+        if !req.target.contains("watch=true") {
+            Answer::json(200, listed.clone())
+        } else if req.target.contains(&format!("resourceVersion={fresh}&")) {
+            Answer::watch(Vec::new(), Duration::from_secs(60))
+        } else {
+            Answer::status(410, "Expired", "too old resource version")
+        }
+    }))
+}
+
+/// The case: with at-least-once delivery, a restart whose saved resourceVersion has
+/// expired (`410` on resume) re-lists and sends only the events that changed or appeared while
+/// it was stopped — not every event in the cluster — and the state file keeps a real position
+/// (never `""`) and the versions it delivered, so the next restart re-sends nothing either.
+#[test]
+fn a_restart_after_the_resource_version_expired_sends_only_what_changed() {
+    let at = |i: u32| format!("2025-01-01T00:0{i}:00Z");
+    let e: Vec<Value> =
+        (1..=7).map(|i| event(&format!("o{i}.1"), &format!("o{i}"), "Started", "started", &at(i))).collect();
+    let changed = |e: &Value| {
+        let mut e = e.clone();
+        e["count"] = json!(2);
+        e["lastTimestamp"] = json!("2025-01-01T00:09:00Z");
+        e
+    };
+    let (e2b, e3b) = (changed(&e[1]), changed(&e[2]));
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.json");
+
+    // Run 1: five events in the cluster (not sent: no --replay-existing), then two changes.
+    let l1 = list(&[(&e[0], "10"), (&e[1], "11"), (&e[2], "12"), (&e[3], "13"), (&e[4], "14")], "100");
+    let watch1 = vec![watched("ADDED", &e[5], "101"), watched("MODIFIED", &e3b, "102")];
+    let api = FakeApi::start(Box::new(move |req: &Seen| {
+        if req.target.contains("watch=true") {
+            Answer::watch(watch1.clone(), Duration::from_secs(60))
+        } else {
+            Answer::json(200, l1.clone())
+        }
+    }));
+    let out1 = dir.path().join("out1.jsonl");
+    let sent = run_at_least_once(&api, &state, &out1, || saved_resource_version(&state).as_deref() == Some("102"));
+    assert_eq!(sent, ["o6", "o3"]);
+
+    // Stopped meanwhile: o2 changed, o7 appeared, and resourceVersion 102 expired.
+    let l2 = list(
+        &[(&e[0], "10"), (&e2b, "160"), (&e3b, "102"), (&e[3], "13"), (&e[4], "14"), (&e[5], "101"), (&e[6], "150")],
+        "200",
+    );
+    let api = api_after_expiry(l2.clone(), "200");
+    let out2 = dir.path().join("out2.jsonl");
+    let sent = run_at_least_once(&api, &state, &out2, || {
+        api.seen().iter().any(|s| s.target.contains("resourceVersion=200&"))
+            && saved_resource_version(&state).as_deref() != Some("102")
+    });
+    assert_eq!(sent, ["o2", "o7"], "only what changed while stopped");
+    assert_eq!(saved_resource_version(&state).as_deref(), Some("200"), "the list's, once its last event is delivered");
+    let targets: Vec<String> = api.seen().iter().map(|s| s.target.clone()).collect();
+    assert_eq!(
+        targets[..3],
+        [
+            "/api/v1/events?watch=true&resourceVersion=102&allowWatchBookmarks=true&timeoutSeconds=300",
+            "/api/v1/events?limit=500",
+            "/api/v1/events?watch=true&resourceVersion=200&allowWatchBookmarks=true&timeoutSeconds=300",
+        ]
+    );
+
+    // Again, with 200 expired too: nothing changed, nothing is sent, the position stays.
+    let mut l3 = l2;
+    l3["metadata"]["resourceVersion"] = json!("300");
+    let api = api_after_expiry(l3, "300");
+    let out3 = dir.path().join("out3.jsonl");
+    let sent =
+        run_at_least_once(&api, &state, &out3, || api.seen().iter().any(|s| s.target.contains("resourceVersion=300&")));
+    assert!(sent.is_empty(), "{sent:?}");
+    assert_eq!(saved_resource_version(&state).as_deref(), Some("200"));
+}

@@ -857,12 +857,23 @@ fn run_at_least_once(
     out: &std::path::Path,
     done: impl Fn() -> bool,
 ) -> Vec<String> {
+    run_at_least_once_from("k8s", api, state, out, done)
+}
+
+/// [`run_at_least_once`] with `--source=SOURCE`.
+fn run_at_least_once_from(
+    source: &str,
+    api: &FakeApi,
+    state: &std::path::Path,
+    out: &std::path::Path,
+    done: impl Fn() -> bool,
+) -> Vec<String> {
     let mut child = Running::spawn(
         eventpipe()
             .args([
                 "run",
                 "--no-watch",
-                "--source=k8s",
+                &format!("--source={source}"),
                 "--delivery=at-least-once",
                 "--clock=processing",
                 "--workers=1",
@@ -973,4 +984,50 @@ fn a_restart_after_the_resource_version_expired_sends_only_what_changed() {
         run_at_least_once(&api, &state, &out3, || api.seen().iter().any(|s| s.target.contains("resourceVersion=300&")));
     assert!(sent.is_empty(), "{sent:?}");
     assert_eq!(saved_resource_version(&state).as_deref(), Some("200"));
+}
+
+/// With several namespaces no single resourceVersion applies, so each namespace lists again at
+/// a restart; the versions saved in the state file make those lists send what changed or
+/// appeared while stopped (before, such a restart sent nothing from its lists: a gap).
+#[test]
+fn a_restart_watching_several_namespaces_sends_what_changed_in_each() {
+    let in_ns = |name: &str, ns: &str, at: &str| {
+        let mut e = event(&format!("{name}.1"), name, "Started", "started", at);
+        e["metadata"]["namespace"] = json!(ns);
+        e["involvedObject"]["namespace"] = json!(ns);
+        e
+    };
+    let (a1, a2, a3) = (
+        in_ns("a1", "a", "2025-01-01T00:01:00Z"),
+        in_ns("a2", "a", "2025-01-01T00:02:00Z"),
+        in_ns("a3", "a", "2025-01-01T00:03:00Z"),
+    );
+    let b1 = in_ns("b1", "b", "2025-01-01T00:01:00Z");
+    let mut b1b = b1.clone();
+    b1b["count"] = json!(2);
+    let api_with = |a: Value, b: Value, watch_a: Vec<Value>| {
+        FakeApi::start(Box::new(move |req: &Seen| {
+            let in_a = req.target.starts_with("/api/v1/namespaces/a/");
+            if req.target.contains("watch=true") {
+                Answer::watch(if in_a { watch_a.clone() } else { Vec::new() }, Duration::from_secs(60))
+            } else {
+                Answer::json(200, if in_a { a.clone() } else { b.clone() })
+            }
+        }))
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.json");
+    let api = api_with(list(&[(&a1, "10")], "100"), list(&[(&b1, "20")], "200"), vec![watched("ADDED", &a2, "101")]);
+    let out1 = dir.path().join("out1.jsonl");
+    let sent = run_at_least_once_from("k8s:a,b", &api, &state, &out1, || saved_resource_version(&state).is_some());
+    assert_eq!(sent, ["a2"]);
+
+    let api =
+        api_with(list(&[(&a1, "10"), (&a2, "101"), (&a3, "150")], "300"), list(&[(&b1b, "250")], "400"), Vec::new());
+    let out2 = dir.path().join("out2.jsonl");
+    let mut sent = run_at_least_once_from("k8s:a,b", &api, &state, &out2, || {
+        api.seen().iter().filter(|s| s.target.contains("watch=true")).count() == 2
+    });
+    sent.sort();
+    assert_eq!(sent, ["a3", "b1"], "a1 and a2 were delivered or there before");
 }

@@ -10,12 +10,12 @@
 //! - `410 Gone` / `Expired` (the resourceVersion is too old), as an HTTP status or a watch `ERROR`
 //!   envelope, makes it list again. Events listed again are sent on only when their
 //!   resourceVersion differs from the one last seen for that event (changes missed in the gap);
-//!   the memory of what was seen is an LRU of [`SEEN_ENTRIES`] events
-//!   ([`SeenVersions`], one for all the namespaces watched). With at-least-once delivery that memory survives restarts: the
-//!   versions of acknowledged events (and of the events found at the first start) are kept in
-//!   the state file and given back as [`WatchOptions::resume_seen`], so a restart whose saved
-//!   resourceVersion has expired re-lists and sends only what changed, and a first list of a
-//!   resumed run (several namespaces) sends only what the state does not know.
+//!   the memory of what was seen is an LRU of [`SEEN_ENTRIES`] events ([`SeenVersions`], one
+//!   for all the namespaces watched). With at-least-once delivery that memory survives
+//!   restarts: the versions of acknowledged events (and of the events found at the first start)
+//!   are kept in the state file and given back as [`WatchOptions::resume_seen`], so a restart
+//!   whose saved resourceVersion has expired re-lists and sends only what changed, and a first
+//!   list of a resumed run (several namespaces) sends only what the state does not know.
 //! - Positions (at-least-once): a watched event's own resourceVersion; a listed event moves
 //!   none, except the last one sent, which carries the list's resourceVersion (once it is
 //!   acknowledged, every listed event before it is too). An empty resourceVersion is never a

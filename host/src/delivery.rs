@@ -12,12 +12,32 @@
 //! the [`Committer`] matches the count to the positions, flushes the sinks and saves the
 //! position of the last finished event in the state file (written to a temporary file, then
 //! renamed over the old one).
+//!
+//! A Kubernetes source also records, per event, the resourceVersion it was sent with
+//! ([`SeenVersions`]); the committer keeps those of finished events (and of the events already
+//! in the cluster at the first start, which are not sent) in the state file, so that a restart
+//! whose resourceVersion has expired (`410 Gone`, a re-list) sends only the events that changed
+//! or appeared since, not every event in the cluster. The file is JSON:
+//!
+//! ```json
+//! {"source":"k8s","position":{"resource_version":"1234"},"acknowledged":8,"seen":"<base64>"}
+//! ```
+//!
+//! `seen` is optional (a state file without it, as earlier versions wrote, loads with nothing
+//! seen): base64 of 16-byte records, least recently seen first — the xxh3-64 hash of the event's
+//! key (its `metadata.uid`, else `namespace/name`) and of its resourceVersion, little-endian —
+//! at most [`SEEN_VERSIONS_MAX`] records (about 1.4 MB). A position is never an empty
+//! resourceVersion. While the file is large, saves are spaced so that it is written at no
+//! more than [`STATE_WRITE_BYTES_PER_SECOND`] (a full `seen` is saved every ~1.4 s, a small
+//! file at every commit).
 
 use std::collections::VecDeque;
+use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -84,6 +104,119 @@ pub enum Position {
     ResourceVersion(String),
 }
 
+/// Most events whose resourceVersion [`SeenVersions`] remembers (the least recently seen go
+/// first): what a Kubernetes source keeps in memory and in the state file.
+pub const SEEN_VERSIONS_MAX: usize = 65_536;
+
+/// The state file is written at most at this rate: a save waits until the last one's size at
+/// this rate has passed (a file up to 200 KiB: every commit, 200 ms).
+pub const STATE_WRITE_BYTES_PER_SECOND: f64 = 1024.0 * 1024.0;
+
+/// One event's resourceVersion as remembered: hashes (xxh3-64) of the event's key and of the
+/// resourceVersion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SeenVersion {
+    key: u64,
+    version: u64,
+}
+
+impl SeenVersion {
+    /// `resource_version` of the event with `key` (its `metadata.uid`, else
+    /// `namespace/name`).
+    pub fn new(key: &str, resource_version: &str) -> Self {
+        use xxhash_rust::xxh3::xxh3_64;
+        Self { key: xxh3_64(key.as_bytes()), version: xxh3_64(resource_version.as_bytes()) }
+    }
+}
+
+/// The resourceVersion last seen per event, bounded: an LRU of at most [`SEEN_VERSIONS_MAX`]
+/// (or the given capacity) events, keyed and compared by hash ([`SeenVersion`]).
+/// resourceVersions are only compared for equality (they are opaque, as client-go treats them).
+/// Serialized (in the state file) as base64 of 16-byte records, least recently seen first.
+#[derive(Debug, Clone)]
+pub struct SeenVersions {
+    map: lru::LruCache<u64, u64>,
+}
+
+impl Default for SeenVersions {
+    fn default() -> Self {
+        Self::with_capacity(SEEN_VERSIONS_MAX)
+    }
+}
+
+impl PartialEq for SeenVersions {
+    fn eq(&self, other: &Self) -> bool {
+        self.map.len() == other.map.len() && self.map.iter().eq(other.map.iter())
+    }
+}
+
+impl Eq for SeenVersions {}
+
+impl SeenVersions {
+    /// Nothing seen, remembering at most `capacity` events (≥ 1).
+    pub fn with_capacity(capacity: usize) -> Self {
+        Self { map: lru::LruCache::new(NonZeroUsize::new(capacity.max(1)).expect("at least 1")) }
+    }
+
+    /// Whether `seen` is the version last recorded for its event (marks the event recently
+    /// seen).
+    pub fn is_current(&mut self, seen: SeenVersion) -> bool {
+        self.map.get(&seen.key) == Some(&seen.version)
+    }
+
+    /// Records `seen` as its event's version, dropping the least recently seen event when full.
+    pub fn record(&mut self, seen: SeenVersion) {
+        self.map.put(seen.key, seen.version);
+    }
+
+    /// Events remembered.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether nothing is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    fn encode(&self) -> String {
+        use base64::Engine;
+        let mut bytes = Vec::with_capacity(self.map.len() * 16);
+        for (key, version) in self.map.iter().rev() {
+            bytes.extend_from_slice(&key.to_le_bytes());
+            bytes.extend_from_slice(&version.to_le_bytes());
+        }
+        base64::engine::general_purpose::STANDARD.encode(bytes)
+    }
+
+    fn decode(text: &str) -> Result<Self, String> {
+        use base64::Engine;
+        let bytes = base64::engine::general_purpose::STANDARD.decode(text).map_err(|e| format!("seen: {e}"))?;
+        if bytes.len() % 16 != 0 {
+            return Err(format!("seen: {} bytes, not a whole number of 16-byte records", bytes.len()));
+        }
+        let mut seen = Self::default();
+        for record in bytes.chunks_exact(16) {
+            let word = |at: usize| u64::from_le_bytes(record[at..at + 8].try_into().expect("8 bytes"));
+            seen.map.put(word(0), word(8));
+        }
+        Ok(seen)
+    }
+}
+
+impl Serialize for SeenVersions {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.encode())
+    }
+}
+
+impl<'de> Deserialize<'de> for SeenVersions {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        Self::decode(&text).map_err(serde::de::Error::custom)
+    }
+}
+
 /// The state file's content.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SavedState {
@@ -93,6 +226,11 @@ pub struct SavedState {
     pub position: Position,
     /// Events acknowledged when it was saved (this run).
     pub acknowledged: u64,
+    /// A Kubernetes source: the resourceVersion of every event sent and acknowledged, or found
+    /// in the cluster at the first start (up to [`SEEN_VERSIONS_MAX`]), so that a re-list sends
+    /// only what changed. Absent in state files of earlier versions.
+    #[serde(default, skip_serializing_if = "SeenVersions::is_empty")]
+    pub seen: SeenVersions,
 }
 
 /// Why the state file could not be read or written.
@@ -120,18 +258,21 @@ impl SavedState {
         }
     }
 
-    /// Writes this state to `path` atomically (temporary file, fsync, rename).
+    /// Writes this state to `path` atomically (temporary file, fsync, rename); returns the
+    /// bytes written.
     ///
     /// # Errors
     /// [`StateError`] on any I/O error.
-    pub fn save(&self, path: &Path) -> Result<(), StateError> {
+    pub fn save(&self, path: &Path) -> Result<usize, StateError> {
         use std::io::Write;
         let fail = |e: std::io::Error| StateError { path: path.into(), message: e.to_string() };
         let tmp = path.with_extension("tmp");
         let mut file = std::fs::File::create(&tmp).map_err(fail)?;
-        file.write_all(&serde_json::to_vec(self).expect("state serialises")).map_err(fail)?;
+        let bytes = serde_json::to_vec(self).expect("state serialises");
+        file.write_all(&bytes).map_err(fail)?;
         file.sync_all().map_err(fail)?;
-        std::fs::rename(&tmp, path).map_err(fail)
+        std::fs::rename(&tmp, path).map_err(fail)?;
+        Ok(bytes.len())
     }
 }
 
@@ -139,15 +280,48 @@ impl SavedState {
 /// finished.
 #[derive(Debug, Default)]
 pub struct Progress {
-    positions: Mutex<VecDeque<Position>>,
+    sent: Mutex<VecDeque<Sent>>,
+    /// Versions of events not sent on (found at the first start): remembered without waiting
+    /// for any acknowledgement; at most [`SEEN_VERSIONS_MAX`] kept until taken.
+    unsent: Mutex<VecDeque<SeenVersion>>,
     finished: AtomicU64,
     taken: AtomicU64,
+}
+
+/// What one sent event leaves behind once finished.
+#[derive(Debug)]
+struct Sent {
+    /// Where to resume after it; `None`: where the event before it left off.
+    position: Option<Position>,
+    /// Its version, remembered once it is finished.
+    seen: Option<SeenVersion>,
 }
 
 impl Progress {
     /// Records the position after the next event sent (call before sending it).
     pub fn sent(&self, position: Position) {
-        self.positions.lock().unwrap_or_else(|p| p.into_inner()).push_back(position);
+        self.push(Sent { position: Some(position), seen: None });
+    }
+
+    /// Records the next event sent by a Kubernetes source: the position after it (`None`: it
+    /// does not move the position, e.g. a re-listed event before the list's end) and its
+    /// version (call before sending it).
+    pub fn sent_event(&self, position: Option<Position>, seen: SeenVersion) {
+        self.push(Sent { position, seen: Some(seen) });
+    }
+
+    /// Records the version of an event the source does not send on (already in the cluster at
+    /// the first start): remembered at the next [`take_finished`](Self::take_finished).
+    pub fn seen_unsent(&self, seen: SeenVersion) {
+        let mut unsent = self.unsent.lock().unwrap_or_else(|p| p.into_inner());
+        if unsent.len() == SEEN_VERSIONS_MAX {
+            unsent.pop_front();
+        }
+        unsent.push_back(seen);
+    }
+
+    fn push(&self, sent: Sent) {
+        self.sent.lock().unwrap_or_else(|p| p.into_inner()).push_back(sent);
     }
 
     /// Counts `n` events finished by the router.
@@ -160,17 +334,27 @@ impl Progress {
         self.finished.load(Ordering::Acquire)
     }
 
-    /// The position after the last finished event not yet taken, if any finished since the last
-    /// call.
-    pub fn take_finished(&self) -> Option<Position> {
+    /// The position after the last finished event not yet taken that moved it (never an empty
+    /// resourceVersion), if any finished since the last call; the versions of the unsent events and of the finished ones (in that
+    /// order) are recorded in `seen`.
+    pub fn take_finished(&self, seen: &mut SeenVersions) -> Option<Position> {
+        for version in self.unsent.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
+            seen.record(version);
+        }
         let finished = self.finished.load(Ordering::Acquire);
         let taken = self.taken.load(Ordering::Acquire);
-        let mut positions = self.positions.lock().unwrap_or_else(|p| p.into_inner());
+        let mut sent = self.sent.lock().unwrap_or_else(|p| p.into_inner());
         let mut last = None;
         for _ in taken..finished {
-            match positions.pop_front() {
-                Some(p) => last = Some(p),
-                None => break,
+            let Some(event) = sent.pop_front() else { break };
+            if let Some(version) = event.seen {
+                seen.record(version);
+            }
+            // An empty resourceVersion is no place to resume from.
+            match event.position {
+                Some(Position::ResourceVersion(rv)) if rv.is_empty() => {}
+                Some(position) => last = Some(position),
+                None => {}
             }
         }
         self.taken.store(finished, Ordering::Release);
@@ -237,7 +421,7 @@ impl Acknowledgements {
 }
 
 /// Saves positions for `at-least-once`: after flushing the sinks, the position of the last
-/// finished event.
+/// finished event, with the versions of the events finished so far ([`SeenVersions`]).
 pub struct Committer {
     /// The state file.
     pub state_file: PathBuf,
@@ -245,18 +429,59 @@ pub struct Committer {
     pub source: String,
     /// The shared progress.
     pub progress: Arc<Progress>,
+    state: Mutex<CommitState>,
+}
+
+struct CommitState {
+    /// Versions of the finished (and unsent) events, saved with the position.
+    seen: SeenVersions,
+    /// The newest finished position, saved or not.
+    position: Option<Position>,
+    /// Events finished at the last save.
+    saved_finished: u64,
+    /// When the file was last written, and its size.
+    last_write: Option<(Instant, usize)>,
 }
 
 impl Committer {
-    /// Saves the newest finished position (after `flush` succeeded); returns whether it saved.
+    /// A committer saving to `state_file` for `source`, from `progress`, starting from the
+    /// versions `seen` by earlier runs (from the state file).
+    pub fn new(state_file: PathBuf, source: String, progress: Arc<Progress>, seen: SeenVersions) -> Self {
+        let state = CommitState { seen, position: None, saved_finished: 0, last_write: None };
+        Self { state_file, source, progress, state: Mutex::new(state) }
+    }
+
+    /// Saves the newest finished position and the versions seen, after `flush` succeeded;
+    /// returns whether it saved. Unless `now`, a save is put off (the sinks are still flushed)
+    /// while the last write's size at [`STATE_WRITE_BYTES_PER_SECOND`] has not passed yet.
     ///
     /// # Errors
     /// [`StateError`] when the sinks cannot be flushed or the file cannot be written.
-    pub fn commit(&self, flush: impl FnOnce() -> Result<(), String>) -> Result<bool, StateError> {
-        let Some(position) = self.progress.take_finished() else { return Ok(false) };
+    pub fn commit(&self, flush: impl FnOnce() -> Result<(), String>, now: bool) -> Result<bool, StateError> {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let state = &mut *state;
+        // The finished count first: what is taken next covers at least as many events.
+        let finished = self.progress.finished_count();
+        if let Some(position) = self.progress.take_finished(&mut state.seen) {
+            state.position = Some(position);
+        }
+        let (Some(position), true) = (&state.position, finished != state.saved_finished) else { return Ok(false) };
         flush().map_err(|message| StateError { path: self.state_file.clone(), message })?;
-        let state = SavedState { source: self.source.clone(), position, acknowledged: self.progress.finished_count() };
-        state.save(&self.state_file)?;
+        if let (Some((at, bytes)), false) = (state.last_write, now)
+            && at.elapsed() < Duration::from_secs_f64(bytes as f64 / STATE_WRITE_BYTES_PER_SECOND)
+        {
+            return Ok(false);
+        }
+        let saved = SavedState {
+            source: self.source.clone(),
+            position: position.clone(),
+            acknowledged: finished,
+            seen: std::mem::take(&mut state.seen),
+        };
+        let written = saved.save(&self.state_file);
+        state.seen = saved.seen;
+        state.last_write = Some((Instant::now(), written?));
+        state.saved_finished = finished;
         Ok(true)
     }
 }
@@ -287,15 +512,49 @@ mod tests {
     #[test]
     fn only_finished_positions_are_taken_in_order() {
         let p = Progress::default();
+        let mut seen = SeenVersions::default();
         for o in [10, 20, 30] {
             p.sent(Position::FileOffset(o));
         }
-        assert_eq!(p.take_finished(), None);
+        assert_eq!(p.take_finished(&mut seen), None);
         p.finished(2);
-        assert_eq!(p.take_finished(), Some(Position::FileOffset(20)));
-        assert_eq!(p.take_finished(), None);
+        assert_eq!(p.take_finished(&mut seen), Some(Position::FileOffset(20)));
+        assert_eq!(p.take_finished(&mut seen), None);
         p.finished(1);
-        assert_eq!(p.take_finished(), Some(Position::FileOffset(30)));
+        assert_eq!(p.take_finished(&mut seen), Some(Position::FileOffset(30)));
+        assert!(seen.is_empty());
+    }
+
+    #[test]
+    fn versions_are_remembered_only_once_their_events_finished() {
+        let p = Progress::default();
+        let mut seen = SeenVersions::default();
+        let (a, b, c) = (SeenVersion::new("a", "1"), SeenVersion::new("b", "2"), SeenVersion::new("c", "3"));
+        p.seen_unsent(a);
+        p.sent_event(None, b);
+        p.sent_event(Some(Position::ResourceVersion("100".into())), c);
+        assert_eq!(p.take_finished(&mut seen), None);
+        assert!(seen.is_current(a), "an unsent event needs no acknowledgement");
+        assert!(!seen.is_current(b));
+        p.finished(1);
+        assert_eq!(p.take_finished(&mut seen), None, "b does not move the position");
+        assert!(seen.is_current(b) && !seen.is_current(c));
+        p.finished(1);
+        assert_eq!(p.take_finished(&mut seen), Some(Position::ResourceVersion("100".into())));
+        assert!(seen.is_current(c));
+        assert!(!seen.is_current(SeenVersion::new("c", "4")), "another version of c");
+    }
+
+    #[test]
+    fn seen_versions_are_bounded_least_recently_seen_first() {
+        let mut seen = SeenVersions::with_capacity(2);
+        seen.record(SeenVersion::new("a", "1"));
+        seen.record(SeenVersion::new("b", "1"));
+        assert!(seen.is_current(SeenVersion::new("a", "1")), "a is now the most recent");
+        seen.record(SeenVersion::new("c", "1"));
+        assert_eq!(seen.len(), 2);
+        assert!(!seen.is_current(SeenVersion::new("b", "1")), "b went");
+        assert!(seen.is_current(SeenVersion::new("a", "1")) && seen.is_current(SeenVersion::new("c", "1")));
     }
 
     #[test]
@@ -304,15 +563,96 @@ mod tests {
         let path = dir.path().join("state.json");
         assert_eq!(SavedState::load(&path).unwrap(), None);
         let progress = Arc::new(Progress::default());
-        let c = Committer { state_file: path.clone(), source: "jsonl:x".into(), progress: progress.clone() };
+        let c = Committer::new(path.clone(), "jsonl:x".into(), progress.clone(), SeenVersions::default());
         progress.sent(Position::ResourceVersion("7".into()));
         progress.finished(1);
-        assert!(c.commit(|| Err("disk full".into())).is_err(), "a failed flush saves nothing");
+        assert!(c.commit(|| Err("disk full".into()), false).is_err(), "a failed flush saves nothing");
         assert_eq!(SavedState::load(&path).unwrap(), None);
         progress.sent(Position::ResourceVersion("8".into()));
         progress.finished(1);
-        assert!(c.commit(|| Ok(())).unwrap());
+        assert!(c.commit(|| Ok(()), false).unwrap());
         let saved = SavedState::load(&path).unwrap().unwrap();
         assert_eq!((saved.position, saved.acknowledged), (Position::ResourceVersion("8".into()), 2));
+        assert!(!c.commit(|| Ok(()), true).unwrap(), "nothing new");
+    }
+
+    #[test]
+    fn a_state_file_of_earlier_versions_loads_and_seen_versions_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        std::fs::write(&path, r#"{"source":"k8s","position":{"resource_version":"1234"},"acknowledged":8}"#).unwrap();
+        let old = SavedState::load(&path).unwrap().unwrap();
+        assert_eq!((old.position, old.acknowledged), (Position::ResourceVersion("1234".into()), 8));
+        assert!(old.seen.is_empty());
+
+        let mut seen = SeenVersions::default();
+        for (key, rv) in [("a", "1"), ("b", "2"), ("c", "3")] {
+            seen.record(SeenVersion::new(key, rv));
+        }
+        let state = SavedState {
+            source: "k8s".into(),
+            position: Position::ResourceVersion("9".into()),
+            acknowledged: 3,
+            seen: seen.clone(),
+        };
+        let bytes = state.save(&path).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text.len(), bytes);
+        assert!(text.contains(r#""seen":""#), "{text}");
+        let loaded = SavedState::load(&path).unwrap().unwrap();
+        assert_eq!(loaded, state, "order and versions kept");
+        std::fs::write(&path, r#"{"source":"k8s","position":{"resource_version":"1"},"acknowledged":0,"seen":"AAEC"}"#)
+            .unwrap();
+        assert!(SavedState::load(&path).unwrap_err().message.contains("16-byte records"));
+    }
+
+    #[test]
+    fn an_empty_resource_version_is_never_saved() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        let progress = Arc::new(Progress::default());
+        let c = Committer::new(path.clone(), "k8s".into(), progress.clone(), SeenVersions::default());
+        progress.sent_event(Some(Position::ResourceVersion(String::new())), SeenVersion::new("a", "1"));
+        progress.finished(1);
+        assert!(!c.commit(|| Ok(()), true).unwrap());
+        assert_eq!(SavedState::load(&path).unwrap(), None);
+        progress.sent_event(Some(Position::ResourceVersion("5".into())), SeenVersion::new("b", "1"));
+        progress.sent_event(Some(Position::ResourceVersion(String::new())), SeenVersion::new("c", "1"));
+        progress.finished(2);
+        assert!(c.commit(|| Ok(()), true).unwrap());
+        let saved = SavedState::load(&path).unwrap().unwrap();
+        assert_eq!(saved.position, Position::ResourceVersion("5".into()));
+        assert_eq!(saved.seen.len(), 3, "every finished event's version is kept");
+    }
+
+    #[test]
+    fn large_state_files_are_written_at_a_bounded_rate() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        let progress = Arc::new(Progress::default());
+        let mut seen = SeenVersions::default();
+        for i in 0..SEEN_VERSIONS_MAX {
+            seen.record(SeenVersion::new(&i.to_string(), "1"));
+        }
+        let c = Committer::new(path.clone(), "k8s".into(), progress.clone(), seen);
+        for rv in ["1", "2"] {
+            progress.sent(Position::ResourceVersion(rv.into()));
+            progress.finished(1);
+            let flushed = std::cell::Cell::new(false);
+            let saved = c
+                .commit(
+                    || {
+                        flushed.set(true);
+                        Ok(())
+                    },
+                    false,
+                )
+                .unwrap();
+            assert!(flushed.get(), "the sinks are flushed either way");
+            assert_eq!(saved, rv == "1", "the second save waits (~1.4 MB at 1 MiB/s)");
+        }
+        assert!(c.commit(|| Ok(()), true).unwrap(), "unless now");
+        let saved = SavedState::load(&path).unwrap().unwrap();
+        assert_eq!((saved.position, saved.seen.len()), (Position::ResourceVersion("2".into()), SEEN_VERSIONS_MAX));
     }
 }

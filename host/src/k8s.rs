@@ -2,10 +2,24 @@
 //! `kube` client configured like kubectl (an explicit kubeconfig, else `$KUBECONFIG` /
 //! `~/.kube/config`, else the in-cluster service account), and the API's error shape
 //! ([`StatusError`]).
+//!
+//! The client is kube's own service stack (base URI, kube's retry of 429 / 503 / 504, auth,
+//! extra headers, connect / read / write timeouts) over a rustls connector whose certificate
+//! verifier accepts what kubectl accepts ([`tls::KubectlServerVerifier`]). A request that
+//! cannot reach the server fails with [`Unreachable`], which names the server and the reason —
+//! for a TLS failure the rustls error, e.g. `cannot reach the Kubernetes API at
+//! https://10.0.0.1:6443/: TLS: invalid peer certificate: UnknownIssuer` — and that line is
+//! logged once (ERROR) until a request gets through or the reason changes.
+
+pub mod tls;
 
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
+use hyper_util::client::legacy::connect::HttpConnector;
+use kube::client::ConfigExt;
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use tower::{BoxError, ServiceBuilder};
 
 /// How to reach the API server.
 #[derive(Debug, Clone, Default)]
@@ -54,7 +68,133 @@ pub async fn connect(options: &KubeOptions) -> Result<kube::Client, ConnectError
     if let Some(server) = &options.server {
         config.cluster_url = server.parse().map_err(|e| ConnectError::Config(format!("server {server:?}: {e}")))?;
     }
-    kube::Client::try_from(config).map_err(|e| ConnectError::Client(e.to_string()))
+    client(config)
+}
+
+/// A `kube` client for `config`: kube's stack with [`tls::KubectlServerVerifier`] for the
+/// kubeconfig's certificate authority and [`Unreachable`] errors. A config with a proxy gets
+/// kube's own client (which refuses proxies: eventpipe builds kube without proxy support); an
+/// in-cluster config (its CA file re-read as it rotates) and `insecure-skip-tls-verify` keep
+/// kube's verifiers.
+fn client(config: kube::Config) -> Result<kube::Client, ConnectError> {
+    use hyper_util::rt::TokioExecutor;
+    let fail = |e: kube::Error| ConnectError::Client(e.to_string());
+    if config.proxy_url.is_some() {
+        return kube::Client::try_from(config).map_err(fail);
+    }
+    let mut tls_config = config.rustls_client_config().map_err(fail)?;
+    if let (Some(roots), false, None) = (&config.root_cert, config.accept_invalid_certs, &config.root_cert_file) {
+        let verifier = tls::KubectlServerVerifier::new(roots).map_err(ConnectError::Client)?;
+        tls_config.dangerous().set_certificate_verifier(Arc::new(verifier));
+    }
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    let mut https = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls_config).https_or_http();
+    if let Some(name) = &config.tls_server_name {
+        let name = rustls::pki_types::ServerName::try_from(name.clone())
+            .map_err(|e| ConnectError::Client(format!("tls-server-name {name:?}: {e}")))?;
+        https = https.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name));
+    }
+    let mut connector = hyper_timeout::TimeoutConnector::new(https.enable_http1().wrap_connector(http));
+    connector.set_connect_timeout(config.connect_timeout);
+    connector.set_read_timeout(config.read_timeout);
+    connector.set_write_timeout(config.write_timeout);
+    connector.set_reset_reader_on_write(config.reset_reader_on_write);
+    let http_client: hyper_util::client::legacy::Client<_, kube::client::Body> =
+        hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build(connector);
+    let reporter = Arc::new(UnreachableReporter { server: config.cluster_url.to_string(), last: Mutex::new(None) });
+    let service = ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(
+            config
+                .default_retry
+                .then(|| tower::retry::RetryLayer::new(kube::client::retry::RetryPolicy::server_retry())),
+        )
+        .option_layer(config.auth_layer().map_err(fail)?)
+        .layer(config.extra_headers_layer().map_err(fail)?)
+        .map_result(move |result| reporter.observe(result))
+        .service(http_client);
+    Ok(kube::Client::new(service, config.default_namespace))
+}
+
+/// A request that never got an answer: the connection to the API server (TCP or TLS) failed.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot reach the Kubernetes API at {server}: {reason}")]
+pub struct Unreachable {
+    /// The API server URL.
+    pub server: String,
+    /// Why, from the error's source chain: `TLS: <the rustls error>` when the handshake failed,
+    /// else the chain's messages, e.g. `tcp connect error: Connection refused (os error 111)`.
+    pub reason: String,
+    #[source]
+    source: BoxError,
+}
+
+/// Turns connection failures into [`Unreachable`] and logs each once: again only after a
+/// request got through or for another reason.
+struct UnreachableReporter {
+    server: String,
+    /// The reason last logged; `None` after a success.
+    last: Mutex<Option<String>>,
+}
+
+impl UnreachableReporter {
+    fn observe<T>(&self, result: Result<T, hyper_util::client::legacy::Error>) -> Result<T, BoxError> {
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        match result {
+            Ok(response) => {
+                *last = None;
+                Ok(response)
+            }
+            Err(error) if error.is_connect() => {
+                let reason = connect_reason(&error);
+                let error = Unreachable { server: self.server.clone(), reason, source: Box::new(error) };
+                if last.as_deref() != Some(error.reason.as_str()) {
+                    tracing::error!("{error}");
+                    *last = Some(error.reason.clone());
+                }
+                Err(Box::new(error))
+            }
+            Err(error) => Err(Box::new(error)),
+        }
+    }
+}
+
+/// Why a connection failed, from `error`'s source chain: `TLS: …` with the rustls error when
+/// there is one (inside `std::io::Error`s too), else the messages of the chain below `error`
+/// joined by `: `.
+pub fn connect_reason(error: &(dyn std::error::Error + 'static)) -> String {
+    if let Some(tls) = find_rustls_error(error) {
+        return if tls::is_ca_used_as_end_entity(tls) {
+            "TLS: invalid peer certificate: CaUsedAsEndEntity (the server's certificate is a CA certificate, \
+             and not the configured certificate authority)"
+                .to_string()
+        } else {
+            format!("TLS: {tls}")
+        };
+    }
+    let mut parts: Vec<String> = Vec::new();
+    let mut next = error.source();
+    while let Some(e) = next {
+        let text = e.to_string();
+        if parts.last() != Some(&text) {
+            parts.push(text);
+        }
+        next = e.source();
+    }
+    if parts.is_empty() { error.to_string() } else { parts.join(": ") }
+}
+
+fn find_rustls_error<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+    if let Some(tls) = error.downcast_ref::<rustls::Error>() {
+        return Some(tls);
+    }
+    // `io::Error::source` skips the error it wraps; look inside.
+    let wrapped = error.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()).and_then(|inner| {
+        let inner: &(dyn std::error::Error + 'static) = inner;
+        find_rustls_error(inner)
+    });
+    wrapped.or_else(|| error.source().and_then(find_rustls_error))
 }
 
 /// A Kubernetes API status failure (`metav1.Status` in a `StatusError`): an HTTP code, a
@@ -87,6 +227,18 @@ impl StatusError {
     /// namespace is terminating.
     pub fn is_expected(&self) -> bool {
         self.reason == REASON_ALREADY_EXISTS || self.causes.iter().any(|c| c == CAUSE_NAMESPACE_TERMINATING)
+    }
+
+    /// The namespace named by a `404 NotFound` whose message is the apiserver's
+    /// `namespaces "NAME" not found` (apimachinery's `NewNotFound` for the `namespaces`
+    /// resource, which the `NamespaceLifecycle` admission plugin answers to a create in a
+    /// namespace that does not exist); `None` for any other error.
+    pub fn missing_namespace(&self) -> Option<&str> {
+        if self.code != 404 || !(self.reason.is_empty() || self.reason == "NotFound") {
+            return None;
+        }
+        let name = self.message.strip_prefix("namespaces \"")?.strip_suffix("\" not found")?;
+        (!name.is_empty() && !name.contains('"')).then_some(name)
     }
 }
 
@@ -140,6 +292,10 @@ mod tests {
         let e = status_error(403, body);
         assert_eq!((e.code, e.reason.as_str()), (403, "Forbidden"));
         assert_eq!(e.causes, ["NamespaceTerminating"]);
+        let body = br#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"namespaces \"gone\" not found","reason":"NotFound","details":{"name":"gone","kind":"namespaces"},"code":404}"#;
+        assert_eq!(status_error(404, body).missing_namespace(), Some("gone"));
+        let body = br#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"events \"x.1\" not found","reason":"NotFound","details":{"name":"x.1","kind":"events"},"code":404}"#;
+        assert_eq!(status_error(404, body).missing_namespace(), None, "a missing event, not a namespace");
         let e = status_error(502, b"<html>bad gateway</html>");
         assert_eq!((e.code, e.reason.as_str(), e.message.as_str()), (502, "", "<html>bad gateway</html>"));
     }

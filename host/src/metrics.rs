@@ -19,7 +19,7 @@
 //! | `eventpipe_sink_write_failures_total` | `tenant`, `outcome` (`dropped`, `gave_up`, `cancelled`, `shed`) | `recordToSink` outcomes; `shed`: an at-most-once sink's full window |
 //! | `eventpipe_record_retries_total` | `tenant` | `recordToSink` attempts beyond the first |
 //! | `eventpipe_spam_skipped_total` | `tenant` | spam filter skips |
-//! | `eventpipe_sink_rejected_total` | `reason` (`AlreadyExists`, `NotFound`, `NamespaceTerminating`, …) | writes the server rejected and `recordToSink` dropped |
+//! | `eventpipe_sink_rejected_total` | `reason` (`AlreadyExists`, `NotFound`, `NamespaceTerminating`, `NamespaceNotFound`, …; never a namespace) | writes the server rejected and `recordToSink` dropped |
 //! | `eventpipe_aggregated_total` | `tenant` | events replaced by an aggregate |
 //! | `eventpipe_filtered_total` | `tenant` | filter plugin drops |
 //! | `eventpipe_watcher_dropped_total` | `watcher`, `reason` | Broadcaster queue drops |

@@ -45,7 +45,8 @@ use crate::delivery::{Acknowledgements, DeliveryMode};
 use crate::event::Event;
 pub use crate::partition::PartitionKey;
 use crate::plan::TenantPlan;
-use crate::sink::{EventSink, RetryPolicy, SinkStats, WriteOutcome, deliver};
+use crate::sink::retry::MAX_NAMED_MISSING_NAMESPACES;
+use crate::sink::{EventSink, RetryPolicy, SinkError, SinkStats, WriteOutcome, deliver};
 use crate::stage::{Staged, TenantStages};
 
 /// Default writes in flight per sink (`run --max-in-flight`).
@@ -67,6 +68,11 @@ pub struct RouterStats {
     /// Writes the server rejected and `recordToSink` dropped, by reason
     /// ([`crate::sink::retry::rejection_reason`]: `AlreadyExists`, `NotFound`, …).
     pub rejected: BTreeMap<String, u64>,
+    /// Writes dropped because their namespace does not exist (`404 namespaces "NAME" not
+    /// found`), by namespace: at most [`MAX_NAMED_MISSING_NAMESPACES`] namespaces, the rest
+    /// counted only in `rejected` (`NamespaceNotFound`).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub missing_namespaces: BTreeMap<String, u64>,
     /// Plans taken after the first (config reloads).
     pub reloads: u64,
 }
@@ -90,6 +96,21 @@ impl RouterStats {
         }
         for (reason, n) in &other.rejected {
             *self.rejected.entry(reason.clone()).or_default() += n;
+        }
+        for (namespace, n) in &other.missing_namespaces {
+            self.missing_namespace(namespace, *n);
+        }
+    }
+
+    /// Counts `n` writes dropped for `namespace` not existing (within the bound).
+    fn missing_namespace(&mut self, namespace: &str, n: u64) {
+        let room = self.missing_namespaces.len() < MAX_NAMED_MISSING_NAMESPACES;
+        match self.missing_namespaces.get_mut(namespace) {
+            Some(count) => *count += n,
+            None if room => {
+                self.missing_namespaces.insert(namespace.to_string(), n);
+            }
+            None => {}
         }
     }
 }
@@ -377,6 +398,11 @@ impl Partition {
     fn count(&mut self, tenant: &str, aggregated: bool, outcome: &WriteOutcome) {
         if let WriteOutcome::Dropped { error, .. } = outcome {
             *self.stats.rejected.entry(crate::sink::retry::rejection_reason(error)).or_default() += 1;
+            if let SinkError::Status(status) = error
+                && let Some(namespace) = status.missing_namespace()
+            {
+                self.stats.missing_namespace(namespace, 1);
+            }
         }
         let tenant = self.stats.tenant(tenant);
         tenant.aggregated += u64::from(aggregated);

@@ -227,7 +227,7 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
     };
     // At-least-once: where the last run stopped, and the progress this one makes.
     let source_name = source.to_string();
-    let (progress, resume) = match &delivery {
+    let (progress, saved) = match &delivery {
         Delivery::AtLeastOnce { state_file } => {
             if source == SourceSpec::JsonLinesStdin {
                 return Err(RunError::Delivery(
@@ -235,14 +235,27 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
                 ));
             }
             let saved = SavedState::load(state_file).map_err(|e| RunError::Delivery(e.to_string()))?;
-            let resume = saved.filter(|s| s.source == source_name).map(|s| s.position);
-            if let Some(p) = &resume {
-                announce(&format!("resuming {source_name} from {p:?} ({})", state_file.display()));
+            let saved = saved.filter(|s| s.source == source_name);
+            if let Some(s) = &saved {
+                announce(&format!(
+                    "resuming {source_name} from {:?}, {} event version(s) known ({})",
+                    s.position,
+                    s.seen.len(),
+                    state_file.display()
+                ));
             }
-            (Some(Arc::new(Progress::default())), resume)
+            (Some(Arc::new(Progress::default())), saved)
         }
         _ => (None, None),
     };
+    let (resume, seen) = match saved {
+        Some(s) => (Some(s.position), s.seen),
+        None => (None, crate::delivery::SeenVersions::default()),
+    };
+    let mut kube_watch = kube_watch;
+    if !seen.is_empty() {
+        kube_watch.resume_seen = Some(seen.clone());
+    }
     tokio::spawn(stop_on_signal(shutdown.clone()));
     let config = config_path.as_deref().map(Config::load).transpose()?;
     // One Kubernetes client for the source and every `k8s` sink, made when anything names one.
@@ -365,11 +378,9 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         });
     }
     let committer = match (&delivery, &progress) {
-        (Delivery::AtLeastOnce { state_file }, Some(progress)) => Some(Arc::new(Committer {
-            state_file: state_file.clone(),
-            source: source_name.clone(),
-            progress: progress.clone(),
-        })),
+        (Delivery::AtLeastOnce { state_file }, Some(progress)) => {
+            Some(Arc::new(Committer::new(state_file.clone(), source_name.clone(), progress.clone(), seen)))
+        }
         _ => None,
     };
     // Every COMMIT_INTERVAL: at-least-once saves the acknowledged position (flushing the sinks
@@ -383,7 +394,7 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
                     _ = tokio::time::sleep(COMMIT_INTERVAL) => {}
                 }
                 match &c {
-                    Some(c) => commit(c, &s),
+                    Some(c) => commit(c, &s, false),
                     None => {
                         if let Err((spec, error)) = s.flush() {
                             tracing::error!(sink = spec, %error, "could not flush the sink");
@@ -449,9 +460,13 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
     drop(watcher);
     periodic.abort();
     if let Some(committer) = committer {
-        commit(&committer, &sinks); // what the drain finished
+        commit(&committer, &sinks, true); // what the drain finished
     }
     sinks.flush().map_err(|(spec, error)| RunError::Sink { spec, error })?;
+    // Each missing namespace was warned about at its first drop; here is how many it cost.
+    for (namespace, dropped) in &router_stats.missing_namespaces {
+        tracing::warn!(namespace, dropped, "namespace not found: {dropped} event write(s) dropped for it in this run");
+    }
     if let Ok(s) = summary.as_mut() {
         s.abandoned = s.source.read.saturating_sub(router_stats.finished);
         s.sink = router_stats;
@@ -542,11 +557,11 @@ const WATCHER_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 /// How often at-least-once saves the source position, and other runs flush their sinks.
 const COMMIT_INTERVAL: std::time::Duration = crate::sink::jsonl::FLUSH_INTERVAL;
 
-/// Flushes the sinks and saves the newest finished position; errors are logged (the next
-/// commit tries again).
-fn commit(committer: &Committer, sinks: &SinkSet) {
+/// Flushes the sinks and saves the newest finished position (`now`: even if a large state file
+/// was written very recently); errors are logged (the next commit tries again).
+fn commit(committer: &Committer, sinks: &SinkSet, now: bool) {
     let flush = || sinks.flush().map_err(|(spec, e)| format!("flushing sink {spec}: {e}"));
-    if let Err(error) = committer.commit(flush) {
+    if let Err(error) = committer.commit(flush, now) {
         tracing::error!(%error, "could not save the source position");
     }
 }

@@ -68,14 +68,42 @@ struct FakeApi {
 
 impl FakeApi {
     fn start(handler: Box<Handler>) -> Self {
+        Self::start_with(handler, None)
+    }
+
+    /// The same over TLS, serving `cert` (DER) with `key`: `https://127.0.0.1:PORT`.
+    fn start_tls(handler: Box<Handler>, cert: &rcgen::Certificate, key: &rcgen::KeyPair) -> Self {
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![CertificateDer::from(cert.der().to_vec())],
+                PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
+            )
+            .unwrap();
+        Self::start_with(handler, Some(Arc::new(config)))
+    }
+
+    fn start_with(handler: Box<Handler>, tls: Option<Arc<rustls::ServerConfig>>) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let url = format!("{scheme}://{}", listener.local_addr().unwrap());
         let seen = Arc::new(Mutex::new(Vec::new()));
         let (handler, log) = (Arc::new(handler), seen.clone());
         std::thread::spawn(move || {
             for conn in listener.incoming().map_while(Result::ok) {
-                let (handler, log) = (handler.clone(), log.clone());
-                std::thread::spawn(move || serve(conn, &*handler, &log));
+                let (handler, log, tls) = (handler.clone(), log.clone(), tls.clone());
+                std::thread::spawn(move || match tls {
+                    // A failed handshake ends the connection before any request is seen.
+                    Some(config) => {
+                        let tls = rustls::ServerConnection::new(config).unwrap();
+                        serve(rustls::StreamOwned::new(tls, conn), &*handler, &log)
+                    }
+                    None => serve(conn, &*handler, &log),
+                });
             }
         });
         Self { url, seen }
@@ -86,9 +114,8 @@ impl FakeApi {
     }
 }
 
-fn serve(conn: TcpStream, handler: &Handler, log: &Mutex<Vec<Seen>>) {
-    let mut reader = BufReader::new(conn.try_clone().unwrap());
-    let mut out = conn;
+fn serve(conn: impl Read + Write, handler: &Handler, log: &Mutex<Vec<Seen>>) {
+    let mut reader = BufReader::new(conn);
     loop {
         let mut request_line = String::new();
         if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
@@ -99,7 +126,9 @@ fn serve(conn: TcpStream, handler: &Handler, log: &Mutex<Vec<Seen>>) {
         let (mut length, mut content_type) = (0usize, String::new());
         loop {
             let mut line = String::new();
-            reader.read_line(&mut line).unwrap();
+            if reader.read_line(&mut line).is_err() {
+                return;
+            }
             let line = line.trim_end();
             if line.is_empty() {
                 break;
@@ -112,7 +141,9 @@ fn serve(conn: TcpStream, handler: &Handler, log: &Mutex<Vec<Seen>>) {
             }
         }
         let mut body = vec![0; length];
-        reader.read_exact(&mut body).unwrap();
+        if reader.read_exact(&mut body).is_err() {
+            return;
+        }
         let request = Seen { method, target, content_type, body };
         log.lock().unwrap().push(request.clone());
         let answer = handler(&request);
@@ -125,6 +156,7 @@ fn serve(conn: TcpStream, handler: &Handler, log: &Mutex<Vec<Seen>>) {
             429 => "Too Many Requests",
             _ => "Error",
         };
+        let out = reader.get_mut();
         let mut head = format!("HTTP/1.1 {} {reason}\r\nContent-Type: application/json\r\n", answer.status);
         for (name, value) in &answer.headers {
             head += &format!("{name}: {value}\r\n");
@@ -519,4 +551,483 @@ fn http_ingest_routes_events_to_the_tenant_their_request_header_names() {
     };
     assert_eq!(objects(&payments), ["\"pay-0\"", "\"pay-1\""], "{rest}");
     assert_eq!(objects(&other), ["\"none-0\"", "\"shop-0\""], "{rest}");
+}
+
+/// Kills the child on drop: a failed assertion leaves no `eventpipe run` behind.
+struct Running(std::process::Child);
+
+impl Running {
+    fn spawn(command: &mut Command) -> Self {
+        Self(command.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap())
+    }
+
+    /// SIGTERM (as Kubernetes stops a pod), then its exit status.
+    fn terminate(&mut self) -> std::process::ExitStatus {
+        Command::new("kill").args(["-TERM", &self.0.id().to_string()]).status().unwrap();
+        self.0.wait().unwrap()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// TLS certificates for the fake API server, made with rcgen.
+mod certs {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, SanType};
+
+    /// A certificate, its key, and its PEM (what a kubeconfig's `certificate-authority-data`
+    /// holds).
+    pub struct Cert {
+        pub cert: rcgen::Certificate,
+        pub key: KeyPair,
+        pub params: CertificateParams,
+    }
+
+    impl Cert {
+        pub fn pem(&self) -> String {
+            self.cert.pem()
+        }
+    }
+
+    fn params(name: &str, ca: bool) -> CertificateParams {
+        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.distinguished_name.push(DnType::CommonName, name);
+        if ca {
+            p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        } else {
+            p.subject_alt_names = vec![SanType::IpAddress([127, 0, 0, 1].into())];
+        }
+        p
+    }
+
+    /// A self-signed CA certificate (`CA:TRUE`, no SAN).
+    pub fn ca(name: &str) -> Cert {
+        let (params, key) = (params(name, true), KeyPair::generate().unwrap());
+        Cert { cert: params.self_signed(&key).unwrap(), key, params }
+    }
+
+    /// A self-signed CA certificate (`CA:TRUE`) valid for 127.0.0.1: a serving certificate that
+    /// is its own CA, as some single-node and test clusters have.
+    pub fn self_signed_ca_for_localhost(name: &str) -> Cert {
+        let mut params = params(name, true);
+        params.subject_alt_names = vec![SanType::IpAddress([127, 0, 0, 1].into())];
+        let key = KeyPair::generate().unwrap();
+        Cert { cert: params.self_signed(&key).unwrap(), key, params }
+    }
+
+    /// A serving certificate for 127.0.0.1 issued by `ca`.
+    pub fn leaf_for_localhost(ca: &Cert) -> Cert {
+        let (params, key) = (params("apiserver", false), KeyPair::generate().unwrap());
+        let issuer = Issuer::from_params(&ca.params, &ca.key);
+        Cert { cert: params.signed_by(&key, &issuer).unwrap(), key, params }
+    }
+}
+
+/// A kubeconfig for `server` trusting `ca_pem`, with a bearer token.
+fn kubeconfig(dir: &std::path::Path, server: &str, ca_pem: &str) -> std::path::PathBuf {
+    use base64::Engine;
+    let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    let path = dir.join("kubeconfig");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: test\n\
+             clusters:\n- name: test\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\n\
+             users:\n- name: test\n  user:\n    token: t0ken\n\
+             contexts:\n- name: test\n  context:\n    cluster: test\n    user: test\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// An API server with no events that holds every watch open.
+fn quiet_api_handler() -> Box<Handler> {
+    Box::new(|req: &Seen| {
+        if req.target.contains("watch=true") {
+            Answer::watch(Vec::new(), Duration::from_secs(60))
+        } else {
+            Answer::json(200, list(&[], "1"))
+        }
+    })
+}
+
+/// `eventpipe run --source k8s` with `kubeconfig` until `done` holds for the stderr lines so far
+/// and the requests the server saw (at most 30 s); then SIGTERM. Its stderr lines.
+fn watch_with_kubeconfig(
+    kubeconfig: &std::path::Path,
+    api: &FakeApi,
+    done: impl Fn(&[String], &[Seen]) -> bool,
+) -> Vec<String> {
+    let mut child = Running::spawn(
+        eventpipe()
+            .args(["run", "--no-watch", "--source=k8s", "--sink=jsonl:-"])
+            .arg(format!("--kubeconfig={}", kubeconfig.display())),
+    );
+    let lines = crate::common::stderr_lines(&mut child.0);
+    let mut stderr = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !done(&stderr, &api.seen()) {
+        assert!(Instant::now() < deadline, "timed out; stderr:\n{}", stderr.join("\n"));
+        if let Ok(line) = lines.recv_timeout(Duration::from_millis(50)) {
+            stderr.push(line);
+        }
+    }
+    let status = child.terminate();
+    stderr.extend(lines.iter());
+    assert!(status.success(), "{}", stderr.join("\n"));
+    stderr
+}
+
+fn watched_over_tls(seen: &[Seen]) -> bool {
+    seen.iter().any(|s| s.target.contains("watch=true"))
+}
+
+#[test]
+fn tls_with_a_leaf_issued_by_the_kubeconfig_ca_works() {
+    let ca = certs::ca("cluster CA");
+    let leaf = certs::leaf_for_localhost(&ca);
+    let api = FakeApi::start_tls(quiet_api_handler(), &leaf.cert, &leaf.key);
+    let dir = tempfile::tempdir().unwrap();
+    let stderr =
+        watch_with_kubeconfig(&kubeconfig(dir.path(), &api.url, &ca.pem()), &api, |_, seen| watched_over_tls(seen));
+    assert_eq!(api.seen()[0].target, "/api/v1/events?limit=500");
+    assert!(!stderr.iter().any(|l| l.contains("cannot reach")), "{}", stderr.join("\n"));
+}
+
+/// As kubectl (Go's crypto/x509): a serving certificate that is a CA certificate (`CA:TRUE`) is
+/// accepted when it is exactly the kubeconfig's certificate authority.
+#[test]
+fn tls_with_a_self_signed_ca_serving_certificate_that_is_the_kubeconfig_ca_works() {
+    let serving = certs::self_signed_ca_for_localhost("single-node cluster");
+    let api = FakeApi::start_tls(quiet_api_handler(), &serving.cert, &serving.key);
+    let dir = tempfile::tempdir().unwrap();
+    let stderr = watch_with_kubeconfig(&kubeconfig(dir.path(), &api.url, &serving.pem()), &api, |_, seen| {
+        watched_over_tls(seen)
+    });
+    assert_eq!(api.seen()[0].target, "/api/v1/events?limit=500");
+    assert!(!stderr.iter().any(|l| l.contains("cannot reach")), "{}", stderr.join("\n"));
+}
+
+/// A wrong CA fails every request, and the log says why — the rustls error — in one ERROR line
+/// (the watch's retries do not repeat it).
+#[test]
+fn tls_with_the_wrong_ca_fails_with_the_tls_reason_logged_once() {
+    let cases = [
+        (certs::leaf_for_localhost(&certs::ca("cluster CA")), "TLS: invalid peer certificate: UnknownIssuer"),
+        (
+            certs::self_signed_ca_for_localhost("single-node cluster"),
+            "TLS: invalid peer certificate: CaUsedAsEndEntity (the server's certificate is a CA certificate, and not the configured certificate authority)",
+        ),
+    ];
+    for (serving, reason) in cases {
+        let api = FakeApi::start_tls(quiet_api_handler(), &serving.cert, &serving.key);
+        let dir = tempfile::tempdir().unwrap();
+        let config = kubeconfig(dir.path(), &api.url, &certs::ca("another CA").pem());
+        // Until the watch failed twice (the first try and one after its back-off).
+        let stderr = watch_with_kubeconfig(&config, &api, |stderr, _| {
+            stderr.iter().filter(|l| l.contains("watch failed; backing off")).count() >= 2
+        });
+        assert!(api.seen().is_empty(), "no request got through: {:?}", api.seen());
+        let line = format!("cannot reach the Kubernetes API at {}/: {reason}", api.url);
+        let errors: Vec<&String> = stderr.iter().filter(|l| l.contains("ERROR")).collect();
+        assert_eq!(errors.len(), 1, "{}", stderr.join("\n"));
+        assert!(errors[0].ends_with(&line), "{}\nwanted: {line}", errors[0]);
+    }
+}
+
+/// `GET /metrics` from `addr` (host:port), the body.
+fn scrape(addr: &str) -> String {
+    let mut conn = TcpStream::connect(addr).unwrap();
+    write!(conn, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).unwrap();
+    answer
+}
+
+/// As client-go, a create in a namespace that does not exist (`404 namespaces "x" not found`)
+/// is dropped; unlike client-go's error line per event, each missing namespace is warned about
+/// once, its count is given at the end of the run, and the drops are counted in `/metrics` under
+/// one reason.
+#[test]
+fn writes_to_a_missing_namespace_are_dropped_warned_once_per_namespace_and_counted() {
+    let in_ns = |e: Value, ns: &str| {
+        let mut e = e;
+        e["metadata"]["namespace"] = json!(ns);
+        e["involvedObject"]["namespace"] = json!(ns);
+        e
+    };
+    let stream = [
+        in_ns(event("a.1", "a", "Started", "started", "2025-01-01T00:00:00Z"), "ns"),
+        in_ns(event("g1.1", "g1", "Started", "started", "2025-01-01T00:00:01Z"), "gone"),
+        in_ns(event("g2.1", "g2", "Started", "started", "2025-01-01T00:00:02Z"), "gone"),
+        in_ns(event("h.1", "h", "Started", "started", "2025-01-01T00:00:03Z"), "gone2"),
+        in_ns(event("g3.1", "g3", "Started", "started", "2025-01-01T00:00:04Z"), "gone"),
+        in_ns(event("b.1", "b", "Started", "started", "2025-01-01T00:00:05Z"), "ns"),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(&input, stream.iter().map(|e| format!("{e}\n")).collect::<String>()).unwrap();
+    let api = FakeApi::start(Box::new(|req: &Seen| {
+        let ns = req.target.trim_start_matches("/api/v1/namespaces/").split('/').next().unwrap().to_string();
+        if ns == "ns" {
+            let mut e = req.json();
+            e["metadata"]["resourceVersion"] = json!("1");
+            Answer::json(201, e)
+        } else {
+            // The apiserver's NamespaceLifecycle admission answer.
+            let mut a = Answer::status(404, "NotFound", &format!("namespaces \"{ns}\" not found"));
+            a.body = json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
+                "message": format!("namespaces \"{ns}\" not found"), "reason":"NotFound",
+                "details":{"name": ns, "kind":"namespaces"}, "code":404})
+            .to_string()
+            .into_bytes();
+            a
+        }
+    }));
+
+    let mut child = Running::spawn(
+        eventpipe()
+            .args(["run", "--summary-json", "--no-watch", "--follow", "--metrics=127.0.0.1:0", "--sink=k8s"])
+            .args(["--workers=1", "--max-in-flight=1"])
+            .arg(format!("--source=jsonl:{}", input.display()))
+            .arg(format!("--kube-server={}", api.url)),
+    );
+    let lines = crate::common::stderr_lines(&mut child.0);
+    let mut stderr = Vec::new();
+    let metrics = loop {
+        let line = lines.recv_timeout(Duration::from_secs(120)).expect("the run announces its metrics address");
+        stderr.push(line.clone());
+        if let Some((_, rest)) = line.split_once("metrics on http://") {
+            break rest.trim_end_matches("/metrics").to_string();
+        }
+    };
+    let counted = "eventpipe_sink_rejected_total{reason=\"NamespaceNotFound\"} 4";
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut text = scrape(&metrics);
+    while !text.contains(counted) {
+        assert!(Instant::now() < deadline, "never {counted}:\n{text}");
+        std::thread::sleep(Duration::from_millis(100));
+        text = scrape(&metrics);
+    }
+    let status = child.terminate();
+    stderr.extend(lines.iter());
+    let all = stderr.join("\n");
+    assert!(status.success(), "{all}");
+
+    // Dropped, not retried: one POST per event.
+    assert_eq!(api.seen().len(), 6, "{:?}", api.seen());
+    let summary: Value = stderr.iter().rev().find_map(|l| serde_json::from_str(l).ok()).unwrap();
+    assert_eq!((summary["created"].as_u64(), summary["dropped"].as_u64()), (Some(2), Some(4)), "{summary}");
+    assert_eq!(summary["rejected"], json!({"NamespaceNotFound": 4}), "{summary}");
+    assert_eq!(summary["missing_namespaces"], json!({"gone": 3, "gone2": 1}), "{summary}");
+    // Warned once per namespace at the first drop, then its count at the end; no error line per
+    // event.
+    let warned = |ns: &str, text: &str| {
+        stderr
+            .iter()
+            .filter(|l| l.contains("WARN") && l.contains(&format!("namespace=\"{ns}\"")) && l.contains(text))
+            .count()
+    };
+    assert_eq!(warned("gone", "its events are dropped"), 1, "{all}");
+    assert_eq!(warned("gone2", "its events are dropped"), 1, "{all}");
+    assert_eq!(warned("gone", "3 event write(s) dropped for it in this run"), 1, "{all}");
+    assert_eq!(warned("gone2", "1 event write(s) dropped for it in this run"), 1, "{all}");
+    assert!(!all.contains("ERROR"), "{all}");
+}
+
+/// The state file's saved resourceVersion, if the file exists.
+fn saved_resource_version(state: &std::path::Path) -> Option<String> {
+    let text = std::fs::read_to_string(state).ok()?;
+    let state: Value = serde_json::from_str(&text).unwrap();
+    Some(state["position"]["resource_version"].as_str().expect("a resourceVersion position").to_string())
+}
+
+/// `eventpipe run --source k8s --delivery at-least-once` against `api` until `done` holds for
+/// the requests it saw (at most 30 s), then SIGTERM: the objects of the events it wrote.
+fn run_at_least_once(
+    api: &FakeApi,
+    state: &std::path::Path,
+    out: &std::path::Path,
+    done: impl Fn() -> bool,
+) -> Vec<String> {
+    run_at_least_once_from("k8s", api, state, out, done)
+}
+
+/// [`run_at_least_once`] with `--source=SOURCE`.
+fn run_at_least_once_from(
+    source: &str,
+    api: &FakeApi,
+    state: &std::path::Path,
+    out: &std::path::Path,
+    done: impl Fn() -> bool,
+) -> Vec<String> {
+    let mut child = Running::spawn(
+        eventpipe()
+            .args([
+                "run",
+                "--no-watch",
+                &format!("--source={source}"),
+                "--delivery=at-least-once",
+                "--clock=processing",
+                "--workers=1",
+            ])
+            .arg(format!("--state-file={}", state.display()))
+            .arg(format!("--sink=jsonl:{}", out.display()))
+            .arg(format!("--kube-server={}", api.url)),
+    );
+    let lines = crate::common::stderr_lines(&mut child.0);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !done() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out: {:?}\n{}",
+            api.seen(),
+            lines.try_iter().collect::<Vec<_>>().join("\n")
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let status = child.terminate();
+    let stderr: Vec<String> = lines.iter().collect();
+    assert!(status.success(), "{}", stderr.join("\n"));
+    std::fs::read_to_string(out)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["event"]["involvedObject"]["name"].as_str().unwrap().to_string()
+        })
+        .collect()
+}
+
+/// A fake API server whose watches answer `410 Gone` except from `fresh` (which stays open), and
+/// whose lists answer `listed`.
+fn api_after_expiry(listed: Value, fresh: &'static str) -> FakeApi {
+    FakeApi::start(Box::new(move |req: &Seen| {
+        if !req.target.contains("watch=true") {
+            Answer::json(200, listed.clone())
+        } else if req.target.contains(&format!("resourceVersion={fresh}&")) {
+            Answer::watch(Vec::new(), Duration::from_secs(60))
+        } else {
+            Answer::status(410, "Expired", "too old resource version")
+        }
+    }))
+}
+
+/// The issue's case: with at-least-once delivery, a restart whose saved resourceVersion has
+/// expired (`410` on resume) re-lists and sends only the events that changed or appeared while
+/// it was stopped — not every event in the cluster — and the state file keeps a real position
+/// (never `""`) and the versions it delivered, so the next restart re-sends nothing either.
+#[test]
+fn a_restart_after_the_resource_version_expired_sends_only_what_changed() {
+    let at = |i: u32| format!("2025-01-01T00:0{i}:00Z");
+    let e: Vec<Value> =
+        (1..=7).map(|i| event(&format!("o{i}.1"), &format!("o{i}"), "Started", "started", &at(i))).collect();
+    let changed = |e: &Value| {
+        let mut e = e.clone();
+        e["count"] = json!(2);
+        e["lastTimestamp"] = json!("2025-01-01T00:09:00Z");
+        e
+    };
+    let (e2b, e3b) = (changed(&e[1]), changed(&e[2]));
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.json");
+
+    // Run 1: five events in the cluster (not sent: no --replay-existing), then two changes.
+    let l1 = list(&[(&e[0], "10"), (&e[1], "11"), (&e[2], "12"), (&e[3], "13"), (&e[4], "14")], "100");
+    let watch1 = vec![watched("ADDED", &e[5], "101"), watched("MODIFIED", &e3b, "102")];
+    let api = FakeApi::start(Box::new(move |req: &Seen| {
+        if req.target.contains("watch=true") {
+            Answer::watch(watch1.clone(), Duration::from_secs(60))
+        } else {
+            Answer::json(200, l1.clone())
+        }
+    }));
+    let out1 = dir.path().join("out1.jsonl");
+    let sent = run_at_least_once(&api, &state, &out1, || saved_resource_version(&state).as_deref() == Some("102"));
+    assert_eq!(sent, ["o6", "o3"]);
+
+    // Stopped meanwhile: o2 changed, o7 appeared, and resourceVersion 102 expired.
+    let l2 = list(
+        &[(&e[0], "10"), (&e2b, "160"), (&e3b, "102"), (&e[3], "13"), (&e[4], "14"), (&e[5], "101"), (&e[6], "150")],
+        "200",
+    );
+    let api = api_after_expiry(l2.clone(), "200");
+    let out2 = dir.path().join("out2.jsonl");
+    let sent = run_at_least_once(&api, &state, &out2, || {
+        api.seen().iter().any(|s| s.target.contains("resourceVersion=200&"))
+            && saved_resource_version(&state).as_deref() != Some("102")
+    });
+    assert_eq!(sent, ["o2", "o7"], "only what changed while stopped");
+    assert_eq!(saved_resource_version(&state).as_deref(), Some("200"), "the list's, once its last event is delivered");
+    let targets: Vec<String> = api.seen().iter().map(|s| s.target.clone()).collect();
+    assert_eq!(
+        targets[..3],
+        [
+            "/api/v1/events?watch=true&resourceVersion=102&allowWatchBookmarks=true&timeoutSeconds=300",
+            "/api/v1/events?limit=500",
+            "/api/v1/events?watch=true&resourceVersion=200&allowWatchBookmarks=true&timeoutSeconds=300",
+        ]
+    );
+
+    // Again, with 200 expired too: nothing changed, nothing is sent, the position stays.
+    let mut l3 = l2;
+    l3["metadata"]["resourceVersion"] = json!("300");
+    let api = api_after_expiry(l3, "300");
+    let out3 = dir.path().join("out3.jsonl");
+    let sent =
+        run_at_least_once(&api, &state, &out3, || api.seen().iter().any(|s| s.target.contains("resourceVersion=300&")));
+    assert!(sent.is_empty(), "{sent:?}");
+    assert_eq!(saved_resource_version(&state).as_deref(), Some("200"));
+}
+
+/// With several namespaces no single resourceVersion applies, so each namespace lists again at
+/// a restart; the versions saved in the state file make those lists send what changed or
+/// appeared while stopped (before, such a restart sent nothing from its lists: a gap).
+#[test]
+fn a_restart_watching_several_namespaces_sends_what_changed_in_each() {
+    let in_ns = |name: &str, ns: &str, at: &str| {
+        let mut e = event(&format!("{name}.1"), name, "Started", "started", at);
+        e["metadata"]["namespace"] = json!(ns);
+        e["involvedObject"]["namespace"] = json!(ns);
+        e
+    };
+    let (a1, a2, a3) = (
+        in_ns("a1", "a", "2025-01-01T00:01:00Z"),
+        in_ns("a2", "a", "2025-01-01T00:02:00Z"),
+        in_ns("a3", "a", "2025-01-01T00:03:00Z"),
+    );
+    let b1 = in_ns("b1", "b", "2025-01-01T00:01:00Z");
+    let mut b1b = b1.clone();
+    b1b["count"] = json!(2);
+    let api_with = |a: Value, b: Value, watch_a: Vec<Value>| {
+        FakeApi::start(Box::new(move |req: &Seen| {
+            let in_a = req.target.starts_with("/api/v1/namespaces/a/");
+            if req.target.contains("watch=true") {
+                Answer::watch(if in_a { watch_a.clone() } else { Vec::new() }, Duration::from_secs(60))
+            } else {
+                Answer::json(200, if in_a { a.clone() } else { b.clone() })
+            }
+        }))
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.json");
+    let api = api_with(list(&[(&a1, "10")], "100"), list(&[(&b1, "20")], "200"), vec![watched("ADDED", &a2, "101")]);
+    let out1 = dir.path().join("out1.jsonl");
+    let sent = run_at_least_once_from("k8s:a,b", &api, &state, &out1, || saved_resource_version(&state).is_some());
+    assert_eq!(sent, ["a2"]);
+
+    let api =
+        api_with(list(&[(&a1, "10"), (&a2, "101"), (&a3, "150")], "300"), list(&[(&b1b, "250")], "400"), Vec::new());
+    let out2 = dir.path().join("out2.jsonl");
+    let mut sent = run_at_least_once_from("k8s:a,b", &api, &state, &out2, || {
+        api.seen().iter().filter(|s| s.target.contains("watch=true")).count() == 2
+    });
+    sent.sort();
+    assert_eq!(sent, ["a3", "b1"], "a1 and a2 were delivered or there before");
 }

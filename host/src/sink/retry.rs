@@ -222,6 +222,28 @@ pub(crate) async fn record_event(
 
 fn log_dropped(event: &Event, error: &SinkError) {
     match error {
+        // client-go drops these with an error line per event; the events of a deleted
+        // namespace can be many, so each namespace is named once (the counts are in the run
+        // summary and `/metrics`).
+        SinkError::Status(s) if s.missing_namespace().is_some() => {
+            let namespace = s.missing_namespace().unwrap_or_default();
+            let first = MISSING_NAMESPACES.lock().unwrap_or_else(|p| p.into_inner()).first(namespace);
+            match first {
+                Some(true) => tracing::warn!(
+                    namespace,
+                    event = %event.metadata.name,
+                    %error,
+                    "namespace not found: its events are dropped (will not retry!); warned once per namespace, \
+                     counted as reason {REASON_NAMESPACE_NOT_FOUND} in the summary and /metrics"
+                ),
+                Some(false) => {}
+                None => tracing::warn!(
+                    namespace,
+                    "namespace not found, and more than {MAX_NAMED_MISSING_NAMESPACES} namespaces were: \
+                     further ones are counted but not named"
+                ),
+            }
+        }
         // client-go logs these at V(5); they are the commonest drops, so they are warned about
         // at most once per reason per EXPECTED_DROP_LOG_INTERVAL, with the count in between.
         SinkError::Status(s) if s.is_expected() => {
@@ -237,11 +259,21 @@ fn log_dropped(event: &Event, error: &SinkError) {
     }
 }
 
+/// The rejection reason of a write to a namespace that does not exist (a `404` with
+/// `namespaces "NAME" not found`): one label value for every such namespace.
+pub const REASON_NAMESPACE_NOT_FOUND: &str = "NamespaceNotFound";
+
+/// Missing namespaces named in logs and kept per namespace in the run's stats; beyond this many
+/// in one process, further ones are only counted (under [`REASON_NAMESPACE_NOT_FOUND`]).
+pub const MAX_NAMED_MISSING_NAMESPACES: usize = 1024;
+
 /// The reason a write was rejected and dropped, for counting: the Kubernetes status reason
-/// (`AlreadyExists`, `NotFound`, `Forbidden`, …; `NamespaceTerminating` when that is the cause;
-/// the HTTP code when there is no reason), or `RequestConstruction`.
+/// (`AlreadyExists`, `NotFound`, `Forbidden`, …; `NamespaceTerminating` when that is the cause,
+/// [`REASON_NAMESPACE_NOT_FOUND`] for a namespace that does not exist; the HTTP code when there
+/// is no reason), or `RequestConstruction`.
 pub fn rejection_reason(error: &SinkError) -> String {
     match error {
+        SinkError::Status(s) if s.missing_namespace().is_some() => REASON_NAMESPACE_NOT_FOUND.to_string(),
         SinkError::Status(s) if s.causes.iter().any(|c| c == crate::k8s::CAUSE_NAMESPACE_TERMINATING) => {
             crate::k8s::CAUSE_NAMESPACE_TERMINATING.to_string()
         }
@@ -258,6 +290,35 @@ pub fn rejection_reason(error: &SinkError) -> String {
 pub const EXPECTED_DROP_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 static EXPECTED_DROPS: std::sync::Mutex<LogLimiter> = std::sync::Mutex::new(LogLimiter::new());
+
+static MISSING_NAMESPACES: std::sync::Mutex<SeenOnce> = std::sync::Mutex::new(SeenOnce::new());
+
+/// Names seen, up to [`MAX_NAMED_MISSING_NAMESPACES`]: what is warned about once.
+#[derive(Debug)]
+struct SeenOnce {
+    names: std::collections::BTreeSet<String>,
+    /// Whether a name was refused for want of room (that is warned about once too).
+    full: bool,
+}
+
+impl SeenOnce {
+    const fn new() -> Self {
+        Self { names: std::collections::BTreeSet::new(), full: false }
+    }
+
+    /// `Some(true)` the first time `name` comes, `Some(false)` later; `None` the first time a
+    /// name finds no room (then `Some(false)` for every name not kept).
+    fn first(&mut self, name: &str) -> Option<bool> {
+        if self.names.contains(name) {
+            return Some(false);
+        }
+        if self.names.len() < MAX_NAMED_MISSING_NAMESPACES {
+            self.names.insert(name.to_string());
+            return Some(true);
+        }
+        if std::mem::replace(&mut self.full, true) { Some(false) } else { None }
+    }
+}
 
 /// Lets one log line per key through per [`EXPECTED_DROP_LOG_INTERVAL`].
 #[derive(Debug)]
@@ -319,5 +380,25 @@ mod tests {
         assert_eq!(rejection_reason(&status(409, "AlreadyExists", &[])), "AlreadyExists");
         assert_eq!(rejection_reason(&status(403, "Forbidden", &["NamespaceTerminating"])), "NamespaceTerminating");
         assert_eq!(rejection_reason(&status(502, "", &[])), "502");
+        let missing = SinkError::Status(StatusError {
+            code: 404,
+            reason: "NotFound".into(),
+            message: "namespaces \"gone\" not found".into(),
+            causes: Vec::new(),
+        });
+        assert_eq!(rejection_reason(&missing), REASON_NAMESPACE_NOT_FOUND);
+    }
+
+    #[test]
+    fn missing_namespaces_are_named_once_each_up_to_the_bound() {
+        let mut seen = SeenOnce::new();
+        assert_eq!(seen.first("a"), Some(true));
+        assert_eq!(seen.first("a"), Some(false));
+        for i in 1..MAX_NAMED_MISSING_NAMESPACES {
+            assert_eq!(seen.first(&format!("n{i}")), Some(true));
+        }
+        assert_eq!(seen.first("one-too-many"), None, "the bound is reported once");
+        assert_eq!(seen.first("another"), Some(false));
+        assert_eq!(seen.first("a"), Some(false));
     }
 }

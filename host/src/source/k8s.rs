@@ -10,14 +10,23 @@
 //! - `410 Gone` / `Expired` (the resourceVersion is too old), as an HTTP status or a watch `ERROR`
 //!   envelope, makes it list again. Events listed again are sent on only when their
 //!   resourceVersion differs from the one last seen for that event (changes missed in the gap);
-//!   the memory of what was seen is an LRU of [`SEEN_ENTRIES`] events.
+//!   the memory of what was seen is an LRU of [`SEEN_ENTRIES`] events ([`SeenVersions`], one
+//!   for all the namespaces watched). With at-least-once delivery that memory survives
+//!   restarts: the versions of acknowledged events (and of the events found at the first start)
+//!   are kept in the state file and given back as [`WatchOptions::resume_seen`], so a restart
+//!   whose saved resourceVersion has expired re-lists and sends only what changed, and a first
+//!   list of a resumed run (several namespaces) sends only what the state does not know.
+//! - Positions (at-least-once): a watched event's own resourceVersion; a listed event moves
+//!   none, except the last one sent, which carries the list's resourceVersion (once it is
+//!   acknowledged, every listed event before it is too). An empty resourceVersion is never a
+//!   position.
 //! - Other errors back off exponentially with jitter: 800 ms doubling up to 30 s, as client-go's
 //!   reflector.
 //!
 //! Every event sent on goes to the Broadcaster with `action`, so a full queue in
 //! `WaitIfChannelFull` mode slows the watch (back-pressure), never loses events.
 
-use std::num::NonZeroUsize;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::{Request, header};
@@ -26,13 +35,14 @@ use kube::client::Body;
 use tokio_util::sync::CancellationToken;
 
 use crate::broadcaster::{Broadcaster, WatchEventType};
+use crate::delivery::{Position, SeenVersion, SeenVersions};
 use crate::event::Event;
 use crate::k8s::status_error;
 use crate::source::decode::{Decoded, Decoder};
 
 /// Events whose last resourceVersion the source remembers, to tell changes from repeats after a
 /// re-list.
-pub const SEEN_ENTRIES: usize = 65_536;
+pub const SEEN_ENTRIES: usize = crate::delivery::SEEN_VERSIONS_MAX;
 /// client-go reflector back-off: first pause.
 pub const INITIAL_BACKOFF: Duration = Duration::from_millis(800);
 /// client-go reflector back-off: longest pause.
@@ -70,7 +80,11 @@ pub struct WatchOptions {
     /// Resume watching from this resourceVersion (a saved position) instead of listing first.
     pub resume_from: Option<String>,
     /// Records the position after each event sent (at-least-once delivery).
-    pub progress: Option<std::sync::Arc<crate::delivery::Progress>>,
+    pub progress: Option<Arc<crate::delivery::Progress>>,
+    /// The versions of events an earlier run delivered or found (from the state file): not
+    /// sent again unless they changed. Given, a first list sends what is new or changed (as a
+    /// re-list), also without `replay_existing`.
+    pub resume_seen: Option<SeenVersions>,
 }
 
 impl std::fmt::Debug for WatchOptions {
@@ -82,6 +96,7 @@ impl std::fmt::Debug for WatchOptions {
             .field("api", &self.api)
             .field("replay_existing", &self.replay_existing)
             .field("resume_from", &self.resume_from)
+            .field("resume_seen", &self.resume_seen.as_ref().map(SeenVersions::len))
             .finish_non_exhaustive()
     }
 }
@@ -147,9 +162,11 @@ pub async fn watch_events(
 ) -> WatchStats {
     let scopes: Vec<Option<String>> =
         if options.namespaces.is_empty() { vec![None] } else { options.namespaces.iter().cloned().map(Some).collect() };
+    // One memory of versions for every namespace's watch (event keys are unique across them).
+    let seen = Arc::new(Mutex::new(options.resume_seen.clone().unwrap_or_default()));
     let mut tasks = tokio::task::JoinSet::new();
     for namespace in scopes {
-        let watch = Watch::new(client.clone(), &options, namespace, to.clone(), cancel.clone());
+        let watch = Watch::new(client.clone(), &options, namespace, to.clone(), cancel.clone(), seen.clone());
         tasks.spawn(watch.run());
     }
     let mut total = WatchStats::default();
@@ -180,11 +197,13 @@ struct Watch {
     timeout_seconds: u32,
     to: Broadcaster<Event>,
     cancel: CancellationToken,
-    seen: lru::LruCache<String, String>,
+    seen: Arc<Mutex<SeenVersions>>,
+    /// The run resumes from a state file's versions: the first list sends what changed.
+    resumed_with_seen: bool,
     stats: WatchStats,
     backoff: Duration,
     resume_from: Option<String>,
-    progress: Option<std::sync::Arc<crate::delivery::Progress>>,
+    progress: Option<Arc<crate::delivery::Progress>>,
 }
 
 impl Watch {
@@ -194,6 +213,7 @@ impl Watch {
         namespace: Option<String>,
         to: Broadcaster<Event>,
         cancel: CancellationToken,
+        seen: Arc<Mutex<SeenVersions>>,
     ) -> Self {
         let base = match options.api {
             EventsApi::CoreV1 => "/api/v1",
@@ -217,7 +237,8 @@ impl Watch {
             timeout_seconds: if options.timeout_seconds == 0 { 300 } else { options.timeout_seconds },
             to,
             cancel,
-            seen: lru::LruCache::new(NonZeroUsize::new(SEEN_ENTRIES).expect("non-zero")),
+            seen,
+            resumed_with_seen: options.resume_seen.is_some(),
             stats: WatchStats::default(),
             backoff: INITIAL_BACKOFF,
             // A saved resourceVersion belongs to one watch; with several namespaces each lists.
@@ -228,26 +249,21 @@ impl Watch {
 
     async fn run(mut self) -> WatchStats {
         // Resuming: the events before the saved position were delivered; a relist (410) then
-        // sends on everything it finds (at-least-once: duplicates rather than gaps).
-        let mut first_list = self.resume_from.is_none();
+        // sends on what changed since the versions saved with it (at-least-once: duplicates
+        // rather than gaps).
+        let mut first_list = self.resume_from.is_none() && !self.resumed_with_seen;
         let mut resource_version: Option<String> = self.resume_from.take().filter(|rv| !rv.is_empty());
-        // The last resourceVersion a watch reached (where a restart resumes for listed events).
-        let mut last_watched = String::new();
         loop {
             if self.cancel.is_cancelled() {
                 break;
             }
             let outcome = match &resource_version {
-                None => self.list(!first_list || self.replay_existing, last_watched.clone()).await.map(Some),
+                None => self.list(!first_list || self.replay_existing).await.map(Some),
                 Some(rv) => self.watch(rv.clone()).await,
             };
             match outcome {
                 Ok(Some(rv)) => {
-                    if resource_version.is_none() {
-                        first_list = false;
-                    } else {
-                        last_watched = rv.clone();
-                    }
+                    first_list = false;
                     resource_version = Some(rv);
                     self.backoff = INITIAL_BACKOFF;
                 }
@@ -273,28 +289,29 @@ impl Watch {
         self.stats
     }
 
-    /// Remembers `event`'s resourceVersion; whether it is new or changed.
-    fn changed(&mut self, event: &Event) -> bool {
+    /// Remembers `event`'s resourceVersion: `Some` (the version) when it is new or changed.
+    fn changed(&mut self, event: &Event) -> Option<SeenVersion> {
         let key = if event.metadata.uid.is_empty() {
             format!("{}/{}", event.metadata.namespace, event.metadata.name)
         } else {
             event.metadata.uid.clone()
         };
-        let rv = &event.metadata.resource_version;
-        if self.seen.get(&key).is_some_and(|seen| seen == rv) {
-            return false;
+        let version = SeenVersion::new(&key, &event.metadata.resource_version);
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        if seen.is_current(version) {
+            return None;
         }
-        self.seen.put(key, rv.clone());
-        true
+        seen.record(version);
+        Some(version)
     }
 
-    /// Sends `event` on; `position` is where a restart must resume to see it again (a watched
-    /// event's own resourceVersion; for a listed one, the resourceVersion before the list, as
-    /// list items come in no resourceVersion order).
-    async fn send(&mut self, event: Event, position: &str) -> Result<(), Failure> {
+    /// Sends `event` (of version `seen`) on; `position` is where a restart resumes once it and
+    /// every event before it are delivered (`None`: it moves no position; never empty).
+    async fn send(&mut self, event: Event, seen: SeenVersion, position: Option<String>) -> Result<(), Failure> {
         self.stats.events += 1;
         if let Some(progress) = &self.progress {
-            progress.sent(crate::delivery::Position::ResourceVersion(position.to_string()));
+            let position = position.filter(|rv| !rv.is_empty()).map(Position::ResourceVersion);
+            progress.sent_event(position, seen);
         }
         self.to.action(WatchEventType::Added, event).await.map_err(|_| Failure::Stopped)
     }
@@ -320,10 +337,32 @@ impl Watch {
         Err(Failure::Other(format!("GET {uri}: {} {}: {}", error.code, error.reason, error.message)))
     }
 
-    /// Lists every page; sends on the items when `send_items` (or when they changed since
-    /// last seen); returns the list's resourceVersion.
-    async fn list(&mut self, send_items: bool, position: String) -> Result<String, Failure> {
+    /// Lists every page; sends on the items that are new or changed since last seen when
+    /// `send_items` (else only remembers them); returns the list's resourceVersion. List items
+    /// come in no resourceVersion order, so only the last item sent carries a position: the
+    /// list's resourceVersion.
+    async fn list(&mut self, send_items: bool) -> Result<String, Failure> {
         self.stats.lists += 1;
+        // The last changed item, held back until the next one (or the list's end) is known.
+        let mut held: Option<(Event, SeenVersion)> = None;
+        let listed = self.list_pages(send_items, &mut held).await;
+        // A list that failed half-way still sends what it held (it is remembered as seen).
+        let position = match &listed {
+            Ok(resource_version) => Some(resource_version.clone()),
+            Err(Failure::Stopped) => return listed,
+            Err(_) => None,
+        };
+        if let Some((event, version)) = held {
+            self.send(event, version, position).await?;
+        }
+        listed
+    }
+
+    async fn list_pages(
+        &mut self,
+        send_items: bool,
+        held: &mut Option<(Event, SeenVersion)>,
+    ) -> Result<String, Failure> {
         let mut continue_token: Option<String> = None;
         loop {
             let mut uri = format!("{}?limit={LIST_PAGE_SIZE}{}", self.path, self.selectors);
@@ -341,12 +380,20 @@ impl Watch {
             decoder.push_line(&String::from_utf8_lossy(&bytes), |d| items.push(d));
             items.extend(decoder.finish().map(Err));
             for item in items {
-                if let Ok(Decoded::Event { event, .. }) = item {
-                    if self.changed(&event) && send_items {
-                        self.send(event, &position).await?;
-                    } else {
-                        self.stats.repeats += u64::from(send_items);
+                let Ok(Decoded::Event { event, .. }) = item else { continue };
+                match self.changed(&event) {
+                    Some(version) if send_items => {
+                        if let Some((event, version)) = held.replace((event, version)) {
+                            self.send(event, version, None).await?;
+                        }
                     }
+                    Some(version) => {
+                        // Already in the cluster at the first start: not sent, but known.
+                        if let Some(progress) = &self.progress {
+                            progress.seen_unsent(version);
+                        }
+                    }
+                    None => self.stats.repeats += u64::from(send_items),
                 }
             }
             match page.metadata.continue_token.filter(|t| !t.is_empty()) {
@@ -393,11 +440,12 @@ impl Watch {
                             if watch_type == Some(WatchEventType::Deleted) {
                                 continue; // an expired event going away is not an occurrence
                             }
-                            if self.changed(&event) {
-                                let position = event.metadata.resource_version.clone();
-                                self.send(event, &position).await?;
-                            } else {
-                                self.stats.repeats += 1;
+                            match self.changed(&event) {
+                                Some(version) => {
+                                    let position = event.metadata.resource_version.clone();
+                                    self.send(event, version, Some(position)).await?;
+                                }
+                                None => self.stats.repeats += 1,
                             }
                         }
                         Ok(Decoded::Bookmark { resource_version, .. }) => {

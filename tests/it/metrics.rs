@@ -392,7 +392,8 @@ async fn a_run_counts_bad_input_lines_and_non_events_while_it_runs() {
     );
     let source = [("source", label.as_str())];
     // The run follows the file and has not ended: these are live counters.
-    let s = scrape_until(&metrics_addr, |s| s.find("eventpipe_events_in_total", &source).is_some_and(|n| n >= 5.0)).await;
+    let s =
+        scrape_until(&metrics_addr, |s| s.find("eventpipe_events_in_total", &source).is_some_and(|n| n >= 5.0)).await;
     stop(run);
     assert_eq!(s.get("eventpipe_source_bad_input_total", &source), 3.0);
     assert_eq!(s.get("eventpipe_source_non_events_total", &source), 1.0);
@@ -425,7 +426,8 @@ async fn a_run_with_http_ingest_counts_requests_by_status() {
         conn.read_to_string(&mut answer).unwrap();
         answer.split_whitespace().nth(1).unwrap_or_default().to_string()
     };
-    let event = r#"{"metadata":{"name":"a.1","namespace":"ns"},"involvedObject":{"kind":"Pod","name":"a"},"reason":"R"}"#;
+    let event =
+        r#"{"metadata":{"name":"a.1","namespace":"ns"},"involvedObject":{"kind":"Pod","name":"a"},"reason":"R"}"#;
     let statuses = tokio::task::spawn_blocking(move || {
         [
             post("application/json", &format!("{event}\n{{bad\n{event}\n")),
@@ -436,7 +438,8 @@ async fn a_run_with_http_ingest_counts_requests_by_status() {
     .await
     .unwrap();
     assert_eq!(statuses, ["200", "400", "415"]);
-    let s = scrape_until(&ingest_addr, |s| s.find("eventpipe_ingest_accepted_total", &[]).is_some_and(|n| n >= 2.0)).await;
+    let s =
+        scrape_until(&ingest_addr, |s| s.find("eventpipe_ingest_accepted_total", &[]).is_some_and(|n| n >= 2.0)).await;
     stop(run);
     assert_eq!(s.get("eventpipe_ingest_requests_total", &[("code", "200")]), 1.0);
     assert_eq!(s.get("eventpipe_ingest_requests_total", &[("code", "400")]), 1.0);

@@ -353,20 +353,18 @@ async fn a_failing_sink_plugin_is_retried_only_when_it_says_retryable() {
 
     let handle = load("misbehave-sink", PluginSettings::default());
     let sink = PluginSink(WasmSink::new(handle.clone(), Box::new(std::io::sink())).unwrap());
-    let policy = RetryPolicy {
-        max_tries: 12,
-        sleep_duration: std::time::Duration::from_millis(1),
-        jitter: Arc::new(|| 0.0),
-    };
+    let policy =
+        RetryPolicy { max_tries: 12, sleep_duration: std::time::Duration::from_millis(1), jitter: Arc::new(|| 0.0) };
     let cancel = tokio_util::sync::CancellationToken::new();
     let mut outcomes = Vec::new();
     for reason in ["Started", "Permanent", "Garbage", "Trap", "Retryable", "Pulled"] {
-        let result =
-            EventCorrelateResult { skip: false, event: Some(event(reason, reason, "n", "m")), patch: None };
+        let result = EventCorrelateResult { skip: false, event: Some(event(reason, reason, "n", "m")), patch: None };
         let (outcome, _) = deliver(&sink, result, &policy, &cancel).await;
         outcomes.push(match outcome {
             WriteOutcome::Written { attempts, .. } => format!("written after {attempts}"),
-            WriteOutcome::Dropped { error, attempts } => format!("dropped after {attempts}: {}", rejection_reason(&error)),
+            WriteOutcome::Dropped { error, attempts } => {
+                format!("dropped after {attempts}: {}", rejection_reason(&error))
+            }
             WriteOutcome::GaveUp { attempts, .. } => format!("gave up after {attempts}"),
             other => format!("{other:?}"),
         });

@@ -1598,7 +1598,9 @@ mod tests {
         assert_eq!(lines_of(&items), [2, 3]);
         assert_eq!(error_lines(&errors), [1]);
         assert!(
-            errors[0].message.starts_with("incomplete document: a new document starts at line 2 before this one closed"),
+            errors[0]
+                .message
+                .starts_with("incomplete document: a new document starts at line 2 before this one closed"),
             "{}",
             errors[0]
         );

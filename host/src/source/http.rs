@@ -441,9 +441,8 @@ impl Ingest {
             })
         };
         match shared.config.token.clone() {
-            Some(token) => {
-                router.layer(axum::middleware::from_fn_with_state((token, Some(shared.counters.clone())), require_bearer))
-            }
+            Some(token) => router
+                .layer(axum::middleware::from_fn_with_state((token, Some(shared.counters.clone())), require_bearer)),
             None => router,
         }
         .layer(counted)

@@ -317,9 +317,7 @@ async fn settle(kind: Pending, done: DecodedChunk, state: &mut Option<Decoder>) 
                 done
             } else {
                 let chunk = done.chunk;
-                tokio::task::spawn_blocking(move || decode_chunk(before, chunk))
-                    .await
-                    .map_err(std::io::Error::other)?
+                tokio::task::spawn_blocking(move || decode_chunk(before, chunk)).await.map_err(std::io::Error::other)?
             }
         }
         _ => done,
@@ -397,13 +395,8 @@ mod tests {
         std::fs::write(&path, &text).unwrap();
         let broadcaster = Broadcaster::new(100_000, FullChannelBehavior::WaitIfChannelFull);
         let mut watcher = broadcaster.watch().unwrap();
-        let source = JsonLinesSource {
-            path: Some(path),
-            start: 0,
-            progress: None,
-            follow: false,
-            counters: Arc::default(),
-        };
+        let source =
+            JsonLinesSource { path: Some(path), start: 0, progress: None, follow: false, counters: Arc::default() };
         let stats = source.run(broadcaster.clone(), CancellationToken::new()).await.unwrap();
         broadcaster.shutdown().await;
         let mut names = Vec::new();
@@ -428,11 +421,7 @@ mod tests {
                 }
                 after += piece.len() as u64;
                 let speculative = decode_chunk(Decoder::after_line(chunk.after_line), chunk);
-                let decoded = if state.is_clean() {
-                    speculative
-                } else {
-                    decode_chunk(state, speculative.chunk)
-                };
+                let decoded = if state.is_clean() { speculative } else { decode_chunk(state, speculative.chunk) };
                 for item in decoded.items {
                     match item {
                         Item::Event { event, .. } => names.push(event.metadata.name),

@@ -110,7 +110,11 @@ mod tests {
         assert_eq!((line.bytes.as_slice(), line.read), (&b"{\"a\":1}\n"[..], 8));
         line.clear();
         assert_eq!(read_line(&mut reader, &mut line).unwrap(), LineEnd::Newline);
-        assert_eq!((line.bytes.len(), line.read), (MAX_LINE_BYTES + 1, MAX_LINE_BYTES as u64 + 101), "kept up to the bound");
+        assert_eq!(
+            (line.bytes.len(), line.read),
+            (MAX_LINE_BYTES + 1, MAX_LINE_BYTES as u64 + 101),
+            "kept up to the bound"
+        );
         line.clear();
         assert_eq!(read_line(&mut reader, &mut line).unwrap(), LineEnd::Eof);
         assert_eq!((line.bytes.as_slice(), line.read), (&b"last"[..], 4));

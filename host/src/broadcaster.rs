@@ -270,7 +270,8 @@ impl<T: Clone + Send + 'static> Broadcaster<T> {
     /// [`BroadcasterError::Stopped`] after [`Broadcaster::shutdown`]: the events not yet accepted
     /// are not.
     pub async fn action_many(&self, events: Vec<(WatchEventType, T)>) -> Result<(), BroadcasterError> {
-        let items = events.into_iter().map(|(type_, object)| Item::Event(WatchEvent { type_, object })).collect();
+        // Moved straight from `events` into the queue: no second vector of events.
+        let items = events.into_iter().map(|(type_, object)| Item::Event(WatchEvent { type_, object }));
         self.inner.incoming.push_many(items).await.map_err(|_| BroadcasterError::Stopped)
     }
 
@@ -337,18 +338,33 @@ async fn distributor<T: Clone>(
     done: watch::Sender<bool>,
 ) {
     let mut watchers: Watchers<T> = BTreeMap::new();
-    while let Some(item) = incoming.recv().await {
-        match item {
-            Item::Event(event) => distribute(&watchers, event).await,
-            Item::Register(id, queue, own) => {
-                watchers.insert(id, (queue, own.unwrap_or(behavior)));
-            }
-            Item::Unregister(id) => {
-                if let Some((queue, _)) = watchers.remove(&id) {
-                    queue.close();
+    let (mut items, mut run) = (Vec::new(), Vec::new());
+    while let Some(first) = incoming.recv().await {
+        // With one Wait-mode watcher, the events queued behind this one come along (one lock) as
+        // far as that watcher has room for them now: the distributor still never holds more than
+        // one event it cannot hand on, as in Go, so the incoming queue's length keeps its meaning.
+        let room = match single_waiting(&watchers) {
+            Some(queue) if matches!(first, Item::Event(_)) => queue.room_now().min(DISTRIBUTE_BATCH),
+            _ => 0,
+        };
+        items.push(first);
+        incoming.try_recv_many_while(room, &mut items, |item| matches!(item, Item::Event(_)));
+        for item in items.drain(..) {
+            match item {
+                Item::Event(event) => run.push(event),
+                Item::Register(id, queue, own) => {
+                    distribute(&watchers, &mut run).await;
+                    watchers.insert(id, (queue, own.unwrap_or(behavior)));
+                }
+                Item::Unregister(id) => {
+                    distribute(&watchers, &mut run).await;
+                    if let Some((queue, _)) = watchers.remove(&id) {
+                        queue.close();
+                    }
                 }
             }
         }
+        distribute(&watchers, &mut run).await;
     }
     watchers.values().for_each(|(queue, _)| queue.close());
     done.send_replace(true);
@@ -357,21 +373,41 @@ async fn distributor<T: Clone>(
 /// The registered watchers by id: each one's queue and full-queue behaviour.
 type Watchers<T> = BTreeMap<u64, (Arc<Queue<WatchEvent<T>>>, FullChannelBehavior)>;
 
-/// Offers one event to every watcher in id order, each as its behaviour says (apimachinery
-/// `distribute`).
-async fn distribute<T: Clone>(watchers: &Watchers<T>, event: WatchEvent<T>) {
-    let mut event = Some(event);
-    let mut left = watchers.len();
-    for (id, (queue, behavior)) in watchers {
-        left -= 1;
-        // The last watcher takes the event itself; the others get clones.
-        let event = if left == 0 { event.take() } else { event.clone() }.expect("taken by the last watcher only");
-        let outcome = match behavior {
-            FullChannelBehavior::DropIfChannelFull => queue.try_push(event),
-            FullChannelBehavior::WaitIfChannelFull => queue.push(event).await,
-        };
-        if outcome == Err(Rejected::Full) {
-            tracing::trace!(watcher = id, "watcher queue full, event dropped for it");
+/// The queue of the only watcher, when there is one and it is in Wait mode.
+fn single_waiting<T>(watchers: &Watchers<T>) -> Option<&Arc<Queue<WatchEvent<T>>>> {
+    match (watchers.len(), watchers.values().next()) {
+        (1, Some((queue, FullChannelBehavior::WaitIfChannelFull))) => Some(queue),
+        _ => None,
+    }
+}
+
+/// Events the distributor takes from the incoming queue at once, at most.
+const DISTRIBUTE_BATCH: usize = 256;
+
+/// Offers `events` (emptied), one after the other, to every watcher in id order, each as its
+/// behaviour says (apimachinery `distribute`): each event reaches every watcher before the next
+/// one is offered, so a watcher that makes the distributor wait holds the others back by one
+/// event, as in Go. With one watcher that is the same as handing it all the events at once, so
+/// they go in one bulk push (one lock, one wake-up).
+async fn distribute<T: Clone>(watchers: &Watchers<T>, events: &mut Vec<WatchEvent<T>>) {
+    if let Some(queue) = single_waiting(watchers) {
+        let _ = queue.push_many(events.drain(..)).await;
+        return;
+    }
+    for event in events.drain(..) {
+        let mut event = Some(event);
+        let mut left = watchers.len();
+        for (id, (queue, behavior)) in watchers {
+            left -= 1;
+            // The last watcher takes the event itself; the others get clones.
+            let event = if left == 0 { event.take() } else { event.clone() }.expect("taken by the last watcher only");
+            let outcome = match behavior {
+                FullChannelBehavior::DropIfChannelFull => queue.try_push(event),
+                FullChannelBehavior::WaitIfChannelFull => queue.push(event).await,
+            };
+            if outcome == Err(Rejected::Full) {
+                tracing::trace!(watcher = id, "watcher queue full, event dropped for it");
+            }
         }
     }
 }
@@ -724,6 +760,11 @@ impl<I> Queue<I> {
         Some(item)
     }
 
+    /// Free slots now (taking the lock).
+    fn room_now(&self) -> usize {
+        self.room(&self.lock())
+    }
+
     /// Free slots now.
     fn room(&self, state: &QueueState<I>) -> usize {
         (self.capacity + state.parked).saturating_sub(state.counted)
@@ -747,12 +788,22 @@ impl<I> Queue<I> {
         self.pop(&mut self.lock())
     }
 
-    /// Up to `max` items at once, under one lock and with one wake-up of the senders; empty
-    /// when nothing is queued.
+    /// Up to `max` more items into `into` at once, under one lock and with one wake-up of the
+    /// senders; none when nothing is queued.
     fn try_recv_many(&self, max: usize, into: &mut Vec<I>) {
+        self.try_recv_many_while(max, into, |_| true);
+    }
+
+    /// As [`try_recv_many`](Self::try_recv_many), up to `max` more items, stopping before the
+    /// first one that `take` refuses.
+    fn try_recv_many_while(&self, max: usize, into: &mut Vec<I>, take: impl Fn(&I) -> bool) {
+        let max = into.len() + max;
         let mut state = self.lock();
         let mut freed = false;
         while into.len() < max {
+            if !state.items.front().is_some_and(|(item, _)| take(item)) {
+                break;
+            }
             let Some((item, counted)) = state.items.pop_front() else { break };
             if counted {
                 state.counted -= 1;
@@ -770,7 +821,7 @@ impl<I> Queue<I> {
     /// stopped; a waiting call is woken only once the low watermark of room is free. `Full`
     /// (the rest dropped and counted) when it stopped, `Closed` (the rest not pushed) once
     /// closed. Not cancellation-safe: a dropped call may have pushed a prefix.
-    async fn push_many(&self, items: Vec<I>) -> Result<(), Rejected> {
+    async fn push_many(&self, items: impl IntoIterator<Item = I>) -> Result<(), Rejected> {
         let mut rest = items.into_iter().peekable();
         while rest.peek().is_some() {
             let mut writable = pin!(self.writable_bulk.notified());

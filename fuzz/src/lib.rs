@@ -176,7 +176,11 @@ pub fn check_round_trips(events: &[Event]) {
 ///   an envelope (an error: no `object`) or a list (no `items`: nothing at all);
 /// - a timestamp whose UTC year is outside 0000-9999 (RFC 3339 with an offset, such as
 ///   `0000-01-01T00:00:00+01:00`): it is written as `-0001-…` or `+10000-…`, which does not
-///   parse back.
+///   parse back;
+/// - a floating-point number in `metadata` (kept verbatim in `ObjectMeta::other`), such as
+///   `{"metadata":{"x":2000022000050000000000}}`: without its `float_roundtrip` feature,
+///   serde_json does not always parse a number to the nearest `f64`, so the number written out
+///   may read back as a neighbouring one.
 fn known_not_to_round_trip(e: &Event) -> bool {
     let watch_type = e.type_.parse::<eventpipe::WatchEventType>().is_ok();
     let times = [
@@ -187,7 +191,17 @@ fn known_not_to_round_trip(e: &Event) -> bool {
         e.series.as_ref().and_then(|s| s.last_observed_time),
     ];
     let out_of_range = times.iter().flatten().any(|t| !(0..=9999).contains(&t.year()));
-    watch_type || e.kind.ends_with("List") || out_of_range
+    let float = e.metadata.other.values().any(has_float);
+    watch_type || e.kind.ends_with("List") || out_of_range || float
+}
+
+fn has_float(v: &serde_json::Value) -> bool {
+    match v {
+        serde_json::Value::Number(n) => n.is_f64(),
+        serde_json::Value::Array(a) => a.iter().any(has_float),
+        serde_json::Value::Object(o) => o.values().any(has_float),
+        _ => false,
+    }
 }
 
 fn expect_events(shape: &str, text: &str, expected: &[String]) {

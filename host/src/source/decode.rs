@@ -1590,6 +1590,20 @@ mod tests {
     }
 
     #[test]
+    fn numbers_in_metadata_keep_their_value_when_written_and_read_again() {
+        // Found by fuzzing: without serde_json's `float_roundtrip`, this integer changed on
+        // every write and read.
+        let line = r#"{"metadata":{"name":"a","0":2000022000050000000000},"involvedObject":{"kind":"Pod"}}"#;
+        let (items, errors) = decode_str(line);
+        assert!(errors.is_empty(), "{errors:?}");
+        let Some(Decoded::Event { event, .. }) = items.into_iter().next() else { panic!("an event") };
+        let written = serde_json::to_string(&event).unwrap();
+        let (again, _) = decode_str(&written);
+        let Some(Decoded::Event { event: again, .. }) = again.into_iter().next() else { panic!("an event") };
+        assert_eq!(again, event, "{written}");
+    }
+
+    #[test]
     fn a_deeply_nested_open_document_does_not_swallow_the_next_line() {
         // 100k `[` that never close, then good lines: each good line still decodes.
         let deep = "[".repeat(100_000);

@@ -388,13 +388,21 @@ fn the_kubernetes_source_lists_watches_resumes_and_relists_on_410() {
 
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.jsonl");
-    let child = eventpipe()
+    let mut child = eventpipe()
         .args(["run", "--summary-json", "--no-watch", "--source=k8s", "--clock=processing"])
+        .args(["--metrics=127.0.0.1:0"])
         .arg(format!("--sink=jsonl:{}", out.display()))
         .arg(format!("--kube-server={}", api.url))
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    let lines = crate::common::stderr_lines(&mut child);
+    let metrics = loop {
+        let line = lines.recv_timeout(Duration::from_secs(120)).expect("the run announces its metrics address");
+        if let Some((_, rest)) = line.split_once("metrics on http://") {
+            break rest.trim_end_matches("/metrics").to_string();
+        }
+    };
     // Wait for the second watch (after the relist), give its event time to arrive, then stop
     // the process as Kubernetes would (SIGTERM): it drains and exits 0.
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -403,11 +411,14 @@ fn the_kubernetes_source_lists_watches_resumes_and_relists_on_410() {
         std::thread::sleep(Duration::from_millis(50));
     }
     std::thread::sleep(Duration::from_millis(500));
+    // The watch's bookmark is counted while the source runs.
+    let text = scrape(&metrics);
+    assert!(text.contains("eventpipe_source_non_events_total{source=\"k8s\"} 1"), "{text}");
     let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
     assert!(status.success());
-    let output = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stderr}");
+    let exit = child.wait().unwrap();
+    let stderr = lines.try_iter().collect::<Vec<_>>().join("\n");
+    assert!(exit.success(), "{stderr}");
 
     let targets: Vec<String> = api.seen().iter().map(|s| format!("{} {}", s.method, s.target)).collect();
     assert_eq!(

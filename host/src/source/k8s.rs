@@ -85,6 +85,8 @@ pub struct WatchOptions {
     /// sent again unless they changed. Given, a first list sends what is new or changed (as a
     /// re-list), also without `replay_existing`.
     pub resume_seen: Option<SeenVersions>,
+    /// Counted into while the watch runs (events sent on, bookmarks), for `/metrics`.
+    pub counters: Arc<super::SourceCounters>,
 }
 
 impl std::fmt::Debug for WatchOptions {
@@ -204,6 +206,7 @@ struct Watch {
     backoff: Duration,
     resume_from: Option<String>,
     progress: Option<Arc<crate::delivery::Progress>>,
+    counters: Arc<super::SourceCounters>,
 }
 
 impl Watch {
@@ -244,6 +247,7 @@ impl Watch {
             // A saved resourceVersion belongs to one watch; with several namespaces each lists.
             resume_from: options.resume_from.clone().filter(|_| options.namespaces.len() <= 1),
             progress: options.progress.clone(),
+            counters: options.counters.clone(),
         }
     }
 
@@ -309,6 +313,7 @@ impl Watch {
     /// every event before it are delivered (`None`: it moves no position; never empty).
     async fn send(&mut self, event: Event, seen: SeenVersion, position: Option<String>) -> Result<(), Failure> {
         self.stats.events += 1;
+        self.counters.add_read(1);
         if let Some(progress) = &self.progress {
             let position = position.filter(|rv| !rv.is_empty()).map(Position::ResourceVersion);
             progress.sent_event(position, seen);
@@ -450,6 +455,7 @@ impl Watch {
                         }
                         Ok(Decoded::Bookmark { resource_version, .. }) => {
                             self.stats.bookmarks += 1;
+                            self.counters.add_non_event();
                             last = Some(resource_version);
                         }
                         Ok(Decoded::WatchError { code, reason, message, .. }) => {

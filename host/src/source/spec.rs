@@ -112,8 +112,13 @@ impl SourceSpec {
                     Some(Position::ResourceVersion(rv)) => Some(rv),
                     _ => None,
                 };
-                let options =
-                    WatchOptions { namespaces: namespaces.clone(), resume_from, progress: cx.progress, ..cx.watch };
+                let options = WatchOptions {
+                    namespaces: namespaces.clone(),
+                    resume_from,
+                    progress: cx.progress,
+                    counters: cx.counters,
+                    ..cx.watch
+                };
                 Source::Kubernetes(KubernetesSource { client, options })
             }
             SourceSpec::Http(addr) => Source::Http(HttpSource {

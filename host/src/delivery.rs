@@ -335,8 +335,8 @@ impl Progress {
     }
 
     /// The position after the last finished event not yet taken that moved it (never an empty
-    /// resourceVersion), if any finished since the last call; the versions of the unsent events and of the finished ones (in that
-    /// order) are recorded in `seen`.
+    /// resourceVersion), if any finished since the last call. The versions of the unsent
+    /// events, then of the finished ones, are recorded in `seen`.
     pub fn take_finished(&self, seen: &mut SeenVersions) -> Option<Position> {
         for version in self.unsent.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
             seen.record(version);

@@ -253,6 +253,10 @@ fn log_dropped(event: &Event, error: &SinkError) {
                 tracing::warn!(event = %event.metadata.name, %error, reason, dropped_since_last_warning = since, "server rejected event (will not retry!)");
             }
         }
+        // A sink plugin's refusal names the plugin, tenant and event itself.
+        SinkError::Refused { reason, .. } => {
+            tracing::error!(event = %event.metadata.name, %error, reason, "sink refused event (will not retry!)")
+        }
         _ => {
             tracing::error!(event = %event.metadata.name, %error, "server rejected event (will not retry!)")
         }
@@ -270,7 +274,8 @@ pub const MAX_NAMED_MISSING_NAMESPACES: usize = 1024;
 /// The reason a write was rejected and dropped, for counting: the Kubernetes status reason
 /// (`AlreadyExists`, `NotFound`, `Forbidden`, …; `NamespaceTerminating` when that is the cause,
 /// [`REASON_NAMESPACE_NOT_FOUND`] for a namespace that does not exist; the HTTP code when there
-/// is no reason), or `RequestConstruction`.
+/// is no reason), `RequestConstruction`, or the reason a sink gave with [`SinkError::Refused`]
+/// (`Permanent`, `PluginGarbage`, `PluginFailed`).
 pub fn rejection_reason(error: &SinkError) -> String {
     match error {
         SinkError::Status(s) if s.missing_namespace().is_some() => REASON_NAMESPACE_NOT_FOUND.to_string(),

@@ -10,7 +10,7 @@
 //! - `410 Gone` / `Expired` (the resourceVersion is too old), as an HTTP status or a watch `ERROR`
 //!   envelope, makes it list again. Events listed again are sent on only when their
 //!   resourceVersion differs from the one last seen for that event (changes missed in the gap);
-//!   the memory of what was seen is an LRU of [`SEEN_ENTRIES`] events ([`SeenVersions`], one
+//!   the memory of what was seen is an LRU of [`crate::delivery::SEEN_VERSIONS_MAX`] events ([`SeenVersions`], one
 //!   for all the namespaces watched). With at-least-once delivery that memory survives
 //!   restarts: the versions of acknowledged events (and of the events found at the first start)
 //!   are kept in the state file and given back as [`WatchOptions::resume_seen`], so a restart
@@ -40,9 +40,6 @@ use crate::event::Event;
 use crate::k8s::status_error;
 use crate::source::decode::{Decoded, Decoder};
 
-/// Events whose last resourceVersion the source remembers, to tell changes from repeats after a
-/// re-list.
-pub const SEEN_ENTRIES: usize = crate::delivery::SEEN_VERSIONS_MAX;
 /// client-go reflector back-off: first pause.
 pub const INITIAL_BACKOFF: Duration = Duration::from_millis(800);
 /// client-go reflector back-off: longest pause.
@@ -296,9 +293,9 @@ impl Watch {
     /// Remembers `event`'s resourceVersion: `Some` (the version) when it is new or changed.
     fn changed(&mut self, event: &Event) -> Option<SeenVersion> {
         let key = if event.metadata.uid.is_empty() {
-            format!("{}/{}", event.metadata.namespace, event.metadata.name)
+            std::borrow::Cow::Owned(format!("{}/{}", event.metadata.namespace, event.metadata.name))
         } else {
-            event.metadata.uid.clone()
+            std::borrow::Cow::Borrowed(event.metadata.uid.as_str())
         };
         let version = SeenVersion::new(&key, &event.metadata.resource_version);
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());

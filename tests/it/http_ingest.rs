@@ -144,6 +144,71 @@ async fn patch_is_not_found_so_client_go_creates_the_repeat() {
     assert_eq!(ingest.stats().patch_not_found, 2);
 }
 
+/// A patch of an event created here is applied to it (client-go's repeat: count,
+/// lastTimestamp, message), answered `200` with the result and forwarded as an update; a `PUT`
+/// replaces it; an event forgotten by the bounded cache is `404` again.
+#[tokio::test]
+async fn a_patch_of_an_event_created_here_is_applied_and_forwarded() {
+    let config = IngestConfig { created_cache_entries: 1, ..IngestConfig::default() };
+    let (ingest, mut rx) = ingest(config, 16);
+    let router = ingest.router();
+    let (code, _, created) = send(&router, create_request(CLIENT_GO_CREATE)).await;
+    assert_eq!(code, StatusCode::CREATED);
+    rx.try_recv().unwrap();
+    let name = created["metadata"]["name"].as_str().unwrap().to_string();
+    let uri = format!("{EVENTS}/{name}");
+    let smp = Some("application/strategic-merge-patch+json");
+    let patch = r#"{"count":2,"lastTimestamp":"2025-01-01T00:00:10Z","message":"again"}"#;
+    let (code, _, patched) = send(&router, request(Method::PATCH, &uri, smp, patch)).await;
+    assert_eq!(code, StatusCode::OK, "{patched}");
+    let mut expected = created.clone();
+    expected["count"] = json!(2);
+    expected["lastTimestamp"] = json!("2025-01-01T00:00:10Z");
+    expected["message"] = json!("again");
+    assert_eq!(patched, expected, "only the patched fields changed");
+    let got = rx.try_recv().expect("the patched event is forwarded");
+    assert_eq!(got.route, IngestRoute::Patch);
+    assert_eq!(serde_json::to_value(&got.event).unwrap(), expected);
+
+    // A second patch applies to the patched event; a patch cannot rename or move it.
+    let (code, _, again) = send(
+        &router,
+        request(Method::PATCH, &uri, smp, r#"{"count":3,"metadata":{"name":"other","namespace":"x"}}"#),
+    )
+    .await;
+    assert_eq!(code, StatusCode::OK, "{again}");
+    assert_eq!((again["count"].as_i64(), again["message"].as_str()), (Some(3), Some("again")));
+    assert_eq!((again["metadata"]["name"].as_str(), again["metadata"]["namespace"].as_str()), (Some(&*name), Some("default")));
+    rx.try_recv().unwrap();
+
+    // PUT replaces it, keeping the uid the server gave it.
+    let mut replacement: Value = serde_json::from_str(CLIENT_GO_CREATE).unwrap();
+    replacement["count"] = json!(7);
+    let (code, _, put) = send(&router, request(Method::PUT, &uri, Some("application/json"), replacement.to_string())).await;
+    assert_eq!(code, StatusCode::OK, "{put}");
+    assert_eq!((put["count"].as_i64(), &put["metadata"]["uid"]), (Some(7), &created["metadata"]["uid"]));
+    assert_eq!(rx.try_recv().unwrap().route, IngestRoute::Update);
+
+    // Bad patches are the apiserver's errors, and forward nothing.
+    let (code, _, _) = send(&router, request(Method::PATCH, &uri, Some("application/json-patch+json"), "[]")).await;
+    assert_eq!(code, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    let (code, _, body) = send(&router, request(Method::PATCH, &uri, smp, "[1]")).await;
+    assert_eq!((code, status_of(&body).reason.as_str()), (StatusCode::BAD_REQUEST, "BadRequest"));
+    let (code, _, _) = send(&router, request(Method::PATCH, &uri, smp, r#"{"count":"many"}"#)).await;
+    assert_eq!(code, StatusCode::BAD_REQUEST);
+    assert!(rx.try_recv().is_err());
+
+    // The cache holds one event: a second create pushes the first out.
+    let mut other: Value = serde_json::from_str(CLIENT_GO_CREATE).unwrap();
+    other["metadata"]["name"] = json!("other.1");
+    assert_eq!(send(&router, create_request(&other.to_string())).await.0, StatusCode::CREATED);
+    let (code, _, _) = send(&router, request(Method::PATCH, &uri, smp, patch)).await;
+    assert_eq!(code, StatusCode::NOT_FOUND, "forgotten: client-go creates it instead");
+    let (code, _, _) = send(&router, request(Method::PATCH, &format!("{EVENTS}/other.1"), smp, patch)).await;
+    assert_eq!(code, StatusCode::OK);
+    assert_eq!(ingest.stats().patch_not_found, 1);
+}
+
 #[tokio::test]
 async fn ingest_accepts_every_shape_and_reports_bad_lines() {
     let (ingest, mut rx) = ingest(IngestConfig::default(), 64);

@@ -3,7 +3,8 @@
 //! …/events/{name}`, patch is `PATCH …/events/{name}` with
 //! `Content-Type: application/strategic-merge-patch+json` and the correlator's patch bytes.
 //! `recordToSink` ([`crate::sink::write_event`]) drives it: patch for repeats, create after a
-//! 404, client-go's retry classes.
+//! 404, client-go's retry classes. One divergence: an empty patch is written as a `PUT` of the
+//! whole event (see [`KubernetesSink`]'s `patch`).
 //!
 //! As client-go's REST client, a `429` or `5xx` answer with a `Retry-After` header is retried
 //! after that many seconds, up to [`MAX_RETRY_AFTER_RETRIES`] times, before it becomes the
@@ -127,8 +128,18 @@ impl EventSink for KubernetesSink {
         self.call(Method::PUT, Self::path(event, true), "application/json", Self::body(event)?).await
     }
 
+    /// An empty `patch` (client-go's for a count > 1 event its correlator never saw) is not
+    /// sent: a real apiserver answers an empty strategic-merge patch `400 BadRequest` ("EOF")
+    /// and the update is lost. The whole event is written instead with `PUT` and no
+    /// `resourceVersion`, which creates it or replaces it (events allow create-on-update and
+    /// unconditional update). A divergence from client-go, on purpose.
     async fn patch(&self, event: &Event, patch: &[u8]) -> Result<Event, SinkError> {
         self.check_namespace(event)?;
+        if patch.is_empty() {
+            let mut whole = event.clone();
+            whole.metadata.resource_version.clear();
+            return self.call(Method::PUT, Self::path(&whole, true), "application/json", Self::body(&whole)?).await;
+        }
         self.call(Method::PATCH, Self::path(event, true), STRATEGIC_MERGE_PATCH, patch.to_vec()).await
     }
 }

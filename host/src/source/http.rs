@@ -5,7 +5,8 @@
 //! | route | body | answer |
 //! |---|---|---|
 //! | `POST /api/v1/namespaces/{ns}/events` | one core/v1 Event, `application/json` | `201 Created`, the event as "stored" |
-//! | `PATCH` / `PUT /api/v1/namespaces/{ns}/events/{name}` | anything | `404 NotFound` (see below) |
+//! | `PATCH /api/v1/namespaces/{ns}/events/{name}` | a strategic-merge (or JSON merge) patch | `200`, the patched event; `404 NotFound` for an event not created here (see below) |
+//! | `PUT /api/v1/namespaces/{ns}/events/{name}` | one core/v1 Event | `200`, the event; `404` as for a patch |
 //! | `POST /ingest` | JSON lines, arrays, `EventList`s, watch envelopes (see [`super::decode`]) | `200` with `{"accepted": N, "non_events": K, "errors": [{"line": L, "error": "…"}]}` |
 //!
 //! The first two are the paths client-go's `EventSinkImpl` uses (`CreateWithEventNamespace`,
@@ -21,13 +22,19 @@
 //! namespace sent on the request", as the apiserver); a body that is not an Event, or another
 //! `kind`/`apiVersion`, is `400`; no name and no `generateName` is `422 Invalid`.
 //!
-//! **Patch and update are `404 NotFound`.** eventpipe does not store events, so it cannot apply
-//! client-go's strategic-merge patch (`recordToSink` patches repeats: count > 1) nor return the
-//! merged object its correlator remembers. client-go's `recordEvent` treats a 404 on patch as
-//! "the event is gone" and immediately creates the full event instead (same name, updated
-//! `count`, `lastTimestamp`, `message`; `resourceVersion` cleared), so every repeat reaches
-//! eventpipe whole, as a create, at the cost of one extra round trip. Answering `200` with a
-//! made-up object instead would put wrong state into the client's correlator.
+//! **Patch and update apply to the events created here.** The server remembers the events it
+//! created (answered `201`), by namespace and name, in a bounded LRU cache
+//! ([`IngestConfig::created_cache_entries`], default [`DEFAULT_CREATED_CACHE_ENTRIES`]). A
+//! `PATCH` of one of them — client-go's `recordToSink` patches repeats with
+//! `{"count":…,"lastTimestamp":…,"message":…}` as `application/strategic-merge-patch+json` — is
+//! applied to the remembered event (a merge patch: the fields an Event patch touches are all
+//! scalars), the result is answered `200` and goes on into the pipeline like any event, where
+//! eventpipe's own correlator counts it. A `PUT` replaces the remembered event the same way.
+//! Name and namespace always stay those of the URL. An event not created here (or no longer
+//! remembered) is `404 NotFound`, as before: client-go's `recordEvent` treats a 404 on patch as
+//! "the event is gone" and creates the full event instead (same name, updated `count`,
+//! `lastTimestamp`, `message`; `resourceVersion` cleared), so it still arrives whole, at the
+//! cost of one extra round trip.
 //!
 //! # Errors
 //!
@@ -35,7 +42,8 @@
 //! `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"…","reason":"BadRequest","code":400}`,
 //! with these reasons: `400 BadRequest` (malformed body, namespace mismatch, a batch in which
 //! nothing could be decoded — one `details.causes` entry per bad line), `401 Unauthorized`
-//! (with `WWW-Authenticate: Bearer`), `404 NotFound` (unknown path, patch/update), `405
+//! (with `WWW-Authenticate: Bearer`), `404 NotFound` (unknown path, patch/update of an event not
+//! created here), `405
 //! MethodNotAllowed`, `413 RequestEntityTooLarge` (body over [`IngestConfig::max_body_bytes`]),
 //! `415 UnsupportedMediaType`, `422 Invalid`, `503 ServiceUnavailable` (queue full or closed).
 //! A batch with some good and some bad documents is a partial success: `200`, the good events
@@ -86,6 +94,9 @@ pub const DEFAULT_MAX_BODY_BYTES: usize = 4 << 20;
 pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 8080);
 /// Default wait for room in the event queue before answering `503`.
 pub const DEFAULT_ENQUEUE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Default number of created events remembered for later patches (client-go's own correlator
+/// cache holds 4096).
+pub const DEFAULT_CREATED_CACHE_ENTRIES: usize = 4096;
 /// Environment variable holding the bearer token (see [`BearerToken::from_env`]).
 pub const TOKEN_ENV: &str = "EVENTPIPE_INGEST_TOKEN";
 /// `details.causes` entries listed at most in a `400` for a batch.
@@ -182,6 +193,10 @@ pub struct IngestConfig {
     pub enqueue_timeout: Duration,
     /// `Retry-After` of a `503`, seconds (default 1).
     pub retry_after_seconds: u32,
+    /// Events created through this server that a later `PATCH` / `PUT` can still find (default
+    /// [`DEFAULT_CREATED_CACHE_ENTRIES`]; least recently used leave first; 0: every patch is
+    /// `404`).
+    pub created_cache_entries: usize,
 }
 
 impl Default for IngestConfig {
@@ -192,6 +207,7 @@ impl Default for IngestConfig {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             enqueue_timeout: DEFAULT_ENQUEUE_TIMEOUT,
             retry_after_seconds: 1,
+            created_cache_entries: DEFAULT_CREATED_CACHE_ENTRIES,
         }
     }
 }
@@ -209,6 +225,10 @@ pub fn check_bind(addr: SocketAddr, token: Option<&BearerToken>) -> Result<(), I
 pub enum IngestRoute {
     /// `POST /api/v1/namespaces/{ns}/events` (a client-go style create).
     Create,
+    /// `PATCH /api/v1/namespaces/{ns}/events/{name}` of an event created here.
+    Patch,
+    /// `PUT /api/v1/namespaces/{ns}/events/{name}` of an event created here.
+    Update,
     /// `POST /ingest`, from the document or list item starting at this 1-based line of the body.
     Batch {
         /// Line in the request body.
@@ -273,7 +293,8 @@ pub struct IngestStats {
     pub bad_documents: u64,
     /// Watch bookmarks and `ERROR` envelopes seen (not events).
     pub non_events: u64,
-    /// Patches and updates answered `404` (each followed by a create from client-go).
+    /// Patches and updates of events not created here (or forgotten) answered `404` (each
+    /// followed by a create from client-go).
     pub patch_not_found: u64,
     /// `401` answers.
     pub unauthorized: u64,
@@ -321,6 +342,9 @@ struct Shared {
     config: IngestConfig,
     queue: IngestQueue,
     counters: Arc<IngestCounters>,
+    /// The events created (and since patched) here, by `(namespace, name)`, newest kept; `None`
+    /// when [`IngestConfig::created_cache_entries`] is 0.
+    created: Option<std::sync::Mutex<lru::LruCache<(String, String), Event>>>,
 }
 
 /// Where accepted events go: the one bounded queue whose room is the back-pressure bound and
@@ -398,7 +422,9 @@ impl Ingest {
     /// As [`new`](Self::new), counting into `counters` (which the caller may read while the
     /// server runs, e.g. at every `/metrics` scrape).
     pub fn with_counters(config: IngestConfig, queue: impl Into<IngestQueue>, counters: Arc<IngestCounters>) -> Self {
-        Self { shared: Arc::new(Shared { config, queue: queue.into(), counters }) }
+        let created =
+            std::num::NonZeroUsize::new(config.created_cache_entries).map(|n| std::sync::Mutex::new(lru::LruCache::new(n)));
+        Self { shared: Arc::new(Shared { config, queue: queue.into(), counters, created }) }
     }
 
     /// The configuration.
@@ -801,11 +827,29 @@ async fn create_inner(shared: &Shared, ns: String, headers: HeaderMap, body: Bod
         event.metadata.uid = uuid::Uuid::new_v4().to_string();
     }
     event.metadata.creation_timestamp.get_or_insert_with(chrono::Utc::now);
-    let answer = json_response(StatusCode::CREATED, &event);
-    let item = Ingested { event, headers: forwarded_headers(&headers), route: IngestRoute::Create, watch_type: None };
+    enqueue_one(shared, event, &headers, IngestRoute::Create, StatusCode::CREATED).await
+}
+
+/// Puts one event of a create, patch or update on the queue and answers `code` with it; once
+/// it is accepted, it is remembered as created (for later patches).
+async fn enqueue_one(
+    shared: &Shared,
+    event: Event,
+    headers: &HeaderMap,
+    route: IngestRoute,
+    code: StatusCode,
+) -> Result<Response, Response> {
+    let fail = |s: ApiStatus| s.into_response();
+    let answer = json_response(code, &event);
+    let key = (event.metadata.namespace.clone(), event.metadata.name.clone());
+    let remembered = event.clone();
+    let item = Ingested { event, headers: forwarded_headers(headers), route, watch_type: None };
     match tokio::time::timeout(shared.config.enqueue_timeout, shared.queue.push_all(vec![item])).await {
         Ok(Ok(())) => {
             bump(&shared.counters.accepted);
+            if let Some(created) = &shared.created {
+                created.lock().unwrap_or_else(|p| p.into_inner()).put(key, remembered);
+            }
             Ok(answer)
         }
         Ok(Err(_)) => Err(fail(queue_unavailable(shared, "the event queue is closed (shutting down)".into()))),
@@ -816,12 +860,106 @@ async fn create_inner(shared: &Shared, ns: String, headers: HeaderMap, body: Bod
     }
 }
 
-/// `PATCH` / `PUT /api/v1/namespaces/{ns}/events/{name}`: eventpipe stores nothing, so the event
-/// is not found and client-go creates it instead (see the module docs).
-async fn patch_or_update(State(shared): State<SharedState>, Path((_ns, name)): Path<(String, String)>) -> ApiStatus {
-    bump(&shared.counters.patch_not_found);
-    ApiStatus::failure(StatusCode::NOT_FOUND, "NotFound", format!("events \"{name}\" not found"))
-        .with_details(StatusDetails { name, kind: "events".into(), ..StatusDetails::default() })
+/// Media types a `PATCH` of an event may have: client-go's strategic-merge patch, and the JSON
+/// merge patch (the same result for an Event, whose patched fields are all scalars).
+const PATCH_MEDIA_TYPES: &[&str] = &["application/strategic-merge-patch+json", "application/merge-patch+json"];
+
+/// `PATCH` / `PUT /api/v1/namespaces/{ns}/events/{name}` of an event this server created (and
+/// still remembers): the patch is applied to the remembered event (or the body replaces it),
+/// and the result goes on as an update, answered `200`. Any other event is `404 NotFound`, and
+/// client-go creates it instead (see the module docs).
+async fn patch_or_update(
+    State(shared): State<SharedState>,
+    method: axum::http::Method,
+    Path((ns, name)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    match patch_or_update_inner(&shared, method, ns, name, headers, body).await {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+async fn patch_or_update_inner(
+    shared: &Shared,
+    method: axum::http::Method,
+    ns: String,
+    name: String,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, Response> {
+    let fail = |s: ApiStatus| s.into_response();
+    let patching = method == axum::http::Method::PATCH;
+    let accepted: &[&str] = if patching { PATCH_MEDIA_TYPES } else { &["application/json"] };
+    check_media_type(shared, &headers, accepted).map_err(|s| fail(*s))?;
+    let bytes = read_body(shared, &headers, body).await.map_err(fail)?;
+    let key = (ns, name);
+    let known = shared.created.as_ref().and_then(|c| c.lock().unwrap_or_else(|p| p.into_inner()).get(&key).cloned());
+    let Some(known) = known else {
+        bump(&shared.counters.patch_not_found);
+        let (_, name) = key;
+        return Err(fail(
+            ApiStatus::failure(StatusCode::NOT_FOUND, "NotFound", format!("events \"{name}\" not found"))
+                .with_details(StatusDetails { name, kind: "events".into(), ..StatusDetails::default() }),
+        ));
+    };
+    let mut event = if patching {
+        let patch: serde_json::Value = serde_json::from_slice(&bytes)
+            .map_err(|e| fail(bad_request(shared, format!("the patch is not JSON: {e}"))))?;
+        if !patch.is_object() {
+            return Err(fail(bad_request(shared, "the patch is not a JSON object")));
+        }
+        let mut merged = serde_json::to_value(&known).expect("an event always serialises");
+        merge_patch(&mut merged, patch);
+        serde_json::from_value::<Event>(merged)
+            .map_err(|e| fail(bad_request(shared, format!("the patched event is not a core/v1 Event: {e}"))))?
+    } else {
+        let mut event: Event = serde_json::from_slice(&bytes)
+            .map_err(|e| fail(bad_request(shared, format!("the body is not a core/v1 Event: {e}"))))?;
+        if !event.metadata.name.is_empty() && event.metadata.name != key.1 {
+            return Err(fail(bad_request(
+                shared,
+                format!("the name of the object ({}) does not match the name on the URL ({})", event.metadata.name, key.1),
+            )));
+        }
+        if !event.metadata.namespace.is_empty() && event.metadata.namespace != key.0 {
+            return Err(fail(bad_request(
+                shared,
+                "the namespace of the provided object does not match the namespace sent on the request",
+            )));
+        }
+        event.metadata.uid = known.metadata.uid.clone();
+        event.metadata.creation_timestamp = known.metadata.creation_timestamp;
+        event
+    };
+    // What identifies the stored object stays as it was.
+    (event.metadata.namespace, event.metadata.name) = key;
+    event.kind = "Event".into();
+    event.api_version = "v1".into();
+    let route = if patching { IngestRoute::Patch } else { IngestRoute::Update };
+    enqueue_one(shared, event, &headers, route, StatusCode::OK).await
+}
+
+/// RFC 7386 JSON merge patch: objects merge key by key, `null` removes a key, anything else
+/// replaces. For an Event's patch (client-go's `count`, `lastTimestamp`, `message`) this is what
+/// the apiserver's strategic merge gives.
+fn merge_patch(target: &mut serde_json::Value, patch: serde_json::Value) {
+    match patch {
+        serde_json::Value::Object(fields) => {
+            if !target.is_object() {
+                *target = serde_json::Value::Object(serde_json::Map::new());
+            }
+            let object = target.as_object_mut().expect("made an object above");
+            for (k, v) in fields {
+                if v.is_null() {
+                    object.remove(&k);
+                } else {
+                    merge_patch(object.entry(k).or_insert(serde_json::Value::Null), v);
+                }
+            }
+        }
+        other => *target = other,
+    }
 }
 
 /// One bad line of an `/ingest` body.
@@ -923,7 +1061,7 @@ async fn ingest_inner(shared: &Shared, headers: HeaderMap, body: Body) -> Result
         let batch = std::mem::replace(&mut rest, tail);
         let first_line = match batch[0].route {
             IngestRoute::Batch { line } => line,
-            IngestRoute::Create => 0,
+            IngestRoute::Create | IngestRoute::Patch | IngestRoute::Update => 0,
         };
         let n = batch.len() as u64;
         match tokio::time::timeout_at(deadline, shared.queue.push_all(batch)).await {

@@ -300,3 +300,18 @@ mod tests {
         assert_eq!((e.code, e.reason.as_str(), e.message.as_str()), (502, "", "<html>bad gateway</html>"));
     }
 }
+
+/// Which Events API the `k8s` source watches and `k8s` sinks write to
+/// (`--events-api core|events.k8s.io`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, clap::ValueEnum)]
+pub enum EventsApi {
+    /// core/v1 `/api/v1/events`, as client-go `tools/record`.
+    #[default]
+    #[value(name = "core")]
+    CoreV1,
+    /// `/apis/events.k8s.io/v1/events`, as client-go `tools/events`: watched events are
+    /// converted to core/v1 as the apiserver converts them; written events are converted to
+    /// events.k8s.io/v1 and recorded as series (`crate::sink::series::SeriesSink`).
+    #[value(name = "events.k8s.io")]
+    EventsV1,
+}

@@ -46,7 +46,7 @@ use crate::event::Event;
 pub use crate::partition::PartitionKey;
 use crate::plan::TenantPlan;
 use crate::sink::retry::MAX_NAMED_MISSING_NAMESPACES;
-use crate::sink::{EventSink, RetryPolicy, SinkError, SinkStats, WriteOutcome, deliver};
+use crate::sink::{EventSink, RetryPolicy, SinkError, SinkStats, WriteOutcome};
 use crate::stage::{Staged, TenantStages};
 
 /// Default writes in flight per sink (`run --max-in-flight`).
@@ -449,7 +449,7 @@ impl Partition {
         let window = self.windows.entry(id).or_default();
         window.busy.insert(key);
         let mut write: Write = Box::pin(async move {
-            let (outcome, stored) = deliver(sink.as_ref(), result, &retry, &cancel).await;
+            let (outcome, stored) = sink.write(result, &retry, &cancel).await;
             Done { tenant, seq, sink: id, key, aggregated, outcome, stored, in_flight: false, gating }
         });
         match write.as_mut().poll(&mut Context::from_waker(std::task::Waker::noop())) {

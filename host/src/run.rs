@@ -179,6 +179,8 @@ pub struct RunOptions {
     pub max_in_flight: usize,
     /// Watcher plugins to attach to the Broadcaster (the config's `[[watchers]]` come after).
     pub watchers: Vec<WatcherSpec>,
+    /// The Events API every `k8s` sink writes to (core/v1, or events.k8s.io series).
+    pub events_api: crate::k8s::EventsApi,
 }
 
 /// Prints a line about what is live (stderr, always) and logs it.
@@ -219,6 +221,7 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         partition_key,
         max_in_flight,
         watchers: watcher_specs,
+        events_api,
     } = options;
     let mut broadcaster = broadcaster;
     broadcaster.full_channel_behavior = match delivery {
@@ -265,7 +268,7 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         || base.sinks.iter().any(|s| matches!(s.spec, SinkSpec::Kubernetes(_)))
         || config.as_ref().is_some_and(|c| names_k8s(&c.defaults) || c.tenants.iter().any(|t| names_k8s(&t.rules)));
     let client = if needs_kube { Some(crate::k8s::connect(&kube).await?) } else { None };
-    let sinks = Arc::new(SinkSet::new(client.clone(), progress.is_some()));
+    let sinks = Arc::new(SinkSet::new(client.clone(), progress.is_some()).with_events_api(events_api));
     let plan = TenantPlan::build(&base, config.as_ref(), &registry, &sinks)?;
     let (plans_tx, plans_rx) = tokio::sync::watch::channel(Arc::new(plan));
     let latest_plan = plans_tx.subscribe();
@@ -282,9 +285,15 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
             plans: plans_tx,
             rejected_configs: rejected_configs.clone(),
         };
+        // Sinks opened by a reloaded config (a webhook's worker, an events.k8s.io series timer)
+        // spawn their tasks on the run's runtime.
+        let runtime = tokio::runtime::Handle::current();
         std::thread::Builder::new()
             .name("eventpipe-reload".into())
-            .spawn(move || rx.into_iter().for_each(|change| reloader.apply(change)))
+            .spawn(move || {
+                let _runtime = runtime.enter();
+                rx.into_iter().for_each(|change| reloader.apply(change))
+            })
             .expect("spawning the reload thread");
         Some(watcher)
     } else {
@@ -457,6 +466,10 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
             live_stats.lock().unwrap_or_else(|p| p.into_inner()).clone()
         }
     };
+    // events.k8s.io series get their final patch (bounded as the drain is).
+    if tokio::time::timeout(shutdown_timeout, sinks.close()).await.is_err() {
+        tracing::warn!("shutdown timeout: open event series were not all written");
+    }
     drop(watcher);
     periodic.abort();
     if let Some(committer) = committer {

@@ -490,8 +490,14 @@ fn a_client_go_style_create_to_http_ingest_reaches_the_sink() {
 /// `eventpipe run --source http:127.0.0.1:0 EXTRA`, once it listens: the process, its stderr
 /// (past the listening line) and the address it listens on.
 fn run_http_ingest(extra: &str) -> (std::process::Child, BufReader<std::process::ChildStderr>, String) {
+    run_http_ingest_with(&[extra])
+}
+
+/// [`run_http_ingest`] with several extra arguments.
+fn run_http_ingest_with(extra: &[&str]) -> (std::process::Child, BufReader<std::process::ChildStderr>, String) {
     let mut child = eventpipe()
-        .args(["run", "--summary-json", "--no-watch", "--source=http:127.0.0.1:0", extra])
+        .args(["run", "--summary-json", "--no-watch", "--source=http:127.0.0.1:0"])
+        .args(extra)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -1041,4 +1047,168 @@ fn a_restart_watching_several_namespaces_sends_what_changed_in_each() {
     });
     sent.sort();
     assert_eq!(sent, ["a3", "b1"], "a1 and a2 were delivered or there before");
+}
+
+/// What a fake API server with storage holds: object path (`…/events/NAME`) → the object as
+/// stored (with `resourceVersion` and `uid`).
+type Store = Arc<Mutex<std::collections::BTreeMap<String, Value>>>;
+
+/// A handler that stores what it is sent, as the apiserver does for events of any API group:
+/// `POST` on a collection creates (`409 AlreadyExists` when the name is taken), `PATCH` merges a
+/// JSON object into the stored one (`404` when missing; an empty body is `400`, "EOF", as a
+/// real apiserver answers an empty strategic-merge patch), `PUT` creates or replaces.
+fn storing_handler(store: Store) -> Box<Handler> {
+    fn merge(target: &mut Value, patch: &Value) {
+        match (target.as_object_mut(), patch.as_object()) {
+            (Some(t), Some(p)) => {
+                for (k, v) in p {
+                    if v.is_null() {
+                        t.remove(k);
+                    } else {
+                        merge(t.entry(k.clone()).or_insert(Value::Null), v);
+                    }
+                }
+            }
+            _ => *target = patch.clone(),
+        }
+    }
+    let rv = Arc::new(Mutex::new(0u64));
+    Box::new(move |req: &Seen| {
+        let path = req.target.split('?').next().unwrap().to_string();
+        let mut store = store.lock().unwrap();
+        let stamp = |store: &mut std::collections::BTreeMap<String, Value>, mut e: Value, key: &str| {
+            let mut n = rv.lock().unwrap();
+            *n += 1;
+            e["metadata"]["resourceVersion"] = json!(n.to_string());
+            if e["metadata"]["uid"].is_null() {
+                e["metadata"]["uid"] = json!(format!("uid-{n}"));
+            }
+            store.insert(key.to_string(), e.clone());
+            e
+        };
+        match req.method.as_str() {
+            "POST" => {
+                let body = req.json();
+                let name = body["metadata"]["name"].as_str().unwrap_or_default().to_string();
+                let key = format!("{path}/{name}");
+                if store.contains_key(&key) {
+                    return Answer::status(409, "AlreadyExists", &format!("events \"{name}\" already exists"));
+                }
+                Answer::json(201, stamp(&mut store, body, &key))
+            }
+            "PATCH" if req.body.is_empty() => Answer::status(400, "BadRequest", "EOF"),
+            "PATCH" => match store.get(&path).cloned() {
+                None => Answer::status(404, "NotFound", "events not found"),
+                Some(mut stored) => {
+                    merge(&mut stored, &req.json());
+                    Answer::json(200, stamp(&mut store, stored, &path))
+                }
+            },
+            "PUT" => {
+                let code = if store.contains_key(&path) { 200 } else { 201 };
+                Answer::json(code, stamp(&mut store, req.json(), &path))
+            }
+            _ => Answer::status(405, "MethodNotAllowed", "no"),
+        }
+    })
+}
+
+/// The fields of each stored event that client-go's calls decide, by object path.
+fn stored_events(store: &Store) -> std::collections::BTreeMap<String, Value> {
+    let fields = ["involvedObject", "reason", "message", "source", "type", "count", "firstTimestamp", "lastTimestamp"];
+    store
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(path, e)| (path.clone(), fields.iter().map(|f| (f.to_string(), e[*f].clone())).collect()))
+        .collect()
+}
+
+/// One HTTP/1.1 request on a new connection: the status code and the body (read by its
+/// `Content-Length`: the fake API server keeps connections open).
+fn http_call(addr: &str, method: &str, path: &str, content_type: &str, body: &str) -> (u16, String) {
+    let mut conn = TcpStream::connect(addr).unwrap();
+    write!(
+        conn,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: {content_type}\r\nAccept: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut reader = BufReader::new(conn);
+    let mut status = String::new();
+    reader.read_line(&mut status).unwrap();
+    let code = status.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let mut length = 0;
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        if line.trim_end().is_empty() {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':')
+            && name.eq_ignore_ascii_case("content-length")
+        {
+            length = value.trim().parse().unwrap();
+        }
+    }
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).unwrap();
+    (code, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// A client-go recorder's calls (`recordToSink`: create, then strategic-merge patches of
+/// `count`, `lastTimestamp`, `message` for repeats; an aggregate event's update with a new
+/// message; an event with count > 1 created after a 404) sent through `--source http` with
+/// `--sink k8s` leave the API server with the same events as the same calls sent straight to it.
+/// eventpipe answers the patches itself (no 404 round trip) and never sends an empty patch.
+#[test]
+fn a_client_go_recorder_writing_through_http_ingest_leaves_the_same_events_as_writing_directly() {
+    let events = "/api/v1/namespaces/ns/events";
+    let smp = "application/strategic-merge-patch+json";
+    let a = event("a.1", "a", "BackOff", "Back-off restarting failed container", "2025-01-01T00:00:00Z");
+    let b = event("b.1", "b", "Pulled", "pulled image", "2025-01-01T00:00:01Z");
+    let c = event("c.1", "c", "Unhealthy", "(combined from similar events): probe failed 1", "2025-01-01T00:00:02Z");
+    let mut d = event("d.1", "d", "Started", "started", "2025-01-01T00:00:03Z");
+    d["count"] = json!(4);
+    d["lastTimestamp"] = json!("2025-01-01T00:00:09Z");
+    let repeat = |count: i32, at: &str, message: &str| {
+        json!({"count": count, "lastTimestamp": at, "message": message}).to_string()
+    };
+    let calls: Vec<(&str, String, &str, String)> = vec![
+        ("POST", events.into(), "application/json", typed_body(&a)),
+        ("PATCH", format!("{events}/a.1"), smp, repeat(2, "2025-01-01T00:00:05Z", "Back-off restarting failed container")),
+        ("POST", events.into(), "application/json", typed_body(&b)),
+        ("PATCH", format!("{events}/a.1"), smp, repeat(3, "2025-01-01T00:00:10Z", "Back-off restarting failed container")),
+        ("POST", events.into(), "application/json", typed_body(&c)),
+        ("PATCH", format!("{events}/c.1"), smp, repeat(2, "2025-01-01T00:00:12Z", "(combined from similar events): probe failed 2")),
+        ("POST", events.into(), "application/json", typed_body(&d)),
+    ];
+
+    // Straight to the API server.
+    let direct: Store = Arc::default();
+    let api = FakeApi::start(storing_handler(direct.clone()));
+    let addr = api.url.trim_start_matches("http://").to_string();
+    for (method, path, content_type, body) in &calls {
+        let (code, answer) = http_call(&addr, method, path, content_type, body);
+        assert!((200..300).contains(&code), "{method} {path}: {code} {answer}");
+    }
+
+    // Through eventpipe.
+    let through: Store = Arc::default();
+    let api = FakeApi::start(storing_handler(through.clone()));
+    let (child, _stderr, ingest) =
+        run_http_ingest_with(&["--sink=k8s", &format!("--kube-server={}", api.url), "--workers=1"]);
+    let mut child = Running(child);
+    for (method, path, content_type, body) in &calls {
+        let (code, answer) = http_call(&ingest, method, path, content_type, body);
+        assert!((200..300).contains(&code), "{method} {path} through ingest: {code} {answer}");
+    }
+    assert!(child.terminate().success());
+
+    assert_eq!(stored_events(&through), stored_events(&direct));
+    let seen = api.seen();
+    assert!(seen.iter().all(|s| s.method != "PATCH" || !s.body.is_empty()), "no empty patch is sent: {seen:?}");
+    // The unseen count > 1 events (c's new message, d) were written whole, not patched empty.
+    let puts: Vec<&str> = seen.iter().filter(|s| s.method == "PUT").map(|s| s.target.as_str()).collect();
+    assert_eq!(puts, [format!("{events}/c.1"), format!("{events}/d.1")]);
 }

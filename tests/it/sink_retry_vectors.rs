@@ -105,7 +105,7 @@ fn attempts(outcome: &WriteOutcome) -> u32 {
         | WriteOutcome::Dropped { attempts, .. }
         | WriteOutcome::GaveUp { attempts, .. }
         | WriteOutcome::Cancelled { attempts, .. } => *attempts,
-        WriteOutcome::Skipped => 0,
+        WriteOutcome::Skipped | WriteOutcome::SeriesCounted => 0,
     }
 }
 

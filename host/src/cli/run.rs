@@ -17,7 +17,8 @@ use eventpipe::router::{DEFAULT_MAX_IN_FLIGHT, PartitionKey};
 use eventpipe::run::{RunOptions, run};
 use eventpipe::sink::SinkEntry;
 use eventpipe::source::SourceSpec;
-use eventpipe::source::k8s::{EventsApi, WatchOptions};
+use eventpipe::k8s::EventsApi;
+use eventpipe::source::k8s::WatchOptions;
 use eventpipe::watchers::WatcherSpec;
 
 use super::{CorrelatorArgs, PluginArgs, RuntimeArgs};
@@ -130,7 +131,9 @@ struct KubeArgs {
     /// Watch only events matching this label selector.
     #[arg(long)]
     label_selector: Option<String>,
-    /// Which Events API the `k8s` source watches.
+    /// Which Events API the `k8s` source watches and `k8s` sinks write to; with
+    /// `events.k8s.io`, sinks record as client-go's `tools/events` (create, series patches, a
+    /// final patch 6 minutes after the last occurrence and at the end of the run).
     #[arg(long, value_enum, default_value_t = EventsApi::CoreV1)]
     events_api: EventsApi,
     /// Also send on the events already in the cluster when the watch starts.
@@ -182,6 +185,7 @@ pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
         max_in_flight: args.max_in_flight,
         watchers: args.watcher,
         delivery: Delivery::new(args.delivery, args.state_file).map_err(anyhow::Error::msg)?,
+        events_api: args.kube.events_api,
     };
     let runtime = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
     let summary = runtime.block_on(run(options));

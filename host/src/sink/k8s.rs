@@ -18,7 +18,7 @@ use kube::client::Body;
 
 use super::{EventSink, SinkError};
 use crate::event::Event;
-use crate::k8s::status_error;
+use crate::k8s::{EventsApi, status_error};
 
 /// client-go's REST client `maxRetries`: retries of one request that the server asked to
 /// retry (`Retry-After` on `429` / `5xx`).
@@ -32,6 +32,7 @@ pub const STRATEGIC_MERGE_PATCH: &str = "application/strategic-merge-patch+json"
 pub struct KubernetesSink {
     client: kube::Client,
     namespace: String,
+    api: EventsApi,
 }
 
 impl std::fmt::Debug for KubernetesSink {
@@ -44,14 +45,23 @@ impl KubernetesSink {
     /// A sink over `client` for `namespace` (`""`: any namespace, each event going to its own
     /// `metadata.namespace`, as client-go's usual `Events("")`).
     pub fn new(client: kube::Client, namespace: impl Into<String>) -> Self {
-        Self { client, namespace: namespace.into() }
+        Self { client, namespace: namespace.into(), api: EventsApi::CoreV1 }
     }
 
-    /// `/api/v1[/namespaces/{ns}]/events[/{name}]` (client-go `NamespaceIfScoped`).
-    fn path(event: &Event, with_name: bool) -> String {
+    /// The same sink writing to `api` instead.
+    pub fn with_api(self, api: EventsApi) -> Self {
+        Self { api, ..self }
+    }
+
+    /// `/api/v1[/namespaces/{ns}]/events[/{name}]` (client-go `NamespaceIfScoped`), or
+    /// `/apis/events.k8s.io/v1/…` for the events.k8s.io API.
+    fn path(&self, event: &Event, with_name: bool) -> String {
         let ns = &event.metadata.namespace;
-        let mut path =
-            if ns.is_empty() { "/api/v1/events".to_string() } else { format!("/api/v1/namespaces/{ns}/events") };
+        let group = match self.api {
+            EventsApi::CoreV1 => "/api/v1",
+            EventsApi::EventsV1 => "/apis/events.k8s.io/v1",
+        };
+        let mut path = if ns.is_empty() { format!("{group}/events") } else { format!("{group}/namespaces/{ns}/events") };
         if with_name {
             path.push('/');
             path.push_str(&event.metadata.name);
@@ -90,10 +100,12 @@ impl KubernetesSink {
                 .and_then(|v| v.trim().parse::<u64>().ok());
             let bytes = response.into_body().collect_bytes().await.map_err(|e| SinkError::Transport(e.to_string()))?;
             if status.is_success() {
-                return serde_json::from_slice(&bytes).map_err(|e| {
-                    // client-go: an answer that is not the expected object is retried.
-                    SinkError::Transport(format!("unexpected answer to {method} {path}: {e}"))
-                });
+                let answer = match self.api {
+                    EventsApi::CoreV1 => serde_json::from_slice(&bytes),
+                    EventsApi::EventsV1 => serde_json::from_slice(&bytes).and_then(from_events_v1),
+                };
+                // client-go: an answer that is not the expected object is retried.
+                return answer.map_err(|e| SinkError::Transport(format!("unexpected answer to {method} {path}: {e}")));
             }
             let retryable = status.as_u16() == 429 || status.is_server_error();
             match retry_after {
@@ -107,12 +119,19 @@ impl KubernetesSink {
         }
     }
 
-    /// The event as sent: with its TypeMeta, as client-go's encoder writes it.
-    fn body(event: &Event) -> Result<Vec<u8>, SinkError> {
-        let mut typed = event.clone();
-        typed.kind = "Event".into();
-        typed.api_version = "v1".into();
-        serde_json::to_vec(&typed).map_err(|e| SinkError::RequestConstruction(e.to_string()))
+    /// The event as sent: with its TypeMeta, as client-go's encoder writes it; for the
+    /// events.k8s.io API, converted by [`to_events_v1`].
+    fn body(&self, event: &Event) -> Result<Vec<u8>, SinkError> {
+        let construction = |e: serde_json::Error| SinkError::RequestConstruction(e.to_string());
+        match self.api {
+            EventsApi::CoreV1 => {
+                let mut typed = event.clone();
+                typed.kind = "Event".into();
+                typed.api_version = "v1".into();
+                serde_json::to_vec(&typed).map_err(construction)
+            }
+            EventsApi::EventsV1 => serde_json::to_vec(&to_events_v1(event, chrono::Utc::now())).map_err(construction),
+        }
     }
 }
 
@@ -120,12 +139,12 @@ impl KubernetesSink {
 impl EventSink for KubernetesSink {
     async fn create(&self, event: &Event) -> Result<Event, SinkError> {
         self.check_namespace(event)?;
-        self.call(Method::POST, Self::path(event, false), "application/json", Self::body(event)?).await
+        self.call(Method::POST, self.path(event, false), "application/json", self.body(event)?).await
     }
 
     async fn update(&self, event: &Event) -> Result<Event, SinkError> {
         self.check_namespace(event)?;
-        self.call(Method::PUT, Self::path(event, true), "application/json", Self::body(event)?).await
+        self.call(Method::PUT, self.path(event, true), "application/json", self.body(event)?).await
     }
 
     /// An empty `patch` (client-go's for a count > 1 event its correlator never saw) is not
@@ -138,8 +157,84 @@ impl EventSink for KubernetesSink {
         if patch.is_empty() {
             let mut whole = event.clone();
             whole.metadata.resource_version.clear();
-            return self.call(Method::PUT, Self::path(&whole, true), "application/json", Self::body(&whole)?).await;
+            return self.call(Method::PUT, self.path(&whole, true), "application/json", self.body(&whole)?).await;
         }
-        self.call(Method::PATCH, Self::path(event, true), STRATEGIC_MERGE_PATCH, patch.to_vec()).await
+        self.call(Method::PATCH, self.path(event, true), STRATEGIC_MERGE_PATCH, patch.to_vec()).await
     }
+}
+
+/// A core/v1-shaped event as the events.k8s.io/v1 Event client-go's `tools/events` recorder
+/// would write for it (the inverse of the apiserver's `Convert_core_Event_To_v1_Event`, with
+/// what events.k8s.io validation requires of a create filled in):
+///
+/// - `involvedObject` → `regarding`, `message` → `note`, `reportingComponent` →
+///   `reportingController`; `related`, `action`, `type`, `series`, `metadata` as they are;
+/// - `eventTime`: the event's, else its `firstTimestamp`, else `lastTimestamp`, else `now`;
+/// - `reportingController`: else `source.component`, else `eventpipe`;
+///   `reportingInstance`: else `source.host`, else the controller;
+/// - `action`: else the `reason` (events recorded through core/v1 have none);
+/// - the deprecated fields (`deprecatedSource`, `deprecatedFirstTimestamp`,
+///   `deprecatedLastTimestamp`, `deprecatedCount`) are left out: an events.k8s.io create must
+///   not set them.
+pub fn to_events_v1(event: &Event, now: crate::event::Time) -> serde_json::Value {
+    use serde_json::{Value, json};
+    let first_set = |values: &[&str]| values.iter().find(|v| !v.is_empty()).map(|v| v.to_string());
+    let controller = first_set(&[&event.reporting_component, &event.source.component])
+        .unwrap_or_else(|| "eventpipe".to_string());
+    let instance = first_set(&[&event.reporting_instance, &event.source.host]).unwrap_or_else(|| controller.clone());
+    let event_time = event.event_time.or(event.first_timestamp).or(event.last_timestamp).unwrap_or(now);
+    let mut metadata = serde_json::to_value(&event.metadata).unwrap_or(Value::Null);
+    if let Some(m) = metadata.as_object_mut() {
+        m.remove("creationTimestamp");
+    }
+    let mut out = json!({
+        "kind": "Event",
+        "apiVersion": "events.k8s.io/v1",
+        "metadata": metadata,
+        "eventTime": crate::event::format_micro_time(&event_time),
+        "reportingController": controller,
+        "reportingInstance": instance,
+        "action": first_set(&[&event.action, &event.reason]).unwrap_or_default(),
+        "reason": event.reason,
+        "regarding": event.involved_object,
+        "note": event.message,
+        "type": event.type_,
+    });
+    if let Some(series) = &event.series {
+        out["series"] = json!({
+            "count": series.count,
+            "lastObservedTime": series.last_observed_time.as_ref().map(crate::event::format_micro_time),
+        });
+    }
+    if let Some(related) = &event.related {
+        out["related"] = serde_json::to_value(related).unwrap_or(Value::Null);
+    }
+    out
+}
+
+/// An events.k8s.io/v1 Event (an API server's answer) as the core/v1-shaped [`Event`], as the
+/// apiserver's `Convert_v1_Event_To_core_Event`: `regarding` → `involvedObject`, `note` →
+/// `message`, `reportingController` → `reportingComponent`, the `deprecated*` fields → `source`,
+/// `firstTimestamp`, `lastTimestamp`, `count`.
+///
+/// # Errors
+/// The value is not an event of that shape.
+pub fn from_events_v1(mut value: serde_json::Value) -> Result<Event, serde_json::Error> {
+    if let Some(object) = value.as_object_mut() {
+        for (from, to) in [
+            ("regarding", "involvedObject"),
+            ("note", "message"),
+            ("reportingController", "reportingComponent"),
+            ("deprecatedSource", "source"),
+            ("deprecatedFirstTimestamp", "firstTimestamp"),
+            ("deprecatedLastTimestamp", "lastTimestamp"),
+            ("deprecatedCount", "count"),
+        ] {
+            if let Some(v) = object.remove(from) {
+                object.insert(to.to_string(), v);
+            }
+        }
+        object.insert("apiVersion".into(), serde_json::Value::from("v1"));
+    }
+    serde_json::from_value(value)
 }

@@ -5,6 +5,7 @@ pub mod jsonl;
 pub mod k8s;
 pub mod plugin;
 pub mod retry;
+pub mod series;
 pub mod set;
 mod spec;
 mod stats;
@@ -12,6 +13,7 @@ pub mod webhook;
 
 use async_trait::async_trait;
 
+use crate::correlator::EventCorrelateResult;
 use crate::event::Event;
 
 pub use crate::k8s::{CAUSE_NAMESPACE_TERMINATING, REASON_ALREADY_EXISTS, StatusError};
@@ -71,4 +73,18 @@ pub trait EventSink: Send + Sync {
     /// `application/strategic-merge-patch+json`) to the event named `event.metadata.name`.
     /// `patch` may be empty: client-go sends an empty body for a count > 1 event it never saw.
     async fn patch(&self, event: &Event, patch: &[u8]) -> Result<Event, SinkError>;
+
+    /// Writes one correlated result and returns how that ended, with the sink's copy of the
+    /// event on success (for `update_state`). By default client-go `recordToSink`
+    /// ([`deliver`]): patch when count > 1, create otherwise, retried per `policy` until
+    /// `cancel`. A sink that records in its own way (events.k8s.io series,
+    /// [`series::SeriesSink`]) replaces it.
+    async fn write(
+        &self,
+        result: EventCorrelateResult,
+        policy: &RetryPolicy,
+        cancel: &tokio_util::sync::CancellationToken,
+    ) -> (WriteOutcome, Option<Event>) {
+        deliver(self, result, policy, cancel).await
+    }
 }

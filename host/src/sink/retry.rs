@@ -69,6 +69,10 @@ pub enum Verb {
 pub enum WriteOutcome {
     /// The spam filter skipped it; nothing was sent.
     Skipped,
+    /// events.k8s.io recording ([`super::series::SeriesSink`]): an isomorphic event's series
+    /// counted it; nothing was sent now (client-go `tools/events` sends the count with the
+    /// series' next patch).
+    SeriesCounted,
     /// Written by `verb` after `attempts` attempts; the sink's copy was fed to `update_state`.
     Written {
         /// The call that succeeded.
@@ -123,8 +127,8 @@ pub async fn write_event(
 /// [`write_event`] without the correlator: the outcome, and on success the sink's copy of the
 /// event, for the caller to give to `update_state` (a caller with several writes in flight
 /// does so when each completes).
-pub async fn deliver(
-    sink: &dyn EventSink,
+pub async fn deliver<S: EventSink + ?Sized>(
+    sink: &S,
     result: EventCorrelateResult,
     policy: &RetryPolicy,
     cancel: &CancellationToken,
@@ -203,8 +207,8 @@ impl<'p> Tries<'p> {
 
 /// client-go `recordEvent`: one attempt. Patch when `update_existing`; create when not, or when
 /// the patch target is gone (404), with `resourceVersion` cleared.
-pub(crate) async fn record_event(
-    sink: &dyn EventSink,
+pub(crate) async fn record_event<S: EventSink + ?Sized>(
+    sink: &S,
     event: &mut Event,
     patch: &[u8],
     update_existing: bool,

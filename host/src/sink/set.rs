@@ -7,10 +7,12 @@ use std::sync::{Arc, Mutex};
 
 use super::jsonl::JsonLinesSink;
 use super::k8s::KubernetesSink;
+use super::series::SeriesSink;
 use super::plugin::PluginSink;
 use super::webhook::{WebhookConfig, WebhookSink};
 use super::{EventSink, SinkEntry, SinkSpec};
 use crate::delivery::DeliveryMode;
+use crate::k8s::EventsApi;
 use crate::plugin::registry::PluginRegistry;
 use crate::plugin::sink::WasmSink;
 use crate::plugin::{PluginHandle, PluginKind, PluginSettings};
@@ -30,6 +32,8 @@ enum OpenSink {
     Jsonl(Arc<JsonLinesSink>),
     Plugin(Arc<PluginSink>),
     Kubernetes(Arc<KubernetesSink>),
+    /// The events.k8s.io API, recording series.
+    KubernetesSeries(Arc<SeriesSink>),
     Webhook(Arc<WebhookSink>),
 }
 
@@ -39,6 +43,7 @@ impl OpenSink {
             OpenSink::Jsonl(s) => s.clone(),
             OpenSink::Plugin(s) => s.clone(),
             OpenSink::Kubernetes(s) => s.clone(),
+            OpenSink::KubernetesSeries(s) => s.clone(),
             OpenSink::Webhook(s) => s.clone(),
         }
     }
@@ -48,7 +53,7 @@ impl OpenSink {
             OpenSink::Jsonl(s) => s.flush(),
             OpenSink::Plugin(s) => s.flush(),
             // Every call of these returned only once the server acknowledged it.
-            OpenSink::Kubernetes(_) | OpenSink::Webhook(_) => Ok(()),
+            OpenSink::Kubernetes(_) | OpenSink::KubernetesSeries(_) | OpenSink::Webhook(_) => Ok(()),
         }
     }
 }
@@ -61,6 +66,7 @@ impl OpenSink {
 pub struct SinkSet {
     open: Mutex<HashMap<String, OpenSink>>,
     kube: Option<kube::Client>,
+    events_api: EventsApi,
     append: bool,
 }
 
@@ -76,7 +82,13 @@ impl SinkSet {
     /// `append`: JSON-lines files are appended to instead of truncated (at-least-once: what was
     /// delivered before a restart stays).
     pub fn new(kube: Option<kube::Client>, append: bool) -> Self {
-        Self { open: Mutex::default(), kube, append }
+        Self { open: Mutex::default(), kube, events_api: EventsApi::CoreV1, append }
+    }
+
+    /// The same set, with `k8s` sinks writing to `api` (events.k8s.io: recorded as series, see
+    /// [`SeriesSink`]).
+    pub fn with_events_api(self, api: EventsApi) -> Self {
+        Self { events_api: api, ..self }
     }
 
     /// The sink `entry` names for `tenant`, opened now or shared with an earlier call (a sink
@@ -131,7 +143,13 @@ impl SinkSet {
             }
             SinkSpec::Kubernetes(namespace) => {
                 let client = self.kube.clone().ok_or_else(|| fail("no Kubernetes connection".into()))?;
-                OpenSink::Kubernetes(Arc::new(KubernetesSink::new(client, namespace.clone())))
+                let api = KubernetesSink::new(client, namespace.clone()).with_api(self.events_api);
+                match self.events_api {
+                    EventsApi::CoreV1 => OpenSink::Kubernetes(Arc::new(api)),
+                    EventsApi::EventsV1 => {
+                        OpenSink::KubernetesSeries(SeriesSink::start(Arc::new(api), crate::clock::system()))
+                    }
+                }
             }
             SinkSpec::Plugin(name) => {
                 let handle = if name.ends_with(".wasm") {
@@ -173,6 +191,23 @@ impl SinkSet {
                 _ => None,
             })
             .collect()
+    }
+
+    /// Ends what sinks keep open at the end of a run: every events.k8s.io series gets its final
+    /// patch ([`SeriesSink::finish_all`]).
+    pub async fn close(&self) {
+        let series: Vec<Arc<SeriesSink>> = {
+            let open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+            open.values()
+                .filter_map(|s| match s {
+                    OpenSink::KubernetesSeries(s) => Some(s.clone()),
+                    _ => None,
+                })
+                .collect()
+        };
+        for sink in series {
+            sink.finish_all().await;
+        }
     }
 
     /// Flushes every open sink.

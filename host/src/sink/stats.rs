@@ -14,6 +14,9 @@ pub struct SinkStats {
     pub patched: u64,
     /// Skipped by the spam filter.
     pub skipped: u64,
+    /// events.k8s.io recording: counted in the cached series of an isomorphic event, nothing
+    /// sent then (the series' next patch carries it).
+    pub series_counted: u64,
     /// Replaced by an aggregate event.
     pub aggregated: u64,
     /// Dropped after a non-retryable sink error.
@@ -35,6 +38,7 @@ impl SinkStats {
         self.created += other.created;
         self.patched += other.patched;
         self.skipped += other.skipped;
+        self.series_counted += other.series_counted;
         self.aggregated += other.aggregated;
         self.dropped += other.dropped;
         self.gave_up += other.gave_up;
@@ -48,6 +52,10 @@ impl SinkStats {
         let attempts = match *outcome {
             WriteOutcome::Skipped => {
                 self.skipped += 1;
+                return;
+            }
+            WriteOutcome::SeriesCounted => {
+                self.series_counted += 1;
                 return;
             }
             WriteOutcome::Written { verb: Verb::Create, attempts } => {

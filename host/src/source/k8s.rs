@@ -37,7 +37,7 @@ use tokio_util::sync::CancellationToken;
 use crate::broadcaster::{Broadcaster, WatchEventType};
 use crate::delivery::{Position, SeenVersion, SeenVersions};
 use crate::event::Event;
-use crate::k8s::status_error;
+use crate::k8s::{EventsApi, status_error};
 use crate::source::decode::{Decoded, Decoder};
 
 /// client-go reflector back-off: first pause.
@@ -46,18 +46,6 @@ pub const INITIAL_BACKOFF: Duration = Duration::from_millis(800);
 pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// Items per list page (client-go's reflector pages by 500).
 pub const LIST_PAGE_SIZE: u32 = 500;
-
-/// Which Events API to watch (`--events-api core|events.k8s.io`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum EventsApi {
-    /// `/api/v1/events`.
-    #[default]
-    #[value(name = "core")]
-    CoreV1,
-    /// `/apis/events.k8s.io/v1/events` (converted to core/v1 as the apiserver converts).
-    #[value(name = "events.k8s.io")]
-    EventsV1,
-}
 
 /// What to watch.
 #[derive(Clone, Default)]

@@ -158,6 +158,7 @@ pub fn start_recording_series_to_sink(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event::EventSeries;
 
     fn event(note: &str) -> Event {
         let source = SeriesEventSource { reporting_controller: "c".into(), reporting_instance: "c-h".into() };

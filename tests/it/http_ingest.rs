@@ -171,20 +171,22 @@ async fn a_patch_of_an_event_created_here_is_applied_and_forwarded() {
     assert_eq!(serde_json::to_value(&got.event).unwrap(), expected);
 
     // A second patch applies to the patched event; a patch cannot rename or move it.
-    let (code, _, again) = send(
-        &router,
-        request(Method::PATCH, &uri, smp, r#"{"count":3,"metadata":{"name":"other","namespace":"x"}}"#),
-    )
-    .await;
+    let (code, _, again) =
+        send(&router, request(Method::PATCH, &uri, smp, r#"{"count":3,"metadata":{"name":"other","namespace":"x"}}"#))
+            .await;
     assert_eq!(code, StatusCode::OK, "{again}");
     assert_eq!((again["count"].as_i64(), again["message"].as_str()), (Some(3), Some("again")));
-    assert_eq!((again["metadata"]["name"].as_str(), again["metadata"]["namespace"].as_str()), (Some(&*name), Some("default")));
+    assert_eq!(
+        (again["metadata"]["name"].as_str(), again["metadata"]["namespace"].as_str()),
+        (Some(&*name), Some("default"))
+    );
     rx.try_recv().unwrap();
 
     // PUT replaces it, keeping the uid the server gave it.
     let mut replacement: Value = serde_json::from_str(CLIENT_GO_CREATE).unwrap();
     replacement["count"] = json!(7);
-    let (code, _, put) = send(&router, request(Method::PUT, &uri, Some("application/json"), replacement.to_string())).await;
+    let (code, _, put) =
+        send(&router, request(Method::PUT, &uri, Some("application/json"), replacement.to_string())).await;
     assert_eq!(code, StatusCode::OK, "{put}");
     assert_eq!((put["count"].as_i64(), &put["metadata"]["uid"]), (Some(7), &created["metadata"]["uid"]));
     assert_eq!(rx.try_recv().unwrap().route, IngestRoute::Update);

@@ -1176,11 +1176,26 @@ fn a_client_go_recorder_writing_through_http_ingest_leaves_the_same_events_as_wr
     };
     let calls: Vec<(&str, String, &str, String)> = vec![
         ("POST", events.into(), "application/json", typed_body(&a)),
-        ("PATCH", format!("{events}/a.1"), smp, repeat(2, "2025-01-01T00:00:05Z", "Back-off restarting failed container")),
+        (
+            "PATCH",
+            format!("{events}/a.1"),
+            smp,
+            repeat(2, "2025-01-01T00:00:05Z", "Back-off restarting failed container"),
+        ),
         ("POST", events.into(), "application/json", typed_body(&b)),
-        ("PATCH", format!("{events}/a.1"), smp, repeat(3, "2025-01-01T00:00:10Z", "Back-off restarting failed container")),
+        (
+            "PATCH",
+            format!("{events}/a.1"),
+            smp,
+            repeat(3, "2025-01-01T00:00:10Z", "Back-off restarting failed container"),
+        ),
         ("POST", events.into(), "application/json", typed_body(&c)),
-        ("PATCH", format!("{events}/c.1"), smp, repeat(2, "2025-01-01T00:00:12Z", "(combined from similar events): probe failed 2")),
+        (
+            "PATCH",
+            format!("{events}/c.1"),
+            smp,
+            repeat(2, "2025-01-01T00:00:12Z", "(combined from similar events): probe failed 2"),
+        ),
         ("POST", events.into(), "application/json", typed_body(&d)),
     ];
 
@@ -1211,4 +1226,81 @@ fn a_client_go_recorder_writing_through_http_ingest_leaves_the_same_events_as_wr
     // The unseen count > 1 events (c's new message, d) were written whole, not patched empty.
     let puts: Vec<&str> = seen.iter().filter(|s| s.method == "PUT").map(|s| s.target.as_str()).collect();
     assert_eq!(puts, [format!("{events}/c.1"), format!("{events}/d.1")]);
+}
+
+/// `--sink k8s --events-api events.k8s.io` records as client-go's `tools/events`: the first
+/// event of an isomorphic key is created as an events.k8s.io/v1 Event, the second starts a
+/// series (a strategic-merge patch of `series` alone), later ones are only counted, and the
+/// end of the run sends each open series' final count.
+#[test]
+fn events_k8s_io_recording_creates_then_patches_series() {
+    let stream = [
+        event("a.1", "a", "BackOff", "Back-off restarting failed container", "2025-01-01T00:00:00Z"),
+        event("a.2", "a", "BackOff", "Back-off restarting failed container", "2025-01-01T00:00:10Z"),
+        event("a.3", "a", "BackOff", "Back-off restarting failed container", "2025-01-01T00:00:20Z"),
+        event("a.4", "a", "BackOff", "Back-off restarting failed container", "2025-01-01T00:00:30Z"),
+        event("b.1", "b", "Pulled", "pulled image", "2025-01-01T00:00:40Z"),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(&input, stream.iter().map(|e| format!("{e}\n")).collect::<String>()).unwrap();
+    let store: Store = Arc::default();
+    let api = FakeApi::start(storing_handler(store.clone()));
+    let out = eventpipe()
+        .args(["run", "--summary-json", "--no-watch", "--sink=k8s", "--events-api=events.k8s.io"])
+        .args(["--workers=1", "--max-in-flight=1"])
+        .arg(format!("--source=jsonl:{}", input.display()))
+        .arg(format!("--kube-server={}", api.url))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let summary: Value = stderr.lines().rev().find_map(|l| serde_json::from_str(l).ok()).unwrap();
+    assert_eq!(
+        (summary["created"].as_u64(), summary["patched"].as_u64(), summary["series_counted"].as_u64()),
+        (Some(2), Some(1), Some(2)),
+        "{summary}"
+    );
+
+    let collection = "/apis/events.k8s.io/v1/namespaces/ns/events";
+    let seen = api.seen();
+    let shape: Vec<(&str, &str)> = seen.iter().map(|s| (s.method.as_str(), s.target.as_str())).collect();
+    let a = format!("{collection}/a.1");
+    assert_eq!(
+        shape,
+        [("POST", collection), ("PATCH", a.as_str()), ("POST", collection), ("PATCH", a.as_str())],
+        "create a, start its series, create b, the series' final count at the end"
+    );
+    assert!(
+        seen.iter().filter(|s| s.method == "PATCH").all(|s| s.content_type == "application/strategic-merge-patch+json")
+    );
+    let created = seen[0].json();
+    assert_eq!(created["apiVersion"], "events.k8s.io/v1");
+    assert_eq!(created["regarding"], stream[0]["involvedObject"]);
+    assert_eq!(created["note"], "Back-off restarting failed container");
+    assert_eq!(
+        (created["reportingController"].as_str(), created["reportingInstance"].as_str()),
+        (Some("kubelet"), Some("node-1"))
+    );
+    assert_eq!(created["action"], "BackOff", "an event recorded through core/v1 has no action: its reason stands in");
+    assert_eq!(created["eventTime"], "2025-01-01T00:00:00.000000Z");
+    for deprecated in [
+        "deprecatedSource",
+        "deprecatedFirstTimestamp",
+        "deprecatedLastTimestamp",
+        "deprecatedCount",
+        "source",
+        "count",
+        "involvedObject",
+        "message",
+    ] {
+        assert!(created.get(deprecated).is_none(), "{deprecated} must be unset on an events.k8s.io create: {created}");
+    }
+    let (second, last) = (seen[1].json(), seen[3].json());
+    assert_eq!(second.as_object().unwrap().keys().collect::<Vec<_>>(), ["series"], "{second}");
+    assert_eq!((second["series"]["count"].as_i64(), last["series"]["count"].as_i64()), (Some(2), Some(4)));
+    assert!(last["series"]["lastObservedTime"].as_str().is_some_and(|t| t.ends_with('Z') && t.contains('.')), "{last}");
+    let stored = store.lock().unwrap();
+    assert_eq!(stored[&a]["series"]["count"], 4);
+    assert!(stored[&format!("{collection}/b.1")].get("series").is_none(), "a singleton has no series");
 }

@@ -12,12 +12,12 @@ use clap::Args;
 use eventpipe::correlator::CorrelationClock;
 use eventpipe::delivery::{Delivery, DeliveryMode};
 use eventpipe::event_broadcaster::EventBroadcasterOptions;
+use eventpipe::k8s::EventsApi;
 use eventpipe::k8s::KubeOptions;
 use eventpipe::router::{DEFAULT_MAX_IN_FLIGHT, PartitionKey};
 use eventpipe::run::{RunOptions, run};
 use eventpipe::sink::SinkEntry;
 use eventpipe::source::SourceSpec;
-use eventpipe::k8s::EventsApi;
 use eventpipe::source::k8s::WatchOptions;
 use eventpipe::watchers::WatcherSpec;
 

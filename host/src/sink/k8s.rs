@@ -61,7 +61,8 @@ impl KubernetesSink {
             EventsApi::CoreV1 => "/api/v1",
             EventsApi::EventsV1 => "/apis/events.k8s.io/v1",
         };
-        let mut path = if ns.is_empty() { format!("{group}/events") } else { format!("{group}/namespaces/{ns}/events") };
+        let mut path =
+            if ns.is_empty() { format!("{group}/events") } else { format!("{group}/namespaces/{ns}/events") };
         if with_name {
             path.push('/');
             path.push_str(&event.metadata.name);
@@ -179,8 +180,8 @@ impl EventSink for KubernetesSink {
 pub fn to_events_v1(event: &Event, now: crate::event::Time) -> serde_json::Value {
     use serde_json::{Value, json};
     let first_set = |values: &[&str]| values.iter().find(|v| !v.is_empty()).map(|v| v.to_string());
-    let controller = first_set(&[&event.reporting_component, &event.source.component])
-        .unwrap_or_else(|| "eventpipe".to_string());
+    let controller =
+        first_set(&[&event.reporting_component, &event.source.component]).unwrap_or_else(|| "eventpipe".to_string());
     let instance = first_set(&[&event.reporting_instance, &event.source.host]).unwrap_or_else(|| controller.clone());
     let event_time = event.event_time.or(event.first_timestamp).or(event.last_timestamp).unwrap_or(now);
     let mut metadata = serde_json::to_value(&event.metadata).unwrap_or(Value::Null);

@@ -224,7 +224,6 @@ pub async fn record_series_event(
     }
 }
 
-
 /// An events.k8s.io sink that records as client-go's `tools/events` broadcaster does, for the
 /// tenant router: each written result is observed in one isomorphic-event cache
 /// ([`EventSeriesCache::observe`], at `clock.now()`) and then created, series-patched (with
@@ -330,5 +329,91 @@ impl EventSink for SeriesSink {
             }
             SeriesDecision::Counted => (WriteOutcome::SeriesCounted, None),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::event::ObjectMeta;
+
+    /// Records every call; answers each with the event it was given.
+    #[derive(Default)]
+    struct Recording(std::sync::Mutex<Vec<(&'static str, String, Vec<u8>)>>);
+
+    #[async_trait]
+    impl EventSink for Recording {
+        async fn create(&self, event: &Event) -> Result<Event, SinkError> {
+            self.0.lock().unwrap().push(("create", event.metadata.name.clone(), Vec::new()));
+            Ok(event.clone())
+        }
+        async fn update(&self, event: &Event) -> Result<Event, SinkError> {
+            Ok(event.clone())
+        }
+        async fn patch(&self, event: &Event, patch: &[u8]) -> Result<Event, SinkError> {
+            self.0.lock().unwrap().push(("patch", event.metadata.name.clone(), patch.to_vec()));
+            Ok(event.clone())
+        }
+    }
+
+    fn result(name: &str) -> EventCorrelateResult {
+        let event = Event {
+            metadata: ObjectMeta { name: name.into(), namespace: "ns".into(), ..ObjectMeta::default() },
+            involved_object: ObjectReference { kind: "Pod".into(), name: "p".into(), ..ObjectReference::default() },
+            reason: "BackOff".into(),
+            type_: "Warning".into(),
+            ..Event::default()
+        };
+        EventCorrelateResult { skip: false, event: Some(event), patch: None }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_series_is_finished_six_minutes_after_its_last_occurrence() {
+        let inner = Arc::new(Recording::default());
+        let clock = ManualClock::new("2025-01-01T00:00:00Z".parse().unwrap());
+        let sink = SeriesSink::start(inner.clone(), clock.clone());
+        let (policy, cancel) = (RetryPolicy::default(), CancellationToken::new());
+        let mut outcomes = Vec::new();
+        for name in ["p.1", "p.2", "p.3"] {
+            outcomes.push(sink.write(result(name), &policy, &cancel).await.0);
+        }
+        assert!(matches!(outcomes[0], WriteOutcome::Written { verb: Verb::Create, .. }), "{outcomes:?}");
+        assert!(matches!(outcomes[1], WriteOutcome::Written { verb: Verb::Patch, .. }), "{outcomes:?}");
+        assert_eq!(outcomes[2], WriteOutcome::SeriesCounted);
+        let skipped = EventCorrelateResult { skip: true, ..result("p.4") };
+        assert_eq!(sink.write(skipped, &policy, &cancel).await.0, WriteOutcome::Skipped);
+        assert_eq!(inner.0.lock().unwrap().len(), 2, "the third occurrence is only counted");
+
+        // The first finish tick: the series was observed less than FINISH_TIME ago, it stays.
+        tokio::time::sleep(FINISH_TIME + Duration::from_secs(1)).await;
+        assert_eq!((inner.0.lock().unwrap().len(), sink.cached().await), (2, 1));
+        // Past FINISH_TIME since the last occurrence: the final patch carries count 3, and the
+        // series leaves the cache.
+        clock.advance(FINISH_TIME + Duration::from_secs(2));
+        tokio::time::sleep(FINISH_TIME).await;
+        let calls = inner.0.lock().unwrap().clone();
+        assert_eq!(calls.len(), 3, "{calls:?}");
+        let (verb, name, patch) = &calls[2];
+        assert_eq!((*verb, name.as_str()), ("patch", "p.1"), "the cached first event is patched");
+        let patch: serde_json::Value = serde_json::from_slice(patch).unwrap();
+        assert_eq!(patch["series"]["count"], 3);
+        assert_eq!(sink.cached().await, 0);
+    }
+
+    #[tokio::test]
+    async fn finish_all_sends_every_open_series_once() {
+        let inner = Arc::new(Recording::default());
+        let sink = SeriesSink::start(inner.clone(), crate::clock::system());
+        let (policy, cancel) = (RetryPolicy::default(), CancellationToken::new());
+        for name in ["p.1", "p.2", "p.3", "p.4"] {
+            sink.write(result(name), &policy, &cancel).await;
+        }
+        sink.finish_all().await;
+        let calls = inner.0.lock().unwrap().clone();
+        assert_eq!(calls.iter().map(|c| c.0).collect::<Vec<_>>(), ["create", "patch", "patch"]);
+        let last: serde_json::Value = serde_json::from_slice(&calls[2].2).unwrap();
+        assert_eq!(last["series"]["count"], 4);
+        assert_eq!(sink.cached().await, 0);
     }
 }

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 
 use super::jsonl::JsonLinesSink;
 use super::k8s::KubernetesSink;
-use super::series::SeriesSink;
 use super::plugin::PluginSink;
+use super::series::SeriesSink;
 use super::webhook::{WebhookConfig, WebhookSink};
 use super::{EventSink, SinkEntry, SinkSpec};
 use crate::delivery::DeliveryMode;

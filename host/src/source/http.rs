@@ -422,8 +422,8 @@ impl Ingest {
     /// As [`new`](Self::new), counting into `counters` (which the caller may read while the
     /// server runs, e.g. at every `/metrics` scrape).
     pub fn with_counters(config: IngestConfig, queue: impl Into<IngestQueue>, counters: Arc<IngestCounters>) -> Self {
-        let created =
-            std::num::NonZeroUsize::new(config.created_cache_entries).map(|n| std::sync::Mutex::new(lru::LruCache::new(n)));
+        let created = std::num::NonZeroUsize::new(config.created_cache_entries)
+            .map(|n| std::sync::Mutex::new(lru::LruCache::new(n)));
         Self { shared: Arc::new(Shared { config, queue: queue.into(), counters, created }) }
     }
 
@@ -919,7 +919,10 @@ async fn patch_or_update_inner(
         if !event.metadata.name.is_empty() && event.metadata.name != key.1 {
             return Err(fail(bad_request(
                 shared,
-                format!("the name of the object ({}) does not match the name on the URL ({})", event.metadata.name, key.1),
+                format!(
+                    "the name of the object ({}) does not match the name on the URL ({})",
+                    event.metadata.name, key.1
+                ),
             )));
         }
         if !event.metadata.namespace.is_empty() && event.metadata.namespace != key.0 {

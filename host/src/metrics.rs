@@ -15,7 +15,7 @@
 //! |---|---|---|
 //! | `eventpipe_events_in_total` | `source` | events read / accepted per source |
 //! | `eventpipe_events_routed_total` | `tenant` | `RouterStats.tenants[t].received` |
-//! | `eventpipe_sink_writes_total` | `tenant`, `verb` (`create`, `patch`) | `created`, `patched` |
+//! | `eventpipe_sink_writes_total` | `tenant`, `verb` (`create`, `patch`; `series_counted` with events.k8s.io recording) | `created`, `patched`, `series_counted` |
 //! | `eventpipe_sink_write_failures_total` | `tenant`, `outcome` (`dropped`, `gave_up`, `cancelled`, `shed`) | `recordToSink` outcomes; `shed`: an at-most-once sink's full window |
 //! | `eventpipe_record_retries_total` | `tenant` | `recordToSink` attempts beyond the first |
 //! | `eventpipe_spam_skipped_total` | `tenant` | spam filter skips |
@@ -128,6 +128,9 @@ impl Snapshot {
             add(&mut self.routed, tenant.clone(), s.received);
             add(&mut self.writes, (tenant.clone(), "create".into()), s.created);
             add(&mut self.writes, (tenant.clone(), "patch".into()), s.patched);
+            if s.series_counted > 0 {
+                add(&mut self.writes, (tenant.clone(), "series_counted".into()), s.series_counted);
+            }
             add(&mut self.write_failures, (tenant.clone(), "dropped".into()), s.dropped);
             add(&mut self.write_failures, (tenant.clone(), "gave_up".into()), s.gave_up);
             add(&mut self.write_failures, (tenant.clone(), "cancelled".into()), s.cancelled);

@@ -387,7 +387,8 @@ mod tests {
 
         // The first finish tick: the series was observed less than FINISH_TIME ago, it stays.
         tokio::time::sleep(FINISH_TIME + Duration::from_secs(1)).await;
-        assert_eq!((inner.0.lock().unwrap().len(), sink.cached().await), (2, 1));
+        let calls = inner.0.lock().unwrap().len();
+        assert_eq!((calls, sink.cached().await), (2, 1));
         // Past FINISH_TIME since the last occurrence: the final patch carries count 3, and the
         // series leaves the cache.
         clock.advance(FINISH_TIME + Duration::from_secs(2));

@@ -176,13 +176,17 @@ impl EventSink for KubernetesSink {
 /// - `action`: else the `reason` (events recorded through core/v1 have none);
 /// - the deprecated fields (`deprecatedSource`, `deprecatedFirstTimestamp`,
 ///   `deprecatedLastTimestamp`, `deprecatedCount`) are left out: an events.k8s.io create must
-///   not set them.
+///   not set them;
+/// - `note` is cut to [`NOTE_LENGTH_LIMIT`] bytes, `reportingInstance` and `action` to
+///   [`REPORTING_INSTANCE_LENGTH_LIMIT`] (at a character boundary): the apiserver's
+///   events.k8s.io validation refuses longer ones (`422 Invalid`), where core/v1 took them.
 pub fn to_events_v1(event: &Event, now: crate::event::Time) -> serde_json::Value {
     use serde_json::{Value, json};
     let first_set = |values: &[&str]| values.iter().find(|v| !v.is_empty()).map(|v| v.to_string());
     let controller =
         first_set(&[&event.reporting_component, &event.source.component]).unwrap_or_else(|| "eventpipe".to_string());
     let instance = first_set(&[&event.reporting_instance, &event.source.host]).unwrap_or_else(|| controller.clone());
+    let action = first_set(&[&event.action, &event.reason]).unwrap_or_default();
     let event_time = event.event_time.or(event.first_timestamp).or(event.last_timestamp).unwrap_or(now);
     let mut metadata = serde_json::to_value(&event.metadata).unwrap_or(Value::Null);
     if let Some(m) = metadata.as_object_mut() {
@@ -194,11 +198,11 @@ pub fn to_events_v1(event: &Event, now: crate::event::Time) -> serde_json::Value
         "metadata": metadata,
         "eventTime": crate::event::format_micro_time(&event_time),
         "reportingController": controller,
-        "reportingInstance": instance,
-        "action": first_set(&[&event.action, &event.reason]).unwrap_or_default(),
+        "reportingInstance": cut(&instance, REPORTING_INSTANCE_LENGTH_LIMIT),
+        "action": cut(&action, ACTION_LENGTH_LIMIT),
         "reason": event.reason,
         "regarding": event.involved_object,
-        "note": event.message,
+        "note": cut(&event.message, NOTE_LENGTH_LIMIT),
         "type": event.type_,
     });
     if let Some(series) = &event.series {
@@ -211,6 +215,26 @@ pub fn to_events_v1(event: &Event, now: crate::event::Time) -> serde_json::Value
         out["related"] = serde_json::to_value(related).unwrap_or(Value::Null);
     }
     out
+}
+
+/// The apiserver's longest events.k8s.io `note`, bytes (`NoteLengthLimit`).
+pub const NOTE_LENGTH_LIMIT: usize = 1024;
+/// The apiserver's longest events.k8s.io `reportingInstance`, bytes
+/// (`ReportingInstanceLengthLimit`).
+pub const REPORTING_INSTANCE_LENGTH_LIMIT: usize = 128;
+/// The apiserver's longest events.k8s.io `action`, bytes (`ActionLengthLimit`).
+pub const ACTION_LENGTH_LIMIT: usize = 128;
+
+/// `s` cut to at most `limit` bytes, at a character boundary.
+fn cut(s: &str, limit: usize) -> &str {
+    if s.len() <= limit {
+        return s;
+    }
+    let mut end = limit;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
 }
 
 /// An events.k8s.io/v1 Event (an API server's answer) as the core/v1-shaped [`Event`], as the
@@ -238,4 +262,36 @@ pub fn from_events_v1(mut value: serde_json::Value) -> Result<Event, serde_json:
         object.insert("apiVersion".into(), serde_json::Value::from("v1"));
     }
     serde_json::from_value(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_events_v1_body_fits_the_apiservers_limits_and_converts_back() {
+        let mut event: Event = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p.1", "namespace": "ns", "resourceVersion": "7"},
+            "involvedObject": {"kind": "Pod", "namespace": "ns", "name": "p"},
+            "reason": "Failed", "message": "é".repeat(600), "type": "Warning",
+            "source": {"component": "kubelet", "host": "h".repeat(200)},
+            "firstTimestamp": "2025-01-01T00:00:01Z", "lastTimestamp": "2025-01-01T00:00:09Z", "count": 3
+        }))
+        .unwrap();
+        let wire = to_events_v1(&event, "2030-01-01T00:00:00Z".parse().unwrap());
+        assert_eq!(wire["note"].as_str().unwrap().len(), 1024, "600 two-byte characters cut to 512");
+        assert_eq!(wire["reportingInstance"].as_str().unwrap().len(), 128);
+        assert_eq!(wire["eventTime"], "2025-01-01T00:00:01.000000Z", "the first timestamp, not now");
+        assert_eq!(wire["metadata"]["resourceVersion"], "7");
+        let back = from_events_v1(wire).unwrap();
+        assert_eq!(
+            (back.involved_object, back.reporting_component.as_str()),
+            (event.involved_object.clone(), "kubelet")
+        );
+        assert_eq!((back.count, back.first_timestamp), (0, None), "the deprecated fields were not sent");
+        event.first_timestamp = None;
+        event.last_timestamp = None;
+        let now = "2030-01-01T00:00:00Z".parse().unwrap();
+        assert_eq!(to_events_v1(&event, now)["eventTime"], "2030-01-01T00:00:00.000000Z", "no time at all: now");
+    }
 }

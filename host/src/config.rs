@@ -23,6 +23,11 @@
 //! sinks = ["jsonl:out/default.jsonl"]  # sink specs, same syntax as --sink; absent = the --sink option
 //!                                      # (",delivery=at-most-once|wait|at-least-once" gives a sink its own mode)
 //! partition_key = "source-object"      # what `run --workers` shards by: source-object | namespace; absent = --partition-key
+//! # Declarative rules (no plugin needed), evaluated before the filter plugins; the criteria of a
+//! # tenant's `match`, plus an optional `name` (the label of its counters; default `drop[0]`, …).
+//! drop = [{ name = "pulls", namespaces = ["kube-system"], reasons = ["Pulled", "Created"] }]
+//! keep = [{ types = ["Warning"] }, { reasons = ["Killing", "Evicted"] }]  # given: anything else is dropped
+//! spam_exempt = [{ reasons = ["NodeReady", "Started"] }]                  # never skipped by the spam filter
 //!
 //! # Per-plugin key/value config, handed to the plugin through its `config` import. Values are
 //! # strings; integers, floats and booleans are accepted and passed in their string form.
@@ -35,6 +40,8 @@
 //! [tenants.match]                      # every criterion given must hold; a list matches if any entry does
 //! namespaces = ["payments-*", "billing"]   # globs on metadata.namespace (involvedObject.namespace when empty)
 //! kinds = ["Pod", "Deployment"]            # involvedObject.kind, exact
+//! # also: reasons = ["Back*"] (globs on reason), types = ["Warning"] (exact),
+//! #       message = "OOM|evict" (a regex searched for in message, unanchored)
 //! labels = { team = "pay*" }               # the Event's own metadata.labels; value globs; all must match
 //! source_components = ["kubelet"]          # globs on source.component (reportingComponent when empty)
 //! source_hosts = ["node-*"]                # globs on source.host (reportingInstance when empty)
@@ -59,6 +66,10 @@
 //!   `max_events`, `max_interval_seconds`, `burst` and `qps` may be negative, with client-go's
 //!   meaning (a negative burst filters every event, …); `qps` must not be NaN.
 //! - `fallback` is `builtin`, `drop` or `fail`; `partition_key` is `source-object` or `namespace`.
+//! - `drop`, `keep` and `spam_exempt` are lists of matchers ([`crate::rules`]); a rule's `name`
+//!   is non-empty and unique in its list; `keep = []` is refused (it would drop every event); a
+//!   tenant's `match` has no `name`. A tenant's list replaces the `[defaults]` one (`drop = []`
+//!   clears it).
 //! - Each sink is a sink spec as `--sink` takes it (`jsonl:PATH`, `jsonl:-`, `plugin:NAME`, `k8s`,
 //!   `k8s:NAMESPACE`), and
 //!   `sinks` must not be empty when given.
@@ -82,8 +93,9 @@ use toml::Spanned;
 use crate::broadcaster::FullChannelBehavior;
 use crate::partition::PartitionKey;
 use crate::plugin::FallbackPolicy;
+use crate::rules::EventRule;
 pub use crate::tenant::DEFAULT_TENANT;
-use crate::tenant::{MatchEntry, MatchError, MatchSpec, TenantMatch, TenantRouter};
+use crate::tenant::{EventMatch, MatchEntry, MatchError, MatchSpec, TenantRouter};
 use crate::watchers::WatcherSpec;
 
 /// The plugin name that selects the native client-go function instead of a plugin
@@ -191,6 +203,12 @@ pub struct Rules {
     pub sinks: Option<Vec<String>>,
     /// What this tenant's events are partitioned by (`run --workers`).
     pub partition_key: Option<PartitionKey>,
+    /// `drop` rules ([`crate::rules`]); `Some(empty)` clears the base's.
+    pub drop: Option<Vec<EventRule>>,
+    /// `keep` rules; never `Some(empty)`.
+    pub keep: Option<Vec<EventRule>>,
+    /// `spam_exempt` rules; `Some(empty)` clears the base's.
+    pub spam_exempt: Option<Vec<EventRule>>,
 }
 
 impl Rules {
@@ -216,6 +234,9 @@ impl Rules {
             fallback: self.fallback.or(base.fallback),
             sinks: self.sinks.or_else(|| base.sinks.clone()),
             partition_key: self.partition_key.or(base.partition_key),
+            drop: self.drop.or_else(|| base.drop.clone()),
+            keep: self.keep.or_else(|| base.keep.clone()),
+            spam_exempt: self.spam_exempt.or_else(|| base.spam_exempt.clone()),
         }
     }
 
@@ -232,7 +253,7 @@ pub struct TenantConfig {
     /// Unique, non-empty, never [`DEFAULT_TENANT`].
     pub name: String,
     /// The compiled `match` criteria.
-    pub matcher: TenantMatch,
+    pub matcher: EventMatch,
     /// The tenant's `rules` merged over `[defaults]`.
     pub rules: Rules,
 }
@@ -422,6 +443,9 @@ struct RawRules {
     fallback: Option<Spanned<String>>,
     sinks: Option<Spanned<Vec<Spanned<String>>>>,
     partition_key: Option<Spanned<String>>,
+    drop: Option<Spanned<Vec<Spanned<RawMatch>>>>,
+    keep: Option<Spanned<Vec<Spanned<RawMatch>>>>,
+    spam_exempt: Option<Spanned<Vec<Spanned<RawMatch>>>>,
 }
 
 #[derive(Deserialize)]
@@ -440,8 +464,13 @@ type SpannedTable = Option<Spanned<BTreeMap<String, Spanned<String>>>>;
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawMatch {
+    /// Only in rules (`drop`, `keep`, `spam_exempt`).
+    name: Option<Spanned<String>>,
     namespaces: SpannedList,
     kinds: SpannedList,
+    reasons: SpannedList,
+    types: SpannedList,
+    message: Option<Spanned<String>>,
     labels: SpannedTable,
     source_components: SpannedList,
     source_hosts: SpannedList,
@@ -457,6 +486,9 @@ impl RawMatch {
         MatchSpec {
             namespaces: list(&self.namespaces),
             kinds: list(&self.kinds),
+            reasons: list(&self.reasons),
+            types: list(&self.types),
+            message: self.message.as_ref().map(|m| m.get_ref().clone()),
             labels: table(&self.labels),
             source_components: list(&self.source_components),
             source_hosts: list(&self.source_hosts),
@@ -469,6 +501,9 @@ impl RawMatch {
         let list = match criterion {
             "namespaces" => &self.namespaces,
             "kinds" => &self.kinds,
+            "reasons" => &self.reasons,
+            "types" => &self.types,
+            "message" => return self.message.as_ref().map(|m| m.span()),
             "source_components" => &self.source_components,
             "source_hosts" => &self.source_hosts,
             "labels" | "headers" => {
@@ -647,7 +682,50 @@ impl Ctx<'_> {
             fallback,
             sinks,
             partition_key,
+            drop: self.event_rules(raw.drop.as_ref(), prefix, "drop")?,
+            keep: self.event_rules(raw.keep.as_ref(), prefix, "keep")?,
+            spam_exempt: self.event_rules(raw.spam_exempt.as_ref(), prefix, "spam_exempt")?,
         })
+    }
+
+    /// Compiles a `drop` / `keep` / `spam_exempt` list: each entry a matcher, named by its
+    /// `name` or `LIST[INDEX]`; names unique within the list; `keep = []` refused (it would drop
+    /// every event).
+    fn event_rules(
+        &self,
+        raw: Option<&Spanned<Vec<Spanned<RawMatch>>>>,
+        prefix: &str,
+        list: &str,
+    ) -> Result<Option<Vec<EventRule>>, ConfigError> {
+        let Some(raw) = raw else { return Ok(None) };
+        if list == "keep" && raw.get_ref().is_empty() {
+            return Err(self.error(
+                raw.span(),
+                format!("{prefix}.keep"),
+                "an empty list keeps nothing and would drop every event; give at least one rule or remove the key",
+            ));
+        }
+        let mut rules: Vec<EventRule> = Vec::with_capacity(raw.get_ref().len());
+        for (i, entry) in raw.get_ref().iter().enumerate() {
+            let key = format!("{prefix}.{list}[{i}]");
+            let name = match &entry.get_ref().name {
+                Some(n) if n.get_ref().is_empty() => {
+                    return Err(self.error(n.span(), format!("{key}.name"), "must not be empty"));
+                }
+                Some(n) if rules.iter().any(|r| *r.name == **n.get_ref()) => {
+                    return Err(self.error(
+                        n.span(),
+                        format!("{key}.name"),
+                        format!("duplicate rule name `{}` in `{list}`", n.get_ref()),
+                    ));
+                }
+                Some(n) => n.get_ref().as_str().into(),
+                None => format!("{list}[{i}]").into(),
+            };
+            let matcher = self.compile_match(entry, &key)?;
+            rules.push(EventRule { name, matcher });
+        }
+        Ok(Some(rules))
     }
 
     /// Compiles a tenant's `match`; `tenant_span` places the error when `match` is absent.
@@ -656,10 +734,22 @@ impl Ctx<'_> {
         raw: Option<&Spanned<RawMatch>>,
         tenant_span: Range<usize>,
         prefix: &str,
-    ) -> Result<TenantMatch, ConfigError> {
+    ) -> Result<EventMatch, ConfigError> {
         let no_criteria = MatchError::NoCriteria.to_string();
         let Some(raw) = raw else { return Err(self.error(tenant_span, prefix.to_string(), no_criteria)) };
-        TenantMatch::new(raw.get_ref().spec()).map_err(|e| {
+        if let Some(name) = &raw.get_ref().name {
+            return Err(self.error(
+                name.span(),
+                format!("{prefix}.name"),
+                "a tenant's `match` has no `name` (the tenant has one; `name` is for drop / keep / spam_exempt rules)",
+            ));
+        }
+        self.compile_match(raw, prefix)
+    }
+
+    /// Compiles a matcher; errors name the criterion (and entry) at fault.
+    fn compile_match(&self, raw: &Spanned<RawMatch>, prefix: &str) -> Result<EventMatch, ConfigError> {
+        EventMatch::new(raw.get_ref().spec()).map_err(|e| {
             let Some((criterion, entry)) = e.location() else {
                 return self.error(raw.span(), prefix.to_string(), e.to_string());
             };
@@ -672,6 +762,7 @@ impl Ctx<'_> {
             let span = raw.get_ref().span(criterion, entry).unwrap_or_else(|| raw.span());
             let message = match &e {
                 MatchError::Glob { pattern, reason, .. } => format!("invalid glob {pattern:?}: {reason}"),
+                MatchError::Regex { .. } => e.to_string(),
                 _ => format!("empty: it would match nothing; give at least one entry or remove `{criterion}`"),
             };
             self.error(span, key, message)
@@ -764,6 +855,36 @@ mod tests {
 
     fn names(refs: &[PluginRef]) -> Vec<&str> {
         refs.iter().map(|r| r.name.as_str()).collect()
+    }
+
+    #[test]
+    fn rules_are_named_merged_and_checked() {
+        let config = parse(&doc_example()).unwrap();
+        let d = &config.defaults;
+        let names = |r: &Option<Vec<EventRule>>| r.iter().flatten().map(|r| r.name.to_string()).collect::<Vec<_>>();
+        assert_eq!(names(&d.drop), ["pulls"]);
+        assert_eq!(names(&d.keep), ["keep[0]", "keep[1]"]);
+        assert_eq!(names(&d.spam_exempt), ["spam_exempt[0]"]);
+        assert_eq!(config.tenants[0].rules.drop, d.drop, "a tenant without its own rules inherits them");
+        let text = "[defaults]\ndrop = [{ reasons = [\"X\"] }]\n[[tenants]]\nname = \"t\"\nmatch = { kinds = [\"Pod\"] }\nrules = { drop = [] }\n";
+        assert_eq!(parse(text).unwrap().tenants[0].rules.drop, Some(Vec::new()), "`drop = []` clears the defaults'");
+
+        assert_err("[defaults]\nkeep = []\n", 2, "defaults.keep", "drop every event");
+        assert_err(
+            "[defaults]\ndrop = [{ name = \"a\", kinds = [\"Pod\"] },\n  { name = \"a\", kinds = [\"Node\"] }]\n",
+            3,
+            "defaults.drop[1].name",
+            "duplicate rule name `a`",
+        );
+        assert_err("[defaults]\nspam_exempt = [{ message = \"(\" }]\n", 2, "defaults.spam_exempt[0].message", "regular expression");
+        assert_err("[defaults]\ndrop = [{ name = \"x\" }]\n", 2, "defaults.drop[0]", "matches nothing");
+        assert_err("[defaults]\ndrop = [{ colour = \"red\" }]\n", 2, "defaults.drop[0].colour", "unknown field");
+        assert_err(
+            "[[tenants]]\nname = \"t\"\nmatch = { name = \"m\", kinds = [\"Pod\"] }\n",
+            3,
+            "tenants[0].match.name",
+            "drop / keep / spam_exempt rules",
+        );
     }
 
     #[test]

@@ -126,6 +126,7 @@ fn base_rules(settings: &PluginSettings) -> TenantRules {
         plugin_config: Default::default(),
         sinks: vec![SinkSpec::JsonLinesStdout.into()],
         partition_key: None,
+        event_rules: Default::default(),
     }
 }
 
@@ -227,6 +228,7 @@ impl Harness {
                 for (i, (t, staged)) in positions.into_iter().zip(stages.prepare(occurrences)) {
                     lines[i] = Some(match staged {
                         Staged::Filtered { reason, .. } => line(json!({ "filtered": reason })),
+                        Staged::Dropped { rule } => line(json!({ "dropped_by_rule": &*rule })),
                         Staged::Prepared(p) => {
                             let result = stages.finish(t, p);
                             if let Some(event) = &result.event {

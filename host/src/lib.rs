@@ -43,6 +43,7 @@ pub mod recorder;
 pub mod reload;
 pub mod replay;
 pub mod router;
+pub mod rules;
 pub mod run;
 pub mod scaffold;
 pub mod series;

@@ -22,6 +22,8 @@
 //! | `eventpipe_sink_rejected_total` | `reason` (`AlreadyExists`, `NotFound`, `NamespaceTerminating`, `NamespaceNotFound`, …; never a namespace) | writes the server rejected and `recordToSink` dropped |
 //! | `eventpipe_aggregated_total` | `tenant` | events replaced by an aggregate |
 //! | `eventpipe_filtered_total` | `tenant` | filter plugin drops |
+//! | `eventpipe_rule_dropped_total` | `tenant`, `rule` | declarative `drop` / `keep` rule drops ([`crate::rules`]) |
+//! | `eventpipe_spam_exempted_total` | `tenant` | events a `spam_exempt` rule let through the spam filter |
 //! | `eventpipe_watcher_dropped_total` | `watcher`, `reason` | Broadcaster queue drops |
 //! | `eventpipe_sink_sent_total`, `_acked_total`, `_retries_total`, `_failures_total` | `sink` | webhook sinks |
 //! | `eventpipe_sink_dropped_total` | `sink`, `reason` (`queue_full`) | webhook sinks, at-most-once |
@@ -59,9 +61,6 @@ use crate::source::http::IngestStats;
 /// The `Content-Type` of `GET /metrics` (OpenMetrics text 1.0.0, which Prometheus scrapes).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// The tenant label of counts the host only keeps in total (`RouterStats.filtered`).
-pub const ALL_TENANTS: &str = "*";
-
 /// Why the metrics could not be encoded.
 #[derive(Debug, thiserror::Error)]
 pub enum MetricsError {
@@ -93,8 +92,12 @@ pub struct Snapshot {
     pub rejected: BTreeMap<String, u64>,
     /// Aggregated events by tenant.
     pub aggregated: BTreeMap<String, u64>,
-    /// Events dropped by filter plugins, by tenant ([`ALL_TENANTS`] for a total).
+    /// Events dropped by filter plugins, by tenant.
     pub filtered: BTreeMap<String, u64>,
+    /// Events dropped by declarative rules, by (tenant, rule).
+    pub rule_dropped: BTreeMap<(String, String), u64>,
+    /// Events a `spam_exempt` rule let through the spam filter, by tenant.
+    pub spam_exempted: BTreeMap<String, u64>,
     /// Events dropped by Broadcaster queues, by (watcher, reason).
     pub watcher_dropped: BTreeMap<(String, String), u64>,
     /// Webhook (and other queued) sinks by name.
@@ -121,8 +124,8 @@ fn add<K: Ord>(map: &mut BTreeMap<K, u64>, key: K, n: u64) {
 
 impl Snapshot {
     /// Adds the tenant router watcher's counters: per tenant routed, writes by verb, failures
-    /// by outcome, retries, spam skips and aggregations; `filtered` (a total) under
-    /// [`ALL_TENANTS`]; `reloads` as applied config reloads.
+    /// by outcome, retries, spam skips, aggregations, filter-plugin drops and spam exemptions;
+    /// drops per declarative rule; `reloads` as applied config reloads.
     pub fn add_router(&mut self, stats: &RouterStats) {
         for (tenant, s) in &stats.tenants {
             add(&mut self.routed, tenant.clone(), s.received);
@@ -138,8 +141,14 @@ impl Snapshot {
             add(&mut self.record_retries, tenant.clone(), s.retries);
             add(&mut self.spam_skipped, tenant.clone(), s.skipped);
             add(&mut self.aggregated, tenant.clone(), s.aggregated);
+            add(&mut self.filtered, tenant.clone(), s.filtered);
+            add(&mut self.spam_exempted, tenant.clone(), s.spam_exempted);
         }
-        add(&mut self.filtered, ALL_TENANTS.into(), stats.filtered);
+        for (tenant, rules) in &stats.dropped_by_rule {
+            for (rule, n) in rules {
+                add(&mut self.rule_dropped, (tenant.clone(), rule.clone()), *n);
+            }
+        }
         for (reason, n) in &stats.rejected {
             add(&mut self.rejected, reason.clone(), *n);
         }
@@ -433,9 +442,23 @@ impl Collector for SnapshotCollector {
         family(
             &mut e,
             "eventpipe_filtered",
-            "Events dropped by filter plugins, per tenant (* = all tenants).",
+            "Events dropped by filter plugins, per tenant.",
             Counter,
             per(&s.filtered, "tenant"),
+        )?;
+        family(
+            &mut e,
+            "eventpipe_rule_dropped",
+            "Events dropped by declarative drop / keep rules, per tenant and rule.",
+            Counter,
+            per2(&s.rule_dropped, "tenant", "rule"),
+        )?;
+        family(
+            &mut e,
+            "eventpipe_spam_exempted",
+            "Events a spam_exempt rule let through the spam filter, per tenant.",
+            Counter,
+            per(&s.spam_exempted, "tenant"),
         )?;
         family(
             &mut e,

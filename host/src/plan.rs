@@ -21,6 +21,7 @@ use crate::plugin::functions::{
 };
 use crate::plugin::registry::{LookupError, PluginRegistry};
 use crate::plugin::{FallbackPolicy, PluginHandle, PluginKind, PluginSettings};
+use crate::rules::EventRules;
 use crate::sink::set::{SinkBuildError, SinkSet};
 use crate::sink::{EventSink, SinkEntry};
 use crate::tenant::{DEFAULT_TENANT, TenantRouter};
@@ -124,6 +125,7 @@ impl CommandLineRules {
             plugin_config: BTreeMap::new(),
             sinks: Vec::new(),
             partition_key: None,
+            event_rules: EventRules::default(),
         })
     }
 }
@@ -160,6 +162,8 @@ pub struct TenantRules {
     pub sinks: Vec<SinkEntry>,
     /// What this tenant's events are partitioned by; `None`: the router's default.
     pub partition_key: Option<PartitionKey>,
+    /// Declarative `drop` / `keep` / `spam_exempt` rules ([`crate::rules`]).
+    pub event_rules: EventRules,
 }
 
 impl TenantRules {
@@ -209,6 +213,11 @@ impl TenantRules {
             plugin_config: self.plugin_config.clone(),
             sinks,
             partition_key: rules.partition_key.or(self.partition_key),
+            event_rules: EventRules {
+                drop: rules.drop.clone().unwrap_or_else(|| self.event_rules.drop.clone()),
+                keep: rules.keep.clone().or_else(|| self.event_rules.keep.clone()),
+                spam_exempt: rules.spam_exempt.clone().unwrap_or_else(|| self.event_rules.spam_exempt.clone()),
+            },
         })
     }
 

@@ -58,8 +58,9 @@ pub struct RouterStats {
     /// All tenants together.
     #[serde(flatten)]
     pub total: SinkStats,
-    /// Events dropped by filter plugins.
-    pub filtered: u64,
+    /// Drops by declarative rules, per tenant and rule name.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub dropped_by_rule: BTreeMap<String, BTreeMap<String, u64>>,
     /// Events finished: every sink write ended (written, dropped, gave up, cancelled or shed),
     /// or nothing to write (filtered, skipped by the spam filter).
     pub finished: u64,
@@ -88,8 +89,13 @@ impl RouterStats {
     /// Adds `other`'s counts to these.
     pub fn add(&mut self, other: &RouterStats) {
         self.total.add(&other.total);
-        self.filtered += other.filtered;
         self.finished += other.finished;
+        for (tenant, rules) in &other.dropped_by_rule {
+            let mine = self.dropped_by_rule.entry(tenant.clone()).or_default();
+            for (rule, n) in rules {
+                *mine.entry(rule.clone()).or_default() += n;
+            }
+        }
         self.reloads += other.reloads;
         for (name, s) in &other.tenants {
             self.tenant(name).add(s);
@@ -340,7 +346,25 @@ impl Partition {
             self.stats.tenant(&tenant.name).received += 1;
             let prepared = match staged {
                 Staged::Filtered { .. } => {
-                    self.stats.filtered += 1;
+                    self.stats.total.filtered += 1;
+                    self.stats.tenant(&tenant.name).filtered += 1;
+                    self.stats.finished += 1;
+                    self.options.acks.ack(seq);
+                    continue;
+                }
+                Staged::Dropped { rule } => {
+                    self.stats.total.dropped_by_rules += 1;
+                    self.stats.tenant(&tenant.name).dropped_by_rules += 1;
+                    let rules = match self.stats.dropped_by_rule.get_mut(&*tenant.name) {
+                        Some(rules) => rules,
+                        None => self.stats.dropped_by_rule.entry(tenant.name.to_string()).or_default(),
+                    };
+                    match rules.get_mut(&*rule) {
+                        Some(n) => *n += 1,
+                        None => {
+                            rules.insert(rule.to_string(), 1);
+                        }
+                    }
                     self.stats.finished += 1;
                     self.options.acks.ack(seq);
                     continue;
@@ -348,6 +372,10 @@ impl Partition {
                 Staged::Prepared(p) => p,
             };
             let aggregated = prepared.aggregated();
+            if prepared.spam_exempt() {
+                self.stats.total.spam_exempted += 1;
+                self.stats.tenant(&tenant.name).spam_exempted += 1;
+            }
             let result = self.stages.finish(t, prepared);
             let sinks = tenant.sinks();
             let key = match &result.event {

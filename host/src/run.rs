@@ -63,16 +63,17 @@ impl std::fmt::Display for RunSummary {
         write!(
             f,
             "read {} events ({} bad lines, {} non-events); filtered {}; created {}, patched {}, skipped by spam \
-             filter {}, aggregated {}; sink dropped {}, gave up {}, retries {}, shed {}; incoming queue dropped {}; \
+             filter {}, aggregated {}; dropped by rules {}; sink dropped {}, gave up {}, retries {}, shed {}; incoming queue dropped {}; \
              {} tenant(s), {} plugin swap(s), {} config reload(s), {} rejected reload(s); abandoned {}",
             self.source.read,
             self.source.bad_lines,
             self.source.non_events,
-            self.sink.filtered,
+            s.filtered,
             s.created,
             s.patched,
             s.skipped,
             s.aggregated,
+            s.dropped_by_rules,
             s.dropped,
             s.gave_up,
             s.retries,

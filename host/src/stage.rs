@@ -26,6 +26,11 @@ use crate::plugin::filter::{Verdict, WasmFilter};
 /// What the first step made of one event.
 #[derive(Debug)]
 pub enum Staged {
+    /// A declarative `drop` / `keep` rule dropped it ([`crate::rules`]).
+    Dropped {
+        /// The rule's name ([`crate::rules::NOT_KEPT`] when no `keep` rule matched).
+        rule: Arc<str>,
+    },
     /// A filter plugin dropped it.
     Filtered {
         /// The filter's name.
@@ -35,6 +40,15 @@ pub enum Staged {
     },
     /// Aggregated and keyed, waiting for [`TenantStages::finish`].
     Prepared(PreparedEvent),
+}
+
+/// Why step 1 dropped an event.
+#[derive(Debug)]
+enum Drop {
+    /// A declarative rule, by name.
+    Rule(Arc<str>),
+    /// A filter plugin, by name, with its reason.
+    Filter(String, Option<String>),
 }
 
 /// One tenant's filters and EventCorrelator (its LRU caches and token buckets).
@@ -84,43 +98,60 @@ impl TenantStage {
         &self.name
     }
 
-    /// Runs the filters over `events`, in order; returns, per event, `None` to keep it or the
-    /// filter and reason that dropped it.
-    fn filter(&self, events: &[&Event]) -> Vec<Option<(String, Option<String>)>> {
-        let mut dropped: Vec<Option<(String, Option<String>)>> = vec![None; events.len()];
-        let mut positions: Vec<usize> = (0..events.len()).collect();
+    /// Runs the filter plugins, in order, over the events of `batch` that `dropped` does not
+    /// already drop (one call per filter per batch), recording each drop with the filter's name
+    /// and reason.
+    fn filter(&self, batch: &[Occurrence], dropped: &mut [Option<Drop>]) {
+        let mut positions: Vec<usize> = (0..batch.len()).filter(|&i| dropped[i].is_none()).collect();
         for filter in &self.filters {
             if positions.is_empty() {
                 break;
             }
-            let batch: Vec<&Event> = positions.iter().map(|&i| events[i]).collect();
-            for (&i, verdict) in positions.iter().zip(filter.filter(&batch)) {
+            let events: Vec<&Event> = positions.iter().map(|&i| &batch[i].event).collect();
+            for (&i, verdict) in positions.iter().zip(filter.filter(&events)) {
                 if let Verdict::Drop(reason) = verdict {
                     tracing::debug!(tenant = %self.name, filter = filter.handle().name(), reason = reason.as_deref().unwrap_or(""), "event filtered");
-                    dropped[i] = Some((filter.handle().name().to_string(), reason));
+                    dropped[i] = Some(Drop::Filter(filter.handle().name().to_string(), reason));
                 }
             }
             positions.retain(|&i| dropped[i].is_none());
         }
-        dropped
     }
 
-    /// Step 1 for this tenant's share of a batch: filters, then the key functions on the kept
-    /// events. One [`Staged`] per occurrence, in order.
+    /// Step 1 for this tenant's share of a batch: the declarative `drop` / `keep` rules, the
+    /// filter plugins, then the key functions on the kept events (with `spam_exempt` rules
+    /// marked). One [`Staged`] per occurrence, in order.
     pub fn prepare(&mut self, batch: Vec<Occurrence>) -> Vec<Staged> {
-        let dropped = if self.filters.is_empty() {
-            vec![None; batch.len()]
+        let rules = &self.rules.event_rules;
+        let mut dropped: Vec<Option<Drop>> = if rules.filters() {
+            batch.iter().map(|o| rules.dropped_by(&o.event).map(Drop::Rule)).collect()
         } else {
-            self.filter(&batch.iter().map(|o| &o.event).collect::<Vec<_>>())
+            (0..batch.len()).map(|_| None).collect()
+        };
+        if !self.filters.is_empty() {
+            self.filter(&batch, &mut dropped);
+        }
+        let exempt: Vec<bool> = if rules.spam_exempt.is_empty() {
+            Vec::new()
+        } else {
+            batch.iter().zip(&dropped).filter(|(_, d)| d.is_none()).map(|(o, _)| rules.spam_exempt(&o.event)).collect()
         };
         let kept: Vec<Occurrence> =
             batch.into_iter().zip(&dropped).filter(|(_, d)| d.is_none()).map(|(o, _)| o).collect();
         let mut prepared = self.correlator.prepare(kept).into_iter();
+        let mut exempt = exempt.into_iter();
         dropped
             .into_iter()
             .map(|d| match d {
-                Some((filter, reason)) => Staged::Filtered { filter, reason },
-                None => Staged::Prepared(prepared.next().expect("one prepared event per kept event")),
+                Some(Drop::Rule(rule)) => Staged::Dropped { rule },
+                Some(Drop::Filter(filter, reason)) => Staged::Filtered { filter, reason },
+                None => {
+                    let mut p = prepared.next().expect("one prepared event per kept event");
+                    if exempt.next() == Some(true) {
+                        p.exempt_from_spam_filter();
+                    }
+                    Staged::Prepared(p)
+                }
             })
             .collect()
     }
@@ -145,7 +176,8 @@ impl TenantStage {
 
     /// Both steps over a whole batch, in order, with no sink: `written` is called with each
     /// result and returns the sink's copy to remember (`None`: nothing written). One result per
-    /// occurrence: `Err((filter, reason))` for a filtered event.
+    /// occurrence: `Err((filter, reason))` for a filtered event, `Err(("rule NAME", None))` for
+    /// one a declarative rule dropped.
     pub fn correlate(
         &mut self,
         batch: Vec<Occurrence>,
@@ -155,6 +187,7 @@ impl TenantStage {
             .into_iter()
             .map(|staged| match staged {
                 Staged::Filtered { filter, reason } => Err((filter, reason)),
+                Staged::Dropped { rule } => Err((format!("rule {rule}"), None)),
                 Staged::Prepared(p) => {
                     let result = self.finish(p);
                     if let Some(stored) = written(&result) {

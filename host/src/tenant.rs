@@ -1,9 +1,11 @@
-//! Tenant matching: which tenant's rules apply to an event.
+//! Event matching: which tenant's rules apply to an event, and which events a drop / keep /
+//! spam-exemption rule ([`crate::rules`]) is about.
 //!
-//! A tenant's `[tenants.match]` table (see [`crate::config`]) becomes a [`TenantMatch`]: every
+//! A tenant's `[tenants.match]` table, and each rule (see [`crate::config`]), becomes an
+//! [`EventMatch`]: every
 //! criterion given must hold (AND), and a list criterion holds when any of its entries matches
 //! (OR). Patterns are globs (`*`, `?`, `[a-z]`, `{a,b}`, `\` escapes; `*` also matches `/`),
-//! compiled once; [`TenantMatch::matches`] allocates nothing. [`TenantRouter`] picks the first
+//! compiled once; [`EventMatch::matches`] allocates nothing. [`TenantRouter`] picks the first
 //! matching tenant in file order, or `None` for the `[defaults]` rules.
 //!
 //! What each criterion reads from an event:
@@ -12,6 +14,9 @@
 //! |---------------------|--------------------------------------------------------------|------------------|
 //! | `namespaces`        | `metadata.namespace` (`involvedObject.namespace`)            | glob, any entry  |
 //! | `kinds`             | `involvedObject.kind`                                        | exact, any entry |
+//! | `reasons`           | `reason`                                                     | glob, any entry  |
+//! | `types`             | `type` (`Normal`, `Warning`)                                 | exact, any entry |
+//! | `message`           | `message`                                                    | regex (`regex` crate syntax, unanchored: `^…$` for the whole message) |
 //! | `labels`            | `metadata.labels` (the Event's own, not its object's)        | value glob, all  |
 //! | `source_components` | `source.component` (`reportingComponent`)                    | glob, any entry  |
 //! | `source_hosts`      | `source.host` (`reportingInstance`)                          | glob, any entry  |
@@ -41,6 +46,12 @@ pub struct MatchSpec {
     pub namespaces: Option<Vec<String>>,
     /// Exact `involvedObject.kind` values; any may match.
     pub kinds: Option<Vec<String>>,
+    /// Globs on `reason`; any may match.
+    pub reasons: Option<Vec<String>>,
+    /// Exact `type` values (`Normal`, `Warning`); any may match.
+    pub types: Option<Vec<String>>,
+    /// A regular expression searched for in `message` (unanchored).
+    pub message: Option<String>,
     /// Label name → value glob on the Event's `metadata.labels`; all must match.
     pub labels: Option<BTreeMap<String, String>>,
     /// Globs on the reporting component; any may match.
@@ -72,6 +83,14 @@ pub enum MatchError {
         /// The criterion's name (`"namespaces"`, …).
         criterion: &'static str,
     },
+    /// The `message` pattern is not a valid regular expression.
+    #[error("invalid regular expression {pattern:?}: {reason}")]
+    Regex {
+        /// The pattern as written.
+        pattern: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A pattern is not a valid glob.
     #[error("invalid glob {pattern:?}: {reason}")]
     Glob {
@@ -92,19 +111,23 @@ impl MatchError {
         match self {
             MatchError::NoCriteria => None,
             MatchError::EmptyCriterion { criterion } => Some((criterion, None)),
+            MatchError::Regex { .. } => Some(("message", None)),
             MatchError::Glob { criterion, entry, .. } => Some((criterion, Some(entry))),
         }
     }
 }
 
-/// A tenant's compiled criteria. Cheap to clone; [`TenantMatch::matches`] does not allocate.
+/// A tenant's compiled criteria. Cheap to clone; [`EventMatch::matches`] does not allocate.
 ///
 /// Two matchers are equal when their [`MatchSpec`]s are.
 #[derive(Debug, Clone)]
-pub struct TenantMatch {
+pub struct EventMatch {
     spec: MatchSpec,
     namespaces: Option<GlobSet>,
     kinds: Option<Vec<String>>,
+    reasons: Option<GlobSet>,
+    types: Option<Vec<String>>,
+    message: Option<regex::Regex>,
     labels: Vec<(String, GlobMatcher)>,
     source_components: Option<GlobSet>,
     source_hosts: Option<GlobSet>,
@@ -112,24 +135,28 @@ pub struct TenantMatch {
     headers: Vec<(String, GlobMatcher)>,
 }
 
-impl PartialEq for TenantMatch {
+impl PartialEq for EventMatch {
     fn eq(&self, other: &Self) -> bool {
         self.spec == other.spec
     }
 }
 
-impl Eq for TenantMatch {}
+impl Eq for EventMatch {}
 
-impl TenantMatch {
+impl EventMatch {
     /// Compiles `spec`.
     ///
     /// # Errors
     /// [`MatchError::NoCriteria`] when no criterion is given, [`MatchError::EmptyCriterion`] for a
     /// criterion with no entries, [`MatchError::Glob`] for an invalid pattern (the first one).
     pub fn new(spec: MatchSpec) -> Result<Self, MatchError> {
-        let MatchSpec { namespaces, kinds, labels, source_components, source_hosts, headers } = &spec;
+        let MatchSpec { namespaces, kinds, reasons, types, message, labels, source_components, source_hosts, headers } =
+            &spec;
         if namespaces.is_none()
             && kinds.is_none()
+            && reasons.is_none()
+            && types.is_none()
+            && message.is_none()
             && labels.is_none()
             && source_components.is_none()
             && source_hosts.is_none()
@@ -138,12 +165,32 @@ impl TenantMatch {
             return Err(MatchError::NoCriteria);
         }
         let kinds = kinds.as_ref().map(|k| non_empty(k, "kinds").map(|k| k.to_vec())).transpose()?;
+        let types = types.as_ref().map(|t| non_empty(t, "types").map(|t| t.to_vec())).transpose()?;
+        let reasons = reasons.as_ref().map(|p| glob_set(p, "reasons")).transpose()?;
+        let message = message
+            .as_ref()
+            .map(|pattern| {
+                regex::Regex::new(pattern)
+                    .map_err(|e| MatchError::Regex { pattern: pattern.clone(), reason: e.to_string() })
+            })
+            .transpose()?;
         let namespaces = namespaces.as_ref().map(|p| glob_set(p, "namespaces")).transpose()?;
         let source_components = source_components.as_ref().map(|p| glob_set(p, "source_components")).transpose()?;
         let source_hosts = source_hosts.as_ref().map(|p| glob_set(p, "source_hosts")).transpose()?;
         let labels = labels.as_ref().map(|m| glob_table(m, "labels", false)).transpose()?.unwrap_or_default();
         let headers = headers.as_ref().map(|m| glob_table(m, "headers", true)).transpose()?.unwrap_or_default();
-        Ok(TenantMatch { spec, namespaces, kinds, labels, source_components, source_hosts, headers })
+        Ok(EventMatch {
+            spec,
+            namespaces,
+            kinds,
+            reasons,
+            types,
+            message,
+            labels,
+            source_components,
+            source_hosts,
+            headers,
+        })
     }
 
     /// The criteria as written.
@@ -156,6 +203,21 @@ impl TenantMatch {
     pub fn matches(&self, event: &Event, headers: Option<&[(String, String)]>) -> bool {
         if let Some(kinds) = &self.kinds
             && !kinds.contains(&event.involved_object.kind)
+        {
+            return false;
+        }
+        if let Some(types) = &self.types
+            && !types.contains(&event.type_)
+        {
+            return false;
+        }
+        if let Some(set) = &self.reasons
+            && !is_match(set, &event.reason)
+        {
+            return false;
+        }
+        if let Some(message) = &self.message
+            && !message.is_match(&event.message)
         {
             return false;
         }
@@ -189,15 +251,15 @@ impl TenantMatch {
 }
 
 /// Picks the tenant of each event: the index of the first tenant (in file order) whose
-/// [`TenantMatch`] holds, or `None` for the `[defaults]` rules.
+/// [`EventMatch`] holds, or `None` for the `[defaults]` rules.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TenantRouter {
-    matchers: Vec<TenantMatch>,
+    matchers: Vec<EventMatch>,
 }
 
 impl TenantRouter {
     /// A router over the tenants' matchers, in file order (indices are positions in this list).
-    pub fn new(matchers: Vec<TenantMatch>) -> Self {
+    pub fn new(matchers: Vec<EventMatch>) -> Self {
         TenantRouter { matchers }
     }
 
@@ -294,8 +356,33 @@ mod tests {
         e
     }
 
-    fn matcher(spec: MatchSpec) -> TenantMatch {
-        TenantMatch::new(spec).expect("valid spec")
+    #[test]
+    fn reasons_types_and_message() {
+        let m = matcher(MatchSpec {
+            reasons: list(&["Pull*", "Created"]),
+            types: list(&["Normal"]),
+            message: Some(r"image \S+ (already|successfully)".into()),
+            ..Default::default()
+        });
+        let mut e = event("ns", "Pod");
+        (e.reason, e.type_, e.message) =
+            ("Pulled".into(), "Normal".into(), "Container image nginx already present".into());
+        assert!(m.matches(&e, None));
+        e.type_ = "Warning".into();
+        assert!(!m.matches(&e, None), "types is exact");
+        e.type_ = "Normal".into();
+        e.reason = "BackOff".into();
+        assert!(!m.matches(&e, None), "reasons are globs");
+        e.reason = "Created".into();
+        e.message = "created container".into();
+        assert!(!m.matches(&e, None), "the message must match the regex");
+        let bad = EventMatch::new(MatchSpec { message: Some("(".into()), ..Default::default() }).unwrap_err();
+        assert!(matches!(bad, MatchError::Regex { .. }), "{bad}");
+        assert_eq!(bad.location(), Some(("message", None)));
+    }
+
+    fn matcher(spec: MatchSpec) -> EventMatch {
+        EventMatch::new(spec).expect("valid spec")
     }
 
     fn headers(items: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -419,21 +506,21 @@ mod tests {
 
     #[test]
     fn spec_errors() {
-        assert_eq!(TenantMatch::new(MatchSpec::default()).unwrap_err(), MatchError::NoCriteria);
+        assert_eq!(EventMatch::new(MatchSpec::default()).unwrap_err(), MatchError::NoCriteria);
         assert_eq!(
-            TenantMatch::new(MatchSpec { kinds: Some(vec![]), ..Default::default() }).unwrap_err(),
+            EventMatch::new(MatchSpec { kinds: Some(vec![]), ..Default::default() }).unwrap_err(),
             MatchError::EmptyCriterion { criterion: "kinds" }
         );
         assert_eq!(
-            TenantMatch::new(MatchSpec { labels: Some(BTreeMap::new()), ..Default::default() }).unwrap_err(),
+            EventMatch::new(MatchSpec { labels: Some(BTreeMap::new()), ..Default::default() }).unwrap_err(),
             MatchError::EmptyCriterion { criterion: "labels" }
         );
-        let err = TenantMatch::new(MatchSpec { namespaces: list(&["ok", "bad[a"]), ..Default::default() }).unwrap_err();
+        let err = EventMatch::new(MatchSpec { namespaces: list(&["ok", "bad[a"]), ..Default::default() }).unwrap_err();
         assert!(
             matches!(&err, MatchError::Glob { criterion: "namespaces", entry: MatchEntry::Index(1), pattern, .. } if pattern == "bad[a"),
             "{err:?}"
         );
-        let err = TenantMatch::new(MatchSpec { headers: table(&[("X-A", "{a")]), ..Default::default() }).unwrap_err();
+        let err = EventMatch::new(MatchSpec { headers: table(&[("X-A", "{a")]), ..Default::default() }).unwrap_err();
         assert_eq!(err.location(), Some(("headers", Some(&MatchEntry::Key("X-A".into())))));
     }
 

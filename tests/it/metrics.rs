@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
-use eventpipe::metrics::{self, ALL_TENANTS, Metrics};
+use eventpipe::metrics::{self, Metrics};
 use eventpipe::plugin::{CallFailure, PluginStatsSnapshot};
 use eventpipe::router::RouterStats;
 use eventpipe::sink::EventSink;
@@ -168,7 +168,8 @@ async fn counters_follow_known_activity() {
     metrics.add_source(move |s| s.add_webhook(&w));
 
     // What the run module hands over: router stats, plugin counters, reloads, drops.
-    let mut router_stats = RouterStats { filtered: 4, reloads: 2, ..RouterStats::default() };
+    let mut router_stats = RouterStats { reloads: 2, ..RouterStats::default() };
+    router_stats.dropped_by_rule.entry("payments".into()).or_default().insert("pulls".into(), 9);
     router_stats.tenants.insert(
         "payments".into(),
         SinkStats {
@@ -179,6 +180,7 @@ async fn counters_follow_known_activity() {
             aggregated: 4,
             dropped: 1,
             retries: 5,
+            filtered: 4,
             ..SinkStats::default()
         },
     );
@@ -222,7 +224,9 @@ async fn counters_follow_known_activity() {
     assert_eq!(s.get("eventpipe_record_retries_total", &[("tenant", "payments")]), 5.0);
     assert_eq!(s.get("eventpipe_spam_skipped_total", &[("tenant", "payments")]), 1.0);
     assert_eq!(s.get("eventpipe_aggregated_total", &[("tenant", "payments")]), 4.0);
-    assert_eq!(s.get("eventpipe_filtered_total", &[("tenant", ALL_TENANTS)]), 4.0);
+    assert_eq!(s.get("eventpipe_filtered_total", &[("tenant", "payments")]), 4.0);
+    assert_eq!(s.get("eventpipe_filtered_total", &[("tenant", "default")]), 0.0);
+    assert_eq!(s.get("eventpipe_rule_dropped_total", &[("tenant", "payments"), ("rule", "pulls")]), 9.0);
     assert_eq!(
         s.get("eventpipe_watcher_dropped_total", &[("watcher", "tenant-router"), ("reason", "queue_full")]),
         6.0

@@ -277,3 +277,95 @@ fn a_tenants_partition_key_shards_only_its_own_events() {
     assert_eq!(partitions("wide").len(), 1, "the `wide` tenant keeps one namespace in one partition");
     assert!(partitions("other").len() > 1, "the defaults spread objects over partitions");
 }
+
+/// Declarative `drop` / `keep` rules do what a filter plugin does, without one: dropped events
+/// never reach the correlator, and each drop is counted under its tenant and rule.
+#[test]
+fn declarative_drop_and_keep_rules_drop_before_correlation_and_count_per_rule() {
+    let dir = tempfile::tempdir().unwrap();
+    let (quiet_out, rest_out) = (dir.path().join("quiet.jsonl"), dir.path().join("rest.jsonl"));
+    let config = dir.path().join("eventpipe.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[defaults]
+sinks = ["jsonl:{rest}"]
+
+[[tenants]]
+name = "quiet"
+match = {{ namespaces = ["default", "test*"] }}
+[tenants.rules]
+sinks = ["jsonl:{quiet}"]
+drop = [{{ name = "noise", reasons = ["Pulled", "Created", "Start*"] }}, {{ message = "^Successfully assigned " }}]
+keep = [{{ kinds = ["Pod", "Node"] }}]
+"#,
+            rest = rest_out.display(),
+            quiet = quiet_out.display()
+        ),
+    )
+    .unwrap();
+    let text = std::fs::read_to_string(bundled_stream()).unwrap();
+    let (summary, _) = run(&[arg("config", config.display()), arg("sink", "jsonl:-")], text.as_bytes());
+    let events: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let quiet = |e: &&Value| namespace(e) == "default" || namespace(e).starts_with("test");
+    let reason = |e: &Value| e["reason"].as_str().unwrap_or("").to_string();
+    let noise = |e: &Value| ["Pulled", "Created"].contains(&reason(e).as_str()) || reason(e).starts_with("Start");
+    let assigned = |e: &Value| e["message"].as_str().unwrap_or("").starts_with("Successfully assigned ");
+    let kind_kept = |e: &Value| ["Pod", "Node"].contains(&e["involvedObject"]["kind"].as_str().unwrap_or(""));
+    let (mine, rest): (Vec<&Value>, Vec<&Value>) = events.iter().partition(quiet);
+    let by_noise = mine.iter().filter(|e| noise(e)).count() as u64;
+    let by_message = mine.iter().filter(|e| !noise(e) && assigned(e)).count() as u64;
+    let not_kept = mine.iter().filter(|e| !noise(e) && !assigned(e) && !kind_kept(e)).count() as u64;
+    assert!(by_noise > 100 && by_message > 0 && not_kept > 0, "the stream exercises every rule");
+    let kept: Vec<&Value> = mine.iter().filter(|e| !noise(e) && !assigned(e) && kind_kept(e)).copied().collect();
+    assert_eq!(
+        summary["dropped_by_rule"],
+        serde_json::json!({"quiet": {"noise": by_noise, "drop[1]": by_message, "keep:no-match": not_kept}}),
+        "{summary}"
+    );
+    assert_eq!(summary["dropped_by_rules"], by_noise + by_message + not_kept);
+    assert_eq!(summary["filtered"], 0, "no filter plugin ran");
+    assert!(sink_calls(&quiet_out) == replay_written(&kept, &[]));
+    assert!(sink_calls(&rest_out) == replay_written(&rest, &[]), "other tenants keep everything");
+}
+
+/// A `spam_exempt` rule lets recovery events through a spam filter whose bucket a storm
+/// emptied; they still count in the EventLogger (a repeat is a patch).
+#[test]
+fn spam_exempt_events_pass_an_empty_bucket_and_still_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("eventpipe.toml");
+    std::fs::write(&config, "[defaults]\nburst = 2\nqps = 0.0\nspam_exempt = [{ reasons = [\"Started\"] }]\n").unwrap();
+    let out = dir.path().join("out.jsonl");
+    let event = |n: usize, reason: &str, message: &str| {
+        serde_json::json!({
+            "metadata": {"name": format!("web-0.{n}"), "namespace": "ns"},
+            "involvedObject": {"kind": "Pod", "namespace": "ns", "name": "web-0", "uid": "u"},
+            "reason": reason, "message": message, "type": "Normal",
+            "source": {"component": "kubelet", "host": "n1"},
+            "firstTimestamp": format!("2025-01-01T00:00:{n:02}Z"), "lastTimestamp": format!("2025-01-01T00:00:{n:02}Z"),
+            "count": 1
+        })
+        .to_string()
+    };
+    let lines = [
+        event(1, "BackOff", "back-off 1"),
+        event(2, "BackOff", "back-off 2"),
+        event(3, "BackOff", "back-off 3"), // the bucket is empty from here
+        event(4, "BackOff", "back-off 4"),
+        event(5, "Started", "Started container"),
+        event(6, "BackOff", "back-off 5"),
+        event(7, "Started", "Started container"),
+    ];
+    let (summary, _) = run(
+        &[arg("config", config.display()), arg("sink", format!("jsonl:{}", out.display()))],
+        lines.join("\n").as_bytes(),
+    );
+    assert_eq!((summary["skipped"].as_u64(), summary["spam_exempted"].as_u64()), (Some(3), Some(2)), "{summary}");
+    let calls = sink_calls(&out);
+    let reasons: Vec<&str> = calls.iter().map(|(e, _)| e["reason"].as_str().unwrap()).collect();
+    assert_eq!(reasons, ["BackOff", "BackOff", "Started", "Started"]);
+    assert_eq!(calls[3].0["count"], 2, "the second Started is a repeat of the first");
+    assert_eq!(calls[3].1["count"], 2, "and is written as a patch");
+}

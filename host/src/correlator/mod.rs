@@ -165,9 +165,21 @@ pub struct PreparedEvent {
     spam_filter_clock: Option<Time>,
     aggregated: bool,
     dropped: bool,
+    spam_exempt: bool,
 }
 
 impl PreparedEvent {
+    /// Lets the event through the spam filter whatever its bucket holds (a `spam_exempt`
+    /// rule, [`crate::rules`]); it takes no token. The EventLogger still counts it.
+    pub fn exempt_from_spam_filter(&mut self) {
+        self.spam_exempt = true;
+    }
+
+    /// Whether [`exempt_from_spam_filter`](Self::exempt_from_spam_filter) was called.
+    pub fn spam_exempt(&self) -> bool {
+        self.spam_exempt
+    }
+
     /// Whether the aggregator replaced the event by an aggregate event.
     pub fn aggregated(&self) -> bool {
         self.aggregated
@@ -295,6 +307,7 @@ impl EventCorrelator {
                 spam_key: Key::UNSET, // set below, once aggregate events are built
                 aggregated,
                 dropped,
+                spam_exempt: false,
             });
         }
         self.build_aggregate_events(&mut prepared, &aggregated);
@@ -332,7 +345,8 @@ impl EventCorrelator {
     /// and the logger cache, as in client-go.
     pub fn finish(&mut self, prepared: PreparedEvent) -> EventCorrelateResult {
         const SKIP: EventCorrelateResult = EventCorrelateResult { skip: true, event: None, patch: None };
-        let PreparedEvent { mut event, logger_key, spam_key, spam_filter_clock, aggregated, dropped } = prepared;
+        let PreparedEvent { mut event, logger_key, spam_key, spam_filter_clock, aggregated, dropped, spam_exempt } =
+            prepared;
         self.stats.events += 1;
         if dropped {
             self.stats.dropped += 1;
@@ -341,7 +355,7 @@ impl EventCorrelator {
         self.stats.aggregated += u64::from(aggregated);
         let patch = self.logger.observe(&mut event, logger_key);
         let now = spam_filter_clock.unwrap_or_else(|| self.spam_filter_clock.now());
-        if self.spam_filter.filter(spam_key, now) {
+        if !spam_exempt && self.spam_filter.filter(spam_key, now) {
             self.stats.skipped += 1;
             return SKIP;
         }

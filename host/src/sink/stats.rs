@@ -19,6 +19,12 @@ pub struct SinkStats {
     pub series_counted: u64,
     /// Replaced by an aggregate event.
     pub aggregated: u64,
+    /// Dropped by filter plugins.
+    pub filtered: u64,
+    /// Dropped by declarative `drop` / `keep` rules ([`crate::rules`]).
+    pub dropped_by_rules: u64,
+    /// Let through the spam filter by a `spam_exempt` rule.
+    pub spam_exempted: u64,
     /// Dropped after a non-retryable sink error.
     pub dropped: u64,
     /// Abandoned after the last retry.
@@ -40,6 +46,9 @@ impl SinkStats {
         self.skipped += other.skipped;
         self.series_counted += other.series_counted;
         self.aggregated += other.aggregated;
+        self.filtered += other.filtered;
+        self.dropped_by_rules += other.dropped_by_rules;
+        self.spam_exempted += other.spam_exempted;
         self.dropped += other.dropped;
         self.gave_up += other.gave_up;
         self.cancelled += other.cancelled;

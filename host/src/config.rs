@@ -876,7 +876,12 @@ mod tests {
             "defaults.drop[1].name",
             "duplicate rule name `a`",
         );
-        assert_err("[defaults]\nspam_exempt = [{ message = \"(\" }]\n", 2, "defaults.spam_exempt[0].message", "regular expression");
+        assert_err(
+            "[defaults]\nspam_exempt = [{ message = \"(\" }]\n",
+            2,
+            "defaults.spam_exempt[0].message",
+            "regular expression",
+        );
         assert_err("[defaults]\ndrop = [{ name = \"x\" }]\n", 2, "defaults.drop[0]", "matches nothing");
         assert_err("[defaults]\ndrop = [{ colour = \"red\" }]\n", 2, "defaults.drop[0].colour", "unknown field");
         assert_err(

@@ -51,6 +51,7 @@ pub mod sink;
 pub mod source;
 pub mod stage;
 pub mod tenant;
+pub mod validate;
 pub mod watchers;
 
 pub use broadcaster::{Broadcaster, FullChannelBehavior, WatchEvent, WatchEventType, Watcher};

@@ -37,6 +37,9 @@ enum Command {
     Test(cli::test::TestArgs),
     /// Create a plugin project (directory NAME) that builds with the commands in its README.
     NewPlugin(cli::new_plugin::NewPluginArgs),
+    /// Check a config, its plugins, sinks and source without running; list every problem and
+    /// exit 1, or exit 0.
+    Validate(cli::validate::ValidateArgs),
 }
 
 fn main() -> ExitCode {
@@ -51,6 +54,7 @@ fn main() -> ExitCode {
         Command::Plugins(command) => cli::plugins::execute(command),
         Command::Test(args) => cli::test::execute(args),
         Command::NewPlugin(args) => cli::new_plugin::execute(args),
+        Command::Validate(args) => cli::validate::execute(args),
     };
     result.unwrap_or_else(|e| {
         eprintln!("eventpipe: {e:#}");

@@ -389,29 +389,50 @@ impl TenantPlan {
         registry: &PluginRegistry,
         sinks: &SinkSet,
     ) -> Result<Self, PlanError> {
+        Self::build_checked(base, config, registry, Some(sinks)).map_err(|mut errors| errors.swap_remove(0))
+    }
+
+    /// Every problem [`build`](Self::build) would meet (each tenant's first), without opening
+    /// any sink: what `eventpipe validate` lists. Empty when the plan can be built.
+    pub fn problems(base: &TenantRules, config: Option<&Config>, registry: &PluginRegistry) -> Vec<PlanError> {
+        Self::build_checked(base, config, registry, None).err().unwrap_or_default()
+    }
+
+    /// The plan, or every tenant's first problem (in file order, `[defaults]` last).
+    fn build_checked(
+        base: &TenantRules,
+        config: Option<&Config>,
+        registry: &PluginRegistry,
+        sinks: Option<&SinkSet>,
+    ) -> Result<Self, Vec<PlanError>> {
         let Some(config) = config else {
-            let tenant = plan_tenant(DEFAULT_TENANT, base.clone(), &[], "command line", registry, Some(sinks))?;
+            let tenant =
+                plan_tenant(DEFAULT_TENANT, base.clone(), &[], "command line", registry, sinks).map_err(|e| vec![e])?;
             return Ok(Self::new(TenantRouter::new(Vec::new()), vec![tenant]));
         };
         let file = config.path.display().to_string();
         let mut with_config = base.clone();
         with_config.plugin_config = config.plugin_config.clone();
-        let defaults = with_config.overlay(&config.defaults).map_err(|(key, message)| PlanError::Rule {
-            location: file.clone(),
-            key: format!("defaults.{key}"),
-            message,
-        })?;
+        let mut errors = Vec::new();
         let mut tenants = Vec::with_capacity(config.tenants.len() + 1);
-        for (i, t) in config.tenants.iter().enumerate() {
-            let rules = with_config.overlay(&t.rules).map_err(|(key, message)| PlanError::Rule {
-                location: file.clone(),
-                key: format!("tenants[{i}].rules.{key}"),
-                message,
-            })?;
-            tenants.push(plan_tenant(&t.name, rules, &refs(&t.rules), &file, registry, Some(sinks))?);
+        let named = config.tenants.iter().enumerate().map(|(i, t)| (format!("tenants[{i}].rules"), &t.name, &t.rules));
+        for (prefix, name, rules) in
+            named.chain([("defaults".to_string(), &DEFAULT_TENANT.to_string(), &config.defaults)])
+        {
+            let planned = with_config
+                .overlay(rules)
+                .map_err(|(key, message)| PlanError::Rule {
+                    location: file.clone(),
+                    key: format!("{prefix}.{key}"),
+                    message,
+                })
+                .and_then(|overlaid| plan_tenant(name, overlaid, &refs(rules), &file, registry, sinks));
+            match planned {
+                Ok(t) => tenants.push(t),
+                Err(e) => errors.push(e),
+            }
         }
-        tenants.push(plan_tenant(DEFAULT_TENANT, defaults, &refs(&config.defaults), &file, registry, Some(sinks))?);
-        Ok(Self::new(config.router(), tenants))
+        if errors.is_empty() { Ok(Self::new(config.router(), tenants)) } else { Err(errors) }
     }
 
     /// The index into [`tenants`](Self::tenants) of `event`'s tenant.

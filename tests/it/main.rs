@@ -22,5 +22,6 @@ mod run_cli;
 mod shutdown;
 mod sink_retry_vectors;
 mod tenants;
+mod validate;
 mod watchers;
 mod webhook_sink;

@@ -241,7 +241,7 @@ fn files_that_are_not_working_plugins_are_refused_with_the_reason() {
 fn a_plugin_of_another_world_is_refused_for_a_key_function() {
     let filter = load("keep-all", PluginSettings::default());
     let err = WasmAggregateKeyFunc::new(filter).err().expect("a filter is not an aggregate-key function");
-    assert_eq!(err.to_string(), "plugin `keep-all` is a filter plugin, not a aggregate-key plugin");
+    assert_eq!(err.to_string(), "plugin `keep-all` is a filter plugin, not an aggregate-key plugin");
 }
 
 /// `eventpipe` with `args`, `input` on stdin; returns (status, stdout, stderr).

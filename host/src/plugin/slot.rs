@@ -158,7 +158,7 @@ impl PluginHandle {
 
 /// A plugin was given to an adapter of another kind.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("plugin `{plugin}` is a {actual} plugin, not a {expected} plugin")]
+#[error("plugin `{plugin}` is {} {actual} plugin, not {} {expected} plugin", article(*actual), article(*expected))]
 pub struct WrongKind {
     /// Plugin name.
     pub plugin: String,
@@ -166,6 +166,11 @@ pub struct WrongKind {
     pub actual: PluginKind,
     /// The kind the adapter needs.
     pub expected: PluginKind,
+}
+
+/// "a" or "an" before a kind's name.
+fn article(kind: PluginKind) -> &'static str {
+    if kind.to_string().starts_with(['a', 'e', 'i', 'o', 'u']) { "an" } else { "a" }
 }
 
 /// [`WrongKind`] unless `handle` is a plugin of kind `expected`.

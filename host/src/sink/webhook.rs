@@ -112,6 +112,32 @@ pub enum WebhookError {
 ///
 /// # Errors
 /// A URI that cannot be rebuilt without it.
+/// Checks a webhook URL as [`WebhookSink::new`] does, without building the sink.
+///
+/// # Errors
+/// [`WebhookError::Url`] for a URL that is not absolute `http`/`https` with a host, or whose
+/// credentials cannot be used.
+pub fn check_url(url: &str) -> Result<(), WebhookError> {
+    parse_url(url).map(|_| ())
+}
+
+/// The URI without credentials, whether it is `https`, and the credentials as HTTP Basic
+/// authentication (as curl does: they leave the URI, which the connection pool logs).
+fn parse_url(url: &str) -> Result<(hyper::Uri, bool, Option<HeaderValue>), WebhookError> {
+    let url_error = |reason: &str| WebhookError::Url { url: super::spec::redact_url(url), reason: reason.into() };
+    let uri: hyper::Uri = url.parse().map_err(|e: hyper::http::uri::InvalidUri| url_error(&e.to_string()))?;
+    let https = match uri.scheme_str() {
+        Some("https") => true,
+        Some("http") => false,
+        _ => return Err(url_error("expected an absolute http:// or https:// URL")),
+    };
+    if uri.host().is_none() {
+        return Err(url_error("no host"));
+    }
+    let (uri, basic) = split_user_info(uri).map_err(|e| url_error(&e))?;
+    Ok((uri, https, basic))
+}
+
 fn split_user_info(uri: hyper::Uri) -> Result<(hyper::Uri, Option<HeaderValue>), String> {
     let Some((user_info, host)) = uri.authority().and_then(|a| a.as_str().rsplit_once('@')) else {
         return Ok((uri, None));
@@ -320,21 +346,7 @@ impl WebhookSink {
     /// [`WebhookError::Tls`] when an `https` URL is given no TLS config and the system's root
     /// certificates cannot be loaded.
     pub fn new(config: WebhookConfig) -> Result<Self, WebhookError> {
-        let url_error =
-            |reason: &str| WebhookError::Url { url: super::spec::redact_url(&config.url), reason: reason.into() };
-        let uri: hyper::Uri =
-            config.url.parse().map_err(|e: hyper::http::uri::InvalidUri| url_error(&e.to_string()))?;
-        let https = match uri.scheme_str() {
-            Some("https") => true,
-            Some("http") => false,
-            _ => return Err(url_error("expected an absolute http:// or https:// URL")),
-        };
-        if uri.host().is_none() {
-            return Err(url_error("no host"));
-        }
-        // Credentials in the URL (`user:password@`) become HTTP Basic authentication, as curl
-        // does, and leave the URI: it is logged by the connection pool.
-        let (uri, basic) = split_user_info(uri).map_err(|e| url_error(&e))?;
+        let (uri, https, basic) = parse_url(&config.url)?;
         if config.queue_capacity == 0 || config.queue_capacity > Semaphore::MAX_PERMITS {
             return Err(WebhookError::Config("queue_capacity must be at least 1"));
         }

@@ -1,0 +1,84 @@
+//! `eventpipe validate`: check a config, its plugins, sinks and source without running.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Args;
+use eventpipe::plugin::registry::ReloadOutcome;
+use eventpipe::sink::SinkEntry;
+use eventpipe::source::SourceSpec;
+use eventpipe::validate::{ValidateOptions, validate};
+use eventpipe::watchers::WatcherSpec;
+
+use super::{CorrelatorArgs, PluginArgs, RuntimeArgs};
+
+/// `eventpipe validate` flags: those of `run` that say what would run.
+#[derive(Args, Debug)]
+pub struct ValidateArgs {
+    /// The tenant config (TOML).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// The plugins directory [default: ./plugins when it exists]; every file in it is loaded and
+    /// called once on a sample event.
+    #[arg(long, value_name = "DIR")]
+    plugins: Option<PathBuf>,
+    /// A sink, as `run --sink` takes it. Repeatable.
+    #[arg(long)]
+    sink: Vec<SinkEntry>,
+    /// The source, as `run --source` takes it (a file must be readable; HTTP ingest on a
+    /// non-loopback address needs $EVENTPIPE_INGEST_TOKEN).
+    #[arg(long)]
+    source: Option<SourceSpec>,
+    /// A watcher plugin, as `run --watcher` takes it. Repeatable.
+    #[arg(long, value_name = "NAME|FILE.wasm[,KEY=VALUE…]")]
+    watcher: Vec<WatcherSpec>,
+    #[command(flatten, next_help_heading = "Correlator")]
+    correlator: CorrelatorArgs,
+    #[command(flatten, next_help_heading = "Plugins")]
+    limits: PluginArgs,
+    #[command(flatten, next_help_heading = "Plugins")]
+    runtime: RuntimeArgs,
+}
+
+/// Lists every problem on stderr and exits 1, or prints what was checked and exits 0.
+pub fn execute(args: ValidateArgs) -> anyhow::Result<ExitCode> {
+    let plugins_dir = args.plugins.clone().or_else(|| {
+        let default = PathBuf::from("plugins");
+        default.is_dir().then_some(default)
+    });
+    let mut registry = args.runtime.registry(args.limits.settings())?;
+    let mut refused_plugins = Vec::new();
+    if let Some(dir) = &plugins_dir {
+        let (loaded, outcomes) =
+            registry.with_dir(dir).with_context(|| format!("plugins directory {}", dir.display()))?;
+        registry = loaded;
+        refused_plugins =
+            outcomes.iter().filter(|o| matches!(o, ReloadOutcome::Rejected { .. })).map(ToString::to_string).collect();
+    }
+    let mut base = args.correlator.rules(&args.limits).rules(&registry)?;
+    base.sinks = args.sink;
+    let report = validate(&ValidateOptions {
+        base: &base,
+        config: args.config.as_deref(),
+        registry: &registry,
+        refused_plugins,
+        watchers: &args.watcher,
+        source: args.source.as_ref(),
+    });
+    if report.ok() {
+        println!(
+            "eventpipe validate: ok ({} tenant(s), {} sink(s), {} watcher plugin(s), {} plugin(s) loaded)",
+            report.tenants,
+            report.sinks,
+            report.watchers,
+            registry.live().len()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    for problem in &report.problems {
+        eprintln!("eventpipe validate: {problem}");
+    }
+    eprintln!("eventpipe validate: {} problem(s)", report.problems.len());
+    Ok(ExitCode::FAILURE)
+}

@@ -1,0 +1,157 @@
+//! `eventpipe validate`: everything `run` would check at start, without running — the config,
+//! every tenant's plugins (present, of the right kind; the plugins directory's files loaded and
+//! called once on a sample event), the sinks and the source — with every problem listed, as
+//! `vector validate` does.
+//!
+//! What it does not do: open sinks (a `jsonl:` file is not created or truncated; only its
+//! directory must exist), connect to a Kubernetes API server or a webhook, or bind an address.
+
+use std::path::{Path, PathBuf};
+
+use crate::config::Config;
+use crate::plan::{TenantPlan, TenantRules};
+use crate::plugin::PluginKind;
+use crate::plugin::registry::PluginRegistry;
+use crate::sink::{SinkEntry, SinkSpec};
+use crate::source::SourceSpec;
+use crate::watchers::WatcherSpec;
+
+/// What to validate.
+#[derive(Debug)]
+pub struct ValidateOptions<'a> {
+    /// The rules the command line gives (its `--sink`s included).
+    pub base: &'a TenantRules,
+    /// The tenant config file, if any.
+    pub config: Option<&'a Path>,
+    /// Plugins by name, with the plugins directory loaded.
+    pub registry: &'a PluginRegistry,
+    /// Files of the plugins directory that were refused (each `FILE: reason`).
+    pub refused_plugins: Vec<String>,
+    /// Watcher plugins of the command line (the config's are added).
+    pub watchers: &'a [WatcherSpec],
+    /// The source, if one is given.
+    pub source: Option<&'a SourceSpec>,
+}
+
+/// What validation found: every problem, one line each, and what was checked.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ValidateReport {
+    /// One line per problem, e.g. `eventpipe.toml:7: tenants[0].rules.filters[0]: no plugin named …`.
+    pub problems: Vec<String>,
+    /// Tenants checked (with `[defaults]`).
+    pub tenants: usize,
+    /// Distinct sinks checked.
+    pub sinks: usize,
+    /// Watcher plugins checked.
+    pub watchers: usize,
+}
+
+impl ValidateReport {
+    /// Whether nothing is wrong.
+    pub fn ok(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+/// Checks what `options` names and lists every problem found.
+pub fn validate(options: &ValidateOptions<'_>) -> ValidateReport {
+    let mut report = ValidateReport { problems: options.refused_plugins.clone(), ..ValidateReport::default() };
+    let config = match options.config.map(Config::load).transpose() {
+        Ok(config) => config,
+        Err(e) => {
+            report.problems.push(e.to_string());
+            return report;
+        }
+    };
+    report.tenants = config.as_ref().map_or(1, |c| c.tenants.len() + 1);
+    report
+        .problems
+        .extend(TenantPlan::problems(options.base, config.as_ref(), options.registry).iter().map(|e| e.to_string()));
+
+    // Sinks: the command line's, `[defaults]`' and every tenant's, each once.
+    let mut sinks: Vec<(String, SinkEntry)> =
+        options.base.sinks.iter().map(|s| ("command line".to_string(), s.clone())).collect();
+    if let Some(config) = &config {
+        let file = config.path.display().to_string();
+        let rules = std::iter::once(("defaults".to_string(), &config.defaults))
+            .chain(config.tenants.iter().enumerate().map(|(i, t)| (format!("tenants[{i}].rules"), &t.rules)));
+        for (key, rules) in rules {
+            for spec in rules.sinks.iter().flatten() {
+                // The config checked that every sink parses.
+                if let Ok(entry) = spec.parse::<SinkEntry>() {
+                    sinks.push((format!("{file}: {key}.sinks"), entry));
+                }
+            }
+        }
+    }
+    let mut seen = std::collections::HashSet::new();
+    sinks.retain(|(_, entry)| seen.insert(entry.spec.identity()));
+    report.sinks = sinks.len();
+    for (place, entry) in &sinks {
+        if let Err(message) = check_sink(&entry.spec, options.registry) {
+            report.problems.push(format!("{place}: sink {}: {message}", entry.spec));
+        }
+    }
+
+    let watchers: Vec<&WatcherSpec> = options.watchers.iter().chain(config.iter().flat_map(|c| &c.watchers)).collect();
+    report.watchers = watchers.len();
+    for w in watchers {
+        if let Err(message) = check_plugin(&w.plugin, PluginKind::Watcher, options.registry) {
+            report.problems.push(format!("watcher plugin {}: {message}", w.plugin));
+        }
+    }
+
+    if let Some(source) = options.source
+        && let Err(message) = check_source(source)
+    {
+        report.problems.push(format!("source {source}: {message}"));
+    }
+    report
+}
+
+/// Whether `plugin` (a name, or a `.wasm` file) is a plugin of `kind`: a file is loaded and
+/// called once on the sample event.
+fn check_plugin(plugin: &str, kind: PluginKind, registry: &PluginRegistry) -> Result<(), String> {
+    if plugin.ends_with(".wasm") {
+        let report = crate::plugin::check::check(registry.runtime(), Path::new(plugin), Default::default())
+            .map_err(|e| e.to_string())?;
+        return if report.kind == kind {
+            Ok(())
+        } else {
+            let wrong = crate::plugin::WrongKind { plugin: report.name, actual: report.kind, expected: kind };
+            Err(wrong.to_string())
+        };
+    }
+    registry
+        .handle(plugin, kind, crate::tenant::DEFAULT_TENANT, Default::default())
+        .and_then(|h| crate::plugin::check_kind(&h, kind).map_err(Into::into))
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+fn check_sink(spec: &SinkSpec, registry: &PluginRegistry) -> Result<(), String> {
+    match spec {
+        SinkSpec::JsonLinesFile(path) => existing_parent(path),
+        SinkSpec::JsonLinesStdout | SinkSpec::Kubernetes(_) => Ok(()),
+        SinkSpec::Webhook(url) => crate::sink::webhook::check_url(url).map_err(|e| e.to_string()),
+        SinkSpec::Plugin(name) => check_plugin(name, PluginKind::Sink, registry),
+    }
+}
+
+/// A file to be written needs an existing directory.
+fn existing_parent(path: &Path) -> Result<(), String> {
+    let parent =
+        path.parent().filter(|p| !p.as_os_str().is_empty()).map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    if parent.is_dir() { Ok(()) } else { Err(format!("directory {} does not exist", parent.display())) }
+}
+
+fn check_source(source: &SourceSpec) -> Result<(), String> {
+    match source {
+        SourceSpec::JsonLinesFile(path) => std::fs::File::open(path).map(|_| ()).map_err(|e| e.to_string()),
+        SourceSpec::Http(addr) => {
+            let token = crate::source::http::BearerToken::from_env().map_err(|e| e.to_string())?;
+            crate::source::http::check_bind(*addr, token.as_ref()).map_err(|e| e.to_string())
+        }
+        SourceSpec::JsonLinesStdin | SourceSpec::Kubernetes(_) => Ok(()),
+    }
+}

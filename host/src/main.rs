@@ -6,7 +6,7 @@ mod cli;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use eventpipe::logging::{LogFormat, try_init_logging};
 
 /// The Kubernetes event pipeline (client-go's EventRecorder → Broadcaster → EventCorrelator →
@@ -40,6 +40,12 @@ enum Command {
     /// Check a config, its plugins, sinks and source without running; list every problem and
     /// exit 1, or exit 0.
     Validate(cli::validate::ValidateArgs),
+    /// Print a shell completion script (e.g. `eventpipe completions bash > /etc/bash_completion.d/eventpipe`).
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 fn main() -> ExitCode {
@@ -55,6 +61,10 @@ fn main() -> ExitCode {
         Command::Test(args) => cli::test::execute(args),
         Command::NewPlugin(args) => cli::new_plugin::execute(args),
         Command::Validate(args) => cli::validate::execute(args),
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "eventpipe", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
     };
     result.unwrap_or_else(|e| {
         eprintln!("eventpipe: {e:#}");

@@ -148,3 +148,21 @@ fn a_huge_line_is_skipped_in_bounded_memory_and_the_next_line_is_read() {
     assert_eq!((n(&summary, "read"), n(&summary, "bad_lines")), (2, 1), "{summary}");
     assert!(peak_kib < 64 << 10, "peak RSS {peak_kib} KiB while a 1 GiB line went by");
 }
+
+/// `eventpipe completions SHELL` prints a completion script that knows every subcommand and
+/// their flags.
+#[test]
+fn completions_cover_every_subcommand_and_flag() {
+    for shell in ["bash", "zsh", "fish"] {
+        let out =
+            std::process::Command::new(env!("CARGO_BIN_EXE_eventpipe")).args(["completions", shell]).output().unwrap();
+        assert!(out.status.success(), "{shell}");
+        let script = String::from_utf8(out.stdout).unwrap();
+        for word in ["validate", "replay", "new-plugin", "events-api", "summary-json"] {
+            assert!(script.contains(word), "{shell} completions lack {word}");
+        }
+    }
+    let bad =
+        std::process::Command::new(env!("CARGO_BIN_EXE_eventpipe")).args(["completions", "cmd.exe"]).output().unwrap();
+    assert!(!bad.status.success());
+}

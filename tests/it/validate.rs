@@ -42,7 +42,7 @@ fn every_problem_is_listed_with_where_it_is() {
     let config = dir.path().join("eventpipe.toml");
     std::fs::write(
         &config,
-        "[defaults]\nsinks = [\"jsonl:/nonexistent-dir/out.jsonl\", \"webhook:http://\"]\n\n[[tenants]]\nname = \"a\"\nmatch = { namespaces = [\"a\"] }\nrules = { filters = [\"no-such-filter\"] }\n\n[[tenants]]\nname = \"b\"\nmatch = { namespaces = [\"b\"] }\nrules = { filters = [\"by-reason\"] }\n\n[[watchers]]\nplugin = \"similar-events\"\n",
+        "[defaults]\nsinks = [\"jsonl:/nonexistent-dir/out.jsonl\", \"webhook:http://\"]\n\n[[tenants]]\nname = \"a\"\nmatch = { namespaces = [\"a\"] }\nrules = { filters = [\"no-such-filter\"] }\n\n[[tenants]]\nname = \"b\"\nmatch = { namespaces = [\"b\"] }\nrules = { filters = [\"by-reason\"] }\n\n[[tenants]]\nname = \"c\"\nmatch = { namespaces = [\"c\"] }\nrules = { aggregate_key = \"by-reasn\" }\n\n[[watchers]]\nplugin = \"similar-events\"\n",
     )
     .unwrap();
     let (ok, _, stderr) = validate(&[
@@ -55,12 +55,13 @@ fn every_problem_is_listed_with_where_it_is() {
     let has = |needles: &[&str]| problems.iter().any(|p| needles.iter().all(|n| p.contains(n)));
     assert!(has(&["half.wasm"]), "the half-written plugin file: {stderr}");
     assert!(has(&["eventpipe.toml:7", "tenants[0].rules.filters[0]", "no-such-filter"]), "a missing plugin: {stderr}");
-    assert!(has(&["tenants[1]", "by-reason"]), "a key plugin named as a filter: {stderr}");
+    assert!(has(&["tenants[1]", "by-reason", "is an aggregate-key plugin"]), "a key plugin named as a filter: {stderr}");
+    assert!(has(&["tenants[2].rules.aggregate_key", "did you mean `by-reason`?", "plugins directory"]), "a typo: {stderr}");
     assert!(has(&["/nonexistent-dir", "does not exist"]), "a sink directory: {stderr}");
     assert!(has(&["webhook:http://"]), "a webhook URL without host: {stderr}");
     assert!(has(&["watcher plugin similar-events", "watcher"]), "a combiner named as a watcher: {stderr}");
     assert!(has(&["missing.jsonl"]), "an unreadable source: {stderr}");
-    assert!(stderr.contains("7 problem(s)"), "{stderr}");
+    assert!(stderr.contains("8 problem(s)"), "{stderr}");
 }
 
 #[test]

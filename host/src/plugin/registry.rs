@@ -133,12 +133,19 @@ type TierUpListener = Box<dyn FnOnce(&LivePlugin) + Send>;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LookupError {
     /// No plugin of that name.
-    #[error("no plugin named `{name}` (embedded: {embedded}; or NAME.wasm in the plugins directory)")]
+    #[error(
+        "no plugin named `{name}`{} (embedded: {embedded}; or {name}.wasm in {searched})",
+        suggestion.as_ref().map(|s| format!("; did you mean `{s}`?")).unwrap_or_default()
+    )]
     NotFound {
         /// The name asked for.
         name: String,
         /// The embedded names, for the message.
         embedded: String,
+        /// Where files were looked for: the plugins directory, or that there is none.
+        searched: String,
+        /// The loaded name closest to `name`, when one is close (Jaro-Winkler ≥ 0.8).
+        suggestion: Option<String>,
     },
     /// The plugin is of another kind.
     #[error(transparent)]
@@ -240,14 +247,31 @@ impl PluginRegistry {
         tenant: &str,
         settings: PluginSettings,
     ) -> Result<PluginHandle, LookupError> {
-        let slot = self.slot(name).ok_or_else(|| LookupError::NotFound {
-            name: name.into(),
-            embedded: self.embedded.keys().cloned().collect::<Vec<_>>().join(", "),
-        })?;
+        let slot = self.slot(name).ok_or_else(|| self.not_found(name))?;
         if slot.kind() != kind {
             return Err(WrongKind { plugin: name.into(), actual: slot.kind(), expected: kind }.into());
         }
         Ok(PluginHandle::new(slot, tenant, settings))
+    }
+
+    /// [`LookupError::NotFound`] for `name`, with the closest loaded name as a suggestion.
+    fn not_found(&self, name: &str) -> LookupError {
+        let slots = self.slots.read().unwrap_or_else(|p| p.into_inner());
+        let suggestion = slots
+            .keys()
+            .map(|known| (strsim::jaro_winkler(name, known), known))
+            .filter(|(score, _)| *score >= 0.8)
+            .max_by(|a, b| a.0.total_cmp(&b.0))
+            .map(|(_, known)| known.clone());
+        LookupError::NotFound {
+            name: name.into(),
+            embedded: self.embedded.keys().cloned().collect::<Vec<_>>().join(", "),
+            searched: match &self.dir {
+                Some(dir) => format!("the plugins directory {}", dir.display()),
+                None => "a plugins directory (none given)".into(),
+            },
+            suggestion,
+        }
     }
 
     /// Every name and the version serving it (`None`: unloaded), in name order.

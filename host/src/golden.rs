@@ -150,6 +150,9 @@ fn load(registry: &PluginRegistry, subject: &Subject, settings: &PluginSettings)
             let name = match registry.reload_file(path) {
                 ReloadOutcome::Live(p) => p.name,
                 ReloadOutcome::Unchanged { name } => name,
+                ReloadOutcome::Ignored if !path.exists() => {
+                    return Err(TestError::Plugin(format!("{}: no such file", path.display())));
+                }
                 ReloadOutcome::Ignored => {
                     return Err(TestError::Plugin(format!("{}: not a .wasm file", path.display())));
                 }

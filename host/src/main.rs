@@ -67,7 +67,21 @@ fn main() -> ExitCode {
         }
     };
     result.unwrap_or_else(|e| {
-        eprintln!("eventpipe: {e:#}");
+        eprintln!("eventpipe: {}", error_chain(&e));
         ExitCode::FAILURE
     })
+}
+
+/// The error and its causes, `: `-separated, leaving out a cause whose text the message already
+/// holds (many errors name their cause in their own message).
+fn error_chain(error: &anyhow::Error) -> String {
+    let mut out = error.to_string();
+    for cause in error.chain().skip(1) {
+        let cause = cause.to_string();
+        if !out.contains(&cause) {
+            out.push_str(": ");
+            out.push_str(&cause);
+        }
+    }
+    out
 }

@@ -166,3 +166,19 @@ fn completions_cover_every_subcommand_and_flag() {
         std::process::Command::new(env!("CARGO_BIN_EXE_eventpipe")).args(["completions", "cmd.exe"]).output().unwrap();
     assert!(!bad.status.success());
 }
+
+/// An error is printed once, however many layers carry it; a missing file is called missing.
+#[test]
+fn errors_are_printed_once_and_a_missing_file_is_named_so() {
+    let eventpipe = || std::process::Command::new(env!("CARGO_BIN_EXE_eventpipe"));
+    let out = eventpipe().args(["run", "--source=jsonl:/nonexistent/in.jsonl", "--sink=jsonl:-"]).output().unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    let line = stderr.lines().last().unwrap();
+    assert_eq!(line.matches("No such file or directory").count(), 1, "{line}");
+    let out = eventpipe()
+        .args(["test", "/nonexistent/plugin.wasm", "--input=/dev/null", "--expected=/dev/null"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("/nonexistent/plugin.wasm: no such file"), "{stderr}");
+}

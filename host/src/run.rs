@@ -64,7 +64,7 @@ impl std::fmt::Display for RunSummary {
             f,
             "read {} events ({} bad lines, {} non-events); filtered {}; created {}, patched {}, skipped by spam \
              filter {}, aggregated {}; dropped by rules {}; sink dropped {}, gave up {}, retries {}, shed {}; incoming queue dropped {}; \
-             {} tenant(s), {} plugin swap(s), {} config reload(s), {} rejected reload(s); abandoned {}",
+             {} tenant(s) with events, {} plugin swap(s), {} config reload(s), {} rejected reload(s); abandoned {}",
             self.source.read,
             self.source.bad_lines,
             self.source.non_events,

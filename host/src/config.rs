@@ -28,6 +28,7 @@
 //! drop = [{ name = "pulls", namespaces = ["kube-system"], reasons = ["Pulled", "Created"] }]
 //! keep = [{ types = ["Warning"] }, { reasons = ["Killing", "Evicted"] }]  # given: anything else is dropped
 //! spam_exempt = [{ reasons = ["NodeReady", "Started"] }]                  # never skipped by the spam filter
+//! suppressed_summary_seconds = 300     # one "N events suppressed" event per object and window; 0 = none
 //!
 //! # Per-plugin key/value config, handed to the plugin through its `config` import. Values are
 //! # strings; integers, floats and booleans are accepted and passed in their string form.
@@ -209,6 +210,8 @@ pub struct Rules {
     pub keep: Option<Vec<EventRule>>,
     /// `spam_exempt` rules; `Some(empty)` clears the base's.
     pub spam_exempt: Option<Vec<EventRule>>,
+    /// Seconds of an "N suppressed" summary window ([`crate::suppressed`]); 0: none.
+    pub suppressed_summary_seconds: Option<u64>,
 }
 
 impl Rules {
@@ -237,6 +240,7 @@ impl Rules {
             drop: self.drop.or_else(|| base.drop.clone()),
             keep: self.keep.or_else(|| base.keep.clone()),
             spam_exempt: self.spam_exempt.or_else(|| base.spam_exempt.clone()),
+            suppressed_summary_seconds: self.suppressed_summary_seconds.or(base.suppressed_summary_seconds),
         }
     }
 
@@ -446,6 +450,7 @@ struct RawRules {
     drop: Option<Spanned<Vec<Spanned<RawMatch>>>>,
     keep: Option<Spanned<Vec<Spanned<RawMatch>>>>,
     spam_exempt: Option<Spanned<Vec<Spanned<RawMatch>>>>,
+    suppressed_summary_seconds: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -685,6 +690,7 @@ impl Ctx<'_> {
             drop: self.event_rules(raw.drop.as_ref(), prefix, "drop")?,
             keep: self.event_rules(raw.keep.as_ref(), prefix, "keep")?,
             spam_exempt: self.event_rules(raw.spam_exempt.as_ref(), prefix, "spam_exempt")?,
+            suppressed_summary_seconds: raw.suppressed_summary_seconds,
         })
     }
 

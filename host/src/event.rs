@@ -323,6 +323,29 @@ impl Event {
     }
 }
 
+/// Maximum length of a DNS-1123 subdomain (Kubernetes object names).
+pub const DNS1123_SUBDOMAIN_MAX_LENGTH: usize = 253;
+
+/// Whether `name` is a DNS-1123 subdomain: at most 253 characters of `[a-z0-9.-]`, each
+/// dot-separated label starting and ending with an alphanumeric character
+/// (apimachinery `validation.IsDNS1123Subdomain`).
+pub fn is_dns1123_subdomain(name: &str) -> bool {
+    let alnum = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    !name.is_empty()
+        && name.len() <= DNS1123_SUBDOMAIN_MAX_LENGTH
+        && name.split('.').all(|label| {
+            let b = label.as_bytes();
+            !b.is_empty() && alnum(b[0]) && alnum(b[b.len() - 1]) && b.iter().all(|&c| alnum(c) || c == b'-')
+        })
+}
+
+/// client-go `util.GenerateEventName`: `<refName>.<lowercase hex of unixNano>` (no `0x`, no
+/// padding), or a random UUIDv4 when that is not a valid DNS-1123 subdomain (since k8s 1.33).
+pub fn generate_event_name(ref_name: &str, unix_nanos: i64) -> String {
+    let candidate = format!("{ref_name}.{unix_nanos:x}");
+    if is_dns1123_subdomain(&candidate) { candidate } else { uuid::Uuid::new_v4().to_string() }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

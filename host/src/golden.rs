@@ -127,6 +127,7 @@ fn base_rules(settings: &PluginSettings) -> TenantRules {
         sinks: vec![SinkSpec::JsonLinesStdout.into()],
         partition_key: None,
         event_rules: Default::default(),
+        suppressed_summary_seconds: 0,
     }
 }
 

@@ -50,6 +50,7 @@ pub mod series;
 pub mod sink;
 pub mod source;
 pub mod stage;
+pub mod suppressed;
 pub mod tenant;
 pub mod validate;
 pub mod watchers;

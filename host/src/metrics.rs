@@ -24,6 +24,7 @@
 //! | `eventpipe_filtered_total` | `tenant` | filter plugin drops |
 //! | `eventpipe_rule_dropped_total` | `tenant`, `rule` | declarative `drop` / `keep` rule drops ([`crate::rules`]) |
 //! | `eventpipe_spam_exempted_total` | `tenant` | events a `spam_exempt` rule let through the spam filter |
+//! | `eventpipe_suppressed_summaries_total` | `tenant` | "N events suppressed" summaries sent ([`crate::suppressed`]) |
 //! | `eventpipe_watcher_dropped_total` | `watcher`, `reason` | Broadcaster queue drops |
 //! | `eventpipe_sink_sent_total`, `_acked_total`, `_retries_total`, `_failures_total` | `sink` | webhook sinks |
 //! | `eventpipe_sink_dropped_total` | `sink`, `reason` (`queue_full`) | webhook sinks, at-most-once |
@@ -98,6 +99,8 @@ pub struct Snapshot {
     pub rule_dropped: BTreeMap<(String, String), u64>,
     /// Events a `spam_exempt` rule let through the spam filter, by tenant.
     pub spam_exempted: BTreeMap<String, u64>,
+    /// "N suppressed" summary events, by tenant.
+    pub suppressed_summaries: BTreeMap<String, u64>,
     /// Events dropped by Broadcaster queues, by (watcher, reason).
     pub watcher_dropped: BTreeMap<(String, String), u64>,
     /// Webhook (and other queued) sinks by name.
@@ -143,6 +146,7 @@ impl Snapshot {
             add(&mut self.aggregated, tenant.clone(), s.aggregated);
             add(&mut self.filtered, tenant.clone(), s.filtered);
             add(&mut self.spam_exempted, tenant.clone(), s.spam_exempted);
+            add(&mut self.suppressed_summaries, tenant.clone(), s.suppressed_summaries);
         }
         for (tenant, rules) in &stats.dropped_by_rule {
             for (rule, n) in rules {
@@ -459,6 +463,13 @@ impl Collector for SnapshotCollector {
             "Events a spam_exempt rule let through the spam filter, per tenant.",
             Counter,
             per(&s.spam_exempted, "tenant"),
+        )?;
+        family(
+            &mut e,
+            "eventpipe_suppressed_summaries",
+            "\"N events suppressed\" summary events sent, per tenant.",
+            Counter,
+            per(&s.suppressed_summaries, "tenant"),
         )?;
         family(
             &mut e,

@@ -126,6 +126,7 @@ impl CommandLineRules {
             sinks: Vec::new(),
             partition_key: None,
             event_rules: EventRules::default(),
+            suppressed_summary_seconds: 0,
         })
     }
 }
@@ -164,6 +165,8 @@ pub struct TenantRules {
     pub partition_key: Option<PartitionKey>,
     /// Declarative `drop` / `keep` / `spam_exempt` rules ([`crate::rules`]).
     pub event_rules: EventRules,
+    /// Seconds of an "N suppressed" summary window ([`crate::suppressed`]); 0: no summaries.
+    pub suppressed_summary_seconds: u64,
 }
 
 impl TenantRules {
@@ -218,6 +221,7 @@ impl TenantRules {
                 keep: rules.keep.clone().or_else(|| self.event_rules.keep.clone()),
                 spam_exempt: rules.spam_exempt.clone().unwrap_or_else(|| self.event_rules.spam_exempt.clone()),
             },
+            suppressed_summary_seconds: rules.suppressed_summary_seconds.unwrap_or(self.suppressed_summary_seconds),
         })
     }
 

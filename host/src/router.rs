@@ -48,6 +48,11 @@ use crate::plan::TenantPlan;
 use crate::sink::retry::MAX_NAMED_MISSING_NAMESPACES;
 use crate::sink::{EventSink, RetryPolicy, SinkError, SinkStats, WriteOutcome};
 use crate::stage::{Staged, TenantStages};
+use crate::suppressed::SuppressedSummaries;
+
+/// How often a partition reading the wall clock closes due "N suppressed" windows while no
+/// event comes.
+const SUMMARY_TICK: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Default writes in flight per sink (`run --max-in-flight`).
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 1024;
@@ -235,6 +240,9 @@ struct Job {
     key: u64,
     result: EventCorrelateResult,
     aggregated: bool,
+    /// An "N suppressed" summary ([`crate::suppressed`]): no source event to finish or
+    /// acknowledge, no correlator state to update.
+    summary: bool,
 }
 
 /// How a [`Job`] ended.
@@ -250,6 +258,8 @@ struct Done {
     in_flight: bool,
     /// Whether the acknowledged prefix waits for it (an at-least-once sink).
     gating: bool,
+    /// As [`Job::summary`].
+    summary: bool,
 }
 
 type Write = Pin<Box<dyn Future<Output = Done> + Send>>;
@@ -285,6 +295,8 @@ struct Partition {
     options: RouterOptions,
     /// Counts config reloads (one partition does, so a reload counts once).
     counts_reloads: bool,
+    /// Open "N suppressed" windows.
+    summaries: SuppressedSummaries,
 }
 
 fn sink_id(sink: &Arc<dyn EventSink>) -> usize {
@@ -303,10 +315,15 @@ impl Partition {
             stats: RouterStats::default(),
             options: options.clone(),
             counts_reloads,
+            summaries: SuppressedSummaries::default(),
         }
     }
 
     async fn run(mut self, mut input: Input) {
+        // With the wall clock, open summary windows close on time even when no event comes.
+        let mut tick = tokio::time::interval(SUMMARY_TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let wall_clock = self.options.clock == CorrelationClock::Processing;
         loop {
             tokio::select! {
                 biased;
@@ -315,9 +332,16 @@ impl Partition {
                     Some(batch) => self.process(batch).await,
                     None => break,
                 },
+                _ = tick.tick(), if wall_clock && !self.summaries.is_empty() => {
+                    let due = self.summaries.due(chrono::Utc::now());
+                    self.emit_summaries(due).await;
+                }
             }
             self.publish();
         }
+        // The run ends: every open window's summary goes out now.
+        let due = self.summaries.flush();
+        self.emit_summaries(due).await;
         while let Some(done) = self.writes.next().await {
             self.complete(done);
         }
@@ -340,6 +364,7 @@ impl Partition {
         let (seqs, occurrences): (Vec<u64>, Vec<_>) = batch.into_iter().map(|(s, e)| (s, clock.occurrence(e))).unzip();
         let staged = self.stages.prepare(occurrences);
         let plan = self.stages.plan().clone();
+        let mut latest = None;
         for ((t, staged), seq) in staged.into_iter().zip(seqs) {
             let tenant = &plan.tenants[t];
             self.stats.total.received += 1;
@@ -372,11 +397,21 @@ impl Partition {
                 Staged::Prepared(p) => p,
             };
             let aggregated = prepared.aggregated();
+            let now = prepared.clock().unwrap_or_else(chrono::Utc::now);
+            latest = latest.max(Some(now));
+            // Windows this event's time has closed are summarised before it.
+            let due = self.summaries.due(now);
+            self.emit_summaries(due).await;
+            let seconds = tenant.rules.suppressed_summary_seconds;
+            let subject = (seconds > 0 && !prepared.dropped()).then(|| prepared.event().clone());
             if prepared.spam_exempt() {
                 self.stats.total.spam_exempted += 1;
                 self.stats.tenant(&tenant.name).spam_exempted += 1;
             }
             let result = self.stages.finish(t, prepared);
+            if let Some(event) = subject.filter(|_| result.skip) {
+                self.summaries.record(&tenant.name, seconds, &event, now);
+            }
             let sinks = tenant.sinks();
             let key = match &result.event {
                 Some(event) if !result.skip && !sinks.is_empty() => {
@@ -408,6 +443,7 @@ impl Partition {
                     key,
                     result: result.expect("taken only for the last sink"),
                     aggregated,
+                    summary: false,
                 };
                 self.submit(job).await;
             }
@@ -419,6 +455,39 @@ impl Partition {
                 while let Some(done) = self.writes.next().await {
                     self.complete(done);
                 }
+            }
+        }
+        if let Some(now) = latest {
+            let due = self.summaries.due(now);
+            self.emit_summaries(due).await;
+        }
+    }
+
+    /// Writes "N suppressed" summaries to their tenants' sinks (a tenant gone with a config
+    /// reload takes its summaries with it).
+    async fn emit_summaries(&mut self, due: Vec<(Arc<str>, Event)>) {
+        if due.is_empty() {
+            return;
+        }
+        let plan = self.stages.plan().clone();
+        for (name, event) in due {
+            let Some(tenant) = plan.tenants.iter().find(|t| t.name == name) else { continue };
+            self.stats.total.suppressed_summaries += 1;
+            self.stats.tenant(&tenant.name).suppressed_summaries += 1;
+            let key = xxhash_rust::xxh3::xxh3_64(event.metadata.name.as_bytes());
+            let result = EventCorrelateResult { skip: false, event: Some(event), patch: None };
+            for sink in tenant.sinks() {
+                let job = Job {
+                    tenant: tenant.name.clone(),
+                    seq: 0,
+                    sink: sink.sink.clone(),
+                    delivery: sink.delivery.unwrap_or(self.options.delivery),
+                    key,
+                    result: result.clone(),
+                    aggregated: false,
+                    summary: true,
+                };
+                self.submit(job).await;
             }
         }
     }
@@ -453,7 +522,7 @@ impl Partition {
         if job.delivery == DeliveryMode::AtMostOnce && full(window) {
             self.stats.tenant(&job.tenant).shed += 1;
             self.stats.total.shed += 1;
-            self.write_ended(job.seq, false);
+            self.write_ended(job.seq, false, job.summary);
             return;
         }
         while self.windows.get(&id).is_some_and(full) {
@@ -470,7 +539,7 @@ impl Partition {
     /// Starts a write; returns it when it ended at once (a synchronous sink), else keeps it in
     /// flight.
     fn start(&mut self, job: Job) -> Option<Done> {
-        let Job { tenant, seq, sink, delivery, key, result, aggregated } = job;
+        let Job { tenant, seq, sink, delivery, key, result, aggregated, summary } = job;
         let gating = delivery == DeliveryMode::AtLeastOnce;
         let id = sink_id(&sink);
         let (retry, cancel) = (self.options.retry.clone(), self.options.cancel.clone());
@@ -478,7 +547,7 @@ impl Partition {
         window.busy.insert(key);
         let mut write: Write = Box::pin(async move {
             let (outcome, stored) = sink.write(result, &retry, &cancel).await;
-            Done { tenant, seq, sink: id, key, aggregated, outcome, stored, in_flight: false, gating }
+            Done { tenant, seq, sink: id, key, aggregated, outcome, stored, in_flight: false, gating, summary }
         });
         match write.as_mut().poll(&mut Context::from_waker(std::task::Waker::noop())) {
             Poll::Ready(done) => Some(done),
@@ -495,7 +564,7 @@ impl Partition {
         let mut ended = vec![done];
         while let Some(done) = ended.pop() {
             self.count(&done.tenant.clone(), done.aggregated, &done.outcome);
-            if let (Some(stored), Some(t)) = (&done.stored, self.stages.position(&done.tenant)) {
+            if let (false, Some(stored), Some(t)) = (done.summary, &done.stored, self.stages.position(&done.tenant)) {
                 self.stages.stage_mut(t).update_state_unless_stale(stored);
             }
             let window = self.windows.get_mut(&done.sink).expect("a window per started write");
@@ -511,7 +580,7 @@ impl Partition {
                 }
                 None => None,
             };
-            self.write_ended(done.seq, done.gating);
+            self.write_ended(done.seq, done.gating, done.summary);
             if let Some(job) = next
                 && let Some(done) = self.start(job)
             {
@@ -522,7 +591,10 @@ impl Partition {
 
     /// One write of event `seq` ended (or was shed): the event is finished after its last
     /// write, and acknowledged after its last write to an at-least-once sink (`gating`).
-    fn write_ended(&mut self, seq: u64, gating: bool) {
+    fn write_ended(&mut self, seq: u64, gating: bool, summary: bool) {
+        if summary {
+            return;
+        }
         let Some(left) = self.remaining.get_mut(&seq) else {
             // The event's only write.
             self.stats.finished += 1;

@@ -26,8 +26,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::broadcaster::{Broadcaster, BroadcasterError};
 use crate::clock::SharedClock;
+use crate::event::generate_event_name;
 use crate::event::{Event, ObjectMeta, ObjectReference, Time};
-use crate::recorder::generate_event_name;
 use crate::sink::SinkStats;
 use crate::sink::{EventSink, RetryPolicy};
 

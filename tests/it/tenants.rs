@@ -369,3 +369,70 @@ fn spam_exempt_events_pass_an_empty_bucket_and_still_count() {
     assert_eq!(calls[3].0["count"], 2, "the second Started is a repeat of the first");
     assert_eq!(calls[3].1["count"], 2, "and is written as a patch");
 }
+
+/// `suppressed_summary_seconds`: at the end of each window in which the spam filter skipped
+/// events about one object, one `EventsSuppressed` event says how many, by reason; a window
+/// still open when the run ends is summarised then.
+#[test]
+fn suppressed_summaries_count_what_the_spam_filter_skipped_per_object_and_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("eventpipe.toml");
+    std::fs::write(&config, "[defaults]\nburst = 1\nqps = 0.0\nsuppressed_summary_seconds = 60\n").unwrap();
+    let out = dir.path().join("out.jsonl");
+    let event = |object: &str, second: u32, reason: &str| {
+        serde_json::json!({
+            "metadata": {"name": format!("{object}.{second}"), "namespace": "ns"},
+            "involvedObject": {"kind": "Pod", "namespace": "ns", "name": object, "uid": object},
+            "reason": reason, "message": format!("{reason} at {second}"), "type": "Warning",
+            "source": {"component": "kubelet", "host": "n1"},
+            "firstTimestamp": format!("2025-01-01T00:{:02}:{:02}Z", second / 60, second % 60),
+            "lastTimestamp": format!("2025-01-01T00:{:02}:{:02}Z", second / 60, second % 60), "count": 1
+        })
+        .to_string()
+    };
+    let lines = [
+        event("web-0", 0, "BackOff"), // passes (burst 1)
+        event("web-0", 1, "BackOff"), // skipped: web-0's window opens at 00:00:01
+        event("web-0", 2, "Unhealthy"),
+        event("web-0", 3, "BackOff"),
+        event("web-1", 30, "BackOff"), // passes
+        event("web-1", 31, "BackOff"), // skipped: web-1's window opens at 00:00:31
+        event("db-0", 70, "Started"),  // 00:01:10: web-0's window (to 00:01:01) has closed
+        event("db-0", 80, "Started"),  // skipped: db-0's window, open at the end
+    ];
+    let (summary, _) = run(
+        &[arg("config", config.display()), arg("sink", format!("jsonl:{}", out.display()))],
+        lines.join("\n").as_bytes(),
+    );
+    assert_eq!(
+        (summary["skipped"].as_u64(), summary["suppressed_summaries"].as_u64()),
+        (Some(5), Some(3)),
+        "{summary}"
+    );
+    let calls = sink_calls(&out);
+    let shown: Vec<(String, String)> = calls
+        .iter()
+        .map(|(e, _)| {
+            (e["involvedObject"]["name"].as_str().unwrap().to_string(), e["message"].as_str().unwrap().to_string())
+        })
+        .collect();
+    let pos = |object: &str| shown.iter().position(|(o, m)| o == object && m.contains("suppressed")).unwrap();
+    assert_eq!(shown[pos("web-0")].1, "3 events suppressed in the last 1m: BackOff ×2, Unhealthy ×1");
+    assert!(
+        pos("web-0") < shown.iter().position(|(o, _)| o == "db-0").unwrap(),
+        "web-0's summary comes when its window closes: {shown:?}"
+    );
+    assert_eq!(shown[pos("web-1")].1, "1 event suppressed in the last 1m: BackOff ×1");
+    assert_eq!(shown[pos("db-0")].1, "1 event suppressed in the last 1m: Started ×1");
+    let (web0, _) = &calls[pos("web-0")];
+    assert_eq!(
+        (web0["reason"].as_str(), web0["type"].as_str(), web0["count"].as_i64()),
+        (Some("EventsSuppressed"), Some("Normal"), Some(1))
+    );
+    assert_eq!(
+        (web0["firstTimestamp"].as_str(), web0["lastTimestamp"].as_str()),
+        (Some("2025-01-01T00:00:01Z"), Some("2025-01-01T00:00:03Z"))
+    );
+    assert_eq!(web0["source"]["component"], "kubelet");
+    assert_eq!(summary["abandoned"], 0, "summaries are not source events");
+}

@@ -55,8 +55,14 @@ fn every_problem_is_listed_with_where_it_is() {
     let has = |needles: &[&str]| problems.iter().any(|p| needles.iter().all(|n| p.contains(n)));
     assert!(has(&["half.wasm"]), "the half-written plugin file: {stderr}");
     assert!(has(&["eventpipe.toml:7", "tenants[0].rules.filters[0]", "no-such-filter"]), "a missing plugin: {stderr}");
-    assert!(has(&["tenants[1]", "by-reason", "is an aggregate-key plugin"]), "a key plugin named as a filter: {stderr}");
-    assert!(has(&["tenants[2].rules.aggregate_key", "did you mean `by-reason`?", "plugins directory"]), "a typo: {stderr}");
+    assert!(
+        has(&["tenants[1]", "by-reason", "is an aggregate-key plugin"]),
+        "a key plugin named as a filter: {stderr}"
+    );
+    assert!(
+        has(&["tenants[2].rules.aggregate_key", "did you mean `by-reason`?", "plugins directory"]),
+        "a typo: {stderr}"
+    );
     assert!(has(&["/nonexistent-dir", "does not exist"]), "a sink directory: {stderr}");
     assert!(has(&["webhook:http://"]), "a webhook URL without host: {stderr}");
     assert!(has(&["watcher plugin similar-events", "watcher"]), "a combiner named as a watcher: {stderr}");

@@ -175,6 +175,17 @@ impl PreparedEvent {
         self.spam_exempt = true;
     }
 
+    /// The event as the key functions saw it (the aggregate event when aggregated).
+    pub fn event(&self) -> &Event {
+        &self.event
+    }
+
+    /// The spam filter's "now" for this event, when the occurrence carries one (else the
+    /// spam filter reads its own clock).
+    pub fn clock(&self) -> Option<Time> {
+        self.spam_filter_clock
+    }
+
     /// Whether [`exempt_from_spam_filter`](Self::exempt_from_spam_filter) was called.
     pub fn spam_exempt(&self) -> bool {
         self.spam_exempt

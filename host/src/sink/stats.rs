@@ -25,6 +25,9 @@ pub struct SinkStats {
     pub dropped_by_rules: u64,
     /// Let through the spam filter by a `spam_exempt` rule.
     pub spam_exempted: u64,
+    /// "N suppressed" summary events sent ([`crate::suppressed`]; each also counts as created,
+    /// per sink, when written).
+    pub suppressed_summaries: u64,
     /// Dropped after a non-retryable sink error.
     pub dropped: u64,
     /// Abandoned after the last retry.
@@ -49,6 +52,7 @@ impl SinkStats {
         self.filtered += other.filtered;
         self.dropped_by_rules += other.dropped_by_rules;
         self.spam_exempted += other.spam_exempted;
+        self.suppressed_summaries += other.suppressed_summaries;
         self.dropped += other.dropped;
         self.gave_up += other.gave_up;
         self.cancelled += other.cancelled;

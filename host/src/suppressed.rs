@@ -1,0 +1,205 @@
+//! "N suppressed" summaries: client-go's spam filter drops silently; with
+//! `suppressed_summary_seconds = N` a tenant gets, at the end of each window of N seconds in
+//! which the spam filter skipped events about one object from one source, one event saying how
+//! many were skipped and for which reasons.
+//!
+//! A window opens at the first skipped event of a subject (the involved object and the source:
+//! what client-go's spam key is made of) and closes N seconds later by the correlator's clock
+//! (the events' own time by default, the wall clock with `--clock processing`), or when the run
+//! ends. The summary is a new event:
+//!
+//! - `reason` [`REASON`], `type` `Normal`, the skipped events' `involvedObject`, `source`,
+//!   `reportingComponent` / `reportingInstance` and namespace;
+//! - `message`: `41 events suppressed in the last 5m: BackOff ×38, Unhealthy ×3` (reasons by
+//!   count, then name);
+//! - `metadata.name`: `<involvedObject.name>.<hex unix nanos of the window's end>` (as client-go
+//!   names events), `count` 1, `firstTimestamp` / `lastTimestamp` the first and last skipped
+//!   event's time.
+//!
+//! Each summary is written as a create to the tenant's sinks, like any event, but is not
+//! correlated itself (its own spam bucket is the empty one that caused it) and counts neither
+//! as read nor as finished.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use crate::event::{Event, EventSource, ObjectMeta, ObjectReference, Time};
+
+/// The reason of a summary event.
+pub const REASON: &str = "EventsSuppressed";
+
+/// What a window is about: the involved object and the source.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Subject {
+    tenant: Arc<str>,
+    namespace: String,
+    object: ObjectReference,
+    source: EventSource,
+}
+
+/// One open window.
+#[derive(Debug)]
+struct Window {
+    seconds: u64,
+    first: Time,
+    last: Time,
+    total: u64,
+    reasons: BTreeMap<String, u64>,
+    reporting_component: String,
+    reporting_instance: String,
+}
+
+/// The open windows of one router partition.
+#[derive(Debug, Default)]
+pub struct SuppressedSummaries {
+    windows: HashMap<Subject, Window>,
+    /// When the earliest open window closes: [`due`](Self::due) before it costs nothing.
+    next_due: Option<Time>,
+}
+
+impl SuppressedSummaries {
+    /// Whether no window is open.
+    pub fn is_empty(&self) -> bool {
+        self.windows.is_empty()
+    }
+
+    /// Counts `event`, skipped by `tenant`'s spam filter at `now`, in its subject's window
+    /// (opening one of `seconds` if there is none).
+    pub fn record(&mut self, tenant: &Arc<str>, seconds: u64, event: &Event, now: Time) {
+        let subject = Subject {
+            tenant: tenant.clone(),
+            namespace: event.metadata.namespace.clone(),
+            object: event.involved_object.clone(),
+            source: event.source.clone(),
+        };
+        let window = self.windows.entry(subject).or_insert_with(|| Window {
+            seconds,
+            first: now,
+            last: now,
+            total: 0,
+            reasons: BTreeMap::new(),
+            reporting_component: event.reporting_component.clone(),
+            reporting_instance: event.reporting_instance.clone(),
+        });
+        let closes = window.first + chrono::Duration::seconds(window.seconds as i64);
+        self.next_due = Some(self.next_due.map_or(closes, |t| t.min(closes)));
+        window.last = window.last.max(now);
+        window.total += 1;
+        *window.reasons.entry(event.reason.clone()).or_default() += 1;
+    }
+
+    /// The summaries of the windows closed by `now` (opened `seconds` or more before it), with
+    /// their tenants; those windows are forgotten.
+    pub fn due(&mut self, now: Time) -> Vec<(Arc<str>, Event)> {
+        if self.next_due.is_none_or(|t| now < t) {
+            return Vec::new();
+        }
+        let closed: Vec<Subject> = self
+            .windows
+            .iter()
+            .filter(|(_, w)| now >= w.first + chrono::Duration::seconds(w.seconds as i64))
+            .map(|(s, _)| s.clone())
+            .collect();
+        let mut out: Vec<(Arc<str>, Event)> =
+            closed.into_iter().filter_map(|s| self.windows.remove(&s).map(|w| summary(s, w))).collect();
+        out.sort_by(|a, b| (a.1.first_timestamp, &a.1.metadata.name).cmp(&(b.1.first_timestamp, &b.1.metadata.name)));
+        self.next_due = self.windows.values().map(|w| w.first + chrono::Duration::seconds(w.seconds as i64)).min();
+        out
+    }
+
+    /// Every open window's summary (the run ends), oldest first.
+    pub fn flush(&mut self) -> Vec<(Arc<str>, Event)> {
+        self.due(Time::MAX_UTC)
+    }
+}
+
+/// `5m`, `1h`, `90s`.
+fn human(seconds: u64) -> String {
+    match seconds {
+        s if s >= 3600 && s % 3600 == 0 => format!("{}h", s / 3600),
+        s if s >= 60 && s % 60 == 0 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
+}
+
+fn summary(subject: Subject, window: Window) -> (Arc<str>, Event) {
+    let end = window.first + chrono::Duration::seconds(window.seconds as i64);
+    let mut reasons: Vec<(&String, &u64)> = window.reasons.iter().collect();
+    reasons.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    let by_reason: Vec<String> = reasons.iter().map(|(r, n)| format!("{r} ×{n}")).collect();
+    let message = format!(
+        "{} event{} suppressed in the last {}: {}",
+        window.total,
+        if window.total == 1 { "" } else { "s" },
+        human(window.seconds),
+        by_reason.join(", ")
+    );
+    let name = crate::event::generate_event_name(&subject.object.name, crate::clock::to_unix_nanos(end));
+    let event = Event {
+        kind: "Event".into(),
+        api_version: "v1".into(),
+        metadata: ObjectMeta { name, namespace: subject.namespace, ..ObjectMeta::default() },
+        involved_object: subject.object,
+        reason: REASON.into(),
+        message,
+        source: subject.source,
+        first_timestamp: Some(window.first),
+        last_timestamp: Some(window.last),
+        count: 1,
+        type_: crate::event::EVENT_TYPE_NORMAL.into(),
+        reporting_component: window.reporting_component,
+        reporting_instance: window.reporting_instance,
+        ..Event::default()
+    };
+    (subject.tenant, event)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(object: &str, reason: &str) -> Event {
+        let mut e = Event::default();
+        e.metadata.namespace = "ns".into();
+        e.involved_object = ObjectReference { kind: "Pod".into(), name: object.into(), ..ObjectReference::default() };
+        e.source.component = "kubelet".into();
+        e.reason = reason.into();
+        e
+    }
+
+    fn at(s: &str) -> Time {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn a_window_closes_after_its_seconds_with_counts_by_reason() {
+        let tenant: Arc<str> = "t".into();
+        let mut s = SuppressedSummaries::default();
+        for (i, reason) in ["BackOff", "Unhealthy", "BackOff", "BackOff"].iter().enumerate() {
+            s.record(
+                &tenant,
+                300,
+                &event("web-0", reason),
+                at("2025-01-01T00:00:00Z") + chrono::Duration::seconds(i as i64),
+            );
+        }
+        s.record(&tenant, 300, &event("web-1", "BackOff"), at("2025-01-01T00:02:00Z"));
+        assert!(s.due(at("2025-01-01T00:04:59Z")).is_empty(), "no window is 5 minutes old yet");
+        let due = s.due(at("2025-01-01T00:05:00Z"));
+        assert_eq!(due.len(), 1);
+        let (t, e) = &due[0];
+        assert_eq!((&**t, e.involved_object.name.as_str(), e.reason.as_str()), ("t", "web-0", REASON));
+        assert_eq!(e.message, "4 events suppressed in the last 5m: BackOff ×3, Unhealthy ×1");
+        assert_eq!(
+            (e.first_timestamp, e.last_timestamp),
+            (Some(at("2025-01-01T00:00:00Z")), Some(at("2025-01-01T00:00:03Z")))
+        );
+        assert!(e.metadata.name.starts_with("web-0."), "{}", e.metadata.name);
+        assert_eq!((e.count, e.type_.as_str(), e.metadata.namespace.as_str()), (1, "Normal", "ns"));
+        let rest = s.flush();
+        assert_eq!(rest.len(), 1);
+        assert_eq!(rest[0].1.message, "1 event suppressed in the last 5m: BackOff ×1");
+        assert!(s.is_empty());
+        assert_eq!((human(90), human(3600), human(120)), ("90s".to_string(), "1h".to_string(), "2m".to_string()));
+    }
+}

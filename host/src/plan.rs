@@ -244,7 +244,7 @@ pub enum PlanError {
         key: String,
         /// What is wrong.
         #[source]
-        error: LookupError,
+        error: Box<LookupError>,
     },
     /// A rule's value is invalid.
     #[error("{location}: {key}: {message}")]
@@ -523,7 +523,7 @@ fn plan_tenant(
             PlanError::Plugin {
                 location: r.map_or_else(|| location.to_string(), |r| format!("{location}:{}", r.line)),
                 key: r.map_or_else(|| plugin.to_string(), |r| r.key.clone()),
-                error,
+                error: Box::new(error),
             }
         })?;
         handles.push(handle.clone());

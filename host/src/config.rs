@@ -408,57 +408,151 @@ impl Config {
 }
 
 // ---- the file as deserialised, before validation ----
+//
+// These types are also the source of the config's JSON Schema ([`json_schema`]): their doc
+// comments are its descriptions.
 
-#[derive(Deserialize)]
+/// An eventpipe tenant config (TOML): `[defaults]`, `[plugins.NAME]`, `[[tenants]]`,
+/// `[[watchers]]`.
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RawFile {
+    /// Rules for events no tenant matches, and the base every tenant's rules override.
     #[serde(default)]
     defaults: RawRules,
+    /// Per-plugin key/value config, handed to plugin NAME through its `config` import; values
+    /// are strings (numbers and booleans are passed in their string form).
     #[serde(default)]
+    #[schemars(with = "BTreeMap<String, BTreeMap<String, PluginValueSchema>>")]
     plugins: BTreeMap<String, BTreeMap<String, PluginValue>>,
+    /// Tenants, tried in file order: the first whose `match` holds gets the event.
     #[serde(default)]
+    #[schemars(with = "Vec<RawTenant>")]
     tenants: Vec<Spanned<RawTenant>>,
+    /// Watcher plugins attached to the Broadcaster.
     #[serde(default)]
+    #[schemars(with = "Vec<RawWatcher>")]
     watchers: Vec<Spanned<RawWatcher>>,
 }
 
-#[derive(Deserialize)]
+/// A `[plugins.NAME]` value.
+#[derive(schemars::JsonSchema)]
+#[serde(untagged)]
+#[allow(dead_code, reason = "only its schema is used")]
+enum PluginValueSchema {
+    String(String),
+    Integer(i64),
+    Float(f64),
+    Boolean(bool),
+}
+
+/// A watcher plugin on the Broadcaster.
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RawWatcher {
+    /// A plugin name (embedded, like `log`, or NAME.wasm in the plugins directory) or a
+    /// component file.
+    #[schemars(with = "String")]
     plugin: Spanned<String>,
+    /// Its own queue, events (default 1000).
     queue_length: Option<usize>,
+    /// What its full queue does: `drop` (DropIfChannelFull, the default) or `wait`.
+    #[schemars(with = "Option<FullChannelBehaviorName>")]
     full_channel_behavior: Option<Spanned<String>>,
 }
 
-#[derive(Deserialize, Default)]
+#[derive(schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code, reason = "only its schema is used")]
+enum FullChannelBehaviorName {
+    Drop,
+    Wait,
+}
+
+#[derive(schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code, reason = "only its schema is used")]
+enum FallbackName {
+    Builtin,
+    Drop,
+    Fail,
+}
+
+#[derive(schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+#[allow(dead_code, reason = "only its schema is used")]
+enum PartitionKeyName {
+    SourceObject,
+    Namespace,
+}
+
+/// Correlation rules; every key optional (unset: `[defaults]`, then the command line, then
+/// client-go's default).
+#[derive(Deserialize, Default, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RawRules {
+    /// The aggregate-key function: a plugin name, or `builtin` (client-go `EventAggregatorByReasonFunc`).
+    #[schemars(with = "Option<String>")]
     aggregate_key: Option<Spanned<String>>,
+    /// The message combiner: a plugin name, or `builtin` (client-go `EventAggregatorByReasonMessageFunc`).
+    #[schemars(with = "Option<String>")]
     message_combiner: Option<Spanned<String>>,
+    /// The spam-key function: a plugin name, or `builtin` (client-go `getSpamKey`).
+    #[schemars(with = "Option<String>")]
     spam_key: Option<Spanned<String>>,
+    /// Filter plugins, run in order before correlation; `[]` clears the defaults'.
+    #[schemars(with = "Option<Vec<String>>")]
     filters: Option<Vec<Spanned<String>>>,
+    /// client-go `maxEvents`: distinct messages per aggregate key before aggregating.
     max_events: Option<i64>,
+    /// client-go `maxIntervalInSeconds`: the aggregation window, seconds.
     max_interval_seconds: Option<i64>,
+    /// The spam filter's bucket, events (client-go `BurstSize`, default 25).
     burst: Option<i64>,
+    /// The spam filter's refill, events per second (client-go `QPS`, default 1/300).
+    #[schemars(with = "Option<f32>")]
     qps: Option<Spanned<f32>>,
+    /// Entries per correlator LRU cache (0: client-go's 4096).
     lru_cache_size: Option<usize>,
+    /// Plugin fuel per event (≈ Wasm instructions).
     fuel_per_event: Option<u64>,
+    /// Plugin linear-memory limit, bytes.
     memory_limit_bytes: Option<usize>,
+    /// What a failed plugin call does: `builtin` (the client-go function), `drop`, or `fail`.
+    #[schemars(with = "Option<FallbackName>")]
     fallback: Option<Spanned<String>>,
+    /// Sinks, as `--sink` takes them (`jsonl:PATH`, `jsonl:-`, `k8s`, `k8s:NAMESPACE`,
+    /// `plugin:NAME`, `webhook:URL`, each optionally followed by `,delivery=MODE`).
+    #[schemars(with = "Option<Vec<String>>")]
     sinks: Option<Spanned<Vec<Spanned<String>>>>,
+    /// What `run --workers` shards this tenant's events by.
+    #[schemars(with = "Option<PartitionKeyName>")]
     partition_key: Option<Spanned<String>>,
+    /// Events matching any of these are dropped before the filter plugins.
+    #[schemars(with = "Option<Vec<RawMatch>>")]
     drop: Option<Spanned<Vec<Spanned<RawMatch>>>>,
+    /// When given, events matching none of these are dropped.
+    #[schemars(with = "Option<Vec<RawMatch>>")]
     keep: Option<Spanned<Vec<Spanned<RawMatch>>>>,
+    /// Events matching any of these are never skipped by the spam filter.
+    #[schemars(with = "Option<Vec<RawMatch>>")]
     spam_exempt: Option<Spanned<Vec<Spanned<RawMatch>>>>,
+    /// Seconds of an "N events suppressed" summary window; 0: none.
     suppressed_summary_seconds: Option<u64>,
 }
 
-#[derive(Deserialize)]
+/// A tenant: its name, which events are its own, and its rules.
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RawTenant {
+    /// Unique, not `default`.
+    #[schemars(with = "String")]
     name: Spanned<String>,
+    /// Which events are this tenant's: every criterion given must hold.
     #[serde(rename = "match")]
+    #[schemars(with = "Option<RawMatch>")]
     matcher: Option<Spanned<RawMatch>>,
+    /// Rules over `[defaults]`.
     #[serde(default)]
     rules: RawRules,
 }
@@ -466,20 +560,50 @@ struct RawTenant {
 type SpannedList = Option<Spanned<Vec<Spanned<String>>>>;
 type SpannedTable = Option<Spanned<BTreeMap<String, Spanned<String>>>>;
 
-#[derive(Deserialize)]
+/// Criteria on an event (a tenant's `match`, or a drop / keep / spam_exempt rule): every
+/// criterion given must hold; a list holds when any entry does.
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RawMatch {
-    /// Only in rules (`drop`, `keep`, `spam_exempt`).
+    /// Only in rules: the label of the rule's counters (default `LIST[INDEX]`).
+    #[schemars(with = "Option<String>")]
     name: Option<Spanned<String>>,
+    /// Globs on `metadata.namespace` (else `involvedObject.namespace`).
+    #[schemars(with = "Option<Vec<String>>")]
     namespaces: SpannedList,
+    /// `involvedObject.kind`, exact.
+    #[schemars(with = "Option<Vec<String>>")]
     kinds: SpannedList,
+    /// Globs on `reason`.
+    #[schemars(with = "Option<Vec<String>>")]
     reasons: SpannedList,
+    /// `type`, exact (`Normal`, `Warning`).
+    #[schemars(with = "Option<Vec<String>>")]
     types: SpannedList,
+    /// A regular expression searched for in `message` (unanchored).
+    #[schemars(with = "Option<String>")]
     message: Option<Spanned<String>>,
+    /// Label name → value glob on the Event's own labels; all must match.
+    #[schemars(with = "Option<BTreeMap<String, String>>")]
     labels: SpannedTable,
+    /// Globs on `source.component` (else `reportingComponent`).
+    #[schemars(with = "Option<Vec<String>>")]
     source_components: SpannedList,
+    /// Globs on `source.host` (else `reportingInstance`).
+    #[schemars(with = "Option<Vec<String>>")]
     source_hosts: SpannedList,
+    /// HTTP ingest request header name (case-insensitive) → value glob; all must match.
+    #[schemars(with = "Option<BTreeMap<String, String>>")]
     headers: SpannedTable,
+}
+
+/// The JSON Schema (draft 2020-12) of the tenant config file, derived from the types the file
+/// is read into, with their documentation as descriptions: for editors (e.g. taplo / Even
+/// Better TOML) to check and complete `eventpipe.toml`. What the schema cannot say (globs and
+/// regexes valid, names unique, plugins existing) is checked by [`Config::parse`] and
+/// `eventpipe validate`.
+pub fn json_schema() -> serde_json::Value {
+    serde_json::to_value(schemars::schema_for!(RawFile)).expect("a schema serialises")
 }
 
 impl RawMatch {

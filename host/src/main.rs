@@ -40,6 +40,9 @@ enum Command {
     /// Check a config, its plugins, sinks and source without running; list every problem and
     /// exit 1, or exit 0.
     Validate(cli::validate::ValidateArgs),
+    /// About the tenant config file (its JSON Schema).
+    #[command(subcommand)]
+    Config(cli::config::ConfigCommand),
     /// Print a shell completion script (e.g. `eventpipe completions bash > /etc/bash_completion.d/eventpipe`).
     Completions {
         /// The shell.
@@ -61,9 +64,11 @@ fn main() -> ExitCode {
         Command::Test(args) => cli::test::execute(args),
         Command::NewPlugin(args) => cli::new_plugin::execute(args),
         Command::Validate(args) => cli::validate::execute(args),
+        Command::Config(command) => cli::config::execute(command),
         Command::Completions { shell } => {
-            clap_complete::generate(shell, &mut Cli::command(), "eventpipe", &mut std::io::stdout());
-            Ok(ExitCode::SUCCESS)
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "eventpipe", &mut script);
+            cli::print_to_stdout(script.trim_ascii_end())
         }
     };
     result.unwrap_or_else(|e| {

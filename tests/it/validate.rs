@@ -80,3 +80,69 @@ fn a_config_syntax_error_is_one_problem_with_its_line() {
     assert!(stderr.contains("eventpipe.toml:2") && stderr.contains("defaults.burst"), "{stderr}");
     assert!(stderr.contains("1 problem(s)"), "{stderr}");
 }
+
+/// `eventpipe config schema` is a JSON Schema that knows every key of the config (a key it
+/// does not know is refused, as the parser refuses it) and describes them.
+#[test]
+fn the_config_schema_covers_every_key_and_refuses_unknown_ones() {
+    let out = Command::new(env!("CARGO_BIN_EXE_eventpipe")).args(["config", "schema"]).output().unwrap();
+    assert!(out.status.success());
+    let schema: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let defs = &schema["$defs"];
+    // Every key a config may hold, as the parser knows them.
+    let sample = r#"
+[defaults]
+aggregate_key = "builtin"
+message_combiner = "builtin"
+spam_key = "builtin"
+filters = []
+max_events = 10
+max_interval_seconds = 600
+burst = 25
+qps = 0.5
+lru_cache_size = 4096
+fuel_per_event = 1
+memory_limit_bytes = 1
+fallback = "drop"
+sinks = ["jsonl:-"]
+partition_key = "namespace"
+drop = [{ name = "n", namespaces = ["a"], kinds = ["Pod"], reasons = ["R"], types = ["Normal"], message = "m", labels = { a = "b" }, source_components = ["c"], source_hosts = ["h"], headers = { h = "v" } }]
+keep = [{ kinds = ["Pod"] }]
+spam_exempt = [{ kinds = ["Pod"] }]
+suppressed_summary_seconds = 60
+[plugins.p]
+k = "v"
+[[tenants]]
+name = "t"
+match = { kinds = ["Pod"] }
+rules = { burst = 1 }
+[[watchers]]
+plugin = "log"
+queue_length = 10
+full_channel_behavior = "wait"
+"#;
+    eventpipe::config::Config::parse(sample, std::path::Path::new("sample.toml"))
+        .expect("the sample is a valid config");
+    let sample: toml::Table = sample.parse().unwrap();
+    let props = |def: &str| -> Vec<String> {
+        let d = if def.is_empty() { &schema } else { &defs[def] };
+        assert_eq!(d["additionalProperties"], false, "{def} refuses unknown keys");
+        d["properties"].as_object().unwrap().keys().cloned().collect()
+    };
+    let known = |def: &str, table: &toml::Table| {
+        let props = props(def);
+        for key in table.keys() {
+            assert!(props.contains(key), "{def} lacks {key}");
+        }
+    };
+    known("", &sample);
+    known("RawRules", sample["defaults"].as_table().unwrap());
+    known("RawMatch", sample["defaults"]["drop"][0].as_table().unwrap());
+    known("RawTenant", sample["tenants"][0].as_table().unwrap());
+    known("RawWatcher", sample["watchers"][0].as_table().unwrap());
+    assert!(defs["RawRules"]["properties"]["burst"]["description"].as_str().unwrap().contains("client-go"));
+    assert_eq!(
+        defs["RawWatcher"]["properties"]["full_channel_behavior"]["anyOf"][0]["$ref"],
+        "#/$defs/FullChannelBehaviorName"
+    );
+}

@@ -3,6 +3,7 @@
 //! lines; 3 a plugin failed under `--plugin-fallback fail`; 4 `run` abandoned events (retries ran
 //! out, a shutdown cancelled them, or the shutdown timeout passed before they were delivered).
 
+pub mod config;
 pub mod new_plugin;
 pub mod plugins;
 pub mod replay;
@@ -24,6 +25,16 @@ use eventpipe::plugin::{
 const PLUGIN_FAILED: u8 = 3;
 /// Exit status when `run` abandoned events.
 const ABANDONED: u8 = 4;
+
+/// Writes `bytes` and a newline to stdout; a closed pipe (`| head`) ends quietly.
+pub fn print_to_stdout(bytes: &[u8]) -> anyhow::Result<std::process::ExitCode> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.write_all(b"\n")).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(std::process::ExitCode::SUCCESS),
+    }
+}
 
 /// Limits and failure policy of every plugin call.
 #[derive(Args, Debug, Clone)]

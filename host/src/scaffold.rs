@@ -143,6 +143,38 @@ fn config_key(kind: PluginKind, name: &str) -> String {
     }
 }
 
+/// The name an example source carries for `kind` (the filter, aggregate-key and Rust sink
+/// sources are the examples of `examples/plugins/`; the templates carry `{{name}}` instead).
+fn example_name(kind: PluginKind) -> Option<&'static str> {
+    match kind {
+        PluginKind::Filter => Some("quiet-normal"),
+        PluginKind::AggregateKey => Some("namespace-reason"),
+        PluginKind::Sink => Some("slack"),
+        _ => None,
+    }
+}
+
+/// `text` with the example's name replaced by `name` in each of its spellings (`quiet-normal`,
+/// `quiet_normal`, `QuietNormal`), so that a new project is named after itself.
+fn rename_example(text: &str, kind: PluginKind, name: &str) -> String {
+    let Some(example) = example_name(kind) else { return text.to_string() };
+    let camel = |n: &str| -> String {
+        n.split('-')
+            .map(|part| {
+                let mut chars = part.chars();
+                chars.next().map(|c| c.to_ascii_uppercase().to_string() + chars.as_str()).unwrap_or_default()
+            })
+            .collect()
+    };
+    // The type name only where code names it (prose such as "Slack-style" stays).
+    let (from, to) = (camel(example), camel(name));
+    let mut text = text.to_string();
+    for (before, after) in [("struct ", " "), ("struct ", ";"), ("for ", " "), ("(", ")"), ("", " {"), ("", "::")] {
+        text = text.replace(&format!("{before}{from}{after}"), &format!("{before}{to}{after}"));
+    }
+    text.replace(example, name).replace(&example.replace('-', "_"), &name.replace('-', "_"))
+}
+
 fn valid_name(name: &str) -> bool {
     let mut chars = name.chars();
     chars.next().is_some_and(|c| c.is_ascii_lowercase())
@@ -186,7 +218,7 @@ pub fn scaffold(s: &Scaffold) -> Result<Vec<PathBuf>, ScaffoldError> {
     };
     let mut files: Vec<(String, String)> = Vec::new();
     let (main, text) = source(s.lang, s.kind);
-    files.push((main.into(), fill(text)));
+    files.push((main.into(), rename_example(&fill(text), s.kind, &s.name)));
     match s.lang {
         Lang::Rust => {
             files.push(("Cargo.toml".into(), fill(include_str!("../../examples/templates/rust/Cargo.toml.in"))));
@@ -265,7 +297,19 @@ mod tests {
                     let text = std::fs::read_to_string(f).unwrap();
                     assert!(!text.contains("{{"), "{lang:?} {kind}: placeholder left in {}", f.display());
                 }
+                let main = std::fs::read_to_string(&files[0]).unwrap();
+                for example in [
+                    "quiet-normal",
+                    "quiet_normal",
+                    "QuietNormal",
+                    "namespace-reason",
+                    "NamespaceReason",
+                    "struct Slack",
+                ] {
+                    assert!(!main.contains(example), "{lang:?} {kind}: the example's name {example} is left in");
+                }
                 let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
+                assert!(!readme.contains("dlmalloc"), "the SDK's allocator is talc");
                 assert!(readme.starts_with("# my-plugin\n"), "{lang:?} {kind}");
                 assert!(readme.contains(&format!("`{}` plugin", kind.world())), "{lang:?} {kind}");
                 if lang != Lang::Rust {

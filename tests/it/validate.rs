@@ -39,6 +39,7 @@ fn every_problem_is_listed_with_where_it_is() {
     let plugins = dir.path().join("plugins");
     std::fs::create_dir(&plugins).unwrap();
     std::fs::write(plugins.join("half.wasm"), b"\0asm\x0d\0\x01\0").unwrap(); // a half-written component
+    std::fs::write(plugins.join("notes.wasm"), b"not wasm at all").unwrap();
     let config = dir.path().join("eventpipe.toml");
     std::fs::write(
         &config,
@@ -54,6 +55,10 @@ fn every_problem_is_listed_with_where_it_is() {
     let problems: Vec<&str> = stderr.lines().filter(|l| l.starts_with("eventpipe validate: ")).collect();
     let has = |needles: &[&str]| problems.iter().any(|p| needles.iter().all(|n| p.contains(n)));
     assert!(has(&["half.wasm"]), "the half-written plugin file: {stderr}");
+    assert!(
+        has(&["notes.wasm rejected: ", "bad magic number - expected=[0x0, 0x61, 0x73, 0x6d] actual=[0x6e"]),
+        "a file that is not Wasm, on one line, with no previous version to keep: {stderr}"
+    );
     assert!(has(&["eventpipe.toml:7", "tenants[0].rules.filters[0]", "no-such-filter"]), "a missing plugin: {stderr}");
     assert!(
         has(&["tenants[1]", "by-reason", "is an aggregate-key plugin"]),
@@ -67,7 +72,7 @@ fn every_problem_is_listed_with_where_it_is() {
     assert!(has(&["webhook:http://"]), "a webhook URL without host: {stderr}");
     assert!(has(&["watcher plugin similar-events", "watcher"]), "a combiner named as a watcher: {stderr}");
     assert!(has(&["missing.jsonl"]), "an unreadable source: {stderr}");
-    assert!(stderr.contains("8 problem(s)"), "{stderr}");
+    assert!(stderr.contains("9 problem(s)"), "{stderr}");
 }
 
 #[test]

@@ -478,7 +478,7 @@ impl PluginRuntime {
             Tier::Quick => &self.quick,
         };
         let component = Component::new(&compiler.engine, bytes)
-            .map_err(|e| PluginError::Compile { plugin: name.into(), reason: format!("{e:#}") })?;
+            .map_err(|e| PluginError::Compile { plugin: name.into(), reason: one_line(&format!("{e:#}")) })?;
         let kind = kind_of(&compiler.engine, &component)
             .map_err(|reason| PluginError::World { plugin: name.into(), reason })?;
         let pre = compiler
@@ -534,4 +534,11 @@ fn kind_of(engine: &Engine, component: &Component) -> Result<PluginKind, String>
             several.iter().map(|k| k.world()).collect::<Vec<_>>().join(", ")
         )),
     }
+}
+
+/// `text` on one line: each line trimmed, joined by spaces, with no space inside brackets
+/// (wasmparser's errors print byte arrays one element per line).
+fn one_line(text: &str) -> String {
+    let joined = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ");
+    joined.replace("[ ", "[").replace(", ]", "]").replace(" ]", "]")
 }

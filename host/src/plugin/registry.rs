@@ -45,6 +45,8 @@ pub enum ReloadOutcome {
         path: PathBuf,
         /// Why: compile, world, link, validation or kind-change error.
         error: String,
+        /// Whether a version of that name serves on (else the name has no plugin).
+        kept: bool,
     },
     /// The file's content is what was refused last for this name (e.g. the debounced report of
     /// a file already refused when it was renamed in): not compiled, counted or logged again.
@@ -65,8 +67,11 @@ impl std::fmt::Display for ReloadOutcome {
             ReloadOutcome::Reverted { name, now: None } => {
                 write!(f, "plugin `{name}` removed; its users use the built-in function")
             }
-            ReloadOutcome::Rejected { name, path, error } => {
+            ReloadOutcome::Rejected { name, path, error, kept: true } => {
                 write!(f, "plugin `{name}` from {} rejected, previous version kept: {error}", path.display())
+            }
+            ReloadOutcome::Rejected { name, path, error, kept: false } => {
+                write!(f, "plugin `{name}` from {} rejected: {error}", path.display())
             }
             ReloadOutcome::StillRejected { name } => {
                 write!(f, "plugin `{name}` unchanged since it was rejected, previous version kept")
@@ -451,7 +456,8 @@ impl PluginRegistry {
 
     fn reject(&self, name: &str, path: &Path, error: String) -> ReloadOutcome {
         self.rejected.fetch_add(1, Ordering::Relaxed);
-        ReloadOutcome::Rejected { name: name.into(), path: path.to_path_buf(), error }
+        let kept = self.slot(name).is_some_and(|s| s.load().is_some());
+        ReloadOutcome::Rejected { name: name.into(), path: path.to_path_buf(), error, kept }
     }
 }
 

@@ -538,9 +538,11 @@ impl Reloader {
         match change {
             Change::Plugin(path) => match self.registry.hot_reload_file(&path, |p| announce(&format!("{p} is live"))) {
                 outcome @ (ReloadOutcome::Live(_) | ReloadOutcome::Reverted { .. }) => announce(&outcome.to_string()),
+                // Once on stderr (as every `eventpipe:` line), and in the log at info like them:
+                // at the default level a refusal is not printed twice.
                 outcome @ ReloadOutcome::Rejected { .. } => {
                     eprintln!("eventpipe: {outcome}");
-                    tracing::warn!(path = %path.display(), "{outcome}");
+                    tracing::info!(path = %path.display(), "{outcome}");
                 }
                 ReloadOutcome::Unchanged { .. } | ReloadOutcome::StillRejected { .. } | ReloadOutcome::Ignored => {}
             },
@@ -557,7 +559,7 @@ impl Reloader {
                     Err(error) => {
                         self.rejected_configs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         eprintln!("eventpipe: config rejected, previous config kept: {error}");
-                        tracing::warn!(%error, "config rejected, previous config kept");
+                        tracing::info!(%error, "config rejected, previous config kept");
                     }
                 }
             }

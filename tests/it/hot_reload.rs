@@ -227,11 +227,14 @@ fn a_broken_plugin_file_and_a_broken_config_are_refused_while_the_old_ones_keep_
     assert!(refused.contains("eventpipe.toml:2"), "{refused}");
 
     run.send(&(10..20).map(event_line).collect::<String>());
-    let (summary, _) = run.finish();
+    let (summary, stderr) = run.finish();
     let results = lines(&out);
     assert_eq!(results.len(), 20, "{summary}");
     for (i, r) in results.iter().enumerate() {
         assert_eq!(r["event"]["message"], format!("[tag:000] m{i}"), "the old plugin and config still serve");
     }
     assert_eq!(summary["rejected_reloads"], 3, "{summary}");
+    let said = |needle: &str| stderr.iter().filter(|l| l.contains(needle)).count();
+    assert_eq!(said("rejected, previous version kept"), 1, "each refusal is printed once: {stderr:?}");
+    assert_eq!(said("config rejected"), 2, "each refusal is printed once: {stderr:?}");
 }

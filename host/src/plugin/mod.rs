@@ -287,6 +287,7 @@ pub struct Plugin {
     fuel: bool,
     origin: PluginOrigin,
     version: u64,
+    release: u64,
     digest: u64,
     compile_time: std::time::Duration,
     tier: Tier,
@@ -322,6 +323,13 @@ impl Plugin {
     /// A number unique to this compiled version within the process (increasing with each load).
     pub fn version(&self) -> u64 {
         self.version
+    }
+
+    /// This name's load count in its runtime when this version was compiled, from 1: what logs
+    /// show as `vN` (a refused file and the optimized rebuild of a quickly compiled version
+    /// take a number too).
+    pub fn release(&self) -> u64 {
+        self.release
     }
 
     /// XXH3-64 of the component bytes (tells an unchanged file from a new version).
@@ -377,6 +385,8 @@ pub struct PluginRuntime {
     optimized: Compiler,
     quick: Compiler,
     metering: Metering,
+    /// Loads so far, per plugin name ([`Plugin::release`]).
+    releases: Arc<std::sync::Mutex<std::collections::HashMap<String, u64>>>,
 }
 
 /// One engine and the linker with the host imports for it.
@@ -446,6 +456,7 @@ impl PluginRuntime {
             optimized: Compiler::new(metering, cache.clone(), Tier::Optimized)?,
             quick: Compiler::new(metering, cache, Tier::Quick)?,
             metering,
+            releases: Arc::default(),
         })
     }
 
@@ -492,6 +503,12 @@ impl PluginRuntime {
             fuel: self.metering == Metering::Fuel,
             origin,
             version: VERSIONS.fetch_add(1, Ordering::Relaxed),
+            release: {
+                let mut releases = self.releases.lock().unwrap_or_else(|p| p.into_inner());
+                let n = releases.entry(name.to_string()).or_default();
+                *n += 1;
+                *n
+            },
             digest: xxhash_rust::xxh3::xxh3_64(bytes),
             compile_time: started.elapsed(),
             tier,

@@ -92,6 +92,8 @@ pub struct LivePlugin {
     pub origin: PluginOrigin,
     /// Process-unique version number.
     pub version: u64,
+    /// This name's load count, from 1 (shown as `vN`).
+    pub release: u64,
     /// XXH3-64 of the component bytes.
     pub digest: u64,
     /// Time to compile it (or fetch it from the compilation cache).
@@ -107,7 +109,7 @@ impl std::fmt::Display for LivePlugin {
             "plugin `{}` ({}) v{} digest {:016x} from {} ({}, compiled in {:.1} ms)",
             self.name,
             self.kind,
-            self.version,
+            self.release,
             self.digest,
             self.origin,
             self.tier,
@@ -123,6 +125,7 @@ impl LivePlugin {
             kind: plugin.kind(),
             origin: plugin.origin().clone(),
             version: plugin.version(),
+            release: plugin.release(),
             digest: plugin.digest(),
             compile_time: plugin.compile_time(),
             tier: plugin.tier(),
@@ -478,6 +481,23 @@ mod tests {
 
     fn registry(dir: &Path) -> PluginRegistry {
         PluginRegistry::new(PluginRuntime::new(Metering::Fuel).unwrap()).unwrap().with_dir(dir).unwrap().0
+    }
+
+    #[test]
+    fn versions_are_numbered_per_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let reg = registry(dir.path());
+        for (name, live) in reg.live() {
+            assert_eq!(live.unwrap().release, 1, "{name}: the first load of every embedded plugin is v1");
+        }
+        let path = dir.path().join("keys.wasm");
+        std::fs::write(&path, embedded::BY_REASON).unwrap();
+        let ReloadOutcome::Live(first) = reg.reload_file(&path) else { panic!("keys loads") };
+        assert_eq!(first.release, 1, "a new name starts at v1");
+        assert!(first.to_string().contains(" v1 "), "{first}");
+        // The next version of the name is v2, whatever other names loaded in between.
+        let again = reg.runtime().load("keys", embedded::BY_REASON, PluginOrigin::Embedded).unwrap();
+        assert_eq!(again.release(), 2);
     }
 
     #[test]

@@ -261,6 +261,9 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         kube_watch.resume_seen = Some(seen.clone());
     }
     tokio::spawn(stop_on_signal(shutdown.clone()));
+    // What the registry swapped before the run (the plugins directory replacing embedded
+    // defaults) is not counted as the run's.
+    let swaps_before = registry.swaps();
     let config = config_path.as_deref().map(Config::load).transpose()?;
     // One Kubernetes client for the source and every `k8s` sink, made when anything names one.
     let names_k8s =
@@ -485,7 +488,7 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         s.abandoned = s.source.read.saturating_sub(router_stats.finished);
         s.sink = router_stats;
         s.dropped_incoming = event_broadcaster.broadcaster().incoming_dropped();
-        s.plugin_swaps = registry.swaps();
+        s.plugin_swaps = registry.swaps() - swaps_before;
         s.plugin_failed = latest_plan.borrow().failed();
         s.rejected_reloads = registry.rejected() + rejected_configs.load(std::sync::atomic::Ordering::Relaxed);
         s.watchers = watcher_stats.iter().map(|(name, c)| (name.clone(), c.snapshot())).collect();

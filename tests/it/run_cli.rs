@@ -182,3 +182,22 @@ fn errors_are_printed_once_and_a_missing_file_is_named_so() {
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert!(stderr.contains("/nonexistent/plugin.wasm: no such file"), "{stderr}");
 }
+
+/// Loading the plugins directory at start is not a swap: a run in which no plugin file changed
+/// reports none.
+#[test]
+fn a_run_without_plugin_changes_reports_no_swap() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = crate::common::plugins_dir(dir.path(), &["keep-all"]);
+    std::fs::copy(crate::common::fixture_plugin("keep-all"), plugins.join("by-reason.wasm")).ok();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_eventpipe"))
+        .args(["run", "--source=jsonl:-", "--sink=jsonl:-", "--summary-json", "--no-watch"])
+        .arg(format!("--plugins={}", plugins.display()))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(out.status.success(), "{stderr}");
+    let summary: Value = stderr.lines().rev().find_map(|l| serde_json::from_str(l).ok()).unwrap();
+    assert_eq!(summary["plugin_swaps"], 0, "{stderr}");
+}

@@ -377,13 +377,14 @@ impl PluginRegistry {
                 if let Err(e) = slot.swap(Some(plugin)) {
                     return self.refuse(&name, path, digest, e.to_string());
                 }
+                self.swaps.fetch_add(1, Ordering::Relaxed);
             }
+            // A new name: a first version, not a swap.
             None => {
                 self.slots.write().unwrap_or_else(|p| p.into_inner()).insert(name, PluginSlot::new(plugin));
             }
         }
         self.refused().remove(&live.name);
-        self.swaps.fetch_add(1, Ordering::Relaxed);
         if tier == Tier::Optimized {
             self.optimized_digests().insert(digest);
         } else if let Some((registry, on_tier_up)) = hot {

@@ -465,9 +465,40 @@ impl TenantPlan {
                     KeyChoice::Builtin => "builtin".to_string(),
                     KeyChoice::Plugin(p) => p.clone(),
                 };
+                // What only some tenants set, when set: rules, summaries, plugin config.
+                let mut extra = String::new();
+                let rules = &r.event_rules;
+                let names = |rules: &[crate::rules::EventRule]| {
+                    rules.iter().map(|r| r.name.to_string()).collect::<Vec<_>>().join(", ")
+                };
+                if !rules.drop.is_empty() {
+                    extra += &format!(" drop=[{}]", names(&rules.drop));
+                }
+                if let Some(keep) = &rules.keep {
+                    extra += &format!(" keep=[{}]", names(keep));
+                }
+                if !rules.spam_exempt.is_empty() {
+                    extra += &format!(" spam_exempt=[{}]", names(&rules.spam_exempt));
+                }
+                if r.suppressed_summary_seconds > 0 {
+                    extra += &format!(" suppressed_summary_seconds={}", r.suppressed_summary_seconds);
+                }
+                let used = [&r.aggregate_key, &r.message_combiner, &r.spam_key]
+                    .into_iter()
+                    .filter_map(|c| match c {
+                        KeyChoice::Plugin(p) => Some(p),
+                        KeyChoice::Builtin => None,
+                    })
+                    .chain(&r.filters);
+                for plugin in used {
+                    if let Some(config) = r.plugin_config.get(plugin).filter(|c| !c.is_empty()) {
+                        let pairs: Vec<String> = config.iter().map(|(k, v)| format!("{k}={v:?}")).collect();
+                        extra += &format!(" plugins.{plugin}={{{}}}", pairs.join(", "));
+                    }
+                }
                 format!(
                     "tenant `{}`: aggregate_key={} message_combiner={} spam_key={} filters=[{}] max_events={} \
-                     max_interval_seconds={} burst={} qps={} lru_cache_size={} fallback={:?} sinks=[{}]",
+                     max_interval_seconds={} burst={} qps={} lru_cache_size={} fallback={:?} sinks=[{}]{extra}",
                     t.name,
                     name(&r.aggregate_key),
                     name(&r.message_combiner),
@@ -585,4 +616,35 @@ fn plan_tenant(
         sinks: opened,
         handles,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugin::{Metering, PluginRuntime};
+
+    /// The lines printed at start and at each config reload show what a tenant sets beyond
+    /// the common rules: its drop / keep / exempt rules, summaries, and its plugins' config (so a
+    /// `[plugins.NAME]` change shows in the reload lines).
+    #[test]
+    fn describe_shows_rules_summaries_and_plugin_config() {
+        let text = "[defaults]\naggregate_key = \"by-reason\"\ndrop = [{ name = \"pulls\", reasons = [\"Pulled\"] }]\n\
+                    suppressed_summary_seconds = 60\n[plugins.by-reason]\nmode = \"strict\"\n";
+        let config = Config::parse(text, std::path::Path::new("t.toml")).unwrap();
+        let registry = PluginRegistry::new(PluginRuntime::new(Metering::Fuel).unwrap()).unwrap();
+        let base = TenantRules { sinks: vec!["jsonl:-".parse().unwrap()], ..TenantRules::default() };
+        let plan = TenantPlan::problems(&base, Some(&config), &registry);
+        assert!(plan.is_empty(), "{plan:?}");
+        let plan = TenantPlan::build(&base, Some(&config), &registry, &SinkSet::default()).unwrap();
+        let line = &plan.describe()[0];
+        for part in [
+            "aggregate_key=by-reason",
+            "drop=[pulls]",
+            "suppressed_summary_seconds=60",
+            "plugins.by-reason={mode=\"strict\"}",
+        ] {
+            assert!(line.contains(part), "{part} missing from {line}");
+        }
+        assert!(!line.contains("keep="), "unset rules are not shown: {line}");
+    }
 }

@@ -76,7 +76,13 @@ pub struct RuntimeArgs {
 impl RuntimeArgs {
     /// A plugin registry (the embedded plugins) whose loads are validated with `settings`.
     fn registry(&self, settings: PluginSettings) -> anyhow::Result<PluginRegistry> {
-        let runtime = if self.no_compile_cache {
+        Ok(PluginRegistry::new(self.runtime()?)?.with_validation(settings))
+    }
+
+    /// The plugin runtime: with wasmtime's compilation cache unless `--no-compile-cache` (or
+    /// no cache directory can be made).
+    fn runtime(&self) -> anyhow::Result<PluginRuntime> {
+        Ok(if self.no_compile_cache {
             PluginRuntime::new(Metering::Fuel)?
         } else {
             match PluginRuntime::with_cache(Metering::Fuel, self.compile_cache.as_deref()) {
@@ -88,8 +94,7 @@ impl RuntimeArgs {
                 }
                 Err(e) => return Err(e.into()),
             }
-        };
-        Ok(PluginRegistry::new(runtime)?.with_validation(settings))
+        })
     }
 }
 

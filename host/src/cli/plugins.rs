@@ -5,9 +5,8 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 use eventpipe::plugin::check::check;
-use eventpipe::plugin::{Metering, PluginRuntime};
 
-use super::PluginArgs;
+use super::{PluginArgs, RuntimeArgs};
 
 /// `eventpipe plugins` subcommands.
 #[derive(Subcommand, Debug)]
@@ -19,14 +18,16 @@ pub enum PluginsCommand {
         file: PathBuf,
         #[command(flatten)]
         limits: PluginArgs,
+        #[command(flatten)]
+        runtime: RuntimeArgs,
     },
 }
 
 /// Runs `command`.
 pub fn execute(command: PluginsCommand) -> anyhow::Result<ExitCode> {
     match command {
-        PluginsCommand::Check { file, limits } => {
-            let runtime = PluginRuntime::new(Metering::Fuel)?;
+        PluginsCommand::Check { file, limits, runtime } => {
+            let runtime = runtime.runtime()?;
             match check(&runtime, &file, limits.settings()) {
                 Ok(report) => {
                     println!("{}: {} plugin", report.name, report.kind);

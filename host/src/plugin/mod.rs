@@ -488,8 +488,11 @@ impl PluginRuntime {
             Tier::Optimized => &self.optimized,
             Tier::Quick => &self.quick,
         };
-        let component = Component::new(&compiler.engine, bytes)
-            .map_err(|e| PluginError::Compile { plugin: name.into(), reason: one_line(&format!("{e:#}")) })?;
+        let component = {
+            let _notice = SlowCompileNotice::start(name, bytes.len());
+            Component::new(&compiler.engine, bytes)
+                .map_err(|e| PluginError::Compile { plugin: name.into(), reason: one_line(&format!("{e:#}")) })?
+        };
         let kind = kind_of(&compiler.engine, &component)
             .map_err(|reason| PluginError::World { plugin: name.into(), reason })?;
         let pre = compiler
@@ -558,4 +561,74 @@ fn kind_of(engine: &Engine, component: &Component) -> Result<PluginKind, String>
 fn one_line(text: &str) -> String {
     let joined = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ");
     joined.replace("[ ", "[").replace(", ]", "]").replace(" ]", "]")
+}
+
+/// How long a compile may take before eventpipe says that it is compiling (a cache hit or a
+/// small plugin never does).
+pub const SLOW_COMPILE_NOTICE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// While a compile runs: after [`SLOW_COMPILE_NOTICE`], one line on stderr
+/// (`eventpipe: compiling plugin `X` (18.4 MB)…`), and when it ends, its time; nothing for a
+/// faster compile. A Python plugin compiles for ~14 s once (then the cache has it), which is
+/// otherwise a silent pause.
+struct SlowCompileNotice {
+    done: Option<std::sync::mpsc::Sender<()>>,
+    watcher: Option<std::thread::JoinHandle<()>>,
+}
+
+impl SlowCompileNotice {
+    fn start(name: &str, bytes: usize) -> Self {
+        Self::start_with(name, bytes, SLOW_COMPILE_NOTICE, |line| eprintln!("eventpipe: {line}"))
+    }
+
+    fn start_with(name: &str, bytes: usize, after: std::time::Duration, say: impl Fn(String) + Send + 'static) -> Self {
+        let (done, finished) = std::sync::mpsc::channel::<()>();
+        let name = name.to_string();
+        let started = std::time::Instant::now();
+        let watcher = std::thread::Builder::new().name("eventpipe-compile-notice".into()).spawn(move || {
+            if finished.recv_timeout(after) != Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
+                return;
+            }
+            say(format!("compiling plugin `{name}` ({:.1} MB)…", bytes as f64 / 1e6));
+            let _ = finished.recv();
+            say(format!("compiled plugin `{name}` in {:.1} s", started.elapsed().as_secs_f64()));
+        });
+        Self { done: Some(done), watcher: watcher.ok() }
+    }
+}
+
+impl Drop for SlowCompileNotice {
+    fn drop(&mut self) {
+        drop(self.done.take());
+        if let Some(w) = self.watcher.take() {
+            let _ = w.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod slow_compile_tests {
+    use super::*;
+
+    #[test]
+    fn a_slow_compile_is_announced_and_timed_and_a_fast_one_is_not() {
+        let said = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = said.clone();
+        let notice = SlowCompileNotice::start_with("py", 18_400_000, std::time::Duration::from_millis(20), move |l| {
+            log.lock().unwrap().push(l)
+        });
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        drop(notice);
+        let lines = said.lock().unwrap().clone();
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert_eq!(lines[0], "compiling plugin `py` (18.4 MB)…");
+        assert!(lines[1].starts_with("compiled plugin `py` in 0.1 s"), "{lines:?}");
+
+        let quiet = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = quiet.clone();
+        drop(SlowCompileNotice::start_with("k", 1000, std::time::Duration::from_secs(5), move |l| {
+            log.lock().unwrap().push(l)
+        }));
+        assert!(quiet.lock().unwrap().is_empty(), "a compile under the threshold says nothing");
+    }
 }

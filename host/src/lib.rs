@@ -33,6 +33,7 @@ pub mod delivery;
 pub mod event;
 pub mod event_broadcaster;
 pub mod golden;
+pub mod health;
 pub mod k8s;
 pub mod logging;
 pub mod metrics;

@@ -336,6 +336,9 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
     // Prometheus: every scrape reads the live counters (router, plugins of the current plan,
     // registry, Broadcaster, webhook sinks).
     let metrics = Arc::new(Metrics::new());
+    // `/readyz`: ready once the source is started, not ready again from the shutdown on.
+    let readiness = crate::health::Readiness::new();
+    let served = || crate::metrics::router(metrics.clone()).merge(crate::health::router(readiness.clone()));
     let (source_counters, ingest_counters) = (Arc::new(SourceCounters::default()), Arc::new(IngestCounters::default()));
     {
         let http = matches!(source, SourceSpec::Http(_));
@@ -372,6 +375,10 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
             }
         });
     }
+    // `--metrics` is served until the run returns (not only until the signal), so `/readyz`
+    // answers `503` and `/metrics` the final counters while the pipeline drains.
+    let metrics_stop = CancellationToken::new();
+    let _stop_metrics_on_return = metrics_stop.clone().drop_guard();
     if let Some(addr) = metrics_addr {
         let listener = tokio::net::TcpListener::bind(addr).await.map_err(|error| RunError::Metrics { addr, error })?;
         announce(&format!(
@@ -382,10 +389,10 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         let token = crate::source::http::BearerToken::from_env()
             .map_err(|e| RunError::Metrics { addr, error: std::io::Error::other(e.to_string()) })?;
         let app = match token {
-            Some(token) => crate::source::http::with_bearer(crate::metrics::router(metrics.clone()), token),
-            None => crate::metrics::router(metrics.clone()),
+            Some(token) => crate::source::http::with_bearer(served(), token),
+            None => served(),
         };
-        let stop = shutdown.clone();
+        let stop = metrics_stop.clone();
         tokio::spawn(async move {
             let _ = axum::serve(listener, app).with_graceful_shutdown(stop.cancelled_owned()).await;
         });
@@ -423,16 +430,25 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         resume,
         progress: progress.clone(),
         follow,
-        extra_routes: crate::metrics::router(metrics.clone()),
+        extra_routes: served(),
         counters: source_counters,
         ingest_counters,
     });
     let mut summary = match built {
-        Ok(source) => source
-            .run(event_broadcaster.broadcaster().clone(), shutdown.clone())
-            .await
-            .map(|source| RunSummary { source, ..RunSummary::default() })
-            .map_err(RunError::from),
+        Ok(source) => {
+            readiness.set(true);
+            let not_ready_at_shutdown = {
+                let (readiness, shutdown) = (readiness.clone(), shutdown.clone());
+                tokio::spawn(async move {
+                    shutdown.cancelled().await;
+                    readiness.set(false)
+                })
+            };
+            let ran = source.run(event_broadcaster.broadcaster().clone(), shutdown.clone()).await;
+            readiness.set(false);
+            not_ready_at_shutdown.abort();
+            ran.map(|source| RunSummary { source, ..RunSummary::default() }).map_err(RunError::from)
+        }
         Err(error) => Err(RunError::from(error)),
     };
     // The source has ended (or was stopped): drain the Broadcaster into the watchers and let

@@ -9,6 +9,7 @@ mod delivery;
 mod events_v1_series_vectors;
 mod example_plugins;
 mod guest_sdk;
+mod helm_chart;
 mod hot_reload;
 mod http_ingest;
 mod kubernetes;

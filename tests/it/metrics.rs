@@ -520,3 +520,155 @@ fn metrics_ask_for_the_ingest_token_when_one_is_set() {
     stop(run);
     assert_eq!((without.as_str(), wrong.as_str(), right.as_str()), ("401", "401", "200"));
 }
+
+/// `GET path` of a running `eventpipe` at `addr`, with `headers` (each line ended by `\r\n`):
+/// the status code and the body.
+fn get_process(addr: &str, path: &str, headers: &str) -> (String, String) {
+    use std::io::{Read, Write};
+    let mut conn = std::net::TcpStream::connect(addr).unwrap();
+    write!(conn, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{headers}Connection: close\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).unwrap();
+    let status = answer.split_whitespace().nth(1).unwrap_or_default().to_string();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    let body =
+        if head.to_ascii_lowercase().contains("transfer-encoding: chunked") { dechunk(body) } else { body.into() };
+    (status, body.trim().to_string())
+}
+
+/// `GET path` until it answers `status` (at most ~10 s); panics with the last answer otherwise.
+fn get_until(addr: &str, path: &str, status: &str) -> String {
+    let mut last = (String::new(), String::new());
+    for _ in 0..100 {
+        last = get_process(addr, path, "");
+        if last.0 == status {
+            return last.1;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("{path} never answered {status}: {last:?}");
+}
+
+/// `/healthz` and `/readyz` sit beside `/metrics`, and need no token even when `/metrics` does
+/// (a kubelet probe cannot send one).
+#[test]
+fn probes_answer_without_the_token_that_metrics_ask_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("events.jsonl");
+    std::fs::write(&source, "").unwrap();
+    let (run, addr) = spawn_run_with(
+        &[
+            "--no-watch".into(),
+            "--follow".into(),
+            "--metrics=127.0.0.1:0".into(),
+            format!("--source=jsonl:{}", source.display()),
+            "--sink=jsonl:/dev/null".into(),
+        ],
+        "metrics on http://",
+        &[("EVENTPIPE_INGEST_TOKEN", "s3cret-token")],
+    );
+    let ready = get_until(&addr, "/readyz", "200");
+    let healthz = get_process(&addr, "/healthz", "");
+    let metrics = get_process(&addr, "/metrics", "").0;
+    let with_token = get_process(&addr, "/readyz", "Authorization: Bearer s3cret-token\r\n").0;
+    stop(run);
+    assert_eq!(ready, "ok");
+    assert_eq!(healthz, ("200".to_string(), "ok".to_string()));
+    assert_eq!(metrics, "401");
+    assert_eq!(with_token, "200");
+}
+
+/// On the HTTP ingest server too: the probes answer without the token every other path needs.
+#[test]
+fn the_ingest_server_answers_probes_without_its_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let (run, addr) = spawn_run_with(
+        &[
+            "--no-watch".into(),
+            "--source=http:127.0.0.1:0".into(),
+            format!("--sink=jsonl:{}", dir.path().join("out.jsonl").display()),
+        ],
+        "HTTP ingest listening on ",
+        &[("EVENTPIPE_INGEST_TOKEN", "s3cret-token")],
+    );
+    let ready = get_until(&addr, "/readyz", "200");
+    let healthz = get_process(&addr, "/healthz", "").0;
+    let metrics = get_process(&addr, "/metrics", "").0;
+    let metrics_with_token = get_process(&addr, "/metrics", "Authorization: Bearer s3cret-token\r\n").0;
+    let unknown = get_process(&addr, "/healthz/x", "").0;
+    stop(run);
+    assert_eq!(ready, "ok");
+    assert_eq!((healthz.as_str(), metrics.as_str(), metrics_with_token.as_str()), ("200", "401", "200"));
+    assert_eq!(unknown, "401", "only the probe paths themselves are open");
+}
+
+/// From SIGTERM on, `/readyz` answers `503` while the pipeline drains (here: a webhook that never
+/// answers holds the drain for `--shutdown-timeout`); `/healthz` still answers `200`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_answers_503_while_a_shutdown_drains() {
+    // A webhook that accepts connections and never answers.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hook = listener.local_addr().unwrap();
+    let (seen_tx, mut seen_rx) = tokio::sync::mpsc::channel::<()>(1);
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((conn, _)) = listener.accept().await {
+            held.push(conn);
+            let _ = seen_tx.try_send(());
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("events.jsonl");
+    let stream =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/data/occurrences.jsonl")).unwrap();
+    std::fs::write(&source, stream.lines().take(3).collect::<Vec<_>>().join("\n") + "\n").unwrap();
+    let (mut run, addr) = spawn_run(
+        &[
+            "--no-watch".into(),
+            "--follow".into(),
+            "--shutdown-timeout=5".into(),
+            "--metrics=127.0.0.1:0".into(),
+            format!("--source=jsonl:{}", source.display()),
+            format!("--sink=webhook:http://{hook}/"),
+        ],
+        "metrics on http://",
+    );
+    let probe = |path: &'static str, status: &'static str| {
+        let addr = addr.clone();
+        tokio::task::spawn_blocking(move || get_until(&addr, path, status))
+    };
+    probe("/readyz", "200").await.unwrap();
+    // A write is in flight (the webhook holds it), then SIGTERM.
+    tokio::time::timeout(Duration::from_secs(30), seen_rx.recv()).await.expect("the webhook is called");
+    let _ = std::process::Command::new("kill").args(["-TERM", &run.id().to_string()]).status();
+    let draining = probe("/readyz", "503").await.unwrap();
+    let alive = probe("/healthz", "200").await.unwrap();
+    let still_running = run.try_wait().unwrap().is_none();
+    let _ = run.wait();
+    assert_eq!((draining.as_str(), alive.as_str()), ("not ready", "ok"));
+    assert!(still_running, "the run was still draining when /readyz answered 503");
+}
+
+/// The probe routes alone: `/readyz` follows the flag, `/healthz` always answers.
+#[tokio::test]
+async fn readyz_follows_the_readiness_flag_and_healthz_always_answers() {
+    use eventpipe::health::{HEALTHZ, READYZ, Readiness, router};
+    async fn get(router: &axum::Router, path: &str) -> (StatusCode, String) {
+        let response = router.clone().oneshot(Request::get(path).body(Body::empty()).unwrap()).await.unwrap();
+        let status = response.status();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        (status, String::from_utf8(body.to_vec()).unwrap())
+    }
+    let readiness = Readiness::new();
+    let router = router(readiness.clone());
+    assert_eq!(get(&router, HEALTHZ).await, (StatusCode::OK, "ok".into()));
+    assert_eq!(get(&router, READYZ).await, (StatusCode::SERVICE_UNAVAILABLE, "not ready".into()));
+    readiness.set(true);
+    assert!(readiness.is_ready());
+    assert_eq!(get(&router, READYZ).await, (StatusCode::OK, "ok".into()));
+    readiness.set(false);
+    assert_eq!(get(&router, READYZ).await.0, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(get(&router, HEALTHZ).await.0, StatusCode::OK);
+    let head = router.clone().oneshot(Request::head(HEALTHZ).body(Body::empty()).unwrap()).await.unwrap();
+    assert_eq!(head.status(), StatusCode::OK);
+}

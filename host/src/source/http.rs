@@ -62,10 +62,11 @@
 //! # Authentication
 //!
 //! With a token ([`IngestConfig::token`], usually from [`TOKEN_ENV`]) every request, on every
-//! path, needs `Authorization: Bearer <token>`, compared in constant time. Without a token the
-//! server only binds loopback addresses: [`Ingest::bind`] and [`Ingest::serve`] refuse any other
-//! address with [`IngestError::TokenRequired`]. The `Authorization`, `Proxy-Authorization` and
-//! `Cookie` headers are never passed on with the events.
+//! path but the probes (`GET` / `HEAD` of [`crate::health::PROBE_PATHS`], which a kubelet asks
+//! without a token), needs `Authorization: Bearer <token>`, compared in constant time. Without
+//! a token the server only binds loopback addresses: [`Ingest::bind`] and [`Ingest::serve`]
+//! refuse any other address with [`IngestError::TokenRequired`]. The `Authorization`,
+//! `Proxy-Authorization` and `Cookie` headers are never passed on with the events.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -75,7 +76,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -649,6 +650,8 @@ type SharedState = Arc<Shared>;
 /// `router` with every request checked for `Authorization: Bearer <token>` (compared in
 /// constant time; `401` with a `WWW-Authenticate` challenge and a `Status` body otherwise), as
 /// the ingest server checks its token. `run` puts `--metrics` behind the ingest token this way.
+/// The probes ([`crate::health::PROBE_PATHS`]: `GET` / `HEAD /healthz`, `/readyz`) need no token,
+/// here and on the ingest server: a kubelet cannot send one.
 pub fn with_bearer(router: Router, token: BearerToken) -> Router {
     router.layer(axum::middleware::from_fn_with_state((token, None), require_bearer))
 }
@@ -658,6 +661,10 @@ async fn require_bearer(
     req: Request,
     next: Next,
 ) -> Response {
+    let probe = matches!(*req.method(), Method::GET | Method::HEAD);
+    if probe && crate::health::PROBE_PATHS.contains(&req.uri().path()) {
+        return next.run(req).await;
+    }
     let given = req.headers().get(header::AUTHORIZATION).map(|v| v.as_bytes());
     let bearer = given.and_then(|v| {
         let (scheme, rest) = v.split_at_checked(7)?;

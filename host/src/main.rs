@@ -40,6 +40,9 @@ enum Command {
     /// Check a config, its plugins, sinks and source without running; list every problem and
     /// exit 1, or exit 0.
     Validate(cli::validate::ValidateArgs),
+    /// A live view of a running instance (`eventpipe run --metrics ADDR`) from its `/metrics`:
+    /// events/s per source and tenant, sink writes, plugins, queues, drops; `q` quits.
+    Top(cli::top::TopArgs),
     /// Print a shell completion script (e.g. `eventpipe completions bash > /etc/bash_completion.d/eventpipe`).
     Completions {
         /// The shell.
@@ -61,6 +64,7 @@ fn main() -> ExitCode {
         Command::Test(args) => cli::test::execute(args),
         Command::NewPlugin(args) => cli::new_plugin::execute(args),
         Command::Validate(args) => cli::validate::execute(args),
+        Command::Top(args) => cli::top::execute(args),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "eventpipe", &mut std::io::stdout());
             Ok(ExitCode::SUCCESS)

@@ -1,7 +1,9 @@
 //! `eventpipe top`: the exposition parser and the rates on text the real metrics module writes,
-//! the view rendered on a test terminal, the command against an unreachable or live endpoint.
+//! the view rendered on a test terminal, the command against an unreachable or live endpoint;
+//! and the progress bar of `run` and `replay`, silent when stderr is not a terminal.
 
-use std::io::Write;
+use std::io::{Read, Write};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -299,4 +301,75 @@ fn top_on_a_terminal_shows_the_tables_and_q_restores_the_terminal() {
     for text in ["Events", "Tenants", "jsonl:in.jsonl", "payments", "audit-hook", "fuel/event"] {
         assert!(out.contains(text), "{text} on screen: {out:?}");
     }
+}
+
+/// An input file of `n` events.
+fn events_file(dir: &Path, n: usize) -> std::path::PathBuf {
+    let path = dir.join("in.jsonl");
+    let mut text = String::new();
+    for i in 0..n {
+        text += &format!(
+            "{{\"metadata\":{{\"name\":\"e{i}\",\"namespace\":\"ns\"}},\"involvedObject\":{{\"kind\":\"Pod\",\"name\":\"p{}\"}},\"reason\":\"R\",\"message\":\"m{i}\"}}\n",
+            i % 50
+        );
+    }
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// What a progress bar would leave in stderr.
+fn has_progress(stderr: &str) -> bool {
+    stderr.contains('\r') || stderr.contains("events/s") || stderr.contains("lines/s") || stderr.contains("=>")
+}
+
+#[test]
+fn run_and_replay_print_no_progress_when_stderr_is_not_a_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = events_file(dir.path(), 2000);
+    let out = Command::new(env!("CARGO_BIN_EXE_eventpipe"))
+        .args(["run", "--builtin", "--no-watch"])
+        .arg(format!("--source=jsonl:{}", input.display()))
+        .arg(format!("--sink=jsonl:{}", dir.path().join("out.jsonl").display()))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("read 2000 events"), "{stderr}");
+    assert!(!has_progress(&stderr), "{stderr:?}");
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_eventpipe"))
+        .args(["replay", "--builtin"])
+        .stdin(std::fs::File::open(&input).unwrap())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    assert!(child.wait().unwrap().success(), "{stderr}");
+    assert!(!has_progress(&stderr), "{stderr:?}");
+}
+
+#[test]
+fn run_and_replay_show_progress_on_a_terminal() {
+    if !script_available() {
+        eprintln!("skipped: no `script` to make a terminal");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let input = events_file(dir.path(), 2000);
+    let bin = env!("CARGO_BIN_EXE_eventpipe");
+    let run = format!(
+        "{bin} run --builtin --no-watch --source=jsonl:{} --sink=jsonl:{}",
+        input.display(),
+        dir.path().join("out.jsonl").display()
+    );
+    let (code, out) = on_a_terminal(&run, b"", Duration::ZERO);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("events/s") && out.contains("read 2000 events"), "{out:?}");
+
+    let replay = format!("{bin} replay --builtin < {} > /dev/null", input.display());
+    let (code, out) = on_a_terminal(&replay, b"", Duration::ZERO);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("lines/s"), "{out:?}");
 }

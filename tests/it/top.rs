@@ -265,22 +265,40 @@ fn script_available() -> bool {
     Command::new("script").arg("--version").output().is_ok_and(|o| o.status.success())
 }
 
-/// `command` run by a shell on a 120×40 pseudo-terminal; `input` typed after `wait`.
+/// `command` run by a shell on a 120×40 pseudo-terminal; `input` typed after `wait`. Killed
+/// (and the test failed) if it has not ended within a minute.
 fn on_a_terminal(command: &str, input: &[u8], wait: Duration) -> (i32, String) {
     let mut child = Command::new("script")
         .args(["-qec", &format!("stty cols 120 rows 40; {command}"), "/dev/null"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut out = Vec::new();
+        stdout.read_to_end(&mut out).unwrap();
+        String::from_utf8_lossy(&out).into_owned()
+    });
     std::thread::sleep(wait);
     let mut stdin = child.stdin.take().unwrap();
     stdin.write_all(input).unwrap();
     stdin.flush().unwrap();
-    let out = child.wait_with_output().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!("{command}: still running after a minute");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
     drop(stdin);
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned())
+    (status.code().unwrap_or(-1), reader.join().unwrap())
 }
 
 #[test]

@@ -53,6 +53,7 @@ pub mod source;
 pub mod stage;
 pub mod suppressed;
 pub mod tenant;
+pub mod top;
 pub mod validate;
 pub mod watchers;
 

@@ -43,6 +43,9 @@ enum Command {
     /// About the tenant config file (its JSON Schema).
     #[command(subcommand)]
     Config(cli::config::ConfigCommand),
+    /// A live view of a running instance (`eventpipe run --metrics ADDR`) from its `/metrics`:
+    /// events/s per source and tenant, sink writes, plugins, queues, drops; `q` quits.
+    Top(cli::top::TopArgs),
     /// Print a shell completion script (e.g. `eventpipe completions bash > /etc/bash_completion.d/eventpipe`).
     Completions {
         /// The shell.
@@ -65,6 +68,7 @@ fn main() -> ExitCode {
         Command::NewPlugin(args) => cli::new_plugin::execute(args),
         Command::Validate(args) => cli::validate::execute(args),
         Command::Config(command) => cli::config::execute(command),
+        Command::Top(args) => cli::top::execute(args),
         Command::Completions { shell } => {
             let mut script = Vec::new();
             clap_complete::generate(shell, &mut Cli::command(), "eventpipe", &mut script);

@@ -182,6 +182,9 @@ pub struct RunOptions {
     pub watchers: Vec<WatcherSpec>,
     /// The Events API every `k8s` sink writes to (core/v1, or events.k8s.io series).
     pub events_api: crate::k8s::EventsApi,
+    /// The source's live counters (events, bad lines, bytes read), counted into while the run
+    /// goes: a caller may read them meanwhile (a progress bar, as `/metrics` does).
+    pub source_counters: Arc<SourceCounters>,
 }
 
 /// Prints a line about what is live (stderr, always) and logs it.
@@ -223,6 +226,7 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         max_in_flight,
         watchers: watcher_specs,
         events_api,
+        source_counters,
     } = options;
     let mut broadcaster = broadcaster;
     broadcaster.full_channel_behavior = match delivery {
@@ -339,7 +343,7 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
     // `/readyz`: ready once the source is started, not ready again from the shutdown on.
     let readiness = crate::health::Readiness::new();
     let served = || crate::metrics::router(metrics.clone()).merge(crate::health::router(readiness.clone()));
-    let (source_counters, ingest_counters) = (Arc::new(SourceCounters::default()), Arc::new(IngestCounters::default()));
+    let ingest_counters = Arc::new(IngestCounters::default());
     {
         let http = matches!(source, SourceSpec::Http(_));
         let (source_counters, ingest_counters) = (source_counters.clone(), ingest_counters.clone());

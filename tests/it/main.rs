@@ -23,6 +23,7 @@ mod run_cli;
 mod shutdown;
 mod sink_retry_vectors;
 mod tenants;
+mod top;
 mod validate;
 mod watchers;
 mod webhook_sink;

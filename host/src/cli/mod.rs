@@ -9,6 +9,7 @@ pub mod plugins;
 pub mod replay;
 pub mod run;
 pub mod test;
+pub mod top;
 pub mod validate;
 
 use std::path::{Path, PathBuf};

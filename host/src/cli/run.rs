@@ -1,11 +1,14 @@
 //! `eventpipe run`: source → Broadcaster → watchers (tenant router, watcher plugins) → sinks,
 //! until the source ends or a signal; prints a summary.
 
+use std::collections::VecDeque;
+use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Args;
@@ -17,8 +20,8 @@ use eventpipe::k8s::KubeOptions;
 use eventpipe::router::{DEFAULT_MAX_IN_FLIGHT, PartitionKey};
 use eventpipe::run::{RunOptions, run};
 use eventpipe::sink::SinkEntry;
-use eventpipe::source::SourceSpec;
 use eventpipe::source::k8s::WatchOptions;
+use eventpipe::source::{SourceCounters, SourceSpec};
 use eventpipe::watchers::WatcherSpec;
 
 use super::{CorrelatorArgs, PluginArgs, RuntimeArgs};
@@ -186,9 +189,26 @@ pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
         watchers: args.watcher,
         delivery: Delivery::new(args.delivery, args.state_file).map_err(anyhow::Error::msg)?,
         events_api: args.kube.events_api,
+        source_counters: Arc::new(SourceCounters::default()),
     };
+    // A JSON-lines file (or stdin redirected from one) read to its end: a progress bar on a
+    // terminal, fed by the source's live counters.
+    let file_len = match &options.source {
+        SourceSpec::JsonLinesFile(path) if !options.follow => {
+            std::fs::metadata(path).ok().filter(|m| m.is_file()).map(|m| m.len())
+        }
+        SourceSpec::JsonLinesStdin => stdin_file_len(),
+        _ => None,
+    };
+    let progress = file_len.and_then(|len| {
+        let counters = options.source_counters.clone();
+        Progress::start(len, "events", move || (counters.bytes_read(), counters.stats().read))
+    });
     let runtime = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
     let summary = runtime.block_on(run(options));
+    if let Some(progress) = progress {
+        progress.finish();
+    }
     // A watcher plugin cut off at shutdown may still be inside a call: do not wait for it.
     runtime.shutdown_background();
     let summary = summary?;
@@ -204,4 +224,96 @@ pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// How often the progress bar reads its counters.
+const PROGRESS_TICK: Duration = Duration::from_millis(100);
+
+/// A progress bar on stderr while a file is read (bytes of its size, and a count per second),
+/// shown only when stderr is a terminal. A thread reads the reader's counters every
+/// [`PROGRESS_TICK`]; the reading side only adds to atomics, once per chunk.
+pub(super) struct Progress {
+    stop: mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Progress {
+    /// Starts the bar for a file of `len` bytes; `counters` gives (bytes read, `what` counted)
+    /// so far. `None` (and nothing drawn) unless stderr is a terminal.
+    pub(super) fn start(
+        len: u64,
+        what: &'static str,
+        counters: impl Fn() -> (u64, u64) + Send + 'static,
+    ) -> Option<Progress> {
+        if !std::io::stderr().is_terminal() {
+            return None;
+        }
+        let style = indicatif::ProgressStyle::with_template(
+            "{spinner} {elapsed_precise} [{wide_bar}] {binary_bytes}/{binary_total_bytes} {msg}",
+        )
+        .ok()?
+        .progress_chars("=> ");
+        let (stop, stopped) = mpsc::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("eventpipe-progress".into())
+            .spawn(move || {
+                // Drawn from the first byte read on, so that what the command prints while it
+                // starts is not mixed with the bar.
+                let mut bar: Option<indicatif::ProgressBar> = None;
+                // (time, count) over the last second or so: the rate shown.
+                let mut window = VecDeque::new();
+                let mut running = true;
+                while running {
+                    running = matches!(stopped.recv_timeout(PROGRESS_TICK), Err(mpsc::RecvTimeoutError::Timeout));
+                    let (bytes, count) = counters();
+                    if bytes == 0 && count == 0 {
+                        continue;
+                    }
+                    let bar = bar.get_or_insert_with(|| {
+                        let bar = indicatif::ProgressBar::with_draw_target(
+                            Some(len),
+                            indicatif::ProgressDrawTarget::stderr(),
+                        );
+                        bar.set_style(style.clone());
+                        bar
+                    });
+                    let now = Instant::now();
+                    window.push_back((now, count));
+                    while window.len() > 2 && now - window[1].0 >= Duration::from_secs(1) {
+                        window.pop_front();
+                    }
+                    let (then, before) = window[0];
+                    let secs = (now - then).as_secs_f64();
+                    let rate = if secs > 0.0 { count.saturating_sub(before) as f64 / secs } else { 0.0 };
+                    bar.set_message(format!("{count} {what}, {rate:.0} {what}/s"));
+                    bar.set_position(bytes.min(len));
+                }
+                if let Some(bar) = bar {
+                    bar.finish_and_clear();
+                }
+            })
+            .ok()?;
+        Some(Progress { stop, thread })
+    }
+
+    /// Stops the bar and clears it from the terminal.
+    pub(super) fn finish(self) {
+        drop(self.stop);
+        let _ = self.thread.join();
+    }
+}
+
+/// The size of the regular file standard input is redirected from, if it is one.
+pub(super) fn stdin_file_len() -> Option<u64> {
+    #[cfg(unix)]
+    {
+        use std::os::fd::AsFd;
+        let fd = std::io::stdin().as_fd().try_clone_to_owned().ok()?;
+        let meta = std::fs::File::from(fd).metadata().ok()?;
+        meta.is_file().then_some(meta.len())
+    }
+    #[cfg(not(unix))]
+    {
+        None
+    }
 }

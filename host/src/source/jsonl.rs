@@ -109,7 +109,7 @@ impl JsonLinesSource {
                 }
                 _ = shutdown.cancelled(), if !ended => {
                     // Stop reading; what was read still goes in.
-                    dispatch(&mut chunk, &mut pending, speculate);
+                    self.dispatch(&mut chunk, &mut pending, speculate);
                     ended = true;
                 }
                 _ = sleep_until(idle_until), if idle_until.is_some() => idle_until = None,
@@ -118,7 +118,7 @@ impl JsonLinesSource {
                         chunk.push(&line.bytes, line.read);
                         line.clear();
                         if chunk.is_full() || reader.buffer().is_empty() {
-                            dispatch(&mut chunk, &mut pending, speculate);
+                            self.dispatch(&mut chunk, &mut pending, speculate);
                         }
                     }
                     // The end of the input for now: a followed file may grow (a partial last
@@ -127,7 +127,7 @@ impl JsonLinesSource {
                         if !self.follow && line.read > 0 {
                             chunk.push(&line.bytes, line.read);
                         }
-                        dispatch(&mut chunk, &mut pending, speculate);
+                        self.dispatch(&mut chunk, &mut pending, speculate);
                         if self.follow {
                             idle_until = Some(tokio::time::Instant::now() + FOLLOW_POLL);
                         } else {
@@ -143,6 +143,13 @@ impl JsonLinesSource {
             self.counters.add_bad_line();
         }
         Ok(self.counters.stats())
+    }
+
+    /// [`dispatch`]es `chunk`, counting its input bytes.
+    fn dispatch(&self, chunk: &mut Chunk, pending: &mut VecDeque<Pending>, speculate: bool) {
+        let bytes = chunk.lines.last().map_or(0, |&(_, end)| end - chunk.start);
+        self.counters.add_bytes_read(bytes);
+        dispatch(chunk, pending, speculate);
     }
 
     /// Hands a decoded chunk's events to the Broadcaster (recording their positions first),
@@ -172,7 +179,9 @@ impl JsonLinesSource {
         }
         let n = batch.len() as u64;
         match to.action_many(batch).await {
-            Ok(()) => self.counters.add_read(n),
+            Ok(()) => {
+                self.counters.add_read(n);
+            }
             Err(error) => tracing::error!(%error, events = n, "broadcaster refused events"),
         }
     }

@@ -45,9 +45,29 @@ pub struct SourceCounters {
     read: AtomicU64,
     bad_lines: AtomicU64,
     non_events: AtomicU64,
+    bytes_read: AtomicU64,
 }
 
 impl SourceCounters {
+    /// Counters at zero.
+    pub const fn new() -> Self {
+        Self {
+            read: AtomicU64::new(0),
+            bad_lines: AtomicU64::new(0),
+            non_events: AtomicU64::new(0),
+            bytes_read: AtomicU64::new(0),
+        }
+    }
+
+    /// Input bytes read so far (JSON-lines sources), counted as lines are handed to decoding.
+    pub fn bytes_read(&self) -> u64 {
+        self.bytes_read.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn add_bytes_read(&self, n: u64) {
+        self.bytes_read.fetch_add(n, Ordering::Relaxed);
+    }
+
     /// The counters now.
     pub fn stats(&self) -> SourceStats {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);

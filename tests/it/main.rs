@@ -12,6 +12,7 @@ mod guest_sdk;
 mod hot_reload;
 mod http_ingest;
 mod kubernetes;
+mod memo;
 mod metrics;
 mod new_plugin;
 mod plugin_failures;

@@ -32,9 +32,13 @@
 //!
 //! # Per-plugin key/value config, handed to the plugin through its `config` import. Values are
 //! # strings; integers, floats and booleans are accepted and passed in their string form.
+//! # `pure` is the host's: `pure = false` makes the host call a key plugin or message combiner on
+//! # every event instead of answering repeated inputs from its memo (for a plugin that keeps state).
 //! [plugins.my-filter]
 //! threshold = "5"
 //! verbose = true
+//! [plugins.my-stateful-key]
+//! pure = false
 //!
 //! [[tenants]]                          # first match wins, in file order
 //! name = "payments"
@@ -71,6 +75,7 @@
 //!   is non-empty and unique in its list; `keep = []` is refused (it would drop every event); a
 //!   tenant's `match` has no `name`. A tenant's list replaces the `[defaults]` one (`drop = []`
 //!   clears it).
+//! - `pure` in a `[plugins.NAME]` table is `true` or `false` (or the string `"true"` / `"false"`).
 //! - Each sink is a sink spec as `--sink` takes it (`jsonl:PATH`, `jsonl:-`, `plugin:NAME`, `k8s`,
 //!   `k8s:NAMESPACE`), and
 //!   `sinks` must not be empty when given.
@@ -93,7 +98,7 @@ use toml::Spanned;
 
 use crate::broadcaster::FullChannelBehavior;
 use crate::partition::PartitionKey;
-use crate::plugin::FallbackPolicy;
+use crate::plugin::{FallbackPolicy, PURE_KEY};
 use crate::rules::EventRule;
 pub use crate::tenant::DEFAULT_TENANT;
 use crate::tenant::{EventMatch, MatchEntry, MatchError, MatchSpec, TenantRouter};
@@ -316,11 +321,19 @@ impl Config {
             tenants.push(TenantConfig { name: name.clone(), matcher, rules });
         }
 
-        let plugin_config = raw
-            .plugins
-            .into_iter()
-            .map(|(plugin, table)| (plugin, table.into_iter().map(|(k, v)| (k, v.0)).collect()))
-            .collect();
+        let mut plugin_config = BTreeMap::new();
+        for (plugin, table) in raw.plugins {
+            if let Some(pure) = table.get(PURE_KEY)
+                && !matches!(pure.get_ref().0.as_str(), "true" | "false")
+            {
+                return Err(ctx.error(
+                    pure.span(),
+                    format!("plugins.{plugin}.{PURE_KEY}"),
+                    format!("expected `true` or `false`, got `{}`", pure.get_ref().0),
+                ));
+            }
+            plugin_config.insert(plugin, table.into_iter().map(|(k, v)| (k, v.into_inner().0)).collect());
+        }
         let mut watchers = Vec::with_capacity(raw.watchers.len());
         for (i, w) in raw.watchers.iter().enumerate() {
             let w = w.get_ref();
@@ -424,7 +437,7 @@ struct RawFile {
     /// are strings (numbers and booleans are passed in their string form).
     #[serde(default)]
     #[schemars(with = "BTreeMap<String, BTreeMap<String, PluginValueSchema>>")]
-    plugins: BTreeMap<String, BTreeMap<String, PluginValue>>,
+    plugins: BTreeMap<String, BTreeMap<String, Spanned<PluginValue>>>,
     /// Tenants, tried in file order: the first whose `match` holds gets the event.
     #[serde(default)]
     #[schemars(with = "Vec<RawTenant>")]
@@ -1140,6 +1153,14 @@ mod tests {
         let got: Vec<(&str, &str)> = p.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         assert_eq!(got, [("b", "false"), ("f", "1.0"), ("g", "0.25"), ("i", "-3"), ("s", "x")]);
         assert_err("[plugins.p]\nok = 1\nlist = [1]\n", 3, "plugins.p.list", "expected a string, integer");
+    }
+
+    #[test]
+    fn pure_is_a_boolean() {
+        let config = parse("[plugins.p]\npure = false\n[plugins.q]\npure = \"true\"\n").unwrap();
+        assert_eq!(config.plugin_config["p"]["pure"], "false");
+        assert_eq!(config.plugin_config["q"]["pure"], "true");
+        assert_err("[plugins.p]\nx = 1\npure = 0\n", 3, "plugins.p.pure", "expected `true` or `false`, got `0`");
     }
 
     #[test]

@@ -29,7 +29,7 @@
 //! | `eventpipe_sink_sent_total`, `_acked_total`, `_retries_total`, `_failures_total` | `sink` | webhook sinks |
 //! | `eventpipe_sink_dropped_total` | `sink`, `reason` (`queue_full`) | webhook sinks, at-most-once |
 //! | `eventpipe_sink_queue_depth`, `eventpipe_sink_queue_capacity` (gauges) | `sink` | webhook sinks, events |
-//! | `eventpipe_plugin_calls_total`, `_events_total`, `_fuel_consumed_total`, `_fallbacks_total`, `_drops_total`, `_instances_total` | `plugin`, `tenant` | `PluginStats` |
+//! | `eventpipe_plugin_calls_total`, `_events_total`, `_fuel_consumed_total`, `_fallbacks_total`, `_drops_total`, `_instances_total`, `_memo_hits_total`, `_memo_misses_total` | `plugin`, `tenant` | `PluginStats` |
 //! | `eventpipe_plugin_failures_total` | `plugin`, `tenant`, `reason` (`trap`, `out_of_fuel`, `memory_limit`, `garbage`, …) | `PluginStats` |
 //! | `eventpipe_plugin_swaps_total`, `eventpipe_plugin_tier_ups_total`, `eventpipe_plugin_reloads_rejected_total` | — | plugin registry |
 //! | `eventpipe_config_reloads_total` | `result` (`applied`, `rejected`) | tenant config reloads |
@@ -177,6 +177,8 @@ impl Snapshot {
         e.fallbacks += s.fallbacks;
         e.drops += s.drops;
         e.instances += s.instances;
+        e.memo_hits += s.memo_hits;
+        e.memo_misses += s.memo_misses;
     }
 
     /// Adds the registry's swaps and refused files.
@@ -555,6 +557,20 @@ impl Collector for SnapshotCollector {
             plugin(|s| s.drops),
         )?;
         family(&mut e, "eventpipe_plugin_instances", "Plugin instances created.", Counter, plugin(|s| s.instances))?;
+        family(
+            &mut e,
+            "eventpipe_plugin_memo_hits",
+            "Events a pure key plugin's memo answered without calling it.",
+            Counter,
+            plugin(|s| s.memo_hits),
+        )?;
+        family(
+            &mut e,
+            "eventpipe_plugin_memo_misses",
+            "Events a pure key plugin's memo passed to the plugin.",
+            Counter,
+            plugin(|s| s.memo_misses),
+        )?;
 
         family(
             &mut e,

@@ -155,7 +155,8 @@ pub struct TenantRules {
     pub builtin_spam_key: BuiltinSpamKey,
     /// Filter plugins, in order.
     pub filters: Vec<String>,
-    /// Fuel, memory and fallback of this tenant's plugin calls (`config` is filled per plugin).
+    /// Fuel, memory and fallback of this tenant's plugin calls (`config` and `pure` are filled
+    /// per plugin).
     pub plugin: PluginSettings,
     /// Per-plugin config (`[plugins.NAME]`).
     pub plugin_config: BTreeMap<String, BTreeMap<String, String>>,
@@ -211,7 +212,9 @@ impl TenantRules {
                     .filter(|&m| m > 0)
                     .unwrap_or(self.plugin.memory_limit_bytes),
                 fallback: rules.fallback.unwrap_or(self.plugin.fallback),
+                // Per plugin, from its `[plugins.NAME]` table: see `settings_for`.
                 config: BTreeMap::new(),
+                pure: true,
             },
             plugin_config: self.plugin_config.clone(),
             sinks,
@@ -226,9 +229,9 @@ impl TenantRules {
     }
 
     /// The plugin settings a call of `plugin` gets under these rules: the limits and fallback,
-    /// with its `[plugins.NAME]` config.
+    /// with its `[plugins.NAME]` config and purity ([`PluginSettings::with_plugin_table`]).
     pub fn settings_for(&self, plugin: &str) -> PluginSettings {
-        PluginSettings { config: self.plugin_config.get(plugin).cloned().unwrap_or_default(), ..self.plugin.clone() }
+        self.plugin.with_plugin_table(self.plugin_config.get(plugin).cloned().unwrap_or_default())
     }
 }
 

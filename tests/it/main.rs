@@ -13,6 +13,7 @@ mod helm_chart;
 mod hot_reload;
 mod http_ingest;
 mod kubernetes;
+mod memo;
 mod metrics;
 mod new_plugin;
 mod plugin_failures;

@@ -120,6 +120,8 @@ async fn an_empty_registry_describes_every_family() {
         "eventpipe_plugin_calls",
         "eventpipe_plugin_fuel_consumed",
         "eventpipe_plugin_failures",
+        "eventpipe_plugin_memo_hits",
+        "eventpipe_plugin_memo_misses",
         "eventpipe_plugin_swaps",
         "eventpipe_config_reloads",
     ] {
@@ -197,6 +199,8 @@ async fn counters_follow_known_activity() {
         fallbacks: 3,
         drops: 0,
         instances: 4,
+        memo_hits: 700,
+        memo_misses: 300,
     };
     metrics.add_source(move |s| {
         s.add_router(&router_stats);
@@ -247,6 +251,8 @@ async fn counters_follow_known_activity() {
     assert_eq!(s.get("eventpipe_plugin_calls_total", &p), 24.0);
     assert_eq!(s.get("eventpipe_plugin_fuel_consumed_total", &p), 1_720_000.0);
     assert_eq!(s.get("eventpipe_plugin_instances_total", &p), 8.0);
+    assert_eq!(s.get("eventpipe_plugin_memo_hits_total", &p), 1400.0);
+    assert_eq!(s.get("eventpipe_plugin_memo_misses_total", &p), 600.0);
     let reason = |r| [("plugin", "by-reason"), ("tenant", "payments"), ("reason", r)];
     assert_eq!(s.get("eventpipe_plugin_failures_total", &reason("out_of_fuel")), 4.0);
     assert_eq!(s.get("eventpipe_plugin_failures_total", &reason("trap")), 2.0);

@@ -113,10 +113,14 @@ fn every_kind_of_failure_falls_back_to_client_go_with_a_clear_error_and_a_metric
                 "the guest's panic message is logged:\n{log}"
             );
         }
-        // The next call works (a trapped instance is replaced).
+        // The next call works (a trapped instance is replaced), on an input the memo does not
+        // have.
+        let next = event(&format!("ok-after-{reason}"), "Pulled", "n2", "m");
+        let calls = plugin.stats().snapshot().calls;
         let mut again = Vec::new();
-        key_fn.aggregate_keys(&[&events[2]], &mut again);
-        assert_eq!(again, vec![Some(ByReason.aggregate_key(&events[2]))]);
+        key_fn.aggregate_keys(&[&next], &mut again);
+        assert_eq!(again, vec![Some(ByReason.aggregate_key(&next))]);
+        assert_eq!(plugin.stats().snapshot().calls, calls + 1, "{reason}: the plugin was called");
     }
     assert!(
         plugin.stats().snapshot().instances >= 4,
@@ -143,6 +147,36 @@ fn a_plugin_failing_on_every_event_is_not_called_for_the_rest_of_the_batch() {
     assert_eq!(stats.calls, 9, "bisected, then cut off: {stats:?}");
     assert_eq!(stats.fallbacks, 50);
     assert!(log.contains("plugin keeps failing; the rest of the batch falls back without calling it"), "{log}");
+}
+
+/// A failed input is not memoized: it goes to the plugin again next time, while the inputs the
+/// plugin answered are memo hits. An input repeated in a batch goes to the plugin once, and each
+/// repeat of a failed one is counted like the first (a fallback, or a drop).
+#[test]
+fn failures_are_not_memoized_and_their_repeats_count_as_fallbacks() {
+    for (fallback, expected_value) in [(FallbackPolicy::Builtin, true), (FallbackPolicy::Drop, false)] {
+        let plugin = load("misbehave", PluginSettings { fallback, ..PluginSettings::default() });
+        let key_fn = WasmAggregateKeyFunc::new(plugin.clone()).unwrap();
+        let (ok, bad) = (event("ok", "Started", "n", "m"), event("bad", "Trap", "n", "m"));
+        let keys = |events: &[&Event]| {
+            let mut keys = Vec::new();
+            capture_logs(|| key_fn.aggregate_keys(events, &mut keys));
+            keys
+        };
+        let want = |e: &Event| Some(ByReason.aggregate_key(e)).filter(|_| expected_value || e.reason != "Trap");
+        assert_eq!(keys(&[&ok, &bad, &ok, &bad]), [want(&ok), want(&bad), want(&ok), want(&bad)], "{fallback:?}");
+        let first = plugin.stats().snapshot();
+        // [ok, bad] fails, then [ok] answers and [bad] fails alone.
+        assert_eq!((first.calls, first.events, first.failures), (3, 4, 1), "{fallback:?}: {first:?}");
+        assert_eq!((first.memo_hits, first.memo_misses), (2, 2), "{fallback:?}: {first:?}");
+        assert_eq!(first.fallbacks + first.drops, 2, "{fallback:?}: both `bad` events fell back: {first:?}");
+
+        assert_eq!(keys(&[&bad, &ok]), [want(&bad), want(&ok)], "{fallback:?}");
+        let second = plugin.stats().snapshot();
+        assert_eq!((second.calls - first.calls, second.events - first.events), (1, 1), "{fallback:?}: only `bad`");
+        assert_eq!(second.failures - first.failures, 1, "{fallback:?}");
+        assert_eq!(second.memo_hits - first.memo_hits, 1, "{fallback:?}: `ok` from the memo");
+    }
 }
 
 /// 256 events of which those at `bad` fail (`reason`), the rest are `good`.

@@ -36,6 +36,11 @@ impl Key {
     /// A key no string hashes to in practice; fills a slot until the real key is computed.
     pub(crate) const UNSET: Key = Key(0);
 
+    /// The digest's low 64 bits: uniformly spread, for indexing a table by key.
+    pub(crate) fn low_bits(self) -> u64 {
+        self.0 as u64
+    }
+
     /// The key of one string.
     pub fn of(s: &str) -> Self {
         Self::of_bytes(s.as_bytes())

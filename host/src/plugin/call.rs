@@ -197,6 +197,12 @@ where
     /// changed since the last call). On any failure the instance is discarded; the next call
     /// gets a fresh one.
     pub(crate) fn call(&self, params: P, events: usize) -> Result<(R, CallCost), CallFailure> {
+        self.call_versioned(params, events).map(|(r, cost, _)| (r, cost))
+    }
+
+    /// As [`call`](Self::call), also telling which version answered
+    /// ([`Plugin::version`](super::Plugin::version)).
+    pub(crate) fn call_versioned(&self, params: P, events: usize) -> Result<(R, CallCost, u64), CallFailure> {
         let (settings, stats) = (self.handle.settings(), self.handle.stats());
         let mut guard = self.live.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let Some(current) = self.handle.slot().load() else {
@@ -220,7 +226,8 @@ where
             Ok(r) => {
                 let fuel = if fuel_on { budget.saturating_sub(live.store.get_fuel().unwrap_or(0)) } else { 0 };
                 stats.fuel_consumed.fetch_add(fuel, Ordering::Relaxed);
-                Ok((r, CallCost { fuel, peak_memory_bytes: live.store.data().peak_memory_bytes() }))
+                let cost = CallCost { fuel, peak_memory_bytes: live.store.data().peak_memory_bytes() };
+                Ok((r, cost, live.plugin.version))
             }
             Err(e) => {
                 *guard = None; // a trapped instance cannot be entered again

@@ -7,6 +7,7 @@ use chrono::DateTime;
 
 use super::bindings as wit;
 use crate::clock::to_unix_nanos;
+use crate::correlator::keys::Key;
 use crate::event::{self, Event, Time};
 
 /// Strings per event in a key-fields batch.
@@ -52,6 +53,22 @@ pub(crate) fn pack_key_fields(events: &[&Event]) -> Result<wit::PackedStrings, S
         return Err(format!("a batch of {} bytes is too large for one call", bytes.len()));
     }
     Ok(wit::PackedStrings { bytes, ends })
+}
+
+/// The digest of the key fields of `e` exactly as a key-fields batch hands them to a plugin: a
+/// [`Key`] of the 13 field lengths (`u64`, little-endian) followed by the 13 fields' bytes, so
+/// two events whose fields differ in any way, even only in where the bytes split between
+/// fields, hash different inputs. `buf` is scratch space, reused across calls.
+pub(crate) fn key_fields_digest(e: &Event, buf: &mut Vec<u8>) -> Key {
+    let fields = key_fields(e);
+    buf.clear();
+    for field in fields {
+        buf.extend_from_slice(&(field.len() as u64).to_le_bytes());
+    }
+    for field in fields {
+        buf.extend_from_slice(field.as_bytes());
+    }
+    Key::of_bytes(buf)
 }
 
 /// The strings of a `packed-strings` result, checked against its rules and against the count
@@ -206,6 +223,20 @@ mod tests {
         assert_eq!(strings[0], b"kubelet");
         assert_eq!(strings[4], b"pod");
         assert_eq!(strings[KEY_FIELDS + 10], b"m");
+    }
+
+    #[test]
+    fn key_fields_digest_tells_apart_fields_that_concatenate_alike() {
+        let mut buf = Vec::new();
+        let e = Event { reason: "ab".into(), message: "c".into(), ..Event::default() };
+        let moved = Event { reason: "a".into(), message: "bc".into(), ..Event::default() };
+        let digest = key_fields_digest(&e, &mut buf);
+        assert_ne!(digest, key_fields_digest(&moved, &mut buf), "lengths are part of the input");
+        assert_eq!(digest, key_fields_digest(&e.clone(), &mut buf), "same fields, same digest");
+        let mut not_sent = e.clone();
+        not_sent.metadata.name = "other".into();
+        not_sent.count = 7;
+        assert_eq!(digest, key_fields_digest(&not_sent, &mut buf), "only the fields a plugin receives count");
     }
 
     #[test]

@@ -8,6 +8,11 @@
 //! it failed on. When [`MAX_ISOLATED_FAILURES`] single events failed and no call of the batch
 //! succeeded, the failure is taken as systematic and the rest of the batch falls back without
 //! calling the plugin again.
+//!
+//! These plugins are pure by contract, so each instance memoizes their answers: a batch is
+//! first looked up in the memo, and only the inputs it has no answer for go to the plugin, in
+//! one call, each distinct input once; the values come back in event order. A plugin configured
+//! with `pure = false` ([`PluginSettings::pure`]) is called on every event.
 
 use std::sync::atomic::Ordering;
 
@@ -15,6 +20,7 @@ use super::bindings::PackedStrings;
 pub use super::call::MAX_ISOLATED_FAILURES;
 use super::call::{CallFailure, Caller, bisect};
 use super::convert::{describe, pack_key_fields, unpack};
+use super::memo::{Answer, Memo};
 use std::sync::Arc;
 
 use super::registry::{LookupError, PluginRegistry};
@@ -39,58 +45,91 @@ pub const DEFAULT_SPAM_KEY_PLUGIN: &str = "source-object";
 
 type KeyBatchFn = Caller<(PackedStrings,), (Result<PackedStrings, String>,)>;
 
-/// A key-fields batch export returning `per_event` strings per event.
-struct BatchKeyFn {
+/// A key-fields batch export returning `per_event` strings per event, decoded into a `T` per
+/// event, with its memo (`None` for a plugin that is not pure).
+struct BatchKeyFn<T> {
     caller: KeyBatchFn,
     per_event: usize,
+    memo: Option<Memo<T>>,
 }
 
-impl BatchKeyFn {
+impl<T: Clone> BatchKeyFn<T> {
     fn new(handle: PluginHandle, expected: PluginKind, per_event: usize) -> Result<Self, WrongKind> {
         check_kind(&handle, expected)?;
-        Ok(Self { caller: Caller::new(handle, expected.batch_export(), None), per_event })
+        let memo = handle.settings().pure.then(Memo::new);
+        Ok(Self { caller: Caller::new(handle, expected.batch_export(), None), per_event, memo })
     }
 
-    /// One call on `events`, its answer checked and decoded.
-    fn try_batch<T>(
+    /// One call on `events`, its answer checked and decoded, with the version that answered.
+    fn try_batch(
         &self,
         events: &[&Event],
         decode: &impl Fn(&[&[u8]], &Event) -> Result<T, String>,
-    ) -> Result<Vec<T>, CallFailure> {
+    ) -> Result<Vec<Answer<T>>, CallFailure> {
         let packed = pack_key_fields(events).map_err(CallFailure::GuestError)?;
-        let ((answer,), _cost) = self.caller.call((packed,), events.len())?;
+        let ((answer,), _cost, version) = self.caller.call_versioned((packed,), events.len())?;
         let packed = answer.map_err(CallFailure::GuestError)?;
         let strings = unpack(&packed, events.len() * self.per_event).map_err(CallFailure::Garbage)?;
-        strings.chunks(self.per_event).zip(events).map(|(s, e)| decode(s, e).map_err(CallFailure::Garbage)).collect()
+        strings
+            .chunks(self.per_event)
+            .zip(events)
+            .map(|(s, e)| decode(s, e).map(|value| Answer::Plugin { value, version }).map_err(CallFailure::Garbage))
+            .collect()
     }
 
-    /// Decoded values for every event of `events`, in order, into `out`; failures fall back.
-    fn run<T>(
+    /// Values for every event of `events`, in order, into `out`: from the memo where it has
+    /// them, the rest from the plugin; failures fall back.
+    fn run(
         &self,
         events: &[&Event],
         out: &mut Vec<Option<T>>,
         decode: impl Fn(&[&[u8]], &Event) -> Result<T, String>,
         builtin: impl Fn(&Event) -> T,
     ) {
-        let failure = match self.try_batch(events, &decode) {
-            Ok(values) => return out.extend(values.into_iter().map(Some)),
+        // An unloaded plugin has no version to remember answers of: straight to the built-in.
+        let version = self.caller.handle().slot().load().map(|p| p.version());
+        let (Some(memo), Some(version)) = (&self.memo, version) else {
+            return out.extend(self.answers(events, &decode, &builtin).into_iter().map(Answer::into_value));
+        };
+        let lookup = memo.lookup(version, events);
+        let stats = self.caller.handle().stats();
+        stats.memo_hits.fetch_add(lookup.hits() as u64, Ordering::Relaxed);
+        stats.memo_misses.fetch_add(lookup.misses().len() as u64, Ordering::Relaxed);
+        let answers = match lookup.misses() {
+            [] => Vec::new(),
+            misses => self.answers(misses, &decode, &builtin),
+        };
+        memo.remember(&lookup, &answers);
+        lookup.finish(answers, out, |value| self.count_policy(value));
+    }
+
+    /// The plugin's answers for `events`, in order, with the fallback policy's values where it
+    /// failed.
+    fn answers(
+        &self,
+        events: &[&Event],
+        decode: &impl Fn(&[&[u8]], &Event) -> Result<T, String>,
+        builtin: &impl Fn(&Event) -> T,
+    ) -> Vec<Answer<T>> {
+        let failure = match self.try_batch(events, decode) {
+            Ok(answers) => return answers,
             // Removed with no embedded default: the built-in function is the default.
-            Err(CallFailure::Unloaded) => return out.extend(events.iter().map(|e| Some(builtin(e)))),
+            Err(CallFailure::Unloaded) => return events.iter().map(|e| Answer::Builtin(builtin(e))).collect(),
             Err(failure) if events.len() == 1 => {
-                return out.push(self.fall_back(events[0], failure, &builtin));
+                return vec![Answer::Policy(self.fall_back(events[0], failure, builtin))];
             }
             Err(failure) => failure,
         };
         tracing::debug!(plugin = self.caller.handle().name(), events = events.len(), %failure, "batch call failed; bisecting it");
         let mut systematic = 0;
-        let values = bisect(
+        let answers = bisect(
             events,
             failure,
-            &mut |part| self.try_batch(part, &decode).map(|v| v.into_iter().map(Some).collect()),
-            &mut |e, failure| self.fall_back(e, failure, &builtin),
+            &mut |part| self.try_batch(part, decode),
+            &mut |e, failure| Answer::Policy(self.fall_back(e, failure, builtin)),
             &mut |e| {
                 systematic += 1;
-                self.apply_policy(e, &builtin)
+                Answer::Policy(self.apply_policy(e, builtin))
             },
         );
         if systematic > 0 {
@@ -100,28 +139,30 @@ impl BatchKeyFn {
                 "plugin keeps failing; the rest of the batch falls back without calling it"
             );
         }
-        out.extend(values);
+        answers
     }
 
     /// Reports `failure` on `event` and applies the fallback policy.
-    fn fall_back<T>(&self, event: &Event, failure: CallFailure, builtin: &impl Fn(&Event) -> T) -> Option<T> {
+    fn fall_back(&self, event: &Event, failure: CallFailure, builtin: &impl Fn(&Event) -> T) -> Option<T> {
         let error = self.caller.error(describe(event), failure);
         log_failure(&error, self.caller.handle().settings().fallback);
         self.apply_policy(event, builtin)
     }
 
-    fn apply_policy<T>(&self, event: &Event, builtin: &impl Fn(&Event) -> T) -> Option<T> {
+    fn apply_policy(&self, event: &Event, builtin: &impl Fn(&Event) -> T) -> Option<T> {
+        let value = match self.caller.handle().settings().fallback {
+            FallbackPolicy::Builtin => Some(builtin(event)),
+            FallbackPolicy::Drop | FallbackPolicy::Fail => None,
+        };
+        self.count_policy(&value);
+        value
+    }
+
+    /// Counts one event given `value` by the fallback policy: a fallback, or a drop (`None`).
+    fn count_policy(&self, value: &Option<T>) {
         let stats = self.caller.handle().stats();
-        match self.caller.handle().settings().fallback {
-            FallbackPolicy::Builtin => {
-                stats.fallbacks.fetch_add(1, Ordering::Relaxed);
-                Some(builtin(event))
-            }
-            FallbackPolicy::Drop | FallbackPolicy::Fail => {
-                stats.drops.fetch_add(1, Ordering::Relaxed);
-                None
-            }
-        }
+        let counter = if value.is_some() { &stats.fallbacks } else { &stats.drops };
+        counter.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -163,7 +204,7 @@ fn one<T>(batch: impl FnOnce(&mut Vec<Option<T>>), builtin: impl FnOnce() -> T) 
 
 /// An aggregate-key plugin as the correlator's [`EventAggregatorKeyFunc`]; fallback
 /// [`ByReason`].
-pub struct WasmAggregateKeyFunc(BatchKeyFn);
+pub struct WasmAggregateKeyFunc(BatchKeyFn<AggregateKey>);
 
 impl WasmAggregateKeyFunc {
     /// Wraps `handle` (an `aggregate-key` plugin as one tenant uses it).
@@ -190,7 +231,7 @@ impl EventAggregatorKeyFunc for WasmAggregateKeyFunc {
 
 /// A message-combiner plugin as the correlator's [`EventAggregatorMessageFunc`]; fallback
 /// [`SimilarEvents`].
-pub struct WasmMessageFunc(BatchKeyFn);
+pub struct WasmMessageFunc(BatchKeyFn<String>);
 
 impl WasmMessageFunc {
     /// Wraps `handle` (a `message-combiner` plugin as one tenant uses it).
@@ -215,7 +256,7 @@ impl EventAggregatorMessageFunc for WasmMessageFunc {
 }
 
 /// A spam-key plugin as the correlator's [`EventSpamKeyFunc`]; fallback [`SourceObject`].
-pub struct WasmSpamKeyFunc(BatchKeyFn);
+pub struct WasmSpamKeyFunc(BatchKeyFn<Key>);
 
 impl WasmSpamKeyFunc {
     /// Wraps `handle` (a `spam-key` plugin as one tenant uses it).

@@ -11,6 +11,8 @@
 //!
 //! The key functions cross the boundary once per batch (see [`functions`]): events go in as one
 //! packed buffer of the 13 key fields, keys come back as one packed buffer, hashed in place.
+//! Their answers are memoized per instance (pure plugins, [`PluginSettings::pure`]): a batch
+//! goes to the plugin with only the inputs it has not answered yet.
 
 pub mod bindings;
 mod call;
@@ -19,6 +21,7 @@ mod convert;
 pub mod embedded;
 pub mod filter;
 pub mod functions;
+mod memo;
 pub mod registry;
 pub mod sink;
 mod slot;
@@ -34,6 +37,7 @@ use wasmtime::component::{Component, InstancePre, Linker};
 use wasmtime::{Config, Engine};
 
 pub use call::{CallCost, CallFailure, PluginCallError};
+pub use memo::{MEMO_ENTRIES, MEMO_WAYS};
 pub(crate) use slot::check_kind;
 pub use slot::{KindChanged, PluginHandle, PluginSlot, WrongKind};
 pub use state::PluginState;
@@ -152,6 +156,27 @@ pub struct PluginSettings {
     pub fallback: FallbackPolicy,
     /// The plugin's own key/value config (WIT `config` import).
     pub config: BTreeMap<String, String>,
+    /// Whether the plugin is pure, so the host may answer a repeated input from its memo
+    /// instead of calling it ([`MEMO_ENTRIES`] answers per instance). Applies to aggregate-key,
+    /// message-combiner and spam-key plugins, which are pure by contract (`wit/README.md`);
+    /// `pure = false` in the plugin's `[plugins.NAME]` table turns it off for a plugin that
+    /// keeps state. Default `true`.
+    pub pure: bool,
+}
+
+/// The key of a `[plugins.NAME]` table read by the host rather than the plugin:
+/// [`PluginSettings::pure`] (`"true"` or `"false"`).
+pub const PURE_KEY: &str = "pure";
+
+impl PluginSettings {
+    /// These settings for the plugin whose `[plugins.NAME]` table is `table`: the table is the
+    /// plugin's [`config`](Self::config), except its [`PURE_KEY`] entry, which sets
+    /// [`pure`](Self::pure) (only `"false"` turns it off; the config file accepts nothing but a
+    /// boolean there) and is not passed to the plugin.
+    pub fn with_plugin_table(&self, mut table: BTreeMap<String, String>) -> Self {
+        let pure = table.remove(PURE_KEY).is_none_or(|v| v != "false");
+        Self { config: table, pure, ..self.clone() }
+    }
 }
 
 impl Default for PluginSettings {
@@ -161,6 +186,7 @@ impl Default for PluginSettings {
             memory_limit_bytes: DEFAULT_MEMORY_LIMIT_BYTES,
             fallback: FallbackPolicy::Builtin,
             config: BTreeMap::new(),
+            pure: true,
         }
     }
 }
@@ -219,6 +245,8 @@ pub struct PluginStats {
     fallbacks: AtomicU64,
     drops: AtomicU64,
     instances: AtomicU64,
+    memo_hits: AtomicU64,
+    memo_misses: AtomicU64,
 }
 
 /// A copy of [`PluginStats`] at one moment.
@@ -240,6 +268,11 @@ pub struct PluginStatsSnapshot {
     pub drops: u64,
     /// Instances created (1 + replacements after traps).
     pub instances: u64,
+    /// Events a pure key plugin's memo answered without calling the plugin (inputs answered
+    /// before, or repeated within their batch).
+    pub memo_hits: u64,
+    /// Events a pure key plugin's memo had no answer for: passed to the plugin.
+    pub memo_misses: u64,
 }
 
 impl PluginStats {
@@ -255,6 +288,8 @@ impl PluginStats {
             fallbacks: get(&self.fallbacks),
             drops: get(&self.drops),
             instances: get(&self.instances),
+            memo_hits: get(&self.memo_hits),
+            memo_misses: get(&self.memo_misses),
         }
     }
 }

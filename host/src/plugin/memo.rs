@@ -1,0 +1,333 @@
+//! Memoized answers of pure key plugins (aggregate key, message combiner, spam key).
+//!
+//! These plugins are pure by contract (`wit/README.md`): the same key fields give the same
+//! answer. So a [`Memo`] remembers the answers of one plugin instance by a digest of exactly the
+//! inputs the plugin received ([`key_fields_digest`]), and a batch goes to the plugin with only
+//! the events the memo cannot answer, each distinct input once. Only answers the plugin gave are
+//! remembered, never what a fallback policy gave after a failure.
+//!
+//! Answers belong to the plugin version that gave them: a memo holds the answers of one version
+//! at a time and starts over when the slot serves another one (hot reload, revert, tier-up). A
+//! plugin that keeps state opts out with `pure = false` in its `[plugins.NAME]` table
+//! ([`PluginSettings::pure`](super::PluginSettings::pure)).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use lru::DefaultHasher;
+
+use super::convert::key_fields_digest;
+use crate::correlator::keys::Key;
+use crate::event::Event;
+
+/// Answers a memo keeps per plugin instance (one key function or message combiner of one
+/// tenant): [`MEMO_WAYS`]-way set-associative, so a new answer evicts the least recently used
+/// answer of its set. Allocated on the first answer remembered: 4096 aggregate-key answers
+/// (a 32-byte key pair and the 16-byte digest each) take about 290 KiB.
+pub const MEMO_ENTRIES: usize = 4096;
+
+/// Answers per set of a memo: an input's digest picks its set, where it evicts the least
+/// recently used of these. A set is a few adjacent cache lines, so a lookup and the insertion
+/// after a miss touch one place in memory (a linked LRU over 4096 entries costs several cache
+/// misses per event once the event stream has pushed it out of the caches).
+pub const MEMO_WAYS: usize = 2;
+
+/// Sets of a memo.
+const SETS: usize = MEMO_ENTRIES / MEMO_WAYS;
+
+// A set remembers only its most recently used way: with two ways, the other one is the least
+// recently used.
+const _: () = assert!(MEMO_WAYS == 2);
+
+/// One event's value as a batch call gave it.
+pub(crate) enum Answer<T> {
+    /// The plugin's answer, from the version numbered `version`: what a memo remembers.
+    Plugin {
+        /// The decoded answer.
+        value: T,
+        /// [`Plugin::version`](super::Plugin::version) of the version that answered.
+        version: u64,
+    },
+    /// The built-in function's value because the plugin is unloaded (not a failure).
+    Builtin(T),
+    /// What the fallback policy gave after a failure: the built-in value (counted as a fallback)
+    /// or `None`, the event dropped (counted as a drop).
+    Policy(Option<T>),
+}
+
+impl<T> Answer<T> {
+    /// The value the correlator gets (`None`: drop the event).
+    pub(crate) fn into_value(self) -> Option<T> {
+        match self {
+            Answer::Plugin { value, .. } | Answer::Builtin(value) => Some(value),
+            Answer::Policy(value) => value,
+        }
+    }
+}
+
+/// The answers of one plugin instance's current version, by [`key_fields_digest`].
+pub(crate) struct Memo<T> {
+    state: Mutex<State<T>>,
+}
+
+struct State<T> {
+    /// The version whose answers `answers` holds (`None` before the first batch).
+    version: Option<u64>,
+    answers: Table<T>,
+}
+
+/// A bounded map from digests to answers, [`MEMO_WAYS`]-way set-associative.
+struct Table<T> {
+    /// [`SETS`] sets once the first answer is remembered; empty before.
+    sets: Vec<Set<T>>,
+}
+
+struct Set<T> {
+    ways: [Option<(Key, T)>; MEMO_WAYS],
+    /// The way used most recently.
+    recent: usize,
+}
+
+impl<T> Set<T> {
+    fn way_of(&self, key: &Key) -> Option<usize> {
+        self.ways.iter().position(|w| w.as_ref().is_some_and(|(k, _)| k == key))
+    }
+}
+
+impl<T> Table<T> {
+    fn set(&mut self, key: &Key) -> Option<&mut Set<T>> {
+        let index = key.low_bits() as usize % SETS;
+        self.sets.get_mut(index)
+    }
+
+    fn get(&mut self, key: &Key) -> Option<&T> {
+        let set = self.set(key)?;
+        let way = set.way_of(key)?;
+        set.recent = way;
+        set.ways[way].as_ref().map(|(_, value)| value)
+    }
+
+    fn put(&mut self, key: Key, value: T) {
+        if self.sets.is_empty() {
+            self.sets = (0..SETS).map(|_| Set { ways: std::array::from_fn(|_| None), recent: 0 }).collect();
+        }
+        let set = self.set(&key).expect("allocated above");
+        // The key's own way (an answer remembered meanwhile), else a free one, else the one
+        // used least recently.
+        let way = set
+            .way_of(&key)
+            .or_else(|| set.ways.iter().position(Option::is_none))
+            .unwrap_or((set.recent + 1) % MEMO_WAYS);
+        set.ways[way] = Some((key, value));
+        set.recent = way;
+    }
+
+    fn clear(&mut self) {
+        self.sets = Vec::new();
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.sets.iter().flat_map(|s| &s.ways).filter(|w| w.is_some()).count()
+    }
+}
+
+/// A batch looked up in a [`Memo`]: the values it had, and the inputs left for the plugin.
+pub(crate) struct Lookup<'e, T> {
+    /// Per event, in order: its remembered value, or the index of its input in `misses`.
+    slots: Vec<Slot<T>>,
+    /// The distinct inputs the memo had no answer for, in the order first seen.
+    misses: Vec<&'e Event>,
+    /// Their digests.
+    miss_keys: Vec<Key>,
+}
+
+enum Slot<T> {
+    Hit(T),
+    Miss(usize),
+}
+
+impl<T: Clone> Memo<T> {
+    /// An empty memo of [`MEMO_ENTRIES`] answers.
+    pub(crate) fn new() -> Self {
+        Self { state: Mutex::new(State { version: None, answers: Table { sets: Vec::new() } }) }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State<T>> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Looks `events` up among the answers of plugin version `version` (the slot's current one;
+    /// the answers of any other version are forgotten first). An input seen earlier in the same
+    /// batch is a hit too: it goes to the plugin once.
+    pub(crate) fn lookup<'e>(&self, version: u64, events: &[&'e Event]) -> Lookup<'e, T> {
+        let mut buf = Vec::new();
+        let keys: Vec<Key> = events.iter().map(|e| key_fields_digest(e, &mut buf)).collect();
+        let mut lookup = Lookup { slots: Vec::with_capacity(events.len()), misses: Vec::new(), miss_keys: Vec::new() };
+        let mut pending: HashMap<Key, usize, DefaultHasher> =
+            HashMap::with_capacity_and_hasher(events.len(), DefaultHasher::default());
+        let mut state = self.state();
+        if state.version != Some(version) {
+            state.answers.clear();
+            state.version = Some(version);
+        }
+        for (event, key) in events.iter().zip(keys) {
+            if let Some(value) = state.answers.get(&key) {
+                lookup.slots.push(Slot::Hit(value.clone()));
+                continue;
+            }
+            let index = *pending.entry(key).or_insert_with(|| {
+                lookup.misses.push(event);
+                lookup.miss_keys.push(key);
+                lookup.miss_keys.len() - 1
+            });
+            lookup.slots.push(Slot::Miss(index));
+        }
+        lookup
+    }
+
+    /// Remembers the plugin's answers to `lookup`'s misses (`answers[i]` for `misses()[i]`)
+    /// that the version this memo now holds gave.
+    pub(crate) fn remember(&self, lookup: &Lookup<'_, T>, answers: &[Answer<T>]) {
+        let mut state = self.state();
+        for (key, answer) in lookup.miss_keys.iter().zip(answers) {
+            if let Answer::Plugin { value, version } = answer
+                && state.version == Some(*version)
+            {
+                state.answers.put(*key, value.clone());
+            }
+        }
+    }
+}
+
+impl<'e, T: Clone> Lookup<'e, T> {
+    /// The distinct inputs the plugin has to answer, in order.
+    pub(crate) fn misses(&self) -> &[&'e Event] {
+        &self.misses
+    }
+
+    /// Events answered without the plugin: memo hits and repeats of an input earlier in the
+    /// batch.
+    pub(crate) fn hits(&self) -> usize {
+        self.slots.len() - self.misses.len()
+    }
+
+    /// Every event's value, in order, into `out`: hits from the memo, misses from `answers`
+    /// (one per [`misses`](Self::misses) entry). A repeat of an input that took the fallback
+    /// policy gets the same value and is passed to `repeat_policy` (to be counted like the
+    /// first).
+    pub(crate) fn finish(
+        self,
+        answers: Vec<Answer<T>>,
+        out: &mut Vec<Option<T>>,
+        mut repeat_policy: impl FnMut(&Option<T>),
+    ) {
+        let answers: Vec<(bool, Option<T>)> =
+            answers.into_iter().map(|a| (matches!(a, Answer::Policy(_)), a.into_value())).collect();
+        // Misses are numbered in the order first seen, so an index below `seen` is a repeat.
+        let mut seen = 0;
+        for slot in self.slots {
+            out.push(match slot {
+                Slot::Hit(value) => Some(value),
+                Slot::Miss(i) => {
+                    let (policy, value) = &answers[i];
+                    if i < seen && *policy {
+                        repeat_policy(value);
+                    }
+                    seen = seen.max(i + 1);
+                    value.clone()
+                }
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(reason: &str, message: &str) -> Event {
+        Event { reason: reason.into(), message: message.into(), ..Event::default() }
+    }
+
+    fn plugin(value: u32, version: u64) -> Answer<u32> {
+        Answer::Plugin { value, version }
+    }
+
+    #[test]
+    fn repeats_are_answered_once_and_hits_come_from_the_memo_in_order() {
+        let memo = Memo::new();
+        let (a, b) = (event("A", "m"), event("B", "m"));
+        let lookup = memo.lookup(1, &[&a, &b, &a]);
+        assert_eq!((lookup.misses().len(), lookup.hits()), (2, 1), "`a` goes to the plugin once");
+        let answers = vec![plugin(10, 1), plugin(20, 1)];
+        memo.remember(&lookup, &answers);
+        let mut out = Vec::new();
+        lookup.finish(answers, &mut out, |_| panic!("no policy answer"));
+        assert_eq!(out, [Some(10), Some(20), Some(10)]);
+
+        let lookup = memo.lookup(1, &[&b, &a]);
+        assert_eq!((lookup.misses().len(), lookup.hits()), (0, 2));
+        let mut out = Vec::new();
+        lookup.finish(Vec::new(), &mut out, |_| {});
+        assert_eq!(out, [Some(20), Some(10)]);
+    }
+
+    #[test]
+    fn another_version_starts_over_and_only_answers_of_the_current_version_are_kept() {
+        let memo = Memo::new();
+        let a = event("A", "m");
+        let lookup = memo.lookup(1, &[&a]);
+        memo.remember(&lookup, &[plugin(10, 1)]);
+        assert_eq!(memo.lookup(1, &[&a]).hits(), 1);
+        let lookup = memo.lookup(2, &[&a]);
+        assert_eq!(lookup.hits(), 0, "version 2 does not see version 1's answers");
+        // The call ran on version 3 (swapped in meanwhile): not remembered for version 2.
+        memo.remember(&lookup, &[plugin(30, 3)]);
+        assert_eq!(memo.lookup(2, &[&a]).hits(), 0);
+    }
+
+    #[test]
+    fn fallback_values_are_not_remembered_and_their_repeats_are_reported() {
+        let memo = Memo::new();
+        let (a, b) = (event("A", "m"), event("B", "m"));
+        let lookup = memo.lookup(1, &[&a, &a, &b, &a]);
+        let answers = vec![Answer::Policy(None), Answer::Builtin(7)];
+        memo.remember(&lookup, &answers);
+        let (mut out, mut repeats) = (Vec::new(), 0);
+        lookup.finish(answers, &mut out, |v| {
+            assert_eq!(*v, None);
+            repeats += 1;
+        });
+        assert_eq!(out, [None, None, Some(7), None]);
+        assert_eq!(repeats, 2);
+        assert_eq!(memo.lookup(1, &[&a, &b]).hits(), 0, "neither was the plugin's answer");
+    }
+
+    #[test]
+    fn the_memo_is_bounded_and_keeps_what_was_used_last() {
+        let memo = Memo::new();
+        let events: Vec<Event> = (0..4 * MEMO_ENTRIES).map(|i| event("R", &i.to_string())).collect();
+        let refs: Vec<&Event> = events.iter().collect();
+        let lookup = memo.lookup(1, &refs);
+        let answers: Vec<Answer<u32>> = (0..refs.len()).map(|i| plugin(i as u32, 1)).collect();
+        memo.remember(&lookup, &answers);
+        let kept = memo.state().answers.len();
+        assert!(kept <= MEMO_ENTRIES && kept > MEMO_ENTRIES / 2, "{kept} answers kept");
+        let last = &refs[refs.len() - 1..];
+        assert_eq!(memo.lookup(1, last).hits(), 1, "the answer remembered last is kept");
+
+        // Within a set, the answer used last survives a new one.
+        let mut table = Table { sets: Vec::new() };
+        let set = |k: &Key| k.low_bits() % SETS as u64;
+        let mut same_set = (0..).map(|i: u32| Key::of(&i.to_string())).filter(|k| set(k) == 0);
+        let [a, b, c] = std::array::from_fn(|_| same_set.next().expect("keys of set 0"));
+        table.put(a, 1);
+        table.put(b, 2);
+        assert_eq!(table.get(&a), Some(&1));
+        table.put(c, 3);
+        assert_eq!(table.get(&b), None, "`b` was used least recently");
+        assert_eq!(table.get(&a), Some(&1));
+        assert_eq!(table.get(&c), Some(&3));
+    }
+}

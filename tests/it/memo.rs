@@ -1,0 +1,117 @@
+//! Memoized key plugins: a pure plugin's answer to an input it gave before comes from the memo
+//! without calling it; a hot swap starts the memo over; `pure = false` calls the plugin every
+//! time. (That the output stays the same is the conformance tests' part: they run the Wasm
+//! path with the memo on.)
+
+use std::collections::BTreeMap;
+
+use eventpipe::correlator::{ByReason, EventAggregatorKeyFunc, EventAggregatorMessageFunc};
+use eventpipe::event::{Event, EventSource, ObjectReference};
+use eventpipe::plugin::functions::{WasmAggregateKeyFunc, WasmMessageFunc};
+use eventpipe::plugin::{Metering, PluginHandle, PluginOrigin, PluginRuntime, PluginSettings, embedded};
+
+use crate::common;
+
+fn event(name: &str, reason: &str, message: &str) -> Event {
+    Event {
+        involved_object: ObjectReference {
+            kind: "Pod".into(),
+            namespace: "ns".into(),
+            name: name.into(),
+            ..ObjectReference::default()
+        },
+        reason: reason.into(),
+        message: message.into(),
+        source: EventSource { component: "kubelet".into(), host: "node-1".into() },
+        type_: "Warning".into(),
+        ..Event::default()
+    }
+}
+
+fn runtime() -> PluginRuntime {
+    PluginRuntime::new(Metering::Fuel).unwrap()
+}
+
+/// The stateful fixture `counter` (a message combiner answering `[call:N] message`, N the
+/// messages it combined before) with `settings`.
+fn counter(runtime: &PluginRuntime, settings: PluginSettings) -> PluginHandle {
+    let plugin = runtime.load_file("counter", &common::fixture_plugin("counter")).unwrap();
+    PluginHandle::fixed(plugin, "default", settings)
+}
+
+fn messages(combiner: &WasmMessageFunc, events: &[&Event]) -> Vec<String> {
+    let mut out = Vec::new();
+    combiner.aggregate_messages(events, &mut out);
+    out.into_iter().map(|m| m.expect("no failure")).collect()
+}
+
+#[test]
+fn a_repeated_input_is_answered_from_the_memo_without_calling_the_plugin() {
+    let plugin = runtime().load("by-reason", embedded::BY_REASON, PluginOrigin::Embedded).unwrap();
+    let handle = PluginHandle::fixed(plugin, "default", PluginSettings::default());
+    let key_fn = WasmAggregateKeyFunc::new(handle.clone()).unwrap();
+    let (a, b, c) = (event("a", "Started", "m"), event("b", "Started", "m"), event("c", "Pulled", "m"));
+    let keys = |events: &[&Event]| {
+        let mut out = Vec::new();
+        key_fn.aggregate_keys(events, &mut out);
+        assert_eq!(out, events.iter().map(|e| Some(ByReason.aggregate_key(e))).collect::<Vec<_>>(), "in order");
+    };
+
+    keys(&[&a, &b, &a]);
+    let first = handle.stats().snapshot();
+    assert_eq!((first.calls, first.events), (1, 2), "`a` went to the plugin once: {first:?}");
+    assert_eq!((first.memo_hits, first.memo_misses), (1, 2));
+
+    keys(&[&b, &c, &a]);
+    let second = handle.stats().snapshot();
+    assert_eq!((second.calls, second.events), (2, 3), "only `c` went to the plugin: {second:?}");
+    assert_eq!((second.memo_hits, second.memo_misses), (3, 3));
+
+    keys(&[&c, &a, &b]);
+    let third = handle.stats().snapshot();
+    assert_eq!((third.calls, third.events, third.fuel_consumed), (2, 3, second.fuel_consumed), "{third:?}");
+    assert_eq!(third.memo_hits, 6);
+
+    // The stateful fixture shows it too: its second answer is its first one.
+    let combiner = WasmMessageFunc::new(counter(&runtime(), PluginSettings::default())).unwrap();
+    assert_eq!(messages(&combiner, &[&a]), ["[call:0] m"]);
+    assert_eq!(messages(&combiner, &[&a, &b]), ["[call:0] m", "[call:1] m"]);
+    assert_eq!(combiner.aggregate_message(&a), "[call:0] m");
+}
+
+#[test]
+fn a_hot_swap_starts_the_memo_over() {
+    let runtime = runtime();
+    let handle = counter(&runtime, PluginSettings::default());
+    let combiner = WasmMessageFunc::new(handle.clone()).unwrap();
+    let a = event("a", "Started", "m");
+    assert_eq!(messages(&combiner, &[&a, &a]), ["[call:0] m", "[call:0] m"]);
+
+    // Another version under the same name: its answers, not the memo's.
+    let tagger = runtime.load_file("counter", &common::fixture_plugin("tagger")).unwrap();
+    let counter_v1 = handle.slot().swap(Some(tagger)).unwrap().expect("a version was serving");
+    assert_eq!(messages(&combiner, &[&a, &a]), ["[tag:000] m", "[tag:000] m"]);
+
+    // Back to the first version (as when a file is removed and its default serves again):
+    // called again, on a fresh instance, not answered with the other version's memo.
+    let calls = handle.stats().snapshot().calls;
+    handle.slot().swap(Some(counter_v1)).unwrap();
+    assert_eq!(messages(&combiner, &[&a]), ["[call:0] m"]);
+    assert_eq!(handle.stats().snapshot().calls, calls + 1);
+}
+
+#[test]
+fn pure_false_calls_the_plugin_on_every_event() {
+    // As the config file's `[plugins.counter]` table `pure = false` gives it.
+    let table = BTreeMap::from([("pure".to_string(), "false".to_string()), ("x".to_string(), "1".to_string())]);
+    let settings = PluginSettings::default().with_plugin_table(table);
+    assert!(!settings.pure);
+    assert_eq!(settings.config.keys().collect::<Vec<_>>(), ["x"], "`pure` is the host's, not the plugin's");
+    let handle = counter(&runtime(), settings);
+    let combiner = WasmMessageFunc::new(handle.clone()).unwrap();
+    let a = event("a", "Started", "m");
+    assert_eq!(messages(&combiner, &[&a, &a]), ["[call:0] m", "[call:1] m"]);
+    assert_eq!(messages(&combiner, &[&a]), ["[call:2] m"]);
+    let stats = handle.stats().snapshot();
+    assert_eq!((stats.calls, stats.events, stats.memo_hits, stats.memo_misses), (2, 3, 0, 0), "{stats:?}");
+}

@@ -280,6 +280,13 @@ pub struct Config {
     pub plugin_config: BTreeMap<String, BTreeMap<String, String>>,
     /// `[[watchers]]` tables: watcher plugins attached to the Broadcaster at start.
     pub watchers: Vec<WatcherSpec>,
+    /// `[shadow]`: plugin name → a candidate component run beside it ([`crate::plugin::shadow`]);
+    /// relative paths are taken from the config file's directory. Read at start only.
+    pub shadows: BTreeMap<String, PathBuf>,
+    /// `shadow_diffs`: the JSON-lines file the first divergences go to (same resolution).
+    pub shadow_diffs: Option<PathBuf>,
+    /// `shadow_diffs_max`: how many divergences it gets at most.
+    pub shadow_diffs_max: Option<u64>,
 }
 
 impl Config {
@@ -359,7 +366,25 @@ impl Config {
             }
             watchers.push(spec);
         }
-        Ok(Config { path: path.to_path_buf(), defaults, tenants, plugin_config, watchers })
+        let here = |file: &str| {
+            let file = PathBuf::from(file);
+            match path.parent() {
+                Some(dir) if file.is_relative() => dir.join(file),
+                _ => file,
+            }
+        };
+        let shadows = raw.shadow.iter().map(|(name, file)| (name.clone(), here(file))).collect();
+        let shadow_diffs = raw.shadow_diffs.as_deref().map(here);
+        Ok(Config {
+            path: path.to_path_buf(),
+            defaults,
+            tenants,
+            plugin_config,
+            watchers,
+            shadows,
+            shadow_diffs,
+            shadow_diffs_max: raw.shadow_diffs_max,
+        })
     }
 
     /// Reads and parses the file at `path`.
@@ -446,6 +471,14 @@ struct RawFile {
     #[serde(default)]
     #[schemars(with = "Vec<RawWatcher>")]
     watchers: Vec<Spanned<RawWatcher>>,
+    /// Shadow plugins: plugin name → a candidate component (`.wasm`, relative to this file)
+    /// run beside it on the same events, never affecting output; divergences are counted.
+    #[serde(default)]
+    shadow: BTreeMap<String, String>,
+    /// The JSON-lines file the first divergences of shadow plugins go to, with both answers.
+    shadow_diffs: Option<String>,
+    /// How many divergences that file gets at most (default 100).
+    shadow_diffs_max: Option<u64>,
 }
 
 /// A `[plugins.NAME]` value.

@@ -25,6 +25,7 @@
 //! | `eventpipe_rule_dropped_total` | `tenant`, `rule` | declarative `drop` / `keep` rule drops ([`crate::rules`]) |
 //! | `eventpipe_spam_exempted_total` | `tenant` | events a `spam_exempt` rule let through the spam filter |
 //! | `eventpipe_suppressed_summaries_total` | `tenant` | "N events suppressed" summaries sent ([`crate::suppressed`]) |
+//! | `eventpipe_shadow_compared_total`, `eventpipe_shadow_divergences_total` | `plugin` | shadow plugins ([`crate::plugin::shadow`]) |
 //! | `eventpipe_watcher_dropped_total` | `watcher`, `reason` | Broadcaster queue drops |
 //! | `eventpipe_sink_sent_total`, `_acked_total`, `_retries_total`, `_failures_total` | `sink` | webhook sinks |
 //! | `eventpipe_sink_dropped_total` | `sink`, `reason` (`queue_full`) | webhook sinks, at-most-once |
@@ -101,6 +102,10 @@ pub struct Snapshot {
     pub spam_exempted: BTreeMap<String, u64>,
     /// "N suppressed" summary events, by tenant.
     pub suppressed_summaries: BTreeMap<String, u64>,
+    /// Events a shadow plugin's candidate was compared on, by plugin.
+    pub shadow_compared: BTreeMap<String, u64>,
+    /// Events on which it answered otherwise than the serving version, by plugin.
+    pub shadow_diverged: BTreeMap<String, u64>,
     /// Events dropped by Broadcaster queues, by (watcher, reason).
     pub watcher_dropped: BTreeMap<(String, String), u64>,
     /// Webhook (and other queued) sinks by name.
@@ -186,6 +191,11 @@ impl Snapshot {
         self.plugin_swaps += registry.swaps();
         self.plugin_tier_ups += registry.tier_ups();
         self.plugin_reloads_rejected += registry.rejected();
+        for (name, shadow) in registry.shadows() {
+            let stats = shadow.stats();
+            add(&mut self.shadow_compared, name.clone(), stats.compared);
+            add(&mut self.shadow_diverged, name, stats.diverged);
+        }
     }
 
     /// Adds the Broadcaster's incoming-queue drops (watcher `incoming`, reason `queue_full`).
@@ -472,6 +482,20 @@ impl Collector for SnapshotCollector {
             "\"N events suppressed\" summary events sent, per tenant.",
             Counter,
             per(&s.suppressed_summaries, "tenant"),
+        )?;
+        family(
+            &mut e,
+            "eventpipe_shadow_compared",
+            "Events a shadow plugin's candidate was compared on, per plugin.",
+            Counter,
+            per(&s.shadow_compared, "plugin"),
+        )?;
+        family(
+            &mut e,
+            "eventpipe_shadow_divergences",
+            "Events on which a shadow plugin's candidate answered otherwise than the serving version, per plugin.",
+            Counter,
+            per(&s.shadow_diverged, "plugin"),
         )?;
         family(
             &mut e,

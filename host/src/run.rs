@@ -45,6 +45,9 @@ pub struct RunSummary {
     pub sink: RouterStats,
     /// Per watcher plugin: events seen, failed and dropped.
     pub watchers: std::collections::BTreeMap<String, WatcherStats>,
+    /// Per shadowed plugin: events compared, and on how many the candidate answered otherwise.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub shadows: std::collections::BTreeMap<String, crate::plugin::shadow::ShadowStats>,
 }
 
 impl RunSummary {
@@ -127,6 +130,15 @@ pub enum RunError {
         #[source]
         error: std::io::Error,
     },
+    /// A shadow plugin could not be set (a missing plugin, a candidate that does not load or is
+    /// of another kind, a diffs file that cannot be created).
+    #[error("shadow plugin {plugin}: {message}")]
+    Shadow {
+        /// The plugin name (or the diffs file).
+        plugin: String,
+        /// What is wrong.
+        message: String,
+    },
     /// A watcher plugin could not be attached.
     #[error("watcher plugin {plugin}: {message}")]
     WatcherPlugin {
@@ -185,6 +197,14 @@ pub struct RunOptions {
     /// The source's live counters (events, bad lines, bytes read), counted into while the run
     /// goes: a caller may read them meanwhile (a progress bar, as `/metrics` does).
     pub source_counters: Arc<SourceCounters>,
+    /// Shadow plugins of the command line: plugin name → candidate component (the config's
+    /// `[shadow]` add more).
+    pub shadows: Vec<(String, PathBuf)>,
+    /// Where the first divergences of shadow plugins go (the config's `shadow_diffs` otherwise).
+    pub shadow_diffs: Option<PathBuf>,
+    /// How many divergences that file gets at most (the config's, else
+    /// [`crate::plugin::shadow::DEFAULT_SHADOW_DIFFS_MAX`]).
+    pub shadow_diffs_max: Option<u64>,
 }
 
 /// Prints a line about what is live (stderr, always) and logs it.
@@ -227,6 +247,9 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         watchers: watcher_specs,
         events_api,
         source_counters,
+        shadows,
+        shadow_diffs,
+        shadow_diffs_max,
     } = options;
     let mut broadcaster = broadcaster;
     broadcaster.full_channel_behavior = match delivery {
@@ -276,6 +299,7 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         || base.sinks.iter().any(|s| matches!(s.spec, SinkSpec::Kubernetes(_)))
         || config.as_ref().is_some_and(|c| names_k8s(&c.defaults) || c.tenants.iter().any(|t| names_k8s(&t.rules)));
     let client = if needs_kube { Some(crate::k8s::connect(&kube).await?) } else { None };
+    set_shadows(&registry, shadows, shadow_diffs, shadow_diffs_max, config.as_ref())?;
     let sinks = Arc::new(SinkSet::new(client.clone(), progress.is_some()).with_events_api(events_api));
     let plan = TenantPlan::build(&base, config.as_ref(), &registry, &sinks)?;
     let (plans_tx, plans_rx) = tokio::sync::watch::channel(Arc::new(plan));
@@ -512,8 +536,55 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         s.plugin_failed = latest_plan.borrow().failed();
         s.rejected_reloads = registry.rejected() + rejected_configs.load(std::sync::atomic::Ordering::Relaxed);
         s.watchers = watcher_stats.iter().map(|(name, c)| (name.clone(), c.snapshot())).collect();
+        s.shadows = registry.shadows().into_iter().map(|(name, shadow)| (name, shadow.stats())).collect();
     }
     summary
+}
+
+/// Sets the shadow plugins of the command line and of the config ([`crate::plugin::shadow`]),
+/// all writing their first divergences to one diffs file.
+///
+/// # Errors
+/// [`RunError::Shadow`] for a plugin that is missing, a candidate that does not load or is of
+/// another kind, or a diffs file that cannot be created.
+fn set_shadows(
+    registry: &PluginRegistry,
+    shadows: Vec<(String, PathBuf)>,
+    diffs: Option<PathBuf>,
+    max: Option<u64>,
+    config: Option<&Config>,
+) -> Result<(), RunError> {
+    let all: Vec<(String, PathBuf)> =
+        shadows.into_iter().chain(config.iter().flat_map(|c| c.shadows.clone())).collect();
+    if all.is_empty() {
+        return Ok(());
+    }
+    let diffs = diffs.or_else(|| config.and_then(|c| c.shadow_diffs.clone()));
+    let max = max
+        .or_else(|| config.and_then(|c| c.shadow_diffs_max))
+        .unwrap_or(crate::plugin::shadow::DEFAULT_SHADOW_DIFFS_MAX);
+    let out: Option<Box<dyn std::io::Write + Send>> = match &diffs {
+        Some(path) => Some(Box::new(std::io::BufWriter::new(std::fs::File::create(path).map_err(|e| {
+            RunError::Shadow { plugin: path.display().to_string(), message: format!("diffs file: {e}") }
+        })?))),
+        None => None,
+    };
+    let log = crate::plugin::shadow::ShadowLog::new(out, max);
+    for (name, file) in all {
+        let shadow = registry
+            .set_shadow(&name, &file, log.clone())
+            .map_err(|message| RunError::Shadow { plugin: name.clone(), message })?;
+        announce(&format!(
+            "shadow: {} runs beside plugin `{name}`; divergences {}",
+            file.display(),
+            match &diffs {
+                Some(path) => format!("counted, the first {max} written to {}", path.display()),
+                None => "counted".to_string(),
+            }
+        ));
+        drop(shadow);
+    }
+    Ok(())
 }
 
 /// Attaches every watcher plugin of `specs` to the Broadcaster: a name is looked up in the

@@ -21,6 +21,7 @@ mod recorder_vectors;
 mod replay_cli;
 mod router;
 mod run_cli;
+mod shadow;
 mod shutdown;
 mod sink_retry_vectors;
 mod tenants;

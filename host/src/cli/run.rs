@@ -97,6 +97,18 @@ pub struct RunArgs {
     #[arg(long, value_enum, default_value_t = CorrelationClock::EventTime, help_heading = "Correlator")]
     clock: CorrelationClock,
 
+    /// A shadow plugin: a candidate component run beside plugin NAME on the same events, in
+    /// instances of its own, never affecting output; where it answers otherwise, counted (and
+    /// written to `--shadow-diffs`). Repeatable; the config's `[shadow]` adds more.
+    #[arg(long, value_name = "NAME=FILE.wasm", value_parser = parse_shadow, help_heading = "Plugins")]
+    shadow: Vec<(String, PathBuf)>,
+    /// The JSON-lines file the first divergences of shadow plugins go to, with both answers.
+    #[arg(long, value_name = "FILE", help_heading = "Plugins")]
+    shadow_diffs: Option<PathBuf>,
+    /// How many divergences `--shadow-diffs` gets at most [default: 100].
+    #[arg(long, value_name = "N", help_heading = "Plugins")]
+    shadow_diffs_max: Option<u64>,
+
     #[command(flatten, next_help_heading = "Plugins")]
     limits: PluginArgs,
     #[command(flatten, next_help_heading = "Plugins")]
@@ -190,6 +202,9 @@ pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
         delivery: Delivery::new(args.delivery, args.state_file).map_err(anyhow::Error::msg)?,
         events_api: args.kube.events_api,
         source_counters: Arc::new(SourceCounters::default()),
+        shadows: args.shadow,
+        shadow_diffs: args.shadow_diffs,
+        shadow_diffs_max: args.shadow_diffs_max,
     };
     // A JSON-lines file (or stdin redirected from one) read to its end: a progress bar on a
     // terminal, fed by the source's live counters.
@@ -315,5 +330,13 @@ pub(super) fn stdin_file_len() -> Option<u64> {
     #[cfg(not(unix))]
     {
         None
+    }
+}
+
+/// `NAME=FILE.wasm`.
+fn parse_shadow(s: &str) -> Result<(String, PathBuf), String> {
+    match s.split_once('=') {
+        Some((name, file)) if !name.is_empty() && !file.is_empty() => Ok((name.to_string(), PathBuf::from(file))),
+        _ => Err(format!("{s:?}: expected NAME=FILE.wasm (a plugin name and its candidate)")),
     }
 }

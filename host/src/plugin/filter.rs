@@ -13,6 +13,7 @@ use super::bindings as wit;
 use super::call::{CallFailure, Caller, bisect};
 use super::convert::{describe, to_wit};
 use super::functions::log_failure;
+use super::shadow::ShadowCalls;
 use super::{FallbackPolicy, PluginHandle, PluginKind};
 use super::{WrongKind, check_kind};
 use crate::event::Event;
@@ -31,6 +32,8 @@ pub enum Verdict {
 /// A `filter` plugin as one tenant uses it.
 pub struct WasmFilter {
     call: FilterBatch,
+    /// A candidate version compared on every batch ([`super::shadow`]), when one is set.
+    shadow: Option<ShadowCalls<FilterBatch>>,
 }
 
 impl WasmFilter {
@@ -40,7 +43,8 @@ impl WasmFilter {
     /// [`WrongKind`] for a plugin of another kind.
     pub fn new(handle: PluginHandle) -> Result<Self, WrongKind> {
         check_kind(&handle, PluginKind::Filter)?;
-        Ok(Self { call: Caller::new(handle, PluginKind::Filter.batch_export(), None) })
+        let shadow = ShadowCalls::for_filter(&handle);
+        Ok(Self { call: Caller::new(handle, PluginKind::Filter.batch_export(), None), shadow })
     }
 
     /// The plugin as used here (name, tenant, counters).
@@ -52,6 +56,9 @@ impl WasmFilter {
     pub fn filter(&self, events: &[&Event]) -> Vec<Verdict> {
         if events.is_empty() {
             return Vec::new();
+        }
+        if let Some(shadow) = &self.shadow {
+            shadow.compare(events);
         }
         let failure = match self.try_filter(events) {
             Ok(verdicts) => return verdicts,

@@ -21,6 +21,7 @@ pub use super::call::MAX_ISOLATED_FAILURES;
 use super::call::{CallFailure, Caller, bisect};
 use super::convert::{describe, pack_key_fields, unpack};
 use super::memo::{Answer, Memo};
+use super::shadow::ShadowCalls;
 use std::sync::Arc;
 
 use super::registry::{LookupError, PluginRegistry};
@@ -51,13 +52,16 @@ struct BatchKeyFn<T> {
     caller: KeyBatchFn,
     per_event: usize,
     memo: Option<Memo<T>>,
+    /// A candidate version compared on every batch ([`super::shadow`]), when one is set.
+    shadow: Option<ShadowCalls<KeyBatchFn>>,
 }
 
 impl<T: Clone> BatchKeyFn<T> {
     fn new(handle: PluginHandle, expected: PluginKind, per_event: usize) -> Result<Self, WrongKind> {
         check_kind(&handle, expected)?;
         let memo = handle.settings().pure.then(Memo::new);
-        Ok(Self { caller: Caller::new(handle, expected.batch_export(), None), per_event, memo })
+        let shadow = ShadowCalls::for_keys(&handle);
+        Ok(Self { caller: Caller::new(handle, expected.batch_export(), None), per_event, memo, shadow })
     }
 
     /// One call on `events`, its answer checked and decoded, with the version that answered.
@@ -86,6 +90,9 @@ impl<T: Clone> BatchKeyFn<T> {
         decode: impl Fn(&[&[u8]], &Event) -> Result<T, String>,
         builtin: impl Fn(&Event) -> T,
     ) {
+        if let Some(shadow) = &self.shadow {
+            shadow.compare(events, self.per_event);
+        }
         // An unloaded plugin has no version to remember answers of: straight to the built-in.
         let version = self.caller.handle().slot().load().map(|p| p.version());
         let (Some(memo), Some(version)) = (&self.memo, version) else {

@@ -23,6 +23,7 @@ pub mod filter;
 pub mod functions;
 mod memo;
 pub mod registry;
+pub mod shadow;
 pub mod sink;
 mod slot;
 mod state;

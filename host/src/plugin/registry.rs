@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use super::check::validate;
+use super::shadow::{Shadow, ShadowLog};
 use super::{
     Plugin, PluginError, PluginHandle, PluginKind, PluginOrigin, PluginRuntime, PluginSettings, PluginSlot, Tier,
 };
@@ -260,6 +261,26 @@ impl PluginRegistry {
             return Err(WrongKind { plugin: name.into(), actual: slot.kind(), expected: kind }.into());
         }
         Ok(PluginHandle::new(slot, tenant, settings))
+    }
+
+    /// Loads the component `file` as a candidate for plugin `name` and sets it beside the
+    /// serving version ([`super::shadow`]); adapters made afterwards compare the two, writing
+    /// divergences to `log`.
+    ///
+    /// # Errors
+    /// One line: no plugin `name`, a file that does not load, or a candidate of another kind.
+    pub fn set_shadow(&self, name: &str, file: &Path, log: Arc<ShadowLog>) -> Result<Arc<Shadow>, String> {
+        let slot = self.slot(name).ok_or_else(|| self.not_found(name).to_string())?;
+        let candidate = self.runtime.load_file(name, file).map_err(|e| e.to_string())?;
+        let shadow = Shadow::new(candidate, log);
+        slot.set_shadow(shadow.clone()).map_err(|e| e.to_string())?;
+        Ok(shadow)
+    }
+
+    /// Every plugin name with a shadow, and its shadow.
+    pub fn shadows(&self) -> Vec<(String, Arc<Shadow>)> {
+        let slots = self.slots.read().unwrap_or_else(|p| p.into_inner());
+        slots.iter().filter_map(|(n, s)| s.shadow().map(|sh| (n.clone(), sh))).collect()
     }
 
     /// [`LookupError::NotFound`] for `name`, with the closest loaded name as a suggestion.

@@ -18,6 +18,7 @@ pub struct PluginSlot {
     kind: PluginKind,
     current: ArcSwapOption<Plugin>,
     swaps: AtomicU64,
+    shadow: ArcSwapOption<super::shadow::Shadow>,
 }
 
 impl fmt::Debug for PluginSlot {
@@ -33,7 +34,7 @@ impl fmt::Debug for PluginSlot {
 /// A new version of another kind than the slot's: the name's users (key function, sink, …)
 /// could not call it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("plugin `{plugin}` is a {slot} plugin; the new file is a {new} plugin (use another file name)")]
+#[error("plugin `{plugin}` is {} {slot} plugin; the new file is {} {new} plugin (use another file name)", article(*slot), article(*new))]
 pub struct KindChanged {
     /// Plugin name.
     pub plugin: String,
@@ -51,6 +52,7 @@ impl PluginSlot {
             kind: plugin.kind,
             current: ArcSwapOption::new(Some(plugin)),
             swaps: AtomicU64::new(0),
+            shadow: ArcSwapOption::empty(),
         })
     }
 
@@ -95,6 +97,25 @@ impl PluginSlot {
         let expected = Some(current.clone());
         let previous = self.current.compare_and_swap(&expected, Some(new));
         previous.as_ref().is_some_and(|p| Arc::ptr_eq(p, current))
+    }
+
+    /// Sets a candidate version to run beside this one ([`super::shadow`]): adapters made from
+    /// now on compare the two.
+    ///
+    /// # Errors
+    /// [`KindChanged`] when the candidate is of another kind.
+    pub fn set_shadow(&self, shadow: Arc<super::shadow::Shadow>) -> Result<(), KindChanged> {
+        let new = shadow.candidate().kind();
+        if new != self.kind {
+            return Err(KindChanged { plugin: self.name.to_string(), slot: self.kind, new });
+        }
+        self.shadow.store(Some(shadow));
+        Ok(())
+    }
+
+    /// The candidate set beside this plugin, if any.
+    pub fn shadow(&self) -> Option<Arc<super::shadow::Shadow>> {
+        self.shadow.load_full()
     }
 
     /// How many times the slot's version was replaced or unloaded.

@@ -1,0 +1,205 @@
+//! Shadow plugins: a candidate version of a plugin runs beside the serving one, on the same
+//! batches, in instances of its own (its own state), and never affects output. Where the two
+//! answer differently for an event, the divergence is counted and — the first `max` of them —
+//! written to a JSON-lines file with both answers:
+//!
+//! ```json
+//! {"plugin":"by-reason","tenant":"default","kind":"aggregate-key","event":"shop/web-0.17… BackOff about Pod/web-0","serving":["…","…"],"candidate":["…","…"]}
+//! ```
+//!
+//! Key functions (aggregate key, message combiner, spam key) are compared on the strings they
+//! return, filters on their verdicts (`"keep"` or `{"drop": reason}`); a candidate call that
+//! fails is a divergence whose candidate answer is `{"error": …}`. The serving side of the
+//! comparison is a call of its own (not counted in the plugin's series), so a shadow costs
+//! two extra calls per batch. Sinks and watchers have no shadow. Promoting a candidate is the
+//! normal hot reload (copy it into the plugins directory under the plugin's name).
+
+use std::io::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+
+use super::bindings::{self as wit, PackedStrings};
+use super::call::Caller;
+use super::convert::{describe, pack_key_fields, to_wit, unpack};
+use super::{Plugin, PluginHandle, PluginKind};
+use crate::event::Event;
+
+/// Divergences written to the diffs file by default before it stops (they are still counted).
+pub const DEFAULT_SHADOW_DIFFS_MAX: u64 = 100;
+
+/// Where the first divergences go: a JSON-lines writer, at most `max` lines.
+pub struct ShadowLog {
+    out: Mutex<Option<Box<dyn Write + Send>>>,
+    max: u64,
+    written: AtomicU64,
+}
+
+impl std::fmt::Debug for ShadowLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShadowLog").field("max", &self.max).finish_non_exhaustive()
+    }
+}
+
+impl ShadowLog {
+    /// A log writing at most `max` lines to `out` (`None`: divergences are only counted).
+    pub fn new(out: Option<Box<dyn Write + Send>>, max: u64) -> Arc<Self> {
+        Arc::new(Self { out: Mutex::new(out), max, written: AtomicU64::new(0) })
+    }
+
+    /// Lines written so far.
+    pub fn written(&self) -> u64 {
+        self.written.load(Ordering::Relaxed)
+    }
+
+    fn record(&self, line: &Value) {
+        if self.written.fetch_add(1, Ordering::Relaxed) >= self.max {
+            return;
+        }
+        let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(w) = out.as_mut()
+            && let Err(error) = writeln!(w, "{line}").and_then(|()| w.flush())
+        {
+            tracing::warn!(%error, "cannot write the shadow diffs file; divergences are only counted from now on");
+            *out = None;
+        }
+    }
+}
+
+/// A candidate version set beside a plugin name ([`super::PluginSlot::set_shadow`]), with its
+/// counters over every tenant.
+#[derive(Debug)]
+pub struct Shadow {
+    candidate: Arc<Plugin>,
+    log: Arc<ShadowLog>,
+    compared: AtomicU64,
+    diverged: AtomicU64,
+}
+
+/// What a shadow found so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ShadowStats {
+    /// Events both versions answered for.
+    pub compared: u64,
+    /// Events they answered differently for.
+    pub diverged: u64,
+}
+
+impl Shadow {
+    /// `candidate` shadowing its name, divergences written to `log`.
+    pub fn new(candidate: Arc<Plugin>, log: Arc<ShadowLog>) -> Arc<Self> {
+        Arc::new(Self { candidate, log, compared: AtomicU64::new(0), diverged: AtomicU64::new(0) })
+    }
+
+    /// The candidate version.
+    pub fn candidate(&self) -> &Arc<Plugin> {
+        &self.candidate
+    }
+
+    /// The counters now.
+    pub fn stats(&self) -> ShadowStats {
+        ShadowStats { compared: self.compared.load(Ordering::Relaxed), diverged: self.diverged.load(Ordering::Relaxed) }
+    }
+
+    fn tally(&self, handle: &PluginHandle, events: &[&Event], answers: Vec<(Value, Value)>) {
+        self.compared.fetch_add(events.len() as u64, Ordering::Relaxed);
+        for (event, (serving, candidate)) in events.iter().zip(answers) {
+            if serving == candidate {
+                continue;
+            }
+            self.diverged.fetch_add(1, Ordering::Relaxed);
+            self.log.record(&json!({
+                "plugin": handle.name(),
+                "tenant": &**handle.tenant(),
+                "kind": handle.kind().to_string(),
+                "event": describe(event),
+                "serving": serving,
+                "candidate": candidate,
+            }));
+        }
+    }
+}
+
+type KeyBatch = Caller<(PackedStrings,), (Result<PackedStrings, String>,)>;
+type FilterBatch = Caller<(String, Vec<wit::Event>), (Vec<wit::Verdict>,)>;
+
+/// The two callers of one tenant's use of a shadowed plugin: the serving version (a handle of
+/// its own, so the plugin's series count only real calls) and the candidate.
+pub(crate) struct ShadowCalls<C> {
+    shadow: Arc<Shadow>,
+    handle: PluginHandle,
+    serving: C,
+    candidate: C,
+}
+
+impl<C> ShadowCalls<C> {
+    fn make(handle: &PluginHandle, caller: impl Fn(PluginHandle) -> C) -> Option<Self> {
+        let shadow = handle.slot().shadow()?;
+        let settings = handle.settings().clone();
+        let serving = caller(PluginHandle::new(handle.slot().clone(), handle.tenant(), settings.clone()));
+        let candidate = caller(PluginHandle::fixed(shadow.candidate.clone(), handle.tenant(), settings));
+        Some(Self { shadow, handle: handle.clone(), serving, candidate })
+    }
+}
+
+impl ShadowCalls<KeyBatch> {
+    /// For a key function, when its slot has a shadow.
+    pub(crate) fn for_keys(handle: &PluginHandle) -> Option<Self> {
+        let export = handle.kind().batch_export();
+        Self::make(handle, |h| Caller::new(h, export, None))
+    }
+
+    /// Both versions' answers (`per_event` strings per event) for `events`, compared event by
+    /// event.
+    pub(crate) fn compare(&self, events: &[&Event], per_event: usize) {
+        let answers = |caller: &KeyBatch| -> Result<Vec<Value>, String> {
+            let packed = pack_key_fields(events)?;
+            let ((answer,), _) = caller.call((packed,), events.len()).map_err(|e| e.to_string())?;
+            let packed = answer?;
+            let strings = unpack(&packed, events.len() * per_event)?;
+            Ok(strings
+                .chunks(per_event)
+                .map(|s| Value::from(s.iter().map(|b| String::from_utf8_lossy(b).into_owned()).collect::<Vec<_>>()))
+                .collect())
+        };
+        let Ok(serving) = answers(&self.serving) else { return };
+        let candidate = match answers(&self.candidate) {
+            Ok(c) => c,
+            Err(error) => vec![json!({ "error": error }); events.len()],
+        };
+        self.shadow.tally(&self.handle, events, serving.into_iter().zip(candidate).collect());
+    }
+}
+
+impl ShadowCalls<FilterBatch> {
+    /// For a filter, when its slot has a shadow.
+    pub(crate) fn for_filter(handle: &PluginHandle) -> Option<Self> {
+        Self::make(handle, |h| Caller::new(h, PluginKind::Filter.batch_export(), None))
+    }
+
+    /// Both versions' verdicts for `events`, compared event by event.
+    pub(crate) fn compare(&self, events: &[&Event]) {
+        let verdicts = |caller: &FilterBatch| -> Result<Vec<Value>, String> {
+            let batch = events.iter().map(|e| to_wit(e)).collect();
+            let ((verdicts,), _) =
+                caller.call((self.handle.tenant().to_string(), batch), events.len()).map_err(|e| e.to_string())?;
+            if verdicts.len() != events.len() {
+                return Err(format!("{} verdicts for {} events", verdicts.len(), events.len()));
+            }
+            Ok(verdicts
+                .into_iter()
+                .map(|v| match v {
+                    wit::Verdict::Keep => json!("keep"),
+                    wit::Verdict::Drop(reason) => json!({ "drop": reason }),
+                })
+                .collect())
+        };
+        let Ok(serving) = verdicts(&self.serving) else { return };
+        let candidate = match verdicts(&self.candidate) {
+            Ok(c) => c,
+            Err(error) => vec![json!({ "error": error }); events.len()],
+        };
+        self.shadow.tally(&self.handle, events, serving.into_iter().zip(candidate).collect());
+    }
+}

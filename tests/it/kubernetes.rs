@@ -198,6 +198,26 @@ fn eventpipe() -> Command {
     Command::new(env!("CARGO_BIN_EXE_eventpipe"))
 }
 
+/// `eventpipe run` of `stream` (a JSON-lines file) into `--sink k8s` at `api`, as client-go's
+/// loop writes (one partition, one write at a time, so the calls come in its order), with
+/// `extra` flags: the JSON summary and stderr, once it exited successfully.
+fn run_into_api(stream: &[Value], api: &FakeApi, extra: &[&str]) -> (Value, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(&input, stream.iter().map(|e| format!("{e}\n")).collect::<String>()).unwrap();
+    let out = eventpipe()
+        .args(["run", "--summary-json", "--no-watch", "--sink=k8s", "--workers=1", "--max-in-flight=1"])
+        .args(extra)
+        .arg(format!("--source=jsonl:{}", input.display()))
+        .arg(format!("--kube-server={}", api.url))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    let summary = stderr.lines().rev().find_map(|l| serde_json::from_str(l).ok()).unwrap();
+    (summary, stderr)
+}
+
 #[test]
 fn the_kubernetes_sink_creates_patches_and_handles_status_errors_as_client_go() {
     let stream = [
@@ -208,10 +228,6 @@ fn the_kubernetes_sink_creates_patches_and_handles_status_errors_as_client_go() 
         event("c.1", "c", "Started", "started", "2025-01-01T00:00:04Z"),
         event("d.1", "d", "Started", "started", "2025-01-01T00:00:05Z"),
     ];
-    let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("in.jsonl");
-    std::fs::write(&input, stream.iter().map(|e| format!("{e}\n")).collect::<String>()).unwrap();
-
     // Per object: what the server answers to its requests, in order.
     /// (path suffix, status codes still to answer)
     type Script = Vec<(String, VecDeque<u16>)>;
@@ -262,16 +278,7 @@ fn the_kubernetes_sink_creates_patches_and_handles_status_errors_as_client_go() 
         }
     }));
 
-    let out = eventpipe()
-        // client-go's loop: one partition, one write at a time, so the calls come in its order.
-        .args(["run", "--summary-json", "--no-watch", "--sink=k8s", "--workers=1", "--max-in-flight=1"])
-        .arg(format!("--source=jsonl:{}", input.display()))
-        .arg(format!("--kube-server={}", api.url))
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let summary: Value = stderr.lines().rev().find_map(|l| serde_json::from_str(l).ok()).unwrap();
+    let (summary, stderr) = run_into_api(&stream, &api, &[]);
 
     // What the correlator decides for this stream (replay with the event's own time, as run).
     let results = crate::common::replay_with_event_clock(&stream, &[]);
@@ -1243,21 +1250,9 @@ fn events_k8s_io_recording_creates_then_patches_series() {
         event("a.4", "a", "BackOff", "Back-off restarting failed container", "2025-01-01T00:00:30Z"),
         event("b.1", "b", "Pulled", "pulled image", "2025-01-01T00:00:40Z"),
     ];
-    let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("in.jsonl");
-    std::fs::write(&input, stream.iter().map(|e| format!("{e}\n")).collect::<String>()).unwrap();
     let store: Store = Arc::default();
     let api = FakeApi::start(storing_handler(store.clone()));
-    let out = eventpipe()
-        .args(["run", "--summary-json", "--no-watch", "--sink=k8s", "--events-api=events.k8s.io"])
-        .args(["--workers=1", "--max-in-flight=1"])
-        .arg(format!("--source=jsonl:{}", input.display()))
-        .arg(format!("--kube-server={}", api.url))
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let summary: Value = stderr.lines().rev().find_map(|l| serde_json::from_str(l).ok()).unwrap();
+    let (summary, _) = run_into_api(&stream, &api, &["--events-api=events.k8s.io"]);
     assert_eq!(
         (summary["created"].as_u64(), summary["patched"].as_u64(), summary["series_counted"].as_u64()),
         (Some(2), Some(1), Some(2)),

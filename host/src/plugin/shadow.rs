@@ -134,6 +134,17 @@ pub(crate) struct ShadowCalls<C> {
 }
 
 impl<C> ShadowCalls<C> {
+    /// Both versions' `answers` for `events` (one value per event), compared event by event;
+    /// nothing is compared when the serving version itself fails (its own path reports that).
+    fn compare_with(&self, events: &[&Event], answers: impl Fn(&C) -> Result<Vec<Value>, String>) {
+        let Ok(serving) = answers(&self.serving) else { return };
+        let candidate = match answers(&self.candidate) {
+            Ok(c) => c,
+            Err(error) => vec![json!({ "error": error }); events.len()],
+        };
+        self.shadow.tally(&self.handle, events, serving.into_iter().zip(candidate).collect());
+    }
+
     fn make(handle: &PluginHandle, caller: impl Fn(PluginHandle) -> C) -> Option<Self> {
         let shadow = handle.slot().shadow()?;
         let settings = handle.settings().clone();
@@ -153,7 +164,7 @@ impl ShadowCalls<KeyBatch> {
     /// Both versions' answers (`per_event` strings per event) for `events`, compared event by
     /// event.
     pub(crate) fn compare(&self, events: &[&Event], per_event: usize) {
-        let answers = |caller: &KeyBatch| -> Result<Vec<Value>, String> {
+        self.compare_with(events, |caller: &KeyBatch| -> Result<Vec<Value>, String> {
             let packed = pack_key_fields(events)?;
             let ((answer,), _) = caller.call((packed,), events.len()).map_err(|e| e.to_string())?;
             let packed = answer?;
@@ -162,13 +173,7 @@ impl ShadowCalls<KeyBatch> {
                 .chunks(per_event)
                 .map(|s| Value::from(s.iter().map(|b| String::from_utf8_lossy(b).into_owned()).collect::<Vec<_>>()))
                 .collect())
-        };
-        let Ok(serving) = answers(&self.serving) else { return };
-        let candidate = match answers(&self.candidate) {
-            Ok(c) => c,
-            Err(error) => vec![json!({ "error": error }); events.len()],
-        };
-        self.shadow.tally(&self.handle, events, serving.into_iter().zip(candidate).collect());
+        });
     }
 }
 
@@ -180,7 +185,7 @@ impl ShadowCalls<FilterBatch> {
 
     /// Both versions' verdicts for `events`, compared event by event.
     pub(crate) fn compare(&self, events: &[&Event]) {
-        let verdicts = |caller: &FilterBatch| -> Result<Vec<Value>, String> {
+        self.compare_with(events, |caller: &FilterBatch| -> Result<Vec<Value>, String> {
             let batch = events.iter().map(|e| to_wit(e)).collect();
             let ((verdicts,), _) =
                 caller.call((self.handle.tenant().to_string(), batch), events.len()).map_err(|e| e.to_string())?;
@@ -194,12 +199,6 @@ impl ShadowCalls<FilterBatch> {
                     wit::Verdict::Drop(reason) => json!({ "drop": reason }),
                 })
                 .collect())
-        };
-        let Ok(serving) = verdicts(&self.serving) else { return };
-        let candidate = match verdicts(&self.candidate) {
-            Ok(c) => c,
-            Err(error) => vec![json!({ "error": error }); events.len()],
-        };
-        self.shadow.tally(&self.handle, events, serving.into_iter().zip(candidate).collect());
+        });
     }
 }

@@ -172,39 +172,34 @@ impl SinkSet {
 
     /// The webhook sinks opened so far (for their metrics).
     pub fn webhooks(&self) -> Vec<Arc<WebhookSink>> {
+        self.each(|s| match s {
+            OpenSink::Webhook(w) => Some(w.clone()),
+            _ => None,
+        })
+    }
+
+    /// What `pick` takes from each open sink.
+    fn each<T>(&self, pick: impl Fn(&OpenSink) -> Option<T>) -> Vec<T> {
         let open = self.open.lock().unwrap_or_else(|p| p.into_inner());
-        open.values()
-            .filter_map(|s| match s {
-                OpenSink::Webhook(w) => Some(w.clone()),
-                _ => None,
-            })
-            .collect()
+        open.values().filter_map(pick).collect()
     }
 
     /// The plugin handles of the sink plugins opened so far (for their `eventpipe_plugin_*`
     /// series).
     pub fn plugin_handles(&self) -> Vec<PluginHandle> {
-        let open = self.open.lock().unwrap_or_else(|p| p.into_inner());
-        open.values()
-            .filter_map(|s| match s {
-                OpenSink::Plugin(p) => Some(p.0.handle().clone()),
-                _ => None,
-            })
-            .collect()
+        self.each(|s| match s {
+            OpenSink::Plugin(p) => Some(p.0.handle().clone()),
+            _ => None,
+        })
     }
 
     /// Ends what sinks keep open at the end of a run: every events.k8s.io series gets its final
     /// patch ([`SeriesSink::finish_all`]).
     pub async fn close(&self) {
-        let series: Vec<Arc<SeriesSink>> = {
-            let open = self.open.lock().unwrap_or_else(|p| p.into_inner());
-            open.values()
-                .filter_map(|s| match s {
-                    OpenSink::KubernetesSeries(s) => Some(s.clone()),
-                    _ => None,
-                })
-                .collect()
-        };
+        let series = self.each(|s| match s {
+            OpenSink::KubernetesSeries(s) => Some(s.clone()),
+            _ => None,
+        });
         for sink in series {
             sink.finish_all().await;
         }

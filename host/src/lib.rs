@@ -25,6 +25,7 @@
 //!
 //! Modules sit in layers; each imports only modules below it (the README lists them).
 
+pub mod bench;
 pub mod broadcaster;
 pub mod clock;
 pub mod config;

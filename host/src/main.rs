@@ -40,6 +40,9 @@ enum Command {
     /// Check a config, its plugins, sinks and source without running; list every problem and
     /// exit 1, or exit 0.
     Validate(cli::validate::ValidateArgs),
+    /// Time the tenant stage and each plugin on a stream of your own: ns/event, events/s, fuel
+    /// and memo hits per plugin, min/median/max over passes.
+    Bench(cli::bench::BenchArgs),
     /// About the tenant config file (its JSON Schema).
     #[command(subcommand)]
     Config(cli::config::ConfigCommand),
@@ -68,6 +71,7 @@ fn main() -> ExitCode {
         Command::NewPlugin(args) => cli::new_plugin::execute(args),
         Command::Validate(args) => cli::validate::execute(args),
         Command::Config(command) => cli::config::execute(command),
+        Command::Bench(args) => cli::bench::execute(args),
         Command::Top(args) => cli::top::execute(args),
         Command::Completions { shell } => {
             let mut script = Vec::new();

@@ -399,6 +399,19 @@ impl TenantPlan {
         Self::build_checked(base, config, registry, Some(sinks)).map_err(|mut errors| errors.swap_remove(0))
     }
 
+    /// As [`build`](Self::build) without opening any sink (`eventpipe bench` runs the stages
+    /// only).
+    ///
+    /// # Errors
+    /// As [`build`](Self::build).
+    pub fn build_unopened(
+        base: &TenantRules,
+        config: Option<&Config>,
+        registry: &PluginRegistry,
+    ) -> Result<Self, PlanError> {
+        Self::build_checked(base, config, registry, None).map_err(|mut errors| errors.swap_remove(0))
+    }
+
     /// Every problem [`build`](Self::build) would meet (each tenant's first), without opening
     /// any sink: what `eventpipe validate` lists. Empty when the plan can be built.
     pub fn problems(base: &TenantRules, config: Option<&Config>, registry: &PluginRegistry) -> Vec<PlanError> {

@@ -201,6 +201,7 @@ async fn counters_follow_known_activity() {
         instances: 4,
         memo_hits: 700,
         memo_misses: 300,
+        call_nanos: 0,
     };
     metrics.add_source(move |s| {
         s.add_router(&router_stats);

@@ -201,3 +201,46 @@ fn a_run_without_plugin_changes_reports_no_swap() {
     let summary: Value = stderr.lines().rev().find_map(|l| serde_json::from_str(l).ok()).unwrap();
     assert_eq!(summary["plugin_swaps"], 0, "{stderr}");
 }
+
+/// `eventpipe bench` decodes the input, times passes of the tenant stage and reports per
+/// plugin what it cost, as a table or JSON.
+#[test]
+fn bench_reports_the_stage_and_every_plugin_of_the_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = crate::common::plugins_dir(dir.path(), &["drop-reasons"]);
+    let config = dir.path().join("eventpipe.toml");
+    std::fs::write(&config, "[defaults]\nfilters = [\"drop-reasons\"]\n[plugins.drop-reasons]\nreasons = \"Pulled\"\n")
+        .unwrap();
+    let input = bundled_stream();
+    let lines = std::fs::read_to_string(&input).unwrap().lines().count();
+    let bench = |json: bool| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_eventpipe"));
+        cmd.args(["bench", "--reps=2"])
+            .arg(format!("--input={}", input.display()))
+            .arg(format!("--config={}", config.display()))
+            .arg(format!("--plugins={}", plugins.display()));
+        if json {
+            cmd.arg("--json");
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let report: Value = serde_json::from_str(&bench(true)).unwrap();
+    assert_eq!((report["events"].as_u64(), report["reps"].as_u64()), (Some(lines as u64), Some(2)));
+    let stage = &report["stage_ns_per_event"];
+    assert!(stage["min"].as_f64().unwrap() > 0.0 && stage["min"].as_f64() <= stage["max"].as_f64(), "{report}");
+    assert!(report["events_per_second"].as_f64().unwrap() > 0.0);
+    let plugin =
+        |name: &str| report["plugins"].as_array().unwrap().iter().find(|p| p["plugin"] == name).cloned().unwrap();
+    let keys = plugin("by-reason");
+    assert_eq!(keys["kind"], "aggregate-key");
+    let hit_rate = keys["memo_hit_rate"].as_f64().unwrap();
+    assert!((0.0..=1.0).contains(&hit_rate) && hit_rate > 0.5, "the bundled stream repeats itself: {keys}");
+    assert!(keys["fuel_per_event"].as_f64().unwrap() > 0.0 && keys["ns_per_event"]["median"].as_f64().unwrap() > 0.0);
+    let filter = plugin("drop-reasons");
+    assert_eq!((filter["kind"].as_str(), filter["memo_hit_rate"].as_f64()), (Some("filter"), None));
+    assert!(filter["calls_per_pass"].as_f64().unwrap() >= 1.0);
+    let table = bench(false);
+    assert!(table.contains("tenant stage:") && table.contains("ns/event") && table.contains("drop-reasons"), "{table}");
+}

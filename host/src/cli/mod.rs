@@ -3,6 +3,7 @@
 //! lines; 3 a plugin failed under `--plugin-fallback fail`; 4 `run` abandoned events (retries ran
 //! out, a shutdown cancelled them, or the shutdown timeout passed before they were delivered).
 
+pub mod bench;
 pub mod config;
 pub mod new_plugin;
 pub mod plugins;

@@ -221,7 +221,9 @@ where
         }
         stats.calls.fetch_add(1, Ordering::Relaxed);
         stats.events.fetch_add(events as u64, Ordering::Relaxed);
+        let started = std::time::Instant::now();
         let outcome = live.func.call(&mut live.store, params);
+        stats.call_nanos.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         match outcome {
             Ok(r) => {
                 let fuel = if fuel_on { budget.saturating_sub(live.store.get_fuel().unwrap_or(0)) } else { 0 };

@@ -248,6 +248,7 @@ pub struct PluginStats {
     instances: AtomicU64,
     memo_hits: AtomicU64,
     memo_misses: AtomicU64,
+    call_nanos: AtomicU64,
 }
 
 /// A copy of [`PluginStats`] at one moment.
@@ -274,6 +275,8 @@ pub struct PluginStatsSnapshot {
     pub memo_hits: u64,
     /// Events a pure key plugin's memo had no answer for: passed to the plugin.
     pub memo_misses: u64,
+    /// Nanoseconds spent inside calls (lowering the arguments, running, lifting the results).
+    pub call_nanos: u64,
 }
 
 impl PluginStats {
@@ -291,6 +294,7 @@ impl PluginStats {
             instances: get(&self.instances),
             memo_hits: get(&self.memo_hits),
             memo_misses: get(&self.memo_misses),
+            call_nanos: get(&self.call_nanos),
         }
     }
 }

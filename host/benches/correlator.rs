@@ -6,8 +6,10 @@
 //! same plugins without fuel, (d) as (b) with the memo off (`pure = false`). Then ns per call of
 //! each key plugin (`by-reason`, `source-object`) on a batch of 256 events and on a batch of
 //! one (memo off: real calls), their fuel per event, and a batch of 256 answered from the memo.
-//! Throughput is printed as elements (events) per second; the `ns/event` lines give the
-//! per-event cost directly.
+//! Last, `tenant_stage/bundled_stream_pass`: the code path of `eventpipe bench` (one pass of
+//! the bundled real stream through a tenant stage with the default plugins). Throughput is
+//! printed as elements (events) per second; the `ns/event` lines give the per-event cost
+//! directly.
 
 #![allow(missing_docs, reason = "criterion_group! generates an undocumented function")]
 
@@ -250,6 +252,23 @@ fn bench(c: &mut Criterion) {
         let stats = handle.stats().snapshot();
         println!("plugin_call/{name}: {:.0} fuel/event", stats.fuel_consumed as f64 / stats.events.max(1) as f64);
     }
+
+    // The path of `eventpipe bench`: the bundled real stream, one pass through a tenant stage
+    // with the default plugins (fresh state and instances per pass).
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/data/occurrences.jsonl"))
+        .expect("the bundled stream");
+    let (bundled, _) = eventpipe::bench::decode_input(&text);
+    let registry = PluginRegistry::new(PluginRuntime::new(Metering::Fuel).expect("runtime")).expect("embedded plugins");
+    let rules = eventpipe::plan::CommandLineRules::default().rules(&registry).expect("default rules");
+    let plan = std::sync::Arc::new(
+        eventpipe::plan::TenantPlan::build_unopened(&rules, None, &registry).expect("the default plan"),
+    );
+    let mut stage = c.benchmark_group("tenant_stage");
+    stage.throughput(Throughput::Elements(bundled.len() as u64)).sample_size(10);
+    stage.bench_function("bundled_stream_pass", |b| {
+        b.iter_batched(|| bundled.clone(), |input| eventpipe::bench::pass(&plan, input), BatchSize::LargeInput)
+    });
+    stage.finish();
 }
 
 criterion_group!(benches, bench);

@@ -64,9 +64,13 @@ pub fn validate(options: &ValidateOptions<'_>) -> ValidateReport {
         }
     };
     report.tenants = config.as_ref().map_or(1, |c| c.tenants.len() + 1);
-    report
-        .problems
-        .extend(TenantPlan::problems(options.base, config.as_ref(), options.registry).iter().map(|e| e.to_string()));
+    // A problem of `[defaults]` is every inheriting tenant's too: listed once.
+    for problem in TenantPlan::problems(options.base, config.as_ref(), options.registry) {
+        let problem = problem.to_string();
+        if !report.problems.contains(&problem) {
+            report.problems.push(problem);
+        }
+    }
 
     // Sinks: the command line's, `[defaults]`' and every tenant's, each once.
     let mut sinks: Vec<(String, SinkEntry)> =

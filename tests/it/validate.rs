@@ -151,3 +151,19 @@ full_channel_behavior = "wait"
         "#/$defs/FullChannelBehaviorName"
     );
 }
+
+/// A problem of `[defaults]` that every tenant inherits is listed once.
+#[test]
+fn an_inherited_problem_is_listed_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("eventpipe.toml");
+    std::fs::write(
+        &config,
+        "[defaults]\naggregate_key = \"by-reasn\"\nsinks = [\"jsonl:-\"]\n[[tenants]]\nname = \"t\"\nmatch = { namespaces = [\"a\"] }\n",
+    )
+    .unwrap();
+    let (ok, _, stderr) = validate(&[format!("--config={}", config.display())]);
+    assert!(!ok);
+    assert_eq!(stderr.matches("no plugin named `by-reasn`").count(), 1, "{stderr}");
+    assert!(stderr.contains("1 problem(s)"), "{stderr}");
+}

@@ -31,6 +31,7 @@
 //! | `eventpipe_sink_dropped_total` | `sink`, `reason` (`queue_full`) | webhook sinks, at-most-once |
 //! | `eventpipe_sink_queue_depth`, `eventpipe_sink_queue_capacity` (gauges) | `sink` | webhook sinks, events |
 //! | `eventpipe_plugin_calls_total`, `_events_total`, `_fuel_consumed_total`, `_fallbacks_total`, `_drops_total`, `_instances_total`, `_memo_hits_total`, `_memo_misses_total` | `plugin`, `tenant` | `PluginStats` |
+//! | `eventpipe_plugin_call_seconds_total` | `plugin`, `tenant` | time inside plugin calls |
 //! | `eventpipe_plugin_failures_total` | `plugin`, `tenant`, `reason` (`trap`, `out_of_fuel`, `memory_limit`, `garbage`, …) | `PluginStats` |
 //! | `eventpipe_plugin_swaps_total`, `eventpipe_plugin_tier_ups_total`, `eventpipe_plugin_reloads_rejected_total` | — | plugin registry |
 //! | `eventpipe_config_reloads_total` | `result` (`applied`, `rejected`) | tenant config reloads |
@@ -184,6 +185,7 @@ impl Snapshot {
         e.instances += s.instances;
         e.memo_hits += s.memo_hits;
         e.memo_misses += s.memo_misses;
+        e.call_nanos += s.call_nanos;
     }
 
     /// Adds the registry's swaps and refused files.
@@ -559,6 +561,18 @@ impl Collector for SnapshotCollector {
             Counter,
             plugin(|s| s.fuel_consumed),
         )?;
+        {
+            let mut family = e.encode_descriptor(
+                "eventpipe_plugin_call_seconds",
+                "Time inside plugin calls (lowering, running, lifting), seconds.",
+                None,
+                Counter,
+            )?;
+            for ((p, t), st) in &s.plugins {
+                let labels = l2("plugin", p, "tenant", t);
+                ConstCounter::new(st.call_nanos as f64 / 1e9).encode(family.encode_family(&labels)?)?;
+            }
+        }
         let failures = s.plugins.iter().flat_map(|((p, t), st)| {
             CallFailure::LABELS
                 .iter()

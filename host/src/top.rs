@@ -10,8 +10,9 @@
 //! - [`Scraper`] fetches the endpoint (hyper's client, plain HTTP, optionally with a bearer
 //!   token).
 //!
-//! No metric times plugin calls, so the plugin table shows calls/s, events/s and fuel per event
-//! (fuel ≈ Wasm instructions) rather than nanoseconds per event.
+//! The plugin table shows calls/s, events/s, nanoseconds per event inside the plugin's calls
+//! (`eventpipe_plugin_call_seconds_total` over `eventpipe_plugin_events_total`) and fuel per
+//! event (fuel ≈ Wasm instructions).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -196,6 +197,8 @@ pub struct PluginRow {
     pub events: Rate,
     /// Fuel consumed per event: over the last interval when it had events, else over the run.
     pub fuel_per_event: Option<f64>,
+    /// Nanoseconds inside calls per event passed to the plugin, as fuel per event.
+    pub ns_per_event: Option<f64>,
     /// `eventpipe_plugin_failures_total`, every reason.
     pub failures: Rate,
 }
@@ -325,17 +328,21 @@ impl View {
                 let same = |o: &Labels| label(o, "plugin") == plugin && label(o, "tenant") == tenant;
                 let events = d.rate("eventpipe_plugin_events_total", l);
                 let fuel = d.rate("eventpipe_plugin_fuel_consumed_total", l);
-                let fuel_per_event = match (fuel.per_sec, events.per_sec) {
+                let per_event = |r: &Rate| match (r.per_sec, events.per_sec) {
                     (Some(f), Some(e)) if e > 0.0 => Some(f / e),
-                    _ if events.total > 0.0 => Some(fuel.total / events.total),
+                    _ if events.total > 0.0 => Some(r.total / events.total),
                     _ => None,
                 };
+                let fuel_per_event = per_event(&fuel);
+                let ns_per_event =
+                    per_event(&d.rate("eventpipe_plugin_call_seconds_total", l)).map(|seconds| seconds * 1e9);
                 PluginRow {
                     plugin: plugin.to_string(),
                     tenant: tenant.to_string(),
                     calls: d.rate("eventpipe_plugin_calls_total", l),
                     events,
                     fuel_per_event,
+                    ns_per_event,
                     failures: d.sum_where("eventpipe_plugin_failures_total", same),
                 }
             })
@@ -462,6 +469,7 @@ pub fn render(frame: &mut Frame, view: &View) {
                 p.tenant.clone(),
                 rate(&p.calls),
                 rate(&p.events),
+                p.ns_per_event.map_or_else(|| "-".to_string(), format_number),
                 p.fuel_per_event.map_or_else(|| "-".to_string(), format_number),
                 rate(&p.failures),
                 total(&p.events),
@@ -518,8 +526,8 @@ pub fn render(frame: &mut Frame, view: &View) {
     table(
         frame,
         areas[4],
-        " Plugins (no time metric: fuel ≈ Wasm instructions) ",
-        &["plugin", "tenant", "calls/s", "events/s", "fuel/event", "failures/s", "events"],
+        " Plugins (ns/event inside calls; fuel ≈ Wasm instructions) ",
+        &["plugin", "tenant", "calls/s", "events/s", "ns/event", "fuel/event", "failures/s", "events"],
         plugins,
     );
     table(

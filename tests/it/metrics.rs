@@ -122,6 +122,7 @@ async fn an_empty_registry_describes_every_family() {
         "eventpipe_plugin_failures",
         "eventpipe_plugin_memo_hits",
         "eventpipe_plugin_memo_misses",
+        "eventpipe_plugin_call_seconds",
         "eventpipe_plugin_swaps",
         "eventpipe_config_reloads",
     ] {
@@ -201,7 +202,7 @@ async fn counters_follow_known_activity() {
         instances: 4,
         memo_hits: 700,
         memo_misses: 300,
-        call_nanos: 0,
+        call_nanos: 1_500_000_000,
     };
     metrics.add_source(move |s| {
         s.add_router(&router_stats);
@@ -254,6 +255,7 @@ async fn counters_follow_known_activity() {
     assert_eq!(s.get("eventpipe_plugin_instances_total", &p), 8.0);
     assert_eq!(s.get("eventpipe_plugin_memo_hits_total", &p), 1400.0);
     assert_eq!(s.get("eventpipe_plugin_memo_misses_total", &p), 600.0);
+    assert_eq!(s.get("eventpipe_plugin_call_seconds_total", &p), 3.0, "nanoseconds inside calls, as seconds");
     let reason = |r| [("plugin", "by-reason"), ("tenant", "payments"), ("reason", r)];
     assert_eq!(s.get("eventpipe_plugin_failures_total", &reason("out_of_fuel")), 4.0);
     assert_eq!(s.get("eventpipe_plugin_failures_total", &reason("trap")), 2.0);

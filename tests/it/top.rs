@@ -65,6 +65,8 @@ fn set(activity: &Arc<Mutex<Activity>>, step: u64) {
         calls: 3 * step,
         events: 60 * step,
         fuel_consumed: 60 * step * 1500 + if step > 1 { 60 * 500 } else { 0 },
+        // 2 µs inside calls per event.
+        call_nanos: 60 * step * 2000,
         failures: step,
         failures_by_reason: failures,
         drops: 0,
@@ -122,6 +124,7 @@ fn the_parser_reads_the_metrics_module_and_counters_become_rates() {
     assert_eq!(plugin.events, rate(60.0, 180.0));
     // Over the interval: (120 × 1500 + 30,000) fuel for 120 events.
     assert_eq!(plugin.fuel_per_event, Some(1750.0));
+    assert_eq!(plugin.ns_per_event.map(f64::round), Some(2000.0), "eventpipe_plugin_call_seconds_total per event");
     assert_eq!(plugin.failures, rate(1.0, 3.0));
 
     let sink = &view.sinks[0];
@@ -170,8 +173,8 @@ fn the_view_renders_rates_per_source_tenant_verb_plugin_sink_and_drop() {
     row_with(&rows, &["payments", "60", "4", "2", "1", "180"]);
     row_with(&rows, &["default", "40", "0", "0", "0", "120"]);
     row_with(&rows, &["payments", "patch", "10", "30"]);
-    // plugin, tenant, calls/s, events/s, fuel/event, failures/s, events
-    row_with(&rows, &["by-reason", "payments", "3", "60", "1.8k", "1", "180"]);
+    // plugin, tenant, calls/s, events/s, ns/event, fuel/event, failures/s, events
+    row_with(&rows, &["by-reason", "payments", "3", "60", "2.0k", "1.8k", "1", "180"]);
     row_with(&rows, &["audit-hook", "7/1.0k", "30", "1", "0", "0"]);
     row_with(&rows, &["watcher", "incoming", "queue_full", "6", "18"]);
     row_with(&rows, &["tenant", "payments", "gave_up", "1", "3"]);

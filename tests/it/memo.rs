@@ -115,3 +115,53 @@ fn pure_false_calls_the_plugin_on_every_event() {
     let stats = handle.stats().snapshot();
     assert_eq!((stats.calls, stats.events, stats.memo_hits, stats.memo_misses), (2, 3, 0, 0), "{stats:?}");
 }
+
+/// On a stream that does not repeat itself the memo does not pay: after
+/// `MEMO_PROBE_EVENTS` lookups with (almost) no hit it stands aside for
+/// `MEMO_BYPASS_BATCHES` batches (answers come straight from the plugin, unchanged), then looks
+/// again.
+#[test]
+fn a_memo_that_does_not_pay_stands_aside_then_looks_again() {
+    use eventpipe::plugin::{MEMO_BYPASS_BATCHES, MEMO_PROBE_EVENTS};
+    let plugin = runtime().load("by-reason", embedded::BY_REASON, PluginOrigin::Embedded).unwrap();
+    let handle = PluginHandle::fixed(plugin, "default", PluginSettings::default());
+    let key_fn = WasmAggregateKeyFunc::new(handle.clone()).unwrap();
+    let mut n = 0;
+    let mut batch = |size: usize| {
+        let events: Vec<Event> = (0..size)
+            .map(|_| {
+                n += 1;
+                event(&format!("pod-{n}"), "Started", "m")
+            })
+            .collect();
+        let refs: Vec<&Event> = events.iter().collect();
+        let mut out = Vec::new();
+        key_fn.aggregate_keys(&refs, &mut out);
+        assert_eq!(
+            out,
+            refs.iter().map(|e| Some(ByReason.aggregate_key(e))).collect::<Vec<_>>(),
+            "answers never change"
+        );
+    };
+    let looked = || {
+        let s = handle.stats().snapshot();
+        s.memo_hits + s.memo_misses
+    };
+    let probe = MEMO_PROBE_EVENTS as usize / 256;
+    for _ in 0..probe {
+        batch(256);
+    }
+    assert_eq!(looked(), MEMO_PROBE_EVENTS, "every event looked up while probing");
+    let events_before = handle.stats().snapshot().events;
+    for _ in 0..MEMO_BYPASS_BATCHES {
+        batch(256);
+    }
+    assert_eq!(looked(), MEMO_PROBE_EVENTS, "no lookup while standing aside");
+    assert_eq!(
+        handle.stats().snapshot().events - events_before,
+        256 * u64::from(MEMO_BYPASS_BATCHES),
+        "the plugin answers all"
+    );
+    batch(256);
+    assert_eq!(looked(), MEMO_PROBE_EVENTS + 256, "then it looks again");
+}

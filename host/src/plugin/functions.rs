@@ -98,7 +98,11 @@ impl<T: Clone> BatchKeyFn<T> {
         let (Some(memo), Some(version)) = (&self.memo, version) else {
             return out.extend(self.answers(events, &decode, &builtin).into_iter().map(Answer::into_value));
         };
+        if memo.stands_aside() {
+            return out.extend(self.answers(events, &decode, &builtin).into_iter().map(Answer::into_value));
+        }
         let lookup = memo.lookup(version, events);
+        memo.observe(events.len(), lookup.hits());
         let stats = self.caller.handle().stats();
         stats.memo_hits.fetch_add(lookup.hits() as u64, Ordering::Relaxed);
         stats.memo_misses.fetch_add(lookup.misses().len() as u64, Ordering::Relaxed);

@@ -10,9 +10,14 @@
 //! at a time and starts over when the slot serves another one (hot reload, revert, tier-up). A
 //! plugin that keeps state opts out with `pure = false` in its `[plugins.NAME]` table
 //! ([`PluginSettings::pure`](super::PluginSettings::pure)).
+//!
+//! A memo that does not pay (a hit rate under [`MEMO_MIN_HIT_RATE`] over
+//! [`MEMO_PROBE_EVENTS`] lookups) stands aside for [`MEMO_BYPASS_BATCHES`] batches, then looks
+//! again.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use lru::DefaultHasher;
 
@@ -34,6 +39,17 @@ pub const MEMO_WAYS: usize = 2;
 
 /// Sets of a memo.
 const SETS: usize = MEMO_ENTRIES / MEMO_WAYS;
+
+/// Events looked up before a memo judges whether it pays: at a hit rate under
+/// [`MEMO_MIN_HIT_RATE`] over that many lookups, it stands aside for [`MEMO_BYPASS_BATCHES`]
+/// batches (the plugin is called on every event, as with `pure = false`), then looks again. On a
+/// stream that rarely repeats itself, a lookup and the insertion after a miss cost more than the
+/// calls they save.
+pub const MEMO_PROBE_EVENTS: u64 = 4096;
+/// The hit rate under which a memo stands aside (see [`MEMO_PROBE_EVENTS`]).
+pub const MEMO_MIN_HIT_RATE: f64 = 0.05;
+/// Batches a memo stands aside for before it looks again.
+pub const MEMO_BYPASS_BATCHES: u32 = 64;
 
 // A set remembers only its most recently used way: with two ways, the other one is the least
 // recently used.
@@ -68,6 +84,10 @@ impl<T> Answer<T> {
 /// The answers of one plugin instance's current version, by [`key_fields_digest`].
 pub(crate) struct Memo<T> {
     state: Mutex<State<T>>,
+    /// Lookups and hits since the last judgement, and batches left to stand aside for.
+    probed: AtomicU64,
+    probe_hits: AtomicU64,
+    bypass: AtomicU32,
 }
 
 struct State<T> {
@@ -150,7 +170,32 @@ enum Slot<T> {
 impl<T: Clone> Memo<T> {
     /// An empty memo of [`MEMO_ENTRIES`] answers.
     pub(crate) fn new() -> Self {
-        Self { state: Mutex::new(State { version: None, answers: Table { sets: Vec::new() } }) }
+        Self {
+            state: Mutex::new(State { version: None, answers: Table { sets: Vec::new() } }),
+            probed: AtomicU64::new(0),
+            probe_hits: AtomicU64::new(0),
+            bypass: AtomicU32::new(0),
+        }
+    }
+
+    /// Whether this batch skips the memo: it stands aside after a low hit rate
+    /// ([`MEMO_PROBE_EVENTS`]); each call counts one batch of the time it stands aside.
+    pub(crate) fn stands_aside(&self) -> bool {
+        self.bypass.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| left.checked_sub(1)).is_ok()
+    }
+
+    /// Counts a lookup of `looked` events with `hits` hits; after [`MEMO_PROBE_EVENTS`], judges.
+    pub(crate) fn observe(&self, looked: usize, hits: usize) {
+        let probed = self.probed.fetch_add(looked as u64, Ordering::Relaxed) + looked as u64;
+        let hits = self.probe_hits.fetch_add(hits as u64, Ordering::Relaxed) + hits as u64;
+        if probed < MEMO_PROBE_EVENTS {
+            return;
+        }
+        self.probed.store(0, Ordering::Relaxed);
+        self.probe_hits.store(0, Ordering::Relaxed);
+        if (hits as f64) < MEMO_MIN_HIT_RATE * probed as f64 {
+            self.bypass.store(MEMO_BYPASS_BATCHES, Ordering::Relaxed);
+        }
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State<T>> {

@@ -43,14 +43,7 @@ pub struct BenchArgs {
 
 /// Prints the report (table or JSON).
 pub fn execute(args: BenchArgs) -> anyhow::Result<ExitCode> {
-    let plugins_dir = args.plugins.clone().or_else(|| {
-        let default = PathBuf::from("plugins");
-        default.is_dir().then_some(default)
-    });
-    let mut registry = args.runtime.registry(args.limits.settings())?;
-    if let Some(dir) = &plugins_dir {
-        registry = super::with_plugins_dir(registry, dir, "eventpipe bench")?;
-    }
+    let registry = super::registry_with_dir(&args.runtime, &args.limits, args.plugins.as_deref(), "eventpipe bench")?;
     let base = args.correlator.rules(&args.limits).rules(&registry)?;
     let config = args.config.as_deref().map(Config::load).transpose()?;
     let plan = Arc::new(TenantPlan::build_unopened(&base, config.as_ref(), &registry)?);

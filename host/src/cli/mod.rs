@@ -100,6 +100,30 @@ impl RuntimeArgs {
     }
 }
 
+/// The plugins directory of a command: `dir` when given, else `./plugins` when it exists.
+fn plugins_dir(dir: Option<&Path>) -> Option<PathBuf> {
+    dir.map(Path::to_path_buf).or_else(|| {
+        let default = PathBuf::from("plugins");
+        default.is_dir().then_some(default)
+    })
+}
+
+/// The registry a command runs with: the embedded plugins (loads validated with `limits`),
+/// then those of its plugins directory ([`plugins_dir`]; each refused file reported on stderr,
+/// prefixed by `command`).
+fn registry_with_dir(
+    runtime: &RuntimeArgs,
+    limits: &PluginArgs,
+    dir: Option<&Path>,
+    command: &str,
+) -> anyhow::Result<PluginRegistry> {
+    let registry = runtime.registry(limits.settings())?;
+    match plugins_dir(dir) {
+        Some(dir) => with_plugins_dir(registry, &dir, command),
+        None => Ok(registry),
+    }
+}
+
 /// `registry` with the plugins of `dir` loaded (each refused file is reported on stderr,
 /// prefixed by `command`).
 fn with_plugins_dir(registry: PluginRegistry, dir: &Path, command: &str) -> anyhow::Result<PluginRegistry> {

@@ -159,14 +159,7 @@ struct KubeArgs {
 /// Runs the pipeline: exit 3 when a plugin failed under `--plugin-fallback fail`, 4 when events
 /// were abandoned (see [`eventpipe::run::RunSummary::abandoned_any`]), else 0.
 pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let plugins_dir = args.plugins.clone().or_else(|| {
-        let default = PathBuf::from("plugins");
-        default.is_dir().then_some(default)
-    });
-    let mut registry = args.runtime.registry(args.limits.settings())?;
-    if let Some(dir) = &plugins_dir {
-        registry = super::with_plugins_dir(registry, dir, "eventpipe")?;
-    }
+    let registry = super::registry_with_dir(&args.runtime, &args.limits, args.plugins.as_deref(), "eventpipe")?;
     let mut base = args.correlator.rules(&args.limits).rules(&registry)?;
     base.sinks = args.sink;
     let options = RunOptions {

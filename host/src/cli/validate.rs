@@ -43,10 +43,7 @@ pub struct ValidateArgs {
 
 /// Lists every problem on stderr and exits 1, or prints what was checked and exits 0.
 pub fn execute(args: ValidateArgs) -> anyhow::Result<ExitCode> {
-    let plugins_dir = args.plugins.clone().or_else(|| {
-        let default = PathBuf::from("plugins");
-        default.is_dir().then_some(default)
-    });
+    let plugins_dir = super::plugins_dir(args.plugins.as_deref());
     let mut registry = args.runtime.registry(args.limits.settings())?;
     let mut refused_plugins = Vec::new();
     if let Some(dir) = &plugins_dir {

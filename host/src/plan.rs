@@ -343,7 +343,7 @@ impl PlannedTenant {
     /// [`PlanError`] for a missing plugin or one of the wrong kind.
     pub fn without_sinks(name: &str, mut rules: TenantRules, registry: &PluginRegistry) -> Result<Self, PlanError> {
         rules.sinks.clear();
-        plan_tenant(name, rules, &[], "command line", registry, None)
+        plan_tenant(name, rules, &[], "command line", registry, None).map_err(|mut errors| errors.swap_remove(0))
     }
 
     /// Whether a plugin of this tenant failed under the `fail` policy.
@@ -426,8 +426,7 @@ impl TenantPlan {
         sinks: Option<&SinkSet>,
     ) -> Result<Self, Vec<PlanError>> {
         let Some(config) = config else {
-            let tenant =
-                plan_tenant(DEFAULT_TENANT, base.clone(), &[], "command line", registry, sinks).map_err(|e| vec![e])?;
+            let tenant = plan_tenant(DEFAULT_TENANT, base.clone(), &[], "command line", registry, sinks)?;
             return Ok(Self::new(TenantRouter::new(Vec::new()), vec![tenant]));
         };
         let file = config.path.display().to_string();
@@ -441,15 +440,13 @@ impl TenantPlan {
         {
             let planned = with_config
                 .overlay(rules)
-                .map_err(|(key, message)| PlanError::Rule {
-                    location: file.clone(),
-                    key: format!("{prefix}.{key}"),
-                    message,
+                .map_err(|(key, message)| {
+                    vec![PlanError::Rule { location: file.clone(), key: format!("{prefix}.{key}"), message }]
                 })
                 .and_then(|overlaid| plan_tenant(name, overlaid, &refs(rules), &file, registry, sinks));
             match planned {
                 Ok(t) => tenants.push(t),
-                Err(e) => errors.push(e),
+                Err(e) => errors.extend(e),
             }
         }
         if errors.is_empty() { Ok(Self::new(config.router(), tenants)) } else { Err(errors) }
@@ -561,7 +558,7 @@ fn plan_tenant(
     location: &str,
     registry: &PluginRegistry,
     sinks: Option<&SinkSet>,
-) -> Result<PlannedTenant, PlanError> {
+) -> Result<PlannedTenant, Vec<PlanError>> {
     let mut handles = Vec::new();
     let mut lookup = |plugin: &str, kind: PluginKind| {
         let found = registry.handle(plugin, kind, name, rules.settings_for(plugin));
@@ -597,29 +594,40 @@ fn plan_tenant(
         }
         KeyChoice::Builtin => Ok::<_, PlanError>(None),
     };
-    let aggregate_key = slot(&rules.aggregate_key, PluginKind::AggregateKey)?;
-    let message_combiner = slot(&rules.message_combiner, PluginKind::MessageCombiner)?;
-    let spam_key = slot(&rules.spam_key, PluginKind::SpamKey)?;
+    // Every problem of the tenant is collected (`eventpipe validate` lists them all).
+    let mut errors = Vec::new();
+    let mut take = |r: Result<Option<PluginHandle>, PlanError>| {
+        r.unwrap_or_else(|e| {
+            errors.push(e);
+            None
+        })
+    };
+    let aggregate_key = take(slot(&rules.aggregate_key, PluginKind::AggregateKey));
+    let message_combiner = take(slot(&rules.message_combiner, PluginKind::MessageCombiner));
+    let spam_key = take(slot(&rules.spam_key, PluginKind::SpamKey));
+    let filters: Vec<PluginHandle> =
+        rules.filters.iter().filter_map(|f| take(slot(&KeyChoice::Plugin(f.clone()), PluginKind::Filter))).collect();
     if spam_key.is_none() && rules.builtin_spam_key == BuiltinSpamKey::SourceObjectType {
         options.spam_key_func = Some(Arc::new(SourceObjectType));
-    }
-    let mut filters = Vec::new();
-    for f in &rules.filters {
-        filters.push(slot(&KeyChoice::Plugin(f.clone()), PluginKind::Filter)?.expect("a plugin choice"));
     }
     let mut opened = Vec::new();
     if let Some(sinks) = sinks {
         for entry in &rules.sinks {
-            let sink = sinks.open(entry, name, &|p| rules.settings_for(p), registry)?;
-            opened.push(TenantSink { sink, delivery: entry.delivery });
+            match sinks.open(entry, name, &|p| rules.settings_for(p), registry) {
+                Ok(sink) => opened.push(TenantSink { sink, delivery: entry.delivery }),
+                Err(e) => errors.push(e.into()),
+            }
         }
-        if opened.is_empty() {
-            return Err(PlanError::Rule {
+        if rules.sinks.is_empty() {
+            errors.push(PlanError::Rule {
                 location: location.into(),
                 key: "sinks".into(),
                 message: format!("tenant `{name}` has no sink"),
             });
         }
+    }
+    if !errors.is_empty() {
+        return Err(errors);
     }
     Ok(PlannedTenant {
         name: name.into(),

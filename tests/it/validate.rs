@@ -167,3 +167,26 @@ fn an_inherited_problem_is_listed_once() {
     assert_eq!(stderr.matches("no plugin named `by-reasn`").count(), 1, "{stderr}");
     assert!(stderr.contains("1 problem(s)"), "{stderr}");
 }
+
+/// Every problem of one tenant is listed, not only its first.
+#[test]
+fn every_problem_of_one_tenant_is_listed() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("eventpipe.toml");
+    std::fs::write(
+        &config,
+        "[defaults]\nsinks = [\"jsonl:-\"]\naggregate_key = \"no-such-key\"\nspam_key = \"similar-events\"\nfilters = [\"by-reason\", \"no-such-filter\"]\n",
+    )
+    .unwrap();
+    let (ok, _, stderr) = validate(&[format!("--config={}", config.display())]);
+    assert!(!ok);
+    for needle in [
+        "defaults.aggregate_key: no plugin named `no-such-key`",
+        "is a message-combiner plugin, not a spam-key plugin",
+        "is an aggregate-key plugin, not a filter plugin",
+        "defaults.filters[1]: no plugin named `no-such-filter`",
+    ] {
+        assert!(stderr.contains(needle), "{needle} missing:\n{stderr}");
+    }
+    assert!(stderr.contains("4 problem(s)"), "{stderr}");
+}

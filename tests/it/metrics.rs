@@ -505,13 +505,12 @@ async fn a_run_exposes_its_sink_plugins_and_their_refusals_on_metrics() {
     assert_eq!(s.get("eventpipe_record_retries_total", &[("tenant", "default")]), 0.0);
 }
 
-/// `--metrics` is unauthenticated unless the ingest token is set; then it asks for it.
-#[test]
-fn metrics_ask_for_the_ingest_token_when_one_is_set() {
-    let dir = tempfile::tempdir().unwrap();
-    let source = dir.path().join("events.jsonl");
+/// `eventpipe run --follow` of an empty file with `--metrics` and the ingest token set: the
+/// running process and its metrics address.
+fn spawn_idle_run_with_token(dir: &std::path::Path) -> (std::process::Child, String) {
+    let source = dir.join("events.jsonl");
     std::fs::write(&source, "").unwrap();
-    let (run, addr) = spawn_run_with(
+    spawn_run_with(
         &[
             "--no-watch".into(),
             "--follow".into(),
@@ -521,7 +520,14 @@ fn metrics_ask_for_the_ingest_token_when_one_is_set() {
         ],
         "metrics on http://",
         &[("EVENTPIPE_INGEST_TOKEN", "s3cret-token")],
-    );
+    )
+}
+
+/// `--metrics` is unauthenticated unless the ingest token is set; then it asks for it.
+#[test]
+fn metrics_ask_for_the_ingest_token_when_one_is_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let (run, addr) = spawn_idle_run_with_token(dir.path());
     let status = |text: String| text.split_whitespace().nth(1).unwrap_or_default().to_string();
     let without = status(scrape_process(&addr));
     let wrong = status(scrape_process_with(&addr, "Authorization: Bearer nope\r\n"));
@@ -563,19 +569,7 @@ fn get_until(addr: &str, path: &str, status: &str) -> String {
 #[test]
 fn probes_answer_without_the_token_that_metrics_ask_for() {
     let dir = tempfile::tempdir().unwrap();
-    let source = dir.path().join("events.jsonl");
-    std::fs::write(&source, "").unwrap();
-    let (run, addr) = spawn_run_with(
-        &[
-            "--no-watch".into(),
-            "--follow".into(),
-            "--metrics=127.0.0.1:0".into(),
-            format!("--source=jsonl:{}", source.display()),
-            "--sink=jsonl:/dev/null".into(),
-        ],
-        "metrics on http://",
-        &[("EVENTPIPE_INGEST_TOKEN", "s3cret-token")],
-    );
+    let (run, addr) = spawn_idle_run_with_token(dir.path());
     let ready = get_until(&addr, "/readyz", "200");
     let healthz = get_process(&addr, "/healthz", "");
     let metrics = get_process(&addr, "/metrics", "").0;

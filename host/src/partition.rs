@@ -24,9 +24,11 @@ impl PartitionKey {
         if partitions <= 1 {
             return 0;
         }
-        // The key's fields, each followed by 0xff, hashed in one go: xxh3 of the concatenation
-        // (what the streaming hasher gives, without its ~0.5 KB state to set up per event).
-        let mut key: key_bytes::Key = key_bytes::Key::default();
+        let mut h = xxhash_rust::xxh3::Xxh3::new();
+        let mut field = |s: &str| {
+            h.update(s.as_bytes());
+            h.update(&[0xff]);
+        };
         match self {
             PartitionKey::SourceObject => {
                 let o = &event.involved_object;
@@ -39,55 +41,16 @@ impl PartitionKey {
                     &o.uid,
                     &o.api_version,
                 ] {
-                    key.field(s);
+                    field(s);
                 }
             }
-            PartitionKey::Namespace => key.field(if event.metadata.namespace.is_empty() {
+            PartitionKey::Namespace => field(if event.metadata.namespace.is_empty() {
                 &event.involved_object.namespace
             } else {
                 &event.metadata.namespace
             }),
         }
-        (key.digest() % partitions as u64) as usize
-    }
-}
-
-/// The bytes a partition key is hashed from, on the stack unless they are long.
-mod key_bytes {
-    const INLINE: usize = 512;
-
-    #[derive(Default)]
-    pub(super) struct Key {
-        inline: Option<([u8; INLINE], usize)>,
-        spilled: Vec<u8>,
-    }
-
-    impl Key {
-        /// Appends `s` and the 0xff separator.
-        pub(super) fn field(&mut self, s: &str) {
-            let bytes = s.as_bytes();
-            if self.spilled.is_empty() {
-                let (buf, len) = self.inline.get_or_insert(([0; INLINE], 0));
-                if *len + bytes.len() < INLINE {
-                    buf[*len..*len + bytes.len()].copy_from_slice(bytes);
-                    buf[*len + bytes.len()] = 0xff;
-                    *len += bytes.len() + 1;
-                    return;
-                }
-                self.spilled.extend_from_slice(&buf[..*len]);
-            }
-            self.spilled.extend_from_slice(bytes);
-            self.spilled.push(0xff);
-        }
-
-        /// xxh3-64 of the bytes.
-        pub(super) fn digest(&self) -> u64 {
-            match &self.inline {
-                _ if !self.spilled.is_empty() => xxhash_rust::xxh3::xxh3_64(&self.spilled),
-                Some((buf, len)) => xxhash_rust::xxh3::xxh3_64(&buf[..*len]),
-                None => xxhash_rust::xxh3::xxh3_64(&[]),
-            }
-        }
+        (h.digest() % partitions as u64) as usize
     }
 }
 

@@ -364,7 +364,6 @@ impl Partition {
         let (seqs, occurrences): (Vec<u64>, Vec<_>) = batch.into_iter().map(|(s, e)| (s, clock.occurrence(e))).unzip();
         let staged = self.stages.prepare(occurrences);
         let plan = self.stages.plan().clone();
-        let mut latest = None;
         for ((t, staged), seq) in staged.into_iter().zip(seqs) {
             let tenant = &plan.tenants[t];
             self.stats.total.received += 1;
@@ -397,21 +396,25 @@ impl Partition {
                 Staged::Prepared(p) => p,
             };
             let aggregated = prepared.aggregated();
-            let now = prepared.clock().unwrap_or_else(chrono::Utc::now);
-            latest = latest.max(Some(now));
-            // Windows this event's time has closed are summarised before it.
-            let due = self.summaries.due(now);
-            self.emit_summaries(due).await;
             let seconds = tenant.rules.suppressed_summary_seconds;
-            let subject = (seconds > 0 && !prepared.dropped()).then(|| prepared.event().clone());
+            // "N suppressed" windows, only when some tenant uses them: the correlator's time of
+            // this event closes what is due before it, and a skipped event is counted.
+            let now =
+                (seconds > 0 || !self.summaries.is_empty()).then(|| prepared.clock().unwrap_or_else(chrono::Utc::now));
+            if let Some(now) = now {
+                let due = self.summaries.due(now);
+                self.emit_summaries(due).await;
+            }
             if prepared.spam_exempt() {
                 self.stats.total.spam_exempted += 1;
                 self.stats.tenant(&tenant.name).spam_exempted += 1;
             }
-            let result = self.stages.finish(t, prepared);
-            if let Some(event) = subject.filter(|_| result.skip) {
-                self.summaries.record(&tenant.name, seconds, &event, now);
-            }
+            let summaries = &mut self.summaries;
+            let result = self.stages.finish_noting_skip(t, prepared, |event| {
+                if let (Some(now), true) = (now, seconds > 0) {
+                    summaries.record(&tenant.name, seconds, event, now);
+                }
+            });
             let sinks = tenant.sinks();
             let key = match &result.event {
                 Some(event) if !result.skip && !sinks.is_empty() => {
@@ -456,10 +459,6 @@ impl Partition {
                     self.complete(done);
                 }
             }
-        }
-        if let Some(now) = latest {
-            let due = self.summaries.due(now);
-            self.emit_summaries(due).await;
         }
     }
 

@@ -44,7 +44,7 @@ pub enum Staged {
 
 /// Why step 1 dropped an event.
 #[derive(Debug)]
-enum Drop {
+enum DropCause {
     /// A declarative rule, by name.
     Rule(Arc<str>),
     /// A filter plugin, by name, with its reason.
@@ -101,7 +101,7 @@ impl TenantStage {
     /// Runs the filter plugins, in order, over the events of `batch` that `dropped` does not
     /// already drop (one call per filter per batch), recording each drop with the filter's name
     /// and reason.
-    fn filter(&self, batch: &[Occurrence], dropped: &mut [Option<Drop>]) {
+    fn filter(&self, batch: &[Occurrence], dropped: &mut [Option<DropCause>]) {
         let mut positions: Vec<usize> = (0..batch.len()).filter(|&i| dropped[i].is_none()).collect();
         for filter in &self.filters {
             if positions.is_empty() {
@@ -111,7 +111,7 @@ impl TenantStage {
             for (&i, verdict) in positions.iter().zip(filter.filter(&events)) {
                 if let Verdict::Drop(reason) = verdict {
                     tracing::debug!(tenant = %self.name, filter = filter.handle().name(), reason = reason.as_deref().unwrap_or(""), "event filtered");
-                    dropped[i] = Some(Drop::Filter(filter.handle().name().to_string(), reason));
+                    dropped[i] = Some(DropCause::Filter(filter.handle().name().to_string(), reason));
                 }
             }
             positions.retain(|&i| dropped[i].is_none());
@@ -123,8 +123,8 @@ impl TenantStage {
     /// marked). One [`Staged`] per occurrence, in order.
     pub fn prepare(&mut self, batch: Vec<Occurrence>) -> Vec<Staged> {
         let rules = &self.rules.event_rules;
-        let mut dropped: Vec<Option<Drop>> = if rules.filters() {
-            batch.iter().map(|o| rules.dropped_by(&o.event).map(Drop::Rule)).collect()
+        let mut dropped: Vec<Option<DropCause>> = if rules.filters() {
+            batch.iter().map(|o| rules.dropped_by(&o.event).map(DropCause::Rule)).collect()
         } else {
             (0..batch.len()).map(|_| None).collect()
         };
@@ -143,8 +143,8 @@ impl TenantStage {
         dropped
             .into_iter()
             .map(|d| match d {
-                Some(Drop::Rule(rule)) => Staged::Dropped { rule },
-                Some(Drop::Filter(filter, reason)) => Staged::Filtered { filter, reason },
+                Some(DropCause::Rule(rule)) => Staged::Dropped { rule },
+                Some(DropCause::Filter(filter, reason)) => Staged::Filtered { filter, reason },
                 None => {
                     let mut p = prepared.next().expect("one prepared event per kept event");
                     if exempt.next() == Some(true) {
@@ -160,6 +160,16 @@ impl TenantStage {
     /// second half).
     pub fn finish(&mut self, prepared: PreparedEvent) -> EventCorrelateResult {
         self.correlator.finish(prepared)
+    }
+
+    /// As [`finish`](Self::finish), handing a spam-filtered event to `skipped`
+    /// ([`EventCorrelator::finish_noting_skip`]).
+    pub fn finish_noting_skip(
+        &mut self,
+        prepared: PreparedEvent,
+        skipped: impl FnOnce(&Event),
+    ) -> EventCorrelateResult {
+        self.correlator.finish_noting_skip(prepared, skipped)
     }
 
     /// client-go `UpdateState`: remember the sink's copy of a written event.
@@ -269,5 +279,15 @@ impl TenantStages {
     /// Step 2 for one event of tenant `tenant`.
     pub fn finish(&mut self, tenant: usize, prepared: PreparedEvent) -> EventCorrelateResult {
         self.stages[tenant].finish(prepared)
+    }
+
+    /// As [`finish`](Self::finish), handing a spam-filtered event to `skipped`.
+    pub fn finish_noting_skip(
+        &mut self,
+        tenant: usize,
+        prepared: PreparedEvent,
+        skipped: impl FnOnce(&Event),
+    ) -> EventCorrelateResult {
+        self.stages[tenant].finish_noting_skip(prepared, skipped)
     }
 }

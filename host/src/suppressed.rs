@@ -23,36 +23,40 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use crate::correlator::keys::Key;
 use crate::event::{Event, EventSource, ObjectMeta, ObjectReference, Time};
 
 /// The reason of a summary event.
 pub const REASON: &str = "EventsSuppressed";
 
-/// What a window is about: the involved object and the source.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// What a window is about: the involved object and the source, as the summary names them.
+#[derive(Debug, Clone)]
 struct Subject {
-    tenant: Arc<str>,
     namespace: String,
     object: ObjectReference,
     source: EventSource,
+    reporting_component: String,
+    reporting_instance: String,
 }
 
 /// One open window.
 #[derive(Debug)]
 struct Window {
+    subject: Subject,
     seconds: u64,
     first: Time,
+    /// `first` + `seconds`: when the window closes.
+    closes: Time,
     last: Time,
     total: u64,
     reasons: BTreeMap<String, u64>,
-    reporting_component: String,
-    reporting_instance: String,
 }
 
-/// The open windows of one router partition.
+/// The open windows of one router partition, by tenant and a digest of the subject's fields
+/// (an event skipped again costs a lookup, not a copy of its strings).
 #[derive(Debug, Default)]
 pub struct SuppressedSummaries {
-    windows: HashMap<Subject, Window>,
+    windows: HashMap<(Arc<str>, Key), Window>,
     /// When the earliest open window closes: [`due`](Self::due) before it costs nothing.
     next_due: Option<Time>,
 }
@@ -66,44 +70,51 @@ impl SuppressedSummaries {
     /// Counts `event`, skipped by `tenant`'s spam filter at `now`, in its subject's window
     /// (opening one of `seconds` if there is none).
     pub fn record(&mut self, tenant: &Arc<str>, seconds: u64, event: &Event, now: Time) {
-        let subject = Subject {
-            tenant: tenant.clone(),
-            namespace: event.metadata.namespace.clone(),
-            object: event.involved_object.clone(),
-            source: event.source.clone(),
-        };
-        let window = self.windows.entry(subject).or_insert_with(|| Window {
-            seconds,
-            first: now,
-            last: now,
-            total: 0,
-            reasons: BTreeMap::new(),
-            reporting_component: event.reporting_component.clone(),
-            reporting_instance: event.reporting_instance.clone(),
+        let (o, s) = (&event.involved_object, &event.source);
+        let fields =
+            [&event.metadata.namespace, &o.kind, &o.namespace, &o.name, &o.uid, &o.api_version, &s.component, &s.host];
+        let key = Key::of_parts(fields.iter().flat_map(|f| [f.as_str(), "\0"]));
+        let window = self.windows.entry((tenant.clone(), key)).or_insert_with(|| {
+            let closes = now + chrono::Duration::seconds(seconds as i64);
+            self.next_due = Some(self.next_due.map_or(closes, |t| t.min(closes)));
+            Window {
+                subject: Subject {
+                    namespace: event.metadata.namespace.clone(),
+                    object: o.clone(),
+                    source: s.clone(),
+                    reporting_component: event.reporting_component.clone(),
+                    reporting_instance: event.reporting_instance.clone(),
+                },
+                seconds,
+                first: now,
+                closes,
+                last: now,
+                total: 0,
+                reasons: BTreeMap::new(),
+            }
         });
-        let closes = window.first + chrono::Duration::seconds(window.seconds as i64);
-        self.next_due = Some(self.next_due.map_or(closes, |t| t.min(closes)));
         window.last = window.last.max(now);
         window.total += 1;
-        *window.reasons.entry(event.reason.clone()).or_default() += 1;
+        match window.reasons.get_mut(&event.reason) {
+            Some(n) => *n += 1,
+            None => {
+                window.reasons.insert(event.reason.clone(), 1);
+            }
+        }
     }
 
     /// The summaries of the windows closed by `now` (opened `seconds` or more before it), with
-    /// their tenants; those windows are forgotten.
+    /// their tenants, oldest first; those windows are forgotten.
     pub fn due(&mut self, now: Time) -> Vec<(Arc<str>, Event)> {
         if self.next_due.is_none_or(|t| now < t) {
             return Vec::new();
         }
-        let closed: Vec<Subject> = self
-            .windows
-            .iter()
-            .filter(|(_, w)| now >= w.first + chrono::Duration::seconds(w.seconds as i64))
-            .map(|(s, _)| s.clone())
-            .collect();
+        let closed: Vec<(Arc<str>, Key)> =
+            self.windows.iter().filter(|(_, w)| now >= w.closes).map(|(k, _)| k.clone()).collect();
         let mut out: Vec<(Arc<str>, Event)> =
-            closed.into_iter().filter_map(|s| self.windows.remove(&s).map(|w| summary(s, w))).collect();
+            closed.into_iter().filter_map(|k| self.windows.remove(&k).map(|w| (k.0, summary(w)))).collect();
         out.sort_by(|a, b| (a.1.first_timestamp, &a.1.metadata.name).cmp(&(b.1.first_timestamp, &b.1.metadata.name)));
-        self.next_due = self.windows.values().map(|w| w.first + chrono::Duration::seconds(w.seconds as i64)).min();
+        self.next_due = self.windows.values().map(|w| w.closes).min();
         out
     }
 
@@ -122,8 +133,8 @@ fn human(seconds: u64) -> String {
     }
 }
 
-fn summary(subject: Subject, window: Window) -> (Arc<str>, Event) {
-    let end = window.first + chrono::Duration::seconds(window.seconds as i64);
+fn summary(window: Window) -> Event {
+    let (subject, end) = (window.subject, window.closes);
     let mut reasons: Vec<(&String, &u64)> = window.reasons.iter().collect();
     reasons.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
     let by_reason: Vec<String> = reasons.iter().map(|(r, n)| format!("{r} ×{n}")).collect();
@@ -147,11 +158,11 @@ fn summary(subject: Subject, window: Window) -> (Arc<str>, Event) {
         last_timestamp: Some(window.last),
         count: 1,
         type_: crate::event::EVENT_TYPE_NORMAL.into(),
-        reporting_component: window.reporting_component,
-        reporting_instance: window.reporting_instance,
+        reporting_component: subject.reporting_component,
+        reporting_instance: subject.reporting_instance,
         ..Event::default()
     };
-    (subject.tenant, event)
+    event
 }
 
 #[cfg(test)]

@@ -175,11 +175,6 @@ impl PreparedEvent {
         self.spam_exempt = true;
     }
 
-    /// The event as the key functions saw it (the aggregate event when aggregated).
-    pub fn event(&self) -> &Event {
-        &self.event
-    }
-
     /// The spam filter's "now" for this event, when the occurrence carries one (else the
     /// spam filter reads its own clock).
     pub fn clock(&self) -> Option<Time> {
@@ -355,6 +350,17 @@ impl EventCorrelator {
     /// SpamFilter on the observed event. A skipped event still counts in the aggregator window
     /// and the logger cache, as in client-go.
     pub fn finish(&mut self, prepared: PreparedEvent) -> EventCorrelateResult {
+        self.finish_noting_skip(prepared, |_| {})
+    }
+
+    /// As [`finish`](Self::finish), handing the event the SpamFilter skipped (as the logger
+    /// observed it) to `skipped` before it is dropped: what "N suppressed" summaries count,
+    /// without copying every event in case it is skipped.
+    pub fn finish_noting_skip(
+        &mut self,
+        prepared: PreparedEvent,
+        skipped: impl FnOnce(&Event),
+    ) -> EventCorrelateResult {
         const SKIP: EventCorrelateResult = EventCorrelateResult { skip: true, event: None, patch: None };
         let PreparedEvent { mut event, logger_key, spam_key, spam_filter_clock, aggregated, dropped, spam_exempt } =
             prepared;
@@ -368,6 +374,7 @@ impl EventCorrelator {
         let now = spam_filter_clock.unwrap_or_else(|| self.spam_filter_clock.now());
         if !spam_exempt && self.spam_filter.filter(spam_key, now) {
             self.stats.skipped += 1;
+            skipped(&event);
             return SKIP;
         }
         EventCorrelateResult { skip: false, event: Some(*event), patch }

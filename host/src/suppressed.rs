@@ -146,7 +146,7 @@ fn summary(window: Window) -> Event {
         by_reason.join(", ")
     );
     let name = crate::event::generate_event_name(&subject.object.name, crate::clock::to_unix_nanos(end));
-    let event = Event {
+    Event {
         kind: "Event".into(),
         api_version: "v1".into(),
         metadata: ObjectMeta { name, namespace: subject.namespace, ..ObjectMeta::default() },
@@ -161,8 +161,7 @@ fn summary(window: Window) -> Event {
         reporting_component: subject.reporting_component,
         reporting_instance: subject.reporting_instance,
         ..Event::default()
-    };
-    event
+    }
 }
 
 #[cfg(test)]

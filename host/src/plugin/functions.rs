@@ -95,12 +95,11 @@ impl<T: Clone> BatchKeyFn<T> {
         }
         // An unloaded plugin has no version to remember answers of: straight to the built-in.
         let version = self.caller.handle().slot().load().map(|p| p.version());
-        let (Some(memo), Some(version)) = (&self.memo, version) else {
-            return out.extend(self.answers(events, &decode, &builtin).into_iter().map(Answer::into_value));
+        // No memo (not pure), or one standing aside after a low hit rate: every event to the plugin.
+        let (memo, version) = match (&self.memo, version) {
+            (Some(memo), Some(version)) if !memo.stands_aside() => (memo, version),
+            _ => return out.extend(self.answers(events, &decode, &builtin).into_iter().map(Answer::into_value)),
         };
-        if memo.stands_aside() {
-            return out.extend(self.answers(events, &decode, &builtin).into_iter().map(Answer::into_value));
-        }
         let lookup = memo.lookup(version, events);
         memo.observe(events.len(), lookup.hits());
         let stats = self.caller.handle().stats();

@@ -8,8 +8,9 @@ use core::marker::PhantomData;
 
 use crate::bindings::{aggregate_key, filter, message_combiner, sink, spam_key, watcher};
 use crate::packed::{KeyFieldsBatch, KeyWriter, StringPacker};
+use crate::projection::ProjectedBatch;
 use crate::{
-    AggregateKey, AggregateKeyPair, Event, EventView, Filter, MessageCombiner, PackedStrings, Sink,
+    AggregateKey, AggregateKeyPair, Event, EventField, EventView, Filter, MessageCombiner, PackedStrings, Sink,
     SinkError, SinkRequest, SpamKey, Verdict, Watcher,
 };
 
@@ -128,8 +129,23 @@ where
         I::with(|p| p.filter(&tenant, &event))
     }
 
-    fn filter_batch(tenant: String, events: Vec<Event>) -> Vec<Verdict> {
-        I::with(|p| p.filter_batch(&tenant, &events))
+    fn fields() -> Vec<EventField> {
+        I::with(|p| p.fields())
+    }
+
+    /// Traps (a panic the host reports as the plugin's failure) on a batch that breaks the
+    /// projection's rules: the host never sends one.
+    fn filter_batch(tenant: String, count: u32, events: PackedStrings) -> Vec<Verdict> {
+        I::with(|p| {
+            let fields = p.fields();
+            let batch = match ProjectedBatch::new(&events, count as usize, &fields) {
+                Ok(batch) => batch,
+                Err(e) => panic!("malformed projected batch: {e}"),
+            };
+            let mut verdicts = Vec::with_capacity(batch.len());
+            batch.for_each(|event| verdicts.push(p.filter(&tenant, event)));
+            verdicts
+        })
     }
 }
 

@@ -27,7 +27,7 @@
 //! | `aggregate-key`    | [`AggregateKey`]    | [`export_aggregate_key!`]| [`EventView`] (key fields)  |
 //! | `message-combiner` | [`MessageCombiner`] | [`export_message_combiner!`] | [`EventView`]           |
 //! | `spam-key`         | [`SpamKey`]         | [`export_spam_key!`]     | [`EventView`]               |
-//! | `filter`           | [`Filter`]          | [`export_filter!`]       | [`Event`]                   |
+//! | `filter`           | [`Filter`]          | [`export_filter!`]       | [`Event`] (declared fields) |
 //! | `sink`             | [`Sink`]            | [`export_sink!`]         | [`SinkRequest`]             |
 //! | `watcher`          | [`Watcher`]         | [`export_watcher!`]      | [`Event`]                   |
 //!
@@ -76,12 +76,13 @@ pub mod log;
 pub mod output;
 pub mod packed;
 pub mod prelude;
+pub mod projection;
 mod runtime;
 
 use alloc::vec::Vec;
 
 pub use bindings::plugin::eventpipe::plugin::types::{
-    AggregateKeyPair, Event, EventSeries, EventSource, ObjectMeta, ObjectReference, PackedStrings,
+    AggregateKeyPair, Event, EventField, EventSeries, EventSource, ObjectMeta, ObjectReference, PackedStrings,
     PatchRequest, SinkError, SinkRequest, StringMap, Verdict,
 };
 pub use packed::{EventView, KeyWriter};
@@ -120,16 +121,35 @@ pub trait SpamKey: Default + 'static {
 
 /// A filter (world `filter`): keeps or drops events before correlation. Export with
 /// [`export_filter!`].
+///
+/// The host sends a filter only the fields it reads ([`Filter::fields`], packed: see
+/// [`projection`]); on that path every other field of the [`Event`] that
+/// [`Filter::filter`] gets is empty (`""`, `0`, `None`, no labels). List what you read:
+///
+/// ```
+/// # use eventpipe_guest::{Event, EventField, Filter, Verdict};
+/// # #[derive(Default)] struct DropNormal;
+/// impl Filter for DropNormal {
+///     fn fields(&self) -> Vec<EventField> {
+///         vec![EventField::Type]
+///     }
+///     fn filter(&self, _tenant: &str, event: &Event) -> Verdict {
+///         if event.type_ == "Normal" { Verdict::Drop(None) } else { Verdict::Keep }
+///     }
+/// }
+/// ```
 pub trait Filter: Default + 'static {
+    /// The fields [`Filter::filter`] reads, asked once per plugin version and config: the
+    /// host packs only these. May depend on the config (e.g. `EventField::Label(key)` with a
+    /// key from it). Default: [`projection::every_field`] (every field but labels and
+    /// annotations) — correct for any filter, but each event then costs every string.
+    fn fields(&self) -> Vec<EventField> {
+        projection::every_field()
+    }
+
     /// The verdict for one event. `tenant` names the tenant whose rules matched the event
     /// (`""` when none did and the defaults apply).
     fn filter(&self, tenant: &str, event: &Event) -> Verdict;
-
-    /// The verdicts for a batch of one tenant's events: exactly one per event, in order.
-    /// Default: [`Filter::filter`] on each.
-    fn filter_batch(&self, tenant: &str, events: &[Event]) -> Vec<Verdict> {
-        events.iter().map(|e| self.filter(tenant, e)).collect()
-    }
 }
 
 /// An event sink (world `sink`, client-go `EventSink`). Export with [`export_sink!`]. Write

@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::common;
 
@@ -237,6 +237,51 @@ rules = {{ filters = ["drop-reasons"], sinks = ["jsonl:{quiet}"] }}
     assert!(sink_calls(&quiet_out) == replay_written(&kept, &[]));
     assert!(sink_calls(&rest_out) == replay_written(&rest, &[]));
     assert!(sink_calls(&rest_out).iter().any(|(e, _)| e["reason"] == "Pulled"));
+}
+
+/// A filter that declares `reason` and `label(team)` (the key from its config) gets that
+/// label's value on the batch path and drops by it.
+#[test]
+fn a_filter_declaring_a_label_from_its_config_drops_by_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = common::plugins_dir(dir.path(), &["drop-reasons"]);
+    let config = dir.path().join("eventpipe.toml");
+    std::fs::write(
+        &config,
+        "[defaults]\nfilters = [\"drop-reasons\"]\n\n[plugins.drop-reasons]\nreasons = \"Noise\"\nlabel = \"team=payments\"\n",
+    )
+    .unwrap();
+    let event = |i: usize, team: &str, reason: &str| {
+        let labels = if team.is_empty() { json!({}) } else { json!({ "team": team }) };
+        json!({
+            "metadata": { "name": format!("pod-{i}.1"), "namespace": "default", "labels": labels },
+            "involvedObject": { "kind": "Pod", "namespace": "default", "name": format!("pod-{i}"), "uid": format!("u{i}") },
+            "reason": reason, "message": format!("m{i}"), "type": "Normal",
+            "source": { "component": "kubelet", "host": "node-1" },
+            "firstTimestamp": "2025-01-01T00:00:00Z", "lastTimestamp": "2025-01-01T00:00:00Z", "count": 1
+        })
+        .to_string()
+    };
+    let lines = [
+        event(0, "payments", "Started"),
+        event(1, "search", "Started"),
+        event(2, "", "Started"),
+        event(3, "search", "Noise"),
+        event(4, "payments", "Pulled"),
+    ];
+    let out = dir.path().join("out.jsonl");
+    let (summary, _) = run(
+        &[
+            arg("config", config.display()),
+            arg("plugins", plugins.display()),
+            arg("sink", format!("jsonl:{}", out.display())),
+        ],
+        lines.join("\n").as_bytes(),
+    );
+    assert_eq!(summary["filtered"], 3, "{summary}");
+    let kept: Vec<String> =
+        sink_calls(&out).iter().map(|(e, _)| e["involvedObject"]["name"].as_str().unwrap().to_string()).collect();
+    assert_eq!(kept, ["pod-1", "pod-2"]);
 }
 
 /// A tenant's `partition_key` shards only its own events by it; other tenants keep the default.

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use super::bindings::{self as wit, PackedStrings};
 use super::call::{CallCost, CallFailure, Caller};
 use super::convert::{pack_key_fields, to_wit, unpack};
+use super::projection::{ProjectedFilter, describe_fields};
 use super::sink::DeliverBatch;
 use super::{Plugin, PluginHandle, PluginKind, PluginRuntime, PluginSettings};
 use crate::event::Event;
@@ -110,11 +111,11 @@ fn run_once(handle: &PluginHandle) -> Result<(String, CallCost), CallFailure> {
             Ok((shown.join(", "), cost))
         }
         PluginKind::Filter => {
-            let caller: Caller<(String, Vec<wit::Event>), (Vec<wit::Verdict>,)> =
-                Caller::new(handle.clone(), export, None);
-            let ((verdicts,), cost) = caller.call((DEFAULT_TENANT.into(), vec![to_wit(&event)]), 1)?;
+            let filter = ProjectedFilter::new(handle.clone());
+            let (verdicts, cost) = filter.call_costed(&[&event])?;
+            let (_, fields) = filter.fields()?;
             match verdicts.as_slice() {
-                [v] => Ok((format!("{v:?}"), cost)),
+                [v] => Ok((format!("{v:?} (reads {})", describe_fields(&fields)), cost)),
                 other => Err(CallFailure::Garbage(format!("{} verdicts for 1 event", other.len()))),
             }
         }

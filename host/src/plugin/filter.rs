@@ -1,5 +1,6 @@
 //! A `filter` plugin before correlation: one `filter-batch` call per batch of a tenant's
-//! events, keep or drop (with a reason) per event.
+//! events, with only the fields the filter declared ([`super::projection`]), keep or drop
+//! (with a reason) per event.
 //!
 //! A failed call (trap, fuel, memory, wrong number of verdicts) is bisected
 //! ([`super::call::bisect`]) down to the events that fail alone: each of those is kept under
@@ -9,31 +10,21 @@
 
 use std::sync::atomic::Ordering;
 
-use super::bindings as wit;
-use super::call::{CallFailure, Caller, bisect};
-use super::convert::{describe, to_wit};
+use super::call::{CallFailure, bisect};
+use super::convert::describe;
 use super::functions::log_failure;
+pub use super::projection::Verdict;
+use super::projection::ProjectedFilter;
 use super::shadow::ShadowCalls;
 use super::{FallbackPolicy, PluginHandle, PluginKind};
 use super::{WrongKind, check_kind};
 use crate::event::Event;
 
-type FilterBatch = Caller<(String, Vec<wit::Event>), (Vec<wit::Verdict>,)>;
-
-/// A filter's decision.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
-    /// Pass the event on to correlation.
-    Keep,
-    /// Discard it, with the plugin's reason (if it gave one).
-    Drop(Option<String>),
-}
-
 /// A `filter` plugin as one tenant uses it.
 pub struct WasmFilter {
-    call: FilterBatch,
+    call: ProjectedFilter,
     /// A candidate version compared on every batch ([`super::shadow`]), when one is set.
-    shadow: Option<ShadowCalls<FilterBatch>>,
+    shadow: Option<ShadowCalls<ProjectedFilter>>,
 }
 
 impl WasmFilter {
@@ -44,7 +35,7 @@ impl WasmFilter {
     pub fn new(handle: PluginHandle) -> Result<Self, WrongKind> {
         check_kind(&handle, PluginKind::Filter)?;
         let shadow = ShadowCalls::for_filter(&handle);
-        Ok(Self { call: Caller::new(handle, PluginKind::Filter.batch_export(), None), shadow })
+        Ok(Self { call: ProjectedFilter::new(handle), shadow })
     }
 
     /// The plugin as used here (name, tenant, counters).
@@ -93,18 +84,7 @@ impl WasmFilter {
 
     /// One call on `events`: a verdict per event, or why not.
     fn try_filter(&self, events: &[&Event]) -> Result<Vec<Verdict>, CallFailure> {
-        let batch = events.iter().map(|e| to_wit(e)).collect();
-        let ((verdicts,), _) = self.call.call((self.call.handle().tenant().to_string(), batch), events.len())?;
-        if verdicts.len() != events.len() {
-            return Err(CallFailure::Garbage(format!("{} verdicts for {} events", verdicts.len(), events.len())));
-        }
-        Ok(verdicts
-            .into_iter()
-            .map(|v| match v {
-                wit::Verdict::Keep => Verdict::Keep,
-                wit::Verdict::Drop(reason) => Verdict::Drop(reason),
-            })
-            .collect())
+        self.call.call(events)
     }
 
     /// The fallback policy's verdict for an event the plugin failed on (counted).

@@ -22,6 +22,7 @@ pub mod embedded;
 pub mod filter;
 pub mod functions;
 mod memo;
+mod projection;
 pub mod registry;
 pub mod shadow;
 pub mod sink;

@@ -20,10 +20,11 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 
-use super::bindings::{self as wit, PackedStrings};
+use super::bindings::PackedStrings;
 use super::call::Caller;
-use super::convert::{describe, pack_key_fields, to_wit, unpack};
-use super::{Plugin, PluginHandle, PluginKind};
+use super::convert::{describe, pack_key_fields, unpack};
+use super::projection::{ProjectedFilter, Verdict};
+use super::{Plugin, PluginHandle};
 use crate::event::Event;
 
 /// Divergences written to the diffs file by default before it stops (they are still counted).
@@ -122,7 +123,6 @@ impl Shadow {
 }
 
 type KeyBatch = Caller<(PackedStrings,), (Result<PackedStrings, String>,)>;
-type FilterBatch = Caller<(String, Vec<wit::Event>), (Vec<wit::Verdict>,)>;
 
 /// The two callers of one tenant's use of a shadowed plugin: the serving version (a handle of
 /// its own, so the plugin's series count only real calls) and the candidate.
@@ -177,26 +177,22 @@ impl ShadowCalls<KeyBatch> {
     }
 }
 
-impl ShadowCalls<FilterBatch> {
+impl ShadowCalls<ProjectedFilter> {
     /// For a filter, when its slot has a shadow.
     pub(crate) fn for_filter(handle: &PluginHandle) -> Option<Self> {
-        Self::make(handle, |h| Caller::new(h, PluginKind::Filter.batch_export(), None))
+        Self::make(handle, ProjectedFilter::new)
     }
 
-    /// Both versions' verdicts for `events`, compared event by event.
+    /// Both versions' verdicts for `events` (each packed by its own version's fields),
+    /// compared event by event.
     pub(crate) fn compare(&self, events: &[&Event]) {
-        self.compare_with(events, |caller: &FilterBatch| -> Result<Vec<Value>, String> {
-            let batch = events.iter().map(|e| to_wit(e)).collect();
-            let ((verdicts,), _) =
-                caller.call((self.handle.tenant().to_string(), batch), events.len()).map_err(|e| e.to_string())?;
-            if verdicts.len() != events.len() {
-                return Err(format!("{} verdicts for {} events", verdicts.len(), events.len()));
-            }
+        self.compare_with(events, |caller: &ProjectedFilter| -> Result<Vec<Value>, String> {
+            let verdicts = caller.call(events).map_err(|e| e.to_string())?;
             Ok(verdicts
                 .into_iter()
                 .map(|v| match v {
-                    wit::Verdict::Keep => json!("keep"),
-                    wit::Verdict::Drop(reason) => json!({ "drop": reason }),
+                    Verdict::Keep => json!("keep"),
+                    Verdict::Drop(reason) => json!({ "drop": reason }),
                 })
                 .collect())
         });

@@ -26,6 +26,11 @@ impl Default for QuietNormal {
 }
 
 impl Filter for QuietNormal {
+    /// The fields `filter` reads: the host sends only these.
+    fn fields(&self) -> Vec<EventField> {
+        vec![EventField::Type, EventField::Reason]
+    }
+
     fn filter(&self, tenant: &str, event: &Event) -> Verdict {
         if event.type_ == "Normal" && self.reasons.iter().any(|r| *r == event.reason) {
             if log::enabled(log::Level::Debug) {

@@ -20,6 +20,8 @@ function noisy() {
   return reasons;
 }
 
+const KEEP = { tag: 'keep' }; // one value for every kept event
+
 function verdict(tenant, type, reason) {
   if (type === 'Normal' && noisy().has(reason)) {
     if (enabled('debug')) {
@@ -30,7 +32,7 @@ function verdict(tenant, type, reason) {
     }
     return { tag: 'drop', val: 'routine Normal event: ' + reason };
   }
-  return { tag: 'keep' };
+  return KEEP;
 }
 
 export function filter(tenant, event) {

@@ -32,13 +32,16 @@ def reasons() -> frozenset[str]:
 FIELDS = [types.EventField_Type(), types.EventField_Reason()]
 
 
+KEEP = types.Verdict_Keep()  # one value for every kept event: nothing to build per event
+
+
 def verdict(tenant: str, type_: str, reason: str) -> types.Verdict:
     if type_ == "Normal" and reason in reasons():
         if log.enabled(log.Level.DEBUG):
             log.log(log.Level.DEBUG, "dropping a routine event",
                     [log.Field("tenant", tenant), log.Field("reason", reason)])
         return types.Verdict_Drop("routine Normal event: " + reason)
-    return types.Verdict_Keep()
+    return KEEP
 
 
 class WitWorld(wit_world.WitWorld):
@@ -49,10 +52,17 @@ class WitWorld(wit_world.WitWorld):
         return FIELDS
 
     def filter_batch(self, tenant: str, count: int, events: types.PackedStrings) -> list[types.Verdict]:
-        # String n*i + f is field f of event i (wit/types.wit, projected-batch).
+        # String n*i + f is field f of event i (wit/types.wit, projected-batch). One decode
+        # for the batch when it is ASCII (byte offsets are then character offsets).
         data, ends, start, values = events.bytes, events.ends, 0, []
-        for end in ends:
-            values.append(data[start:end].decode("utf-8"))
-            start = end
+        text = data.decode("utf-8")
+        if len(text) == len(data):
+            for end in ends:
+                values.append(text[start:end])
+                start = end
+        else:
+            for end in ends:
+                values.append(data[start:end].decode("utf-8"))
+                start = end
         n = len(FIELDS)
         return [verdict(tenant, *values[n * i:n * i + n]) for i in range(count)]

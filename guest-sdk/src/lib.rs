@@ -5,12 +5,15 @@
 //! type that implements one trait, plus one export macro:
 //!
 //! ```no_run
-//! use eventpipe_guest::{Event, Filter, Verdict};
+//! use eventpipe_guest::{Event, EventField, Filter, Verdict};
 //!
 //! #[derive(Default)]
 //! struct DropNormal;
 //!
 //! impl Filter for DropNormal {
+//!     fn fields(&self) -> Vec<EventField> {
+//!         vec![EventField::Type]
+//!     }
 //!     fn filter(&self, _tenant: &str, event: &Event) -> Verdict {
 //!         if event.type_ == "Normal" { Verdict::Drop(Some("normal event".into())) } else { Verdict::Keep }
 //!     }

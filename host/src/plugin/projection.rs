@@ -242,17 +242,21 @@ mod tests {
 
     #[test]
     fn packs_exactly_the_declared_fields_in_their_order() {
-        let mut a = Event::default();
-        a.type_ = "Warning".into();
-        a.reason = "BackOff".into();
-        a.message = "not declared".into();
-        a.count = 7;
+        let mut a = Event {
+            type_: "Warning".into(),
+            reason: "BackOff".into(),
+            message: "not declared".into(),
+            count: 7,
+            first_timestamp: Some(chrono::DateTime::from_timestamp(1_700_000_000, 5).unwrap()),
+            ..Default::default()
+        };
         a.metadata.labels.insert("team".into(), "payments".into());
-        a.first_timestamp = Some(chrono::DateTime::from_timestamp(1_700_000_000, 5).unwrap());
-        let mut b = Event::default();
-        b.reason = "Pulled".into();
-        b.series = Some(crate::event::EventSeries { count: 3, last_observed_time: None });
-        b.related = Some(ObjectReference { kind: "Node".into(), ..Default::default() });
+        let b = Event {
+            reason: "Pulled".into(),
+            series: Some(crate::event::EventSeries { count: 3, last_observed_time: None }),
+            related: Some(ObjectReference { kind: "Node".into(), ..Default::default() }),
+            ..Default::default()
+        };
         let fields = [
             F::Reason,
             F::Type,

@@ -210,10 +210,7 @@ impl Reencode for Stubber {
             self.parse_global(globals, global?)?;
         }
         // The virtual clock.
-        globals.global(
-            GlobalType { val_type: ValType::I64, mutable: true, shared: false },
-            &ConstExpr::i64_const(0),
-        );
+        globals.global(GlobalType { val_type: ValType::I64, mutable: true, shared: false }, &ConstExpr::i64_const(0));
         self.sections.global = true;
         Ok(())
     }

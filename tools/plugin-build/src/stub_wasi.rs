@@ -209,6 +209,9 @@ impl Reencode for Stubber {
         for global in section {
             self.parse_global(globals, global?)?;
         }
+        if self.plan.stubs.is_empty() {
+            return Ok(());
+        }
         // The virtual clock.
         globals.global(GlobalType { val_type: ValType::I64, mutable: true, shared: false }, &ConstExpr::i64_const(0));
         self.sections.global = true;
@@ -429,4 +432,165 @@ pub fn wasi_imports(module: &[u8]) -> Result<Vec<String>, String> {
         }
     }
     Ok(names)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wasm_encoder::{
+        CodeSection, ElementSection, Elements, EntityType, ExportKind, ExportSection, FunctionSection, GlobalSection,
+        ImportSection, MemorySection, MemoryType, Module, RefType, TableSection, TableType, TypeSection,
+    };
+
+    /// A module shaped like Go's: WASI imports around a kept import, a defined function that
+    /// calls each of them, a table referencing them, an export, globals and a memory.
+    fn go_like_module() -> Vec<u8> {
+        use ValType::{I32, I64};
+        let mut types = TypeSection::new();
+        types.ty().function([I32; 4], [I32]); // 0: fd_write, poll_oneoff
+        types.ty().function([I32, I64, I32], [I32]); // 1: clock_time_get
+        types.ty().function([I32], []); // 2: proc_exit, env.keep
+        types.ty().function([I32; 2], [I32]); // 3: random_get, fd_prestat_get, args_sizes_get
+        types.ty().function([], [I32]); // 4: run
+        let mut imports = ImportSection::new();
+        imports.import(WASI_PREVIEW1, "fd_write", EntityType::Function(0)); // 0
+        imports.import("env", "keep", EntityType::Function(2)); // 1
+        imports.import(WASI_PREVIEW1, "clock_time_get", EntityType::Function(1)); // 2
+        imports.import(WASI_PREVIEW1, "proc_exit", EntityType::Function(2)); // 3
+        imports.import(WASI_PREVIEW1, "random_get", EntityType::Function(3)); // 4
+        imports.import(WASI_PREVIEW1, "fd_prestat_get", EntityType::Function(3)); // 5
+        imports.import(WASI_PREVIEW1, "poll_oneoff", EntityType::Function(0)); // 6
+        imports.import(WASI_PREVIEW1, "args_sizes_get", EntityType::Function(3)); // 7
+        imports.import(WASI_PREVIEW1, "sock_accept", EntityType::Function(3)); // 8 (not a real signature)
+        let mut functions = FunctionSection::new();
+        functions.function(4); // 9: run
+        let mut tables = TableSection::new();
+        tables.table(TableType {
+            element_type: RefType::FUNCREF,
+            minimum: 3,
+            maximum: None,
+            table64: false,
+            shared: false,
+        });
+        let mut memories = MemorySection::new();
+        memories.memory(MemoryType { minimum: 1, maximum: None, memory64: false, shared: false, page_size_log2: None });
+        let mut globals = GlobalSection::new();
+        globals.global(GlobalType { val_type: I32, mutable: true, shared: false }, &ConstExpr::i32_const(0));
+        let mut exports = ExportSection::new();
+        exports.export("run", ExportKind::Func, 9);
+        exports.export("memory", ExportKind::Memory, 0);
+        let mut elements = ElementSection::new();
+        elements.active(Some(0), &ConstExpr::i32_const(0), Elements::Functions([0, 9, 2].as_slice().into()));
+        let mut code = CodeSection::new();
+        let mut run = Function::new([]);
+        run.instructions()
+            .i32_const(64)
+            .i64_const(0)
+            .i32_const(128)
+            .call(2)
+            .drop()
+            .i32_const(0)
+            .call(1)
+            .i32_const(1)
+            .i32_const(0)
+            .i32_const(0)
+            .i32_const(136)
+            .call(0)
+            .drop()
+            .i32_const(0)
+            .i32_const(8)
+            .call(4)
+            .drop()
+            .i32_const(3)
+            .i32_const(0)
+            .call(5)
+            .i32_const(0)
+            .i32_const(0)
+            .call(8)
+            .i32_add()
+            .end();
+        code.function(&run);
+        let mut module = Module::new();
+        module
+            .section(&types)
+            .section(&imports)
+            .section(&functions)
+            .section(&tables)
+            .section(&memories)
+            .section(&globals)
+            .section(&exports)
+            .section(&elements)
+            .section(&code);
+        module.finish()
+    }
+
+    #[test]
+    fn wasi_imports_become_functions_of_the_module_and_the_rest_is_renumbered() {
+        let module = go_like_module();
+        wasmparser::Validator::new().validate_all(&module).unwrap();
+        assert_eq!(wasi_imports(&module).unwrap().len(), 8);
+        let stubbed = stub_wasi(&module).unwrap();
+        wasmparser::Validator::new().validate_all(&stubbed).unwrap();
+        assert!(wasi_imports(&stubbed).unwrap().is_empty());
+        let mut imports = Vec::new();
+        let mut exports = Vec::new();
+        let mut defined = 0;
+        let mut globals = 0;
+        for payload in wasmparser::Parser::new(0).parse_all(&stubbed) {
+            match payload.unwrap() {
+                wasmparser::Payload::ImportSection(s) => {
+                    imports.extend(s.into_imports().map(|i| i.unwrap()).map(|i| format!("{}.{}", i.module, i.name)))
+                }
+                wasmparser::Payload::ExportSection(s) => {
+                    exports.extend(s.into_iter().map(|e| e.unwrap()).map(|e| (e.name.to_string(), e.index)))
+                }
+                wasmparser::Payload::FunctionSection(s) => defined = s.count(),
+                wasmparser::Payload::GlobalSection(s) => globals = s.count(),
+                _ => {}
+            }
+        }
+        assert_eq!(imports, ["env.keep"]);
+        assert_eq!(defined, 1 + 8, "run plus one stub per WASI import");
+        assert_eq!(globals, 2, "the module's global plus the virtual clock");
+        // `run` was function 9 (after 9 imports); now 1 (after the one kept import).
+        assert!(exports.contains(&("run".to_string(), 1)), "{exports:?}");
+    }
+
+    #[test]
+    fn a_module_without_wasi_imports_is_unchanged_in_substance() {
+        let mut module = Module::new();
+        let mut types = TypeSection::new();
+        types.ty().function([], [ValType::I32]);
+        let mut functions = FunctionSection::new();
+        functions.function(0);
+        let mut exports = ExportSection::new();
+        exports.export("f", ExportKind::Func, 0);
+        let mut code = CodeSection::new();
+        let mut f = Function::new([]);
+        f.instructions().i32_const(7).end();
+        code.function(&f);
+        module.section(&types).section(&functions).section(&exports).section(&code);
+        let bytes = module.finish();
+        assert_eq!(stub_wasi(&bytes).unwrap(), bytes);
+    }
+
+    #[test]
+    fn garbage_and_non_function_wasi_imports_are_refused() {
+        assert!(stub_wasi(b"not wasm").unwrap_err().starts_with("not a core Wasm module"));
+        let mut module = Module::new();
+        let mut imports = ImportSection::new();
+        imports.import(
+            WASI_PREVIEW1,
+            "memory",
+            EntityType::Memory(MemoryType {
+                minimum: 1,
+                maximum: None,
+                memory64: false,
+                shared: false,
+                page_size_log2: None,
+            }),
+        );
+        module.section(&imports);
+        assert!(stub_wasi(&module.finish()).unwrap_err().contains("is not a function"));
+    }
 }

@@ -41,6 +41,7 @@ fn languages() -> Vec<(&'static str, &'static str, PathBuf, [&'static str; 2])> 
             ["quiet_normal", "namespace_reason"],
         ),
         ("C", "clang + eventpipe-plugin-build", tmp.join("c"), ["quiet-normal", "namespace-reason"]),
+        ("Go", "go build + eventpipe-plugin-build --stub-wasi", tmp.join("go"), ["quiet-normal", "namespace-reason"]),
         ("Python", "componentize-py … --stub-wasi", tmp.join("python"), ["quiet-normal", "namespace-reason"]),
         ("JS (componentize-js)", "componentize-js … -d …", tmp.join("js"), ["quiet-normal", "namespace-reason"]),
         (

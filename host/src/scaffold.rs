@@ -1,11 +1,11 @@
-//! `eventpipe new-plugin`: a plugin project in Rust, Python, JavaScript or C that builds with
-//! the commands of its README.
+//! `eventpipe new-plugin`: a plugin project in Rust, Python, JavaScript, C or Go that builds
+//! with the commands of its README.
 //!
 //! The sources come from the repository, compiled in: a filter and an aggregate-key function
 //! are the examples of `examples/plugins/` (the `quiet-normal` filter and the
 //! `namespace-reason` key function; the Rust sink is the `slack` example), the other kinds the
 //! templates of `examples/templates/`. Every project but Rust's carries a copy of `wit/`, so it
-//! builds on its own.
+//! builds on its own; a Go project also carries a copy of the Go SDK (`guest-sdk/go`, in `sdk/`).
 
 use std::path::{Path, PathBuf};
 
@@ -22,6 +22,9 @@ pub enum Lang {
     Js,
     /// C with clang + wasi-libc and `eventpipe-plugin-build`.
     C,
+    /// Go (>= 1.24, `GOOS=wasip1`) on the Go SDK (`guest-sdk/go`) and
+    /// `eventpipe-plugin-build component --stub-wasi`.
+    Go,
 }
 
 /// What to create.
@@ -73,6 +76,34 @@ const WIT: [(&str, &str); 4] = [
     ("host-world.wit", include_str!("../../wit/host-world.wit")),
 ];
 const WIT_README: &str = include_str!("../../wit/README.md");
+
+/// The Go SDK (`guest-sdk/go`), copied into every Go project as `sdk/`.
+const GO_SDK: [(&str, &str); 17] = [
+    ("go.mod", include_str!("../../guest-sdk/go/go.mod")),
+    ("README.md", include_str!("../../guest-sdk/go/README.md")),
+    ("eventpipe.go", include_str!("../../guest-sdk/go/eventpipe.go")),
+    ("internal/wit/mem.go", include_str!("../../guest-sdk/go/internal/wit/mem.go")),
+    ("internal/wit/types.go", include_str!("../../guest-sdk/go/internal/wit/types.go")),
+    ("internal/wit/imports.go", include_str!("../../guest-sdk/go/internal/wit/imports.go")),
+    ("internal/wit/host_wasm.go", include_str!("../../guest-sdk/go/internal/wit/host_wasm.go")),
+    ("internal/wit/host_other.go", include_str!("../../guest-sdk/go/internal/wit/host_other.go")),
+    ("internal/wit/packed.go", include_str!("../../guest-sdk/go/internal/wit/packed.go")),
+    ("internal/wit/projection.go", include_str!("../../guest-sdk/go/internal/wit/projection.go")),
+    ("internal/wit/guard.go", include_str!("../../guest-sdk/go/internal/wit/guard.go")),
+    ("defaults/defaults.go", include_str!("../../guest-sdk/go/defaults/defaults.go")),
+    ("filter/filter.go", include_str!("../../guest-sdk/go/filter/filter.go")),
+    ("aggregatekey/aggregatekey.go", include_str!("../../guest-sdk/go/aggregatekey/aggregatekey.go")),
+    ("messagecombiner/messagecombiner.go", include_str!("../../guest-sdk/go/messagecombiner/messagecombiner.go")),
+    ("spamkey/spamkey.go", include_str!("../../guest-sdk/go/spamkey/spamkey.go")),
+    ("watcher/watcher.go", include_str!("../../guest-sdk/go/watcher/watcher.go")),
+];
+
+/// The Go SDK's sink package (`sink/`), copied with [`GO_SDK`].
+const GO_SDK_SINK: [(&str, &str); 3] = [
+    ("sink/sink.go", include_str!("../../guest-sdk/go/sink/sink.go")),
+    ("sink/output_wasm.go", include_str!("../../guest-sdk/go/sink/output_wasm.go")),
+    ("sink/output_other.go", include_str!("../../guest-sdk/go/sink/output_other.go")),
+];
 
 /// The guest SDK of the source tree this binary was built from, if it is still there.
 pub fn built_in_sdk() -> Option<PathBuf> {
@@ -128,6 +159,17 @@ fn source(lang: Lang, kind: PluginKind) -> (&'static str, &'static str) {
                 K::Watcher => include_str!("../../examples/templates/c/watcher.c"),
             },
         ),
+        Lang::Go => (
+            "main.go",
+            match kind {
+                K::Filter => include_str!("../../examples/plugins/go/filter/main.go"),
+                K::AggregateKey => include_str!("../../examples/plugins/go/aggregate-key/main.go"),
+                K::MessageCombiner => include_str!("../../examples/templates/go/message-combiner.go"),
+                K::SpamKey => include_str!("../../examples/templates/go/spam-key.go"),
+                K::Sink => include_str!("../../examples/templates/go/sink.go"),
+                K::Watcher => include_str!("../../examples/templates/go/watcher.go"),
+            },
+        ),
     }
 }
 
@@ -172,6 +214,13 @@ fn rename_example(text: &str, kind: PluginKind, name: &str) -> String {
     for (before, after) in [("struct ", " "), ("struct ", ";"), ("for ", " "), ("(", ")"), ("", " {"), ("", "::")] {
         text = text.replace(&format!("{before}{from}{after}"), &format!("{before}{to}{after}"));
     }
+    // Go: `newQuietNormal` and the unexported type `quietNormal`.
+    let lower = |n: String| -> String {
+        let mut chars = n.chars();
+        chars.next().map(|c| c.to_ascii_lowercase().to_string() + chars.as_str()).unwrap_or_default()
+    };
+    text = text.replace(&format!("new{from}"), &format!("new{to}"));
+    text = text.replace(&lower(from), &lower(to));
     text.replace(example, name).replace(&example.replace('-', "_"), &name.replace('-', "_"))
 }
 
@@ -244,6 +293,15 @@ pub fn scaffold(s: &Scaffold) -> Result<Vec<PathBuf>, ScaffoldError> {
             files.push(("README.md".into(), fill(include_str!("../../examples/templates/c/README.md.in"))));
             files.push((".gitignore".into(), "gen/\n*.wasm\n".into()));
         }
+        Lang::Go => {
+            files.push(("go.mod".into(), fill(include_str!("../../examples/templates/go/go.mod.in"))));
+            files.push(("build.sh".into(), fill(include_str!("../../examples/templates/go/build.sh.in"))));
+            files.push(("README.md".into(), fill(include_str!("../../examples/templates/go/README.md.in"))));
+            files.push((".gitignore".into(), "*.wasm\n".into()));
+            for (file, text) in GO_SDK.iter().chain(&GO_SDK_SINK) {
+                files.push((format!("sdk/{file}"), (*text).into()));
+            }
+        }
     }
     if s.lang != Lang::Rust {
         for (file, text) in WIT {
@@ -288,7 +346,7 @@ mod tests {
 
     #[test]
     fn every_language_and_kind_gets_a_project_with_its_world_filled_in() {
-        for lang in [Lang::Rust, Lang::Python, Lang::Js, Lang::C] {
+        for lang in [Lang::Rust, Lang::Python, Lang::Js, Lang::C, Lang::Go] {
             for kind in PluginKind::ALL {
                 let tmp = tempfile::tempdir().unwrap();
                 let dir = tmp.path().join("my-plugin");

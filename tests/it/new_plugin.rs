@@ -1,5 +1,5 @@
 //! `eventpipe new-plugin`: the projects it creates build with the commands of their README and
-//! pass `eventpipe plugins check`. Rust and C: every kind; JavaScript: every kind with
+//! pass `eventpipe plugins check`. Rust, C and Go: every kind; JavaScript: every kind with
 //! componentize-qjs and one with componentize-js; Python: the kinds that are not examples
 //! (the filter and key function are `examples/plugins/python`, built by `example_plugins`).
 //! A language whose toolchain is missing is skipped with a printed reason, except under `CI`
@@ -87,6 +87,28 @@ fn c_projects_of_every_kind_build_with_build_sh_and_pass_the_check() {
     for kind in KINDS {
         let dir = new_plugin(tmp.path(), "c", kind);
         let out = Command::new("./build.sh").current_dir(&dir).env("PLUGIN_BUILD", &plugin_build).output().unwrap();
+        ok(out, &format!("build.sh ({kind})"));
+        check(&dir.join(format!("my-{kind}.wasm")), kind);
+    }
+}
+
+#[test]
+fn go_projects_of_every_kind_build_with_build_sh_and_pass_the_check() {
+    let go = match crate::example_plugins::go_command() {
+        Ok(go) => go,
+        Err(reason) => return skip(&format!("Go: {reason}")),
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let manifest = root().join("tools/plugin-build/Cargo.toml");
+    let plugin_build = format!("{} run -q --manifest-path {} --", cargo(), manifest.display());
+    for kind in KINDS {
+        let dir = new_plugin(tmp.path(), "go", kind);
+        let out = Command::new("./build.sh")
+            .current_dir(&dir)
+            .env("PLUGIN_BUILD", &plugin_build)
+            .env("GO", &go)
+            .output()
+            .unwrap();
         ok(out, &format!("build.sh ({kind})"));
         check(&dir.join(format!("my-{kind}.wasm")), kind);
     }

@@ -8,10 +8,15 @@
 //! - [`componentize`]: a core module (built with those bindings) → a component, as
 //!   `wasm-tools component new core.wasm -o plugin.wasm` does; optionally embedding the world
 //!   first (for a module that was not linked with the `_component_type.o`).
+//! - [`componentize_with`] with [`ComponentOptions::stub_wasi`]: the same for a module whose
+//!   runtime imports WASI preview 1 (Go's `GOOS=wasip1`): those imports become stubs inside the
+//!   module ([`stub_wasi`]), so the component imports nothing but its world.
 
 use std::path::{Path, PathBuf};
 
 use wit_bindgen_core::wit_parser::{Resolve, WorldId};
+
+pub mod stub_wasi;
 
 /// Why a build step failed.
 #[derive(Debug, thiserror::Error)]
@@ -91,8 +96,34 @@ pub fn c_bindings(wit_dir: &Path, world: &str, out_dir: &Path) -> Result<Vec<Pat
 /// module does not match its world (missing exports, unknown imports such as WASI preview 1
 /// functions from libc's stdio) or is not a core module.
 pub fn componentize(core: &[u8], embed: Option<(&Path, &str)>) -> Result<Vec<u8>, BuildError> {
+    componentize_with(core, embed, ComponentOptions::default())
+}
+
+/// How [`componentize_with`] treats the core module.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ComponentOptions {
+    /// Replace the module's `wasi_snapshot_preview1` imports by deterministic stubs inside it
+    /// (no filesystem, network, real clock or randomness; see [`stub_wasi`]) before making the
+    /// component.
+    pub stub_wasi: bool,
+}
+
+/// [`componentize`] with [`ComponentOptions`].
+///
+/// # Errors
+/// As [`componentize`]; with `stub_wasi`, [`BuildError::Component`] also when the module
+/// cannot be rewritten (see [`stub_wasi::stub_wasi`]).
+pub fn componentize_with(
+    core: &[u8],
+    embed: Option<(&Path, &str)>,
+    options: ComponentOptions,
+) -> Result<Vec<u8>, BuildError> {
     let component_error = |e: anyhow::Error| BuildError::Component(format!("{e:#}"));
-    let mut module = core.to_vec();
+    let mut module = if options.stub_wasi {
+        stub_wasi::stub_wasi(core).map_err(|e| BuildError::Component(format!("stubbing WASI: {e}")))?
+    } else {
+        core.to_vec()
+    };
     if let Some((wit_dir, world)) = embed {
         let (resolve, id) = load_world(wit_dir, world)?;
         wit_component::embed_component_metadata(&mut module, &resolve, id, wit_component::StringEncoding::UTF8)
@@ -111,8 +142,21 @@ pub fn componentize(core: &[u8], embed: Option<(&Path, &str)>) -> Result<Vec<u8>
 /// # Errors
 /// As [`componentize`], plus [`BuildError::Io`] on reading `core` or writing `out`.
 pub fn componentize_file(core: &Path, out: &Path, embed: Option<(&Path, &str)>) -> Result<(), BuildError> {
+    componentize_file_with(core, out, embed, ComponentOptions::default())
+}
+
+/// [`componentize_with`] from file to file.
+///
+/// # Errors
+/// As [`componentize_with`], plus [`BuildError::Io`] on reading `core` or writing `out`.
+pub fn componentize_file_with(
+    core: &Path,
+    out: &Path,
+    embed: Option<(&Path, &str)>,
+    options: ComponentOptions,
+) -> Result<(), BuildError> {
     let bytes = std::fs::read(core).map_err(|source| BuildError::Io { path: core.to_path_buf(), source })?;
-    let component = componentize(&bytes, embed)?;
+    let component = componentize_with(&bytes, embed, options)?;
     std::fs::write(out, component).map_err(|source| BuildError::Io { path: out.to_path_buf(), source })
 }
 

@@ -5,6 +5,10 @@
 //! clang --target=wasm32-wasi -mexec-model=reactor -O2 -Igen -o filter.core.wasm \
 //!       filter_impl.c gen/filter.c gen/filter_component_type.o
 //! eventpipe-plugin-build component filter.core.wasm -o filter.wasm
+//!
+//! # Go (GOOS=wasip1): no bindings step; embed the world and stub WASI preview 1
+//! GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o filter.core.wasm .
+//! eventpipe-plugin-build component filter.core.wasm --wit wit --world filter --stub-wasi -o filter.wasm
 //! ```
 
 use std::path::PathBuf;
@@ -49,6 +53,12 @@ enum Command {
         /// The world to embed (with `--wit`).
         #[arg(long, requires = "wit")]
         world: Option<String>,
+        /// Replace the module's WASI preview 1 imports (`wasi_snapshot_preview1`, e.g. of a Go
+        /// `GOOS=wasip1` module) by deterministic stubs inside it: no filesystem, network,
+        /// environment or real clock; zero random bytes; stdout and stderr dropped;
+        /// `proc_exit` traps.
+        #[arg(long)]
+        stub_wasi: bool,
     },
 }
 
@@ -56,9 +66,10 @@ fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Command::CBindings { wit, world, out_dir } => eventpipe_plugin_build::c_bindings(&wit, &world, &out_dir)
             .map(|files| files.iter().for_each(|f| println!("{}", f.display()))),
-        Command::Component { core, output, wit, world } => {
+        Command::Component { core, output, wit, world, stub_wasi } => {
             let embed = wit.as_deref().zip(world.as_deref());
-            eventpipe_plugin_build::componentize_file(&core, &output, embed)
+            let options = eventpipe_plugin_build::ComponentOptions { stub_wasi };
+            eventpipe_plugin_build::componentize_file_with(&core, &output, embed, options)
         }
     };
     match result {

@@ -1,0 +1,3 @@
+module github.com/eventpipe/eventpipe/guest-sdk/go
+
+go 1.24

@@ -124,8 +124,9 @@ pub(crate) fn describe_fields(fields: &[wit::EventField]) -> String {
             wit::EventField::Label(key) => format!("label({key})"),
             wit::EventField::Annotation(key) => format!("annotation({key})"),
             other => {
-                // `SourceComponent` → `source-component`, as the WIT names the case.
+                // `EventField::SourceComponent` → `source-component`, as the WIT names the case.
                 let debug = format!("{other:?}");
+                let debug = debug.rsplit("::").next().unwrap_or(&debug);
                 let mut name = String::with_capacity(debug.len() + 4);
                 for (i, c) in debug.chars().enumerate() {
                     if c.is_ascii_uppercase() {
@@ -290,6 +291,13 @@ mod tests {
             ]
         );
         assert!(!String::from_utf8_lossy(&packed.bytes).contains("not declared"));
+    }
+
+    #[test]
+    fn fields_are_described_by_their_wit_names() {
+        let fields = [F::Type, F::SourceComponent, F::Label("team".into())];
+        assert_eq!(describe_fields(&fields), "type, source-component, label(team)");
+        assert_eq!(describe_fields(&[]), "no fields");
     }
 
     #[test]

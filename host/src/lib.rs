@@ -56,7 +56,9 @@ pub mod suppressed;
 pub mod tenant;
 pub mod top;
 pub mod validate;
+pub mod watch_cache;
 pub mod watchers;
+pub mod window;
 
 pub use broadcaster::{Broadcaster, FullChannelBehavior, WatchEvent, WatchEventType, Watcher};
 pub use config::Config;

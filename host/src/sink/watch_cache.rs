@@ -56,6 +56,7 @@ impl EventSink for WatchCacheSink {
 mod tests {
     use super::*;
     use crate::correlator::EventCorrelateResult;
+    use crate::correlator::logger::EventPatch;
     use crate::sink::retry::Verb;
     use crate::sink::{RetryPolicy, WriteOutcome};
     use crate::watch_cache::{Predicate, WatchCacheConfig};
@@ -84,7 +85,7 @@ mod tests {
         assert_eq!((stored.metadata.resource_version.as_str(), stored.kind.as_str()), ("1", "Event"));
         assert!(!stored.metadata.uid.is_empty() && stored.metadata.creation_timestamp.is_some());
 
-        let patch = br#"{"count":2,"message":"b"}"#.to_vec();
+        let patch = EventPatch::for_event(&event(2, "b"));
         let repeat = EventCorrelateResult { skip: false, event: Some(event(2, "b")), patch: Some(patch) };
         let (outcome, stored) = sink.write(repeat, &policy, &cancel).await;
         assert!(matches!(outcome, WriteOutcome::Written { verb: Verb::Patch, .. }), "{outcome:?}");
@@ -95,7 +96,8 @@ mod tests {
         // A patch of an event the cache never held: 404, then recordToSink creates it whole.
         let mut other = event(5, "c");
         other.metadata.name = "web-0.18".into();
-        let result = EventCorrelateResult { skip: false, event: Some(other), patch: Some(br#"{"count":5}"#.to_vec()) };
+        let patch = EventPatch::for_event(&other);
+        let result = EventCorrelateResult { skip: false, event: Some(other), patch: Some(patch) };
         let (outcome, _) = sink.write(result, &policy, &cancel).await;
         assert!(matches!(outcome, WriteOutcome::Written { verb: Verb::Create, .. }), "{outcome:?}");
         let (rv, items) = cache.list(&Predicate::default(), None).unwrap();

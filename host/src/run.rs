@@ -320,6 +320,15 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         .then(|| crate::watch_cache::WatchCache::new(watch_cache_config, crate::clock::system()));
     let mut sinks = SinkSet::new(client.clone(), progress.is_some()).with_events_api(events_api);
     if let Some(cache) = &watch_cache {
+        let c = cache.config();
+        announce(&format!(
+            "watch cache on: every tenant's writes also go to it; window {} changes / {} s, at most {} events, \
+             event TTL {} s",
+            c.window_size,
+            c.window_age.as_secs(),
+            c.max_objects,
+            c.event_ttl.as_secs()
+        ));
         sinks = sinks.with_watch_cache(cache.clone());
     }
     let sinks = Arc::new(sinks);
@@ -452,19 +461,21 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
             }
         });
     }
-    // `--serve` on the HTTP source's own address: that server serves it all.
+    // `--serve` on the HTTP source's own address (a fixed port): that server serves it all.
     let http_listen = match &source {
         SourceSpec::Http(listen) => Some(*listen),
         _ => None,
     };
-    let serve_addr = serve_addr.filter(|addr| Some(*addr) != http_listen);
+    let serve_addr = serve_addr.filter(|addr| addr.port() == 0 || Some(*addr) != http_listen);
     for (addr, read_api) in metrics_addr.map(|a| (a, false)).into_iter().chain(serve_addr.map(|a| (a, true))) {
         let fail = |error: std::io::Error| RunError::Metrics { addr, error };
         // With the ingest token set, the server asks for it too; the read API beyond loopback
         // needs it, as HTTP ingest does.
-        let token = crate::source::http::BearerToken::from_env().map_err(|e| fail(std::io::Error::other(e.to_string())))?;
+        let token =
+            crate::source::http::BearerToken::from_env().map_err(|e| fail(std::io::Error::other(e.to_string())))?;
         if read_api {
-            crate::source::http::check_bind(addr, token.as_ref()).map_err(|e| fail(std::io::Error::other(e.to_string())))?;
+            crate::source::http::check_bind(addr, token.as_ref())
+                .map_err(|e| fail(std::io::Error::other(e.to_string())))?;
         }
         let listener = tokio::net::TcpListener::bind(addr).await.map_err(fail)?;
         let local = listener.local_addr().map_err(fail)?;

@@ -253,8 +253,7 @@ pub fn attach_results(
             // a hot reload, with the new version).
             for _ in 0..2 {
                 let (plugin, events) = (plugin.clone(), events.clone());
-                let call =
-                    tokio::task::spawn_blocking(move || plugin.watch(&events.iter().collect::<Vec<_>>())).await;
+                let call = tokio::task::spawn_blocking(move || plugin.watch(&events.iter().collect::<Vec<_>>())).await;
                 failure = match call {
                     Ok(Ok(_)) => None,
                     Ok(Err(error)) => Some(error.to_string()),

@@ -204,9 +204,8 @@ async fn watch_namespaced(
 async fn one_event(State(cache): State<Arc<WatchCache>>, Path((ns, name)): Path<(String, String)>) -> Response {
     match cache.get(&ns, &name) {
         Some(version) => json(StatusCode::OK, version.json().to_vec()),
-        None => {
-            ApiStatus::failure(StatusCode::NOT_FOUND, "NotFound", format!("events \"{name}\" not found")).into_response()
-        }
+        None => ApiStatus::failure(StatusCode::NOT_FOUND, "NotFound", format!("events \"{name}\" not found"))
+            .into_response(),
     }
 }
 
@@ -354,7 +353,8 @@ fn encode_frame(frame: &Frame) -> Bytes {
             line.push(b'}');
         }
         Frame::Bookmark { rv, initial_events_end } => {
-            let mut event = crate::event::Event { kind: "Event".into(), api_version: "v1".into(), ..Default::default() };
+            let mut event =
+                crate::event::Event { kind: "Event".into(), api_version: "v1".into(), ..Default::default() };
             event.metadata.resource_version = rv.to_string();
             if *initial_events_end {
                 event.metadata.annotations.insert("k8s.io/initial-events-end".into(), "true".into());
@@ -430,7 +430,9 @@ mod tests {
 
     #[test]
     fn query_values_are_percent_decoded() {
-        let q = parse_query(Some("fieldSelector=involvedObject.kind%3DPod%2Creason%3DBackOff&watch=true&labelSelector=a+in+(b)&x=%zz"));
+        let q = parse_query(Some(
+            "fieldSelector=involvedObject.kind%3DPod%2Creason%3DBackOff&watch=true&labelSelector=a+in+(b)&x=%zz",
+        ));
         assert_eq!(q["fieldSelector"], "involvedObject.kind=Pod,reason=BackOff");
         assert_eq!(q["labelSelector"], "a in (b)");
         assert_eq!(q["x"], "%zz");
@@ -439,12 +441,16 @@ mod tests {
 
     #[test]
     fn continue_tokens_round_trip() {
-        let v = Version::new(7, {
-            let mut e = crate::event::Event::default();
-            e.metadata.namespace = "a".into();
-            e.metadata.name = "b.1".into();
-            e
-        }, chrono::Utc::now());
+        let v = Version::new(
+            7,
+            {
+                let mut e = crate::event::Event::default();
+                e.metadata.namespace = "a".into();
+                e.metadata.name = "b.1".into();
+                e
+            },
+            chrono::Utc::now(),
+        );
         let token = encode_continue(42, &v);
         assert_eq!(decode_continue(&token), Some((42, ("a".to_string(), "b.1".to_string()))));
         assert_eq!(decode_continue("nonsense"), None);

@@ -339,7 +339,14 @@ impl WatchCache {
     }
 
     /// Records one change (under the lock) and returns its resourceVersion.
-    fn record(&self, state: &mut State, type_: WatchEventType, event: Event, prev: Option<Arc<Version>>, now: DateTime<Utc>) -> Arc<Version> {
+    fn record(
+        &self,
+        state: &mut State,
+        type_: WatchEventType,
+        event: Event,
+        prev: Option<Arc<Version>>,
+        now: DateTime<Utc>,
+    ) -> Arc<Version> {
         let rv = state.window.head() + 1;
         let version = Version::new(rv, event, now);
         let key = version.key();
@@ -421,8 +428,8 @@ impl WatchCache {
         let prev = state.objects.get(&key).cloned().ok_or_else(|| WriteError::NotFound(name.to_string()))?;
         let mut value = serde_json::to_value(&prev.event).expect("an Event always serialises");
         merge_patch(&mut value, patch);
-        let mut event: Event =
-            serde_json::from_value(value).map_err(|e| WriteError::BadPatch(format!("patched event is invalid: {e}")))?;
+        let mut event: Event = serde_json::from_value(value)
+            .map_err(|e| WriteError::BadPatch(format!("patched event is invalid: {e}")))?;
         event.metadata.namespace = prev.event.metadata.namespace.clone();
         event.metadata.name = prev.event.metadata.name.clone();
         let version = self.record(&mut state, WatchEventType::Modified, event, Some(prev), now);

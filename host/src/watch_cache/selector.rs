@@ -271,8 +271,9 @@ impl LabelSelector {
         for (op, gt) in [(">", true), ("<", false)] {
             if let Some((k, v)) = req.split_once(op) {
                 let (k, n) = (k.trim(), v.trim().parse::<i64>().ok()?);
-                return key_ok(k)
-                    .then(|| if gt { Requirement::GreaterThan(k.into(), n) } else { Requirement::LessThan(k.into(), n) });
+                return key_ok(k).then(|| {
+                    if gt { Requirement::GreaterThan(k.into(), n) } else { Requirement::LessThan(k.into(), n) }
+                });
             }
         }
         let mut words = req.splitn(2, char::is_whitespace);
@@ -280,14 +281,10 @@ impl LabelSelector {
         let Some(set) = words.next().map(str::trim) else {
             return key_ok(key).then(|| Requirement::Exists(key.into()));
         };
-        let (notin, set) = if let Some(s) = set.strip_prefix("notin") {
-            (true, s)
-        } else {
-            (false, set.strip_prefix("in")?)
-        };
+        let (notin, set) =
+            if let Some(s) = set.strip_prefix("notin") { (true, s) } else { (false, set.strip_prefix("in")?) };
         let values = set.trim().strip_prefix('(')?.strip_suffix(')')?;
-        let values: Vec<String> =
-            values.split(',').map(|v| v.trim().to_string()).filter(|v| !v.is_empty()).collect();
+        let values: Vec<String> = values.split(',').map(|v| v.trim().to_string()).filter(|v| !v.is_empty()).collect();
         if !key_ok(key) || values.iter().any(|v| v.contains(char::is_whitespace)) {
             return None;
         }

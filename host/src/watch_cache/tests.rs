@@ -135,10 +135,20 @@ fn filters_turn_changes_into_added_modified_and_deleted() {
     assert_eq!(w.resource_version(), 5, "the filtered-out change still moves it on");
     assert_eq!(seen(&l.poll(100).unwrap()), [(WatchEventType::Added, "x.1".into(), 5, 5)]);
     let types: Vec<_> = all.poll(100).unwrap().iter().map(|s| s.type_).collect();
-    assert_eq!(types, [WatchEventType::Added, WatchEventType::Modified, WatchEventType::Modified, WatchEventType::Modified, WatchEventType::Modified]);
+    assert_eq!(
+        types,
+        [
+            WatchEventType::Added,
+            WatchEventType::Modified,
+            WatchEventType::Modified,
+            WatchEventType::Modified,
+            WatchEventType::Modified
+        ]
+    );
 
     // A namespace predicate never sees other namespaces' events.
-    let (_, mut b) = cache.cursor(Start::Now, Predicate { namespace: Some("b".into()), ..Predicate::default() }).unwrap();
+    let (_, mut b) =
+        cache.cursor(Start::Now, Predicate { namespace: Some("b".into()), ..Predicate::default() }).unwrap();
     cache.create(&event("a", "y.1", "Pulled")).unwrap();
     cache.create(&event("b", "y.1", "Pulled")).unwrap();
     let got = b.poll(10).unwrap();
@@ -225,11 +235,7 @@ fn apiserver_answers_for_duplicates_and_unknown_patches() {
 
 #[tokio::test]
 async fn a_slow_watcher_is_cut_off_after_its_budget_while_the_others_keep_their_pace() {
-    let config = WatchCacheConfig {
-        watcher_queue: 4,
-        watcher_budget: Duration::from_secs(1),
-        ..config(1000)
-    };
+    let config = WatchCacheConfig { watcher_queue: 4, watcher_budget: Duration::from_secs(1), ..config(1000) };
     let cache = WatchCache::new(config, crate::clock::system());
     let mut slow = cache.stream(Start::Now, everything(), false, false).unwrap();
     let fast: Vec<_> = (0..3).map(|_| cache.stream(Start::Now, everything(), false, false).unwrap()).collect();

@@ -161,19 +161,20 @@ fn flag(query: &HashMap<String, String>, name: &str) -> bool {
     query.get(name).is_some_and(|v| v == "true" || v == "1")
 }
 
-fn predicate(namespace: Option<String>, query: &HashMap<String, String>) -> Result<Predicate, Response> {
+/// The predicate of the path's namespace and the selectors; `Err`: the `400` message.
+fn predicate(namespace: Option<String>, query: &HashMap<String, String>) -> Result<Predicate, String> {
     let fields = super::FieldSelector::parse(query.get("fieldSelector").map_or("", String::as_str))
-        .map_err(|e| bad_request(format!("invalid field selector: {e}")))?;
+        .map_err(|e| format!("invalid field selector: {e}"))?;
     let labels = super::LabelSelector::parse(query.get("labelSelector").map_or("", String::as_str))
-        .map_err(|e| bad_request(format!("invalid label selector: {e}")))?;
+        .map_err(|e| format!("invalid label selector: {e}"))?;
     Ok(Predicate { namespace, fields, labels })
 }
 
-/// `resourceVersion`: `None` for unset, `""` or `"0"`.
-fn resource_version(query: &HashMap<String, String>) -> Result<Option<u64>, Response> {
+/// `resourceVersion`: `None` for unset, `""` or `"0"`; `Err`: the `400` message.
+fn resource_version(query: &HashMap<String, String>) -> Result<Option<u64>, String> {
     match query.get("resourceVersion").map(String::as_str) {
         None | Some("") | Some("0") => Ok(None),
-        Some(rv) => rv.parse().map(Some).map_err(|_| bad_request(format!("invalid resource version: {rv:?}"))),
+        Some(rv) => rv.parse().map(Some).map_err(|_| format!("invalid resource version: {rv:?}")),
     }
 }
 
@@ -215,13 +216,9 @@ async fn list_or_watch(
     query: HashMap<String, String>,
     watch: bool,
 ) -> Response {
-    let predicate = match predicate(namespace, &query) {
-        Ok(p) => p,
-        Err(response) => return response,
-    };
-    let rv = match resource_version(&query) {
-        Ok(rv) => rv,
-        Err(response) => return response,
+    let (predicate, rv) = match (predicate(namespace, &query), resource_version(&query)) {
+        (Ok(predicate), Ok(rv)) => (predicate, rv),
+        (Err(message), _) | (_, Err(message)) => return bad_request(message),
     };
     if watch || flag(&query, "watch") {
         serve_watch(&cache, predicate, rv, &query)

@@ -364,6 +364,20 @@ impl Config {
                     }
                 };
             }
+            if let Some(on) = &w.on {
+                spec.on = match on.get_ref().as_str() {
+                    "input" => crate::watchers::WatchOn::Input,
+                    "results" => crate::watchers::WatchOn::Results,
+                    other => {
+                        return Err(ctx.error(
+                            on.span(),
+                            format!("watchers[{i}].on"),
+                            format!("expected `input` or `results`, got `{other}`"),
+                        ));
+                    }
+                };
+            }
+            spec.resource_version = w.resource_version;
             watchers.push(spec);
         }
         let here = |file: &str| {
@@ -505,6 +519,20 @@ struct RawWatcher {
     /// What its full queue does: `drop` (DropIfChannelFull, the default) or `wait`.
     #[schemars(with = "Option<FullChannelBehaviorName>")]
     full_channel_behavior: Option<Spanned<String>>,
+    /// What it watches: `input` (the Broadcaster's events, the default) or `results` (the
+    /// correlated events of the watch cache, with resourceVersions; turns the cache on).
+    #[schemars(with = "Option<WatchOnName>")]
+    on: Option<Spanned<String>>,
+    /// With `on = "results"`: start after this resourceVersion (default: now).
+    resource_version: Option<u64>,
+}
+
+#[derive(schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code, reason = "only its schema is used")]
+enum WatchOnName {
+    Input,
+    Results,
 }
 
 #[derive(schemars::JsonSchema)]

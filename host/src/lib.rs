@@ -9,6 +9,8 @@
 //!   k8s,       incoming     │       route ─► filters (Wasm) ─► keys ─► EventCorrelator
 //!   http)      queue)       │     ─► every sink of the tenant (writes in flight, per-event order,
 //!                           │        client-go's recordToSink retries) ─► acknowledgements
+//!                           │        └─► with --serve: the watch cache (resourceVersions, a window
+//!                           │            of changes) ─► GET /api/v1/events, watches, result watchers
 //!                           ├─► watcher plugins (Wasm; own queue, drop or wait when full)
 //!                           └─► any other watcher (EventBroadcaster::start_recording_to_sink, …)
 //! ```
@@ -20,6 +22,9 @@
 //!   `start_recording_to_sink` attaches the same tenant stage to any [`EventSink`].
 //! - [`EventCorrelator`] is client-go's correlator (aggregator → logger → spam filter), with
 //!   its key functions pluggable ([`correlator`]).
+//! - [`watch_cache`] is the apiserver's Cacher for what eventpipe wrote: the correlated Events
+//!   with resourceVersions, a [`window::Window`] of changes that watchers resume from, and the
+//!   Kubernetes read API (`run --serve`) that kubectl and informers read.
 //! - [`TenantPlan`] is what tenants run: rules from the command line ([`CommandLineRules`]) and
 //!   the [`Config`], plugins from the [`PluginRegistry`], sinks from [`SinkSpec`]s.
 //!
@@ -56,7 +61,9 @@ pub mod suppressed;
 pub mod tenant;
 pub mod top;
 pub mod validate;
+pub mod watch_cache;
 pub mod watchers;
+pub mod window;
 
 pub use broadcaster::{Broadcaster, FullChannelBehavior, WatchEvent, WatchEventType, Watcher};
 pub use config::Config;

@@ -618,6 +618,11 @@ fn plan_tenant(
                 Err(e) => errors.push(e.into()),
             }
         }
+        // The watch cache (`run --serve`) gets every tenant's writes; its writes end at once and
+        // never hold back an at-least-once position (`wait`).
+        if let Some(tap) = sinks.tap().filter(|_| !rules.sinks.is_empty()) {
+            opened.push(TenantSink { sink: tap, delivery: Some(DeliveryMode::Wait) });
+        }
         if rules.sinks.is_empty() {
             errors.push(PlanError::Rule {
                 location: location.into(),

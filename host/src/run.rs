@@ -180,8 +180,17 @@ pub struct RunOptions {
     /// How events are delivered (sets the Broadcaster's full-channel behaviour; at-least-once
     /// also saves and resumes the source position).
     pub delivery: Delivery,
-    /// Serve Prometheus `GET /metrics` on this address (an HTTP source serves it too).
+    /// Serve Prometheus `GET /metrics` and the probes on this address (an HTTP source serves
+    /// them too); with [`serve`](Self::serve) unset, no read API.
     pub metrics: Option<std::net::SocketAddr>,
+    /// Serve the Kubernetes read API of the watch cache ([`crate::watch_cache::api`]) beside
+    /// `/metrics` and the probes on this address (an HTTP source serves it too; the same
+    /// address as the HTTP source: only that server). Turns the watch cache on. A non-loopback
+    /// address needs the ingest bearer token.
+    pub serve: Option<std::net::SocketAddr>,
+    /// Bounds and timings of the watch cache (used when it is on: `serve`, or a watcher of the
+    /// results).
+    pub watch_cache: crate::watch_cache::WatchCacheConfig,
     /// A JSON-lines file source keeps reading as the file grows (as `tail -f`) until shutdown.
     pub follow: bool,
     /// Partitions of the tenant router, each on its own task (≥ 1).
@@ -240,6 +249,8 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         shutdown,
         delivery,
         metrics: metrics_addr,
+        serve: serve_addr,
+        watch_cache: watch_cache_config,
         follow,
         workers,
         partition_key,
@@ -300,7 +311,27 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         || config.as_ref().is_some_and(|c| names_k8s(&c.defaults) || c.tenants.iter().any(|t| names_k8s(&t.rules)));
     let client = if needs_kube { Some(crate::k8s::connect(&kube).await?) } else { None };
     set_shadows(&registry, shadows, shadow_diffs, shadow_diffs_max, config.as_ref())?;
-    let sinks = Arc::new(SinkSet::new(client.clone(), progress.is_some()).with_events_api(events_api));
+    // The watch cache: on with `--serve` or a watcher of the results; every tenant writes to it.
+    let results_watchers = watcher_specs
+        .iter()
+        .chain(config.iter().flat_map(|c| &c.watchers))
+        .any(|w| w.on == crate::watchers::WatchOn::Results);
+    let watch_cache = (serve_addr.is_some() || results_watchers)
+        .then(|| crate::watch_cache::WatchCache::new(watch_cache_config, crate::clock::system()));
+    let mut sinks = SinkSet::new(client.clone(), progress.is_some()).with_events_api(events_api);
+    if let Some(cache) = &watch_cache {
+        let c = cache.config();
+        announce(&format!(
+            "watch cache on: every tenant's writes also go to it; window {} changes / {} s, at most {} events, \
+             event TTL {} s",
+            c.window_size,
+            c.window_age.as_secs(),
+            c.max_objects,
+            c.event_ttl.as_secs()
+        ));
+        sinks = sinks.with_watch_cache(cache.clone());
+    }
+    let sinks = Arc::new(sinks);
     let plan = TenantPlan::build(&base, config.as_ref(), &registry, &sinks)?;
     let (plans_tx, plans_rx) = tokio::sync::watch::channel(Arc::new(plan));
     let latest_plan = plans_tx.subscribe();
@@ -356,6 +387,7 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         event_broadcaster.start_recording_to_tenants(plans_rx, router_options).expect("a new broadcaster is running");
     let watchers = attach_watchers(
         &event_broadcaster,
+        watch_cache.as_ref(),
         &registry,
         watcher_specs.iter().chain(config.iter().flat_map(|c| &c.watchers)),
         &base,
@@ -366,7 +398,13 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
     let metrics = Arc::new(Metrics::new());
     // `/readyz`: ready once the source is started, not ready again from the shutdown on.
     let readiness = crate::health::Readiness::new();
-    let served = || crate::metrics::router(metrics.clone()).merge(crate::health::router(readiness.clone()));
+    let served = || {
+        let router = crate::metrics::router(metrics.clone()).merge(crate::health::router(readiness.clone()));
+        match (&watch_cache, serve_addr) {
+            (Some(cache), Some(_)) => router.merge(crate::watch_cache::api::router(cache.clone())),
+            _ => router,
+        }
+    };
     let ingest_counters = Arc::new(IngestCounters::default());
     {
         let http = matches!(source, SourceSpec::Http(_));
@@ -407,18 +445,59 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
     // answers `503` and `/metrics` the final counters while the pipeline drains.
     let metrics_stop = CancellationToken::new();
     let _stop_metrics_on_return = metrics_stop.clone().drop_guard();
-    if let Some(addr) = metrics_addr {
-        let listener = tokio::net::TcpListener::bind(addr).await.map_err(|error| RunError::Metrics { addr, error })?;
-        announce(&format!(
-            "metrics on http://{}/metrics",
-            listener.local_addr().map_err(|error| RunError::Metrics { addr, error })?
-        ));
-        // With the ingest token set, `--metrics` asks for it too.
-        let token = crate::source::http::BearerToken::from_env()
-            .map_err(|e| RunError::Metrics { addr, error: std::io::Error::other(e.to_string()) })?;
+    // Watches end when the shutdown begins (or the run returns): a server's graceful shutdown
+    // waits for its requests, and a watch would never end by itself. An idle cache still
+    // expires its events.
+    if let Some(cache) = watch_cache.clone() {
+        let (stop, shutdown) = (metrics_stop.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => cache.expire(),
+                    () = stop.cancelled() => break cache.close(),
+                    () = shutdown.cancelled() => break cache.close_streams(),
+                }
+            }
+        });
+    }
+    // `--serve` on the HTTP source's own address (a fixed port): that server serves it all.
+    let http_listen = match &source {
+        SourceSpec::Http(listen) => Some(*listen),
+        _ => None,
+    };
+    let serve_addr = serve_addr.filter(|addr| addr.port() == 0 || Some(*addr) != http_listen);
+    for (addr, read_api) in metrics_addr.map(|a| (a, false)).into_iter().chain(serve_addr.map(|a| (a, true))) {
+        let fail = |error: std::io::Error| RunError::Metrics { addr, error };
+        // With the ingest token set, the server asks for it too; the read API beyond loopback
+        // needs it, as HTTP ingest does.
+        let token =
+            crate::source::http::BearerToken::from_env().map_err(|e| fail(std::io::Error::other(e.to_string())))?;
+        if read_api {
+            crate::source::http::check_bind(addr, token.as_ref())
+                .map_err(|e| fail(std::io::Error::other(e.to_string())))?;
+        }
+        let listener = tokio::net::TcpListener::bind(addr).await.map_err(fail)?;
+        let local = listener.local_addr().map_err(fail)?;
+        if read_api {
+            announce(&format!("serving the events API on http://{local}/api/v1/events (and /metrics)"));
+        } else {
+            announce(&format!("metrics on http://{local}/metrics"));
+        }
+        let app = if read_api {
+            served()
+        } else {
+            crate::metrics::router(metrics.clone()).merge(crate::health::router(readiness.clone()))
+        };
         let app = match token {
-            Some(token) => crate::source::http::with_bearer(served(), token),
-            None => served(),
+            Some(token) => crate::source::http::with_bearer(app, token),
+            None => app,
+        };
+        let app = if read_api {
+            app.fallback(crate::source::http::not_found)
+                .method_not_allowed_fallback(crate::source::http::method_not_allowed)
+        } else {
+            app
         };
         let stop = metrics_stop.clone();
         tokio::spawn(async move {
@@ -486,6 +565,10 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
     let drain = async {
         event_broadcaster.shutdown().await;
         let stats = router.await;
+        // Every result is in the watch cache: its watchers take what is left, then end.
+        if let Some(cache) = &watch_cache {
+            cache.close();
+        }
         // Watcher plugins observe; they get a short grace to finish their queues, then are cut
         // off (a looping plugin must not hold the run).
         let watchers = async {
@@ -595,6 +678,7 @@ fn set_shadows(
 /// [`RunError::Watcher`] for a plugin that is missing, refused or not a watcher.
 fn attach_watchers<'a>(
     broadcaster: &EventBroadcaster,
+    cache: Option<&Arc<crate::watch_cache::WatchCache>>,
     registry: &PluginRegistry,
     specs: impl Iterator<Item = &'a WatcherSpec>,
     base: &TenantRules,
@@ -606,12 +690,25 @@ fn attach_watchers<'a>(
         let handle = registry
             .handle(&name, crate::plugin::PluginKind::Watcher, DEFAULT_TENANT, base.settings_for(&name))
             .map_err(|e| fail(e.to_string()))?;
-        let watcher =
-            crate::watchers::attach(broadcaster.broadcaster(), handle, spec).map_err(|e| fail(e.to_string()))?;
-        announce(&format!(
-            "watcher plugin `{name}` attached (queue {}, {:?})",
-            spec.queue_length, spec.full_channel_behavior
-        ));
+        let watcher = match (spec.on, cache) {
+            (crate::watchers::WatchOn::Results, Some(cache)) => {
+                let watcher = crate::watchers::attach_results(cache, handle, spec).map_err(|e| fail(e.to_string()))?;
+                announce(&format!(
+                    "watcher plugin `{name}` attached to the results (from resourceVersion {})",
+                    watcher.counters.snapshot().resource_version
+                ));
+                watcher
+            }
+            _ => {
+                let watcher = crate::watchers::attach(broadcaster.broadcaster(), handle, spec)
+                    .map_err(|e| fail(e.to_string()))?;
+                announce(&format!(
+                    "watcher plugin `{name}` attached (queue {}, {:?})",
+                    spec.queue_length, spec.full_channel_behavior
+                ));
+                watcher
+            }
+        };
         attached.push(watcher);
     }
     Ok(attached)

@@ -8,6 +8,16 @@
 //!
 //! A watcher named by plugin name is called through its registry slot, so a new `.wasm` in the
 //! plugins directory swaps in without losing the watcher's queue.
+//!
+//! **Watchers of the results** (`on=results`) watch the [`WatchCache`] instead: the correlated
+//! events as written (created and patched), each with its resourceVersion. Such a watcher is a
+//! cursor over the cache's window rather than a queue, so nothing is dropped while it is slow —
+//! a plugin being recompiled after a hot reload, a call looping until its fuel runs out — it
+//! resumes at the resourceVersion it reached; a batch whose call fails is tried once more (on the
+//! fresh instance, which after a hot reload is the new version) before it is counted as failed.
+//! It can start at an earlier resourceVersion (`resource_version=N`: every result after N still
+//! in the window, then live). Only a watcher that falls out of the window loses results: it is
+//! told how many (counted as `dropped`) and goes on from the oldest one kept.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,6 +29,17 @@ use crate::correlator::PREPARE_BATCH_SIZE;
 use crate::event::Event;
 use crate::plugin::PluginHandle;
 use crate::plugin::watcher::WasmWatcher;
+use crate::watch_cache::{Predicate, Start, TooOld, WatchCache};
+
+/// What a watcher plugin watches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WatchOn {
+    /// The Broadcaster's events, as they come in (`on=input`, the default).
+    #[default]
+    Input,
+    /// The correlated results, from the watch cache (`on=results`).
+    Results,
+}
 
 /// Default queue length of a watcher plugin, events (client-go `maxQueuedEvents`).
 pub const DEFAULT_WATCHER_QUEUE_LENGTH: usize = 1000;
@@ -32,6 +53,10 @@ pub struct WatcherSpec {
     pub queue_length: usize,
     /// What its full queue does.
     pub full_channel_behavior: FullChannelBehavior,
+    /// What it watches.
+    pub on: WatchOn,
+    /// With [`WatchOn::Results`]: the resourceVersion to start after (`None`: now).
+    pub resource_version: Option<u64>,
 }
 
 impl WatcherSpec {
@@ -42,16 +67,19 @@ impl WatcherSpec {
             plugin: plugin.into(),
             queue_length: DEFAULT_WATCHER_QUEUE_LENGTH,
             full_channel_behavior: FullChannelBehavior::DropIfChannelFull,
+            on: WatchOn::Input,
+            resource_version: None,
         }
     }
 }
 
-/// `--watcher NAME|FILE.wasm[,queue_length=N][,full_channel_behavior=drop|wait]`: the keys of a
-/// `[[watchers]]` table.
+/// `--watcher NAME|FILE.wasm[,queue_length=N][,full_channel_behavior=drop|wait][,on=input|results][,resource_version=N]`:
+/// the keys of a `[[watchers]]` table.
 impl std::str::FromStr for WatcherSpec {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        const FORM: &str = "NAME or FILE.wasm, then optionally ,queue_length=N and ,full_channel_behavior=drop|wait";
+        const FORM: &str = "NAME or FILE.wasm, then optionally ,queue_length=N, ,full_channel_behavior=drop|wait, \
+                            ,on=input|results and ,resource_version=N";
         let mut parts = s.split(',');
         let plugin = parts.next().unwrap_or_default();
         if plugin.is_empty() {
@@ -68,6 +96,13 @@ impl std::str::FromStr for WatcherSpec {
                     spec.full_channel_behavior = <FullChannelBehavior as clap::ValueEnum>::from_str(b, false)
                         .map_err(|_| format!("{s}: full_channel_behavior must be drop or wait"))?;
                 }
+                Some(("on", "input")) => spec.on = WatchOn::Input,
+                Some(("on", "results")) => spec.on = WatchOn::Results,
+                Some(("on", _)) => return Err(format!("{s}: on must be input or results")),
+                Some(("resource_version", n)) => {
+                    spec.resource_version =
+                        Some(n.parse().map_err(|_| format!("{s}: resource_version must be a number"))?);
+                }
                 _ => return Err(format!("{s}: expected {FORM}")),
             }
         }
@@ -82,8 +117,11 @@ pub struct WatcherCounters {
     pub seen: AtomicU64,
     /// Events in calls that failed (trap, fuel, memory limit).
     pub failed: AtomicU64,
-    /// Events its full queue dropped (`DropIfChannelFull`).
+    /// Events its full queue dropped (`DropIfChannelFull`); for a watcher of the results, the
+    /// results it missed by falling out of the window.
     pub dropped: AtomicU64,
+    /// A watcher of the results: the resourceVersion it has handled everything up to.
+    pub resource_version: AtomicU64,
 }
 
 /// A snapshot of [`WatcherCounters`].
@@ -93,8 +131,16 @@ pub struct WatcherStats {
     pub seen: u64,
     /// Events in calls that failed.
     pub failed: u64,
-    /// Events its full queue dropped.
+    /// Events its full queue dropped (results missed, for a watcher of the results).
     pub dropped: u64,
+    /// A watcher of the results: the resourceVersion it has handled everything up to (0 for a
+    /// watcher of the input).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub resource_version: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl WatcherCounters {
@@ -104,6 +150,7 @@ impl WatcherCounters {
             seen: self.seen.load(Ordering::Relaxed),
             failed: self.failed.load(Ordering::Relaxed),
             dropped: self.dropped.load(Ordering::Relaxed),
+            resource_version: self.resource_version.load(Ordering::Relaxed),
         }
     }
 }
@@ -158,6 +205,77 @@ pub fn attach(
     Ok(PluginWatcher { handle, counters, task })
 }
 
+/// Attaches the `watcher` plugin `handle` to the results of `cache` (see the module docs),
+/// starting after `spec.resource_version` (or now).
+///
+/// # Errors
+/// [`TooOld`] when that resourceVersion has left the window.
+///
+/// # Panics
+/// When `handle` is not a watcher plugin (check its kind first).
+pub fn attach_results(
+    cache: &Arc<WatchCache>,
+    handle: PluginHandle,
+    spec: &WatcherSpec,
+) -> Result<PluginWatcher, TooOld> {
+    let start = spec.resource_version.map_or(Start::Now, Start::After);
+    let (_, mut cursor) = cache.cursor(start, Predicate::default())?;
+    let plugin = Arc::new(WasmWatcher::new(handle.clone()).expect("a watcher plugin"));
+    let counters = Arc::new(WatcherCounters::default());
+    counters.resource_version.store(cursor.resource_version(), Ordering::Relaxed);
+    let (c, cache) = (counters.clone(), cache.clone());
+    let task = tokio::spawn(async move {
+        loop {
+            let batch = match cursor.next(PREPARE_BATCH_SIZE).await {
+                Ok(Some(batch)) => batch,
+                Ok(None) => break,
+                Err(TooOld { asked, oldest }) => {
+                    tracing::warn!(
+                        missed = oldest - asked,
+                        resource_version = oldest,
+                        "watcher plugin fell out of the watch cache's window; going on from the oldest result kept"
+                    );
+                    c.dropped.fetch_add(oldest - asked, Ordering::Relaxed);
+                    // (Start::Now never fails; After(oldest) only if the window moved on meanwhile.)
+                    let fresh = cache
+                        .cursor(Start::After(oldest), Predicate::default())
+                        .or_else(|_| cache.cursor(Start::Now, Predicate::default()));
+                    if let Ok((_, fresh)) = fresh {
+                        cursor = fresh;
+                    }
+                    continue;
+                }
+            };
+            let events: Arc<Vec<Event>> = Arc::new(batch.into_iter().map(|s| s.object.event.clone()).collect());
+            let n = events.len() as u64;
+            let mut failure = None;
+            // A failed call is tried once more: the slot has replaced the poisoned instance (after
+            // a hot reload, with the new version).
+            for _ in 0..2 {
+                let (plugin, events) = (plugin.clone(), events.clone());
+                let call = tokio::task::spawn_blocking(move || plugin.watch(&events.iter().collect::<Vec<_>>())).await;
+                failure = match call {
+                    Ok(Ok(_)) => None,
+                    Ok(Err(error)) => Some(error.to_string()),
+                    Err(error) => Some(format!("panicked: {error}")),
+                };
+                if failure.is_none() {
+                    break;
+                }
+            }
+            match failure {
+                None => c.seen.fetch_add(n, Ordering::Relaxed),
+                Some(error) => {
+                    tracing::warn!(%error, "watcher plugin call failed twice on a batch of results");
+                    c.failed.fetch_add(n, Ordering::Relaxed)
+                }
+            };
+            c.resource_version.store(cursor.resource_version(), Ordering::Relaxed);
+        }
+    });
+    Ok(PluginWatcher { handle, counters, task })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,6 +291,9 @@ mod tests {
         assert!("log,queue_length=x".parse::<WatcherSpec>().unwrap_err().contains("queue_length"));
         assert!("log,full_channel_behavior=block".parse::<WatcherSpec>().unwrap_err().contains("drop or wait"));
         assert!("log,color=red".parse::<WatcherSpec>().is_err());
+        let spec: WatcherSpec = "log,on=results,resource_version=42".parse().unwrap();
+        assert_eq!((spec.on, spec.resource_version), (WatchOn::Results, Some(42)));
+        assert!("log,on=output".parse::<WatcherSpec>().unwrap_err().contains("input or results"));
         assert!("".parse::<WatcherSpec>().is_err());
     }
 }

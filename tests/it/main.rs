@@ -27,5 +27,6 @@ mod sink_retry_vectors;
 mod tenants;
 mod top;
 mod validate;
+mod watch_cache;
 mod watchers;
 mod webhook_sink;

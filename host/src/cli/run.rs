@@ -122,9 +122,65 @@ pub struct RunArgs {
     /// token, as HTTP ingest does.
     #[arg(long, value_name = "ADDR", help_heading = "Output")]
     metrics: Option<SocketAddr>,
+    /// Serve the Kubernetes read API of the correlated events on this address, beside
+    /// `/metrics` and the probes: `GET /api/v1/events`, `/api/v1/namespaces/NS/events` (list,
+    /// `?watch=true`, selectors), for kubectl and informers. Turns the watch cache on: every
+    /// tenant's writes go to it too. Beyond loopback it needs `$EVENTPIPE_INGEST_TOKEN`, as
+    /// HTTP ingest does; an HTTP source serves it as well (the same address: only that server).
+    #[arg(long, value_name = "ADDR", help_heading = "Output")]
+    serve: Option<SocketAddr>,
+    #[command(flatten, next_help_heading = "Watch cache (--serve)")]
+    watch_cache: WatchCacheArgs,
     /// Print the summary as one JSON object on stderr instead of a sentence.
     #[arg(long, help_heading = "Output")]
     summary_json: bool,
+}
+
+/// The watch cache behind `--serve` (see `eventpipe::watch_cache`).
+#[derive(Args, Debug, Clone)]
+struct WatchCacheArgs {
+    /// Changes kept for watchers to resume from (resourceVersions; an older one gets 410).
+    #[arg(long, value_name = "N", default_value_t = eventpipe::watch_cache::DEFAULT_WINDOW_SIZE)]
+    watch_cache_size: usize,
+    /// Longest a change is kept for resuming watchers, seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = eventpipe::watch_cache::DEFAULT_WINDOW_AGE.as_secs())]
+    watch_cache_age: u64,
+    /// Most events held; beyond it the least recently changed one is deleted.
+    #[arg(long, value_name = "N", default_value_t = eventpipe::watch_cache::DEFAULT_MAX_OBJECTS)]
+    watch_cache_objects: usize,
+    /// An event not changed for this long is deleted (the apiserver's --event-ttl), seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = eventpipe::watch_cache::DEFAULT_EVENT_TTL.as_secs())]
+    event_ttl: u64,
+    /// Events queued towards one watch connection.
+    #[arg(long, value_name = "N", default_value_t = eventpipe::watch_cache::DEFAULT_WATCHER_QUEUE)]
+    watch_queue_length: usize,
+    /// How long a watch's full queue may wait for its client before the watch is cut off
+    /// (the client resumes from its last resourceVersion), seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = eventpipe::watch_cache::DEFAULT_WATCHER_BUDGET.as_secs_f64())]
+    watch_budget: f64,
+    /// Interval between bookmarks of a watch that allows them, seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = eventpipe::watch_cache::DEFAULT_BOOKMARK_INTERVAL.as_secs_f64())]
+    watch_bookmark_interval: f64,
+}
+
+impl WatchCacheArgs {
+    fn config(&self) -> anyhow::Result<eventpipe::watch_cache::WatchCacheConfig> {
+        let seconds = |name: &str, s: f64| {
+            Duration::try_from_secs_f64(s)
+                .ok()
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| anyhow::anyhow!("--{name} must be a positive number of seconds"))
+        };
+        Ok(eventpipe::watch_cache::WatchCacheConfig {
+            window_size: self.watch_cache_size.max(1),
+            window_age: Duration::from_secs(self.watch_cache_age),
+            max_objects: self.watch_cache_objects,
+            event_ttl: Duration::from_secs(self.event_ttl),
+            watcher_queue: self.watch_queue_length.max(1),
+            watcher_budget: seconds("watch-budget", self.watch_budget)?,
+            bookmark_interval: seconds("watch-bookmark-interval", self.watch_bookmark_interval)?,
+        })
+    }
 }
 
 /// The Kubernetes connection (for `--source k8s…` and `--sink k8s…`) and watch.
@@ -184,6 +240,8 @@ pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
         shutdown_timeout: Duration::from_secs(args.shutdown_timeout),
         shutdown: tokio_util::sync::CancellationToken::new(),
         metrics: args.metrics,
+        serve: args.serve,
+        watch_cache: args.watch_cache.config()?,
         follow: args.follow,
         workers: match args.workers {
             None | Some(0) => std::thread::available_parallelism().map_or(1, |n| n.get()),

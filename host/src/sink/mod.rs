@@ -9,6 +9,7 @@ pub mod series;
 pub mod set;
 mod spec;
 mod stats;
+pub mod watch_cache;
 pub mod webhook;
 
 use async_trait::async_trait;

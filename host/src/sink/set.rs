@@ -68,6 +68,7 @@ pub struct SinkSet {
     kube: Option<kube::Client>,
     events_api: EventsApi,
     append: bool,
+    tap: Option<Arc<super::watch_cache::WatchCacheSink>>,
 }
 
 impl std::fmt::Debug for SinkSet {
@@ -82,7 +83,21 @@ impl SinkSet {
     /// `append`: JSON-lines files are appended to instead of truncated (at-least-once: what was
     /// delivered before a restart stays).
     pub fn new(kube: Option<kube::Client>, append: bool) -> Self {
-        Self { open: Mutex::default(), kube, events_api: EventsApi::CoreV1, append }
+        Self { open: Mutex::default(), kube, events_api: EventsApi::CoreV1, append, tap: None }
+    }
+
+    /// The same set, with every tenant's writes going to `cache` too: [`TenantPlan`] adds
+    /// [`tap`](Self::tap) to the sinks of each tenant (`run --serve`).
+    ///
+    /// [`TenantPlan`]: crate::plan::TenantPlan
+    pub fn with_watch_cache(self, cache: Arc<crate::watch_cache::WatchCache>) -> Self {
+        Self { tap: Some(Arc::new(super::watch_cache::WatchCacheSink(cache))), ..self }
+    }
+
+    /// The watch cache's sink, which every tenant writes to besides its own sinks, if the set
+    /// has one ([`with_watch_cache`](Self::with_watch_cache)).
+    pub fn tap(&self) -> Option<Arc<dyn EventSink>> {
+        self.tap.clone().map(|t| t as Arc<dyn EventSink>)
     }
 
     /// The same set, with `k8s` sinks writing to `api` (events.k8s.io: recorded as series, see

@@ -683,7 +683,9 @@ async fn require_bearer(
     response
 }
 
-async fn not_found(req: Request) -> ApiStatus {
+/// `404 NotFound` as a `Status` naming the path: the fallback of the ingest server and of the
+/// `--serve` server.
+pub async fn not_found(req: Request) -> ApiStatus {
     ApiStatus::failure(
         StatusCode::NOT_FOUND,
         "NotFound",
@@ -691,7 +693,9 @@ async fn not_found(req: Request) -> ApiStatus {
     )
 }
 
-async fn method_not_allowed(req: Request) -> ApiStatus {
+/// `405 MethodNotAllowed` as a `Status`: the method fallback of the ingest server and of the
+/// `--serve` server.
+pub async fn method_not_allowed(req: Request) -> ApiStatus {
     ApiStatus::failure(
         StatusCode::METHOD_NOT_ALLOWED,
         "MethodNotAllowed",

@@ -49,11 +49,10 @@
 //! config) and, for sinks only, [`output`]. There is no filesystem, network or clock.
 //!
 //! # `std` or `no_std`
-//! A plugin written with `std` works as is; its component also imports the WASI CLI
-//! interfaces that Rust's `std` needs (stdio, environment, exit), which the host provides
-//! empty. For a smaller component whose only imports are its world's, make the crate
-//! `no_std` on wasm and install the SDK runtime (allocator, panic handler that logs the panic,
-//! `cabi_realloc`):
+//! Rust's `std` makes a component import the WASI CLI interfaces (stdio, environment, exit).
+//! eventpipe links no WASI, so it refuses such a component at load, naming the import. Make
+//! the crate `no_std` on wasm and install the SDK runtime (allocator, panic handler that logs
+//! the panic, `cabi_realloc`); the component then imports exactly its world:
 //!
 //! ```ignore
 //! #![cfg_attr(target_arch = "wasm32", no_std)]

@@ -15,7 +15,7 @@
 //!   (`AckPolicy::All`) with `ack_wait`; on a server with priority groups (2.11+) with the
 //!   pinned-client policy (group `eventpipe`), so a second worker pulling the same partition
 //!   stays on standby until the pinned one stops pulling for `priority_timeout`.
-//! - **KV bucket** `<stream>_correlator`: key `partition-<p>` holds the partition's correlator
+//! - **KV bucket** `<stream>_correlator`: key `<durable>-<p>` (the consumer's name) holds the partition's correlator
 //!   snapshot (deflated [`crate::correlator::snapshot::PartitionSnapshot`]), key `key-seed` the
 //!   key seed every worker adopts.
 
@@ -358,9 +358,10 @@ pub fn has_priority_groups(version: &str) -> bool {
     (major, minor) >= (2, 11)
 }
 
-/// The KV key of partition `p`'s snapshot.
-pub fn snapshot_key(partition: u32) -> String {
-    format!("partition-{partition}")
+/// The KV key of partition `p`'s snapshot for the consumers named `durable` (the consumer's
+/// own name: each consumer group keeps its own state).
+pub fn snapshot_key(durable: &str, partition: u32) -> String {
+    format!("{durable}-{partition}")
 }
 
 /// Deflates a snapshot for the bucket (values are bounded by the server's `max_payload`,

@@ -329,12 +329,12 @@ async fn partition_with_snapshots(
             }
         }
     }
-    // The end of the input: a last snapshot, unless the run was cancelled (writes abandoned).
-    if !options.cancel.is_cancelled() {
-        let states: Option<Vec<_>> = take(&senders).await.into_iter().collect();
-        if let (Some(states), false) = (states, options.cancel.is_cancelled()) {
-            (snapshots.taken)(begun, states);
-        }
+    // The end of the input: a last snapshot, unless a shutdown cancelled writes (their events
+    // are in the state but were not written: the last periodic snapshot stands).
+    let states: Option<Vec<_>> = take(&senders).await.into_iter().collect();
+    let cancelled = options.stats.lock().unwrap_or_else(|p| p.into_inner()).total.cancelled;
+    if let (Some(states), 0) = (states, cancelled) {
+        (snapshots.taken)(begun, states);
     }
     drop(senders);
     for task in tasks {

@@ -7,7 +7,7 @@
 //!            (decoded events)  └► <prefix>.<tenant>.<p>   durable pull consumer ─► router partition
 //!                                 Nats-Msg-Id, wait ack     (filters → EventCorrelator → sinks)
 //!                                                          every snapshot interval: drain, state ─► KV
-//!                                                          partition-<p>, then ack all ≤ its sequence
+//!                                                          <durable>-<p>, then ack all ≤ its sequence
 //! ```
 //!
 //! **Publish** ([`publish`]): each decoded event goes, after tenant routing and before any
@@ -45,7 +45,6 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream;
 use bytes::Bytes;
 use futures_util::StreamExt;
-use futures_util::stream::FuturesUnordered;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
@@ -217,72 +216,111 @@ fn message_id(event: &Event, source: u64, position: Option<&Position>, ordinal: 
     }
 }
 
-/// The publish tier's watcher: every event of the Broadcaster to its subject, waiting for
-/// JetStream's acknowledgements ([module docs](self)). Returns the stats (received and
+/// One event being published: what a re-publication needs, and the acknowledgement awaited.
+struct Publication {
+    seq: u64,
+    subject: String,
+    id: Option<String>,
+    headers: Option<Arc<[(String, String)]>>,
+    payload: Bytes,
+    ack: Option<AckFuture>,
+}
+
+type AckFuture = std::pin::Pin<
+    Box<
+        dyn std::future::Future<Output = Result<jetstream::publish::PublishAck, jetstream::context::PublishError>>
+            + Send,
+    >,
+>;
+
+impl Publication {
+    /// Hands the message to the client (in call order: the stream's order), keeping the
+    /// acknowledgement to await.
+    async fn send(&mut self, js: &jetstream::Context) -> Result<(), String> {
+        let mut message = jetstream::message::PublishMessage::build().payload(self.payload.clone());
+        if let Some(id) = &self.id {
+            message = message.message_id(id);
+        }
+        for (name, value) in self.headers.iter().flat_map(|h| h.iter()) {
+            message = message.header(INGEST_HEADER, format!("{name}: {value}").as_str());
+        }
+        let ack = js.send_publish(self.subject.clone(), message).await.map_err(|e| e.to_string())?;
+        self.ack = Some(std::future::IntoFuture::into_future(ack));
+        Ok(())
+    }
+}
+
+/// The publish tier's watcher: every event of the Broadcaster to its subject, in Broadcaster
+/// order, waiting for JetStream's acknowledgements ([module docs](self)). Up to `window`
+/// publications await their acknowledgement at once; they are handed to the client in order,
+/// and when one fails, it and every one after it are handed over again, in order, after a pause
+/// (doubling from 100 ms to 5 s) — those already stored are recognised by their `Nats-Msg-Id`
+/// — so each partition's messages keep the source's order. Returns the stats (received and
 /// finished; publication counts are in [`ScaleCounters`]) when the watcher closes and every
-/// publication ended.
+/// publication ended (acknowledged, or cancelled by a shutdown).
 pub async fn publish(
     mut watcher: Watcher<Event>,
     mut plans: watch::Receiver<Arc<TenantPlan>>,
     o: PublishOptions,
 ) -> RouterStats {
     let source_hash = xxhash_rust::xxh3::xxh3_64(o.source.as_bytes());
-    let mut in_flight = FuturesUnordered::new();
+    let mut pending: std::collections::VecDeque<Publication> = std::collections::VecDeque::new();
     let mut last_position: Option<Position> = None;
     let mut ordinal = 0u32;
     let mut trim = SeenVersions::with_capacity(1);
     let acks = o.router.acks.clone();
     let cancel = o.router.cancel.clone();
     let mut stats = RouterStats::default();
-    let publish_one =
-        |subject: String, id: Option<String>, headers: Option<Arc<[(String, String)]>>, payload: Bytes| {
-            let (js, cancel, counters) = (o.js.clone(), cancel.clone(), o.counters.clone());
-            async move {
-                let mut pause = Duration::from_millis(100);
-                loop {
-                    let mut message = jetstream::message::PublishMessage::build().payload(payload.clone());
-                    if let Some(id) = &id {
-                        message = message.message_id(id);
-                    }
-                    for (name, value) in headers.iter().flat_map(|h| h.iter()) {
-                        message = message.header(INGEST_HEADER, format!("{name}: {value}").as_str());
-                    }
-                    let error = match js.send_publish(subject.clone(), message).await {
-                        Ok(ack) => match ack.await {
-                            Ok(ack) => return Some(ack.duplicate),
-                            Err(e) => e.to_string(),
-                        },
-                        Err(e) => e.to_string(),
-                    };
-                    counters.publish_retries.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(%subject, %error, "publishing to JetStream failed; trying again");
-                    tokio::select! {
-                        _ = cancel.cancelled() => return None,
-                        _ = tokio::time::sleep(pause) => {}
-                    }
-                    pause = (pause * 2).min(Duration::from_secs(5));
+    let mut ended = false;
+    // Set after a failure: hand every pending publication over again, in order.
+    let mut resend = false;
+    let mut pause = Duration::from_millis(100);
+    loop {
+        if resend {
+            tokio::select! {
+                _ = cancel.cancelled() => break,
+                _ = tokio::time::sleep(pause) => {}
+            }
+            pause = (pause * 2).min(Duration::from_secs(5));
+            resend = false;
+            for p in pending.iter_mut() {
+                o.counters.publish_retries.fetch_add(1, Ordering::Relaxed);
+                if let Err(error) = p.send(&o.js).await {
+                    tracing::warn!(subject = p.subject, %error, "publishing to JetStream failed; trying again");
+                    resend = true;
+                    break;
                 }
             }
-        };
-    let done = |seq: u64, duplicate: Option<bool>, stats: &mut RouterStats| match duplicate {
-        Some(duplicate) => {
-            o.counters.published.fetch_add(1, Ordering::Relaxed);
-            o.counters.duplicates.fetch_add(u64::from(duplicate), Ordering::Relaxed);
-            stats.finished += 1;
-            acks.ack(seq);
+            continue;
         }
-        None => stats.total.cancelled += 1,
-    };
-    let publish_stats = |stats: &mut RouterStats| {
-        let delta = std::mem::take(stats);
-        o.router.stats.lock().unwrap_or_else(|p| p.into_inner()).add(&delta);
-    };
-    loop {
+        if ended && pending.is_empty() {
+            break;
+        }
+        let front_sent = pending.front().is_some_and(|p| p.ack.is_some());
+        let room = !ended && pending.len() < o.window;
         tokio::select! {
             biased;
-            Some((seq, duplicate)) = in_flight.next(), if !in_flight.is_empty() => done(seq, duplicate, &mut stats),
-            batch = watcher.recv_batch(PREPARE_BATCH_SIZE), if in_flight.len() < o.window => {
-                let Some(batch) = batch else { break };
+            acked = async { pending.front_mut().and_then(|p| p.ack.as_mut()).expect("sent").await }, if front_sent => {
+                match acked {
+                    Ok(ack) => {
+                        let p = pending.pop_front().expect("the front was acknowledged");
+                        pause = Duration::from_millis(100);
+                        o.counters.published.fetch_add(1, Ordering::Relaxed);
+                        o.counters.duplicates.fetch_add(u64::from(ack.duplicate), Ordering::Relaxed);
+                        stats.finished += 1;
+                        acks.ack(p.seq);
+                    }
+                    Err(error) => {
+                        tracing::warn!(subject = pending.front().map(|p| p.subject.as_str()), %error, "no acknowledgement from JetStream; publishing again");
+                        resend = true;
+                    }
+                }
+            }
+            batch = watcher.recv_batch(PREPARE_BATCH_SIZE), if room => {
+                let Some(batch) = batch else {
+                    ended = true;
+                    continue;
+                };
                 let plan = plans.borrow_and_update().clone();
                 for event in batch {
                     let seq = acks.begin();
@@ -293,30 +331,34 @@ pub async fn publish(
                     ordinal = if position.is_some() && position == last_position { ordinal + 1 } else { 0 };
                     let id = message_id(&event, source_hash, position.as_ref(), ordinal);
                     last_position = position;
-                    let payload = Bytes::from(serde_json::to_vec(&event).expect("an event serialises"));
-                    let headers = event.ingest_headers.get().map(Arc::from);
-                    let publication = publish_one(o.target.subject(tenant, partition), id, headers, payload);
-                    in_flight.push(async move { (seq, publication.await) });
-                    while in_flight.len() >= o.window {
-                        match in_flight.next().await {
-                            Some((seq, duplicate)) => done(seq, duplicate, &mut stats),
-                            None => break,
-                        }
+                    let mut p = Publication {
+                        seq,
+                        subject: o.target.subject(tenant, partition),
+                        id,
+                        headers: event.ingest_headers.get().map(Arc::from),
+                        payload: Bytes::from(serde_json::to_vec(&event).expect("an event serialises")),
+                        ack: None,
+                    };
+                    if !resend && let Err(error) = p.send(&o.js).await {
+                        tracing::warn!(subject = p.subject, %error, "publishing to JetStream failed; trying again");
+                        resend = true;
                     }
+                    pending.push_back(p);
                 }
             }
+            _ = cancel.cancelled(), if resend => break,
         }
         if o.trim_progress
             && let Some(progress) = &o.progress
         {
             progress.take_finished(&mut trim);
         }
-        publish_stats(&mut stats);
+        let delta = std::mem::take(&mut stats);
+        o.router.stats.lock().unwrap_or_else(|p| p.into_inner()).add(&delta);
     }
-    while let Some((seq, duplicate)) = in_flight.next().await {
-        done(seq, duplicate, &mut stats);
-    }
-    publish_stats(&mut stats);
+    // Cancelled: what was not acknowledged is not finished (at-least-once sends it again).
+    stats.total.cancelled += pending.len() as u64;
+    o.router.stats.lock().unwrap_or_else(|p| p.into_inner()).add(&stats);
     o.router.stats.lock().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
@@ -361,7 +403,7 @@ impl Connected {
         let js = jetstream::new(client);
         let (stream, partitions) = target.stream(&js, true).await?;
         let bucket = target.bucket(&js).await?;
-        let seed = target.key_seed(&bucket, crate::correlator::keys::key_seed()).await?;
+        let seed = target.key_seed(&bucket, rand::random()).await?;
         if !crate::correlator::keys::adopt_key_seed(seed) {
             return Err(NatsError {
                 target: target.to_string(),
@@ -420,7 +462,7 @@ async fn feed_partition(
     o: Arc<WorkerOptions>,
     shutdown: CancellationToken,
 ) {
-    let key = crate::nats::snapshot_key(p);
+    let key = crate::nats::snapshot_key(&c.target.durable, p);
     // The last stream sequence the partition's state reflects.
     let mut reflected = restore(&c, p, &key, &tx, &o.scale).await;
     let mut snapshotted = reflected;

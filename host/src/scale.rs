@@ -488,11 +488,15 @@ async fn feed_partition(
     ));
     // The acknowledgement of the last message fed (all-up-to acknowledges everything before).
     let mut last_acker: Option<jetstream::message::Acker> = None;
+    // Whether the messages an earlier holder of the partition was delivered were caught up on.
+    let mut caught_up = false;
     let mut since_snapshot = 0u64;
     let mut tick = tokio::time::interval(o.snapshot_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
-    let expires = (c.target.priority_timeout / 3).clamp(Duration::from_millis(500), Duration::from_secs(30));
+    // A pull stream keeps its pin as long as it pulls: its pulls expire well within the
+    // priority timeout, and it is made anew only when it ends (a new one starts on standby).
+    let expires = (c.target.priority_timeout / 2).clamp(Duration::from_secs(1), Duration::from_secs(30));
     'pull: while !shutdown.is_cancelled() {
         let builder =
             consumer.stream().max_messages_per_batch(PREPARE_BATCH_SIZE).expires(expires).heartbeat(expires / 4);
@@ -509,20 +513,40 @@ async fn feed_partition(
         };
         loop {
             let mut batch: Vec<(u64, Event)> = Vec::new();
+            let mut ticked = false;
             tokio::select! {
                 _ = shutdown.cancelled() => break 'pull,
-                _ = tick.tick() => {}
+                _ = tick.tick() => ticked = true,
                 message = messages.next() => {
                     let mut message = match message {
                         Some(Ok(m)) => Some(m),
+                        // A missed heartbeat or a lost connection: the stream pulls again by
+                        // itself (and keeps its pin).
                         Some(Err(error)) => {
-                            tracing::warn!(partition = p, %error, "pulling messages");
-                            // A lost connection or a deleted consumer: pull anew.
-                            tokio::time::sleep(Duration::from_millis(200)).await;
-                            continue 'pull;
+                            tracing::debug!(partition = p, %error, "pulling messages");
+                            None
                         }
                         None => continue 'pull,
                     };
+                    // Taking the partition (its first message here): what the consumer delivered
+                    // before, to a worker now gone, is read again in stream order first — waiting
+                    // for its redelivery would put it after newer messages.
+                    if message.is_some() && !caught_up {
+                        caught_up = true;
+                        if let Err(error) = catch_up(&c, p, &mut reflected, &mut batch, &o).await {
+                            tracing::warn!(partition = p, %error, "cannot read the partition's earlier messages; trying again");
+                            caught_up = false;
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                            continue 'pull;
+                        }
+                        if !batch.is_empty() {
+                            since_snapshot += batch.len() as u64;
+                            o.counters.add_read(batch.len() as u64);
+                            if tx.send(PartitionInput::Batch(std::mem::take(&mut batch))).await.is_err() {
+                                break 'pull;
+                            }
+                        }
+                    }
                     // This message and whatever else is already here, up to a batch.
                     while let Some(m) = message.take() {
                         take(m, &mut reflected, &mut last_acker, &mut batch, &o, c.partitions, p).await;
@@ -541,7 +565,7 @@ async fn feed_partition(
                     break 'pull;
                 }
             }
-            let due = since_snapshot >= SNAPSHOT_EVERY_EVENTS || tick_due(&mut tick);
+            let due = ticked || since_snapshot >= SNAPSHOT_EVERY_EVENTS || tick_due(&mut tick);
             if due && reflected > snapshotted {
                 if snapshot(&c, p, &key, &tx, reflected, &o.scale).await {
                     snapshotted = reflected;
@@ -587,6 +611,55 @@ async fn take(
     }
     *reflected = sequence;
     *last_acker = Some(acker);
+    let _ = partitions;
+    decode_into(&message, batch, o, p);
+}
+
+/// Reads the partition's messages after `reflected` up to the last one its durable consumer
+/// delivered (to this worker or to one now gone), in stream order, through an ordered
+/// consumer, into `batch`; `reflected` becomes that sequence. The durable consumer's
+/// redeliveries of them are then skipped ([`take`]).
+async fn catch_up(
+    c: &Connected,
+    p: u32,
+    reflected: &mut u64,
+    batch: &mut Vec<(u64, Event)>,
+    o: &WorkerOptions,
+) -> Result<(), String> {
+    let name = format!("{}-{p}", c.target.durable);
+    let info = c.stream.consumer_info(&name).await.map_err(|e| e.to_string())?;
+    let delivered = info.delivered.stream_sequence;
+    if delivered <= *reflected {
+        return Ok(());
+    }
+    let ordered = c
+        .stream
+        .create_consumer(jetstream::consumer::pull::OrderedConfig {
+            filter_subject: format!("{}.*.{p}", c.target.prefix),
+            deliver_policy: jetstream::consumer::DeliverPolicy::ByStartSequence { start_sequence: *reflected + 1 },
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut messages = ordered.messages().await.map_err(|e| e.to_string())?;
+    let from = *reflected;
+    while *reflected < delivered {
+        let Some(message) = messages.next().await else { break };
+        let message = message.map_err(|e| e.to_string())?;
+        let Ok(sequence) = message.info().map(|i| i.stream_sequence) else { continue };
+        if sequence <= *reflected {
+            continue;
+        }
+        *reflected = sequence;
+        decode_into(&message.message, batch, o, p);
+    }
+    tracing::info!(partition = p, from = from + 1, to = *reflected, "caught up on messages delivered before");
+    Ok(())
+}
+
+/// Decodes a message's event (with its ingest headers) into `batch`, numbered; a message that is
+/// not an event is counted and skipped.
+fn decode_into(message: &async_nats::Message, batch: &mut Vec<(u64, Event)>, o: &WorkerOptions, p: u32) {
     match serde_json::from_slice::<Event>(&message.payload) {
         Ok(mut event) => {
             let headers: Vec<(String, String)> = message
@@ -602,7 +675,7 @@ async fn take(
         }
         Err(error) => {
             o.counters.add_bad_line();
-            tracing::warn!(partition = p, partitions, sequence, %error, "a message that is not an event, skipped");
+            tracing::warn!(partition = p, %error, "a message that is not an event, skipped");
         }
     }
 }

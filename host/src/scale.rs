@@ -549,7 +549,7 @@ async fn feed_partition(
                     }
                     // This message and whatever else is already here, up to a batch.
                     while let Some(m) = message.take() {
-                        take(m, &mut reflected, &mut last_acker, &mut batch, &o, c.partitions, p).await;
+                        take(m, &mut reflected, &mut last_acker, &mut batch, &o, p).await;
                         if batch.len() < PREPARE_BATCH_SIZE
                             && let Some(Some(Ok(next))) = futures_util::FutureExt::now_or_never(messages.next())
                         {
@@ -566,12 +566,10 @@ async fn feed_partition(
                 }
             }
             let due = ticked || since_snapshot >= SNAPSHOT_EVERY_EVENTS || tick_due(&mut tick);
-            if due && reflected > snapshotted {
-                if snapshot(&c, p, &key, &tx, reflected, &o.scale).await {
-                    snapshotted = reflected;
-                    since_snapshot = 0;
-                    acknowledge(&mut last_acker, p).await;
-                }
+            if due && reflected > snapshotted && snapshot(&c, p, &key, &tx, reflected, &o.scale).await {
+                snapshotted = reflected;
+                since_snapshot = 0;
+                acknowledge(&mut last_acker, p).await;
             }
         }
     }
@@ -595,7 +593,6 @@ async fn take(
     last_acker: &mut Option<jetstream::message::Acker>,
     batch: &mut Vec<(u64, Event)>,
     o: &WorkerOptions,
-    partitions: u32,
     p: u32,
 ) {
     let Ok(sequence) = message.info().map(|i| i.stream_sequence) else { return };
@@ -611,7 +608,6 @@ async fn take(
     }
     *reflected = sequence;
     *last_acker = Some(acker);
-    let _ = partitions;
     decode_into(&message, batch, o, p);
 }
 

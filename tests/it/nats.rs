@@ -240,7 +240,7 @@ fn three_workers_give_the_single_host_sink_calls_per_event_name() {
     let outs: Vec<PathBuf> = (0..3).map(|i| dir.path().join(format!("w{i}.jsonl"))).collect();
     let started = Instant::now();
     let workers: Vec<Proc> = (0..3).map(|i| worker(&server, i, 3, &outs[i as usize], "", dir.path())).collect();
-    let got = wait_for(&outs, 300, "3 workers", |l| l.len() >= expected.len());
+    wait_for(&outs, 300, "3 workers", |l| l.len() >= expected.len());
     let worked = started.elapsed();
     workers.into_iter().for_each(stop);
     let got = lines(&outs);
@@ -361,14 +361,14 @@ fn a_single_host_run_stopped_between_occurrences_patches_with_the_next_count() {
         )
     };
     let first = start();
-    wait_for(&[out.clone()], 60, "7 occurrences", |l| l.len() == 7);
+    wait_for(std::slice::from_ref(&out), 60, "7 occurrences", |l| l.len() == 7);
     stop(first);
     let saved: Value = serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
     assert!(saved["correlator"]["partitions"].is_array(), "the state file holds the correlator: {saved}");
     // The 8th occurrence comes while the run is stopped.
     std::fs::write(&input, (1..=8).map(occurrence).collect::<String>()).unwrap();
     let second = start();
-    let got = wait_for(&[out.clone()], 60, "the 8th occurrence", |l| l.len() == 8);
+    let got = wait_for(std::slice::from_ref(&out), 60, "the 8th occurrence", |l| l.len() == 8);
     stop(second);
     let last = &got[7];
     assert_eq!(last["verb"], "patch", "{last}");

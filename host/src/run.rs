@@ -515,6 +515,7 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
     let served = || crate::metrics::router(metrics.clone()).merge(crate::health::router(readiness.clone()));
     let ingest_counters = Arc::new(IngestCounters::default());
     {
+        let scale = scale_counters.clone();
         let http = matches!(source, SourceSpec::Http(_));
         let (source_counters, ingest_counters) = (source_counters.clone(), ingest_counters.clone());
         let (registry, plans, broadcaster, source, sinks) = (
@@ -538,6 +539,7 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
                 s.add_ingest(&source, &ingest_counters.stats());
             }
             s.add_router(&stats);
+            s.add_scale(&scale.stats());
             s.add_registry(&registry);
             s.add_broadcaster(&broadcaster);
             for handle in plans.borrow().handles() {

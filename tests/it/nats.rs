@@ -15,7 +15,7 @@ use serde_json::Value;
 
 /// The caches are large enough that nothing is evicted, on one host or in a partition: the
 /// output is then the same however the stream is partitioned.
-const LRU: &str = "--lru-cache-size=65536";
+const LRU: &str = "--lru-cache-size=1048576";
 
 fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_eventpipe")
@@ -229,6 +229,17 @@ fn three_workers_give_the_single_host_sink_calls_per_event_name() {
     for name in ["burst30", "reasons12", "refill", "spaced11min"] {
         let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../tests/fixtures/replay/{name}.in.jsonl"));
         text += &std::fs::read_to_string(path).unwrap();
+    }
+    // The shared conformance suite's real-event stream (176k events), when it sits beside the
+    // repository (as for tests/it/replay_cli.rs).
+    let real = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/conformance/replay-real/real-expanded.in.jsonl.gz");
+    match std::fs::File::open(&real) {
+        Ok(file) => {
+            use std::io::Read;
+            flate2::read::GzDecoder::new(file).read_to_string(&mut text).unwrap();
+        }
+        Err(_) => println!("shared conformance suite not beside the repository: its real-event stream not published"),
     }
     std::fs::write(&input, &text).unwrap();
     let expected = single_host(&input, dir.path());

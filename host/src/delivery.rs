@@ -231,6 +231,26 @@ pub struct SavedState {
     /// only what changed. Absent in state files of earlier versions.
     #[serde(default, skip_serializing_if = "SeenVersions::is_empty")]
     pub seen: SeenVersions,
+    /// The correlator state (every router partition's [`PartitionSnapshot`]) and the position it
+    /// reflects, which may be behind `position`: a restart that restores it resumes from its
+    /// position, so the events in between are correlated again (and written again: duplicates
+    /// bounded by the snapshot interval) and counts continue exactly. Absent in state files of
+    /// earlier versions, and when no snapshot was taken.
+    ///
+    /// [`PartitionSnapshot`]: crate::correlator::snapshot::PartitionSnapshot
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub correlator: Option<SavedCorrelator>,
+}
+
+/// A correlator snapshot in the state file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SavedCorrelator {
+    /// Where to resume for the state to be exact.
+    pub position: Position,
+    /// Per router partition, base64 of [`PartitionSnapshot::encode`].
+    ///
+    /// [`PartitionSnapshot::encode`]: crate::correlator::snapshot::PartitionSnapshot::encode
+    pub partitions: Vec<String>,
 }
 
 /// Why the state file could not be read or written.
@@ -324,6 +344,15 @@ impl Progress {
         self.sent.lock().unwrap_or_else(|p| p.into_inner()).push_back(sent);
     }
 
+    /// The position recorded after event `seq` (numbered in Broadcaster order from 0), while it
+    /// is not finished yet: what the NATS publisher derives a message's `Nats-Msg-Id` from.
+    /// `None` once taken, or when the source records no positions.
+    pub fn position_of(&self, seq: u64) -> Option<Position> {
+        let sent = self.sent.lock().unwrap_or_else(|p| p.into_inner());
+        let i = seq.checked_sub(self.taken.load(Ordering::Acquire))?;
+        sent.get(usize::try_from(i).ok()?)?.position.clone()
+    }
+
     /// Counts `n` events finished by the router.
     pub fn finished(&self, n: u64) {
         self.finished.fetch_add(n, Ordering::AcqRel);
@@ -338,11 +367,20 @@ impl Progress {
     /// resourceVersion), if any finished since the last call. The versions of the unsent
     /// events, then of the finished ones, are recorded in `seen`.
     pub fn take_finished(&self, seen: &mut SeenVersions) -> Option<Position> {
+        self.take_finished_up_to(seen, u64::MAX)
+    }
+
+    /// As [`take_finished`](Self::take_finished), taking no event past the first `limit`
+    /// finished ones (the position a snapshot taken at `limit` finished events reflects).
+    pub fn take_finished_up_to(&self, seen: &mut SeenVersions, limit: u64) -> Option<Position> {
         for version in self.unsent.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
             seen.record(version);
         }
-        let finished = self.finished.load(Ordering::Acquire);
+        let finished = self.finished.load(Ordering::Acquire).min(limit);
         let taken = self.taken.load(Ordering::Acquire);
+        if finished <= taken {
+            return None;
+        }
         let mut sent = self.sent.lock().unwrap_or_else(|p| p.into_inner());
         let mut last = None;
         for _ in taken..finished {
@@ -441,14 +479,31 @@ struct CommitState {
     saved_finished: u64,
     /// When the file was last written, and its size.
     last_write: Option<(Instant, usize)>,
+    /// A correlator snapshot taken at this many finished events, waiting for its position.
+    snapshot_due: Option<(u64, Vec<String>)>,
+    /// The newest correlator snapshot with its position, saved with every later commit.
+    correlator: Option<SavedCorrelator>,
 }
 
 impl Committer {
     /// A committer saving to `state_file` for `source`, from `progress`, starting from the
     /// versions `seen` by earlier runs (from the state file).
     pub fn new(state_file: PathBuf, source: String, progress: Arc<Progress>, seen: SeenVersions) -> Self {
-        let state = CommitState { seen, position: None, saved_finished: 0, last_write: None };
+        let state = CommitState {
+            seen,
+            position: None,
+            saved_finished: 0,
+            last_write: None,
+            snapshot_due: None,
+            correlator: None,
+        };
         Self { state_file, source, progress, state: Mutex::new(state) }
+    }
+
+    /// Hands over a correlator snapshot taken when `finished` events were finished (every
+    /// partition drained): the next commit saves it with the position after those events.
+    pub fn snapshot_taken(&self, finished: u64, partitions: Vec<String>) {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).snapshot_due = Some((finished, partitions));
     }
 
     /// Saves the newest finished position and the versions seen, after `flush` succeeded;
@@ -462,10 +517,22 @@ impl Committer {
         let state = &mut *state;
         // The finished count first: what is taken next covers at least as many events.
         let finished = self.progress.finished_count();
+        let mut new_snapshot = false;
+        if let Some((at, partitions)) = state.snapshot_due.take() {
+            if let Some(position) = self.progress.take_finished_up_to(&mut state.seen, at) {
+                state.position = Some(position);
+            }
+            if let Some(position) = &state.position {
+                state.correlator = Some(SavedCorrelator { position: position.clone(), partitions });
+                new_snapshot = true;
+            }
+        }
         if let Some(position) = self.progress.take_finished(&mut state.seen) {
             state.position = Some(position);
         }
-        let (Some(position), true) = (&state.position, finished != state.saved_finished) else { return Ok(false) };
+        let (Some(position), true) = (&state.position, finished != state.saved_finished || new_snapshot) else {
+            return Ok(false);
+        };
         flush().map_err(|message| StateError { path: self.state_file.clone(), message })?;
         if let (Some((at, bytes)), false) = (state.last_write, now)
             && at.elapsed() < Duration::from_secs_f64(bytes as f64 / STATE_WRITE_BYTES_PER_SECOND)
@@ -477,6 +544,7 @@ impl Committer {
             position: position.clone(),
             acknowledged: finished,
             seen: std::mem::take(&mut state.seen),
+            correlator: state.correlator.clone(),
         };
         let written = saved.save(&self.state_file);
         state.seen = saved.seen;
@@ -594,6 +662,7 @@ mod tests {
             position: Position::ResourceVersion("9".into()),
             acknowledged: 3,
             seen: seen.clone(),
+            correlator: None,
         };
         let bytes = state.save(&path).unwrap();
         let text = std::fs::read_to_string(&path).unwrap();

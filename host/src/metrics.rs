@@ -35,6 +35,8 @@
 //! | `eventpipe_plugin_failures_total` | `plugin`, `tenant`, `reason` (`trap`, `out_of_fuel`, `memory_limit`, `garbage`, …) | `PluginStats` |
 //! | `eventpipe_plugin_swaps_total`, `eventpipe_plugin_tier_ups_total`, `eventpipe_plugin_reloads_rejected_total` | — | plugin registry |
 //! | `eventpipe_config_reloads_total` | `result` (`applied`, `rejected`) | tenant config reloads |
+//! | `eventpipe_snapshots_total` | `outcome` (`stored`, `restored`, `refused`, `failed`) | correlator snapshots ([`crate::scale`], a single host's state file) |
+//! | `eventpipe_nats_published_total`, `eventpipe_nats_duplicates_total`, `eventpipe_nats_publish_retries_total` | — | the NATS publish tier |
 //! | `eventpipe_ingest_requests_total` | — | HTTP ingest |
 //! | `eventpipe_ingest_rejected_total` | `reason` | HTTP ingest error answers and bad documents |
 
@@ -125,6 +127,15 @@ pub struct Snapshot {
     pub config_reloads_rejected: u64,
     /// HTTP ingest counters.
     pub ingest: Option<IngestStats>,
+    /// Correlator snapshots by outcome (`stored`, `restored`, `refused`, `failed`).
+    pub snapshots: BTreeMap<String, u64>,
+    /// Events JetStream acknowledged (the NATS publish tier), of them duplicates by message id,
+    /// and publications tried again.
+    pub nats_published: u64,
+    /// See [`nats_published`](Self::nats_published).
+    pub nats_duplicates: u64,
+    /// See [`nats_published`](Self::nats_published).
+    pub nats_publish_retries: u64,
 }
 
 fn add<K: Ord>(map: &mut BTreeMap<K, u64>, key: K, n: u64) {
@@ -132,6 +143,22 @@ fn add<K: Ord>(map: &mut BTreeMap<K, u64>, key: K, n: u64) {
 }
 
 impl Snapshot {
+    /// Adds a scale-out's counters ([`crate::scale::ScaleStats`]): snapshots by outcome and the
+    /// publish tier's publications.
+    pub fn add_scale(&mut self, s: &crate::scale::ScaleStats) {
+        for (outcome, n) in [
+            ("stored", s.snapshots),
+            ("restored", s.snapshots_restored),
+            ("refused", s.snapshots_refused),
+            ("failed", s.snapshot_failures),
+        ] {
+            add(&mut self.snapshots, outcome.to_string(), n);
+        }
+        self.nats_published += s.published;
+        self.nats_duplicates += s.duplicates;
+        self.nats_publish_retries += s.publish_retries;
+    }
+
     /// Adds the tenant router watcher's counters: per tenant routed, writes by verb, failures
     /// by outcome, retries, spam skips, aggregations, filter-plugin drops and spam exemptions;
     /// drops per declarative rule; `reloads` as applied config reloads.
@@ -610,6 +637,34 @@ impl Collector for SnapshotCollector {
             plugin(|s| s.memo_misses),
         )?;
 
+        family(
+            &mut e,
+            "eventpipe_snapshots",
+            "Correlator snapshots stored, restored, refused (other version, seed, partitioning or options: started fresh) and failed.",
+            Counter,
+            per(&s.snapshots, "outcome"),
+        )?;
+        family(
+            &mut e,
+            "eventpipe_nats_published",
+            "Events JetStream acknowledged (NATS publish tier).",
+            Counter,
+            [(NoLabels, s.nats_published)],
+        )?;
+        family(
+            &mut e,
+            "eventpipe_nats_duplicates",
+            "Published events JetStream recognised as duplicates by Nats-Msg-Id.",
+            Counter,
+            [(NoLabels, s.nats_duplicates)],
+        )?;
+        family(
+            &mut e,
+            "eventpipe_nats_publish_retries",
+            "Publications to JetStream tried again.",
+            Counter,
+            [(NoLabels, s.nats_publish_retries)],
+        )?;
         family(
             &mut e,
             "eventpipe_plugin_swaps",

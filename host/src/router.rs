@@ -40,6 +40,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::broadcaster::Watcher;
+use crate::correlator::snapshot::{SnapshotRefused, TenantSnapshot};
 use crate::correlator::{CorrelationClock, EventCorrelateResult, PREPARE_BATCH_SIZE};
 use crate::delivery::{Acknowledgements, DeliveryMode};
 use crate::event::Event;
@@ -147,6 +148,53 @@ pub struct RouterOptions {
     pub delivery: DeliveryMode,
     /// Live stats, updated after every batch (for `/metrics`); the final stats are returned too.
     pub stats: Arc<Mutex<RouterStats>>,
+    /// Correlator snapshots of a single-host run (`--state-file`): restored at start, taken
+    /// every interval and at the end ([`RouterSnapshots`]); `None`: none.
+    pub snapshots: Option<RouterSnapshots>,
+}
+
+/// What a partition of the tenant router is fed ([`record_partitions`]; the router's own
+/// partitioner feeds its partitions the same way).
+#[derive(Debug)]
+pub enum PartitionInput {
+    /// Events, each with its sequence number in the acknowledgements ([`Acknowledgements`]).
+    Batch(Vec<(u64, Event)>),
+    /// Take a snapshot: every write of the earlier batches ends first (each sink acknowledged
+    /// it, or it ended otherwise), then every tenant's correlator state is sent back — the
+    /// state that reflects exactly the events fed so far.
+    Snapshot(tokio::sync::oneshot::Sender<Vec<TenantSnapshot>>),
+    /// Restore the tenants' correlator states (send before any batch); the answer says whether
+    /// the snapshot was taken under the same rules (else the partition starts fresh).
+    Restore(Vec<TenantSnapshot>, tokio::sync::oneshot::Sender<Result<(), SnapshotRefused>>),
+}
+
+/// Called with the events numbered so far (every one of them finished) and each partition's
+/// correlator state, in partition order.
+pub type SnapshotTaken = Arc<dyn Fn(u64, Vec<Vec<TenantSnapshot>>) + Send + Sync>;
+
+/// Single-host correlator snapshots: the router's partitioner pauses every `interval`, has
+/// every partition drain its writes and hand over its state ([`PartitionInput::Snapshot`]), and
+/// gives them to `taken` with the number of events finished at that instant (the position they
+/// reflect); once more when the input ends.
+#[derive(Clone)]
+pub struct RouterSnapshots {
+    /// How often (also once at the end).
+    pub interval: std::time::Duration,
+    /// Per partition, the state to start from (a restored snapshot); empty: all fresh.
+    pub restore: Vec<Vec<TenantSnapshot>>,
+    /// Where snapshots go.
+    pub taken: SnapshotTaken,
+    /// Counts partitions whose restored state was refused (other correlator options).
+    pub refused: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl std::fmt::Debug for RouterSnapshots {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RouterSnapshots")
+            .field("interval", &self.interval)
+            .field("restore", &self.restore.len())
+            .finish()
+    }
 }
 
 impl Default for RouterOptions {
@@ -161,6 +209,7 @@ impl Default for RouterOptions {
             acks: Arc::default(),
             delivery: DeliveryMode::Wait,
             stats: Arc::default(),
+            snapshots: None,
         }
     }
 }
@@ -173,14 +222,16 @@ pub async fn record_to_tenants(
     options: RouterOptions,
 ) -> RouterStats {
     let workers = options.workers.max(1);
-    if workers == 1 {
+    if let Some(snapshots) = options.snapshots.clone() {
+        partition_with_snapshots(watcher, plans, options.clone(), snapshots).await;
+    } else if workers == 1 {
         let input = Input::Watcher(watcher, options.acks.clone());
         Partition::new(plans, &options, true).run(input).await;
     } else {
         let mut senders = Vec::with_capacity(workers);
         let mut tasks = Vec::with_capacity(workers);
         for i in 0..workers {
-            let (tx, rx) = mpsc::channel(4);
+            let (tx, rx) = mpsc::channel::<PartitionInput>(4);
             senders.push(tx);
             let partition = Partition::new(plans.clone(), &options, i == 0);
             tasks.push(tokio::spawn(partition.run(Input::Channel(rx))));
@@ -193,7 +244,7 @@ pub async fn record_to_tenants(
                 shares[plan.partition(&event, key, workers)].push((options.acks.begin(), event));
             }
             for (tx, share) in senders.iter().zip(shares) {
-                if !share.is_empty() && tx.send(share).await.is_err() {
+                if !share.is_empty() && tx.send(PartitionInput::Batch(share)).await.is_err() {
                     tracing::error!("a partition of the tenant router ended early");
                 }
             }
@@ -208,21 +259,129 @@ pub async fn record_to_tenants(
     options.stats.lock().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
+/// The router with single-host snapshots: the partitioner of [`record_to_tenants`] (also for
+/// one partition), which restores each partition's state first and pauses for a snapshot of
+/// every partition every [`RouterSnapshots::interval`] and at the end.
+async fn partition_with_snapshots(
+    mut watcher: Watcher<Event>,
+    mut plans: watch::Receiver<Arc<TenantPlan>>,
+    options: RouterOptions,
+    snapshots: RouterSnapshots,
+) {
+    let workers = options.workers.max(1);
+    let mut senders = Vec::with_capacity(workers);
+    let mut tasks = Vec::with_capacity(workers);
+    for i in 0..workers {
+        let (tx, rx) = mpsc::channel::<PartitionInput>(4);
+        let partition = Partition::new(plans.clone(), &options, i == 0);
+        tasks.push(tokio::spawn(partition.run(Input::Channel(rx))));
+        if let Some(state) = snapshots.restore.get(i).filter(|s| !s.is_empty()) {
+            let (answer, restored) = tokio::sync::oneshot::channel();
+            let _ = tx.send(PartitionInput::Restore(state.clone(), answer)).await;
+            if let Ok(Err(refused)) = restored.await {
+                snapshots.refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tracing::warn!(partition = i, %refused, "correlator snapshot refused: the partition starts fresh");
+                eprintln!("eventpipe: correlator snapshot of partition {i} refused, starting fresh: {refused}");
+            }
+        }
+        senders.push(tx);
+    }
+    let take = |senders: &[mpsc::Sender<PartitionInput>]| {
+        let asked: Vec<_> = senders
+            .iter()
+            .map(|tx| {
+                let (answer, state) = tokio::sync::oneshot::channel();
+                let tx = tx.clone();
+                async move {
+                    tx.send(PartitionInput::Snapshot(answer)).await.ok()?;
+                    state.await.ok()
+                }
+            })
+            .collect();
+        futures_util::future::join_all(asked)
+    };
+    let mut begun = 0u64;
+    let mut tick = tokio::time::interval(snapshots.interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            batch = watcher.recv_batch(PREPARE_BATCH_SIZE) => {
+                let Some(batch) = batch else { break };
+                let plan = plans.borrow_and_update().clone();
+                let mut shares: Vec<Vec<(u64, Event)>> = (0..workers).map(|_| Vec::new()).collect();
+                for event in batch {
+                    let seq = options.acks.begin();
+                    begun = seq + 1;
+                    shares[plan.partition(&event, options.partition_key, workers)].push((seq, event));
+                }
+                for (tx, share) in senders.iter().zip(shares) {
+                    if !share.is_empty() && tx.send(PartitionInput::Batch(share)).await.is_err() {
+                        tracing::error!("a partition of the tenant router ended early");
+                    }
+                }
+            }
+            _ = tick.tick() => {
+                let states: Option<Vec<_>> = take(&senders).await.into_iter().collect();
+                if let Some(states) = states {
+                    (snapshots.taken)(begun, states);
+                }
+            }
+        }
+    }
+    // The end of the input: a last snapshot, unless a shutdown cancelled writes (their events
+    // are in the state but were not written: the last periodic snapshot stands).
+    let states: Option<Vec<_>> = take(&senders).await.into_iter().collect();
+    let cancelled = options.stats.lock().unwrap_or_else(|p| p.into_inner()).total.cancelled;
+    if let (Some(states), 0) = (states, cancelled) {
+        (snapshots.taken)(begun, states);
+    }
+    drop(senders);
+    for task in tasks {
+        if let Err(error) = task.await {
+            tracing::error!(%error, "a partition of the tenant router failed");
+        }
+    }
+}
+
+/// Runs one tenant-router partition per input until every input ends, each fed by the caller
+/// ([`PartitionInput`]): a JetStream worker feeds each partition it consumes in stream order,
+/// restores its state first and asks for snapshots. Returns the stats of all of them (also
+/// published live into `options.stats`). `options.workers` and `options.partition_key` are
+/// not used: the caller partitions.
+pub async fn record_partitions(
+    inputs: Vec<mpsc::Receiver<PartitionInput>>,
+    plans: watch::Receiver<Arc<TenantPlan>>,
+    options: RouterOptions,
+) -> RouterStats {
+    let tasks: Vec<_> = inputs
+        .into_iter()
+        .enumerate()
+        .map(|(i, rx)| tokio::spawn(Partition::new(plans.clone(), &options, i == 0).run(Input::Channel(rx))))
+        .collect();
+    for task in tasks {
+        if let Err(error) = task.await {
+            tracing::error!(%error, "a partition of the tenant router failed");
+        }
+    }
+    options.stats.lock().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
 /// Where a partition's batches come from, each event with its sequence number.
 enum Input {
     /// The router watcher itself (one partition), numbering events as they come.
     Watcher(Watcher<Event>, Arc<Acknowledgements>),
-    /// The partitioner's share for this partition.
-    Channel(mpsc::Receiver<Vec<(u64, Event)>>),
+    /// The partitioner's share for this partition, or a caller's feed.
+    Channel(mpsc::Receiver<PartitionInput>),
 }
 
 impl Input {
-    /// The next batch; `None` at the end. Cancellation-safe.
-    async fn next(&mut self) -> Option<Vec<(u64, Event)>> {
+    /// The next input; `None` at the end. Cancellation-safe.
+    async fn next(&mut self) -> Option<PartitionInput> {
         match self {
             Input::Watcher(watcher, acks) => {
                 let batch = watcher.recv_batch(PREPARE_BATCH_SIZE).await?;
-                Some(batch.into_iter().map(|e| (acks.begin(), e)).collect())
+                Some(PartitionInput::Batch(batch.into_iter().map(|e| (acks.begin(), e)).collect()))
             }
             Input::Channel(rx) => rx.recv().await,
         }
@@ -328,8 +487,17 @@ impl Partition {
             tokio::select! {
                 biased;
                 Some(done) = self.writes.next(), if !self.writes.is_empty() => self.complete(done),
-                batch = input.next() => match batch {
-                    Some(batch) => self.process(batch).await,
+                input = input.next() => match input {
+                    Some(PartitionInput::Batch(batch)) => self.process(batch).await,
+                    Some(PartitionInput::Snapshot(answer)) => {
+                        while let Some(done) = self.writes.next().await {
+                            self.complete(done);
+                        }
+                        let _ = answer.send(self.stages.snapshot());
+                    }
+                    Some(PartitionInput::Restore(state, answer)) => {
+                        let _ = answer.send(self.stages.restore(state));
+                    }
                     None => break,
                 },
                 _ = tick.tick(), if wall_clock && !self.summaries.is_empty() => {

@@ -48,6 +48,10 @@ pub struct RunSummary {
     /// Per shadowed plugin: events compared, and on how many the candidate answered otherwise.
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub shadows: std::collections::BTreeMap<String, crate::plugin::shadow::ShadowStats>,
+    /// A NATS publisher's or worker's counts, or a single host's correlator snapshots
+    /// ([`crate::scale`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scale: Option<crate::scale::ScaleStats>,
 }
 
 impl RunSummary {
@@ -150,6 +154,13 @@ pub enum RunError {
     /// The sink watcher's task panicked or was cancelled.
     #[error("sink watcher failed: {0}")]
     Watcher(#[from] tokio::task::JoinError),
+    /// NATS JetStream cannot be reached or set up ([`crate::scale`]).
+    #[error(transparent)]
+    Nats(#[from] crate::nats::NatsError),
+    /// The scale-out is given inconsistently (a `nats:` sink beside others, `--worker` without
+    /// a `nats:` source, …).
+    #[error("scale-out: {0}")]
+    Scale(String),
 }
 
 /// How to run.
@@ -214,6 +225,11 @@ pub struct RunOptions {
     /// How many divergences that file gets at most (the config's, else
     /// [`crate::plugin::shadow::DEFAULT_SHADOW_DIFFS_MAX`]).
     pub shadow_diffs_max: Option<u64>,
+    /// With a `nats:` source: which partitions this worker takes (`None`: `0/1`, all).
+    pub worker: Option<crate::scale::WorkerIndex>,
+    /// How often correlator state is snapshotted: a worker's partitions into the KV bucket, a
+    /// single host's (at-least-once) into the state file; also at the end.
+    pub snapshot_interval: std::time::Duration,
 }
 
 /// Prints a line about what is live (stderr, always) and logs it.
@@ -261,7 +277,37 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         shadows,
         shadow_diffs,
         shadow_diffs_max,
+        worker,
+        snapshot_interval,
     } = options;
+    // Scale-out: a `nats:` sink is the publish tier (alone), a `nats:` source the worker tier.
+    let publish_to = base.sinks.iter().find_map(|s| match &s.spec {
+        SinkSpec::Nats(target) => Some((**target).clone()),
+        _ => None,
+    });
+    if publish_to.is_some() && base.sinks.len() > 1 {
+        return Err(RunError::Scale("a nats: sink publishes every event; give it as the only --sink".into()));
+    }
+    let works_on = match &source {
+        SourceSpec::Nats(target) => Some((**target).clone()),
+        _ => None,
+    };
+    if worker.is_some() && works_on.is_none() {
+        return Err(RunError::Scale("--worker needs a nats: source".into()));
+    }
+    if works_on.is_some() && matches!(delivery, Delivery::AtLeastOnce { .. }) {
+        return Err(RunError::Scale(
+            "a nats: source acknowledges JetStream after every sink acknowledged and the state was \
+             snapshotted; --delivery at-least-once does not apply"
+                .into(),
+        ));
+    }
+    let scale_counters = Arc::new(crate::scale::ScaleCounters::default());
+    // A worker connects first: the process adopts the stream's key seed before any key is hashed.
+    let connected = match &works_on {
+        Some(target) => Some(crate::scale::Connected::connect(target).await?),
+        None => None,
+    };
     let mut broadcaster = broadcaster;
     broadcaster.full_channel_behavior = match delivery {
         Delivery::AtMostOnce => FullChannelBehavior::DropIfChannelFull,
@@ -290,8 +336,33 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         }
         _ => (None, None),
     };
+    // A publisher derives message ids from the source's positions, at-least-once or not.
+    let progress = progress.or_else(|| publish_to.as_ref().map(|_| Arc::new(Progress::default())));
+    // A single host's correlator snapshot: restored, the source resuming from its position.
+    let mut restore = Vec::new();
     let (resume, seen) = match saved {
-        Some(s) => (Some(s.position), s.seen),
+        Some(s) => {
+            let mut position = s.position;
+            if let Some(correlator) = s.correlator {
+                match decode_saved(&correlator, workers.max(1)) {
+                    Ok(partitions) => {
+                        announce(&format!(
+                            "correlator state of {} partition(s) restored; resuming from its position {:?}",
+                            partitions.len(),
+                            correlator.position
+                        ));
+                        position = correlator.position;
+                        restore = partitions;
+                        scale_counters.restored();
+                    }
+                    Err(why) => {
+                        scale_counters.refused();
+                        announce(&format!("correlator snapshot in the state file refused, starting fresh: {why}"));
+                    }
+                }
+            }
+            (Some(position), s.seen)
+        }
         None => (None, crate::delivery::SeenVersions::default()),
     };
     let mut kube_watch = kube_watch;
@@ -332,7 +403,12 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         sinks = sinks.with_watch_cache(cache.clone());
     }
     let sinks = Arc::new(sinks);
-    let plan = TenantPlan::build(&base, config.as_ref(), &registry, &sinks)?;
+    let plan = if publish_to.is_some() {
+        // The publisher routes tenants only: their sinks are the workers'.
+        TenantPlan::build_unopened(&TenantRules { sinks: Vec::new(), ..base.clone() }, config.as_ref(), &registry)?
+    } else {
+        TenantPlan::build(&base, config.as_ref(), &registry, &sinks)?
+    };
     let (plans_tx, plans_rx) = tokio::sync::watch::channel(Arc::new(plan));
     let latest_plan = plans_tx.subscribe();
     let rejected_configs = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -374,17 +450,87 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
     let event_broadcaster = EventBroadcaster::new(broadcaster);
     let live = Arc::new(std::sync::Mutex::new(RouterStats::default()));
     let live_stats = live.clone();
+    let committer = match (&delivery, &progress) {
+        (Delivery::AtLeastOnce { state_file }, Some(progress)) => {
+            Some(Arc::new(Committer::new(state_file.clone(), source_name.clone(), progress.clone(), seen)))
+        }
+        _ => None,
+    };
+    // A single host (at-least-once) snapshots its correlator state into the state file.
+    let snapshots = match (&committer, &publish_to) {
+        (Some(committer), None) => {
+            let (committer, counters) = (committer.clone(), scale_counters.clone());
+            let partitions = workers.max(1) as u32;
+            Some(crate::router::RouterSnapshots {
+                interval: snapshot_interval,
+                restore,
+                taken: Arc::new(move |finished, states| {
+                    let started = std::time::Instant::now();
+                    let encoded: Vec<String> = states
+                        .into_iter()
+                        .enumerate()
+                        .map(|(i, tenants)| {
+                            use base64::Engine;
+                            let snapshot = crate::correlator::snapshot::PartitionSnapshot {
+                                key_seed: crate::correlator::keys::key_seed(),
+                                partition: i as u32,
+                                partitions,
+                                sequence: finished,
+                                taken_at_ms: chrono::Utc::now().timestamp_millis(),
+                                tenants,
+                            };
+                            base64::engine::general_purpose::STANDARD.encode(snapshot.encode())
+                        })
+                        .collect();
+                    counters.stored(encoded.iter().map(String::len).sum(), started.elapsed());
+                    committer.snapshot_taken(finished, encoded);
+                }),
+                refused: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+            })
+        }
+        _ => None,
+    };
+    let refused_at_restore = snapshots.as_ref().map(|s| s.refused.clone());
     let router_options = RouterOptions {
-        workers: workers.max(1),
+        // A worker's partitions are its own (the Broadcaster's router stays idle).
+        workers: if works_on.is_some() { 1 } else { workers.max(1) },
         partition_key,
         max_in_flight: max_in_flight.max(1),
         acks: Arc::new(Acknowledgements::new(progress.clone())),
         delivery: delivery.mode(),
         stats: live.clone(),
+        snapshots,
         ..event_broadcaster.router_options()
     };
-    let router =
-        event_broadcaster.start_recording_to_tenants(plans_rx, router_options).expect("a new broadcaster is running");
+    let worker_router_options = router_options.clone();
+    let router = match &publish_to {
+        Some(target) => {
+            let client = target.connect().await?;
+            let js = async_nats::jetstream::new(client);
+            let (_, partitions) = target.stream(&js, true).await?;
+            announce(&format!(
+                "publishing to {target}, {partitions} partitions, subjects {}.<tenant>.<partition>",
+                target.prefix
+            ));
+            let watcher = event_broadcaster.broadcaster().watch().expect("a new broadcaster is running");
+            let options = crate::scale::PublishOptions {
+                target: target.clone(),
+                js,
+                partitions,
+                partition_key,
+                window: max_in_flight.max(1),
+                progress: progress.clone(),
+                trim_progress: committer.is_none(),
+                router: router_options,
+                counters: scale_counters.clone(),
+                source: source_name.clone(),
+            };
+            tokio::spawn(crate::scale::publish(watcher, plans_rx, options))
+        }
+        None => event_broadcaster
+            .start_recording_to_tenants(plans_rx, router_options)
+            .expect("a new broadcaster is running"),
+    };
     let watchers = attach_watchers(
         &event_broadcaster,
         watch_cache.as_ref(),
@@ -407,6 +553,7 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
     };
     let ingest_counters = Arc::new(IngestCounters::default());
     {
+        let scale = scale_counters.clone();
         let http = matches!(source, SourceSpec::Http(_));
         let (source_counters, ingest_counters) = (source_counters.clone(), ingest_counters.clone());
         let (registry, plans, broadcaster, source, sinks) = (
@@ -430,6 +577,7 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
                 s.add_ingest(&source, &ingest_counters.stats());
             }
             s.add_router(&stats);
+            s.add_scale(&scale.stats());
             s.add_registry(&registry);
             s.add_broadcaster(&broadcaster);
             for handle in plans.borrow().handles() {
@@ -504,12 +652,6 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
             let _ = axum::serve(listener, app).with_graceful_shutdown(stop.cancelled_owned()).await;
         });
     }
-    let committer = match (&delivery, &progress) {
-        (Delivery::AtLeastOnce { state_file }, Some(progress)) => {
-            Some(Arc::new(Committer::new(state_file.clone(), source_name.clone(), progress.clone(), seen)))
-        }
-        _ => None,
-    };
     // Every COMMIT_INTERVAL: at-least-once saves the acknowledged position (flushing the sinks
     // first); otherwise the sinks are flushed, so their output shows while the run goes on.
     let periodic = {
@@ -531,6 +673,51 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
             }
         })
     };
+    if let (Some(connected), Some(target)) = (connected, &works_on) {
+        // The worker tier: its partitions' consumers feed router partitions of their own.
+        let worker = worker.unwrap_or(crate::scale::WorkerIndex { index: 0, count: 1 });
+        announce(&format!(
+            "worker {}/{} of {target}: {} of {} partitions{}",
+            worker.index,
+            worker.count,
+            worker.partitions(connected.partitions()).len(),
+            connected.partitions(),
+            if connected.pinned() { ", pinned clients (priority groups)" } else { "" }
+        ));
+        let options = crate::scale::WorkerOptions {
+            target: target.clone(),
+            worker,
+            snapshot_interval,
+            router: worker_router_options,
+            counters: source_counters.clone(),
+            scale: scale_counters.clone(),
+        };
+        readiness.set(true);
+        let stats = crate::scale::run_worker(connected, latest_plan.clone(), options, shutdown.clone()).await;
+        readiness.set(false);
+        return finish_run(
+            Ok(RunSummary { source: stats, ..RunSummary::default() }),
+            Finish {
+                event_broadcaster,
+                router,
+                watchers,
+                shutdown,
+                shutdown_timeout,
+                live_stats,
+                sinks,
+                watcher,
+                periodic,
+                committer,
+                registry,
+                swaps_before,
+                latest_plan,
+                rejected_configs,
+                scale: Some(scale_counters),
+                watch_cache,
+            },
+        )
+        .await;
+    }
     let built = source.build(SourceContext {
         kube: client.clone(),
         watch: kube_watch,
@@ -541,7 +728,7 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         counters: source_counters,
         ingest_counters,
     });
-    let mut summary = match built {
+    let summary = match built {
         Ok(source) => {
             readiness.set(true);
             let not_ready_at_shutdown = {
@@ -558,8 +745,79 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         }
         Err(error) => Err(RunError::from(error)),
     };
-    // The source has ended (or was stopped): drain the Broadcaster into the watchers and let
-    // the sinks finish, within the shutdown timeout once a shutdown was asked for.
+    let scale = (publish_to.is_some() || refused_at_restore.is_some()).then_some(scale_counters);
+    if let (Some(scale), Some(refused)) = (&scale, &refused_at_restore) {
+        for _ in 0..refused.load(std::sync::atomic::Ordering::Relaxed) {
+            scale.refused();
+        }
+    }
+    finish_run(
+        summary,
+        Finish {
+            event_broadcaster,
+            router,
+            watchers,
+            shutdown,
+            shutdown_timeout,
+            live_stats,
+            sinks,
+            watcher,
+            periodic,
+            committer,
+            registry,
+            swaps_before,
+            latest_plan,
+            rejected_configs,
+            scale,
+            watch_cache,
+        },
+    )
+    .await
+}
+
+/// What a run has left to finish once its source ended.
+struct Finish {
+    event_broadcaster: EventBroadcaster,
+    router: tokio::task::JoinHandle<RouterStats>,
+    watchers: Vec<PluginWatcher>,
+    shutdown: CancellationToken,
+    shutdown_timeout: std::time::Duration,
+    live_stats: Arc<std::sync::Mutex<RouterStats>>,
+    sinks: Arc<SinkSet>,
+    watcher: Option<FileWatcher>,
+    periodic: tokio::task::JoinHandle<()>,
+    committer: Option<Arc<Committer>>,
+    registry: Arc<PluginRegistry>,
+    swaps_before: u64,
+    latest_plan: tokio::sync::watch::Receiver<Arc<TenantPlan>>,
+    rejected_configs: Arc<std::sync::atomic::AtomicU64>,
+    scale: Option<Arc<crate::scale::ScaleCounters>>,
+    /// Closed once every result is in it, so its watchers take what is left and end.
+    watch_cache: Option<Arc<crate::watch_cache::WatchCache>>,
+}
+
+/// The source has ended (or was stopped): drains the Broadcaster into the watchers and lets
+/// the sinks finish, within the shutdown timeout once a shutdown was asked for; saves the
+/// last position and fills in the summary.
+async fn finish_run(mut summary: Result<RunSummary, RunError>, f: Finish) -> Result<RunSummary, RunError> {
+    let Finish {
+        event_broadcaster,
+        router,
+        watchers,
+        shutdown,
+        shutdown_timeout,
+        live_stats,
+        sinks,
+        watcher,
+        periodic,
+        committer,
+        registry,
+        swaps_before,
+        latest_plan,
+        rejected_configs,
+        scale,
+        watch_cache,
+    } = f;
     let (watcher_tasks, watcher_stats): (Vec<_>, Vec<_>) =
         watchers.into_iter().map(|w| (w.task, (w.handle.name().to_string(), w.counters))).unzip();
     let drain = async {
@@ -620,8 +878,38 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         s.rejected_reloads = registry.rejected() + rejected_configs.load(std::sync::atomic::Ordering::Relaxed);
         s.watchers = watcher_stats.iter().map(|(name, c)| (name.clone(), c.snapshot())).collect();
         s.shadows = registry.shadows().into_iter().map(|(name, shadow)| (name, shadow.stats())).collect();
+        s.scale = scale.map(|c| c.stats());
     }
     summary
+}
+
+/// The single-host correlator snapshot of a state file, per router partition (each checked:
+/// format version, key seed — adopted by the process —, and `workers` partitions).
+///
+/// # Errors
+/// Why it cannot be used (the run then starts fresh from the saved position).
+fn decode_saved(
+    saved: &crate::delivery::SavedCorrelator,
+    workers: usize,
+) -> Result<Vec<Vec<crate::correlator::snapshot::TenantSnapshot>>, String> {
+    use base64::Engine;
+    if saved.partitions.len() != workers {
+        return Err(format!(
+            "it holds {} router partition(s), this run has --workers {workers}",
+            saved.partitions.len()
+        ));
+    }
+    saved
+        .partitions
+        .iter()
+        .enumerate()
+        .map(|(i, text)| {
+            let bytes = base64::engine::general_purpose::STANDARD.decode(text).map_err(|e| e.to_string())?;
+            let snapshot = crate::correlator::snapshot::PartitionSnapshot::decode(&bytes).map_err(|e| e.to_string())?;
+            snapshot.check(i as u32, workers as u32).map_err(|e| e.to_string())?;
+            Ok(snapshot.tenants)
+        })
+        .collect()
 }
 
 /// Sets the shadow plugins of the command line and of the config ([`crate::plugin::shadow`]),

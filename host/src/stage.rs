@@ -16,6 +16,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::correlator::snapshot::{CorrelatorSettings, SnapshotRefused, TenantSnapshot};
 use crate::correlator::{
     CorrelatorOptions, CorrelatorStats, EventCorrelateResult, EventCorrelator, Occurrence, PreparedEvent,
 };
@@ -96,6 +97,17 @@ impl TenantStage {
     /// The tenant's name.
     pub fn name(&self) -> &Arc<str> {
         &self.name
+    }
+
+    /// The tenant's key functions as a snapshot records them ([`CorrelatorSettings::key_functions`]).
+    pub fn key_functions(&self) -> String {
+        let r = &self.rules;
+        format!("{:?} {:?} {:?} {:?}", r.aggregate_key, r.message_combiner, r.spam_key, r.builtin_spam_key)
+    }
+
+    /// The tenant's correlator state ([`crate::correlator::snapshot`]).
+    pub fn snapshot(&self) -> TenantSnapshot {
+        TenantSnapshot { tenant: self.name.to_string(), state: self.correlator.snapshot(&self.key_functions()) }
     }
 
     /// Runs the filter plugins, in order, over the events of `batch` that `dropped` does not
@@ -242,6 +254,40 @@ impl TenantStages {
             })
             .collect();
         self.plan = plan;
+    }
+
+    /// Every tenant's correlator state, in plan order ([`crate::correlator::snapshot`]).
+    pub fn snapshot(&self) -> Vec<TenantSnapshot> {
+        self.stages.iter().map(TenantStage::snapshot).collect()
+    }
+
+    /// Restores the tenants' correlator states (meant for fresh stages). A tenant the plan no
+    /// longer has is left out; a tenant the snapshot lacks starts fresh.
+    ///
+    /// # Errors
+    /// [`SnapshotRefused::Options`] for the first tenant whose settings differ; nothing is
+    /// restored then (every tenant starts fresh).
+    pub fn restore(&mut self, tenants: Vec<TenantSnapshot>) -> Result<(), SnapshotRefused> {
+        let mut matched = Vec::new();
+        for t in tenants {
+            let Some(i) = self.position(&t.tenant) else { continue };
+            let stage = &self.stages[i];
+            let run: CorrelatorSettings = stage.correlator.settings(&stage.key_functions());
+            if t.state.settings != run {
+                return Err(SnapshotRefused::Options {
+                    tenant: t.tenant,
+                    snapshot: Box::new(t.state.settings),
+                    run: Box::new(run),
+                });
+            }
+            matched.push((i, t));
+        }
+        for (i, t) in matched {
+            let stage = &mut self.stages[i];
+            let keys = stage.key_functions();
+            stage.correlator.restore(&t.tenant, &keys, t.state)?;
+        }
+        Ok(())
     }
 
     /// The plan these stages run.

@@ -136,7 +136,7 @@ fn check_plugin(plugin: &str, kind: PluginKind, registry: &PluginRegistry) -> Re
 fn check_sink(spec: &SinkSpec, registry: &PluginRegistry) -> Result<(), String> {
     match spec {
         SinkSpec::JsonLinesFile(path) => existing_parent(path),
-        SinkSpec::JsonLinesStdout | SinkSpec::Kubernetes(_) => Ok(()),
+        SinkSpec::JsonLinesStdout | SinkSpec::Kubernetes(_) | SinkSpec::Nats(_) => Ok(()),
         SinkSpec::Webhook(url) => crate::sink::webhook::check_url(url).map_err(|e| e.to_string()),
         SinkSpec::Plugin(name) => check_plugin(name, PluginKind::Sink, registry),
     }
@@ -156,6 +156,6 @@ fn check_source(source: &SourceSpec) -> Result<(), String> {
             let token = crate::source::http::BearerToken::from_env().map_err(|e| e.to_string())?;
             crate::source::http::check_bind(*addr, token.as_ref()).map_err(|e| e.to_string())
         }
-        SourceSpec::JsonLinesStdin | SourceSpec::Kubernetes(_) => Ok(()),
+        SourceSpec::JsonLinesStdin | SourceSpec::Kubernetes(_) | SourceSpec::Nats(_) => Ok(()),
     }
 }

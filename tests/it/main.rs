@@ -15,6 +15,7 @@ mod http_ingest;
 mod kubernetes;
 mod memo;
 mod metrics;
+mod nats;
 mod new_plugin;
 mod plugin_failures;
 mod recorder_vectors;

@@ -89,6 +89,15 @@ pub struct RunArgs {
     /// What an event's partition is computed from (a tenant's `partition_key` overrides it).
     #[arg(long, value_enum, default_value_t = PartitionKey::SourceObject, help_heading = "Partitions")]
     partition_key: PartitionKey,
+    /// With a `nats:` source: this worker is I of N and takes the stream's partitions p with
+    /// p mod N = I (`I/N`, or a StatefulSet pod name `NAME-I/N`) [default: 0/1, all].
+    #[arg(long, value_name = "I/N", help_heading = "Partitions")]
+    worker: Option<eventpipe::scale::WorkerIndex>,
+    /// Seconds between correlator snapshots: a `nats:` worker's partitions into the stream's KV
+    /// bucket, an at-least-once run's into `--state-file` (also at the end). What a crash
+    /// writes again is bounded by it.
+    #[arg(long, value_name = "SECONDS", default_value_t = 5.0, help_heading = "Partitions")]
+    snapshot_interval: f64,
 
     #[command(flatten, next_help_heading = "Correlator")]
     correlator: CorrelatorArgs,
@@ -256,6 +265,11 @@ pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
         shadows: args.shadow,
         shadow_diffs: args.shadow_diffs,
         shadow_diffs_max: args.shadow_diffs_max,
+        worker: args.worker,
+        snapshot_interval: Duration::try_from_secs_f64(args.snapshot_interval)
+            .ok()
+            .filter(|d| !d.is_zero())
+            .context("--snapshot-interval: expected seconds > 0")?,
     };
     // A JSON-lines file (or stdin redirected from one) read to its end: a progress bar on a
     // terminal, fed by the source's live counters.

@@ -109,6 +109,26 @@ impl EventAggregator {
         if aggregated { AggregateDecision::Aggregate(aggregate) } else { AggregateDecision::Original }
     }
 
+    /// Every record, least recently used first: the aggregate key, its local keys in
+    /// insertion order and its last timestamp (what a snapshot stores,
+    /// [`super::snapshot`]).
+    pub fn entries(&self) -> impl Iterator<Item = (Key, impl Iterator<Item = Key> + '_, Option<Time>)> + '_ {
+        self.cache.iter().rev().map(|(k, r)| (*k, r.local_keys.iter().copied(), r.last_timestamp))
+    }
+
+    /// Puts a record back as the most recently used (a snapshot restored in order, least recent
+    /// first, gives back the cache's recency order).
+    pub fn restore(&mut self, key: Key, local_keys: impl IntoIterator<Item = Key>, last_timestamp: Option<Time>) {
+        let record = AggregateRecord { local_keys: local_keys.into_iter().collect(), last_timestamp };
+        self.cache.push(key, record);
+    }
+
+    /// The cache's capacity, the distinct-message threshold (Go `uint`) and the window in
+    /// nanoseconds: the numbers a snapshot must have been taken under.
+    pub fn settings(&self) -> (usize, u64, i64) {
+        (self.cache.cap().get(), self.max_events, self.max_interval_nanos)
+    }
+
     /// Number of groups cached.
     pub fn len(&self) -> usize {
         self.cache.len()

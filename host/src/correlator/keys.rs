@@ -18,8 +18,9 @@ use crate::event::Event;
 /// A cache key: the 128-bit XXH3 digest of a key string (client-go's concatenation).
 ///
 /// Equal strings give equal keys however they were split into parts, so Go's separator-less
-/// collisions are kept. The seed is random per process (keys are never persisted), so input
-/// cannot be crafted to collide.
+/// collisions are kept. The seed is random per process, so input cannot be crafted to collide;
+/// a correlator snapshot carries it, and a process restoring one adopts it first
+/// ([`adopt_key_seed`]).
 ///
 /// # Divergence
 /// client-go compares the strings themselves; two different strings collide here with
@@ -27,9 +28,37 @@ use crate::event::Event;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Key(u128);
 
+impl Key {
+    /// The digest as 16 little-endian bytes (what a snapshot stores).
+    pub fn to_bytes(self) -> [u8; 16] {
+        self.0.to_le_bytes()
+    }
+
+    /// The key whose [`to_bytes`](Self::to_bytes) are `bytes`.
+    pub fn from_bytes(bytes: [u8; 16]) -> Self {
+        Key(u128::from_le_bytes(bytes))
+    }
+}
+
+static SEED: OnceLock<u64> = OnceLock::new();
+
 fn seed() -> u64 {
-    static SEED: OnceLock<u64> = OnceLock::new();
     *SEED.get_or_init(rand::random)
+}
+
+/// The process's key seed (chosen at random on first use unless [`adopt_key_seed`] set it):
+/// what a correlator snapshot ([`super::snapshot`]) records, since its keys mean something only
+/// under the seed they were hashed with.
+pub fn key_seed() -> u64 {
+    seed()
+}
+
+/// Makes `seed` the process's key seed, so that keys restored from a snapshot taken by another
+/// process (a restarted run, another worker) match the keys of new events. Returns whether the
+/// process's seed is now `seed`: `false` when a key was already hashed under another seed (the
+/// snapshot cannot be used then).
+pub fn adopt_key_seed(seed: u64) -> bool {
+    *SEED.get_or_init(|| seed) == seed
 }
 
 impl Key {

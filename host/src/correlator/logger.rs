@@ -167,6 +167,33 @@ impl EventLogger {
         self.cache.put(key, log);
     }
 
+    /// Every entry, least recently used first: key, count, firstTimestamp, name and
+    /// resourceVersion (what a snapshot stores, [`super::snapshot`]).
+    pub fn entries(&self) -> impl Iterator<Item = (Key, i32, Option<Time>, &str, &str)> + '_ {
+        self.cache
+            .iter()
+            .rev()
+            .map(|(k, l)| (*k, l.count, l.first_timestamp, l.name.as_str(), l.resource_version.as_str()))
+    }
+
+    /// Puts an entry back as the most recently used (restored in order, least recent first,
+    /// the cache's recency order comes back).
+    pub fn restore(
+        &mut self,
+        key: Key,
+        count: i32,
+        first_timestamp: Option<Time>,
+        name: String,
+        resource_version: String,
+    ) {
+        self.cache.push(key, EventLog { count, first_timestamp, name, resource_version });
+    }
+
+    /// The cache's capacity.
+    pub fn capacity(&self) -> usize {
+        self.cache.cap().get()
+    }
+
     /// The count remembered for `key` without touching recency (for tests and diagnostics).
     pub fn cached_count(&self, key: Key) -> Option<i32> {
         self.cache.peek(&key).map(|l| l.count)

@@ -8,7 +8,7 @@ use std::time::Duration;
 use governor::clock::Clock as GovernorClock;
 use governor::middleware::NoOpMiddleware;
 use governor::nanos::Nanos;
-use governor::state::{InMemoryState, NotKeyed};
+use governor::state::{NotKeyed, StateStore};
 use governor::{Quota, RateLimiter};
 use lru::LruCache;
 
@@ -28,12 +28,35 @@ impl GovernorClock for DecisionInstant {
     }
 }
 
-type Limiter = RateLimiter<NotKeyed, InMemoryState, DecisionInstant, NoOpMiddleware<Nanos>>;
+type Limiter = RateLimiter<NotKeyed, SharedTat, DecisionInstant, NoOpMiddleware<Nanos>>;
+
+/// A bucket's GCRA state — its theoretical arrival time, nanoseconds after the bucket's start;
+/// 0: never used (full) — kept where a snapshot can read and restore it. Governor's
+/// `InMemoryState` does the same compare-and-swap but keeps the value private.
+#[derive(Debug, Clone, Default)]
+struct SharedTat(Arc<AtomicU64>);
+
+impl StateStore for SharedTat {
+    type Key = NotKeyed;
+
+    fn measure_and_replace<T, F, E>(&self, _key: &NotKeyed, f: F) -> Result<T, E>
+    where
+        F: Fn(Option<Nanos>) -> Result<(T, Nanos), E>,
+    {
+        // One owner per bucket (the correlator's task): a plain load and store suffice.
+        let prev = self.0.load(Ordering::Acquire);
+        let (result, next) = f((prev != 0).then(|| Nanos::new(prev)))?;
+        self.0.store(next.as_u64(), Ordering::Release);
+        Ok(result)
+    }
+}
 
 /// One source+object's bucket.
 enum TokenBucket {
     /// The usual case: governor's GCRA, which is exactly a token bucket that starts full.
-    Refilling(Limiter),
+    /// `start` is the decision instant (unix nanoseconds) the limiter was made at: governor
+    /// measures every time from it.
+    Refilling { limiter: Limiter, tat: SharedTat, start: u64 },
     /// `qps <= 0`: `burst` tokens, never refilled (x/time/rate adds no tokens for a rate ≤ 0).
     NoRefill { remaining: u32 },
     /// `burst < 1`: never accepts (x/time/rate rejects any n > burst).
@@ -60,15 +83,56 @@ impl BucketSpec {
         let max_period = u64::MAX / u64::from(burst.get());
         let period_nanos = (1e9 / f64::from(self.qps)).min(max_period as f64).max(1.0) as u64;
         let quota = Quota::with_period(Duration::from_nanos(period_nanos)).expect("period ≥ 1 ns").allow_burst(burst);
-        TokenBucket::Refilling(RateLimiter::direct_with_clock(quota, clock.clone()))
+        let tat = SharedTat::default();
+        let start = clock.0.load(Ordering::Relaxed);
+        TokenBucket::Refilling { limiter: RateLimiter::new(quota, tat.clone(), clock.clone()), tat, start }
     }
+
+    /// A bucket as a snapshot described it: a refilling one made at `start` (its limiter
+    /// measures from there) with its theoretical arrival time; `clock` is set to `start` while
+    /// the limiter is made.
+    fn restored(&self, clock: &DecisionInstant, state: BucketState) -> TokenBucket {
+        match state {
+            BucketState::Never => TokenBucket::Never,
+            BucketState::NoRefill { remaining } => TokenBucket::NoRefill { remaining },
+            BucketState::Refilling { start, tat } => {
+                let now = clock.0.swap(start, Ordering::Relaxed);
+                let mut bucket = self.new_bucket(clock);
+                clock.0.store(now, Ordering::Relaxed);
+                if let TokenBucket::Refilling { tat: shared, .. } = &mut bucket {
+                    shared.0.store(tat, Ordering::Relaxed);
+                }
+                bucket
+            }
+        }
+    }
+}
+
+/// A token bucket's state as a snapshot keeps it ([`super::snapshot`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum BucketState {
+    /// A refilling bucket: the decision instant it was made at (unix nanoseconds, clamped at
+    /// 0) and its GCRA theoretical arrival time in nanoseconds after that (0: full, never used).
+    Refilling {
+        /// Unix nanoseconds.
+        start: u64,
+        /// Nanoseconds after `start`.
+        tat: u64,
+    },
+    /// A bucket that never refills (`qps <= 0`), with its tokens left.
+    NoRefill {
+        /// Tokens left.
+        remaining: u32,
+    },
+    /// A bucket that accepts nothing (`burst < 1`).
+    Never,
 }
 
 impl TokenBucket {
     /// client-go `TryAccept`: take a token if one is available now; a rejection changes nothing.
     fn try_accept(&mut self) -> bool {
         match self {
-            TokenBucket::Refilling(limiter) => limiter.check().is_ok(),
+            TokenBucket::Refilling { limiter, .. } => limiter.check().is_ok(),
             TokenBucket::NoRefill { remaining } => {
                 let ok = *remaining > 0;
                 *remaining = remaining.saturating_sub(u32::from(ok));
@@ -107,6 +171,34 @@ impl SpamFilter {
     /// tokens per second (Go `float32`). `burst < 1` filters everything; `qps <= 0` never refills.
     pub fn new(cache_size: NonZeroUsize, qps: f32, burst: i64) -> Self {
         Self { cache: LruCache::new(cache_size), spec: BucketSpec { qps, burst }, clock: DecisionInstant::default() }
+    }
+
+    /// Every bucket, least recently used first (what a snapshot stores).
+    pub fn entries(&self) -> impl Iterator<Item = (Key, BucketState)> + '_ {
+        self.cache.iter().rev().map(|(k, b)| {
+            let state = match b {
+                TokenBucket::Refilling { tat, start, .. } => {
+                    BucketState::Refilling { start: *start, tat: tat.0.load(Ordering::Relaxed) }
+                }
+                TokenBucket::NoRefill { remaining } => BucketState::NoRefill { remaining: *remaining },
+                TokenBucket::Never => BucketState::Never,
+            };
+            (*k, state)
+        })
+    }
+
+    /// Puts a bucket back as the most recently used (restored in order, least recent first,
+    /// the cache's recency order comes back). The bucket behaves exactly as the one
+    /// snapshotted: same start, same theoretical arrival time, this filter's rate and burst.
+    pub fn restore(&mut self, key: Key, state: BucketState) {
+        let bucket = self.spec.restored(&self.clock, state);
+        self.cache.push(key, bucket);
+    }
+
+    /// The cache's capacity, the refill rate (Go `float32`, its bits) and the burst: the
+    /// numbers a snapshot must have been taken under.
+    pub fn settings(&self) -> (usize, u32, i64) {
+        (self.cache.cap().get(), self.spec.qps.to_bits(), self.spec.burst)
     }
 
     /// client-go `Filter`: `true` means skip (spam). Creates the key's bucket if needed, takes a

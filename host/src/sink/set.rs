@@ -166,6 +166,13 @@ impl SinkSet {
                     }
                 }
             }
+            SinkSpec::Nats(_) => {
+                return Err(fail(
+                    "a nats: sink publishes decoded events (the publish tier), not sink calls: give it as the run's \
+                     only --sink, not in a tenant's sinks"
+                        .into(),
+                ));
+            }
             SinkSpec::Plugin(name) => {
                 let handle = if name.ends_with(".wasm") {
                     let path = PathBuf::from(name);

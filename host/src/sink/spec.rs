@@ -20,6 +20,11 @@ pub enum SinkSpec {
     Kubernetes(String),
     /// A webhook: batched JSON POSTs to this URL (`webhook:http://…` / `webhook:https://…`).
     Webhook(String),
+    /// The publish tier of a scale-out ([`crate::scale`]): each decoded event, after tenant
+    /// routing and before correlation, published to a JetStream stream
+    /// (`nats:nats://HOST:PORT[?stream=NAME&partitions=P…]`, [`crate::nats::NatsTarget`]).
+    /// Only as the run's one `--sink`.
+    Nats(Box<crate::nats::NatsTarget>),
 }
 
 /// As written, except that a webhook URL's credentials are redacted ([`redact_url`]): this is
@@ -33,6 +38,7 @@ impl std::fmt::Display for SinkSpec {
             SinkSpec::Kubernetes(ns) if ns.is_empty() => f.write_str("k8s"),
             SinkSpec::Kubernetes(ns) => write!(f, "k8s:{ns}"),
             SinkSpec::Webhook(url) => write!(f, "webhook:{}", redact_url(url)),
+            SinkSpec::Nats(target) => target.fmt(f),
         }
     }
 }
@@ -42,6 +48,7 @@ impl SinkSpec {
     pub fn identity(&self) -> String {
         match self {
             SinkSpec::Webhook(url) => format!("webhook:{url}"),
+            SinkSpec::Nats(target) => format!("nats:{}", target.url),
             other => other.to_string(),
         }
     }
@@ -81,7 +88,7 @@ pub fn redact_url(url: &str) -> String {
 /// A `--sink` value that is not one of the sink forms.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "{0:?}: expected a sink: jsonl:PATH, jsonl:-, k8s, k8s:NAMESPACE, plugin:NAME, plugin:FILE.wasm or webhook:URL, \
+    "{0:?}: expected a sink: jsonl:PATH, jsonl:-, k8s, k8s:NAMESPACE, plugin:NAME, plugin:FILE.wasm, webhook:URL or nats:nats://HOST:PORT[?…], \
      optionally followed by ,delivery=at-most-once|wait|at-least-once"
 )]
 pub struct SinkSpecError(String);
@@ -97,6 +104,9 @@ impl std::str::FromStr for SinkSpec {
             Some(("plugin", name)) if !name.is_empty() => Ok(SinkSpec::Plugin(name.into())),
             Some(("webhook", url)) if url.starts_with("http://") || url.starts_with("https://") => {
                 Ok(SinkSpec::Webhook(url.into()))
+            }
+            Some(("nats", target)) => {
+                target.parse().map(|t| SinkSpec::Nats(Box::new(t))).map_err(|_| SinkSpecError(s.into()))
             }
             _ => Err(SinkSpecError(s.into())),
         }

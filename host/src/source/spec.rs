@@ -22,6 +22,10 @@ pub enum SourceSpec {
     /// HTTP ingest on this address (`POST /api/v1/namespaces/{ns}/events`, `POST /ingest`,
     /// `GET /metrics`).
     Http(std::net::SocketAddr),
+    /// The worker tier of a scale-out: the partitions `p mod N = I` of a JetStream stream
+    /// (`nats:nats://HOST:PORT[?stream=NAME…]` with `run --worker I/N`), run by
+    /// [`crate::scale`], not built here.
+    Nats(Box<crate::nats::NatsTarget>),
 }
 
 impl std::fmt::Display for SourceSpec {
@@ -32,13 +36,16 @@ impl std::fmt::Display for SourceSpec {
             SourceSpec::Kubernetes(ns) if ns.is_empty() => f.write_str("k8s"),
             SourceSpec::Kubernetes(ns) => write!(f, "k8s:{}", ns.join(",")),
             SourceSpec::Http(addr) => write!(f, "http:{addr}"),
+            SourceSpec::Nats(target) => target.fmt(f),
         }
     }
 }
 
 /// A `--source` value that is not one of the source forms.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0:?}: expected a source: jsonl:PATH, jsonl:-, k8s, k8s:NS[,NS…], http or http:ADDR")]
+#[error(
+    "{0:?}: expected a source: jsonl:PATH, jsonl:-, k8s, k8s:NS[,NS…], http, http:ADDR or nats:nats://HOST:PORT[?…]"
+)]
 pub struct SourceSpecError(String);
 
 impl std::str::FromStr for SourceSpec {
@@ -50,6 +57,9 @@ impl std::str::FromStr for SourceSpec {
             Some(("http", addr)) => addr.parse().map(SourceSpec::Http).map_err(|_| SourceSpecError(s.into())),
             Some(("k8s", namespaces)) if !namespaces.is_empty() => {
                 Ok(SourceSpec::Kubernetes(namespaces.split(',').map(|n| n.trim().to_string()).collect()))
+            }
+            Some(("nats", target)) => {
+                target.parse().map(|t| SourceSpec::Nats(Box::new(t))).map_err(|_| SourceSpecError(s.into()))
             }
             Some(("jsonl", "-")) => Ok(SourceSpec::JsonLinesStdin),
             Some(("jsonl", path)) if !path.is_empty() => Ok(SourceSpec::JsonLinesFile(path.into())),
@@ -120,6 +130,12 @@ impl SourceSpec {
                     ..cx.watch
                 };
                 Source::Kubernetes(KubernetesSource { client, options })
+            }
+            SourceSpec::Nats(_) => {
+                return Err(SourceError {
+                    source: self.to_string(),
+                    error: std::io::Error::other("a nats: source runs as a worker (run --worker I/N)"),
+                });
             }
             SourceSpec::Http(addr) => Source::Http(HttpSource {
                 config: IngestConfig { listen: *addr, ..IngestConfig::default() },

@@ -1,0 +1,406 @@
+//! NATS JetStream, the engine eventpipe scales out on (the only broker code, through the
+//! official `async-nats` client): the `nats:` target of `--sink` (publish tier) and `--source`
+//! (worker tier), the stream, the subjects, the durable pull consumers of the partitions and the
+//! KV bucket of correlator snapshots. What runs on them is in [`crate::scale`].
+//!
+//! # Layout
+//! - **Stream** `NAME` (default `EVENTS`): subjects `<prefix>.*.*`, limits retention (kept
+//!   `max_age`, default 24 h), file storage, a duplicate window for `Nats-Msg-Id` (default
+//!   2 min); its metadata `eventpipe.partitions` records P, fixed per stream.
+//! - **Subject** of an event: `<prefix>.<tenant>.<partition>` (prefix default `events`; a tenant
+//!   name's characters other than `A-Z a-z 0-9 _ -` become `_`), partition =
+//!   [`crate::partition::PartitionKey::partition`] of the event among P.
+//! - **Consumers**: one durable pull consumer per partition, `<durable>-<p>` (default
+//!   `eventpipe-<p>`), filtered on `<prefix>.*.<p>`, acknowledging all up to a message
+//!   (`AckPolicy::All`) with `ack_wait`; on a server with priority groups (2.11+) with the
+//!   pinned-client policy (group `eventpipe`), so a second worker pulling the same partition
+//!   stays on standby until the pinned one stops pulling for `priority_timeout`.
+//! - **KV bucket** `<stream>_correlator`: key `<durable>-<p>` (the consumer's name) holds the partition's correlator
+//!   snapshot (deflated [`crate::correlator::snapshot::PartitionSnapshot`]), key `key-seed` the
+//!   key seed every worker adopts.
+
+use std::time::Duration;
+
+use async_nats::jetstream;
+use async_nats::jetstream::consumer::pull;
+use bytes::Bytes;
+
+/// The stream a target names when it names none.
+pub const DEFAULT_STREAM: &str = "EVENTS";
+/// The subject prefix a target names when it names none.
+pub const DEFAULT_PREFIX: &str = "events";
+/// Partitions of a new stream when the sink names none.
+pub const DEFAULT_PARTITIONS: u32 = 16;
+/// The consumers' name prefix when the target names none.
+pub const DEFAULT_DURABLE: &str = "eventpipe";
+/// The priority group of pinned-client consumers.
+pub const PRIORITY_GROUP: &str = "eventpipe";
+/// The stream metadata key that records P.
+pub const PARTITIONS_METADATA: &str = "eventpipe.partitions";
+/// The KV key holding the key seed.
+pub const KEY_SEED: &str = "key-seed";
+/// Messages a partition's consumer may have delivered and not yet acknowledged (acknowledged
+/// at each snapshot).
+pub const MAX_ACK_PENDING: i64 = 100_000;
+
+/// A `nats:` target: `nats:nats://[USER:PASSWORD@]HOST:PORT[?KEY=VALUE&…]`, as `--sink` and
+/// `--source` take it. Keys (durations in seconds):
+///
+/// | key | default | what |
+/// |---|---|---|
+/// | `stream` | `EVENTS` | the JetStream stream |
+/// | `prefix` | `events` | the subject prefix |
+/// | `partitions` | the stream's, else 16 | P (a sink creating the stream sets it) |
+/// | `durable` | `eventpipe` | consumer name prefix (`<durable>-<p>`) |
+/// | `bucket` | `<stream>_correlator` | the KV bucket of snapshots |
+/// | `ack_wait` | 30 | seconds before an unacknowledged message is delivered again |
+/// | `priority_timeout` | 30 | seconds a pinned worker keeps its partition without pulling |
+/// | `max_age` | 86400 | seconds the stream keeps a message |
+/// | `duplicate_window` | 120 | seconds `Nats-Msg-Id` deduplicates over |
+/// | `replicas` | 1 | stream and bucket replicas |
+/// | `pinned` | `auto` | `auto` (pinned clients where the server has priority groups), `false` |
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NatsTarget {
+    /// The server URL (credentials included).
+    pub url: String,
+    /// The stream.
+    pub stream: String,
+    /// The subject prefix.
+    pub prefix: String,
+    /// P, if given.
+    pub partitions: Option<u32>,
+    /// The consumers' name prefix.
+    pub durable: String,
+    /// The KV bucket of snapshots.
+    pub bucket: String,
+    /// Redelivery after this long without an acknowledgement.
+    pub ack_wait: Duration,
+    /// How long a pinned client keeps its pin without pulling.
+    pub priority_timeout: Duration,
+    /// How long the stream keeps messages.
+    pub max_age: Duration,
+    /// The stream's deduplication window.
+    pub duplicate_window: Duration,
+    /// Replicas of the stream and the bucket.
+    pub replicas: usize,
+    /// Use pinned-client priority groups where the server has them.
+    pub pinned: bool,
+}
+
+/// A `nats:` target that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct NatsTargetError(String);
+
+impl std::str::FromStr for NatsTarget {
+    type Err = NatsTargetError;
+    /// Parses the part after `nats:` (`nats://HOST:PORT?…`; `tls://` too).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let fail = |m: String| NatsTargetError(format!("nats:{}: {m}", redact(s)));
+        if !(s.starts_with("nats://") || s.starts_with("tls://")) {
+            return Err(fail("expected nats://HOST:PORT[?stream=NAME&partitions=P…]".into()));
+        }
+        let (url, query) = s.split_once('?').unwrap_or((s, ""));
+        let mut t = NatsTarget {
+            url: url.to_string(),
+            stream: DEFAULT_STREAM.into(),
+            prefix: DEFAULT_PREFIX.into(),
+            partitions: None,
+            durable: DEFAULT_DURABLE.into(),
+            bucket: String::new(),
+            ack_wait: Duration::from_secs(30),
+            priority_timeout: Duration::from_secs(30),
+            max_age: Duration::from_secs(86_400),
+            duplicate_window: Duration::from_secs(120),
+            replicas: 1,
+            pinned: true,
+        };
+        let name = |v: &str, what: &str| {
+            if !v.is_empty() && v.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+                Ok(v.to_string())
+            } else {
+                Err(fail(format!("{what} {v:?}: only A-Z a-z 0-9 _ -")))
+            }
+        };
+        let seconds = |v: &str, key: &str| {
+            v.parse::<f64>()
+                .ok()
+                .filter(|s| *s > 0.0 && s.is_finite())
+                .map(Duration::from_secs_f64)
+                .ok_or_else(|| fail(format!("{key}={v}: expected seconds > 0")))
+        };
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            match key {
+                "stream" => t.stream = name(value, "stream")?,
+                "prefix" => {
+                    if value.is_empty() || value.split('.').any(|p| name(p, "prefix").is_err()) {
+                        return Err(fail(format!("prefix {value:?}: tokens of A-Z a-z 0-9 _ - separated by dots")));
+                    }
+                    t.prefix = value.to_string();
+                }
+                "partitions" => {
+                    t.partitions = Some(
+                        value
+                            .parse()
+                            .ok()
+                            .filter(|p| (1..=4096).contains(p))
+                            .ok_or_else(|| fail(format!("partitions={value}: expected 1 to 4096")))?,
+                    )
+                }
+                "durable" => t.durable = name(value, "durable")?,
+                "bucket" => t.bucket = name(value, "bucket")?,
+                "ack_wait" => t.ack_wait = seconds(value, key)?,
+                "priority_timeout" => t.priority_timeout = seconds(value, key)?,
+                "max_age" => t.max_age = seconds(value, key)?,
+                "duplicate_window" => t.duplicate_window = seconds(value, key)?,
+                "replicas" => {
+                    t.replicas = value
+                        .parse()
+                        .ok()
+                        .filter(|r| (1..=5).contains(r))
+                        .ok_or_else(|| fail(format!("replicas={value}: expected 1 to 5")))?
+                }
+                "pinned" => {
+                    t.pinned = match value {
+                        "auto" | "true" => true,
+                        "false" => false,
+                        _ => return Err(fail(format!("pinned={value}: expected auto or false"))),
+                    }
+                }
+                _ => return Err(fail(format!("unknown key {key:?}"))),
+            }
+        }
+        if t.bucket.is_empty() {
+            t.bucket = format!("{}_correlator", t.stream);
+        }
+        Ok(t)
+    }
+}
+
+/// The target with its URL's credentials redacted, and its stream (what logs show).
+impl std::fmt::Display for NatsTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "nats:{}?stream={}", redact(&self.url), self.stream)
+    }
+}
+
+/// A failure talking to NATS, with what was being done.
+#[derive(Debug, thiserror::Error)]
+#[error("{target}: {doing}: {message}")]
+pub struct NatsError {
+    /// The target (redacted).
+    pub target: String,
+    /// What was being done.
+    pub doing: &'static str,
+    /// The client's error.
+    pub message: String,
+}
+
+impl NatsTarget {
+    fn error(&self, doing: &'static str) -> impl Fn(&dyn std::fmt::Display) -> NatsError + '_ {
+        move |e| NatsError { target: self.to_string(), doing, message: e.to_string() }
+    }
+
+    /// Connects (the client reconnects by itself after a lost connection, without limit).
+    ///
+    /// # Errors
+    /// [`NatsError`] when the server cannot be reached.
+    pub async fn connect(&self) -> Result<async_nats::Client, NatsError> {
+        async_nats::ConnectOptions::new()
+            .name("eventpipe")
+            .max_reconnects(None)
+            .connect(self.url.as_str())
+            .await
+            .map_err(|e| self.error("connecting")(&e))
+    }
+
+    /// The subject of an event of `tenant` in `partition`.
+    pub fn subject(&self, tenant: &str, partition: u32) -> String {
+        format!("{}.{}.{partition}", self.prefix, subject_token(tenant))
+    }
+
+    /// The stream, created if missing with P = `partitions` (else the target's, else
+    /// [`DEFAULT_PARTITIONS`]); returns it and its P (its metadata's, for a stream that exists).
+    ///
+    /// # Errors
+    /// [`NatsError`] when the stream cannot be read or made, or exists with another P than the
+    /// target names.
+    pub async fn stream(
+        &self,
+        js: &jetstream::Context,
+        create: bool,
+    ) -> Result<(jetstream::stream::Stream, u32), NatsError> {
+        let mut stream = match js.get_stream(&self.stream).await {
+            Ok(stream) => stream,
+            Err(_) if create => {
+                let partitions = self.partitions.unwrap_or(DEFAULT_PARTITIONS);
+                let config = jetstream::stream::Config {
+                    name: self.stream.clone(),
+                    subjects: vec![format!("{}.*.*", self.prefix)],
+                    retention: jetstream::stream::RetentionPolicy::Limits,
+                    storage: jetstream::stream::StorageType::File,
+                    max_age: self.max_age,
+                    duplicate_window: self.duplicate_window,
+                    num_replicas: self.replicas,
+                    metadata: [(PARTITIONS_METADATA.to_string(), partitions.to_string())].into(),
+                    ..Default::default()
+                };
+                js.get_or_create_stream(config).await.map_err(|e| self.error("creating the stream")(&e))?
+            }
+            Err(e) => return Err(self.error("finding the stream (publish to it first)")(&e)),
+        };
+        let info = stream.info().await.map_err(|e| self.error("reading the stream")(&e))?;
+        let recorded = info.config.metadata.get(PARTITIONS_METADATA).and_then(|p| p.parse::<u32>().ok());
+        let partitions = match (recorded, self.partitions) {
+            (Some(r), Some(given)) if r != given => {
+                return Err(self.error("checking partitions")(&format!(
+                    "the stream has {r} partitions, the target says {given} (P is fixed per stream)"
+                )));
+            }
+            (Some(r), _) => r,
+            (None, given) => given.unwrap_or(DEFAULT_PARTITIONS),
+        };
+        Ok((stream, partitions))
+    }
+
+    /// The snapshot bucket, created if missing (history 1).
+    ///
+    /// # Errors
+    /// [`NatsError`] when it cannot be read or made.
+    pub async fn bucket(&self, js: &jetstream::Context) -> Result<jetstream::kv::Store, NatsError> {
+        if let Ok(store) = js.get_key_value(&self.bucket).await {
+            return Ok(store);
+        }
+        js.create_key_value(jetstream::kv::Config {
+            bucket: self.bucket.clone(),
+            history: 1,
+            num_replicas: self.replicas,
+            storage: jetstream::stream::StorageType::File,
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| self.error("creating the snapshot bucket")(&e))
+    }
+
+    /// The key seed every worker of this stream hashes with: the bucket's, or `proposed` when
+    /// the bucket has none yet (the first worker's own).
+    ///
+    /// # Errors
+    /// [`NatsError`] when the bucket cannot be read or written.
+    pub async fn key_seed(&self, bucket: &jetstream::kv::Store, proposed: u64) -> Result<u64, NatsError> {
+        let _ = bucket.create(KEY_SEED, Bytes::copy_from_slice(&proposed.to_le_bytes())).await;
+        let stored = bucket.get(KEY_SEED).await.map_err(|e| self.error("reading the key seed")(&e))?;
+        stored
+            .and_then(|b| <[u8; 8]>::try_from(&b[..]).ok())
+            .map(u64::from_le_bytes)
+            .ok_or_else(|| self.error("reading the key seed")(&"missing or not 8 bytes"))
+    }
+
+    /// The durable pull consumer of `partition`, created if missing: all messages from the
+    /// stream's start, acknowledged all-up-to, with the pinned-client policy when `pinned`.
+    ///
+    /// # Errors
+    /// [`NatsError`] when it cannot be read or made.
+    pub async fn consumer(
+        &self,
+        stream: &jetstream::stream::Stream,
+        partition: u32,
+        pinned: bool,
+    ) -> Result<jetstream::consumer::Consumer<pull::Config>, NatsError> {
+        let name = format!("{}-{partition}", self.durable);
+        let mut config = pull::Config {
+            durable_name: Some(name.clone()),
+            name: Some(name.clone()),
+            filter_subject: format!("{}.*.{partition}", self.prefix),
+            ack_policy: jetstream::consumer::AckPolicy::All,
+            ack_wait: self.ack_wait,
+            max_ack_pending: MAX_ACK_PENDING,
+            deliver_policy: jetstream::consumer::DeliverPolicy::All,
+            ..Default::default()
+        };
+        if pinned {
+            config.priority_policy = jetstream::consumer::PriorityPolicy::PinnedClient;
+            config.priority_groups = vec![PRIORITY_GROUP.to_string()];
+            config.priority_timeout = self.priority_timeout;
+        }
+        stream
+            .get_or_create_consumer(&name, config)
+            .await
+            .map_err(|e| self.error("making the partition's consumer")(&e))
+    }
+}
+
+/// `url` without its query and with its user information (`user:password@`, a token) as `***`.
+fn redact(url: &str) -> String {
+    let url = url.split('?').next().unwrap_or_default();
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    match rest.rsplit_once('@') {
+        Some((_, host)) => format!("{scheme}://***@{host}"),
+        None => url.to_string(),
+    }
+}
+
+/// `tenant` as one subject token: characters other than `A-Z a-z 0-9 _ -` become `_` (dots,
+/// spaces and wildcards cannot be in a token); empty becomes `_`.
+pub fn subject_token(tenant: &str) -> String {
+    if tenant.is_empty() {
+        return "_".into();
+    }
+    tenant.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' }).collect()
+}
+
+/// Whether a server of this version (`2.11.0`, `v2.15.1`) has consumer priority groups with
+/// pinned clients (2.11 and later).
+pub fn has_priority_groups(version: &str) -> bool {
+    let mut parts = version.trim_start_matches('v').split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (major, minor) >= (2, 11)
+}
+
+/// The KV key of partition `p`'s snapshot for the consumers named `durable` (the consumer's
+/// own name: each consumer group keeps its own state).
+pub fn snapshot_key(durable: &str, partition: u32) -> String {
+    format!("{durable}-{partition}")
+}
+
+/// Deflates a snapshot for the bucket (values are bounded by the server's `max_payload`,
+/// 1 MiB by default).
+pub fn pack(snapshot: &[u8]) -> Bytes {
+    use std::io::Write;
+    let mut z = flate2::write::DeflateEncoder::new(Vec::with_capacity(snapshot.len() / 2), flate2::Compression::fast());
+    z.write_all(snapshot).expect("writing to memory");
+    Bytes::from(z.finish().expect("writing to memory"))
+}
+
+/// Inflates what [`pack`] made.
+///
+/// # Errors
+/// The inflater's error on bytes that are not deflate.
+pub fn unpack(bytes: &[u8]) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut out = Vec::with_capacity(bytes.len() * 3);
+    flate2::read::DeflateDecoder::new(bytes).read_to_end(&mut out)?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_parse_with_defaults_and_redact() {
+        let t: NatsTarget = "nats://u:secret@127.0.0.1:4222?stream=EV&partitions=8&ack_wait=2.5".parse().unwrap();
+        assert_eq!((t.stream.as_str(), t.partitions, t.prefix.as_str()), ("EV", Some(8), "events"));
+        assert_eq!((t.ack_wait, t.bucket.as_str()), (Duration::from_millis(2500), "EV_correlator"));
+        assert_eq!(t.to_string(), "nats:nats://***@127.0.0.1:4222?stream=EV");
+        assert_eq!(t.subject("pay.ments *", 3), "events.pay_ments__.3");
+        for bad in
+            ["http://x", "nats://h?partitions=0", "nats://h?stream=a.b", "nats://h?what=1", "nats://h?ack_wait=-1"]
+        {
+            assert!(bad.parse::<NatsTarget>().is_err(), "{bad}");
+        }
+        assert!(has_priority_groups("2.11.0") && has_priority_groups("v2.15.1") && !has_priority_groups("2.9.10"));
+        assert_eq!(unpack(&pack(b"snapshot bytes")).unwrap(), b"snapshot bytes");
+    }
+}

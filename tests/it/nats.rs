@@ -1,0 +1,390 @@
+//! Scale-out on NATS JetStream, against a real `nats-server -js` each test starts on a free
+//! loopback port with a store of its own (and stops): a stream published once and correlated
+//! by 3 workers gives, per event name, the single-host run's sink calls; a worker killed with
+//! SIGKILL, or the server restarted, mid-stream loses no sink call and keeps every count; a
+//! single-host run stopped between two occurrences of an event patches the next one with the
+//! next count. Without `nats-server` on `PATH` the tests are skipped with a printed line; with
+//! `CI` set they fail (`.ci/run` installs it).
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// The caches are large enough that nothing is evicted, on one host or in a partition: the
+/// output is then the same however the stream is partitioned.
+const LRU: &str = "--lru-cache-size=1048576";
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_eventpipe")
+}
+
+fn bundled_stream() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/data/occurrences.jsonl")
+}
+
+/// A `nats-server` with JetStream on a free loopback port, stopped when dropped.
+struct NatsServer {
+    child: Child,
+    port: u16,
+    store: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl NatsServer {
+    /// Starts one; `None` (printed) when `nats-server` is not installed, a failure under `CI`.
+    fn start(test: &str) -> Option<Self> {
+        if Command::new("nats-server").arg("--version").output().is_err() {
+            assert!(std::env::var_os("CI").is_none(), "{test}: nats-server is not on PATH (CI installs it)");
+            println!("{test}: skipped, nats-server is not on PATH");
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let store = dir.path().join("js");
+        let child = Self::spawn(port, &store);
+        Some(Self { child, port, store, _dir: dir })
+    }
+
+    fn spawn(port: u16, store: &Path) -> Child {
+        let child = Command::new("nats-server")
+            .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
+            .arg(store)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting nats-server");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "nats-server did not listen on {port}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        child
+    }
+
+    /// Stops it (SIGKILL) and starts it again on the same port and store.
+    fn restart(&mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        self.child = Self::spawn(self.port, &self.store);
+    }
+
+    fn url(&self, query: &str) -> String {
+        format!("nats:nats://127.0.0.1:{}?{query}", self.port)
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A child process killed when dropped (a failing test leaves none behind).
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `eventpipe run` with `args`, output (stderr) to `log`.
+fn run(args: &[String], log: &Path) -> Proc {
+    Proc(
+        Command::new(bin())
+            .args(["run", "--no-watch", "--summary-json"])
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// SIGTERM, then the exit (a drained run exits 0).
+fn stop(mut child: Proc) {
+    let _ = Command::new("kill").args(["-TERM", &child.0.id().to_string()]).status();
+    let status = child.0.wait().unwrap();
+    assert!(status.success(), "{status}");
+}
+
+/// Waits for the exit.
+fn wait(mut child: Proc) -> std::process::ExitStatus {
+    child.0.wait().unwrap()
+}
+
+/// The sink lines of files (absent files are empty; a last line still being written is left
+/// out).
+fn lines(files: &[PathBuf]) -> Vec<Value> {
+    files
+        .iter()
+        .filter_map(|f| std::fs::read_to_string(f).ok())
+        .flat_map(|t| {
+            let whole = t.rfind('\n').map_or("", |end| &t[..end]);
+            whole.lines().filter(|l| !l.is_empty()).map(|l| serde_json::from_str(l).unwrap()).collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Sink calls per event, in order: by event name, source and involved object (the stream's
+/// recorder-style names repeat — a scheduler's and a kubelet's event about one pod in the same
+/// nanosecond, two objects of one name — and those are different partitions, whose calls may
+/// interleave).
+fn by_name(lines: &[Value]) -> BTreeMap<String, Vec<Value>> {
+    let mut out: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+    for l in lines {
+        let (e, o) = (&l["event"], &l["event"]["involvedObject"]);
+        let key = format!(
+            "{} {} {} {} {} {} {}",
+            e["metadata"]["name"],
+            e["source"]["component"],
+            e["source"]["host"],
+            o["kind"],
+            o["namespace"],
+            o["name"],
+            o["uid"]
+        );
+        out.entry(key).or_default().push(l.clone());
+    }
+    out
+}
+
+/// The final count of every event (by name and source, as [`by_name`]).
+fn final_counts(lines: &[Value]) -> BTreeMap<String, i64> {
+    by_name(lines)
+        .into_iter()
+        .map(|(key, calls)| (key, calls.iter().map(|l| l["event"]["count"].as_i64().unwrap_or(0)).max().unwrap_or(0)))
+        .collect()
+}
+
+/// The single-host run over `input`: its sink calls.
+fn single_host(input: &Path, dir: &Path) -> Vec<Value> {
+    let out = dir.join("single.jsonl");
+    let status = Command::new(bin())
+        .args(["run", "--no-watch", "--workers=1", LRU])
+        .arg(format!("--source=jsonl:{}", input.display()))
+        .arg(format!("--sink=jsonl:{}", out.display()))
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    lines(&[out])
+}
+
+fn publish(server: &NatsServer, input: &Path, query: &str, dir: &Path) -> Proc {
+    run(
+        &[format!("--source=jsonl:{}", input.display()), format!("--sink={}", server.url(query))],
+        &dir.join("publisher.log"),
+    )
+}
+
+fn worker(server: &NatsServer, i: u32, n: u32, out: &Path, query: &str, dir: &Path) -> Proc {
+    run(
+        &[
+            format!("--source={}", server.url(query)),
+            format!("--worker={i}/{n}"),
+            format!("--sink=jsonl:{}", out.display()),
+            "--snapshot-interval=0.5".into(),
+            LRU.into(),
+        ],
+        &dir.join(format!("{}.log", out.file_name().unwrap().to_string_lossy())),
+    )
+}
+
+/// Waits until `done` holds for the lines of `files` (polled), or panics after `secs`.
+fn wait_for(files: &[PathBuf], secs: u64, what: &str, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let got = lines(files);
+        if done(&got) {
+            return got;
+        }
+        assert!(Instant::now() < deadline, "{what}: {} lines after {secs} s", got.len());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Every event name's calls as a multiset-free sequence, compared as sets and final counts.
+fn assert_covers(expected: &[Value], got: &[Value], what: &str) -> usize {
+    let seen: HashSet<String> = got.iter().map(Value::to_string).collect();
+    let missing: Vec<&Value> = expected.iter().filter(|l| !seen.contains(&l.to_string())).collect();
+    assert!(missing.is_empty(), "{what}: {} sink calls missing, e.g. {}", missing.len(), missing[0]);
+    assert_eq!(final_counts(got), final_counts(expected), "{what}: final counts");
+    got.len() - expected.len()
+}
+
+#[test]
+fn three_workers_give_the_single_host_sink_calls_per_event_name() {
+    let Some(server) = NatsServer::start("three_workers") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    // The bundled stream, then the vendored conformance streams, published once (one stream).
+    let input = dir.path().join("in.jsonl");
+    let mut text = std::fs::read_to_string(bundled_stream()).unwrap();
+    for name in ["burst30", "reasons12", "refill", "spaced11min"] {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../tests/fixtures/replay/{name}.in.jsonl"));
+        text += &std::fs::read_to_string(path).unwrap();
+    }
+    // The shared conformance suite's real-event stream (176k events), when it sits beside the
+    // repository (as for tests/it/replay_cli.rs).
+    let real = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/conformance/replay-real/real-expanded.in.jsonl.gz");
+    match std::fs::File::open(&real) {
+        Ok(file) => {
+            use std::io::Read;
+            flate2::read::GzDecoder::new(file).read_to_string(&mut text).unwrap();
+        }
+        Err(_) => println!("shared conformance suite not beside the repository: its real-event stream not published"),
+    }
+    std::fs::write(&input, &text).unwrap();
+    let expected = single_host(&input, dir.path());
+    let started = Instant::now();
+    let publisher = publish(&server, &input, "partitions=16", dir.path());
+    let status = wait(publisher);
+    assert!(status.success(), "{}", std::fs::read_to_string(dir.path().join("publisher.log")).unwrap());
+    let published = started.elapsed();
+    let outs: Vec<PathBuf> = (0..3).map(|i| dir.path().join(format!("w{i}.jsonl"))).collect();
+    let started = Instant::now();
+    let workers: Vec<Proc> = (0..3).map(|i| worker(&server, i, 3, &outs[i as usize], "", dir.path())).collect();
+    wait_for(&outs, 300, "3 workers", |l| l.len() >= expected.len());
+    let worked = started.elapsed();
+    workers.into_iter().for_each(stop);
+    let got = lines(&outs);
+    println!(
+        "{} events published in {published:?}, {} sink calls by 3 workers in {worked:?}",
+        text.lines().count(),
+        got.len()
+    );
+    assert_eq!(got.len(), expected.len(), "no duplicates without failures");
+    assert_eq!(by_name(&got), by_name(&expected), "per event name, the same sink calls in the same order");
+}
+
+/// The first `n` lines of the bundled stream in two halves (the failover tests need only enough
+/// to fail over mid-stream: 6,000 of its 13,860 lines), and the whole slice.
+fn halves(dir: &Path, n: usize) -> (PathBuf, PathBuf, PathBuf) {
+    let text = std::fs::read_to_string(bundled_stream()).unwrap();
+    let lines: Vec<&str> = text.lines().take(n).collect();
+    let write = |name: &str, part: &[&str]| {
+        let path = dir.join(name);
+        std::fs::write(&path, part.iter().map(|l| format!("{l}\n")).collect::<String>()).unwrap();
+        path
+    };
+    (write("first.jsonl", &lines[..n / 2]), write("second.jsonl", &lines[n / 2..]), write("slice.jsonl", &lines))
+}
+
+/// Workers here snapshot every 2 s, so that a failure lands between two snapshots.
+fn failover_worker(server: &NatsServer, i: u32, out: &Path, dir: &Path) -> Proc {
+    let query = "partitions=6&ack_wait=4&priority_timeout=4";
+    run(
+        &[
+            format!("--source={}", server.url(query)),
+            format!("--worker={i}/3"),
+            format!("--sink=jsonl:{}", out.display()),
+            "--snapshot-interval=2".into(),
+            LRU.into(),
+        ],
+        &dir.join(format!("{}.log", out.file_name().unwrap().to_string_lossy())),
+    )
+}
+
+#[test]
+fn a_worker_killed_mid_stream_and_restarted_loses_nothing_and_keeps_counts() {
+    let Some(server) = NatsServer::start("worker_failover") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (first, second, slice) = halves(dir.path(), 6000);
+    let expected = single_host(&slice, dir.path());
+    let outs: Vec<PathBuf> = (0..4).map(|i| dir.path().join(format!("w{i}.jsonl"))).collect();
+    let mut workers: Vec<Proc> = (0..3).map(|i| failover_worker(&server, i, &outs[i as usize], dir.path())).collect();
+    assert!(wait(publish(&server, &first, "partitions=6", dir.path())).success());
+    // Worker 1 has written calls of the first half: SIGKILL, no drain, no last snapshot,
+    // nothing acknowledged since its last snapshot.
+    wait_for(&outs[1..2], 120, "worker 1 writing", |l| l.len() >= 300);
+    let mut killed = workers.remove(1);
+    killed.0.kill().unwrap();
+    killed.0.wait().unwrap();
+    let before_kill = lines(&outs[1..2]).len();
+    workers.push(failover_worker(&server, 1, &outs[3], dir.path()));
+    assert!(wait(publish(&server, &second, "partitions=6", dir.path())).success());
+    wait_for(&outs, 300, "after the restart", |l| final_counts(l) == final_counts(&expected));
+    workers.into_iter().for_each(stop);
+    let got = lines(&outs);
+    let duplicates = assert_covers(&expected, &got, "worker killed");
+    println!("worker 1 killed after {before_kill} sink calls; {duplicates} sink calls written twice");
+    // What is written twice is what the killed worker wrote after its last snapshot (2 s).
+    assert!(duplicates <= before_kill, "{duplicates} duplicates, {before_kill} calls before the kill");
+}
+
+#[test]
+fn a_nats_server_restarted_mid_stream_loses_nothing_and_keeps_counts() {
+    let Some(mut server) = NatsServer::start("server_restart") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (first, second, slice) = halves(dir.path(), 6000);
+    let expected = single_host(&slice, dir.path());
+    let outs: Vec<PathBuf> = (0..3).map(|i| dir.path().join(format!("w{i}.jsonl"))).collect();
+    let workers: Vec<Proc> = (0..3).map(|i| failover_worker(&server, i, &outs[i as usize], dir.path())).collect();
+    assert!(wait(publish(&server, &first, "partitions=6", dir.path())).success());
+    wait_for(&outs, 120, "workers writing", |l| l.len() >= 1000);
+    // SIGKILL and start again on the same store: the workers reconnect by themselves.
+    server.restart();
+    assert!(wait(publish(&server, &second, "partitions=6", dir.path())).success());
+    wait_for(&outs, 300, "after the server restart", |l| final_counts(l) == final_counts(&expected));
+    workers.into_iter().for_each(stop);
+    let got = lines(&outs);
+    let duplicates = assert_covers(&expected, &got, "server restarted");
+    println!("{duplicates} sink calls written twice across the server restart ({} in all)", got.len());
+    assert!(duplicates < expected.len() / 2, "{duplicates} duplicates");
+}
+
+#[test]
+fn a_single_host_run_stopped_between_occurrences_patches_with_the_next_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, out, state) =
+        (dir.path().join("in.jsonl"), dir.path().join("out.jsonl"), dir.path().join("state.json"));
+    let occurrence = |i: u32| {
+        format!(
+            "{}\n",
+            serde_json::json!({
+                "metadata": {"name": format!("web-0.{i:x}"), "namespace": "shop"},
+                "involvedObject": {"kind": "Pod", "namespace": "shop", "name": "web-0", "uid": "u-1"},
+                "reason": "BackOff", "message": "Back-off restarting failed container", "type": "Warning",
+                "source": {"component": "kubelet", "host": "node-1"},
+                "firstTimestamp": format!("2025-01-01T00:00:{i:02}Z"), "lastTimestamp": format!("2025-01-01T00:00:{i:02}Z"),
+                "count": 1
+            })
+        )
+    };
+    std::fs::write(&input, (1..=7).map(occurrence).collect::<String>()).unwrap();
+    let start = || {
+        run(
+            &[
+                format!("--source=jsonl:{}", input.display()),
+                format!("--sink=jsonl:{}", out.display()),
+                "--follow".into(),
+                "--delivery=at-least-once".into(),
+                format!("--state-file={}", state.display()),
+            ],
+            &dir.path().join("run.log"),
+        )
+    };
+    let first = start();
+    wait_for(std::slice::from_ref(&out), 60, "7 occurrences", |l| l.len() == 7);
+    stop(first);
+    let saved: Value = serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
+    assert!(saved["correlator"]["partitions"].is_array(), "the state file holds the correlator: {saved}");
+    // The 8th occurrence comes while the run is stopped.
+    std::fs::write(&input, (1..=8).map(occurrence).collect::<String>()).unwrap();
+    let second = start();
+    let got = wait_for(std::slice::from_ref(&out), 60, "the 8th occurrence", |l| l.len() == 8);
+    stop(second);
+    let last = &got[7];
+    assert_eq!(last["verb"], "patch", "{last}");
+    assert_eq!(last["event"]["count"], 8, "{last}");
+    assert_eq!(last["event"]["metadata"]["name"], "web-0.1", "patched under the first occurrence's name");
+    let log = std::fs::read_to_string(dir.path().join("run.log")).unwrap();
+    assert!(log.contains("partition(s) restored"), "{log}");
+}

@@ -328,6 +328,29 @@ pub const DNS1123_SUBDOMAIN_MAX_LENGTH: usize = 253;
 
 /// Whether `name` is a DNS-1123 subdomain: at most 253 characters of `[a-z0-9.-]`, each
 /// dot-separated label starting and ending with an alphanumeric character
+/// Applies `patch` to `target` as an RFC 7386 JSON merge patch: objects merge key by key,
+/// `null` removes a key, anything else replaces. For an Event's patch (client-go's `count`,
+/// `lastTimestamp`, `message`) this is what the apiserver's strategic merge gives; the HTTP
+/// ingest and the watch cache apply patches with it.
+pub fn merge_patch(target: &mut serde_json::Value, patch: serde_json::Value) {
+    match patch {
+        serde_json::Value::Object(fields) => {
+            if !target.is_object() {
+                *target = serde_json::Value::Object(serde_json::Map::new());
+            }
+            let object = target.as_object_mut().expect("made an object above");
+            for (k, v) in fields {
+                if v.is_null() {
+                    object.remove(&k);
+                } else {
+                    merge_patch(object.entry(k).or_insert(serde_json::Value::Null), v);
+                }
+            }
+        }
+        other => *target = other,
+    }
+}
+
 /// (apimachinery `validation.IsDNS1123Subdomain`).
 pub fn is_dns1123_subdomain(name: &str) -> bool {
     let alnum = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();

@@ -921,7 +921,7 @@ async fn patch_or_update_inner(
             return Err(fail(bad_request(shared, "the patch is not a JSON object")));
         }
         let mut merged = serde_json::to_value(&known).expect("an event always serialises");
-        merge_patch(&mut merged, patch);
+        crate::event::merge_patch(&mut merged, patch);
         serde_json::from_value::<Event>(merged)
             .map_err(|e| fail(bad_request(shared, format!("the patched event is not a core/v1 Event: {e}"))))?
     } else {
@@ -952,28 +952,6 @@ async fn patch_or_update_inner(
     event.api_version = "v1".into();
     let route = if patching { IngestRoute::Patch } else { IngestRoute::Update };
     enqueue_one(shared, event, &headers, route, StatusCode::OK).await
-}
-
-/// RFC 7386 JSON merge patch: objects merge key by key, `null` removes a key, anything else
-/// replaces. For an Event's patch (client-go's `count`, `lastTimestamp`, `message`) this is what
-/// the apiserver's strategic merge gives.
-fn merge_patch(target: &mut serde_json::Value, patch: serde_json::Value) {
-    match patch {
-        serde_json::Value::Object(fields) => {
-            if !target.is_object() {
-                *target = serde_json::Value::Object(serde_json::Map::new());
-            }
-            let object = target.as_object_mut().expect("made an object above");
-            for (k, v) in fields {
-                if v.is_null() {
-                    object.remove(&k);
-                } else {
-                    merge_patch(object.entry(k).or_insert(serde_json::Value::Null), v);
-                }
-            }
-        }
-        other => *target = other,
-    }
 }
 
 /// One bad line of an `/ingest` body.

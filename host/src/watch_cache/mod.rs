@@ -427,7 +427,7 @@ impl WatchCache {
         let key = (namespace.to_string(), name.to_string());
         let prev = state.objects.get(&key).cloned().ok_or_else(|| WriteError::NotFound(name.to_string()))?;
         let mut value = serde_json::to_value(&prev.event).expect("an Event always serialises");
-        merge_patch(&mut value, patch);
+        crate::event::merge_patch(&mut value, patch);
         let mut event: Event = serde_json::from_value(value)
             .map_err(|e| WriteError::BadPatch(format!("patched event is invalid: {e}")))?;
         event.metadata.namespace = prev.event.metadata.namespace.clone();
@@ -609,26 +609,6 @@ fn fill_server_fields(mut event: Event, now: DateTime<Utc>) -> Event {
         event.metadata.creation_timestamp = Some(now);
     }
     event
-}
-
-/// RFC 7386 JSON merge patch: objects merge key by key, `null` removes, anything else replaces.
-fn merge_patch(target: &mut serde_json::Value, patch: serde_json::Value) {
-    match patch {
-        serde_json::Value::Object(fields) => {
-            if !target.is_object() {
-                *target = serde_json::Value::Object(Default::default());
-            }
-            let object = target.as_object_mut().expect("made an object above");
-            for (k, v) in fields {
-                if v.is_null() {
-                    object.remove(&k);
-                } else {
-                    merge_patch(object.entry(k).or_insert(serde_json::Value::Null), v);
-                }
-            }
-        }
-        other => *target = other,
-    }
 }
 
 /// A pull-style watcher of a [`WatchCache`]: a resourceVersion and a predicate (see the module

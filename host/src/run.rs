@@ -673,6 +673,25 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
             }
         })
     };
+    // What is left to finish once the source ends, whichever tier this run is.
+    let finish = Finish {
+        event_broadcaster,
+        router,
+        watchers,
+        shutdown: shutdown.clone(),
+        shutdown_timeout,
+        live_stats,
+        sinks,
+        watcher,
+        periodic,
+        committer,
+        registry,
+        swaps_before,
+        latest_plan: latest_plan.clone(),
+        rejected_configs,
+        scale: None,
+        watch_cache: watch_cache.clone(),
+    };
     if let (Some(connected), Some(target)) = (connected, &works_on) {
         // The worker tier: its partitions' consumers feed router partitions of their own.
         let worker = worker.unwrap_or(crate::scale::WorkerIndex { index: 0, count: 1 });
@@ -697,24 +716,7 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         readiness.set(false);
         return finish_run(
             Ok(RunSummary { source: stats, ..RunSummary::default() }),
-            Finish {
-                event_broadcaster,
-                router,
-                watchers,
-                shutdown,
-                shutdown_timeout,
-                live_stats,
-                sinks,
-                watcher,
-                periodic,
-                committer,
-                registry,
-                swaps_before,
-                latest_plan,
-                rejected_configs,
-                scale: Some(scale_counters),
-                watch_cache,
-            },
+            Finish { scale: Some(scale_counters), ..finish },
         )
         .await;
     }
@@ -738,7 +740,7 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
                     readiness.set(false)
                 })
             };
-            let ran = source.run(event_broadcaster.broadcaster().clone(), shutdown.clone()).await;
+            let ran = source.run(finish.event_broadcaster.broadcaster().clone(), shutdown.clone()).await;
             readiness.set(false);
             not_ready_at_shutdown.abort();
             ran.map(|source| RunSummary { source, ..RunSummary::default() }).map_err(RunError::from)
@@ -751,28 +753,7 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
             scale.refused();
         }
     }
-    finish_run(
-        summary,
-        Finish {
-            event_broadcaster,
-            router,
-            watchers,
-            shutdown,
-            shutdown_timeout,
-            live_stats,
-            sinks,
-            watcher,
-            periodic,
-            committer,
-            registry,
-            swaps_before,
-            latest_plan,
-            rejected_configs,
-            scale,
-            watch_cache,
-        },
-    )
-    .await
+    finish_run(summary, Finish { scale, ..finish }).await
 }
 
 /// What a run has left to finish once its source ended.

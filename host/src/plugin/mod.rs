@@ -576,9 +576,22 @@ impl PluginRuntime {
 /// The kind whose batch export the component has; an error unless exactly one.
 fn kind_of(engine: &Engine, component: &Component) -> Result<PluginKind, String> {
     let exports: Vec<String> = component.component_type().exports(engine).map(|(name, _)| name.to_string()).collect();
+    kind_from_exports(&exports)
+}
+
+/// The kind of a component exporting `exports` (names of its top-level exports), or why it is
+/// none: no world, several, or a world of an older WIT (a sink's `send-batch`, a filter without
+/// `fields`).
+fn kind_from_exports(exports: &[String]) -> Result<PluginKind, String> {
     let kinds: Vec<PluginKind> =
         PluginKind::ALL.into_iter().filter(|k| exports.iter().any(|e| e == k.batch_export())).collect();
     match kinds.as_slice() {
+        [PluginKind::Filter] if !exports.iter().any(|e| e == "fields") => Err(format!(
+            "a filter built against an older `filter` world (no `fields` export: filters now declare \
+             the fields they read and get a projected batch): rebuild it with the current SDK or WIT; \
+             it exports: [{}]",
+            exports.join(", ")
+        )),
         [kind] => Ok(*kind),
         [] if exports.iter().any(|e| e == "send-batch") => Err(format!(
             "a sink built against an older WIT (exports `send-batch`, now `deliver-batch`): rebuild it; \
@@ -644,6 +657,25 @@ impl Drop for SlowCompileNotice {
         if let Some(w) = self.watcher.take() {
             let _ = w.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod kind_tests {
+    use super::*;
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_filter_without_fields_is_from_the_older_world_and_says_rebuild() {
+        let old = kind_from_exports(&names(&["filter", "filter-batch"])).unwrap_err();
+        assert!(old.contains("older `filter` world") && old.contains("rebuild"), "{old}");
+        assert_eq!(kind_from_exports(&names(&["filter", "fields", "filter-batch"])), Ok(PluginKind::Filter));
+        assert_eq!(kind_from_exports(&names(&["spam-key", "spam-key-batch"])), Ok(PluginKind::SpamKey));
+        assert!(kind_from_exports(&names(&["send-batch"])).unwrap_err().contains("older WIT"));
+        assert!(kind_from_exports(&names(&["filter-batch", "watch-batch"])).unwrap_err().contains("several"));
     }
 }
 

@@ -221,7 +221,7 @@ struct Publication {
     seq: u64,
     subject: String,
     id: Option<String>,
-    headers: Option<Arc<[(String, String)]>>,
+    headers: crate::event::IngestHeaders,
     payload: Bytes,
     ack: Option<AckFuture>,
 }
@@ -241,7 +241,7 @@ impl Publication {
         if let Some(id) = &self.id {
             message = message.message_id(id);
         }
-        for (name, value) in self.headers.iter().flat_map(|h| h.iter()) {
+        for (name, value) in self.headers.get().into_iter().flatten() {
             message = message.header(INGEST_HEADER, format!("{name}: {value}").as_str());
         }
         let ack = js.send_publish(self.subject.clone(), message).await.map_err(|e| e.to_string())?;
@@ -335,7 +335,7 @@ pub async fn publish(
                         seq,
                         subject: o.target.subject(tenant, partition),
                         id,
-                        headers: event.ingest_headers.get().map(Arc::from),
+                        headers: event.ingest_headers.clone(),
                         payload: Bytes::from(serde_json::to_vec(&event).expect("an event serialises")),
                         ack: None,
                     };

@@ -201,6 +201,8 @@ async fn kube_runtime_watcher_lists_and_watches_through_a_restart_and_a_410() {
     // A restart of the client: a new watcher lists the state, with what changed meanwhile.
     drop(stream);
     ingest(&served, &[occurrence("shop", "web-0", "BackOff", "Warning", 6)]);
+    // Ingest answers once the event is queued; the write to the cache follows.
+    wait_for_counts(&all, &[("web-0.1", 4)]).await;
     let mut stream = watcher(all.clone(), config.clone()).boxed();
     let mut restarted = Seen::default();
     until(&mut stream, &mut restarted, |s| s.lists == 1).await;

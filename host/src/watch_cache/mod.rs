@@ -369,8 +369,12 @@ impl WatchCache {
     /// each a `DELETED` change.
     fn trim(&self, state: &mut State, now: DateTime<Utc>) {
         let ttl = chrono::Duration::from_std(self.config.event_ttl).unwrap_or(chrono::Duration::MAX);
-        while let Some(key) = state.by_rv.first_key_value().map(|(_, key)| key.clone()) {
-            let version = state.objects.get(&key).expect("by_rv names held objects").clone();
+        // The oldest held version (an `Arc`: no key copied for the usual check that stops here).
+        while let Some(version) = state
+            .by_rv
+            .first_key_value()
+            .map(|(_, key)| state.objects.get(key).expect("by_rv names held objects").clone())
+        {
             let expired = version.written + ttl <= now;
             let over = state.objects.len() > self.config.max_objects;
             if !expired && !over {

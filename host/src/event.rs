@@ -259,19 +259,107 @@ const GO_ZERO_TIME_UNIX: i64 = -62_135_596_800;
 
 /// Formats as `metav1.Time` does: RFC 3339, UTC, truncated to the second, `Z` suffix.
 pub fn format_time(t: &Time) -> String {
-    t.to_rfc3339_opts(SecondsFormat::Secs, true)
+    TimeText::seconds(t).as_str().to_owned()
 }
 
 /// Formats as `metav1.MicroTime` does: RFC 3339, UTC, six fractional digits, `Z` suffix.
 pub fn format_micro_time(t: &Time) -> String {
-    t.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
+    TimeText::micros(t).as_str().to_owned()
+}
+
+/// A timestamp's wire text, formatted on the stack: what [`format_time`] and
+/// [`format_micro_time`] return, without their allocation (serialisation writes one to three
+/// per event).
+pub struct TimeText {
+    bytes: [u8; 27],
+    len: u8,
+    /// Years outside 0–9999 (chrono writes a sign and more digits) and leap seconds.
+    unusual: Option<String>,
+}
+
+impl TimeText {
+    /// `2024-06-01T00:21:17Z`.
+    pub fn seconds(t: &Time) -> Self {
+        Self::new(t, false)
+    }
+
+    /// `2024-06-01T00:21:17.494265Z`.
+    pub fn micros(t: &Time) -> Self {
+        Self::new(t, true)
+    }
+
+    fn new(t: &Time, micros: bool) -> Self {
+        use chrono::{Datelike, Timelike};
+        let (year, nanos) = (t.year(), t.nanosecond());
+        if !(0..=9999).contains(&year) || nanos >= 1_000_000_000 {
+            let unusual = if micros {
+                t.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
+            } else {
+                t.to_rfc3339_opts(SecondsFormat::Secs, true)
+            };
+            return Self { bytes: [0; 27], len: 0, unusual: Some(unusual) };
+        }
+        let mut bytes = *b"0000-00-00T00:00:00.000000Z";
+        let mut put = |at: usize, width: usize, mut n: u32| {
+            for i in (at..at + width).rev() {
+                bytes[i] = b'0' + (n % 10) as u8;
+                n /= 10;
+            }
+        };
+        put(0, 4, year as u32);
+        put(5, 2, t.month());
+        put(8, 2, t.day());
+        put(11, 2, t.hour());
+        put(14, 2, t.minute());
+        put(17, 2, t.second());
+        let len = if micros {
+            put(20, 6, nanos / 1000);
+            27
+        } else {
+            bytes[19] = b'Z';
+            20
+        };
+        Self { bytes, len, unusual: None }
+    }
+
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        match &self.unusual {
+            Some(text) => text,
+            None => std::str::from_utf8(&self.bytes[..usize::from(self.len)]).expect("ASCII digits"),
+        }
+    }
+}
+
+/// Reads an optional timestamp straight from the input's text (no `String` per timestamp).
+struct TimeVisitor;
+
+impl<'de> serde::de::Visitor<'de> for TimeVisitor {
+    type Value = Option<Time>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a string")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Self::Value, E> {
+        parse_time(s).map_err(|e| E::custom(format!("invalid timestamp {s:?}: {e}")))
+    }
+
+    fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_str(TimeVisitor)
+    }
 }
 
 fn deserialize_time<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Time>, D::Error> {
-    match Option::<String>::deserialize(d)? {
-        None => Ok(None),
-        Some(s) => parse_time(&s).map_err(|e| serde::de::Error::custom(format!("invalid timestamp {s:?}: {e}"))),
-    }
+    d.deserialize_option(TimeVisitor)
 }
 
 /// serde for `metav1.Time` fields (`Option<Time>`; `null` when unset).
@@ -282,7 +370,7 @@ pub mod metav1_time {
     /// Writes RFC 3339 seconds, or `null`.
     pub fn serialize<S: Serializer>(t: &Option<Time>, s: S) -> Result<S::Ok, S::Error> {
         match t {
-            Some(t) => s.serialize_str(&format_time(t)),
+            Some(t) => s.serialize_str(TimeText::seconds(t).as_str()),
             None => s.serialize_none(),
         }
     }
@@ -301,7 +389,7 @@ pub mod metav1_micro_time {
     /// Writes RFC 3339 with microseconds, or `null`.
     pub fn serialize<S: Serializer>(t: &Option<Time>, s: S) -> Result<S::Ok, S::Error> {
         match t {
-            Some(t) => s.serialize_str(&format_micro_time(t)),
+            Some(t) => s.serialize_str(TimeText::micros(t).as_str()),
             None => s.serialize_none(),
         }
     }
@@ -407,6 +495,33 @@ mod tests {
         let v = serde_json::to_value(&e).unwrap();
         assert_eq!(v["lastTimestamp"], "2024-05-31T22:02:22Z");
         assert_eq!(v["eventTime"], "2024-06-01T00:02:22.123456Z");
+    }
+
+    /// The stack formatter writes exactly what chrono writes, for ordinary instants, the
+    /// edges of 4-digit years, years outside them and a leap second.
+    #[test]
+    fn time_text_is_chronos_rfc3339() {
+        use chrono::TimeZone;
+        let mut instants: Vec<Time> = vec![
+            Utc.with_ymd_and_hms(0, 1, 1, 0, 0, 0).unwrap(),
+            Utc.with_ymd_and_hms(9999, 12, 31, 23, 59, 59).unwrap() + chrono::Duration::nanoseconds(999_999_999),
+            Utc.with_ymd_and_hms(-1, 6, 1, 1, 2, 3).unwrap(),
+            Utc.with_ymd_and_hms(10000, 1, 1, 0, 0, 0).unwrap(),
+            chrono::NaiveDate::from_ymd_opt(2016, 12, 31)
+                .unwrap()
+                .and_hms_nano_opt(23, 59, 59, 1_500_000_000)
+                .unwrap()
+                .and_utc(),
+        ];
+        let mut nanos: i64 = 1_717_200_077_494_265_694;
+        for _ in 0..2000 {
+            instants.push(Utc.timestamp_nanos(nanos));
+            nanos = nanos.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407) >> 1;
+        }
+        for t in instants {
+            assert_eq!(TimeText::seconds(&t).as_str(), t.to_rfc3339_opts(SecondsFormat::Secs, true), "{t:?}");
+            assert_eq!(TimeText::micros(&t).as_str(), t.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string(), "{t:?}");
+        }
     }
 
     #[test]

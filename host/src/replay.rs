@@ -8,12 +8,13 @@
 //! output stays aligned with input.
 
 use std::io::{BufRead, Write};
+use std::sync::mpsc;
 
 use crate::source::lines::{Line, LineEnd, read_line};
 
-use crate::correlator::{CorrelatorOptions, Occurrence, PREPARE_BATCH_SIZE};
+use crate::correlator::{CorrelatorOptions, EventCorrelateResult, Occurrence, PREPARE_BATCH_SIZE};
 use crate::source::decode::{DecodeError, Decoded, Decoder};
-use crate::stage::TenantStage;
+use crate::stage::{Staged, TenantStage};
 use crate::tenant::DEFAULT_TENANT;
 
 /// How to replay.
@@ -49,24 +50,61 @@ pub enum ReplayError {
     Write(#[source] std::io::Error),
 }
 
+/// Batches in flight between two threads of a replay (each up to [`PREPARE_BATCH_SIZE`]
+/// documents): bounds memory while each thread keeps working.
+const BATCHES_IN_FLIGHT: usize = 4;
+
+/// One input document's outcome, in input order.
+enum Outcome {
+    /// The event's result.
+    Result(EventCorrelateResult),
+    /// Why the document was not replayed (`line N: …`).
+    Error(String),
+}
+
 /// Replays `input` to `output`. Malformed lines are reported on the `error` output line and
 /// in the log (with their line number) and never stop the replay.
 ///
+/// Three threads, each a step of one pipeline, hand batches of [`PREPARE_BATCH_SIZE`]
+/// documents on: reading and decoding (a thread of its own), correlating (the calling
+/// thread: the EventCorrelator is sequential by nature), and writing the JSON lines (a
+/// thread of its own). The output is exactly that of one thread doing all three in turn.
+///
 /// # Errors
-/// Only I/O errors on `input` or `output`.
+/// Only I/O errors on `input` or `output`; the first one stops every step.
 pub fn replay(
-    input: impl BufRead,
-    mut output: impl Write,
+    input: impl BufRead + Send,
+    output: impl Write + Send,
     options: ReplayOptions,
 ) -> Result<ReplaySummary, ReplayError> {
     let mut stage = TenantStage::new(DEFAULT_TENANT, options.correlator);
+    let (decoded_tx, decoded_rx) = mpsc::sync_channel::<Vec<Result<Decoded, DecodeError>>>(BATCHES_IN_FLIGHT);
+    let (outcome_tx, outcome_rx) = mpsc::sync_channel::<Vec<Outcome>>(BATCHES_IN_FLIGHT);
+    std::thread::scope(|scope| {
+        let reader = scope.spawn(move || read(input, &decoded_tx));
+        let writer = scope.spawn(move || write(output, &outcome_rx));
+        let mut summary = ReplaySummary::default();
+        for batch in decoded_rx {
+            let outcomes = correlate(batch, &mut stage, &mut summary, !options.no_update_state);
+            if outcome_tx.send(outcomes).is_err() {
+                break; // the writer failed: its error is returned below
+            }
+        }
+        drop(outcome_tx);
+        summary.aggregated = stage.stats().aggregated;
+        let written = writer.join().expect("the replay writer does not panic");
+        let read = reader.join().expect("the replay reader does not panic");
+        written?;
+        read?;
+        Ok(summary)
+    })
+}
+
+/// Step 1: reads and decodes `input`, handing on batches of up to [`PREPARE_BATCH_SIZE`]
+/// documents, until the input ends or the correlating step stops.
+fn read(mut input: impl BufRead, to: &mpsc::SyncSender<Vec<Result<Decoded, DecodeError>>>) -> Result<(), ReplayError> {
     let mut decoder = Decoder::new();
-    let mut summary = ReplaySummary::default();
     let mut pending: Vec<Result<Decoded, DecodeError>> = Vec::with_capacity(PREPARE_BATCH_SIZE);
-    let mut write_batch = |pending: &mut Vec<Result<Decoded, DecodeError>>, summary: &mut ReplaySummary| {
-        flush(pending, &mut stage, &mut output, summary, !options.no_update_state)
-    };
-    let mut input = input;
     let mut line = Line::default();
     loop {
         line.clear();
@@ -78,54 +116,84 @@ pub fn replay(
         // A line that is not UTF-8 becomes an error line in its place (exit 2), as any bad line.
         decoder.push_bytes(text, |item| pending.push(item));
         if pending.len() >= PREPARE_BATCH_SIZE {
-            write_batch(&mut pending, &mut summary)?;
+            let full = std::mem::replace(&mut pending, Vec::with_capacity(PREPARE_BATCH_SIZE));
+            if to.send(full).is_err() {
+                return Ok(()); // a later step failed: its error is the one returned
+            }
         }
     }
     pending.extend(decoder.finish().map(Err));
-    write_batch(&mut pending, &mut summary)?;
-    summary.aggregated = stage.stats().aggregated;
-    output.flush().map_err(ReplayError::Write)?;
-    Ok(summary)
+    if !pending.is_empty() {
+        let _ = to.send(pending);
+    }
+    Ok(())
 }
 
-/// Correlates and writes the pending documents, in order.
-fn flush(
-    pending: &mut Vec<Result<Decoded, DecodeError>>,
+/// Step 2: correlates one batch, in order, calling `update_state` after each written result
+/// as client-go's `recordToSink` does after a successful write.
+fn correlate(
+    batch: Vec<Result<Decoded, DecodeError>>,
     stage: &mut TenantStage,
-    output: &mut impl Write,
     summary: &mut ReplaySummary,
     update_state: bool,
-) -> Result<(), ReplayError> {
-    // Positions of the events among the pending documents, so errors keep their place.
-    let mut occurrences = Vec::with_capacity(pending.len());
-    let mut slots = Vec::with_capacity(pending.len());
-    for item in pending.drain(..) {
+) -> Vec<Outcome> {
+    // Positions of the events among the documents, so errors keep their place.
+    let mut occurrences = Vec::with_capacity(batch.len());
+    let mut outcomes: Vec<Option<Outcome>> = Vec::with_capacity(batch.len());
+    for item in batch {
         match item {
             Ok(Decoded::Event { event, clock, spam_filter_clock, .. }) => {
                 occurrences.push(Occurrence::replayed(event, clock, spam_filter_clock));
-                slots.push(None);
+                outcomes.push(None);
             }
-            Ok(other) => slots.push(Some(format!("line {}: not an event ({})", other.line(), other.describe()))),
-            Err(e) => slots.push(Some(e.to_string())),
+            Ok(other) => outcomes.push(Some(Outcome::Error(format!(
+                "line {}: not an event ({})",
+                other.line(),
+                other.describe()
+            )))),
+            Err(e) => outcomes.push(Some(Outcome::Error(e.to_string()))),
         }
     }
-    let mut results = stage.correlate(occurrences, |r| r.event.clone().filter(|_| update_state)).into_iter();
-    for slot in slots {
-        let line = match slot {
-            Some(error) => {
+    let mut staged = stage.prepare(occurrences).into_iter();
+    outcomes
+        .into_iter()
+        .map(|slot| match slot {
+            Some(Outcome::Error(error)) => {
                 tracing::warn!(%error, "replay: skipping input");
                 summary.errors += 1;
-                serde_json::to_vec(&serde_json::json!({ "error": error }))
+                Outcome::Error(error)
             }
+            Some(result) => result,
             None => {
-                let result = results.next().expect("one result per event slot").expect("no filters in replay");
+                let Some(Staged::Prepared(prepared)) = staged.next() else {
+                    unreachable!("replay has no filters and no rules: one prepared event per event")
+                };
+                let result = stage.finish(prepared);
+                if update_state && let Some(event) = &result.event {
+                    stage.update_state(event);
+                }
                 summary.results += 1;
                 summary.skipped += u64::from(result.skip);
-                serde_json::to_vec(&result)
+                Outcome::Result(result)
             }
+        })
+        .collect()
+}
+
+/// Step 3: writes one JSON line per outcome, in order.
+fn write(mut output: impl Write, from: &mpsc::Receiver<Vec<Outcome>>) -> Result<(), ReplayError> {
+    let mut text = Vec::with_capacity(1 << 16);
+    for batch in from {
+        text.clear();
+        for outcome in batch {
+            match &outcome {
+                Outcome::Result(result) => serde_json::to_writer(&mut text, result),
+                Outcome::Error(error) => serde_json::to_writer(&mut text, &serde_json::json!({ "error": error })),
+            }
+            .expect("results serialise");
+            text.push(b'\n');
         }
-        .expect("results serialise");
-        output.write_all(&line).and_then(|()| output.write_all(b"\n")).map_err(ReplayError::Write)?;
+        output.write_all(&text).map_err(ReplayError::Write)?;
     }
-    Ok(())
+    output.flush().map_err(ReplayError::Write)
 }

@@ -47,9 +47,9 @@ pub fn execute(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         })?;
         Some((counts, progress))
     });
-    let input = Counting { inner: std::io::stdin().lock(), counts: counts.as_ref().map(|(c, _)| c.clone()) };
+    let input = Counting { inner: std::io::stdin(), counts: counts.as_ref().map(|(c, _)| c.clone()) };
     let stdin = BufReader::with_capacity(1 << 16, input);
-    let stdout = BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    let stdout = BufWriter::with_capacity(1 << 16, std::io::stdout());
     let summary = replay(stdin, stdout, options);
     if let Some((_, progress)) = counts {
         progress.finish();

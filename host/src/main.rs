@@ -57,6 +57,12 @@ enum Command {
     },
 }
 
+/// jemalloc: events are allocated on one thread and freed on another (decoding, correlating,
+/// writing), where glibc's malloc spends more time than the pipeline itself.
+#[cfg(all(feature = "jemalloc", not(target_env = "msvc")))]
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Err(e) = try_init_logging(cli.log_format) {

@@ -81,8 +81,9 @@ pub fn replay(
     let (decoded_tx, decoded_rx) = mpsc::sync_channel::<Vec<Result<Decoded, DecodeError>>>(BATCHES_IN_FLIGHT);
     let (outcome_tx, outcome_rx) = mpsc::sync_channel::<Vec<Outcome>>(BATCHES_IN_FLIGHT);
     std::thread::scope(|scope| {
-        let reader = scope.spawn(move || read(input, &decoded_tx));
-        let writer = scope.spawn(move || write(output, &outcome_rx));
+        let spawn = |name: &str| std::thread::Builder::new().name(format!("replay-{name}"));
+        let reader = spawn("read").spawn_scoped(scope, move || read(input, &decoded_tx)).map_err(ReplayError::Read)?;
+        let writer = spawn("write").spawn_scoped(scope, move || write(output, &outcome_rx)).map_err(ReplayError::Write)?;
         let mut summary = ReplaySummary::default();
         for batch in decoded_rx {
             let outcomes = correlate(batch, &mut stage, &mut summary, !options.no_update_state);

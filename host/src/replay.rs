@@ -83,7 +83,8 @@ pub fn replay(
     std::thread::scope(|scope| {
         let spawn = |name: &str| std::thread::Builder::new().name(format!("replay-{name}"));
         let reader = spawn("read").spawn_scoped(scope, move || read(input, &decoded_tx)).map_err(ReplayError::Read)?;
-        let writer = spawn("write").spawn_scoped(scope, move || write(output, &outcome_rx)).map_err(ReplayError::Write)?;
+        let writer =
+            spawn("write").spawn_scoped(scope, move || write(output, &outcome_rx)).map_err(ReplayError::Write)?;
         let mut summary = ReplaySummary::default();
         for batch in decoded_rx {
             let outcomes = correlate(batch, &mut stage, &mut summary, !options.no_update_state);

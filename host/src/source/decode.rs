@@ -302,10 +302,15 @@ impl Decoder {
             let origin = Origin { line: self.line, col: pos };
             // Fast path: the rest of the line is exactly one document (the JSON Lines case).
             let rest = line[pos..].trim_end_matches([' ', '\t', '\r', '\n']);
-            if rest.ends_with(['}', ']'])
-                && let Ok(top) = parse_top(rest)
-            {
-                return decode_top(&Doc { text: rest, origin }, top, emit);
+            if rest.ends_with(['}', ']']) {
+                if first == b'{'
+                    && let Some(decoded) = decode_one_pass(rest, origin.line)
+                {
+                    return emit(Ok(decoded));
+                }
+                if let Ok(top) = parse_top(rest) {
+                    return decode_top(&Doc { text: rest, origin }, top, emit);
+                }
             }
             self.scanner.reset();
             match self.scanner.scan(bytes, pos) {
@@ -698,20 +703,24 @@ impl fmt::Display for Context {
 
 /// Every field of every accepted object: watch envelope, list, replay line, core/v1 and
 /// events.k8s.io Event. One parse decides the shape; unknown fields are ignored.
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase", expecting = "a JSON object")]
-struct Wire<'a> {
+///
+/// `N` is what a watch envelope's `object` and a replay line's `event` are read as: their raw
+/// text by default (the exact path, [`decode_top`], which parses them in a second step and
+/// names them in its errors), or an [`Inner`] Wire read in the same pass ([`decode_one_pass`]).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", expecting = "a JSON object", bound(deserialize = "N: Deserialize<'de>"))]
+struct Wire<'a, N = &'a RawValue> {
     #[serde(default, deserialize_with = "nullable")]
     kind: String,
     #[serde(default, deserialize_with = "nullable")]
     api_version: String,
     // Watch envelope (`type` is shared with events), list, replay line.
-    #[serde(borrow, default)]
-    object: Option<&'a RawValue>,
+    #[serde(default)]
+    object: Option<N>,
     #[serde(borrow, default)]
     items: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    event: Option<&'a RawValue>,
+    #[serde(default)]
+    event: Option<N>,
     #[serde(default)]
     clock: Option<String>,
     #[serde(rename = "spam_filter_clock", default)]
@@ -772,7 +781,7 @@ enum Api {
     Events,
 }
 
-impl Wire<'_> {
+impl<N> Wire<'_, N> {
     fn is_envelope(&self) -> bool {
         self.object.is_some() || WatchKind::parse(&self.type_).is_some()
     }
@@ -860,6 +869,66 @@ impl Wire<'_> {
             message.push_str(&format!(" ({}: {})", self.reason, excerpt(&self.message)));
         }
         message
+    }
+}
+
+/// A watch envelope's `object` or a replay line's `event` read in the same pass as the line
+/// ([`decode_one_pass`]): a JSON object only (serde would also read a struct from an array),
+/// whose own `object` / `event` are kept raw, as the exact path's second step reads them.
+struct Inner<'a>(Box<Wire<'a>>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Inner<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Wire::deserialize(ObjectsOnly(d)).map(|w| Inner(Box::new(w)))
+    }
+}
+
+/// A deserializer that reads structs from JSON objects only.
+struct ObjectsOnly<D>(D);
+
+impl<'de, D: serde::Deserializer<'de>> serde::Deserializer<'de> for ObjectsOnly<D> {
+    type Error = D::Error;
+
+    fn deserialize_any<V: serde::de::Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
+        self.0.deserialize_map(visitor)
+    }
+
+    fn deserialize_struct<V: serde::de::Visitor<'de>>(
+        self,
+        _name: &'static str,
+        _fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, D::Error> {
+        self.0.deserialize_map(visitor)
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf option
+        unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier ignored_any
+    }
+}
+
+/// The common one-line documents — a core/v1 or events.k8s.io Event, a watch event `ADDED`,
+/// `MODIFIED` or `DELETED`, a replay line — decoded in one pass over the text (the exact path
+/// reads a nested `object` / `event` twice: once to find its end, once to decode it). `None`
+/// for anything else, and for any document with a problem: the exact path then decodes it and
+/// words the error, so what comes out is exactly the exact path's.
+fn decode_one_pass(text: &str, line: u64) -> Option<Decoded> {
+    let wire: Wire<'_, Inner<'_>> = serde_json::from_str(text).ok()?;
+    if wire.is_envelope() {
+        let Some(WatchKind::Event(t)) = WatchKind::parse(&wire.type_) else { return None };
+        let event = wire.object?.0.into_event("").ok()?;
+        Some(occurrence(event, Some(t), line))
+    } else if wire.is_replay() {
+        let clock = parse_clock("clock", wire.clock.as_deref()?, line).ok()?;
+        let spam_filter_clock =
+            wire.spam_filter_clock.as_deref().map(|c| parse_clock("spam_filter_clock", c, line)).transpose().ok()?;
+        let event = wire.event?.0.into_event("").ok()?;
+        Some(Decoded::Event { event, clock: Some(clock), spam_filter_clock, watch_type: None, line })
+    } else if wire.is_list() {
+        None
+    } else {
+        wire.into_event("").ok().map(|event| occurrence(event, None, line))
     }
 }
 
@@ -1148,6 +1217,73 @@ mod tests {
             .replace(r#""count": 1"#, r#""count": 2"#)
             .replace(r#""resourceVersion": "1234""#, r#""resourceVersion": "1240""#)
             .replace(r#""lastTimestamp": "2025-01-01T00:00:01Z""#, r#""lastTimestamp": "2025-01-01T00:00:09Z""#)
+    }
+
+    /// The exact path's items for a one-line document (what the decoder gave before the
+    /// one-pass path existed).
+    fn exact(text: &str) -> Vec<Result<Decoded, DecodeError>> {
+        let mut out = Vec::new();
+        let doc = Doc { text, origin: Origin { line: 7, col: 0 } };
+        match parse_top(text) {
+            Ok(top) => decode_top(&doc, top, &mut |r| out.push(r)),
+            Err(e) => out.push(Err(doc.json_error(doc.start(), text, Context::Document, &e))),
+        }
+        out
+    }
+
+    /// Wherever the one-pass path answers, it answers exactly what the exact path does; and it
+    /// does answer for the common shapes (so the exact path is not silently taken for them).
+    #[test]
+    fn one_pass_decoding_equals_the_exact_path() {
+        let ev = r#"{"metadata":{"name":"n.1","namespace":"ns","labels":{"a":"b"},"managedFields":[{"x":1}]},"involvedObject":{"kind":"Pod","name":"p","uid":"u"},"reason":"R","message":"m \"q\" \u00e9","source":{"component":"kubelet","host":"h"},"firstTimestamp":"2024-06-01T00:00:01Z","lastTimestamp":"2024-06-01T00:00:02.5Z","count":3,"type":"Warning","eventTime":null}"#;
+        let v1 = r#"{"apiVersion":"events.k8s.io/v1","kind":"Event","metadata":{"name":"e"},"regarding":{"kind":"Pod","name":"p"},"note":"n","reason":"R","type":"Normal","deprecatedCount":4,"deprecatedSource":{"component":"c"}}"#;
+        let answered = [
+            ev.to_string(),
+            v1.to_string(),
+            format!(r#"{{"type":"ADDED","object":{ev}}}"#),
+            format!(r#"{{"object":{ev},"type":"MODIFIED"}}"#),
+            format!(r#"{{"type":"DELETED","object":{v1}}}"#),
+            format!(r#"{{"clock":"2024-06-01T00:00:03.123456789Z","event":{ev}}}"#),
+            format!(r#"{{"event":{ev},"clock":"2024-06-01T00:00:03Z","spam_filter_clock":"2024-06-01T00:00:04Z"}}"#),
+            // A nested value's own `object` / `event` is not read (as the exact path's second step).
+            format!(r#"{{"type":"ADDED","object":{}}}"#, ev.replacen('{', r#"{"object":[1,{"a":2}],"event":5,"#, 1)),
+        ];
+        let declined = [
+            format!(r#"{{"type":"ADDED","object":[]}}"#),
+            format!(r#"{{"type":"ADDED","object":5}}"#),
+            format!(r#"{{"type":"ADDED","object":null}}"#),
+            format!(r#"{{"type":"ADDED"}}"#),
+            format!(r#"{{"type":"BOOKMARK","object":{{"metadata":{{"resourceVersion":"12"}}}}}}"#),
+            format!(
+                r#"{{"type":"ERROR","object":{{"kind":"Status","code":410,"reason":"Expired","message":"too old"}}}}"#
+            ),
+            format!(r#"{{"type":"NOPE","object":{ev}}}"#),
+            format!(r#"{{"type":"ADDED","object":{{"metadata":{{}}}}}}"#),
+            format!(r#"{{"clock":"yesterday","event":{ev}}}"#),
+            format!(r#"{{"clock":"2024-06-01T00:00:03Z","spam_filter_clock":7,"event":{ev}}}"#),
+            format!(r#"{{"clock":"2024-06-01T00:00:03Z"}}"#),
+            format!(r#"{{"event":{ev}}}"#),
+            format!(r#"{{"clock":"2024-06-01T00:00:03Z","event":[]}}"#),
+            format!(r#"{{"clock":"2024-06-01T00:00:03Z","event":{}}}"#, ev.replace(r#""count":3"#, r#""count":"3""#)),
+            format!(r#"{{"kind":"EventList","items":[{ev}]}}"#),
+            format!(r#"{{"kind":"Status","reason":"Gone","message":"m"}}"#),
+            ev.replace(r#""lastTimestamp":"2024-06-01T00:00:02.5Z""#, r#""lastTimestamp":"soon""#),
+            format!(r#"{{"metadata":{{"name":"x"}},"object":{ev},"object":{ev},"type":"ADDED"}}"#),
+            r#"{"a":1"#.to_string(),
+        ];
+        for text in &answered {
+            let fast = decode_one_pass(text, 7).unwrap_or_else(|| panic!("the one-pass path declined {text}"));
+            assert_eq!(exact(text), vec![Ok(fast)], "{text}");
+        }
+        for text in &declined {
+            assert!(decode_one_pass(text, 7).is_none(), "the one-pass path answered {text}");
+        }
+        // Every line of the bundled stream.
+        let bundled = include_str!("../../../examples/data/occurrences.jsonl");
+        for text in bundled.lines().take(3000) {
+            let fast = decode_one_pass(text, 7).expect("a bundled line is one-pass");
+            assert_eq!(exact(text), vec![Ok(fast)]);
+        }
     }
 
     fn feed(decoder: &mut Decoder, line: &str) -> Vec<Result<Decoded, DecodeError>> {

@@ -15,6 +15,11 @@
 
 use std::time::{Duration, Instant};
 
+/// The `eventpipe` binary's allocator, so that the figures are the shipped pipeline's.
+#[cfg(all(feature = "jemalloc", not(target_env = "msvc")))]
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use eventpipe::correlator::{
     ByReason, CorrelatorOptions, EventAggregatorKeyFunc, EventCorrelator, EventSpamKeyFunc, Occurrence,

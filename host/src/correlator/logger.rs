@@ -115,16 +115,18 @@ impl EventLogger {
             self.insert(key, event);
             return None;
         };
-        let mut patch = None;
         if last.count > 0 {
             event.metadata.name.clone_from(&last.name);
             event.metadata.resource_version.clone_from(&last.resource_version);
             event.first_timestamp = last.first_timestamp;
             event.count = last.count.wrapping_add(1);
-            patch = Some(EventPatch::for_event(event));
+            // The entry takes the new count; its name, resourceVersion and firstTimestamp are
+            // what the event just took from it.
+            last.count = event.count;
+            return Some(EventPatch::for_event(event));
         }
         last.set(event);
-        patch
+        None
     }
 
     /// client-go `updateState`: remember the sink's copy of an event under its `getEventKey`, so

@@ -133,14 +133,14 @@ impl JsonLinesSink {
         Ok((file, len - keep))
     }
 
+    /// Serialises `call` before taking the lock (partitions on other cores serialise their
+    /// calls at the same time), then appends the whole line.
     fn write(&self, call: &SinkCall<'_>) -> Result<(), SinkError> {
+        let mut line = Vec::with_capacity(1024);
+        serde_json::to_writer(&mut line, call).map_err(|e| SinkError::Transport(format!("jsonl sink: {e}")))?;
+        line.push(b'\n');
         let mut lines = self.out.lock().unwrap_or_else(|p| p.into_inner());
-        let start = lines.buf.len();
-        if let Err(e) = serde_json::to_writer(&mut lines.buf, call) {
-            lines.buf.truncate(start); // never a partial line
-            return Err(SinkError::Transport(format!("jsonl sink: {e}")));
-        }
-        lines.buf.push(b'\n');
+        lines.buf.extend_from_slice(&line);
         if lines.buf.len() >= FLUSH_BYTES || lines.flushed.elapsed() >= FLUSH_INTERVAL {
             lines.flush().map_err(|e| SinkError::Transport(format!("jsonl sink: {e}")))?;
         }

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use crate::broadcaster::{Broadcaster, BroadcasterError, FullChannelBehavior};
 use crate::clock::SharedClock;
 use crate::correlator::{CorrelationClock, CorrelatorOptions};
-use crate::event::{Event, EventSource};
+use crate::event::{Event, EventSource, SharedEvent};
 use crate::plan::{PlannedTenant, TenantPlan};
 use crate::recorder::EventRecorder;
 use crate::router::{RouterOptions, RouterStats, record_to_tenants};
@@ -47,11 +47,11 @@ impl Default for EventBroadcasterOptions {
     }
 }
 
-/// client-go `EventBroadcaster`: owns the `Broadcaster<Event>`, makes recorders, and starts
+/// client-go `EventBroadcaster`: owns the `Broadcaster<SharedEvent>`, makes recorders, and starts
 /// watchers that record to sinks (each with its own EventCorrelator) or call a handler.
 #[derive(Clone, Debug)]
 pub struct EventBroadcaster {
-    broadcaster: Broadcaster<Event>,
+    broadcaster: Broadcaster<SharedEvent>,
     options: EventBroadcasterOptions,
     cancel: CancellationToken,
 }
@@ -65,7 +65,7 @@ impl EventBroadcaster {
     }
 
     /// The underlying Broadcaster (sources that are not recorders send through it).
-    pub fn broadcaster(&self) -> &Broadcaster<Event> {
+    pub fn broadcaster(&self) -> &Broadcaster<SharedEvent> {
         &self.broadcaster
     }
 
@@ -116,14 +116,15 @@ impl EventBroadcaster {
         Ok(tokio::spawn(record_to_tenants(watcher, plans, options)))
     }
 
-    /// client-go `StartEventWatcher`: calls `handler` synchronously for every event; a slow
+    /// client-go `StartEventWatcher`: calls `handler` synchronously for every event (the
+    /// Broadcaster's shared copy, as client-go hands its handler the shared pointer); a slow
     /// handler only backs up its own watcher's queue. Ends when the watcher closes.
     ///
     /// # Errors
     /// [`BroadcasterError::Stopped`] after shutdown.
     pub fn start_event_watcher<F>(&self, mut handler: F) -> Result<JoinHandle<()>, BroadcasterError>
     where
-        F: FnMut(Event) + Send + 'static,
+        F: FnMut(&Event) + Send + 'static,
     {
         let mut watcher = self.broadcaster.watch()?;
         let cancel = self.cancel.clone();
@@ -133,7 +134,7 @@ impl EventBroadcaster {
                     biased;
                     _ = cancel.cancelled() => break,
                     next = watcher.recv() => match next {
-                        Some(e) => handler(e.object),
+                        Some(e) => handler(&e.object),
                         None => break,
                     },
                 }
@@ -151,7 +152,7 @@ impl EventBroadcaster {
     where
         F: FnMut(String) + Send + 'static,
     {
-        self.start_event_watcher(move |e| logf(logging_line(&e)))
+        self.start_event_watcher(move |e| logf(logging_line(e)))
     }
 
     /// client-go `StartStructuredLogging`: logs `"Event occurred"` at INFO with the key/value
@@ -162,7 +163,7 @@ impl EventBroadcaster {
     pub fn start_structured_logging(&self) -> Result<JoinHandle<()>, BroadcasterError> {
         self.start_event_watcher(|e| {
             let [object, field_path, kind, api_version, type_, reason, message] =
-                structured_logging_fields(&e).map(|(_, v)| v);
+                structured_logging_fields(e).map(|(_, v)| v);
             tracing::info!(
                 object,
                 fieldPath = field_path,

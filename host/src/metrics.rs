@@ -55,7 +55,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 
 use crate::broadcaster::Broadcaster;
-use crate::event::Event;
+use crate::event::SharedEvent;
 use crate::plugin::registry::PluginRegistry;
 use crate::plugin::{CallFailure, PluginHandle, PluginStatsSnapshot};
 use crate::router::RouterStats;
@@ -228,7 +228,7 @@ impl Snapshot {
     }
 
     /// Adds the Broadcaster's incoming-queue drops (watcher `incoming`, reason `queue_full`).
-    pub fn add_broadcaster(&mut self, broadcaster: &Broadcaster<Event>) {
+    pub fn add_broadcaster(&mut self, broadcaster: &Broadcaster<SharedEvent>) {
         self.add_watcher_dropped("incoming", "queue_full", broadcaster.incoming_dropped());
     }
 

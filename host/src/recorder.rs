@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::broadcaster::{Broadcaster, WatchEventType};
 use crate::clock::{SharedClock, to_unix_nanos};
-use crate::event::{Event, EventSource, EventType, ObjectMeta, ObjectReference};
+use crate::event::{Event, EventSource, EventType, ObjectMeta, ObjectReference, SharedEvent};
 
 pub use crate::event::{DNS1123_SUBDOMAIN_MAX_LENGTH, generate_event_name, is_dns1123_subdomain};
 
@@ -43,7 +43,7 @@ pub struct RecorderStats {
 /// is non-blocking (`ActionOrDrop`, client-go ≥ 1.21).
 #[derive(Clone)]
 pub struct EventRecorder {
-    broadcaster: Broadcaster<Event>,
+    broadcaster: Broadcaster<SharedEvent>,
     source: EventSource,
     clock: SharedClock,
     stats: Arc<RecorderStats>,
@@ -58,7 +58,7 @@ impl fmt::Debug for EventRecorder {
 impl EventRecorder {
     /// A recorder that reports as `source` and timestamps with `clock`
     /// (client-go `EventBroadcaster.NewRecorder`).
-    pub fn new(broadcaster: Broadcaster<Event>, source: EventSource, clock: SharedClock) -> Self {
+    pub fn new(broadcaster: Broadcaster<SharedEvent>, source: EventSource, clock: SharedClock) -> Self {
         Self { broadcaster, source, clock, stats: Arc::default() }
     }
 
@@ -112,7 +112,7 @@ impl EventRecorder {
         }
         let mut event = self.make_event(object, type_, reason, message);
         event.metadata.annotations = annotations;
-        match self.broadcaster.action_or_drop(WatchEventType::Added, event) {
+        match self.broadcaster.action_or_drop(WatchEventType::Added, SharedEvent::new(event)) {
             Ok(true) => {
                 self.stats.queued.fetch_add(1, Ordering::Relaxed);
                 RecordOutcome::Queued

@@ -43,7 +43,7 @@ use crate::broadcaster::Watcher;
 use crate::correlator::snapshot::{SnapshotRefused, TenantSnapshot};
 use crate::correlator::{CorrelationClock, EventCorrelateResult, PREPARE_BATCH_SIZE};
 use crate::delivery::{Acknowledgements, DeliveryMode};
-use crate::event::Event;
+use crate::event::{Event, SharedEvent};
 pub use crate::partition::PartitionKey;
 use crate::plan::TenantPlan;
 use crate::sink::retry::MAX_NAMED_MISSING_NAMESPACES;
@@ -158,7 +158,7 @@ pub struct RouterOptions {
 #[derive(Debug)]
 pub enum PartitionInput {
     /// Events, each with its sequence number in the acknowledgements ([`Acknowledgements`]).
-    Batch(Vec<(u64, Event)>),
+    Batch(Vec<(u64, SharedEvent)>),
     /// Take a snapshot: every write of the earlier batches ends first (each sink acknowledged
     /// it, or it ended otherwise), then every tenant's correlator state is sent back — the
     /// state that reflects exactly the events fed so far.
@@ -217,7 +217,7 @@ impl Default for RouterOptions {
 /// The tenant router watcher's loop; ends, returning the stats, when the watcher closes and
 /// every write has ended. `plans` delivers the current plan and every later one.
 pub async fn record_to_tenants(
-    mut watcher: Watcher<Event>,
+    mut watcher: Watcher<SharedEvent>,
     plans: watch::Receiver<Arc<TenantPlan>>,
     options: RouterOptions,
 ) -> RouterStats {
@@ -239,7 +239,7 @@ pub async fn record_to_tenants(
         let (key, mut plans) = (options.partition_key, plans);
         while let Some(batch) = watcher.recv_batch(PREPARE_BATCH_SIZE).await {
             let plan = plans.borrow_and_update().clone();
-            let mut shares: Vec<Vec<(u64, Event)>> = (0..workers).map(|_| Vec::new()).collect();
+            let mut shares: Vec<Vec<(u64, SharedEvent)>> = (0..workers).map(|_| Vec::new()).collect();
             for event in batch {
                 shares[plan.partition(&event, key, workers)].push((options.acks.begin(), event));
             }
@@ -263,7 +263,7 @@ pub async fn record_to_tenants(
 /// one partition), which restores each partition's state first and pauses for a snapshot of
 /// every partition every [`RouterSnapshots::interval`] and at the end.
 async fn partition_with_snapshots(
-    mut watcher: Watcher<Event>,
+    mut watcher: Watcher<SharedEvent>,
     mut plans: watch::Receiver<Arc<TenantPlan>>,
     options: RouterOptions,
     snapshots: RouterSnapshots,
@@ -309,7 +309,7 @@ async fn partition_with_snapshots(
             batch = watcher.recv_batch(PREPARE_BATCH_SIZE) => {
                 let Some(batch) = batch else { break };
                 let plan = plans.borrow_and_update().clone();
-                let mut shares: Vec<Vec<(u64, Event)>> = (0..workers).map(|_| Vec::new()).collect();
+                let mut shares: Vec<Vec<(u64, SharedEvent)>> = (0..workers).map(|_| Vec::new()).collect();
                 for event in batch {
                     let seq = options.acks.begin();
                     begun = seq + 1;
@@ -370,7 +370,7 @@ pub async fn record_partitions(
 /// Where a partition's batches come from, each event with its sequence number.
 enum Input {
     /// The router watcher itself (one partition), numbering events as they come.
-    Watcher(Watcher<Event>, Arc<Acknowledgements>),
+    Watcher(Watcher<SharedEvent>, Arc<Acknowledgements>),
     /// The partitioner's share for this partition, or a caller's feed.
     Channel(mpsc::Receiver<PartitionInput>),
 }
@@ -522,14 +522,15 @@ impl Partition {
         self.options.stats.lock().unwrap_or_else(|p| p.into_inner()).add(&delta);
     }
 
-    async fn process(&mut self, batch: Vec<(u64, Event)>) {
+    async fn process(&mut self, batch: Vec<(u64, SharedEvent)>) {
         if self.plans.has_changed().unwrap_or(false) {
             let plan = self.plans.borrow_and_update().clone();
             self.stages.adopt(plan);
             self.stats.reloads += u64::from(self.counts_reloads);
         }
         let clock = self.options.clock;
-        let (seqs, occurrences): (Vec<u64>, Vec<_>) = batch.into_iter().map(|(s, e)| (s, clock.occurrence(e))).unzip();
+        let (seqs, occurrences): (Vec<u64>, Vec<_>) =
+            batch.into_iter().map(|(s, e)| (s, clock.occurrence(Arc::unwrap_or_clone(e)))).unzip();
         let staged = self.stages.prepare(occurrences);
         let plan = self.stages.plan().clone();
         for ((t, staged), seq) in staged.into_iter().zip(seqs) {

@@ -52,7 +52,7 @@ use crate::broadcaster::Watcher;
 use crate::correlator::PREPARE_BATCH_SIZE;
 use crate::correlator::snapshot::PartitionSnapshot;
 use crate::delivery::{Position, Progress, SeenVersions};
-use crate::event::{Event, IngestHeaders};
+use crate::event::{Event, IngestHeaders, SharedEvent};
 use crate::nats::{NatsError, NatsTarget};
 use crate::partition::PartitionKey;
 use crate::plan::TenantPlan;
@@ -259,7 +259,7 @@ impl Publication {
 /// finished; publication counts are in [`ScaleCounters`]) when the watcher closes and every
 /// publication ended (acknowledged, or cancelled by a shutdown).
 pub async fn publish(
-    mut watcher: Watcher<Event>,
+    mut watcher: Watcher<SharedEvent>,
     mut plans: watch::Receiver<Arc<TenantPlan>>,
     o: PublishOptions,
 ) -> RouterStats {
@@ -336,7 +336,7 @@ pub async fn publish(
                         subject: o.target.subject(tenant, partition),
                         id,
                         headers: event.ingest_headers.clone(),
-                        payload: Bytes::from(serde_json::to_vec(&event).expect("an event serialises")),
+                        payload: Bytes::from(serde_json::to_vec(&*event).expect("an event serialises")),
                         ack: None,
                     };
                     if !resend && let Err(error) = p.send(&o.js).await {
@@ -512,7 +512,7 @@ async fn feed_partition(
             }
         };
         loop {
-            let mut batch: Vec<(u64, Event)> = Vec::new();
+            let mut batch: Vec<(u64, SharedEvent)> = Vec::new();
             let mut ticked = false;
             tokio::select! {
                 _ = shutdown.cancelled() => break 'pull,
@@ -591,7 +591,7 @@ async fn take(
     message: jetstream::Message,
     reflected: &mut u64,
     last_acker: &mut Option<jetstream::message::Acker>,
-    batch: &mut Vec<(u64, Event)>,
+    batch: &mut Vec<(u64, SharedEvent)>,
     o: &WorkerOptions,
     p: u32,
 ) {
@@ -619,7 +619,7 @@ async fn catch_up(
     c: &Connected,
     p: u32,
     reflected: &mut u64,
-    batch: &mut Vec<(u64, Event)>,
+    batch: &mut Vec<(u64, SharedEvent)>,
     o: &WorkerOptions,
 ) -> Result<(), String> {
     let name = format!("{}-{p}", c.target.durable);
@@ -655,7 +655,7 @@ async fn catch_up(
 
 /// Decodes a message's event (with its ingest headers) into `batch`, numbered; a message that is
 /// not an event is counted and skipped.
-fn decode_into(message: &async_nats::Message, batch: &mut Vec<(u64, Event)>, o: &WorkerOptions, p: u32) {
+fn decode_into(message: &async_nats::Message, batch: &mut Vec<(u64, SharedEvent)>, o: &WorkerOptions, p: u32) {
     match serde_json::from_slice::<Event>(&message.payload) {
         Ok(mut event) => {
             let headers: Vec<(String, String)> = message
@@ -667,7 +667,7 @@ fn decode_into(message: &async_nats::Message, batch: &mut Vec<(u64, Event)>, o: 
             if !headers.is_empty() {
                 event.ingest_headers = IngestHeaders::new(headers.into());
             }
-            batch.push((o.router.acks.begin(), event));
+            batch.push((o.router.acks.begin(), SharedEvent::new(event)));
         }
         Err(error) => {
             o.counters.add_bad_line();

@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 use crate::broadcaster::{Broadcaster, BroadcasterError};
 use crate::clock::SharedClock;
 use crate::event::generate_event_name;
-use crate::event::{Event, ObjectMeta, ObjectReference, Time};
+use crate::event::{Event, ObjectMeta, ObjectReference, SharedEvent, Time};
 use crate::sink::SinkStats;
 use crate::sink::{EventSink, RetryPolicy};
 
@@ -104,7 +104,7 @@ pub struct SeriesStats {
 /// # Errors
 /// [`BroadcasterError::Stopped`] after the Broadcaster shut down.
 pub fn start_recording_series_to_sink(
-    broadcaster: &Broadcaster<Event>,
+    broadcaster: &Broadcaster<SharedEvent>,
     sink: Arc<dyn EventSink>,
     policy: RetryPolicy,
     clock: SharedClock,
@@ -133,7 +133,7 @@ pub fn start_recording_series_to_sink(
                 next = watcher.recv() => {
                     let Some(next) = next else { break };
                     stats.received += 1;
-                    let event = match cache.observe(next.object, clock.now()) {
+                    let event = match cache.observe(std::sync::Arc::unwrap_or_clone(next.object), clock.now()) {
                         SeriesDecision::Create(event) | SeriesDecision::Patch(event) => event,
                         SeriesDecision::Counted => {
                             stats.counted += 1;

@@ -26,7 +26,7 @@ use tokio::task::JoinHandle;
 
 use crate::broadcaster::{Broadcaster, BroadcasterError, FullChannelBehavior};
 use crate::correlator::PREPARE_BATCH_SIZE;
-use crate::event::Event;
+use crate::event::{Event, SharedEvent};
 use crate::plugin::PluginHandle;
 use crate::plugin::watcher::WasmWatcher;
 use crate::watch_cache::{Predicate, Start, TooOld, WatchCache};
@@ -174,7 +174,7 @@ pub struct PluginWatcher {
 /// # Panics
 /// When `handle` is not a watcher plugin (check its kind first).
 pub fn attach(
-    broadcaster: &Broadcaster<Event>,
+    broadcaster: &Broadcaster<SharedEvent>,
     handle: PluginHandle,
     spec: &WatcherSpec,
 ) -> Result<PluginWatcher, BroadcasterError> {
@@ -186,7 +186,9 @@ pub fn attach(
         while let Some(batch) = watcher.recv_batch(PREPARE_BATCH_SIZE).await {
             let n = batch.len() as u64;
             let plugin = plugin.clone();
-            let call = tokio::task::spawn_blocking(move || plugin.watch(&batch.iter().collect::<Vec<_>>())).await;
+            let call =
+                tokio::task::spawn_blocking(move || plugin.watch(&batch.iter().map(|e| &**e).collect::<Vec<_>>()))
+                    .await;
             match call {
                 Ok(Ok(_)) => c.seen.fetch_add(n, Ordering::Relaxed),
                 Ok(Err(error)) => {

@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use eventpipe::broadcaster::{Broadcaster, FullChannelBehavior, WatchEventType};
 use eventpipe::correlator::{CorrelationClock, CorrelatorOptions};
 use eventpipe::delivery::{Acknowledgements, DeliveryMode, Progress};
-use eventpipe::event::Event;
+use eventpipe::event::{Event, SharedEvent};
 use eventpipe::plan::{PlannedTenant, TenantPlan, TenantSink};
 use eventpipe::router::{RouterOptions, RouterStats, record_to_tenants};
 use eventpipe::sink::{EventSink, SinkError};
@@ -74,7 +74,7 @@ fn event(i: usize) -> Event {
 fn start(
     sinks: Vec<TenantSink>,
     options: RouterOptions,
-) -> (Broadcaster<Event>, JoinHandle<RouterStats>, Arc<Progress>) {
+) -> (Broadcaster<SharedEvent>, JoinHandle<RouterStats>, Arc<Progress>) {
     let tenant = PlannedTenant::fixed_sinks("default", CorrelatorOptions::default(), sinks);
     let (plans_tx, plans) = tokio::sync::watch::channel(Arc::new(TenantPlan::single(tenant)));
     let progress = Arc::new(Progress::default());
@@ -104,7 +104,7 @@ async fn a_stalled_at_most_once_sink_sheds_and_never_holds_back_the_acknowledged
     let options = RouterOptions { max_in_flight: WINDOW, delivery: DeliveryMode::AtLeastOnce, ..Default::default() };
     let (broadcaster, router, progress) = start(sinks, options);
     for i in 0..EVENTS {
-        broadcaster.action(WatchEventType::Added, event(i)).await.unwrap();
+        broadcaster.action(WatchEventType::Added, event(i).into()).await.unwrap();
     }
     // Every event reaches the at-least-once sink and is acknowledged although the stalled sink
     // never answers.
@@ -135,7 +135,7 @@ async fn an_at_least_once_sink_holds_the_prefix_until_it_answers() {
     let (broadcaster, router, progress) =
         start(sinks, RouterOptions { delivery: DeliveryMode::Wait, ..Default::default() });
     for i in 0..10 {
-        broadcaster.action(WatchEventType::Added, event(i)).await.unwrap();
+        broadcaster.action(WatchEventType::Added, event(i).into()).await.unwrap();
     }
     tokio::time::timeout(Duration::from_secs(10), async {
         while fast.0.load(Ordering::SeqCst) < 10 || stalled.started.load(Ordering::SeqCst) < 10 {

@@ -87,7 +87,7 @@ use tokio::sync::mpsc;
 
 use super::decode::{Decoded, Decoder};
 use crate::broadcaster::{Broadcaster, WatchEventType};
-use crate::event::Event;
+use crate::event::{Event, SharedEvent};
 
 /// Default largest request body, bytes (4 MiB, the decoder's longest line).
 pub const DEFAULT_MAX_BODY_BYTES: usize = 4 << 20;
@@ -354,13 +354,13 @@ struct Shared {
 pub enum IngestQueue {
     /// Straight into the Broadcaster's incoming queue (`run`: no second queue in between).
     /// Events go in as `ADDED`, with the request's headers attached ([`Ingested::into_event`]).
-    Broadcaster(Broadcaster<Event>),
+    Broadcaster(Broadcaster<SharedEvent>),
     /// A channel of [`Ingested`], for a caller that routes events itself.
     Channel(mpsc::Sender<Ingested>),
 }
 
-impl From<Broadcaster<Event>> for IngestQueue {
-    fn from(b: Broadcaster<Event>) -> Self {
+impl From<Broadcaster<SharedEvent>> for IngestQueue {
+    fn from(b: Broadcaster<SharedEvent>) -> Self {
         IngestQueue::Broadcaster(b)
     }
 }
@@ -388,7 +388,8 @@ impl IngestQueue {
     async fn push_all(&self, items: Vec<Ingested>) -> Result<(), QueueClosed> {
         match self {
             IngestQueue::Broadcaster(b) => {
-                let events = items.into_iter().map(|i| (WatchEventType::Added, i.into_event())).collect();
+                let events =
+                    items.into_iter().map(|i| (WatchEventType::Added, SharedEvent::new(i.into_event()))).collect();
                 b.action_all(events).await.map_err(|_| QueueClosed)
             }
             IngestQueue::Channel(tx) => {
@@ -528,7 +529,7 @@ impl HttpSource {
     /// address that cannot be bound.
     pub async fn run(
         self,
-        to: Broadcaster<Event>,
+        to: Broadcaster<SharedEvent>,
         shutdown: tokio_util::sync::CancellationToken,
     ) -> Result<super::SourceStats, super::SourceError> {
         let name = format!("http:{}", self.config.listen);

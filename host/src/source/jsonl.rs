@@ -16,7 +16,7 @@ use super::lines::{Line, LineEnd, read_line_async};
 use super::{SourceCounters, SourceError, SourceStats};
 use crate::broadcaster::{Broadcaster, WatchEventType};
 use crate::delivery::{Position, Progress};
-use crate::event::Event;
+use crate::event::SharedEvent;
 
 /// How often a followed file is checked for more lines.
 const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(100);
@@ -47,7 +47,11 @@ impl JsonLinesSource {
     ///
     /// # Errors
     /// [`SourceError`] when the file cannot be opened or read.
-    pub async fn run(self, to: Broadcaster<Event>, shutdown: CancellationToken) -> Result<SourceStats, SourceError> {
+    pub async fn run(
+        self,
+        to: Broadcaster<SharedEvent>,
+        shutdown: CancellationToken,
+    ) -> Result<SourceStats, SourceError> {
         let name = self.name();
         let fail = |error| SourceError { source: name.clone(), error };
         match &self.path {
@@ -78,7 +82,7 @@ impl JsonLinesSource {
     async fn pump(
         &self,
         input: impl AsyncRead + Unpin,
-        to: &Broadcaster<Event>,
+        to: &Broadcaster<SharedEvent>,
         shutdown: &CancellationToken,
     ) -> std::io::Result<SourceStats> {
         let mut reader = BufReader::with_capacity(1 << 16, input);
@@ -154,7 +158,7 @@ impl JsonLinesSource {
 
     /// Hands a decoded chunk's events to the Broadcaster (recording their positions first),
     /// and logs and counts its other documents and its errors.
-    async fn hand_over(&self, items: Vec<Item>, to: &Broadcaster<Event>) {
+    async fn hand_over(&self, items: Vec<Item>, to: &Broadcaster<SharedEvent>) {
         let mut batch = Vec::with_capacity(items.len());
         for item in items {
             match item {
@@ -226,7 +230,7 @@ impl Chunk {
 #[allow(clippy::large_enum_variant, reason = "events are the common case; boxing would cost an allocation each")]
 enum Item {
     /// An event, and the input offset a restart resumes at to see it again.
-    Event { event: Event, position: u64 },
+    Event { event: SharedEvent, position: u64 },
     /// A document that is not an event (a bookmark, an `ERROR` envelope).
     Other { line: u64, what: String },
     /// A document that could not be decoded.
@@ -265,7 +269,9 @@ fn decode_chunk(mut decoder: Decoder, chunk: Chunk) -> DecodedChunk {
         let first = items.len();
         decoder.push_line(text.trim_end_matches(['\n', '\r']), |item| {
             items.push(match item {
-                Ok(Decoded::Event { event, .. }) => Item::Event { event, position: line_start },
+                Ok(Decoded::Event { event, .. }) => {
+                    Item::Event { event: SharedEvent::new(event), position: line_start }
+                }
                 Ok(other) => Item::Other { line: other.line(), what: other.describe() },
                 Err(error) => Item::Error(error),
             });
@@ -410,7 +416,7 @@ mod tests {
         broadcaster.shutdown().await;
         let mut names = Vec::new();
         while let Some(e) = watcher.recv().await {
-            names.push(e.object.metadata.name);
+            names.push(e.object.metadata.name.clone());
         }
         assert_eq!(names.len(), expected.len());
         assert!(names == expected, "the events and their order");
@@ -433,7 +439,7 @@ mod tests {
                 let decoded = if state.is_clean() { speculative } else { decode_chunk(state, speculative.chunk) };
                 for item in decoded.items {
                     match item {
-                        Item::Event { event, .. } => names.push(event.metadata.name),
+                        Item::Event { event, .. } => names.push(event.metadata.name.clone()),
                         Item::Error(_) => bad += 1,
                         Item::Other { .. } => {}
                     }

@@ -36,7 +36,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::broadcaster::{Broadcaster, WatchEventType};
 use crate::delivery::{Position, SeenVersion, SeenVersions};
-use crate::event::Event;
+use crate::event::{Event, SharedEvent};
 use crate::k8s::{EventsApi, status_error};
 use crate::source::decode::{Decoded, Decoder};
 
@@ -133,7 +133,7 @@ impl std::fmt::Debug for KubernetesSource {
 impl KubernetesSource {
     /// Watches until `shutdown` fires or the Broadcaster stops; API errors are retried with
     /// back-off, never returned.
-    pub async fn run(self, to: Broadcaster<Event>, shutdown: CancellationToken) -> super::SourceStats {
+    pub async fn run(self, to: Broadcaster<SharedEvent>, shutdown: CancellationToken) -> super::SourceStats {
         let watch = watch_events(self.client, self.options, to, shutdown).await;
         super::SourceStats { read: watch.events, non_events: watch.bookmarks, bad_lines: 0 }
     }
@@ -144,7 +144,7 @@ impl KubernetesSource {
 pub async fn watch_events(
     client: kube::Client,
     options: WatchOptions,
-    to: Broadcaster<Event>,
+    to: Broadcaster<SharedEvent>,
     cancel: CancellationToken,
 ) -> WatchStats {
     let scopes: Vec<Option<String>> =
@@ -182,7 +182,7 @@ struct Watch {
     selectors: String,
     replay_existing: bool,
     timeout_seconds: u32,
-    to: Broadcaster<Event>,
+    to: Broadcaster<SharedEvent>,
     cancel: CancellationToken,
     seen: Arc<Mutex<SeenVersions>>,
     /// The run resumes from a state file's versions: the first list sends what changed.
@@ -199,7 +199,7 @@ impl Watch {
         client: kube::Client,
         options: &WatchOptions,
         namespace: Option<String>,
-        to: Broadcaster<Event>,
+        to: Broadcaster<SharedEvent>,
         cancel: CancellationToken,
         seen: Arc<Mutex<SeenVersions>>,
     ) -> Self {
@@ -303,7 +303,7 @@ impl Watch {
             let position = position.filter(|rv| !rv.is_empty()).map(Position::ResourceVersion);
             progress.sent_event(position, seen);
         }
-        self.to.action(WatchEventType::Added, event).await.map_err(|_| Failure::Stopped)
+        self.to.action(WatchEventType::Added, SharedEvent::new(event)).await.map_err(|_| Failure::Stopped)
     }
 
     async fn get(&self, uri: String) -> Result<http::Response<Body>, Failure> {

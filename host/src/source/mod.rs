@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tokio_util::sync::CancellationToken;
 
 use crate::broadcaster::Broadcaster;
-use crate::event::Event;
+use crate::event::SharedEvent;
 
 pub use spec::{SourceContext, SourceSpec, SourceSpecError};
 
@@ -115,7 +115,11 @@ impl Source {
     ///
     /// # Errors
     /// [`SourceError`] when the input cannot be opened, bound or read.
-    pub async fn run(self, to: Broadcaster<Event>, shutdown: CancellationToken) -> Result<SourceStats, SourceError> {
+    pub async fn run(
+        self,
+        to: Broadcaster<SharedEvent>,
+        shutdown: CancellationToken,
+    ) -> Result<SourceStats, SourceError> {
         match self {
             Source::JsonLines(s) => s.run(to, shutdown).await,
             Source::Kubernetes(s) => Ok(s.run(to, shutdown).await),

@@ -74,16 +74,16 @@ fn stream() -> Vec<Occurrence> {
             let event = Event {
                 involved_object: ObjectReference {
                     kind: "Pod".into(),
-                    namespace: format!("ns-{}", object % 37),
-                    name: format!("pod-{object}"),
-                    uid: format!("uid-{object:08}"),
+                    namespace: format!("ns-{}", object % 37).into(),
+                    name: format!("pod-{object}").into(),
+                    uid: format!("uid-{object:08}").into(),
                     api_version: "v1".into(),
                     field_path: "spec.containers{app}".into(),
                     ..ObjectReference::default()
                 },
-                reason: format!("Reason{reason}"),
-                message: format!("back-off restarting failed container, attempt {}", zipf.sample(&mut rng)),
-                source: EventSource { component: "kubelet".into(), host: format!("node-{}", object % 50) },
+                reason: format!("Reason{reason}").into(),
+                message: format!("back-off restarting failed container, attempt {}", zipf.sample(&mut rng)).into(),
+                source: EventSource { component: "kubelet".into(), host: format!("node-{}", object % 50).into() },
                 first_timestamp: Some(t),
                 last_timestamp: Some(t),
                 count: 1,

@@ -466,9 +466,9 @@ impl Identity {
                 e.metadata.namespace, o.kind, o.namespace, o.name, o.uid, o.field_path
             ),
             source: format!("{}@{}", e.source.component, e.source.host),
-            reason: e.reason.clone(),
-            type_: e.type_.clone(),
-            message: e.message.clone(),
+            reason: e.reason.to_string(),
+            type_: e.type_.to_string(),
+            message: e.message.to_string(),
             at: at.unwrap_or_default(),
         }
     }

@@ -6,6 +6,10 @@
 //! `reportingInstance` always present. In memory, timestamps keep full precision: client-go
 //! compares `time.Time` values, and only the wire truncates.
 //!
+//! Strings are [`CompactString`]s: up to 24 bytes are stored inline (kinds, namespaces,
+//! reasons, components, hosts, most names), so decoding, copying and dropping an event costs
+//! one allocation for its message instead of one per field; they deref to `&str`.
+//!
 //! Deserialisation is lenient in the ways real streams need: `null` for any string or number,
 //! missing objects, the Go zero time `0001-01-01T00:00:00Z` (read as unset), and unknown
 //! `metadata` fields (labels, ownerReferences, managedFields, …), which are kept and written back.
@@ -15,6 +19,7 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, SecondsFormat, Utc};
+pub use compact_str::CompactString;
 use serde::{Deserialize, Deserializer, Serialize};
 
 /// An instant, UTC, nanosecond precision (Go `time.Time` inside `metav1.Time`).
@@ -70,11 +75,11 @@ impl EventType {
 #[serde(rename_all = "camelCase")]
 pub struct Event {
     /// TypeMeta `kind` (`"Event"`); empty when the producer did not set it (omitted).
-    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
-    pub kind: String,
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "CompactString::is_empty")]
+    pub kind: CompactString,
     /// TypeMeta `apiVersion` (`"v1"`); empty when unset (omitted).
-    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
-    pub api_version: String,
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "CompactString::is_empty")]
+    pub api_version: CompactString,
     /// Standard object metadata.
     #[serde(default, deserialize_with = "nullable")]
     pub metadata: ObjectMeta,
@@ -82,11 +87,11 @@ pub struct Event {
     #[serde(default, deserialize_with = "nullable")]
     pub involved_object: ObjectReference,
     /// Short, machine-understandable reason (`"FailedMount"`).
-    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
-    pub reason: String,
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "CompactString::is_empty")]
+    pub reason: CompactString,
     /// Human-readable description.
-    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
-    pub message: String,
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "CompactString::is_empty")]
+    pub message: CompactString,
     /// The component reporting this event (always written, possibly `{}`).
     #[serde(default, deserialize_with = "nullable")]
     pub source: EventSource,
@@ -100,8 +105,8 @@ pub struct Event {
     #[serde(default, deserialize_with = "nullable", skip_serializing_if = "is_zero")]
     pub count: i32,
     /// `"Normal"` or `"Warning"` (empty is omitted).
-    #[serde(rename = "type", default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
-    pub type_: String,
+    #[serde(rename = "type", default, deserialize_with = "nullable", skip_serializing_if = "CompactString::is_empty")]
+    pub type_: CompactString,
     /// events.k8s.io-style first observation, to the microsecond; `null` when unset.
     #[serde(default, with = "metav1_micro_time")]
     pub event_time: Option<Time>,
@@ -109,17 +114,17 @@ pub struct Event {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub series: Option<EventSeries>,
     /// What action was taken or failed (events.k8s.io); omitted when empty.
-    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
-    pub action: String,
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "CompactString::is_empty")]
+    pub action: CompactString,
     /// A secondary object; omitted when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub related: Option<ObjectReference>,
     /// Go `ReportingController`; always written (`""` when unset), as the apiserver does.
     #[serde(default, deserialize_with = "nullable")]
-    pub reporting_component: String,
+    pub reporting_component: CompactString,
     /// The reporting controller's instance; always written.
     #[serde(default, deserialize_with = "nullable")]
-    pub reporting_instance: String,
+    pub reporting_instance: CompactString,
     /// Not part of the API object: the HTTP ingest request's headers, for tenant routing
     /// (`match.headers`). Never serialised, never compared.
     #[serde(skip)]
@@ -158,20 +163,20 @@ impl PartialEq for IngestHeaders {
 #[serde(rename_all = "camelCase")]
 pub struct ObjectMeta {
     /// Object name; for events `<involvedObject.name>.<hex unix nanos>`.
-    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
-    pub name: String,
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "CompactString::is_empty")]
+    pub name: CompactString,
     /// Prefix for server-generated names.
-    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
-    pub generate_name: String,
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "CompactString::is_empty")]
+    pub generate_name: CompactString,
     /// Namespace; empty for cluster-scoped.
-    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
-    pub namespace: String,
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "CompactString::is_empty")]
+    pub namespace: CompactString,
     /// Server-assigned unique id.
-    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
-    pub uid: String,
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "CompactString::is_empty")]
+    pub uid: CompactString,
     /// Opaque server version, used for optimistic concurrency.
-    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
-    pub resource_version: String,
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "CompactString::is_empty")]
+    pub resource_version: CompactString,
     /// Server creation time; written as `null` when unset, as Go's non-pointer `metav1.Time`.
     #[serde(default, with = "metav1_time")]
     pub creation_timestamp: Option<Time>,
@@ -191,37 +196,37 @@ pub struct ObjectMeta {
 #[serde(rename_all = "camelCase")]
 pub struct ObjectReference {
     /// Kind of the referent (`"Pod"`).
-    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
-    pub kind: String,
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "CompactString::is_empty")]
+    pub kind: CompactString,
     /// Namespace of the referent.
-    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
-    pub namespace: String,
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "CompactString::is_empty")]
+    pub namespace: CompactString,
     /// Name of the referent.
-    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
-    pub name: String,
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "CompactString::is_empty")]
+    pub name: CompactString,
     /// UID of the referent.
-    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
-    pub uid: String,
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "CompactString::is_empty")]
+    pub uid: CompactString,
     /// API version of the referent.
-    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
-    pub api_version: String,
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "CompactString::is_empty")]
+    pub api_version: CompactString,
     /// The referent's resourceVersion when the reference was made.
-    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
-    pub resource_version: String,
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "CompactString::is_empty")]
+    pub resource_version: CompactString,
     /// A piece of the object (`"spec.containers{app}"`).
-    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
-    pub field_path: String,
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "CompactString::is_empty")]
+    pub field_path: CompactString,
 }
 
 /// core/v1 `EventSource`: the reporting component and host. Written even when empty (`{}`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct EventSource {
     /// Component that generated the event (`"kubelet"`).
-    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
-    pub component: String,
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "CompactString::is_empty")]
+    pub component: CompactString,
     /// Node name on which the event was generated.
-    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
-    pub host: String,
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "CompactString::is_empty")]
+    pub host: CompactString,
 }
 
 /// core/v1 `EventSeries`: occurrence count and the last observation (MicroTime).

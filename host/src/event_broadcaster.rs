@@ -232,14 +232,14 @@ pub fn logging_line(e: &Event) -> String {
 /// `reason`, `message`.
 pub fn structured_logging_fields(e: &Event) -> [(&'static str, String); 7] {
     let io = &e.involved_object;
-    let object = if io.namespace.is_empty() { io.name.clone() } else { format!("{}/{}", io.namespace, io.name) };
+    let object = if io.namespace.is_empty() { io.name.to_string() } else { format!("{}/{}", io.namespace, io.name) };
     [
         ("object", object),
-        ("fieldPath", io.field_path.clone()),
-        ("kind", io.kind.clone()),
-        ("apiVersion", io.api_version.clone()),
-        ("type", e.type_.clone()),
-        ("reason", e.reason.clone()),
-        ("message", e.message.clone()),
+        ("fieldPath", io.field_path.to_string()),
+        ("kind", io.kind.to_string()),
+        ("apiVersion", io.api_version.to_string()),
+        ("type", e.type_.to_string()),
+        ("reason", e.reason.to_string()),
+        ("message", e.message.to_string()),
     ]
 }

@@ -76,7 +76,7 @@ mod tests {
             e.source.host = "node-1".into();
             e.involved_object.kind = "Pod".into();
             e.involved_object.namespace = "shop".into();
-            e.involved_object.name = name.clone();
+            e.involved_object.name = name.clone().into();
             e.involved_object.uid = "u-1".into();
             e.involved_object.api_version = "v1".into();
             let expected = streaming(&["kubelet", "node-1", "Pod", "shop", &name, "u-1", "v1"]);

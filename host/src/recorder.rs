@@ -134,21 +134,21 @@ impl EventRecorder {
     /// `generateEvent` sets.
     fn make_event(&self, object: &ObjectReference, type_: &str, reason: &str, message: String) -> Event {
         let t = self.clock.now();
-        let namespace = if object.namespace.is_empty() { "default".to_string() } else { object.namespace.clone() };
+        let namespace = if object.namespace.is_empty() { "default".to_string() } else { object.namespace.to_string() };
         Event {
             metadata: ObjectMeta {
-                name: generate_event_name(&object.name, to_unix_nanos(t)),
-                namespace,
+                name: generate_event_name(&object.name, to_unix_nanos(t)).into(),
+                namespace: namespace.into(),
                 ..ObjectMeta::default()
             },
             involved_object: object.clone(),
-            reason: reason.to_string(),
-            message,
+            reason: reason.into(),
+            message: message.into(),
             source: self.source.clone(),
             first_timestamp: Some(t),
             last_timestamp: Some(t),
             count: 1,
-            type_: type_.to_string(),
+            type_: type_.into(),
             reporting_component: self.source.component.clone(),
             reporting_instance: self.source.host.clone(),
             ..Event::default()

@@ -63,19 +63,19 @@ impl SeriesEventSource {
         let namespace = if regarding.namespace.is_empty() { "default" } else { &regarding.namespace };
         Event {
             metadata: ObjectMeta {
-                name: generate_event_name(&regarding.name, crate::clock::to_unix_nanos(now)),
-                namespace: namespace.to_string(),
+                name: generate_event_name(&regarding.name, crate::clock::to_unix_nanos(now)).into(),
+                namespace: namespace.into(),
                 ..ObjectMeta::default()
             },
             involved_object: regarding.clone(),
             related: related.cloned(),
-            type_: type_.to_string(),
-            reason: reason.to_string(),
-            action: action.to_string(),
-            message: note,
+            type_: type_.into(),
+            reason: reason.into(),
+            action: action.into(),
+            message: note.into(),
             event_time: Some(now),
-            reporting_component: self.reporting_controller.clone(),
-            reporting_instance: self.reporting_instance.clone(),
+            reporting_component: self.reporting_controller.clone().into(),
+            reporting_instance: self.reporting_instance.clone().into(),
             ..Event::default()
         }
     }

@@ -79,11 +79,11 @@ impl SuppressedSummaries {
             self.next_due = Some(self.next_due.map_or(closes, |t| t.min(closes)));
             Window {
                 subject: Subject {
-                    namespace: event.metadata.namespace.clone(),
+                    namespace: event.metadata.namespace.to_string(),
                     object: o.clone(),
                     source: s.clone(),
-                    reporting_component: event.reporting_component.clone(),
-                    reporting_instance: event.reporting_instance.clone(),
+                    reporting_component: event.reporting_component.to_string(),
+                    reporting_instance: event.reporting_instance.to_string(),
                 },
                 seconds,
                 first: now,
@@ -95,10 +95,10 @@ impl SuppressedSummaries {
         });
         window.last = window.last.max(now);
         window.total += 1;
-        match window.reasons.get_mut(&event.reason) {
+        match window.reasons.get_mut(event.reason.as_str()) {
             Some(n) => *n += 1,
             None => {
-                window.reasons.insert(event.reason.clone(), 1);
+                window.reasons.insert(event.reason.to_string(), 1);
             }
         }
     }
@@ -149,17 +149,17 @@ fn summary(window: Window) -> Event {
     Event {
         kind: "Event".into(),
         api_version: "v1".into(),
-        metadata: ObjectMeta { name, namespace: subject.namespace, ..ObjectMeta::default() },
+        metadata: ObjectMeta { name: name.into(), namespace: subject.namespace.into(), ..ObjectMeta::default() },
         involved_object: subject.object,
         reason: REASON.into(),
-        message,
+        message: message.into(),
         source: subject.source,
         first_timestamp: Some(window.first),
         last_timestamp: Some(window.last),
         count: 1,
         type_: crate::event::EVENT_TYPE_NORMAL.into(),
-        reporting_component: subject.reporting_component,
-        reporting_instance: subject.reporting_instance,
+        reporting_component: subject.reporting_component.into(),
+        reporting_instance: subject.reporting_instance.into(),
         ..Event::default()
     }
 }

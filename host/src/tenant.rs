@@ -202,12 +202,12 @@ impl EventMatch {
     /// satisfies every criterion.
     pub fn matches(&self, event: &Event, headers: Option<&[(String, String)]>) -> bool {
         if let Some(kinds) = &self.kinds
-            && !kinds.contains(&event.involved_object.kind)
+            && !kinds.iter().any(|k| *k == event.involved_object.kind)
         {
             return false;
         }
         if let Some(types) = &self.types
-            && !types.contains(&event.type_)
+            && !types.iter().any(|t| *t == event.type_)
         {
             return false;
         }

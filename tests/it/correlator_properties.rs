@@ -16,11 +16,11 @@ fn event(&(object, reason, message, _): &Step) -> Event {
         involved_object: ObjectReference {
             kind: "Pod".into(),
             namespace: "ns".into(),
-            name: format!("pod-{object}"),
+            name: format!("pod-{object}").into(),
             ..ObjectReference::default()
         },
-        reason: format!("R{reason}"),
-        message: format!("m{message}"),
+        reason: format!("R{reason}").into(),
+        message: format!("m{message}").into(),
         source: EventSource { component: "kubelet".into(), host: "node".into() },
         type_: "Warning".into(),
         count: 1,
@@ -38,7 +38,7 @@ fn correlate(steps: &[Step], options: CorrelatorOptions) -> Vec<(Step, Option<Ev
         now += chrono::Duration::seconds(i64::from(step.3));
         let mut e = event(step);
         // Recorder-style: every occurrence gets its own name; repeats take the first one's.
-        e.metadata.name = format!("{}.{i:x}", e.involved_object.name);
+        e.metadata.name = format!("{}.{i:x}", e.involved_object.name).into();
         e.first_timestamp = Some(now);
         e.last_timestamp = Some(now);
         let p = correlator
@@ -69,7 +69,7 @@ proptest! {
         let mut last: HashMap<String, i32> = HashMap::new();
         for (_, e, _) in correlate(&steps, options) {
             let Some(e) = e else { continue };
-            if let Some(prev) = last.insert(e.metadata.name.clone(), e.count) {
+            if let Some(prev) = last.insert(e.metadata.name.to_string(), e.count) {
                 prop_assert!(e.count > prev, "{} went from {prev} to {}", e.metadata.name, e.count);
             }
         }

@@ -39,8 +39,8 @@ impl RecordingSink {
     fn record(&self, verb: &'static str, event: &Event, patch: Option<&[u8]>) {
         self.calls.lock().unwrap().push(Call {
             verb,
-            controller: event.reporting_component.clone(),
-            name: event.metadata.name.clone(),
+            controller: event.reporting_component.to_string(),
+            name: event.metadata.name.to_string(),
             patch: patch.map(|p| serde_json::from_slice(p).expect("the patch is JSON")),
         });
     }

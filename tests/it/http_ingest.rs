@@ -234,7 +234,7 @@ async fn ingest_accepts_every_shape_and_reports_bad_lines() {
     assert_eq!(lines, [2, 7], "{:?}", report.errors);
     let mut names = Vec::new();
     while let Ok(i) = rx.try_recv() {
-        names.push((i.event.metadata.name, i.route));
+        names.push((i.event.metadata.name.to_string(), i.route));
     }
     let expect = [("a.1", 1), ("b.1", 3), ("c.1", 5), ("d.1", 5), ("e.1", 6)];
     let expect: Vec<_> = expect.iter().map(|(n, l)| (n.to_string(), IngestRoute::Batch { line: *l })).collect();
@@ -493,7 +493,8 @@ async fn real_loopback_server_with_a_token_and_concurrent_bad_requests() {
         names.push(i.event.metadata.name);
     }
     names.sort();
-    let mut expect: Vec<String> = (0..40).filter(|i| i % 4 >= 2).map(|i| format!("good.{i}")).collect();
+    let mut expect: Vec<eventpipe::event::CompactString> =
+        (0..40).filter(|i| i % 4 >= 2).map(|i| format!("good.{i}").into()).collect();
     expect.sort();
     assert_eq!((good, names), (20, expect));
     let stats = ingest.stats();

@@ -33,7 +33,7 @@ fn event(name: &str, reason: &str, host: &str, message: &str) -> Event {
         first_timestamp: Some(t),
         last_timestamp: Some(t),
         metadata: eventpipe::event::ObjectMeta {
-            name: format!("{name}.1"),
+            name: format!("{name}.1").into(),
             namespace: "ns".into(),
             ..Default::default()
         },

@@ -108,8 +108,8 @@ fn check_call(ctx: &str, call: &Call, step: &Value) {
         "{ctx}: first == last"
     );
     common::json_matches(&expect["event"], &sent, true, "event").unwrap_or_else(|e| panic!("{ctx}: {e}"));
-    assert_eq!(call.sent.reporting_component, derived["reportingComponent"], "{ctx}: reportingComponent");
-    assert_eq!(call.sent.reporting_instance, derived["reportingInstance"], "{ctx}: reportingInstance");
+    assert_eq!(call.sent.reporting_component.as_str(), derived["reportingComponent"], "{ctx}: reportingComponent");
+    assert_eq!(call.sent.reporting_instance.as_str(), derived["reportingInstance"], "{ctx}: reportingInstance");
     assert_eq!(call.patch, derived["patch"], "{ctx}: patch");
     if let Some(line) = expect["log_StartLogging"].as_str() {
         assert_eq!(logging_line(&call.sent), line, "{ctx}: StartLogging line");
@@ -185,7 +185,7 @@ async fn lots_of_events_are_all_written_despite_failures() {
     impl EventSink for FlakySink {
         async fn create(&self, e: &Event) -> Result<Event, SinkError> {
             let mut attempts = self.0.lock().unwrap();
-            let a = attempts.entry(e.message.clone()).or_default();
+            let a = attempts.entry(e.message.to_string()).or_default();
             *a += 1;
             if *a <= 4 { Err(SinkError::Transport("fake error".into())) } else { Ok(e.clone()) }
         }
@@ -204,7 +204,7 @@ async fn lots_of_events_are_all_written_despite_failures() {
     let counter = logged.clone();
     let logging = events.start_event_watcher(move |_| *counter.lock().unwrap() += 1).unwrap();
     let recorder = events.new_recorder(
-        EventSource { component: "eventTest".into(), host: String::new() },
+        EventSource { component: "eventTest".into(), host: Default::default() },
         ManualClock::new(Time::default()),
     );
     let tasks: Vec<_> = (0..n)
@@ -213,7 +213,7 @@ async fn lots_of_events_are_all_written_despite_failures() {
             tokio::spawn(async move {
                 let object = ObjectReference {
                     kind: "Pod".into(),
-                    name: format!("foo-{i}"),
+                    name: format!("foo-{i}").into(),
                     namespace: "baz".into(),
                     uid: "bar".into(),
                     api_version: "version".into(),

@@ -78,7 +78,7 @@ impl EventSink for ScriptedSink {
         let n = {
             let mut c = self.calls.lock().unwrap();
             c.creates += 1;
-            c.created_resource_version = Some(event.metadata.resource_version.clone());
+            c.created_resource_version = Some(event.metadata.resource_version.to_string());
             c.creates
         };
         self.create.answer(n, event)

@@ -152,13 +152,13 @@ fn elapsed_nanos(now: Time, last: Time) -> i64 {
 pub fn aggregate_event(original: &Event, message: String, now: Time) -> Event {
     Event {
         metadata: ObjectMeta {
-            name: format!("{}.{:x}", original.involved_object.name, to_unix_nanos(now)),
+            name: format!("{}.{:x}", original.involved_object.name, to_unix_nanos(now)).into(),
             namespace: original.metadata.namespace.clone(),
             ..ObjectMeta::default()
         },
         involved_object: original.involved_object.clone(),
         reason: original.reason.clone(),
-        message,
+        message: message.into(),
         source: original.source.clone(),
         first_timestamp: Some(now),
         last_timestamp: Some(now),

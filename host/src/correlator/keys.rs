@@ -265,7 +265,7 @@ pub fn spam_key_with_type(e: &Event) -> String {
 /// io.kind, io.namespace, io.name, io.uid, io.apiVersion, type, reason, reportingComponent,
 /// reportingInstance` (reporting fields since k8s 1.20); local key = `message`.
 pub fn aggregate_by_reason(e: &Event) -> (String, String) {
-    (concat(aggregate_by_reason_parts(e)), e.message.clone())
+    (concat(aggregate_by_reason_parts(e)), e.message.to_string())
 }
 
 /// client-go `EventAggregatorByReasonMessageFunc`: `"(combined from similar events): " + message`.

@@ -7,15 +7,15 @@ use lru::LruCache;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 
 use super::keys::{Key, event_cache_key};
-use crate::event::{Event, Time, format_time};
+use crate::event::{CompactString, Event, Time, format_time};
 
 /// What the EventLogger remembers per key (client-go `eventLog`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct EventLog {
     count: i32,
     first_timestamp: Option<Time>,
-    name: String,
-    resource_version: String,
+    name: CompactString,
+    resource_version: CompactString,
 }
 
 impl EventLog {
@@ -67,7 +67,7 @@ impl EventPatch {
             Some(t) if t.timestamp() == 0 && t.timestamp_subsec_nanos() == 0 => LastTimestampPatch::Unchanged,
             Some(t) => LastTimestampPatch::At(t),
         };
-        Self { count: observed.count, last_timestamp, message: observed.message.clone() }
+        Self { count: observed.count, last_timestamp, message: observed.message.to_string() }
     }
 
     /// The patch body as JSON bytes (the `application/strategic-merge-patch+json` payload).
@@ -188,7 +188,10 @@ impl EventLogger {
         name: String,
         resource_version: String,
     ) {
-        self.cache.push(key, EventLog { count, first_timestamp, name, resource_version });
+        self.cache.push(
+            key,
+            EventLog { count, first_timestamp, name: name.into(), resource_version: resource_version.into() },
+        );
     }
 
     /// The cache's capacity.

@@ -333,7 +333,7 @@ mod tests {
     fn event(object: &str, reason: &str, message: &str, secs: i64) -> Occurrence {
         let mut e = Event { reason: reason.into(), message: message.into(), count: 1, ..Event::default() };
         e.metadata.namespace = "ns".into();
-        e.metadata.name = format!("{object}.{secs:x}");
+        e.metadata.name = format!("{object}.{secs:x}").into();
         e.involved_object.kind = "Pod".into();
         e.involved_object.namespace = "ns".into();
         e.involved_object.name = object.into();
@@ -356,7 +356,7 @@ mod tests {
                 if let Some(e) = &r.event {
                     c.update_state(e);
                 }
-                (r.skip, r.event.as_ref().map_or(0, |e| e.count), r.event.map(|e| e.metadata.name))
+                (r.skip, r.event.as_ref().map_or(0, |e| e.count), r.event.map(|e| e.metadata.name.to_string()))
             })
             .collect()
     }

@@ -111,25 +111,25 @@ fn pairs(m: &BTreeMap<String, String>) -> Vec<(String, String)> {
 
 fn reference(r: &event::ObjectReference) -> wit::ObjectReference {
     wit::ObjectReference {
-        kind: r.kind.clone(),
-        namespace: r.namespace.clone(),
-        name: r.name.clone(),
-        uid: r.uid.clone(),
-        api_version: r.api_version.clone(),
-        resource_version: r.resource_version.clone(),
-        field_path: r.field_path.clone(),
+        kind: r.kind.to_string(),
+        namespace: r.namespace.to_string(),
+        name: r.name.to_string(),
+        uid: r.uid.to_string(),
+        api_version: r.api_version.to_string(),
+        resource_version: r.resource_version.to_string(),
+        field_path: r.field_path.to_string(),
     }
 }
 
 fn from_reference(r: wit::ObjectReference) -> event::ObjectReference {
     event::ObjectReference {
-        kind: r.kind,
-        namespace: r.namespace,
-        name: r.name,
-        uid: r.uid,
-        api_version: r.api_version,
-        resource_version: r.resource_version,
-        field_path: r.field_path,
+        kind: r.kind.into(),
+        namespace: r.namespace.into(),
+        name: r.name.into(),
+        uid: r.uid.into(),
+        api_version: r.api_version.into(),
+        resource_version: r.resource_version.into(),
+        field_path: r.field_path.into(),
     }
 }
 
@@ -138,32 +138,32 @@ pub(crate) fn to_wit(e: &Event) -> wit::Event {
     let m = &e.metadata;
     wit::Event {
         metadata: wit::ObjectMeta {
-            name: m.name.clone(),
-            generate_name: m.generate_name.clone(),
-            namespace: m.namespace.clone(),
-            uid: m.uid.clone(),
-            resource_version: m.resource_version.clone(),
+            name: m.name.to_string(),
+            generate_name: m.generate_name.to_string(),
+            namespace: m.namespace.to_string(),
+            uid: m.uid.to_string(),
+            resource_version: m.resource_version.to_string(),
             creation_timestamp_unix_nanos: nanos(m.creation_timestamp),
             labels: pairs(&m.labels),
             annotations: pairs(&m.annotations),
         },
         involved_object: reference(&e.involved_object),
-        reason: e.reason.clone(),
-        message: e.message.clone(),
-        source: wit::EventSource { component: e.source.component.clone(), host: e.source.host.clone() },
+        reason: e.reason.to_string(),
+        message: e.message.to_string(),
+        source: wit::EventSource { component: e.source.component.to_string(), host: e.source.host.to_string() },
         first_timestamp_unix_nanos: nanos(e.first_timestamp),
         last_timestamp_unix_nanos: nanos(e.last_timestamp),
         count: e.count,
-        type_: e.type_.clone(),
+        type_: e.type_.to_string(),
         event_time_unix_nanos: nanos(e.event_time),
         series: e
             .series
             .as_ref()
             .map(|s| wit::EventSeries { count: s.count, last_observed_time_unix_nanos: nanos(s.last_observed_time) }),
-        action: e.action.clone(),
+        action: e.action.to_string(),
         related: e.related.as_ref().map(reference),
-        reporting_component: e.reporting_component.clone(),
-        reporting_instance: e.reporting_instance.clone(),
+        reporting_component: e.reporting_component.to_string(),
+        reporting_instance: e.reporting_instance.to_string(),
     }
 }
 
@@ -171,11 +171,11 @@ pub(crate) fn to_wit(e: &Event) -> wit::Event {
 /// carry (TypeMeta and metadata fields other than the typed ones).
 pub(crate) fn from_wit(w: wit::Event, like: &Event) -> Event {
     let mut metadata = like.metadata.clone();
-    metadata.name = w.metadata.name;
-    metadata.generate_name = w.metadata.generate_name;
-    metadata.namespace = w.metadata.namespace;
-    metadata.uid = w.metadata.uid;
-    metadata.resource_version = w.metadata.resource_version;
+    metadata.name = w.metadata.name.into();
+    metadata.generate_name = w.metadata.generate_name.into();
+    metadata.namespace = w.metadata.namespace.into();
+    metadata.uid = w.metadata.uid.into();
+    metadata.resource_version = w.metadata.resource_version.into();
     metadata.creation_timestamp = time(w.metadata.creation_timestamp_unix_nanos);
     metadata.labels = w.metadata.labels.into_iter().collect();
     metadata.annotations = w.metadata.annotations.into_iter().collect();
@@ -184,21 +184,21 @@ pub(crate) fn from_wit(w: wit::Event, like: &Event) -> Event {
         api_version: like.api_version.clone(),
         metadata,
         involved_object: from_reference(w.involved_object),
-        reason: w.reason,
-        message: w.message,
-        source: event::EventSource { component: w.source.component, host: w.source.host },
+        reason: w.reason.into(),
+        message: w.message.into(),
+        source: event::EventSource { component: w.source.component.into(), host: w.source.host.into() },
         first_timestamp: time(w.first_timestamp_unix_nanos),
         last_timestamp: time(w.last_timestamp_unix_nanos),
         count: w.count,
-        type_: w.type_,
+        type_: w.type_.into(),
         event_time: time(w.event_time_unix_nanos),
         series: w
             .series
             .map(|s| event::EventSeries { count: s.count, last_observed_time: time(s.last_observed_time_unix_nanos) }),
-        action: w.action,
+        action: w.action.into(),
         related: w.related.map(from_reference),
-        reporting_component: w.reporting_component,
-        reporting_instance: w.reporting_instance,
+        reporting_component: w.reporting_component.into(),
+        reporting_instance: w.reporting_instance.into(),
         ingest_headers: like.ingest_headers.clone(),
     }
 }

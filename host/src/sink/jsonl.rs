@@ -189,7 +189,7 @@ mod tests {
     async fn lines_reach_the_writer_whole() {
         let writes = Writes::default();
         let sink = JsonLinesSink::new(Box::new(writes.clone()));
-        let event = Event { message: "x".repeat(3000), ..Event::default() };
+        let event = Event { message: "x".repeat(3000).into(), ..Event::default() };
         for _ in 0..100 {
             sink.create(&event).await.unwrap();
         }

@@ -51,11 +51,11 @@ impl IsomorphicKey {
     /// The key of `event` (client-go `getKey`).
     pub fn of(event: &Event) -> Self {
         Self {
-            type_: event.type_.clone(),
-            action: event.action.clone(),
-            reason: event.reason.clone(),
-            reporting_controller: event.reporting_component.clone(),
-            reporting_instance: event.reporting_instance.clone(),
+            type_: event.type_.to_string(),
+            action: event.action.to_string(),
+            reason: event.reason.to_string(),
+            reporting_controller: event.reporting_component.to_string(),
+            reporting_instance: event.reporting_instance.to_string(),
             regarding: event.involved_object.clone(),
             related: event.related.clone().unwrap_or_default(),
         }
@@ -345,14 +345,14 @@ mod tests {
     #[async_trait]
     impl EventSink for Recording {
         async fn create(&self, event: &Event) -> Result<Event, SinkError> {
-            self.0.lock().unwrap().push(("create", event.metadata.name.clone(), Vec::new()));
+            self.0.lock().unwrap().push(("create", event.metadata.name.to_string(), Vec::new()));
             Ok(event.clone())
         }
         async fn update(&self, event: &Event) -> Result<Event, SinkError> {
             Ok(event.clone())
         }
         async fn patch(&self, event: &Event, patch: &[u8]) -> Result<Event, SinkError> {
-            self.0.lock().unwrap().push(("patch", event.metadata.name.clone(), patch.to_vec()));
+            self.0.lock().unwrap().push(("patch", event.metadata.name.to_string(), patch.to_vec()));
             Ok(event.clone())
         }
     }

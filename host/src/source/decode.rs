@@ -69,7 +69,8 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::event::{
-    Event, EventSeries, EventSource, ObjectMeta, ObjectReference, Time, metav1_micro_time, metav1_time, nullable,
+    CompactString, Event, EventSeries, EventSource, ObjectMeta, ObjectReference, Time, metav1_micro_time, metav1_time,
+    nullable,
 };
 
 /// Longest line accepted, in bytes (4 MiB). A longer line is rejected with an error instead of
@@ -711,9 +712,9 @@ impl fmt::Display for Context {
 #[serde(rename_all = "camelCase", expecting = "a JSON object", bound(deserialize = "N: Deserialize<'de>"))]
 struct Wire<'a, N = &'a RawValue> {
     #[serde(default, deserialize_with = "nullable")]
-    kind: String,
+    kind: CompactString,
     #[serde(default, deserialize_with = "nullable")]
-    api_version: String,
+    api_version: CompactString,
     // Watch envelope (`type` is shared with events), list, replay line.
     #[serde(default)]
     object: Option<N>,
@@ -729,11 +730,11 @@ struct Wire<'a, N = &'a RawValue> {
     #[serde(default, deserialize_with = "nullable")]
     metadata: ObjectMeta,
     #[serde(rename = "type", default, deserialize_with = "nullable")]
-    type_: String,
+    type_: CompactString,
     #[serde(default, deserialize_with = "nullable")]
-    reason: String,
+    reason: CompactString,
     #[serde(default, deserialize_with = "nullable")]
-    action: String,
+    action: CompactString,
     #[serde(default, with = "metav1_micro_time")]
     event_time: Option<Time>,
     #[serde(default)]
@@ -741,12 +742,12 @@ struct Wire<'a, N = &'a RawValue> {
     #[serde(default)]
     related: Option<ObjectReference>,
     #[serde(default, deserialize_with = "nullable")]
-    reporting_instance: String,
+    reporting_instance: CompactString,
     // core/v1 only.
     #[serde(default)]
     involved_object: Option<ObjectReference>,
     #[serde(default, deserialize_with = "nullable")]
-    message: String,
+    message: CompactString,
     #[serde(default, deserialize_with = "nullable")]
     source: EventSource,
     #[serde(default, with = "metav1_time")]
@@ -756,14 +757,14 @@ struct Wire<'a, N = &'a RawValue> {
     #[serde(default, deserialize_with = "nullable")]
     count: i32,
     #[serde(default, deserialize_with = "nullable")]
-    reporting_component: String,
+    reporting_component: CompactString,
     // events.k8s.io only.
     #[serde(default)]
     regarding: Option<ObjectReference>,
     #[serde(default, deserialize_with = "nullable")]
-    note: String,
+    note: CompactString,
     #[serde(default, deserialize_with = "nullable")]
-    reporting_controller: String,
+    reporting_controller: CompactString,
     #[serde(default, deserialize_with = "nullable")]
     deprecated_source: EventSource,
     #[serde(default, with = "metav1_time")]
@@ -843,8 +844,8 @@ impl<N> Wire<'_, N> {
                 event.reporting_component = self.reporting_component;
             }
             Api::Events => {
-                event.kind = "Event".to_owned();
-                event.api_version = "v1".to_owned();
+                event.kind = "Event".to_owned().into();
+                event.api_version = "v1".to_owned().into();
                 event.involved_object = self.regarding.unwrap_or_default();
                 event.message = self.note;
                 event.source = self.deprecated_source;
@@ -1030,7 +1031,7 @@ fn decode_envelope<'a>(doc: &Doc<'a>, wire: Wire<'a>) -> Result<Decoded, DecodeE
             if resource_version.is_empty() {
                 return Err(DecodeError::new(line, "watch event BOOKMARK has no `object.metadata.resourceVersion`"));
             }
-            Ok(Decoded::Bookmark { resource_version, line })
+            Ok(Decoded::Bookmark { resource_version: resource_version.to_string(), line })
         }
         WatchKind::Error => {
             let s: Status = doc.parse_object(at, object.get(), Context::WatchObject)?;
@@ -1304,7 +1305,7 @@ mod tests {
         items
             .iter()
             .map(|d| match d {
-                Decoded::Event { event, .. } => event.metadata.name.clone(),
+                Decoded::Event { event, .. } => event.metadata.name.to_string(),
                 Decoded::Bookmark { resource_version, .. } => format!("bookmark:{resource_version}"),
                 Decoded::WatchError { code, .. } => format!("error:{code}"),
             })

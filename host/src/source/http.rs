@@ -805,7 +805,7 @@ async fn create_inner(shared: &Shared, ns: String, headers: HeaderMap, body: Bod
         )));
     }
     if event.metadata.namespace.is_empty() {
-        event.metadata.namespace = ns;
+        event.metadata.namespace = ns.into();
     } else if event.metadata.namespace != ns {
         return Err(fail(bad_request(
             shared,
@@ -831,12 +831,12 @@ async fn create_inner(shared: &Shared, ns: String, headers: HeaderMap, body: Bod
             });
             return Err(fail(status));
         }
-        event.metadata.name = format!("{}{}", event.metadata.generate_name, generate_name_suffix());
+        event.metadata.name = format!("{}{}", event.metadata.generate_name, generate_name_suffix()).into();
     }
     event.kind = "Event".into();
     event.api_version = "v1".into();
     if event.metadata.uid.is_empty() {
-        event.metadata.uid = uuid::Uuid::new_v4().to_string();
+        event.metadata.uid = uuid::Uuid::new_v4().to_string().into();
     }
     event.metadata.creation_timestamp.get_or_insert_with(chrono::Utc::now);
     enqueue_one(shared, event, &headers, IngestRoute::Create, StatusCode::CREATED).await
@@ -853,7 +853,7 @@ async fn enqueue_one(
 ) -> Result<Response, Response> {
     let fail = |s: ApiStatus| s.into_response();
     let answer = json_response(code, &event);
-    let key = (event.metadata.namespace.clone(), event.metadata.name.clone());
+    let key = (event.metadata.namespace.to_string(), event.metadata.name.to_string());
     let remembered = event.clone();
     let item = Ingested { event, headers: forwarded_headers(headers), route, watch_type: None };
     match tokio::time::timeout(shared.config.enqueue_timeout, shared.queue.push_all(vec![item])).await {
@@ -948,7 +948,7 @@ async fn patch_or_update_inner(
         event
     };
     // What identifies the stored object stays as it was.
-    (event.metadata.namespace, event.metadata.name) = key;
+    (event.metadata.namespace, event.metadata.name) = (key.0.into(), key.1.into());
     event.kind = "Event".into();
     event.api_version = "v1".into();
     let route = if patching { IngestRoute::Patch } else { IngestRoute::Update };

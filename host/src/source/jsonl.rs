@@ -400,7 +400,7 @@ mod tests {
         let expected: Vec<String> = expected
             .into_iter()
             .filter_map(|d| match d {
-                Decoded::Event { event, .. } => Some(event.metadata.name),
+                Decoded::Event { event, .. } => Some(event.metadata.name.to_string()),
                 _ => None,
             })
             .collect();

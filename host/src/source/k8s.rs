@@ -425,7 +425,7 @@ impl Watch {
                     match item {
                         Ok(Decoded::Event { event, watch_type, .. }) => {
                             if !event.metadata.resource_version.is_empty() {
-                                last = Some(event.metadata.resource_version.clone());
+                                last = Some(event.metadata.resource_version.to_string());
                             }
                             if watch_type == Some(WatchEventType::Deleted) {
                                 continue; // an expired event going away is not an occurrence
@@ -433,7 +433,7 @@ impl Watch {
                             match self.changed(&event) {
                                 Some(version) => {
                                     let position = event.metadata.resource_version.clone();
-                                    self.send(event, version, Some(position)).await?;
+                                    self.send(event, version, Some(position.to_string())).await?;
                                 }
                                 None => self.stats.repeats += 1,
                             }

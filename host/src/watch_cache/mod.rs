@@ -151,7 +151,7 @@ pub struct Version {
 
 impl Version {
     fn new(rv: u64, mut event: Event, written: DateTime<Utc>) -> Arc<Self> {
-        event.metadata.resource_version = rv.to_string();
+        event.metadata.resource_version = rv.to_string().into();
         Arc::new(Self { rv, event, written, json: OnceLock::new() })
     }
 
@@ -607,7 +607,7 @@ fn fill_server_fields(mut event: Event, now: DateTime<Utc>) -> Event {
         event.api_version = "v1".into();
     }
     if event.metadata.uid.is_empty() {
-        event.metadata.uid = uuid::Uuid::new_v4().to_string();
+        event.metadata.uid = uuid::Uuid::new_v4().to_string().into();
     }
     if event.metadata.creation_timestamp.is_none() {
         event.metadata.creation_timestamp = Some(now);

@@ -90,7 +90,7 @@ fn stream() -> Vec<Occurrence> {
                 type_: "Warning".into(),
                 ..Event::default()
             };
-            Occurrence { event, clock: Some(t), spam_filter_clock: Some(t) }
+            Occurrence { event: Box::new(event), clock: Some(t), spam_filter_clock: Some(t) }
         })
         .collect()
 }
@@ -199,7 +199,7 @@ fn bench(c: &mut Criterion) {
     let source_object = handle("source-object", embedded::SOURCE_OBJECT, false);
     let key_fn = WasmAggregateKeyFunc::new(by_reason.clone()).expect("kind");
     let spam_key_fn = WasmSpamKeyFunc::new(source_object.clone()).expect("kind");
-    let batch: Vec<&Event> = events.iter().take(BATCH).map(|o| &o.event).collect();
+    let batch: Vec<&Event> = events.iter().take(BATCH).map(|o| &*o.event).collect();
     let mut calls = c.benchmark_group("plugin_call");
     for (label, size) in [("batch_256", BATCH), ("batch_1", 1)] {
         calls.throughput(Throughput::Elements(size as u64));
@@ -239,7 +239,7 @@ fn bench(c: &mut Criterion) {
         calls.bench_function(label, |b| {
             let mut out = Vec::with_capacity(BATCH);
             b.iter(|| {
-                let batch: Vec<&Event> = batches.next().expect("endless").iter().map(|o| &o.event).collect();
+                let batch: Vec<&Event> = batches.next().expect("endless").iter().map(|o| &*o.event).collect();
                 out.clear();
                 key_fn.aggregate_keys(&batch, &mut out);
                 out.len()

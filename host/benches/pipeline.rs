@@ -8,7 +8,9 @@
 //!    writes every event (by default the spam filter skips most of this stream).
 //! 2. **`run` against single-core `replay`**: wall time of `run --sink jsonl:/dev/null` with the
 //!    default `--workers`, `--workers 1` and `--workers 0` (the number of cores), and of
-//!    `replay < STREAM > /dev/null`; the ratios run / replay (target ≤ 0.6).
+//!    `replay < STREAM > /dev/null` held to one core (`taskset -c 0`: replay runs its three
+//!    pipeline steps on threads of their own) and, for reference, free to use every core; the
+//!    ratios run / single-core replay (target ≤ 0.6).
 //! 3. **At-least-once under SIGKILL**: `run --delivery at-least-once` with a correlator that may
 //!    neither skip nor aggregate (so every input event must reach the sink), killed with SIGKILL
 //!    every 2 s and started again until a run ends by itself; every restart must have saved a
@@ -412,15 +414,25 @@ fn webhook_throughput(bench: &Bench, table: &mut Table) -> bool {
 
 /// Figure 2; returns whether both ratios met the target.
 fn run_against_replay(bench: &Bench, table: &mut Table) -> bool {
-    // The run cases in `workers_cases` order, then replay.
+    // The run cases in `workers_cases` order, then replay on one core, then replay on all.
+    let pinned = std::process::Command::new("taskset").arg("--version").output().is_ok_and(|o| o.status.success());
+    let single = if pinned { "replay, one core (taskset -c 0)" } else { "replay (taskset not found: not pinned)" };
     let mut cases: Vec<(String, Option<Vec<String>>)> =
         workers_cases(bench.cores).into_iter().map(|(label, flags)| (format!("run, {label}"), Some(flags))).collect();
-    cases.push(("replay".into(), None));
-    let seconds = interleaved(bench.runs, &cases, |(_, flags)| {
+    cases.push((single.into(), None));
+    cases.push(("replay, every core".into(), None));
+    let seconds = interleaved(bench.runs, &cases, |(label, flags)| {
         let command = match flags {
             Some(flags) => bench.run(flags.iter().map(String::as_str).chain(["--sink=jsonl:/dev/null"])),
             None => {
-                let mut replay = bench.eventpipe(["replay"]);
+                let mut replay = if label == single && pinned {
+                    let mut taskset = Command::new("taskset");
+                    taskset.args(["-c", "0"]).arg(&bench.bin).arg("replay");
+                    taskset.current_dir(bench.scratch.path()).env_remove("RUST_LOG").stdout(Stdio::null());
+                    taskset
+                } else {
+                    bench.eventpipe(["replay"])
+                };
                 replay.stdin(std::fs::File::open(&bench.stream).expect("the stream"));
                 replay
             }
@@ -430,9 +442,11 @@ fn run_against_replay(bench: &Bench, table: &mut Table) -> bool {
     for ((label, _), seconds) in cases.iter().zip(&seconds) {
         table.add(format!("{label} → /dev/null"), "s", seconds);
     }
-    let replay = seconds.last().expect("the replay case");
+    let replay = &seconds[seconds.len() - 2];
     let mut met = true;
-    for (run, label) in [(&seconds[0], "run (default) / replay"), (&seconds[2], "run (--workers 0) / replay")] {
+    for (run, label) in
+        [(&seconds[0], "run (default) / single-core replay"), (&seconds[2], "run (--workers 0) / single-core replay")]
+    {
         let ratios: Vec<f64> = run.iter().zip(replay).map(|(run, replay)| run / replay).collect();
         met &= median_of(&ratios) <= RATIO_TARGET;
         table.add(label, "ratio", &ratios);

@@ -643,7 +643,7 @@ impl Partition {
             self.stats.total.suppressed_summaries += 1;
             self.stats.tenant(&tenant.name).suppressed_summaries += 1;
             let key = xxhash_rust::xxh3::xxh3_64(event.metadata.name.as_bytes());
-            let result = EventCorrelateResult { skip: false, event: Some(event), patch: None };
+            let result = EventCorrelateResult { skip: false, event: Some(Box::new(event)), patch: None };
             for sink in tenant.sinks() {
                 let job = Job {
                     tenant: tenant.name.clone(),

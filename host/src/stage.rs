@@ -119,7 +119,7 @@ impl TenantStage {
             if positions.is_empty() {
                 break;
             }
-            let events: Vec<&Event> = positions.iter().map(|&i| &batch[i].event).collect();
+            let events: Vec<&Event> = positions.iter().map(|&i| &*batch[i].event).collect();
             for (&i, verdict) in positions.iter().zip(filter.filter(&events)) {
                 if let Verdict::Drop(reason) = verdict {
                     tracing::debug!(tenant = %self.name, filter = filter.handle().name(), reason = reason.as_deref().unwrap_or(""), "event filtered");

@@ -42,7 +42,7 @@ fn correlate(steps: &[Step], options: CorrelatorOptions) -> Vec<(Step, Option<Ev
         e.first_timestamp = Some(now);
         e.last_timestamp = Some(now);
         let p = correlator
-            .prepare(vec![Occurrence { event: e, clock: Some(now), spam_filter_clock: Some(now) }])
+            .prepare(vec![Occurrence { event: Box::new(e), clock: Some(now), spam_filter_clock: Some(now) }])
             .pop()
             .unwrap();
         let aggregated = p.aggregated();
@@ -50,7 +50,7 @@ fn correlate(steps: &[Step], options: CorrelatorOptions) -> Vec<(Step, Option<Ev
         if let Some(e) = &r.event {
             correlator.update_state(e);
         }
-        out.push((*step, r.event, aggregated));
+        out.push((*step, r.event.map(|e| *e), aggregated));
     }
     out
 }

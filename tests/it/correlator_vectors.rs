@@ -132,7 +132,7 @@ fn correlator_scenarios_match_client_go() {
         for (i, step) in scenario["steps"].as_array().unwrap().iter().enumerate() {
             let event: Event = serde_json::from_value(step["event"].clone()).expect("step event");
             let occurrence = Occurrence {
-                event: event.clone(),
+                event: Box::new(event.clone()),
                 clock: Some(time(&step["clock"])),
                 spam_filter_clock: Some(time(&step["spam_filter_clock"])),
             };

@@ -392,7 +392,8 @@ async fn a_failing_sink_plugin_is_retried_only_when_it_says_retryable() {
     let cancel = tokio_util::sync::CancellationToken::new();
     let mut outcomes = Vec::new();
     for reason in ["Started", "Permanent", "Garbage", "Trap", "Retryable", "Pulled"] {
-        let result = EventCorrelateResult { skip: false, event: Some(event(reason, reason, "n", "m")), patch: None };
+        let result =
+            EventCorrelateResult { skip: false, event: Some(Box::new(event(reason, reason, "n", "m"))), patch: None };
         let (outcome, _) = deliver(&sink, result, &policy, &cancel).await;
         outcomes.push(match outcome {
             WriteOutcome::Written { attempts, .. } => format!("written after {attempts}"),

@@ -103,10 +103,13 @@ pub(crate) fn or_default<T: PartialEq + Default>(v: T, default: T) -> T {
 
 /// An event to correlate, with the instants the aggregator and the spam filter should read
 /// (`None`: read the correlator's clocks). Replays set both from their input lines.
+///
+/// The event is boxed (a core/v1 `Event` is close to 1 KiB): batches of occurrences move
+/// pointers, and [`EventCorrelator::prepare`] keeps the same box for the [`PreparedEvent`].
 #[derive(Debug, Clone, Default)]
 pub struct Occurrence {
     /// The event as the recorder made it.
-    pub event: Event,
+    pub event: Box<Event>,
     /// The aggregator's "now".
     pub clock: Option<Time>,
     /// The spam filter's "now" (defaults to `clock`, then to the spam filter's clock).
@@ -118,13 +121,13 @@ impl Occurrence {
     /// ([`Event::occurred_at`]); the spam filter's, else the same.
     pub fn replayed(event: Event, clock: Option<Time>, spam_filter_clock: Option<Time>) -> Self {
         let clock = clock.or_else(|| event.occurred_at());
-        Self { event, clock, spam_filter_clock: spam_filter_clock.or(clock) }
+        Self { event: Box::new(event), clock, spam_filter_clock: spam_filter_clock.or(clock) }
     }
 }
 
 impl From<Event> for Occurrence {
     fn from(event: Event) -> Self {
-        Self { event, clock: None, spam_filter_clock: None }
+        Self { event: Box::new(event), clock: None, spam_filter_clock: None }
     }
 }
 
@@ -148,7 +151,7 @@ impl CorrelationClock {
             CorrelationClock::Processing => Occurrence::from(event),
             CorrelationClock::EventTime => {
                 let at = event.occurred_at();
-                Occurrence { event, clock: at, spam_filter_clock: at }
+                Occurrence { event: Box::new(event), clock: at, spam_filter_clock: at }
             }
         }
     }
@@ -156,8 +159,8 @@ impl CorrelationClock {
 
 /// An event after the aggregator, waiting for the EventLogger and the SpamFilter.
 ///
-/// The event is boxed: a core/v1 `Event` is close to 1 KiB, and a batch of them moved through
-/// `prepare` and `finish` by value costs more in copies than one allocation per event.
+/// The event keeps the [`Occurrence`]'s box: a batch moves through `prepare` and `finish` as
+/// pointers.
 #[derive(Debug, Clone)]
 pub struct PreparedEvent {
     event: Box<Event>,
@@ -205,8 +208,9 @@ impl PreparedEvent {
 pub struct EventCorrelateResult {
     /// The spam filter dropped the event; `event` and `patch` are `None`.
     pub skip: bool,
-    /// The event as observed (count, name, firstTimestamp rewritten for repeats).
-    pub event: Option<Event>,
+    /// The event as observed (count, name, firstTimestamp rewritten for repeats), in the box
+    /// it came in.
+    pub event: Option<Box<Event>>,
     /// The strategic-merge patch for a repeat (`count > 1`), `None` for a first occurrence.
     pub patch: Option<EventPatch>,
 }
@@ -284,7 +288,7 @@ impl EventCorrelator {
     /// [`CorrelatorStats::dropped`].
     pub fn prepare(&mut self, batch: Vec<Occurrence>) -> Vec<PreparedEvent> {
         let mut keys = Vec::with_capacity(batch.len());
-        self.key_func.aggregate_keys(&batch.iter().map(|o| &o.event).collect::<Vec<_>>(), &mut keys);
+        self.key_func.aggregate_keys(&batch.iter().map(|o| &*o.event).collect::<Vec<_>>(), &mut keys);
         keys.resize(batch.len(), None); // a short answer drops the rest rather than misaligning
 
         // The aggregator, in order, on the borrowed events. Aggregated events are built once
@@ -309,7 +313,7 @@ impl EventCorrelator {
             let (logger_key, aggregated, dropped) = decisions.next().expect("one decision per event");
             prepared.push(PreparedEvent {
                 spam_filter_clock: occurrence.spam_filter_clock.or(occurrence.clock),
-                event: Box::new(occurrence.event),
+                event: occurrence.event,
                 logger_key,
                 spam_key: Key::UNSET, // set below, once aggregate events are built
                 aggregated,
@@ -378,7 +382,7 @@ impl EventCorrelator {
             skipped(&event);
             return SKIP;
         }
-        EventCorrelateResult { skip: false, event: Some(*event), patch }
+        EventCorrelateResult { skip: false, event: Some(event), patch }
     }
 
     /// client-go `UpdateState`: remember the sink's copy of a written event (its name,

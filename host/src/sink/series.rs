@@ -322,7 +322,7 @@ impl EventSink for SeriesSink {
         let Some(event) = event.filter(|_| !skip) else {
             return (WriteOutcome::Skipped, None);
         };
-        let decision = self.cache.lock().await.observe(event, self.clock.now());
+        let decision = self.cache.lock().await.observe(*event, self.clock.now());
         match decision {
             SeriesDecision::Create(event) | SeriesDecision::Patch(event) => {
                 (record_series_event(&*self.inner, event, policy, cancel).await, None)
@@ -365,7 +365,7 @@ mod tests {
             type_: "Warning".into(),
             ..Event::default()
         };
-        EventCorrelateResult { skip: false, event: Some(event), patch: None }
+        EventCorrelateResult { skip: false, event: Some(Box::new(event)), patch: None }
     }
 
     #[tokio::test(start_paused = true)]

@@ -78,7 +78,7 @@ mod tests {
         let cache = WatchCache::new(WatchCacheConfig::default(), crate::clock::system());
         let sink = WatchCacheSink(cache.clone());
         let (policy, cancel) = (RetryPolicy::default(), tokio_util::sync::CancellationToken::new());
-        let first = EventCorrelateResult { skip: false, event: Some(event(1, "a")), patch: None };
+        let first = EventCorrelateResult { skip: false, event: Some(Box::new(event(1, "a"))), patch: None };
         let (outcome, stored) = sink.write(first, &policy, &cancel).await;
         assert!(matches!(outcome, WriteOutcome::Written { verb: Verb::Create, .. }), "{outcome:?}");
         let stored = stored.unwrap();
@@ -86,7 +86,7 @@ mod tests {
         assert!(!stored.metadata.uid.is_empty() && stored.metadata.creation_timestamp.is_some());
 
         let patch = EventPatch::for_event(&event(2, "b"));
-        let repeat = EventCorrelateResult { skip: false, event: Some(event(2, "b")), patch: Some(patch) };
+        let repeat = EventCorrelateResult { skip: false, event: Some(Box::new(event(2, "b"))), patch: Some(patch) };
         let (outcome, stored) = sink.write(repeat, &policy, &cancel).await;
         assert!(matches!(outcome, WriteOutcome::Written { verb: Verb::Patch, .. }), "{outcome:?}");
         let held = cache.get("shop", "web-0.17").unwrap();
@@ -97,7 +97,7 @@ mod tests {
         let mut other = event(5, "c");
         other.metadata.name = "web-0.18".into();
         let patch = EventPatch::for_event(&other);
-        let result = EventCorrelateResult { skip: false, event: Some(other), patch: Some(patch) };
+        let result = EventCorrelateResult { skip: false, event: Some(Box::new(other)), patch: Some(patch) };
         let (outcome, _) = sink.write(result, &policy, &cancel).await;
         assert!(matches!(outcome, WriteOutcome::Written { verb: Verb::Create, .. }), "{outcome:?}");
         let (rv, items) = cache.list(&Predicate::default(), None).unwrap();

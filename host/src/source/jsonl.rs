@@ -348,8 +348,10 @@ async fn sleep_until(until: Option<tokio::time::Instant>) {
     }
 }
 
-/// Lines decoded together, at most.
-const CHUNK_LINES: usize = 256;
+/// Lines decoded together, at most. Smaller chunks start the pipeline sooner and keep both
+/// cores busy; larger ones cost fewer hand-offs (`run` on the 176k-line real stream, 2 cores:
+/// 64 and 128 lines 0.95×, 1024 lines 1.16× the wall time of 256).
+const CHUNK_LINES: usize = 128;
 
 /// Bytes of lines decoded together, about (a longer line is a chunk of its own).
 const CHUNK_BYTES: usize = 1 << 20;

@@ -139,33 +139,29 @@ fn correlate(
     summary: &mut ReplaySummary,
     update_state: bool,
 ) -> Vec<Outcome> {
-    // Positions of the events among the documents, so errors keep their place.
+    // Per document, in order: `None` for an event, else why it is not one (errors keep their
+    // place among the results).
     let mut occurrences = Vec::with_capacity(batch.len());
-    let mut outcomes: Vec<Option<Outcome>> = Vec::with_capacity(batch.len());
+    let mut slots: Vec<Option<String>> = Vec::with_capacity(batch.len());
     for item in batch {
-        match item {
+        slots.push(match item {
             Ok(Decoded::Event { event, clock, spam_filter_clock, .. }) => {
                 occurrences.push(Occurrence::replayed(event, clock, spam_filter_clock));
-                outcomes.push(None);
+                None
             }
-            Ok(other) => outcomes.push(Some(Outcome::Error(format!(
-                "line {}: not an event ({})",
-                other.line(),
-                other.describe()
-            )))),
-            Err(e) => outcomes.push(Some(Outcome::Error(e.to_string()))),
-        }
+            Ok(other) => Some(format!("line {}: not an event ({})", other.line(), other.describe())),
+            Err(e) => Some(e.to_string()),
+        });
     }
     let mut staged = stage.prepare(occurrences).into_iter();
-    outcomes
+    slots
         .into_iter()
         .map(|slot| match slot {
-            Some(Outcome::Error(error)) => {
+            Some(error) => {
                 tracing::warn!(%error, "replay: skipping input");
                 summary.errors += 1;
                 Outcome::Error(error)
             }
-            Some(result) => result,
             None => {
                 let Some(Staged::Prepared(prepared)) = staged.next() else {
                     unreachable!("replay has no filters and no rules: one prepared event per event")

@@ -7,7 +7,7 @@ use lru::LruCache;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 
 use super::keys::{Key, event_cache_key};
-use crate::event::{CompactString, Event, Time, format_time};
+use crate::event::{CompactString, Event, Time, TimeText};
 
 /// What the EventLogger remembers per key (client-go `eventLog`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,7 +85,7 @@ impl Serialize for EventPatch {
         match self.last_timestamp {
             LastTimestampPatch::Unchanged => {}
             LastTimestampPatch::Null => m.serialize_entry("lastTimestamp", &())?,
-            LastTimestampPatch::At(t) => m.serialize_entry("lastTimestamp", &format_time(&t))?,
+            LastTimestampPatch::At(t) => m.serialize_entry("lastTimestamp", TimeText::seconds(&t).as_str())?,
         }
         if !self.message.is_empty() {
             m.serialize_entry("message", &self.message)?;

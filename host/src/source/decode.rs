@@ -844,8 +844,8 @@ impl<N> Wire<'_, N> {
                 event.reporting_component = self.reporting_component;
             }
             Api::Events => {
-                event.kind = "Event".to_owned().into();
-                event.api_version = "v1".to_owned().into();
+                event.kind = "Event".into();
+                event.api_version = "v1".into();
                 event.involved_object = self.regarding.unwrap_or_default();
                 event.message = self.note;
                 event.source = self.deprecated_source;

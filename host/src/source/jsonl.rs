@@ -227,7 +227,6 @@ impl Chunk {
 }
 
 /// One decoded document of a chunk.
-#[allow(clippy::large_enum_variant, reason = "events are the common case; boxing would cost an allocation each")]
 enum Item {
     /// An event, and the input offset a restart resumes at to see it again.
     Event { event: SharedEvent, position: u64 },

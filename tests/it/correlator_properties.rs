@@ -35,7 +35,10 @@ fn correlate(steps: &[Step], options: CorrelatorOptions) -> Vec<(Step, Option<Ev
     let mut now: Time = "2025-01-01T00:00:00Z".parse().unwrap();
     let mut out = Vec::new();
     for (i, step) in steps.iter().enumerate() {
-        now += chrono::Duration::seconds(i64::from(step.3));
+        // A real clock never reads the same instant twice; aggregate events are named after the
+        // clock (`<object>.<UnixNano>`, as client-go), so two groups firing at one instant would
+        // share a name that no server would let both create.
+        now += chrono::Duration::seconds(i64::from(step.3)) + chrono::Duration::nanoseconds(1);
         let mut e = event(step);
         // Recorder-style: every occurrence gets its own name; repeats take the first one's.
         e.metadata.name = format!("{}.{i:x}", e.involved_object.name).into();

@@ -119,10 +119,10 @@ fn pure_false_calls_the_plugin_on_every_event() {
 /// On a stream that does not repeat itself the memo does not pay: after
 /// `MEMO_PROBE_EVENTS` lookups with (almost) no hit it stands aside for
 /// `MEMO_BYPASS_BATCHES` batches (answers come straight from the plugin, unchanged), then looks
-/// again.
+/// again; a second such judgement stands it aside for twice as many batches.
 #[test]
 fn a_memo_that_does_not_pay_stands_aside_then_looks_again() {
-    use eventpipe::plugin::{MEMO_BYPASS_BATCHES, MEMO_PROBE_EVENTS};
+    use eventpipe::plugin::{MEMO_BYPASS_BATCHES, MEMO_MAX_BYPASS_BATCHES, MEMO_PROBE_EVENTS};
     let plugin = runtime().load("by-reason", embedded::BY_REASON, PluginOrigin::Embedded).unwrap();
     let handle = PluginHandle::fixed(plugin, "default", PluginSettings::default());
     let key_fn = WasmAggregateKeyFunc::new(handle.clone()).unwrap();
@@ -164,4 +164,17 @@ fn a_memo_that_does_not_pay_stands_aside_then_looks_again() {
     );
     batch(256);
     assert_eq!(looked(), MEMO_PROBE_EVENTS + 256, "then it looks again");
+
+    // Still no hits: it stands aside twice as long, and so on up to MEMO_MAX_BYPASS_BATCHES.
+    for _ in 1..probe {
+        batch(256);
+    }
+    assert_eq!(looked(), 2 * MEMO_PROBE_EVENTS, "a second probe");
+    for _ in 0..2 * MEMO_BYPASS_BATCHES {
+        batch(256);
+    }
+    assert_eq!(looked(), 2 * MEMO_PROBE_EVENTS, "no lookup for twice the batches");
+    batch(256);
+    assert_eq!(looked(), 2 * MEMO_PROBE_EVENTS + 256, "then it looks again");
+    assert!(MEMO_MAX_BYPASS_BATCHES >= 2 * MEMO_BYPASS_BATCHES);
 }

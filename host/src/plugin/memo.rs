@@ -13,7 +13,9 @@
 //!
 //! A memo that does not pay (a hit rate under [`MEMO_MIN_HIT_RATE`] over
 //! [`MEMO_PROBE_EVENTS`] lookups) stands aside for [`MEMO_BYPASS_BATCHES`] batches, then looks
-//! again.
+//! again; each judgement in a row that it still does not pay doubles the time it stands aside,
+//! up to [`MEMO_MAX_BYPASS_BATCHES`], so that on a stream that never repeats itself probing costs
+//! next to nothing.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -48,8 +50,12 @@ const SETS: usize = MEMO_ENTRIES / MEMO_WAYS;
 pub const MEMO_PROBE_EVENTS: u64 = 4096;
 /// The hit rate under which a memo stands aside (see [`MEMO_PROBE_EVENTS`]).
 pub const MEMO_MIN_HIT_RATE: f64 = 0.05;
-/// Batches a memo stands aside for before it looks again.
+/// Batches a memo stands aside for before it looks again, after its first judgement that it
+/// does not pay; doubled for each further such judgement in a row, up to
+/// [`MEMO_MAX_BYPASS_BATCHES`]. A judgement that it pays starts over from here.
 pub const MEMO_BYPASS_BATCHES: u32 = 64;
+/// Most batches a memo stands aside for (64 × 2⁴: about 260,000 events in batches of 256).
+pub const MEMO_MAX_BYPASS_BATCHES: u32 = 1024;
 
 // A set remembers only its most recently used way: with two ways, the other one is the least
 // recently used.
@@ -88,6 +94,8 @@ pub(crate) struct Memo<T> {
     probed: AtomicU64,
     probe_hits: AtomicU64,
     bypass: AtomicU32,
+    /// Batches the next judgement that the memo does not pay stands it aside for.
+    next_bypass: AtomicU32,
 }
 
 struct State<T> {
@@ -175,6 +183,7 @@ impl<T: Clone> Memo<T> {
             probed: AtomicU64::new(0),
             probe_hits: AtomicU64::new(0),
             bypass: AtomicU32::new(0),
+            next_bypass: AtomicU32::new(MEMO_BYPASS_BATCHES),
         }
     }
 
@@ -194,7 +203,11 @@ impl<T: Clone> Memo<T> {
         self.probed.store(0, Ordering::Relaxed);
         self.probe_hits.store(0, Ordering::Relaxed);
         if (hits as f64) < MEMO_MIN_HIT_RATE * probed as f64 {
-            self.bypass.store(MEMO_BYPASS_BATCHES, Ordering::Relaxed);
+            let batches = self.next_bypass.load(Ordering::Relaxed);
+            self.bypass.store(batches, Ordering::Relaxed);
+            self.next_bypass.store((batches * 2).min(MEMO_MAX_BYPASS_BATCHES), Ordering::Relaxed);
+        } else {
+            self.next_bypass.store(MEMO_BYPASS_BATCHES, Ordering::Relaxed);
         }
     }
 

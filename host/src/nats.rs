@@ -15,9 +15,14 @@
 //!   (`AckPolicy::All`) with `ack_wait`; on a server with priority groups (2.11+) with the
 //!   pinned-client policy (group `eventpipe`), so a second worker pulling the same partition
 //!   stays on standby until the pinned one stops pulling for `priority_timeout`.
-//! - **KV bucket** `<stream>_correlator`: key `<durable>-<p>` (the consumer's name) holds the partition's correlator
-//!   snapshot (deflated [`crate::correlator::snapshot::PartitionSnapshot`]), key `key-seed` the
-//!   key seed every worker adopts.
+//! - **KV bucket** `<stream>_correlator`: key `key-seed` holds the key seed every worker adopts.
+//! - **Object store** `<stream>_correlator` (the same name; JetStream keeps it in stream
+//!   `OBJ_<name>`, the KV bucket in `KV_<name>`): object `<durable>-<p>` (the consumer's name)
+//!   holds partition `p`'s correlator snapshot (deflated
+//!   [`crate::correlator::snapshot::PartitionSnapshot`]). An object is stored in chunks
+//!   (128 KiB), so a snapshot is not bounded by the server's `max_payload` (1 MiB by default),
+//!   as a KV value is: a partition whose state deflates to more than that could not store it,
+//!   kept its messages unacknowledged and stopped at [`MAX_ACK_PENDING`]. See [`Snapshots`].
 
 use std::time::Duration;
 
@@ -52,7 +57,7 @@ pub const MAX_ACK_PENDING: i64 = 100_000;
 /// | `prefix` | `events` | the subject prefix |
 /// | `partitions` | the stream's, else 16 | P (a sink creating the stream sets it) |
 /// | `durable` | `eventpipe` | consumer name prefix (`<durable>-<p>`) |
-/// | `bucket` | `<stream>_correlator` | the KV bucket of snapshots |
+/// | `bucket` | `<stream>_correlator` | the KV bucket of the key seed and the object store of snapshots |
 /// | `ack_wait` | 30 | seconds before an unacknowledged message is delivered again |
 /// | `priority_timeout` | 30 | seconds a pinned worker keeps its partition without pulling |
 /// | `max_age` | 86400 | seconds the stream keeps a message |
@@ -283,6 +288,26 @@ impl NatsTarget {
         .map_err(|e| self.error("creating the snapshot bucket")(&e))
     }
 
+    /// The object store of snapshots (same name as the KV bucket), created if missing.
+    ///
+    /// # Errors
+    /// [`NatsError`] when it cannot be read or made.
+    pub async fn snapshots(&self, js: &jetstream::Context, kv: jetstream::kv::Store) -> Result<Snapshots, NatsError> {
+        let objects = match js.get_object_store(&self.bucket).await {
+            Ok(store) => store,
+            Err(_) => js
+                .create_object_store(jetstream::object_store::Config {
+                    bucket: self.bucket.clone(),
+                    num_replicas: self.replicas,
+                    storage: jetstream::stream::StorageType::File,
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| self.error("creating the snapshot object store")(&e))?,
+        };
+        Ok(Snapshots { objects, kv })
+    }
+
     /// The key seed every worker of this stream hashes with: the bucket's, or `proposed` when
     /// the bucket has none yet (the first worker's own).
     ///
@@ -364,8 +389,49 @@ pub fn snapshot_key(durable: &str, partition: u32) -> String {
     format!("{durable}-{partition}")
 }
 
-/// Deflates a snapshot for the bucket (values are bounded by the server's `max_payload`,
-/// 1 MiB by default).
+/// Where partitions keep their correlator snapshots: a JetStream object store, so that a
+/// snapshot of any size is stored (in chunks), with a read fallback to the KV bucket, where
+/// earlier versions kept snapshots of up to 1 MiB.
+pub struct Snapshots {
+    objects: jetstream::object_store::ObjectStore,
+    kv: jetstream::kv::Store,
+}
+
+impl Snapshots {
+    /// Stores `bytes` (already [`pack`]ed) as object `key`, replacing what it held. A reader
+    /// sees the old object or the new one, never a part.
+    ///
+    /// # Errors
+    /// The client's error, as text.
+    pub async fn put(&self, key: &str, bytes: &[u8]) -> Result<(), String> {
+        let mut reader = bytes;
+        self.objects.put(key, &mut reader).await.map(drop).map_err(|e| e.to_string())
+    }
+
+    /// The bytes stored as `key`: the object, else (a snapshot an earlier version stored) the KV
+    /// value of that key; `None` when there is neither.
+    ///
+    /// # Errors
+    /// The client's error, as text.
+    pub async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, String> {
+        use jetstream::object_store::GetErrorKind;
+        use tokio::io::AsyncReadExt;
+        match self.objects.get(key).await {
+            Ok(mut object) => {
+                let mut bytes = Vec::new();
+                object.read_to_end(&mut bytes).await.map_err(|e| e.to_string())?;
+                Ok(Some(bytes))
+            }
+            Err(e) if e.kind() == GetErrorKind::NotFound => {
+                self.kv.get(key).await.map(|v| v.map(|b| b.to_vec())).map_err(|e| e.to_string())
+            }
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}
+
+/// Deflates a snapshot for the object store (fast compression: snapshots are taken every few
+/// seconds).
 pub fn pack(snapshot: &[u8]) -> Bytes {
     use std::io::Write;
     let mut z = flate2::write::DeflateEncoder::new(Vec::with_capacity(snapshot.len() / 2), flate2::Compression::fast());

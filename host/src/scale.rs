@@ -6,7 +6,7 @@
 //!  source ─► Broadcaster ─► publish: tenant, partition   partitions p with p mod N = I, each:
 //!            (decoded events)  └► <prefix>.<tenant>.<p>   durable pull consumer ─► router partition
 //!                                 Nats-Msg-Id, wait ack     (filters → EventCorrelator → sinks)
-//!                                                          every snapshot interval: drain, state ─► KV
+//!                                                          every snapshot interval: drain, state ─► object
 //!                                                          <durable>-<p>, then ack all ≤ its sequence
 //! ```
 //!
@@ -29,7 +29,7 @@
 //!
 //! **Snapshots**: every snapshot interval (and after [`SNAPSHOT_EVERY_EVENTS`] events, and at
 //! shutdown) a partition stops taking messages, lets every write in flight end (every sink
-//! acknowledged or gave up), takes its correlator state and stores it in the KV bucket with the
+//! acknowledged or gave up), takes its correlator state and stores it in the object store ([`crate::nats::Snapshots`]) with the
 //! last stream sequence it reflects; only then are the messages up to that sequence
 //! acknowledged (all-up-to). A worker taking a partition (at start, after a crash, or a standby
 //! whose pin came) restores the snapshot and skips the messages up to its sequence, so counts
@@ -105,7 +105,7 @@ pub struct ScaleStats {
     pub snapshots_refused: u64,
     /// Messages delivered again that a restored snapshot already reflected (skipped).
     pub skipped_redelivered: u64,
-    /// Size of the last snapshot stored, bytes (deflated for the KV bucket).
+    /// Size of the last snapshot stored, bytes (deflated for the object store).
     pub last_snapshot_bytes: u64,
     /// Time the last snapshot took (drain, encode, store), microseconds.
     pub last_snapshot_micros: u64,
@@ -385,7 +385,7 @@ pub struct WorkerOptions {
 pub struct Connected {
     target: NatsTarget,
     stream: jetstream::stream::Stream,
-    bucket: jetstream::kv::Store,
+    snapshots: crate::nats::Snapshots,
     partitions: u32,
     pinned: bool,
 }
@@ -404,6 +404,7 @@ impl Connected {
         let (stream, partitions) = target.stream(&js, true).await?;
         let bucket = target.bucket(&js).await?;
         let seed = target.key_seed(&bucket, rand::random()).await?;
+        let snapshots = target.snapshots(&js, bucket).await?;
         if !crate::correlator::keys::adopt_key_seed(seed) {
             return Err(NatsError {
                 target: target.to_string(),
@@ -411,7 +412,7 @@ impl Connected {
                 message: "keys were already hashed under another seed in this process".into(),
             });
         }
-        Ok(Self { target: target.clone(), stream, bucket, partitions, pinned })
+        Ok(Self { target: target.clone(), stream, snapshots, partitions, pinned })
     }
 
     /// P.
@@ -688,7 +689,7 @@ async fn acknowledge(last_acker: &mut Option<jetstream::message::Acker>, p: u32)
 /// Restores partition `p`'s snapshot from the bucket into its router partition; returns the
 /// sequence it reflects (0: none, refused or unreadable: fresh).
 async fn restore(c: &Connected, p: u32, key: &str, tx: &mpsc::Sender<PartitionInput>, counters: &ScaleCounters) -> u64 {
-    let bytes = match c.bucket.get(key).await {
+    let bytes = match c.snapshots.get(key).await {
         Ok(Some(bytes)) => bytes,
         Ok(None) => return 0,
         Err(error) => {
@@ -750,7 +751,7 @@ async fn snapshot(
     };
     let packed = crate::nats::pack(&snapshot.encode());
     let size = packed.len();
-    match c.bucket.put(key, packed).await {
+    match c.snapshots.put(key, &packed).await {
         Ok(_) => {
             counters.stored(size, started.elapsed());
             tracing::debug!(partition = p, sequence, bytes = size, "correlator snapshot stored");

@@ -388,3 +388,37 @@ fn a_single_host_run_stopped_between_occurrences_patches_with_the_next_count() {
     let log = std::fs::read_to_string(dir.path().join("run.log")).unwrap();
     assert!(log.contains("partition(s) restored"), "{log}");
 }
+
+/// A partition snapshot larger than the server's `max_payload` (1 MiB) is stored and read back
+/// whole (the object store chunks it; a KV value of that size is refused), and a snapshot an
+/// earlier version kept in the KV bucket is still read.
+#[test]
+fn snapshots_larger_than_max_payload_are_stored_and_kv_snapshots_are_still_read() {
+    use eventpipe::nats::NatsTarget;
+    use rand::RngCore;
+    let Some(server) = NatsServer::start("snapshots_larger_than_max_payload") else { return };
+    let target: NatsTarget = format!("nats://127.0.0.1:{}?stream=SNAP", server.port).parse().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let js = async_nats::jetstream::new(target.connect().await.unwrap());
+        let kv = target.bucket(&js).await.unwrap();
+        // Incompressible, as a snapshot's 128-bit keys are: 3 MiB after deflating.
+        let mut big = vec![0u8; 3 << 20];
+        rand::rng().fill_bytes(&mut big);
+        assert!(kv.put("too-big", big.clone().into()).await.is_err(), "a KV value is bounded by max_payload");
+        kv.put("eventpipe-7", b"an earlier version's snapshot".to_vec().into()).await.unwrap();
+
+        let snapshots = target.snapshots(&js, kv).await.unwrap();
+        snapshots.put("eventpipe-3", &big).await.unwrap();
+        assert!(snapshots.get("eventpipe-3").await.unwrap() == Some(big.clone()), "read back whole");
+        let smaller = &big[..1000];
+        snapshots.put("eventpipe-3", smaller).await.unwrap();
+        assert_eq!(snapshots.get("eventpipe-3").await.unwrap().as_deref(), Some(smaller), "replaced");
+        assert_eq!(
+            snapshots.get("eventpipe-7").await.unwrap().as_deref(),
+            Some(&b"an earlier version's snapshot"[..]),
+            "the KV bucket is read when the object store has none"
+        );
+        assert_eq!(snapshots.get("eventpipe-9").await.unwrap(), None);
+    });
+}

@@ -60,6 +60,8 @@ pub const MEMO_MAX_BYPASS_BATCHES: u32 = 1024;
 // A set remembers only its most recently used way: with two ways, the other one is the least
 // recently used.
 const _: () = assert!(MEMO_WAYS == 2);
+// The doubling has room: the second time a memo stands aside is twice the first.
+const _: () = assert!(MEMO_MAX_BYPASS_BATCHES >= 2 * MEMO_BYPASS_BATCHES);
 
 /// One event's value as a batch call gave it.
 pub(crate) enum Answer<T> {

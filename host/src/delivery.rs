@@ -426,19 +426,32 @@ impl Acknowledgements {
 
     /// Numbers the next event (call in Broadcaster order).
     pub fn begin(&self) -> u64 {
+        self.begin_many(1).start
+    }
+
+    /// Numbers the next `n` events at once (call in Broadcaster order): the same numbers as `n`
+    /// calls of [`begin`](Self::begin), under one lock.
+    pub fn begin_many(&self, n: usize) -> std::ops::Range<u64> {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        state.done.push_back(false);
-        state.base + state.done.len() as u64 - 1
+        let first = state.base + state.done.len() as u64;
+        state.done.extend(std::iter::repeat_n(false, n));
+        first..first + n as u64
     }
 
     /// Event `seq` is finished (written to every sink of its tenant, or skipped, filtered or
     /// dropped); reports the prefix that became complete.
     pub fn ack(&self, seq: u64) {
+        self.ack_many(&[seq]);
+    }
+
+    /// Events `seqs` are finished, in any order: as one [`ack`](Self::ack) each, under one lock.
+    pub fn ack_many(&self, seqs: &[u64]) {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(i) = seq.checked_sub(state.base) else { return };
-        match state.done.get_mut(i as usize) {
-            Some(slot) => *slot = true,
-            None => return,
+        let base = state.base;
+        for &seq in seqs {
+            if let Some(slot) = seq.checked_sub(base).and_then(|i| state.done.get_mut(i as usize)) {
+                *slot = true;
+            }
         }
         let mut finished = 0;
         while state.done.front() == Some(&true) {
@@ -575,6 +588,13 @@ mod tests {
         acks.ack(3);
         assert_eq!(progress.finished_count(), 4);
         assert_eq!(acks.begin(), 4);
+        assert_eq!(acks.begin_many(3), 5..8, "numbers as three `begin` calls would");
+        assert_eq!(acks.pending(), 4);
+        acks.ack_many(&[7, 5, 6]);
+        assert_eq!(progress.finished_count(), 4, "event 4 is still in flight");
+        acks.ack_many(&[4, 4, 3]); // twice, and one acknowledged before: ignored
+        assert_eq!(progress.finished_count(), 8);
+        assert_eq!(acks.pending(), 0);
     }
 
     #[test]

@@ -240,8 +240,8 @@ pub async fn record_to_tenants(
         while let Some(batch) = watcher.recv_batch(PREPARE_BATCH_SIZE).await {
             let plan = plans.borrow_and_update().clone();
             let mut shares: Vec<Vec<(u64, SharedEvent)>> = (0..workers).map(|_| Vec::new()).collect();
-            for event in batch {
-                shares[plan.partition(&event, key, workers)].push((options.acks.begin(), event));
+            for (seq, event) in options.acks.begin_many(batch.len()).zip(batch) {
+                shares[plan.partition(&event, key, workers)].push((seq, event));
             }
             for (tx, share) in senders.iter().zip(shares) {
                 if !share.is_empty() && tx.send(PartitionInput::Batch(share)).await.is_err() {
@@ -310,9 +310,9 @@ async fn partition_with_snapshots(
                 let Some(batch) = batch else { break };
                 let plan = plans.borrow_and_update().clone();
                 let mut shares: Vec<Vec<(u64, SharedEvent)>> = (0..workers).map(|_| Vec::new()).collect();
-                for event in batch {
-                    let seq = options.acks.begin();
-                    begun = seq + 1;
+                let seqs = options.acks.begin_many(batch.len());
+                begun = begun.max(seqs.end);
+                for (seq, event) in seqs.zip(batch) {
                     shares[plan.partition(&event, options.partition_key, workers)].push((seq, event));
                 }
                 for (tx, share) in senders.iter().zip(shares) {
@@ -381,7 +381,7 @@ impl Input {
         match self {
             Input::Watcher(watcher, acks) => {
                 let batch = watcher.recv_batch(PREPARE_BATCH_SIZE).await?;
-                Some(PartitionInput::Batch(batch.into_iter().map(|e| (acks.begin(), e)).collect()))
+                Some(PartitionInput::Batch(acks.begin_many(batch.len()).zip(batch).collect()))
             }
             Input::Channel(rx) => rx.recv().await,
         }
@@ -456,6 +456,9 @@ struct Partition {
     counts_reloads: bool,
     /// Open "N suppressed" windows.
     summaries: SuppressedSummaries,
+    /// Events finished since the acknowledgements last heard of this partition: reported
+    /// together ([`Partition::flush_acks`]), one lock per batch instead of one per event.
+    acked: Vec<u64>,
 }
 
 fn sink_id(sink: &Arc<dyn EventSink>) -> usize {
@@ -475,6 +478,17 @@ impl Partition {
             options: options.clone(),
             counts_reloads,
             summaries: SuppressedSummaries::default(),
+            acked: Vec::new(),
+        }
+    }
+
+    /// Reports the events finished since the last call to the acknowledgements. Called after
+    /// each input and each ended write, and before a snapshot is answered, so that the
+    /// acknowledged prefix never lags the correlator state a snapshot hands over.
+    fn flush_acks(&mut self) {
+        if !self.acked.is_empty() {
+            self.options.acks.ack_many(&self.acked);
+            self.acked.clear();
         }
     }
 
@@ -493,6 +507,7 @@ impl Partition {
                         while let Some(done) = self.writes.next().await {
                             self.complete(done);
                         }
+                        self.flush_acks();
                         let _ = answer.send(self.stages.snapshot());
                     }
                     Some(PartitionInput::Restore(state, answer)) => {
@@ -505,6 +520,7 @@ impl Partition {
                     self.emit_summaries(due).await;
                 }
             }
+            self.flush_acks();
             self.publish();
         }
         // The run ends: every open window's summary goes out now.
@@ -513,6 +529,7 @@ impl Partition {
         while let Some(done) = self.writes.next().await {
             self.complete(done);
         }
+        self.flush_acks();
         self.publish();
     }
 
@@ -542,7 +559,7 @@ impl Partition {
                     self.stats.total.filtered += 1;
                     self.stats.tenant(&tenant.name).filtered += 1;
                     self.stats.finished += 1;
-                    self.options.acks.ack(seq);
+                    self.acked.push(seq);
                     continue;
                 }
                 Staged::Dropped { rule } => {
@@ -559,7 +576,7 @@ impl Partition {
                         }
                     }
                     self.stats.finished += 1;
-                    self.options.acks.ack(seq);
+                    self.acked.push(seq);
                     continue;
                 }
                 Staged::Prepared(p) => p,
@@ -594,7 +611,7 @@ impl Partition {
                         self.count(&tenant.name, aggregated, &WriteOutcome::Skipped);
                     }
                     self.stats.finished += 1;
-                    self.options.acks.ack(seq);
+                    self.acked.push(seq);
                     continue;
                 }
             };
@@ -620,7 +637,7 @@ impl Partition {
                 self.submit(job).await;
             }
             if gating == 0 {
-                self.options.acks.ack(seq);
+                self.acked.push(seq);
             }
             if self.options.max_in_flight == 1 {
                 // client-go's loop: the write (and `update_state`) ends before the next event.
@@ -767,7 +784,7 @@ impl Partition {
             // The event's only write.
             self.stats.finished += 1;
             if gating {
-                self.options.acks.ack(seq);
+                self.acked.push(seq);
             }
             return;
         };
@@ -775,7 +792,7 @@ impl Partition {
         if gating {
             left.gating -= 1;
             if left.gating == 0 {
-                self.options.acks.ack(seq);
+                self.acked.push(seq);
             }
         }
         if left.writes == 0 {

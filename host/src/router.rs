@@ -163,6 +163,11 @@ pub enum PartitionInput {
     /// it, or it ended otherwise), then every tenant's correlator state is sent back — the
     /// state that reflects exactly the events fed so far.
     Snapshot(tokio::sync::oneshot::Sender<Vec<TenantSnapshot>>),
+    /// The last snapshot before the input ends (a run's end, a worker's shutdown): as
+    /// `Snapshot`, after every open "N suppressed" window's summary is written (as at the end of
+    /// a run), so the state sent back has no open window and a restart does not write those
+    /// summaries again.
+    Finish(tokio::sync::oneshot::Sender<Vec<TenantSnapshot>>),
     /// Restore the tenants' correlator states (send before any batch); the answer says whether
     /// the snapshot was taken under the same rules (else the partition starts fresh).
     Restore(Vec<TenantSnapshot>, tokio::sync::oneshot::Sender<Result<(), SnapshotRefused>>),
@@ -286,14 +291,15 @@ async fn partition_with_snapshots(
         }
         senders.push(tx);
     }
-    let take = |senders: &[mpsc::Sender<PartitionInput>]| {
+    type Ask = fn(tokio::sync::oneshot::Sender<Vec<TenantSnapshot>>) -> PartitionInput;
+    let take = |senders: &[mpsc::Sender<PartitionInput>], ask: Ask| {
         let asked: Vec<_> = senders
             .iter()
             .map(|tx| {
                 let (answer, state) = tokio::sync::oneshot::channel();
                 let tx = tx.clone();
                 async move {
-                    tx.send(PartitionInput::Snapshot(answer)).await.ok()?;
+                    tx.send(ask(answer)).await.ok()?;
                     state.await.ok()
                 }
             })
@@ -322,7 +328,7 @@ async fn partition_with_snapshots(
                 }
             }
             _ = tick.tick() => {
-                let states: Option<Vec<_>> = take(&senders).await.into_iter().collect();
+                let states: Option<Vec<_>> = take(&senders, PartitionInput::Snapshot).await.into_iter().collect();
                 if let Some(states) = states {
                     (snapshots.taken)(begun, states);
                 }
@@ -331,7 +337,7 @@ async fn partition_with_snapshots(
     }
     // The end of the input: a last snapshot, unless a shutdown cancelled writes (their events
     // are in the state but were not written: the last periodic snapshot stands).
-    let states: Option<Vec<_>> = take(&senders).await.into_iter().collect();
+    let states: Option<Vec<_>> = take(&senders, PartitionInput::Finish).await.into_iter().collect();
     let cancelled = options.stats.lock().unwrap_or_else(|p| p.into_inner()).total.cancelled;
     if let (Some(states), 0) = (states, cancelled) {
         (snapshots.taken)(begun, states);
@@ -503,15 +509,10 @@ impl Partition {
                 Some(done) = self.writes.next(), if !self.writes.is_empty() => self.complete(done),
                 input = input.next() => match input {
                     Some(PartitionInput::Batch(batch)) => self.process(batch).await,
-                    Some(PartitionInput::Snapshot(answer)) => {
-                        while let Some(done) = self.writes.next().await {
-                            self.complete(done);
-                        }
-                        self.flush_acks();
-                        let _ = answer.send(self.stages.snapshot());
-                    }
+                    Some(PartitionInput::Snapshot(answer)) => self.answer_snapshot(answer, false).await,
+                    Some(PartitionInput::Finish(answer)) => self.answer_snapshot(answer, true).await,
                     Some(PartitionInput::Restore(state, answer)) => {
-                        let _ = answer.send(self.stages.restore(state));
+                        let _ = answer.send(self.restore(state));
                     }
                     None => break,
                 },
@@ -531,6 +532,44 @@ impl Partition {
         }
         self.flush_acks();
         self.publish();
+    }
+
+    /// Lets every write end (after writing every open window's summary when `finish`), then
+    /// sends back the state.
+    async fn answer_snapshot(&mut self, answer: tokio::sync::oneshot::Sender<Vec<TenantSnapshot>>, finish: bool) {
+        if finish {
+            let due = self.summaries.flush();
+            self.emit_summaries(due).await;
+        }
+        while let Some(done) = self.writes.next().await {
+            self.complete(done);
+        }
+        self.flush_acks();
+        let _ = answer.send(self.snapshot());
+    }
+
+    /// Every tenant's correlator state with its open "N suppressed" windows.
+    fn snapshot(&self) -> Vec<TenantSnapshot> {
+        let mut tenants = self.stages.snapshot();
+        for t in &mut tenants {
+            t.summaries = self.summaries.export(&t.tenant);
+        }
+        tenants
+    }
+
+    /// Restores the tenants' correlator states and, when they are taken, their open
+    /// "N suppressed" windows.
+    fn restore(&mut self, mut tenants: Vec<TenantSnapshot>) -> Result<(), SnapshotRefused> {
+        let windows: Vec<_> =
+            tenants.iter_mut().map(|t| (t.tenant.clone(), std::mem::take(&mut t.summaries))).collect();
+        self.stages.restore(tenants)?;
+        let plan = self.stages.plan().clone();
+        for (tenant, windows) in windows {
+            if let Some(t) = self.stages.position(&tenant) {
+                self.summaries.import(&plan.tenants[t].name, windows);
+            }
+        }
+        Ok(())
     }
 
     /// Adds what this partition counted since the last call to the shared stats.

@@ -50,7 +50,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::broadcaster::Watcher;
 use crate::correlator::PREPARE_BATCH_SIZE;
-use crate::correlator::snapshot::PartitionSnapshot;
+use crate::correlator::snapshot::{PartitionSnapshot, TenantSnapshot};
 use crate::delivery::{Position, Progress, SeenVersions};
 use crate::event::{Event, IngestHeaders, SharedEvent};
 use crate::nats::{NatsError, NatsTarget};
@@ -567,16 +567,21 @@ async fn feed_partition(
                 }
             }
             let due = ticked || since_snapshot >= SNAPSHOT_EVERY_EVENTS || tick_due(&mut tick);
-            if due && reflected > snapshotted && snapshot(&c, p, &key, &tx, reflected, &o.scale).await {
+            if due
+                && reflected > snapshotted
+                && snapshot(&c, p, &key, &tx, reflected, &o.scale, PartitionInput::Snapshot).await
+            {
                 snapshotted = reflected;
                 since_snapshot = 0;
                 acknowledge(&mut last_acker, p).await;
             }
         }
     }
-    // Shutdown: what was fed is drained, snapshotted and acknowledged (unless the run's
-    // shutdown timeout ends the process first: then it is delivered again).
-    if reflected > snapshotted && snapshot(&c, p, &key, &tx, reflected, &o.scale).await {
+    // Shutdown: what was fed is drained, the open "N suppressed" windows are written,
+    // snapshotted and acknowledged (unless the run's shutdown timeout ends the process first:
+    // then it is delivered again).
+    let stored = snapshot(&c, p, &key, &tx, reflected, &o.scale, PartitionInput::Finish).await;
+    if stored && reflected > snapshotted {
         acknowledge(&mut last_acker, p).await;
     }
 }
@@ -725,8 +730,9 @@ async fn restore(c: &Connected, p: u32, key: &str, tx: &mpsc::Sender<PartitionIn
     }
 }
 
-/// Has the router partition drain and hand over its state, and stores it as reflecting
-/// `sequence`; returns whether it was stored.
+/// Has the router partition drain and hand over its state (`ask`: [`PartitionInput::Snapshot`],
+/// or [`PartitionInput::Finish`] at shutdown), and stores it as reflecting `sequence`; returns
+/// whether it was stored.
 async fn snapshot(
     c: &Connected,
     p: u32,
@@ -734,10 +740,11 @@ async fn snapshot(
     tx: &mpsc::Sender<PartitionInput>,
     sequence: u64,
     counters: &ScaleCounters,
+    ask: fn(oneshot::Sender<Vec<TenantSnapshot>>) -> PartitionInput,
 ) -> bool {
     let started = Instant::now();
     let (answer, state) = oneshot::channel();
-    if tx.send(PartitionInput::Snapshot(answer)).await.is_err() {
+    if tx.send(ask(answer)).await.is_err() {
         return false;
     }
     let Ok(tenants) = state.await else { return false };

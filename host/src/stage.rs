@@ -107,7 +107,11 @@ impl TenantStage {
 
     /// The tenant's correlator state ([`crate::correlator::snapshot`]).
     pub fn snapshot(&self) -> TenantSnapshot {
-        TenantSnapshot { tenant: self.name.to_string(), state: self.correlator.snapshot(&self.key_functions()) }
+        TenantSnapshot {
+            tenant: self.name.to_string(),
+            state: self.correlator.snapshot(&self.key_functions()),
+            summaries: Vec::new(), // the router partition adds its windows
+        }
     }
 
     /// Runs the filter plugins, in order, over the events of `batch` that `dropped` does not

@@ -19,11 +19,18 @@
 //! Each summary is written as a create to the tenant's sinks, like any event, but is not
 //! correlated itself (its own spam bucket is the empty one that caused it) and counts neither
 //! as read nor as finished.
+//!
+//! Open windows are state like the correlator's: a snapshot carries them
+//! ([`SuppressedSummaries::export`], [`crate::correlator::snapshot::SummaryWindow`]) and a
+//! restore brings them back ([`SuppressedSummaries::import`]), so that after a restart the
+//! summary still counts the events skipped before the snapshot, and counts once those
+//! correlated again after it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use crate::correlator::keys::Key;
+use crate::correlator::snapshot::{Instant, SummaryWindow};
 use crate::event::{Event, EventSource, ObjectMeta, ObjectReference, Time};
 
 /// The reason of a summary event.
@@ -122,6 +129,60 @@ impl SuppressedSummaries {
     pub fn flush(&mut self) -> Vec<(Arc<str>, Event)> {
         self.due(Time::MAX_UTC)
     }
+
+    /// `tenant`'s open windows as data, soonest to close first (for a snapshot).
+    pub fn export(&self, tenant: &str) -> Vec<SummaryWindow> {
+        let mut out: Vec<SummaryWindow> = self
+            .windows
+            .iter()
+            .filter(|((t, _), _)| &**t == tenant)
+            .map(|((_, key), w)| SummaryWindow {
+                key: key.to_bytes(),
+                namespace: w.subject.namespace.clone(),
+                object: (&w.subject.object).into(),
+                source_component: w.subject.source.component.to_string(),
+                source_host: w.subject.source.host.to_string(),
+                reporting_component: w.subject.reporting_component.clone(),
+                reporting_instance: w.subject.reporting_instance.clone(),
+                seconds: w.seconds,
+                first: w.first.into(),
+                closes: w.closes.into(),
+                last: w.last.into(),
+                total: w.total,
+                reasons: w.reasons.iter().map(|(r, n)| (r.clone(), *n)).collect(),
+            })
+            .collect();
+        out.sort_by_key(|a| (a.closes.secs, a.closes.nanos, a.key));
+        out
+    }
+
+    /// Opens `tenant`'s windows from a snapshot ([`export`](Self::export)'s data); a window
+    /// whose times are out of range is left out.
+    pub fn import(&mut self, tenant: &Arc<str>, windows: Vec<SummaryWindow>) {
+        let time = |i: Instant| i.time();
+        for w in windows {
+            let (Some(first), Some(closes), Some(last)) = (time(w.first), time(w.closes), time(w.last)) else {
+                continue;
+            };
+            let window = Window {
+                subject: Subject {
+                    namespace: w.namespace,
+                    object: w.object.into(),
+                    source: EventSource { component: w.source_component.into(), host: w.source_host.into() },
+                    reporting_component: w.reporting_component,
+                    reporting_instance: w.reporting_instance,
+                },
+                seconds: w.seconds,
+                first,
+                closes,
+                last,
+                total: w.total,
+                reasons: w.reasons.into_iter().collect(),
+            };
+            self.next_due = Some(self.next_due.map_or(closes, |t| t.min(closes)));
+            self.windows.insert((tenant.clone(), Key::from_bytes(w.key)), window);
+        }
+    }
 }
 
 /// `5m`, `1h`, `90s`.
@@ -211,5 +272,58 @@ mod tests {
         assert_eq!(rest[0].1.message, "1 event suppressed in the last 5m: BackOff ×1");
         assert!(s.is_empty());
         assert_eq!((human(90), human(3600), human(120)), ("90s".to_string(), "1h".to_string(), "2m".to_string()));
+    }
+
+    /// A snapshot's windows (encoded and decoded as a snapshot) open again where they were: a
+    /// restarted partition goes on counting into them, and the summaries are what one run
+    /// without the restart writes.
+    #[test]
+    fn windows_survive_a_snapshot_and_go_on_counting() {
+        use crate::correlator::snapshot::{PartitionSnapshot, TenantSnapshot};
+        let (t, other): (Arc<str>, Arc<str>) = ("t".into(), "other".into());
+        let mut event = event("web-0", "BackOff");
+        event.involved_object.uid = "u-1".into();
+        event.source.host = "node-1".into();
+        event.reporting_component = "kubelet".into();
+        let record = |s: &mut SuppressedSummaries, reason: &str, at_: &str| {
+            let mut e = event.clone();
+            e.reason = reason.into();
+            s.record(&t, 300, &e, at(at_));
+        };
+        let mut whole = SuppressedSummaries::default();
+        let mut before = SuppressedSummaries::default();
+        for s in [&mut whole, &mut before] {
+            record(s, "BackOff", "2025-01-01T00:00:00Z");
+            record(s, "Unhealthy", "2025-01-01T00:01:00Z");
+            s.record(&other, 60, &event, at("2025-01-01T00:00:30Z"));
+        }
+        let state = before.export("t");
+        assert_eq!(state.len(), 1, "only the tenant's own windows");
+        let snapshot = PartitionSnapshot {
+            key_seed: crate::correlator::keys::key_seed(),
+            partition: 0,
+            partitions: 1,
+            sequence: 3,
+            taken_at_ms: 0,
+            tenants: vec![TenantSnapshot {
+                tenant: "t".into(),
+                state: crate::correlator::EventCorrelator::new(Default::default()).snapshot("k"),
+                summaries: state,
+            }],
+        };
+        let decoded = PartitionSnapshot::decode(&snapshot.encode()).unwrap();
+        let mut after = SuppressedSummaries::default();
+        after.import(&t, decoded.tenants.into_iter().next().unwrap().summaries);
+        for s in [&mut whole, &mut after] {
+            record(s, "BackOff", "2025-01-01T00:02:00Z");
+        }
+        let summaries = |s: &mut SuppressedSummaries| -> Vec<Event> {
+            s.due(at("2025-01-01T00:05:00Z")).into_iter().filter(|(n, _)| n == &t).map(|(_, e)| e).collect()
+        };
+        let (expected, got) = (summaries(&mut whole), summaries(&mut after));
+        assert_eq!(expected.len(), 1);
+        assert_eq!(expected[0].message, "3 events suppressed in the last 5m: BackOff ×2, Unhealthy ×1");
+        assert_eq!(got, expected);
+        assert!(after.is_empty());
     }
 }

@@ -124,3 +124,98 @@ fn a_followed_file_source_picks_up_lines_appended_later_and_its_sink_shows_them_
     assert_eq!(std::fs::read_to_string(&out).unwrap().lines().count(), 3);
     assert_eq!((shown.lines().count(), shown.ends_with('\n')), (3, true), "shown while running: {shown:?}");
 }
+
+/// Open "N suppressed" windows are part of the correlator snapshot: a run that follows its
+/// input, is killed with SIGKILL while a window is open, and is resumed from its state file over
+/// the rest of the input writes one summary, counting every event the spam filter skipped in
+/// the whole input once (before snapshots carried windows, the first run's count was lost).
+#[test]
+fn a_sigkilled_run_keeps_counting_its_open_suppressed_windows() {
+    const BEFORE: usize = 3_000;
+    const AFTER: usize = 2_000;
+    let dir = tempfile::tempdir().unwrap();
+    let (input, out, state, config) = (
+        dir.path().join("in.jsonl"),
+        dir.path().join("out.jsonl"),
+        dir.path().join("state.json"),
+        dir.path().join("eventpipe.toml"),
+    );
+    // One token per object, never refilled at one instant: every event after the first is
+    // skipped, into one window that stays open until the run ends.
+    std::fs::write(&config, "[defaults]\nburst = 1\nsuppressed_summary_seconds = 86400\n").unwrap();
+    let lines = |range: std::ops::Range<usize>| -> String {
+        range
+            .map(|i| {
+                let e = json!({
+                    "metadata": {"name": format!("web-0.{i:x}"), "namespace": "d"},
+                    "involvedObject": {"kind": "Pod", "namespace": "d", "name": "web-0", "uid": "u-1"},
+                    "reason": if i % 3 == 0 { "Unhealthy" } else { "BackOff" }, "message": format!("m{i}"),
+                    "type": "Warning", "source": {"component": "kubelet", "host": "node-1"},
+                    "firstTimestamp": "2025-01-01T00:00:00Z", "lastTimestamp": "2025-01-01T00:00:00Z", "count": 1
+                });
+                format!("{e}\n")
+            })
+            .collect()
+    };
+    std::fs::write(&input, lines(0..BEFORE)).unwrap();
+    let run = |follow: bool| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_eventpipe"));
+        c.args(["run", "--summary-json", "--no-watch", "--delivery=at-least-once", "--snapshot-interval=0.2"])
+            .args(follow.then_some("--follow"))
+            .arg(format!("--config={}", config.display()))
+            .arg(format!("--state-file={}", state.display()))
+            .arg(format!("--source=jsonl:{}", input.display()))
+            .arg(format!("--sink=jsonl:{}", out.display()));
+        c
+    };
+
+    // The first run reads all there is and waits for more; once a snapshot reflects every
+    // line, it is killed.
+    let mut first = run(true).stderr(std::process::Stdio::null()).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Ok(bytes) = std::fs::read(&state)
+            && let Ok(saved) = serde_json::from_slice::<Value>(&bytes)
+            && saved["correlator"]["position"]["file_offset"].as_u64() == Some(std::fs::metadata(&input).unwrap().len())
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no snapshot of the whole input saved");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    first.kill().unwrap(); // SIGKILL: the open window is never summarised by this run
+    first.wait().unwrap();
+    let summaries = |text: &str| -> Vec<Value> {
+        text.lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .filter(|c| c["event"]["reason"] == "EventsSuppressed")
+            .map(|c| c["event"].clone())
+            .collect()
+    };
+    assert!(summaries(&std::fs::read_to_string(&out).unwrap()).is_empty(), "the window was still open");
+
+    use std::io::Write;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&input)
+        .unwrap()
+        .write_all(lines(BEFORE..BEFORE + AFTER).as_bytes())
+        .unwrap();
+    let second = run(false).output().unwrap();
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(second.status.success(), "{stderr}");
+    let summary: Value = stderr.lines().rev().find_map(|l| serde_json::from_str(l).ok()).unwrap();
+    assert_eq!(summary["read"].as_u64(), Some(AFTER as u64), "resumed after the snapshot: {summary}");
+
+    let written = summaries(&std::fs::read_to_string(&out).unwrap());
+    assert_eq!(written.len(), 1, "{written:?}");
+    let skipped = BEFORE + AFTER - 1;
+    let unhealthy = (0..BEFORE + AFTER).filter(|i| i % 3 == 0).count() - 1; // event 0 was written
+    assert_eq!(
+        written[0]["message"],
+        format!(
+            "{skipped} events suppressed in the last 24h: BackOff ×{}, Unhealthy ×{unhealthy}",
+            skipped - unhealthy
+        )
+    );
+}

@@ -26,10 +26,11 @@ use serde::{Deserialize, Serialize};
 use super::EventCorrelator;
 use super::keys::Key;
 pub use super::spam_filter::BucketState;
-use crate::event::Time;
+use crate::event::{ObjectReference, Time};
 
-/// The snapshot format's version: a snapshot of another version is refused.
-pub const SNAPSHOT_VERSION: u32 = 1;
+/// The snapshot format's version: a snapshot of another version is refused. Version 2 added
+/// the open "N suppressed" windows ([`TenantSnapshot::summaries`]).
+pub const SNAPSHOT_VERSION: u32 = 2;
 
 /// The first bytes of an encoded snapshot.
 pub const SNAPSHOT_MAGIC: &[u8; 4] = b"EPCS";
@@ -51,7 +52,7 @@ impl From<Time> for Instant {
 }
 
 impl Instant {
-    fn time(self) -> Option<Time> {
+    pub(crate) fn time(self) -> Option<Time> {
         chrono::DateTime::from_timestamp(self.secs, self.nanos)
     }
 }
@@ -121,6 +122,91 @@ pub struct TenantSnapshot {
     pub tenant: String,
     /// Its correlator.
     pub state: CorrelatorState,
+    /// Its open "N suppressed" windows ([`crate::suppressed`]), soonest to close first: state
+    /// like the correlator's, so that the events skipped before the snapshot are still counted
+    /// in the summary written after a restart, and those correlated again after it are counted
+    /// once.
+    pub summaries: Vec<SummaryWindow>,
+}
+
+/// An `ObjectReference`'s fields as plain data (the event type omits empty fields when it
+/// serialises, which a snapshot's positional encoding cannot have).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReferenceData {
+    /// `kind`.
+    pub kind: String,
+    /// `namespace`.
+    pub namespace: String,
+    /// `name`.
+    pub name: String,
+    /// `uid`.
+    pub uid: String,
+    /// `apiVersion`.
+    pub api_version: String,
+    /// `resourceVersion`.
+    pub resource_version: String,
+    /// `fieldPath`.
+    pub field_path: String,
+}
+
+impl From<&ObjectReference> for ReferenceData {
+    fn from(o: &ObjectReference) -> Self {
+        Self {
+            kind: o.kind.to_string(),
+            namespace: o.namespace.to_string(),
+            name: o.name.to_string(),
+            uid: o.uid.to_string(),
+            api_version: o.api_version.to_string(),
+            resource_version: o.resource_version.to_string(),
+            field_path: o.field_path.to_string(),
+        }
+    }
+}
+
+impl From<ReferenceData> for ObjectReference {
+    fn from(o: ReferenceData) -> Self {
+        Self {
+            kind: o.kind.into(),
+            namespace: o.namespace.into(),
+            name: o.name.into(),
+            uid: o.uid.into(),
+            api_version: o.api_version.into(),
+            resource_version: o.resource_version.into(),
+            field_path: o.field_path.into(),
+        }
+    }
+}
+
+/// One open "N suppressed" window of a tenant, as data ([`crate::suppressed`] makes and reads
+/// it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SummaryWindow {
+    /// The digest of the window's subject (involved object and source).
+    pub key: [u8; 16],
+    /// The namespace the summary is written in.
+    pub namespace: String,
+    /// The involved object.
+    pub object: ReferenceData,
+    /// `source.component`.
+    pub source_component: String,
+    /// `source.host`.
+    pub source_host: String,
+    /// `reportingComponent` of the summary.
+    pub reporting_component: String,
+    /// `reportingInstance` of the summary.
+    pub reporting_instance: String,
+    /// The window's length, seconds.
+    pub seconds: u64,
+    /// The first skipped event's time.
+    pub first: Instant,
+    /// When the window closes.
+    pub closes: Instant,
+    /// The last skipped event's time.
+    pub last: Instant,
+    /// Events skipped in it.
+    pub total: u64,
+    /// Of them, per reason, by reason.
+    pub reasons: Vec<(String, u64)>,
 }
 
 /// Every tenant's correlator state of one partition, and where in the input it stands.
@@ -388,7 +474,11 @@ mod tests {
                 partitions: 1,
                 sequence: cut as u64,
                 taken_at_ms: 0,
-                tenants: vec![TenantSnapshot { tenant: "default".into(), state: first.snapshot("k") }],
+                tenants: vec![TenantSnapshot {
+                    tenant: "default".into(),
+                    state: first.snapshot("k"),
+                    summaries: Vec::new(),
+                }],
             };
             let decoded = PartitionSnapshot::decode(&snapshot.encode()).unwrap();
             assert_eq!(decoded, snapshot);
@@ -422,7 +512,7 @@ mod tests {
         bytes[4] = 9;
         assert_eq!(
             PartitionSnapshot::decode(&bytes).unwrap_err().to_string(),
-            "snapshot format version 9, this eventpipe reads version 1"
+            "snapshot format version 9, this eventpipe reads version 2"
         );
         assert_eq!(PartitionSnapshot::decode(b"{}").unwrap_err(), SnapshotRefused::NotASnapshot);
         let seeded = PartitionSnapshot { key_seed: crate::correlator::keys::key_seed() ^ 1, ..snapshot };

@@ -85,7 +85,7 @@ impl JsonLinesSource {
         to: &Broadcaster<SharedEvent>,
         shutdown: &CancellationToken,
     ) -> std::io::Result<SourceStats> {
-        let mut reader = BufReader::with_capacity(1 << 16, input);
+        let mut reader = BufReader::with_capacity(READ_BUFFER_BYTES, input);
         let mut state = Some(Decoder::new());
         let mut pending: VecDeque<Pending> = VecDeque::new();
         let mut chunk = Chunk::new(0, self.start);
@@ -354,6 +354,11 @@ const CHUNK_LINES: usize = 128;
 
 /// Bytes of lines decoded together, about (a longer line is a chunk of its own).
 const CHUNK_BYTES: usize = 1 << 20;
+
+/// Bytes read from the input at once. A file is read through tokio's blocking pool, one hand-off
+/// per read: `run` on the 176k-event stream (11 pairs) takes 0.91× the wall time and 0.96× the
+/// CPU with 256 KiB reads than with 64 KiB, for 4 MiB more peak memory; 1 MiB is no faster.
+const READ_BUFFER_BYTES: usize = 1 << 18;
 
 /// Chunks being decoded at once, at most (memory: this many × [`CHUNK_BYTES`], plus one line).
 const MAX_CHUNKS_IN_FLIGHT: usize = 4;

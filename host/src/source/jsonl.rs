@@ -257,8 +257,7 @@ enum Pending {
 
 /// Decodes `chunk`'s lines with `decoder` (a runtime task: a chunk is at most [`CHUNK_LINES`]
 /// lines or about [`CHUNK_BYTES`]; 128 typical lines are a few hundred microseconds of work).
-/// Lines that are not
-/// UTF-8 are decoded with their bad bytes replaced (U+FFFD).
+/// Lines that are not UTF-8 are decoded with their bad bytes replaced (U+FFFD).
 fn decode_chunk(mut decoder: Decoder, chunk: Chunk) -> DecodedChunk {
     let mut items = Vec::with_capacity(chunk.lines.len());
     let mut from = 0;

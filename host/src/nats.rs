@@ -391,7 +391,8 @@ pub fn snapshot_key(durable: &str, partition: u32) -> String {
 
 /// Where partitions keep their correlator snapshots: a JetStream object store, so that a
 /// snapshot of any size is stored (in chunks), with a read fallback to the KV bucket, where
-/// earlier versions kept snapshots of up to 1 MiB.
+/// earlier versions kept snapshots of up to 1 MiB (of snapshot format 1, which a restore refuses
+/// with a message: the partition starts fresh and says why).
 pub struct Snapshots {
     objects: jetstream::object_store::ObjectStore,
     kv: jetstream::kv::Store,

@@ -58,7 +58,7 @@ pub struct PluginBench {
     pub calls_per_pass: f64,
 }
 
-/// What [`bench`] measured.
+/// What [`bench()`] measured.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct BenchReport {
     /// Events in the input (documents that are not events are left out).

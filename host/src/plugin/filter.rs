@@ -1,9 +1,9 @@
 //! A `filter` plugin before correlation: one `filter-batch` call per batch of a tenant's
-//! events, with only the fields the filter declared ([`super::projection`]), keep or drop
+//! events, with only the fields the filter declared (`projection`), keep or drop
 //! (with a reason) per event.
 //!
 //! A failed call (trap, fuel, memory, wrong number of verdicts) is bisected
-//! ([`super::call::bisect`]) down to the events that fail alone: each of those is kept under
+//! (`call::bisect`) down to the events that fail alone: each of those is kept under
 //! the `builtin` policy (the built-in behaviour is "no filter") and dropped under `drop` /
 //! `fail`, and its failure is logged with plugin, tenant and that event, and counted. The other
 //! events of the batch get the plugin's verdicts.

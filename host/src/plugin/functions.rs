@@ -2,7 +2,7 @@
 //! [`WasmMessageFunc`] and [`WasmSpamKeyFunc`] implement the correlator's traits by calling the
 //! plugin's batch export once per batch.
 //!
-//! A failed batch call is bisected ([`super::call::bisect`]): the plugin is called on each half,
+//! A failed batch call is bisected (`call::bisect`): the plugin is called on each half,
 //! down to single events, so only the events that fail alone get the plugin's
 //! [`FallbackPolicy`] (the built-in client-go function, or dropped), each reported with the event
 //! it failed on. When [`MAX_ISOLATED_FAILURES`] single events failed and no call of the batch

@@ -27,7 +27,7 @@ pub enum SinkSpec {
     Nats(Box<crate::nats::NatsTarget>),
 }
 
-/// As written, except that a webhook URL's credentials are redacted ([`redact_url`]): this is
+/// As written, except that a webhook URL's credentials are redacted (`redact_url`): this is
 /// what logs, errors and metric labels show. [`SinkSpec::identity`] is the full text.
 impl std::fmt::Display for SinkSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -2,7 +2,7 @@
 //! a line are kept, the rest of a longer line is read and dropped as it arrives, so a 1 GB line
 //! costs no more memory than a 4 MiB one and the next line is still read. The decoder then
 //! sees that the kept line is too long and rejects it ([`super::decode`]). One step
-//! ([`take_line`]) serves both readers: [`read_line`] (blocking, `replay`) and
+//! (`take_line`) serves both readers: [`read_line`] (blocking, `replay`) and
 //! [`read_line_async`] (the JSON-lines source), each appending to a [`Line`].
 
 use std::io::BufRead;

@@ -29,9 +29,10 @@
 //!
 //! **Snapshots**: every snapshot interval (and after [`SNAPSHOT_EVERY_EVENTS`] events, and at
 //! shutdown) a partition stops taking messages, lets every write in flight end (every sink
-//! acknowledged or gave up), takes its correlator state and stores it in the object store ([`crate::nats::Snapshots`]) with the
-//! last stream sequence it reflects; only then are the messages up to that sequence
-//! acknowledged (all-up-to). A worker taking a partition (at start, after a crash, or a standby
+//! acknowledged or gave up), takes its correlator state (with its open "N suppressed" windows;
+//! at shutdown, after writing their summaries) and stores it in the object store
+//! ([`crate::nats::Snapshots`]) with the last stream sequence it reflects; only then are the
+//! messages up to that sequence acknowledged (all-up-to). A worker taking a partition (at start, after a crash, or a standby
 //! whose pin came) restores the snapshot and skips the messages up to its sequence, so counts
 //! continue exactly; messages after it were possibly written already and are written again:
 //! duplicates are bounded by the snapshot interval. A snapshot of another format version, key

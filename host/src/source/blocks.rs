@@ -72,8 +72,9 @@ impl<R: Read + Send + Unpin + 'static> AsyncBufRead for BlockReader<R> {
             let Some(next) = this.next.as_mut() else {
                 return Poll::Ready(Err(std::io::Error::other("the reader was lost to a failed read")));
             };
-            let (reader, buf, read) = ready!(Pin::new(next).poll(cx)).map_err(std::io::Error::other)?;
+            let joined = ready!(Pin::new(next).poll(cx));
             this.next = None;
+            let (reader, buf, read) = joined.map_err(std::io::Error::other)?;
             this.reader = Some(reader);
             let n = read?;
             this.spare = std::mem::replace(&mut this.current, buf);

@@ -134,11 +134,11 @@ impl EventRecorder {
     /// `generateEvent` sets.
     fn make_event(&self, object: &ObjectReference, type_: &str, reason: &str, message: String) -> Event {
         let t = self.clock.now();
-        let namespace = if object.namespace.is_empty() { "default".to_string() } else { object.namespace.to_string() };
+        let namespace = if object.namespace.is_empty() { "default".into() } else { object.namespace.clone() };
         Event {
             metadata: ObjectMeta {
                 name: generate_event_name(&object.name, to_unix_nanos(t)).into(),
-                namespace: namespace.into(),
+                namespace,
                 ..ObjectMeta::default()
             },
             involved_object: object.clone(),

@@ -488,6 +488,13 @@ impl Partition {
         }
     }
 
+    /// Event `seq` is finished with nothing to write (filtered, dropped by a rule, skipped, or
+    /// a tenant without sinks).
+    fn finish_unwritten(&mut self, seq: u64) {
+        self.stats.finished += 1;
+        self.acked.push(seq);
+    }
+
     /// Reports the events finished since the last call to the acknowledgements. Called after
     /// each input and each ended write, and before a snapshot is answered, so that the
     /// acknowledged prefix never lags the correlator state a snapshot hands over.
@@ -597,8 +604,7 @@ impl Partition {
                 Staged::Filtered { .. } => {
                     self.stats.total.filtered += 1;
                     self.stats.tenant(&tenant.name).filtered += 1;
-                    self.stats.finished += 1;
-                    self.acked.push(seq);
+                    self.finish_unwritten(seq);
                     continue;
                 }
                 Staged::Dropped { rule } => {
@@ -614,8 +620,7 @@ impl Partition {
                             rules.insert(rule.to_string(), 1);
                         }
                     }
-                    self.stats.finished += 1;
-                    self.acked.push(seq);
+                    self.finish_unwritten(seq);
                     continue;
                 }
                 Staged::Prepared(p) => p,
@@ -649,8 +654,7 @@ impl Partition {
                     for _ in sinks {
                         self.count(&tenant.name, aggregated, &WriteOutcome::Skipped);
                     }
-                    self.stats.finished += 1;
-                    self.acked.push(seq);
+                    self.finish_unwritten(seq);
                     continue;
                 }
             };

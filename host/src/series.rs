@@ -74,8 +74,8 @@ impl SeriesEventSource {
             action: action.into(),
             message: note.into(),
             event_time: Some(now),
-            reporting_component: self.reporting_controller.clone().into(),
-            reporting_instance: self.reporting_instance.clone().into(),
+            reporting_component: self.reporting_controller.as_str().into(),
+            reporting_instance: self.reporting_instance.as_str().into(),
             ..Event::default()
         }
     }

@@ -16,7 +16,7 @@ use super::retry::{Tries, Verb, record_event};
 use super::{EventSink, RetryPolicy, SinkError, WriteOutcome};
 use crate::clock::SharedClock;
 use crate::correlator::EventCorrelateResult;
-use crate::event::{Event, EventSeries, ObjectReference, Time, format_micro_time};
+use crate::event::{CompactString, Event, EventSeries, ObjectReference, Time, format_micro_time};
 
 /// client-go `finishTime`: a series not observed for this long is closed (final patch, then
 /// forgotten), and so is a singleton this old.
@@ -32,15 +32,15 @@ pub const RETRY_JITTER_FACTOR: f64 = 0.25;
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct IsomorphicKey {
     /// `type`.
-    pub type_: String,
+    pub type_: CompactString,
     /// `action`.
-    pub action: String,
+    pub action: CompactString,
     /// `reason`.
-    pub reason: String,
+    pub reason: CompactString,
     /// `reportingController`.
-    pub reporting_controller: String,
+    pub reporting_controller: CompactString,
     /// `reportingInstance`.
-    pub reporting_instance: String,
+    pub reporting_instance: CompactString,
     /// `regarding`, whole.
     pub regarding: ObjectReference,
     /// `related`, whole (zero when unset).
@@ -51,11 +51,11 @@ impl IsomorphicKey {
     /// The key of `event` (client-go `getKey`).
     pub fn of(event: &Event) -> Self {
         Self {
-            type_: event.type_.to_string(),
-            action: event.action.to_string(),
-            reason: event.reason.to_string(),
-            reporting_controller: event.reporting_component.to_string(),
-            reporting_instance: event.reporting_instance.to_string(),
+            type_: event.type_.clone(),
+            action: event.action.clone(),
+            reason: event.reason.clone(),
+            reporting_controller: event.reporting_component.clone(),
+            reporting_instance: event.reporting_instance.clone(),
             regarding: event.involved_object.clone(),
             related: event.related.clone().unwrap_or_default(),
         }

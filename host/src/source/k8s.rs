@@ -432,8 +432,8 @@ impl Watch {
                             }
                             match self.changed(&event) {
                                 Some(version) => {
-                                    let position = event.metadata.resource_version.clone();
-                                    self.send(event, version, Some(position.to_string())).await?;
+                                    let position = event.metadata.resource_version.to_string();
+                                    self.send(event, version, Some(position)).await?;
                                 }
                                 None => self.stats.repeats += 1,
                             }

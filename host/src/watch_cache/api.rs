@@ -352,7 +352,7 @@ fn encode_frame(frame: &Frame) -> Bytes {
         Frame::Bookmark { rv, initial_events_end } => {
             let mut event =
                 crate::event::Event { kind: "Event".into(), api_version: "v1".into(), ..Default::default() };
-            event.metadata.resource_version = rv.to_string().into();
+            event.metadata.resource_version = compact_str::ToCompactString::to_compact_string(rv);
             if *initial_events_end {
                 event.metadata.annotations.insert("k8s.io/initial-events-end".into(), "true".into());
             }

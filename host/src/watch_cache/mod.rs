@@ -151,7 +151,7 @@ pub struct Version {
 
 impl Version {
     fn new(rv: u64, mut event: Event, written: DateTime<Utc>) -> Arc<Self> {
-        event.metadata.resource_version = rv.to_string().into();
+        event.metadata.resource_version = compact_str::ToCompactString::to_compact_string(&rv);
         Arc::new(Self { rv, event, written, json: OnceLock::new() })
     }
 

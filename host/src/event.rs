@@ -30,13 +30,19 @@ pub const EVENT_TYPE_NORMAL: &str = "Normal";
 /// `type` value for events that may need attention (client-go `v1.EventTypeWarning`).
 pub const EVENT_TYPE_WARNING: &str = "Warning";
 
-/// An event as the Broadcaster carries it: one allocation shared by every watcher, as
+/// An event as the Broadcaster carries it: one boxed [`Event`] shared by every watcher, as
 /// apimachinery's broadcaster hands every watcher the same object pointer. Moving it through
 /// the queues moves a pointer, not the ~1 KiB [`Event`]. A watcher that changes the event (the
-/// tenant router: the EventCorrelator rewrites count and name) takes it with
-/// [`Arc::unwrap_or_clone`](std::sync::Arc::unwrap_or_clone): no copy when it is the last
-/// holder.
-pub type SharedEvent = std::sync::Arc<Event>;
+/// tenant router: the EventCorrelator rewrites count and name) takes the box with
+/// [`Arc::unwrap_or_clone`](std::sync::Arc::unwrap_or_clone): when it is the last holder, that
+/// moves a pointer (the correlator's [`Occurrence`](crate::correlator::Occurrence) keeps the
+/// same box), else it clones the event. Make one with [`shared`].
+pub type SharedEvent = std::sync::Arc<Box<Event>>;
+
+/// `event` as a [`SharedEvent`].
+pub fn shared(event: Event) -> SharedEvent {
+    std::sync::Arc::new(Box::new(event))
+}
 
 /// The two event types the EventRecorder accepts; anything else is dropped as client-go's
 /// `generateEvent` does ("Unsupported event type").

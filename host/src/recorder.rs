@@ -112,7 +112,7 @@ impl EventRecorder {
         }
         let mut event = self.make_event(object, type_, reason, message);
         event.metadata.annotations = annotations;
-        match self.broadcaster.action_or_drop(WatchEventType::Added, SharedEvent::new(event)) {
+        match self.broadcaster.action_or_drop(WatchEventType::Added, crate::event::shared(event)) {
             Ok(true) => {
                 self.stats.queued.fetch_add(1, Ordering::Relaxed);
                 RecordOutcome::Queued

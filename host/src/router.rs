@@ -465,6 +465,9 @@ struct Partition {
     /// Events finished since the acknowledgements last heard of this partition: reported
     /// together ([`Partition::flush_acks`]), one lock per batch instead of one per event.
     acked: Vec<u64>,
+    /// What every write reads: one reference count per write, not a copy of the policy and of
+    /// the cancellation token (whose clone takes a lock).
+    writes_read: Arc<(RetryPolicy, CancellationToken)>,
 }
 
 fn sink_id(sink: &Arc<dyn EventSink>) -> usize {
@@ -485,6 +488,7 @@ impl Partition {
             counts_reloads,
             summaries: SuppressedSummaries::default(),
             acked: Vec::new(),
+            writes_read: Arc::new((options.retry.clone(), options.cancel.clone())),
         }
     }
 
@@ -770,11 +774,12 @@ impl Partition {
         let Job { tenant, seq, sink, delivery, key, result, aggregated, summary } = job;
         let gating = delivery == DeliveryMode::AtLeastOnce;
         let id = sink_id(&sink);
-        let (retry, cancel) = (self.options.retry.clone(), self.options.cancel.clone());
+        let read = self.writes_read.clone();
         let window = self.windows.entry(id).or_default();
         window.busy.insert(key);
         let mut write: Write = Box::pin(async move {
-            let (outcome, stored) = sink.write(result, &retry, &cancel).await;
+            let (retry, cancel) = &*read;
+            let (outcome, stored) = sink.write(result, retry, cancel).await;
             Done { tenant, seq, sink: id, key, aggregated, outcome, stored, in_flight: false, gating, summary }
         });
         match write.as_mut().poll(&mut Context::from_waker(std::task::Waker::noop())) {

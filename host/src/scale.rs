@@ -674,7 +674,7 @@ fn decode_into(message: &async_nats::Message, batch: &mut Vec<(u64, SharedEvent)
             if !headers.is_empty() {
                 event.ingest_headers = IngestHeaders::new(headers.into());
             }
-            batch.push((o.router.acks.begin(), SharedEvent::new(event)));
+            batch.push((o.router.acks.begin(), crate::event::shared(event)));
         }
         Err(error) => {
             o.counters.add_bad_line();

@@ -133,7 +133,7 @@ pub fn start_recording_series_to_sink(
                 next = watcher.recv() => {
                     let Some(next) = next else { break };
                     stats.received += 1;
-                    let event = match cache.observe(std::sync::Arc::unwrap_or_clone(next.object), clock.now()) {
+                    let event = match cache.observe(*std::sync::Arc::unwrap_or_clone(next.object), clock.now()) {
                         SeriesDecision::Create(event) | SeriesDecision::Patch(event) => event,
                         SeriesDecision::Counted => {
                             stats.counted += 1;

@@ -187,7 +187,7 @@ pub fn attach(
             let n = batch.len() as u64;
             let plugin = plugin.clone();
             let call =
-                tokio::task::spawn_blocking(move || plugin.watch(&batch.iter().map(|e| &**e).collect::<Vec<_>>()))
+                tokio::task::spawn_blocking(move || plugin.watch(&batch.iter().map(|e| &***e).collect::<Vec<_>>()))
                     .await;
             match call {
                 Ok(Ok(_)) => c.seen.fetch_add(n, Ordering::Relaxed),

@@ -146,14 +146,12 @@ pub enum CorrelationClock {
 impl CorrelationClock {
     /// `event` as an [`Occurrence`] whose clocks this choice sets: none (the correlator reads
     /// its own) or both from [`Event::occurred_at`].
-    pub fn occurrence(self, event: Event) -> Occurrence {
-        match self {
-            CorrelationClock::Processing => Occurrence::from(event),
-            CorrelationClock::EventTime => {
-                let at = event.occurred_at();
-                Occurrence { event: Box::new(event), clock: at, spam_filter_clock: at }
-            }
-        }
+    pub fn occurrence(self, event: Box<Event>) -> Occurrence {
+        let at = match self {
+            CorrelationClock::Processing => None,
+            CorrelationClock::EventTime => event.occurred_at(),
+        };
+        Occurrence { event, clock: at, spam_filter_clock: at }
     }
 }
 

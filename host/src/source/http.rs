@@ -389,7 +389,7 @@ impl IngestQueue {
         match self {
             IngestQueue::Broadcaster(b) => {
                 let events =
-                    items.into_iter().map(|i| (WatchEventType::Added, SharedEvent::new(i.into_event()))).collect();
+                    items.into_iter().map(|i| (WatchEventType::Added, crate::event::shared(i.into_event()))).collect();
                 b.action_all(events).await.map_err(|_| QueueClosed)
             }
             IngestQueue::Channel(tx) => {

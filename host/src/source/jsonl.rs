@@ -273,7 +273,7 @@ fn decode_chunk(mut decoder: Decoder, chunk: Chunk) -> DecodedChunk {
         decoder.push_line(text.trim_end_matches(['\n', '\r']), |item| {
             items.push(match item {
                 Ok(Decoded::Event { event, .. }) => {
-                    Item::Event { event: SharedEvent::new(event), position: line_start }
+                    Item::Event { event: crate::event::shared(event), position: line_start }
                 }
                 Ok(other) => Item::Other { line: other.line(), what: other.describe() },
                 Err(error) => Item::Error(error),

@@ -303,7 +303,7 @@ impl Watch {
             let position = position.filter(|rv| !rv.is_empty()).map(Position::ResourceVersion);
             progress.sent_event(position, seen);
         }
-        self.to.action(WatchEventType::Added, SharedEvent::new(event)).await.map_err(|_| Failure::Stopped)
+        self.to.action(WatchEventType::Added, crate::event::shared(event)).await.map_err(|_| Failure::Stopped)
     }
 
     async fn get(&self, uri: String) -> Result<http::Response<Body>, Failure> {

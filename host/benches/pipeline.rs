@@ -217,6 +217,9 @@ impl Summary {
 /// A finished process: its wall time and stderr.
 struct Finished {
     wall: Duration,
+    /// User + system CPU seconds of the process (and of anything it waited for), from the
+    /// kernel's clock ticks: `None` where `/proc/self/stat` is not there.
+    cpu: Option<f64>,
     stderr: String,
 }
 
@@ -228,12 +231,24 @@ impl Finished {
 
 /// Runs `command` to its end, timing it; panics (with its stderr) when it fails.
 fn timed(mut command: Command) -> Finished {
-    let started = Instant::now();
+    let (started, cpu_before) = (Instant::now(), children_cpu_seconds());
     let out = command.stderr(Stdio::piped()).output().unwrap_or_else(|e| panic!("{command:?}: {e}"));
     let wall = started.elapsed();
+    let cpu = children_cpu_seconds().zip(cpu_before).map(|(after, before)| after - before);
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{command:?} failed ({}):\n{stderr}", out.status);
-    Finished { wall, stderr }
+    Finished { wall, cpu, stderr }
+}
+
+/// CPU seconds (user + system) of this process's children that ended and were waited for:
+/// `cutime` + `cstime` of `/proc/self/stat`, in clock ticks of 1/100 s (Linux's `USER_HZ`), so
+/// a figure is good to ±0.01 s.
+fn children_cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which may hold spaces), from field 3 on.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks = |field: usize| fields.get(field - 3)?.parse::<f64>().ok();
+    Some((ticks(16)? + ticks(17)?) / 100.0)
 }
 
 /// Runs `measure` on every case, `runs` rounds of one run per case, so that a slow moment of
@@ -421,7 +436,7 @@ fn run_against_replay(bench: &Bench, table: &mut Table) -> bool {
         workers_cases(bench.cores).into_iter().map(|(label, flags)| (format!("run, {label}"), Some(flags))).collect();
     cases.push((single.into(), None));
     cases.push(("replay, every core".into(), None));
-    let seconds = interleaved(bench.runs, &cases, |(label, flags)| {
+    let finished = interleaved(bench.runs, &cases, |(label, flags)| {
         let command = match flags {
             Some(flags) => bench.run(flags.iter().map(String::as_str).chain(["--sink=jsonl:/dev/null"])),
             None => {
@@ -437,10 +452,24 @@ fn run_against_replay(bench: &Bench, table: &mut Table) -> bool {
                 replay
             }
         };
-        timed(command).wall.as_secs_f64()
+        timed(command)
     });
+    let seconds: Vec<Vec<f64>> = finished.iter().map(|f| f.iter().map(|f| f.wall.as_secs_f64()).collect()).collect();
     for ((label, _), seconds) in cases.iter().zip(&seconds) {
         table.add(format!("{label} → /dev/null"), "s", seconds);
+    }
+    // CPU seconds over single-core replay's, pair by pair: what each costs beyond replay's work.
+    // Replay on every core does the same work as on one, so its ratio is the price of handing
+    // data between cores on this machine at this moment (it varies with where the virtual
+    // cores land: 1.0–1.4 on the 2-core machine of the README's figures).
+    let cpu: Vec<Option<Vec<f64>>> = finished.iter().map(|f| f.iter().map(|f| f.cpu).collect()).collect();
+    if let Some(single) = &cpu[cpu.len() - 2] {
+        for (i, label) in [(0, "run (default)"), (cpu.len() - 1, "replay, every core")] {
+            if let Some(other) = &cpu[i] {
+                let ratios: Vec<f64> = other.iter().zip(single).map(|(o, s)| o / s).collect();
+                table.add(format!("{label} CPU / single-core replay CPU"), "ratio", &ratios);
+            }
+        }
     }
     let replay = &seconds[seconds.len() - 2];
     let mut met = true;
@@ -583,7 +612,7 @@ fn kill_and_restart(command: impl Fn() -> Command, state: &Path, log: &Path) -> 
         if let Some(status) = wait_until(&mut child, started + KILL_EVERY) {
             let stderr = std::fs::read_to_string(log).unwrap_or_default();
             assert!(status.success(), "the last run failed ({status}):\n{stderr}");
-            restarts.last = Some(Finished { wall: started.elapsed(), stderr });
+            restarts.last = Some(Finished { wall: started.elapsed(), cpu: None, stderr });
             return restarts;
         }
         child.kill().expect("SIGKILL"); // Child::kill is SIGKILL on Unix

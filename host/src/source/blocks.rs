@@ -42,6 +42,16 @@ impl<R: Read + Send + 'static> BlockReader<R> {
         self.current.len() - self.consumed
     }
 
+    /// The bytes of the current block not consumed yet, without reading (no poll, no wait).
+    pub(crate) fn available(&self) -> &[u8] {
+        &self.current[self.consumed..]
+    }
+
+    /// Marks `amt` bytes of [`available`](Self::available) consumed.
+    pub(crate) fn consume_available(&mut self, amt: usize) {
+        self.consumed = (self.consumed + amt).min(self.current.len());
+    }
+
     /// Starts reading the next block, unless a read is in flight.
     fn start(&mut self) {
         if self.next.is_some() {

@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 use tokio::task::JoinHandle;
 
 use super::decode::{DecodeError, Decoded, Decoder};
-use super::lines::{Line, LineEnd, read_line_async};
+use super::lines::{Line, LineEnd, read_line_async, take_line};
 use super::{SourceCounters, SourceError, SourceStats};
 use crate::broadcaster::{Broadcaster, WatchEventType};
 use crate::delivery::{Position, Progress};
@@ -98,6 +98,10 @@ impl JsonLinesSource {
         let mut speculate = true;
         let mut ended = false;
         let mut idle_until: Option<tokio::time::Instant> = None;
+        // One wait for shutdown for the whole loop (a new one per turn registers and
+        // unregisters a waiter under the token's lock).
+        let cancelled = shutdown.cancelled();
+        tokio::pin!(cancelled);
         loop {
             start_held(&mut pending, &mut state);
             if ended && pending.is_empty() {
@@ -114,7 +118,7 @@ impl JsonLinesSource {
                     speculate = state.as_ref().is_some_and(Decoder::is_clean);
                     self.hand_over(items, to).await;
                 }
-                _ = shutdown.cancelled(), if !ended => {
+                _ = &mut cancelled, if !ended => {
                     // Stop reading; what was read still goes in.
                     self.dispatch(&mut chunk, &mut pending, speculate);
                     ended = true;
@@ -124,6 +128,17 @@ impl JsonLinesSource {
                     LineEnd::Newline => {
                         chunk.push(&line.bytes, line.read);
                         line.clear();
+                        // The further lines already read in are taken here, not with a turn of
+                        // the loop each; a partial last one waits in `line` for the next read.
+                        while !chunk.is_full() && reader.buffered() > 0 {
+                            let (used, ended) = take_line(reader.available(), &mut line);
+                            reader.consume_available(used);
+                            if !ended {
+                                break;
+                            }
+                            chunk.push(&line.bytes, line.read);
+                            line.clear();
+                        }
                         if chunk.is_full() || reader.buffered() == 0 {
                             self.dispatch(&mut chunk, &mut pending, speculate);
                         }
@@ -211,6 +226,11 @@ impl Chunk {
         Self { text: Vec::new(), lines: Vec::new(), after_line, start }
     }
 
+    /// An empty chunk with room for `text` bytes and [`CHUNK_LINES`] lines.
+    fn with_capacity(after_line: u64, start: u64, text: usize) -> Self {
+        Self { text: Vec::with_capacity(text), lines: Vec::with_capacity(CHUNK_LINES), after_line, start }
+    }
+
     /// Adds a line of `read` input bytes, of which `line` were kept.
     fn push(&mut self, line: &[u8], read: u64) {
         let offset = self.lines.last().map_or(self.start, |&(_, end)| end) + read;
@@ -222,10 +242,12 @@ impl Chunk {
         self.lines.len() >= CHUNK_LINES || self.text.len() >= CHUNK_BYTES
     }
 
-    /// The chunk that follows this one.
+    /// The chunk that follows this one, with room for as much text as this one holds and an
+    /// eighth more (chunks of one stream are alike: few grow their buffer again).
     fn next(&self) -> Self {
         let start = self.lines.last().map_or(self.start, |&(_, end)| end);
-        Self::new(self.after_line + self.lines.len() as u64, start)
+        let room = (self.text.len() + self.text.len() / 8).min(CHUNK_BYTES + CHUNK_BYTES / 8);
+        Self::with_capacity(self.after_line + self.lines.len() as u64, start, room)
     }
 }
 

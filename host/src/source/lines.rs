@@ -46,7 +46,7 @@ pub enum LineEnd {
 
 /// Appends the line at the start of `available` to `line`, up to its `\n` (kept) and within
 /// the bound. Returns the bytes it used of `available` and whether the line ended there.
-fn take_line(available: &[u8], line: &mut Line) -> (usize, bool) {
+pub(crate) fn take_line(available: &[u8], line: &mut Line) -> (usize, bool) {
     let (chunk, ended) = match memchr::memchr(b'\n', available) {
         Some(i) => (&available[..=i], true),
         None => (available, false),

@@ -314,7 +314,7 @@ async fn the_series_watcher_creates_patches_counts_then_closes_an_idle_series() 
         ObjectReference { kind: "Pod".into(), namespace: "ns".into(), name: "foo".into(), ..Default::default() };
     for i in 0..5 {
         let event = source.make_event(&regarding, None, "Normal", "BackOff", "Restart", format!("try {i}"), now());
-        broadcaster.action(WatchEventType::Added, event.into()).await.unwrap();
+        broadcaster.action(WatchEventType::Added, eventpipe::event::shared(event)).await.unwrap();
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
     let calls = sink.take();

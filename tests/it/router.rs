@@ -104,7 +104,7 @@ async fn a_stalled_at_most_once_sink_sheds_and_never_holds_back_the_acknowledged
     let options = RouterOptions { max_in_flight: WINDOW, delivery: DeliveryMode::AtLeastOnce, ..Default::default() };
     let (broadcaster, router, progress) = start(sinks, options);
     for i in 0..EVENTS {
-        broadcaster.action(WatchEventType::Added, event(i).into()).await.unwrap();
+        broadcaster.action(WatchEventType::Added, eventpipe::event::shared(event(i))).await.unwrap();
     }
     // Every event reaches the at-least-once sink and is acknowledged although the stalled sink
     // never answers.
@@ -135,7 +135,7 @@ async fn an_at_least_once_sink_holds_the_prefix_until_it_answers() {
     let (broadcaster, router, progress) =
         start(sinks, RouterOptions { delivery: DeliveryMode::Wait, ..Default::default() });
     for i in 0..10 {
-        broadcaster.action(WatchEventType::Added, event(i).into()).await.unwrap();
+        broadcaster.action(WatchEventType::Added, eventpipe::event::shared(event(i))).await.unwrap();
     }
     tokio::time::timeout(Duration::from_secs(10), async {
         while fast.0.load(Ordering::SeqCst) < 10 || stalled.started.load(Ordering::SeqCst) < 10 {

@@ -418,7 +418,7 @@ struct Done {
     key: u64,
     aggregated: bool,
     outcome: WriteOutcome,
-    stored: Option<Event>,
+    stored: Option<Box<Event>>,
     /// Whether it was kept in flight (it did not end at once).
     in_flight: bool,
     /// Whether the acknowledged prefix waits for it (an at-least-once sink).

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use chrono::SubsecRound;
 use eventpipe::event::{Event, ObjectReference, Time};
 use eventpipe::series::{EventSeriesCache, IsomorphicKey, SeriesDecision, SeriesEventSource, record_series_event};
-use eventpipe::sink::{EventSink, RetryPolicy, SinkError, WriteOutcome};
+use eventpipe::sink::{EventSink, RetryPolicy, SinkError, Stored, WriteOutcome};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -48,21 +48,21 @@ impl RecordingSink {
 
 #[async_trait]
 impl EventSink for RecordingSink {
-    async fn create(&self, event: &Event) -> Result<Event, SinkError> {
+    async fn create(&self, event: &Event) -> Result<Stored, SinkError> {
         self.record("create", event, None);
-        Ok(event.clone())
+        Ok(Stored::AsSent)
     }
 
-    async fn update(&self, event: &Event) -> Result<Event, SinkError> {
+    async fn update(&self, event: &Event) -> Result<Stored, SinkError> {
         self.record("update", event, None);
-        Ok(event.clone())
+        Ok(Stored::AsSent)
     }
 
-    async fn patch(&self, event: &Event, patch: &[u8]) -> Result<Event, SinkError> {
+    async fn patch(&self, event: &Event, patch: &[u8]) -> Result<Stored, SinkError> {
         self.record("patch", event, Some(patch));
         match &self.patch_error {
             Some(e) => Err(e.clone()),
-            None => Ok(event.clone()),
+            None => Ok(Stored::AsSent),
         }
     }
 }

@@ -15,7 +15,7 @@ use eventpipe::event_broadcaster::{
     EventBroadcaster, EventBroadcasterOptions, logging_line, structured_logging_fields,
 };
 use eventpipe::recorder::{RecordOutcome, generate_event_name, is_dns1123_subdomain};
-use eventpipe::sink::{EventSink, RetryPolicy, SinkError, StatusError};
+use eventpipe::sink::{EventSink, RetryPolicy, SinkError, StatusError, Stored};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
@@ -38,18 +38,18 @@ struct ServerLikeSink {
 
 #[async_trait]
 impl EventSink for ServerLikeSink {
-    async fn create(&self, event: &Event) -> Result<Event, SinkError> {
+    async fn create(&self, event: &Event) -> Result<Stored, SinkError> {
         self.store.lock().unwrap().insert(event_key(event), event.clone());
         let _ =
             self.calls.send(Call { verb: "create", sent: event.clone(), patch: Value::Null, stored: event.clone() });
-        Ok(event.clone())
+        Ok(Stored::Copy(event.clone()))
     }
 
-    async fn update(&self, _event: &Event) -> Result<Event, SinkError> {
+    async fn update(&self, _event: &Event) -> Result<Stored, SinkError> {
         unreachable!("recordToSink never updates")
     }
 
-    async fn patch(&self, event: &Event, patch: &[u8]) -> Result<Event, SinkError> {
+    async fn patch(&self, event: &Event, patch: &[u8]) -> Result<Stored, SinkError> {
         let patch: Value = serde_json::from_slice(patch).unwrap_or(Value::Null);
         let mut store = self.store.lock().unwrap();
         let Some(stored) = store.get_mut(&event_key(event)) else {
@@ -65,7 +65,7 @@ impl EventSink for ServerLikeSink {
         }
         *stored = serde_json::from_value(merged).unwrap();
         let _ = self.calls.send(Call { verb: "patch", sent: event.clone(), patch, stored: stored.clone() });
-        Ok(stored.clone())
+        Ok(Stored::Copy(stored.clone()))
     }
 }
 
@@ -183,17 +183,17 @@ async fn lots_of_events_are_all_written_despite_failures() {
     struct FlakySink(Mutex<HashMap<String, u64>>);
     #[async_trait]
     impl EventSink for FlakySink {
-        async fn create(&self, e: &Event) -> Result<Event, SinkError> {
+        async fn create(&self, e: &Event) -> Result<Stored, SinkError> {
             let mut attempts = self.0.lock().unwrap();
             let a = attempts.entry(e.message.to_string()).or_default();
             *a += 1;
-            if *a <= 4 { Err(SinkError::Transport("fake error".into())) } else { Ok(e.clone()) }
+            if *a <= 4 { Err(SinkError::Transport("fake error".into())) } else { Ok(Stored::AsSent) }
         }
-        async fn update(&self, e: &Event) -> Result<Event, SinkError> {
-            Ok(e.clone())
+        async fn update(&self, _e: &Event) -> Result<Stored, SinkError> {
+            Ok(Stored::AsSent)
         }
-        async fn patch(&self, e: &Event, _: &[u8]) -> Result<Event, SinkError> {
-            Ok(e.clone())
+        async fn patch(&self, _e: &Event, _: &[u8]) -> Result<Stored, SinkError> {
+            Ok(Stored::AsSent)
         }
     }
     assert_eq!(fail_first, 4);

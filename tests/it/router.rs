@@ -13,7 +13,7 @@ use eventpipe::delivery::{Acknowledgements, DeliveryMode, Progress};
 use eventpipe::event::{Event, SharedEvent};
 use eventpipe::plan::{PlannedTenant, TenantPlan, TenantSink};
 use eventpipe::router::{RouterOptions, RouterStats, record_to_tenants};
-use eventpipe::sink::{EventSink, SinkError};
+use eventpipe::sink::{EventSink, SinkError, Stored};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
@@ -23,14 +23,14 @@ struct CountingSink(AtomicU64);
 
 #[async_trait]
 impl EventSink for CountingSink {
-    async fn create(&self, event: &Event) -> Result<Event, SinkError> {
+    async fn create(&self, _event: &Event) -> Result<Stored, SinkError> {
         self.0.fetch_add(1, Ordering::SeqCst);
-        Ok(event.clone())
+        Ok(Stored::AsSent)
     }
-    async fn update(&self, event: &Event) -> Result<Event, SinkError> {
+    async fn update(&self, event: &Event) -> Result<Stored, SinkError> {
         self.create(event).await
     }
-    async fn patch(&self, event: &Event, _patch: &[u8]) -> Result<Event, SinkError> {
+    async fn patch(&self, event: &Event, _patch: &[u8]) -> Result<Stored, SinkError> {
         self.create(event).await
     }
 }
@@ -44,15 +44,15 @@ struct StalledSink {
 
 #[async_trait]
 impl EventSink for StalledSink {
-    async fn create(&self, event: &Event) -> Result<Event, SinkError> {
+    async fn create(&self, _event: &Event) -> Result<Stored, SinkError> {
         self.started.fetch_add(1, Ordering::SeqCst);
         self.release.notified().await;
-        Ok(event.clone())
+        Ok(Stored::AsSent)
     }
-    async fn update(&self, event: &Event) -> Result<Event, SinkError> {
+    async fn update(&self, event: &Event) -> Result<Stored, SinkError> {
         self.create(event).await
     }
-    async fn patch(&self, event: &Event, _patch: &[u8]) -> Result<Event, SinkError> {
+    async fn patch(&self, event: &Event, _patch: &[u8]) -> Result<Stored, SinkError> {
         self.create(event).await
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use eventpipe::correlator::{CorrelatorOptions, EventCorrelator};
 use eventpipe::event::Event;
-use eventpipe::sink::{EventSink, RetryPolicy, SinkError, StatusError, WriteOutcome, write_event};
+use eventpipe::sink::{EventSink, RetryPolicy, SinkError, StatusError, Stored, WriteOutcome, write_event};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -50,10 +50,10 @@ impl Script {
         Self { error: v["error"].as_str().map(str::to_string), fail_first }
     }
 
-    fn answer(&self, call_no: u64, event: &Event) -> Result<Event, SinkError> {
+    fn answer(&self, call_no: u64) -> Result<Stored, SinkError> {
         match &self.error {
             Some(desc) if call_no <= self.fail_first => Err(error_from(desc)),
-            _ => Ok(event.clone()),
+            _ => Ok(Stored::AsSent),
         }
     }
 }
@@ -74,28 +74,28 @@ struct ScriptedSink {
 
 #[async_trait]
 impl EventSink for ScriptedSink {
-    async fn create(&self, event: &Event) -> Result<Event, SinkError> {
+    async fn create(&self, event: &Event) -> Result<Stored, SinkError> {
         let n = {
             let mut c = self.calls.lock().unwrap();
             c.creates += 1;
             c.created_resource_version = Some(event.metadata.resource_version.to_string());
             c.creates
         };
-        self.create.answer(n, event)
+        self.create.answer(n)
     }
 
-    async fn update(&self, _event: &Event) -> Result<Event, SinkError> {
+    async fn update(&self, _event: &Event) -> Result<Stored, SinkError> {
         unreachable!("recordToSink never updates")
     }
 
-    async fn patch(&self, event: &Event, patch: &[u8]) -> Result<Event, SinkError> {
+    async fn patch(&self, _event: &Event, patch: &[u8]) -> Result<Stored, SinkError> {
         let n = {
             let mut c = self.calls.lock().unwrap();
             c.patches += 1;
             c.patch_body = Some(patch.to_vec());
             c.patches
         };
-        self.patch.answer(n, event)
+        self.patch.answer(n)
     }
 }
 

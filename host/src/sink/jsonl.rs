@@ -1,7 +1,7 @@
 //! A sink that writes each call as one JSON line: `{"verb":"create"|"patch","event":…,"patch":…}`.
 //!
-//! It stores nothing and echoes the event back, like client-go's test sink; the correlator's
-//! `update_state` therefore sees exactly what was written.
+//! It stores nothing of its own ([`Stored::AsSent`]), like client-go's test sink echoing the
+//! event back; the correlator's `update_state` therefore sees exactly what was written.
 //!
 //! Lines are buffered and reach the writer whole, never cut in the middle (a reader following
 //! the file sees complete lines only): when [`FLUSH_BYTES`] are buffered, on
@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use serde::Serialize;
 
 use super::retry::Verb;
-use super::{EventSink, SinkError};
+use super::{EventSink, SinkError, Stored};
 use crate::event::Event;
 
 /// One sink call as JSON: `{"verb":"create"|"patch","event":…,"patch":…}` — a line of the
@@ -150,18 +150,18 @@ impl JsonLinesSink {
 
 #[async_trait]
 impl EventSink for JsonLinesSink {
-    async fn create(&self, event: &Event) -> Result<Event, SinkError> {
+    async fn create(&self, event: &Event) -> Result<Stored, SinkError> {
         self.write(&SinkCall::new(Verb::Create, event, &[])?)?;
-        Ok(event.clone())
+        Ok(Stored::AsSent)
     }
 
-    async fn update(&self, _event: &Event) -> Result<Event, SinkError> {
+    async fn update(&self, _event: &Event) -> Result<Stored, SinkError> {
         Err(SinkError::RequestConstruction("the jsonl sink records creates and patches only".into()))
     }
 
-    async fn patch(&self, event: &Event, patch: &[u8]) -> Result<Event, SinkError> {
+    async fn patch(&self, event: &Event, patch: &[u8]) -> Result<Stored, SinkError> {
         self.write(&SinkCall::new(Verb::Patch, event, patch)?)?;
-        Ok(event.clone())
+        Ok(Stored::AsSent)
     }
 }
 

@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use http::{Method, Request, header};
 use kube::client::Body;
 
-use super::{EventSink, SinkError};
+use super::{EventSink, SinkError, Stored};
 use crate::event::Event;
 use crate::k8s::{EventsApi, status_error};
 
@@ -138,14 +138,14 @@ impl KubernetesSink {
 
 #[async_trait]
 impl EventSink for KubernetesSink {
-    async fn create(&self, event: &Event) -> Result<Event, SinkError> {
+    async fn create(&self, event: &Event) -> Result<Stored, SinkError> {
         self.check_namespace(event)?;
-        self.call(Method::POST, self.path(event, false), "application/json", self.body(event)?).await
+        self.call(Method::POST, self.path(event, false), "application/json", self.body(event)?).await.map(Stored::Copy)
     }
 
-    async fn update(&self, event: &Event) -> Result<Event, SinkError> {
+    async fn update(&self, event: &Event) -> Result<Stored, SinkError> {
         self.check_namespace(event)?;
-        self.call(Method::PUT, self.path(event, true), "application/json", self.body(event)?).await
+        self.call(Method::PUT, self.path(event, true), "application/json", self.body(event)?).await.map(Stored::Copy)
     }
 
     /// An empty `patch` (client-go's for a count > 1 event its correlator never saw) is not
@@ -153,14 +153,16 @@ impl EventSink for KubernetesSink {
     /// and the update is lost. The whole event is written instead with `PUT` and no
     /// `resourceVersion`, which creates it or replaces it (events allow create-on-update and
     /// unconditional update). A divergence from client-go, on purpose.
-    async fn patch(&self, event: &Event, patch: &[u8]) -> Result<Event, SinkError> {
+    async fn patch(&self, event: &Event, patch: &[u8]) -> Result<Stored, SinkError> {
         self.check_namespace(event)?;
-        if patch.is_empty() {
+        let stored = if patch.is_empty() {
             let mut whole = event.clone();
             whole.metadata.resource_version.clear();
-            return self.call(Method::PUT, self.path(&whole, true), "application/json", self.body(&whole)?).await;
-        }
-        self.call(Method::PATCH, self.path(event, true), STRATEGIC_MERGE_PATCH, patch.to_vec()).await
+            self.call(Method::PUT, self.path(&whole, true), "application/json", self.body(&whole)?).await
+        } else {
+            self.call(Method::PATCH, self.path(event, true), STRATEGIC_MERGE_PATCH, patch.to_vec()).await
+        };
+        stored.map(Stored::Copy)
     }
 }
 

@@ -22,6 +22,19 @@ pub use retry::{RetryPolicy, WriteOutcome, deliver, write_event};
 pub use spec::{SinkEntry, SinkSpec, SinkSpecError};
 pub use stats::SinkStats;
 
+/// What a sink call stored, for the correlator's `update_state`: the event as it was sent, or
+/// the sink's own copy of it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Stored {
+    /// The event exactly as sent: a sink that stores nothing of its own (JSON lines, webhook),
+    /// as client-go's test sinks echo the event back. The caller keeps the event it sent; no
+    /// copy is made.
+    AsSent,
+    /// The sink's copy: the API server's answer (with its name and resourceVersion), a plugin's
+    /// or the watch cache's stored object.
+    Copy(Event),
+}
+
 /// Why a sink call failed, in the classes client-go's `recordEvent` tells apart.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SinkError {
@@ -58,25 +71,25 @@ impl SinkError {
     }
 }
 
-/// client-go `record.EventSink`: where events are written. Each call returns the object as the
-/// sink stored it (for the Kubernetes API, the server's copy with its name and resourceVersion),
-/// which the correlator remembers with `update_state`.
+/// client-go `record.EventSink`: where events are written. Each call returns what the sink
+/// stored ([`Stored`]: the event as sent, or for the Kubernetes API the server's copy with its
+/// name and resourceVersion), which the correlator remembers with `update_state`.
 ///
 /// # Errors
 /// Every method returns a [`SinkError`] whose class decides the retry policy.
 #[async_trait]
 pub trait EventSink: Send + Sync {
     /// Creates the event (`POST /api/v1/namespaces/{ns}/events`).
-    async fn create(&self, event: &Event) -> Result<Event, SinkError>;
+    async fn create(&self, event: &Event) -> Result<Stored, SinkError>;
     /// Replaces the event (`PUT …/events/{name}`); unused by `recordToSink`, kept for parity.
-    async fn update(&self, event: &Event) -> Result<Event, SinkError>;
+    async fn update(&self, event: &Event) -> Result<Stored, SinkError>;
     /// Applies a strategic-merge patch (`PATCH …/events/{name}`,
     /// `application/strategic-merge-patch+json`) to the event named `event.metadata.name`.
     /// `patch` may be empty: client-go sends an empty body for a count > 1 event it never saw.
-    async fn patch(&self, event: &Event, patch: &[u8]) -> Result<Event, SinkError>;
+    async fn patch(&self, event: &Event, patch: &[u8]) -> Result<Stored, SinkError>;
 
-    /// Writes one correlated result and returns how that ended, with the sink's copy of the
-    /// event on success (for `update_state`). By default client-go `recordToSink`
+    /// Writes one correlated result and returns how that ended, with the event as the sink
+    /// stored it on success (for `update_state`: the result's own box when [`Stored::AsSent`]). By default client-go `recordToSink`
     /// ([`deliver`]): patch when count > 1, create otherwise, retried per `policy` until
     /// `cancel`. A sink that records in its own way (events.k8s.io series,
     /// [`series::SeriesSink`]) replaces it.
@@ -85,7 +98,7 @@ pub trait EventSink: Send + Sync {
         result: EventCorrelateResult,
         policy: &RetryPolicy,
         cancel: &tokio_util::sync::CancellationToken,
-    ) -> (WriteOutcome, Option<Event>) {
+    ) -> (WriteOutcome, Option<Box<Event>>) {
         deliver(self, result, policy, cancel).await
     }
 }

@@ -9,7 +9,7 @@
 
 use async_trait::async_trait;
 
-use super::{EventSink, SinkError, StatusError};
+use super::{EventSink, SinkError, StatusError, Stored};
 use crate::event::Event;
 use crate::plugin::sink::{DeliverError, WasmSink};
 
@@ -42,15 +42,15 @@ impl From<DeliverError> for SinkError {
 
 #[async_trait]
 impl EventSink for PluginSink {
-    async fn create(&self, event: &Event) -> Result<Event, SinkError> {
-        self.0.create(event).map_err(SinkError::from)
+    async fn create(&self, event: &Event) -> Result<Stored, SinkError> {
+        self.0.create(event).map(Stored::Copy).map_err(SinkError::from)
     }
 
-    async fn update(&self, _event: &Event) -> Result<Event, SinkError> {
+    async fn update(&self, _event: &Event) -> Result<Stored, SinkError> {
         Err(SinkError::RequestConstruction("the sink world has no update".into()))
     }
 
-    async fn patch(&self, event: &Event, patch: &[u8]) -> Result<Event, SinkError> {
-        self.0.patch(event, patch).map_err(SinkError::from)
+    async fn patch(&self, event: &Event, patch: &[u8]) -> Result<Stored, SinkError> {
+        self.0.patch(event, patch).map(Stored::Copy).map_err(SinkError::from)
     }
 }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use super::{EventSink, SinkError};
+use super::{EventSink, SinkError, Stored};
 use crate::correlator::{EventCorrelateResult, EventCorrelator};
 use crate::event::Event;
 
@@ -124,15 +124,16 @@ pub async fn write_event(
     outcome
 }
 
-/// [`write_event`] without the correlator: the outcome, and on success the sink's copy of the
-/// event, for the caller to give to `update_state` (a caller with several writes in flight
-/// does so when each completes).
+/// [`write_event`] without the correlator: the outcome, and on success the event as the sink
+/// stored it (the result's own box when the sink stored it as sent, [`super::Stored`]), for the
+/// caller to give to `update_state` (a caller with several writes in flight does so when each
+/// completes).
 pub async fn deliver<S: EventSink + ?Sized>(
     sink: &S,
     result: EventCorrelateResult,
     policy: &RetryPolicy,
     cancel: &CancellationToken,
-) -> (WriteOutcome, Option<Event>) {
+) -> (WriteOutcome, Option<Box<Event>>) {
     let EventCorrelateResult { skip, event, patch } = result;
     let Some(mut event) = event.filter(|_| !skip) else {
         return (WriteOutcome::Skipped, None);
@@ -142,7 +143,8 @@ pub async fn deliver<S: EventSink + ?Sized>(
     let mut tries = Tries::new(policy);
     loop {
         let error = match record_event(sink, &mut event, &patch, update_existing).await {
-            Ok((server_event, verb)) => return (tries.written(verb), Some(server_event)),
+            Ok((Stored::AsSent, verb)) => return (tries.written(verb), Some(event)),
+            Ok((Stored::Copy(copy), verb)) => return (tries.written(verb), Some(Box::new(copy))),
             Err(error) => error,
         };
         let retryable = error.is_retryable();
@@ -212,16 +214,16 @@ pub(crate) async fn record_event<S: EventSink + ?Sized>(
     event: &mut Event,
     patch: &[u8],
     update_existing: bool,
-) -> Result<(Event, Verb), SinkError> {
+) -> Result<(Stored, Verb), SinkError> {
     if update_existing {
         match sink.patch(event, patch).await {
-            Ok(server_event) => return Ok((server_event, Verb::Patch)),
+            Ok(stored) => return Ok((stored, Verb::Patch)),
             Err(SinkError::Status(s)) if s.is_not_found() => {}
             Err(other) => return Err(other),
         }
     }
     event.metadata.resource_version.clear();
-    sink.create(event).await.map(|server_event| (server_event, Verb::Create))
+    sink.create(event).await.map(|stored| (stored, Verb::Create))
 }
 
 fn log_dropped(event: &Event, error: &SinkError) {

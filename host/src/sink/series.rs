@@ -13,7 +13,7 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use super::retry::{Tries, Verb, record_event};
-use super::{EventSink, RetryPolicy, SinkError, WriteOutcome};
+use super::{EventSink, RetryPolicy, SinkError, Stored, WriteOutcome};
 use crate::clock::SharedClock;
 use crate::correlator::EventCorrelateResult;
 use crate::event::{CompactString, Event, EventSeries, ObjectReference, Time, format_micro_time};
@@ -153,7 +153,7 @@ impl EventSeriesCache {
     pub async fn refresh_existing_series(&mut self, sink: &dyn EventSink) {
         for event in self.events.values_mut() {
             if event.series.is_some()
-                && let Ok((server_event, _)) = attempt(sink, event).await
+                && let Ok((Stored::Copy(server_event), _)) = attempt(sink, event).await
             {
                 *event = server_event;
             }
@@ -193,7 +193,7 @@ fn is_retryable(error: &SinkError, series: bool) -> bool {
 
 /// One attempt (client-go events.k8s.io `recordEvent`): patch a series (create when it is gone,
 /// with `resourceVersion` cleared on `event` itself, as client-go), create anything else.
-async fn attempt(sink: &dyn EventSink, event: &mut Event) -> Result<(Event, Verb), SinkError> {
+async fn attempt(sink: &dyn EventSink, event: &mut Event) -> Result<(Stored, Verb), SinkError> {
     let series = event.series.is_some();
     let patch = if series { series_patch(event) } else { Vec::new() };
     record_event(sink, event, &patch, series).await
@@ -297,15 +297,15 @@ impl SeriesSink {
 
 #[async_trait]
 impl EventSink for SeriesSink {
-    async fn create(&self, event: &Event) -> Result<Event, SinkError> {
+    async fn create(&self, event: &Event) -> Result<Stored, SinkError> {
         self.inner.create(event).await
     }
 
-    async fn update(&self, event: &Event) -> Result<Event, SinkError> {
+    async fn update(&self, event: &Event) -> Result<Stored, SinkError> {
         self.inner.update(event).await
     }
 
-    async fn patch(&self, event: &Event, patch: &[u8]) -> Result<Event, SinkError> {
+    async fn patch(&self, event: &Event, patch: &[u8]) -> Result<Stored, SinkError> {
         self.inner.patch(event, patch).await
     }
 
@@ -317,7 +317,7 @@ impl EventSink for SeriesSink {
         result: EventCorrelateResult,
         policy: &RetryPolicy,
         cancel: &CancellationToken,
-    ) -> (WriteOutcome, Option<Event>) {
+    ) -> (WriteOutcome, Option<Box<Event>>) {
         let EventCorrelateResult { skip, event, .. } = result;
         let Some(event) = event.filter(|_| !skip) else {
             return (WriteOutcome::Skipped, None);
@@ -344,16 +344,16 @@ mod tests {
 
     #[async_trait]
     impl EventSink for Recording {
-        async fn create(&self, event: &Event) -> Result<Event, SinkError> {
+        async fn create(&self, event: &Event) -> Result<Stored, SinkError> {
             self.0.lock().unwrap().push(("create", event.metadata.name.to_string(), Vec::new()));
-            Ok(event.clone())
+            Ok(Stored::AsSent)
         }
-        async fn update(&self, event: &Event) -> Result<Event, SinkError> {
-            Ok(event.clone())
+        async fn update(&self, _event: &Event) -> Result<Stored, SinkError> {
+            Ok(Stored::AsSent)
         }
-        async fn patch(&self, event: &Event, patch: &[u8]) -> Result<Event, SinkError> {
+        async fn patch(&self, event: &Event, patch: &[u8]) -> Result<Stored, SinkError> {
             self.0.lock().unwrap().push(("patch", event.metadata.name.to_string(), patch.to_vec()));
-            Ok(event.clone())
+            Ok(Stored::AsSent)
         }
     }
 

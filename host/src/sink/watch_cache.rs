@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use super::{EventSink, SinkError, StatusError};
+use super::{EventSink, SinkError, StatusError, Stored};
 use crate::event::Event;
 use crate::watch_cache::{WatchCache, WriteError};
 
@@ -36,19 +36,19 @@ fn status(error: WriteError) -> SinkError {
 
 #[async_trait]
 impl EventSink for WatchCacheSink {
-    async fn create(&self, event: &Event) -> Result<Event, SinkError> {
-        self.0.create(event).map_err(status)
+    async fn create(&self, event: &Event) -> Result<Stored, SinkError> {
+        self.0.create(event).map(Stored::Copy).map_err(status)
     }
 
-    async fn update(&self, event: &Event) -> Result<Event, SinkError> {
-        Ok(self.0.update(event))
+    async fn update(&self, event: &Event) -> Result<Stored, SinkError> {
+        Ok(Stored::Copy(self.0.update(event)))
     }
 
-    async fn patch(&self, event: &Event, patch: &[u8]) -> Result<Event, SinkError> {
+    async fn patch(&self, event: &Event, patch: &[u8]) -> Result<Stored, SinkError> {
         if patch.trim_ascii().is_empty() {
-            return Ok(self.0.update(event));
+            return Ok(Stored::Copy(self.0.update(event)));
         }
-        self.0.patch(&event.metadata.namespace, &event.metadata.name, patch).map_err(status)
+        self.0.patch(&event.metadata.namespace, &event.metadata.name, patch).map(Stored::Copy).map_err(status)
     }
 }
 

@@ -68,7 +68,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::jsonl::SinkCall;
 use super::retry::Verb;
-use super::{EventSink, SinkError, StatusError};
+use super::{EventSink, SinkError, StatusError, Stored};
 use crate::event::Event;
 
 /// Default queue capacity, events.
@@ -482,12 +482,12 @@ impl WebhookSink {
         Ok(Ack(ack_rx))
     }
 
-    async fn call(&self, verb: Verb, event: &Event, patch: &[u8]) -> Result<Event, SinkError> {
+    async fn call(&self, verb: Verb, event: &Event, patch: &[u8]) -> Result<Stored, SinkError> {
         let ack = self.submit(verb, event, patch).await?;
         if self.delivery == Delivery::AtLeastOnce {
             ack.await?;
         }
-        Ok(event.clone())
+        Ok(Stored::AsSent)
     }
 
     /// Stops taking calls, delivers what is queued (retrying as configured) for at most `grace`,
@@ -521,15 +521,15 @@ impl Drop for WebhookSink {
 
 #[async_trait]
 impl EventSink for WebhookSink {
-    async fn create(&self, event: &Event) -> Result<Event, SinkError> {
+    async fn create(&self, event: &Event) -> Result<Stored, SinkError> {
         self.call(Verb::Create, event, &[]).await
     }
 
-    async fn update(&self, _event: &Event) -> Result<Event, SinkError> {
+    async fn update(&self, _event: &Event) -> Result<Stored, SinkError> {
         Err(SinkError::RequestConstruction("the webhook sink sends creates and patches only".into()))
     }
 
-    async fn patch(&self, event: &Event, patch: &[u8]) -> Result<Event, SinkError> {
+    async fn patch(&self, event: &Event, patch: &[u8]) -> Result<Stored, SinkError> {
         self.call(Verb::Patch, event, patch).await
     }
 }

@@ -435,9 +435,13 @@ type Write = Pin<Box<dyn Future<Output = Done> + Send>>;
 #[derive(Default)]
 struct SinkWindow {
     in_flight: usize,
-    busy: HashSet<u64>,
-    waiting: HashMap<u64, VecDeque<Job>>,
+    busy: HashSet<u64, FastHash>,
+    waiting: HashMap<u64, VecDeque<Job>, FastHash>,
 }
+
+/// The hasher of the router's maps, whose keys are hashes already (event names' xxh3), sequence
+/// numbers or addresses: the LRU caches' fast hasher rather than SipHash.
+type FastHash = lru::DefaultHasher;
 
 /// The sink writes of one event still to end: all of them, and those the acknowledged prefix
 /// waits for.
@@ -452,10 +456,10 @@ struct Partition {
     plans: watch::Receiver<Arc<TenantPlan>>,
     stages: TenantStages,
     writes: FuturesUnordered<Write>,
-    windows: HashMap<usize, SinkWindow>,
+    windows: HashMap<usize, SinkWindow, FastHash>,
     /// Per event with more than one sink write: the writes still to end, and how many of them
     /// are to at-least-once sinks.
-    remaining: HashMap<u64, Remaining>,
+    remaining: HashMap<u64, Remaining, FastHash>,
     stats: RouterStats,
     options: RouterOptions,
     /// Counts config reloads (one partition does, so a reload counts once).
@@ -481,8 +485,8 @@ impl Partition {
             plans,
             stages: TenantStages::new(plan),
             writes: FuturesUnordered::new(),
-            windows: HashMap::new(),
-            remaining: HashMap::new(),
+            windows: HashMap::default(),
+            remaining: HashMap::default(),
             stats: RouterStats::default(),
             options: options.clone(),
             counts_reloads,

@@ -136,15 +136,26 @@ impl JsonLinesSink {
     /// Serialises `call` before taking the lock (partitions on other cores serialise their
     /// calls at the same time), then appends the whole line.
     fn write(&self, call: &SinkCall<'_>) -> Result<(), SinkError> {
-        let mut line = Vec::with_capacity(1024);
-        serde_json::to_writer(&mut line, call).map_err(|e| SinkError::Transport(format!("jsonl sink: {e}")))?;
-        line.push(b'\n');
-        let mut lines = self.out.lock().unwrap_or_else(|p| p.into_inner());
-        lines.buf.extend_from_slice(&line);
-        if lines.buf.len() >= FLUSH_BYTES || lines.flushed.elapsed() >= FLUSH_INTERVAL {
-            lines.flush().map_err(|e| SinkError::Transport(format!("jsonl sink: {e}")))?;
+        thread_local! {
+            /// The line being serialised, reused by every call on this thread.
+            static LINE: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(Vec::with_capacity(4096));
         }
-        Ok(())
+        LINE.with_borrow_mut(|line| {
+            line.clear();
+            serde_json::to_writer(&mut *line, call).map_err(|e| SinkError::Transport(format!("jsonl sink: {e}")))?;
+            line.push(b'\n');
+            let mut lines = self.out.lock().unwrap_or_else(|p| p.into_inner());
+            lines.buf.extend_from_slice(line);
+            let flushed = if lines.buf.len() >= FLUSH_BYTES || lines.flushed.elapsed() >= FLUSH_INTERVAL {
+                lines.flush().map_err(|e| SinkError::Transport(format!("jsonl sink: {e}")))
+            } else {
+                Ok(())
+            };
+            if line.capacity() > 1 << 20 {
+                *line = Vec::with_capacity(4096); // a huge event does not keep its buffer
+            }
+            flushed
+        })
     }
 }
 

@@ -42,7 +42,7 @@ impl EventSink for ServerLikeSink {
         self.store.lock().unwrap().insert(event_key(event), event.clone());
         let _ =
             self.calls.send(Call { verb: "create", sent: event.clone(), patch: Value::Null, stored: event.clone() });
-        Ok(Stored::Copy(event.clone()))
+        Ok(Stored::copy(event.clone()))
     }
 
     async fn update(&self, _event: &Event) -> Result<Stored, SinkError> {
@@ -65,7 +65,7 @@ impl EventSink for ServerLikeSink {
         }
         *stored = serde_json::from_value(merged).unwrap();
         let _ = self.calls.send(Call { verb: "patch", sent: event.clone(), patch, stored: stored.clone() });
-        Ok(Stored::Copy(stored.clone()))
+        Ok(Stored::copy(stored.clone()))
     }
 }
 

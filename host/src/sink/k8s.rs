@@ -140,12 +140,12 @@ impl KubernetesSink {
 impl EventSink for KubernetesSink {
     async fn create(&self, event: &Event) -> Result<Stored, SinkError> {
         self.check_namespace(event)?;
-        self.call(Method::POST, self.path(event, false), "application/json", self.body(event)?).await.map(Stored::Copy)
+        self.call(Method::POST, self.path(event, false), "application/json", self.body(event)?).await.map(Stored::copy)
     }
 
     async fn update(&self, event: &Event) -> Result<Stored, SinkError> {
         self.check_namespace(event)?;
-        self.call(Method::PUT, self.path(event, true), "application/json", self.body(event)?).await.map(Stored::Copy)
+        self.call(Method::PUT, self.path(event, true), "application/json", self.body(event)?).await.map(Stored::copy)
     }
 
     /// An empty `patch` (client-go's for a count > 1 event its correlator never saw) is not
@@ -162,7 +162,7 @@ impl EventSink for KubernetesSink {
         } else {
             self.call(Method::PATCH, self.path(event, true), STRATEGIC_MERGE_PATCH, patch.to_vec()).await
         };
-        stored.map(Stored::Copy)
+        stored.map(Stored::copy)
     }
 }
 

@@ -32,7 +32,14 @@ pub enum Stored {
     AsSent,
     /// The sink's copy: the API server's answer (with its name and resourceVersion), a plugin's
     /// or the watch cache's stored object.
-    Copy(Event),
+    Copy(Box<Event>),
+}
+
+impl Stored {
+    /// The sink's own copy `event`.
+    pub fn copy(event: Event) -> Self {
+        Stored::Copy(Box::new(event))
+    }
 }
 
 /// Why a sink call failed, in the classes client-go's `recordEvent` tells apart.

@@ -43,7 +43,7 @@ impl From<DeliverError> for SinkError {
 #[async_trait]
 impl EventSink for PluginSink {
     async fn create(&self, event: &Event) -> Result<Stored, SinkError> {
-        self.0.create(event).map(Stored::Copy).map_err(SinkError::from)
+        self.0.create(event).map(Stored::copy).map_err(SinkError::from)
     }
 
     async fn update(&self, _event: &Event) -> Result<Stored, SinkError> {
@@ -51,6 +51,6 @@ impl EventSink for PluginSink {
     }
 
     async fn patch(&self, event: &Event, patch: &[u8]) -> Result<Stored, SinkError> {
-        self.0.patch(event, patch).map(Stored::Copy).map_err(SinkError::from)
+        self.0.patch(event, patch).map(Stored::copy).map_err(SinkError::from)
     }
 }

@@ -144,7 +144,7 @@ pub async fn deliver<S: EventSink + ?Sized>(
     loop {
         let error = match record_event(sink, &mut event, &patch, update_existing).await {
             Ok((Stored::AsSent, verb)) => return (tries.written(verb), Some(event)),
-            Ok((Stored::Copy(copy), verb)) => return (tries.written(verb), Some(Box::new(copy))),
+            Ok((Stored::Copy(copy), verb)) => return (tries.written(verb), Some(copy)),
             Err(error) => error,
         };
         let retryable = error.is_retryable();

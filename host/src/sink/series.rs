@@ -155,7 +155,7 @@ impl EventSeriesCache {
             if event.series.is_some()
                 && let Ok((Stored::Copy(server_event), _)) = attempt(sink, event).await
             {
-                *event = server_event;
+                *event = *server_event;
             }
         }
     }

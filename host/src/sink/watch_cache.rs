@@ -37,18 +37,18 @@ fn status(error: WriteError) -> SinkError {
 #[async_trait]
 impl EventSink for WatchCacheSink {
     async fn create(&self, event: &Event) -> Result<Stored, SinkError> {
-        self.0.create(event).map(Stored::Copy).map_err(status)
+        self.0.create(event).map(Stored::copy).map_err(status)
     }
 
     async fn update(&self, event: &Event) -> Result<Stored, SinkError> {
-        Ok(Stored::Copy(self.0.update(event)))
+        Ok(Stored::copy(self.0.update(event)))
     }
 
     async fn patch(&self, event: &Event, patch: &[u8]) -> Result<Stored, SinkError> {
         if patch.trim_ascii().is_empty() {
-            return Ok(Stored::Copy(self.0.update(event)));
+            return Ok(Stored::copy(self.0.update(event)));
         }
-        self.0.patch(&event.metadata.namespace, &event.metadata.name, patch).map(Stored::Copy).map_err(status)
+        self.0.patch(&event.metadata.namespace, &event.metadata.name, patch).map(Stored::copy).map_err(status)
     }
 }
 

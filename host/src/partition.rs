@@ -19,16 +19,16 @@ pub enum PartitionKey {
 
 impl PartitionKey {
     /// The partition of `event` among `partitions` (≥ 1): a 64-bit xxh3 of the key's fields,
-    /// modulo `partitions`. The same function on every host (NATS subjects use it too).
+    /// each followed by a 0xff byte, modulo `partitions`. The same function on every host (NATS
+    /// subjects use it too). The fields are hashed in one call over their concatenation, built
+    /// on the stack when it fits: the same value as xxh3's streaming hasher gives, without its
+    /// set-up and buffering (~10 ms of `run`'s CPU on the 176k-event stream).
     pub fn partition(self, event: &Event, partitions: usize) -> usize {
         if partitions <= 1 {
             return 0;
         }
-        let mut h = xxhash_rust::xxh3::Xxh3::new();
-        let mut field = |s: &str| {
-            h.update(s.as_bytes());
-            h.update(&[0xff]);
-        };
+        let mut bytes = Concatenation::default();
+        let mut field = |s: &str| bytes.push_field(s.as_bytes());
         match self {
             PartitionKey::SourceObject => {
                 let o = &event.involved_object;
@@ -50,7 +50,40 @@ impl PartitionKey {
                 &event.metadata.namespace
             }),
         }
-        (h.digest() % partitions as u64) as usize
+        (xxhash_rust::xxh3::xxh3_64(bytes.as_slice()) % partitions as u64) as usize
+    }
+}
+
+/// Fields back to back, each followed by 0xff: in a stack buffer while they fit, else on the heap.
+struct Concatenation {
+    inline: [u8; 256],
+    len: usize,
+    spilled: Vec<u8>,
+}
+
+impl Default for Concatenation {
+    fn default() -> Self {
+        Self { inline: [0; 256], len: 0, spilled: Vec::new() }
+    }
+}
+
+impl Concatenation {
+    fn push_field(&mut self, field: &[u8]) {
+        if self.spilled.is_empty() && self.len + field.len() < self.inline.len() {
+            self.inline[self.len..self.len + field.len()].copy_from_slice(field);
+            self.inline[self.len + field.len()] = 0xff;
+            self.len += field.len() + 1;
+            return;
+        }
+        if self.spilled.is_empty() {
+            self.spilled.extend_from_slice(&self.inline[..self.len]);
+        }
+        self.spilled.extend_from_slice(field);
+        self.spilled.push(0xff);
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        if self.spilled.is_empty() { &self.inline[..self.len] } else { &self.spilled }
     }
 }
 

@@ -10,7 +10,9 @@
 //!    default `--workers`, `--workers 1` and `--workers 0` (the number of cores), and of
 //!    `replay < STREAM > /dev/null` held to one core (`taskset -c 0`: replay runs its three
 //!    pipeline steps on threads of their own) and, for reference, free to use every core; the
-//!    ratios run / single-core replay (target ≤ 0.6).
+//!    ratios run / single-core replay (target ≤ 0.6). And the CPU seconds of `run` and of
+//!    `replay` on every core over single-core `replay`'s, pair by pair: the second is the price
+//!    of handing data between cores on the machine at that moment (the same work either way).
 //! 3. **At-least-once under SIGKILL**: `run --delivery at-least-once` with a correlator that may
 //!    neither skip nor aggregate (so every input event must reach the sink), killed with SIGKILL
 //!    every 2 s and started again until a run ends by itself; every restart must have saved a

@@ -367,6 +367,57 @@ mod tests {
     use super::*;
     use crate::k8s::StatusError;
 
+    /// Answers every call with what it was built to store: the event as sent, or its own copy
+    /// (a server that names the event and gives it a resourceVersion).
+    struct Storing {
+        as_sent: bool,
+    }
+
+    #[async_trait::async_trait]
+    impl EventSink for Storing {
+        async fn create(&self, event: &Event) -> Result<Stored, SinkError> {
+            if self.as_sent {
+                return Ok(Stored::AsSent);
+            }
+            let mut copy = event.clone();
+            copy.metadata.resource_version = "42".into();
+            Ok(Stored::copy(copy))
+        }
+        async fn update(&self, event: &Event) -> Result<Stored, SinkError> {
+            self.create(event).await
+        }
+        async fn patch(&self, event: &Event, _patch: &[u8]) -> Result<Stored, SinkError> {
+            self.create(event).await
+        }
+    }
+
+    /// `update_state` gets the event as the sink stored it: for a sink that stores it as sent,
+    /// the result's own box (the same allocation, no copy); otherwise the sink's copy.
+    #[tokio::test]
+    async fn deliver_hands_back_the_results_own_box_or_the_sinks_copy() {
+        let (policy, cancel) = (RetryPolicy::default(), CancellationToken::new());
+        let result = || {
+            let mut event = Event { reason: "Started".into(), count: 1, ..Event::default() };
+            event.metadata.resource_version = "7".into();
+            EventCorrelateResult { skip: false, event: Some(Box::new(event)), patch: None }
+        };
+        let sent = result();
+        let address = std::ptr::from_ref::<Event>(sent.event.as_deref().unwrap());
+        let (outcome, stored) = deliver(&Storing { as_sent: true }, sent, &policy, &cancel).await;
+        assert!(matches!(outcome, WriteOutcome::Written { verb: Verb::Create, attempts: 1 }), "{outcome:?}");
+        let stored = stored.expect("a written event is stored");
+        assert_eq!(std::ptr::from_ref::<Event>(&stored), address, "the result's own box");
+        // Cleared before a create, as client-go's recordEvent does.
+        assert_eq!((stored.reason.as_str(), stored.metadata.resource_version.as_str()), ("Started", ""));
+
+        let (_, stored) = deliver(&Storing { as_sent: false }, result(), &policy, &cancel).await;
+        assert_eq!(stored.expect("stored").metadata.resource_version, "42", "the sink's copy");
+
+        let skipped = EventCorrelateResult { skip: true, event: None, patch: None };
+        let (outcome, stored) = deliver(&Storing { as_sent: true }, skipped, &policy, &cancel).await;
+        assert!(matches!(outcome, WriteOutcome::Skipped) && stored.is_none());
+    }
+
     #[test]
     fn expected_rejections_are_logged_once_per_reason_per_interval_with_the_count_between() {
         let mut limiter = LogLimiter::new();

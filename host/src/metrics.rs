@@ -39,6 +39,9 @@
 //! | `eventpipe_nats_published_total`, `eventpipe_nats_duplicates_total`, `eventpipe_nats_publish_retries_total` | — | the NATS publish tier |
 //! | `eventpipe_ingest_requests_total` | — | HTTP ingest |
 //! | `eventpipe_ingest_rejected_total` | `reason` | HTTP ingest error answers and bad documents |
+//! | `eventpipe_watch_cache_resource_version`, `_objects`, `_window_changes`, `_watches` (gauges) | — | the watch cache ([`crate::watch_cache`]): its newest resourceVersion, events held, changes in the window, watches open |
+//! | `eventpipe_watch_cache_changes_total`, `_deleted_total` | — / `reason` (`ttl`, `max_objects`) | changes made; events deleted for their TTL or the object bound |
+//! | `eventpipe_watch_cache_watches_cut_off_total`, `_expired_requests_total` | — | watches cut off for a full queue; lists and watches answered `410 Expired` |
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
@@ -62,6 +65,7 @@ use crate::router::RouterStats;
 use crate::sink::webhook::{WebhookSink, WebhookStats};
 use crate::source::SourceStats;
 use crate::source::http::IngestStats;
+use crate::watch_cache::WatchCacheStats;
 
 /// The `Content-Type` of `GET /metrics` (OpenMetrics text 1.0.0, which Prometheus scrapes).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -127,6 +131,8 @@ pub struct Snapshot {
     pub config_reloads_rejected: u64,
     /// HTTP ingest counters.
     pub ingest: Option<IngestStats>,
+    /// The watch cache (`--serve`, or watcher plugins of the results), when the run has one.
+    pub watch_cache: Option<WatchCacheStats>,
     /// Correlator snapshots by outcome (`stored`, `restored`, `refused`, `failed`).
     pub snapshots: BTreeMap<String, u64>,
     /// Events JetStream acknowledged (the NATS publish tier), of them duplicates by message id,
@@ -289,6 +295,11 @@ impl Snapshot {
     /// Adds `n` events read from `source`.
     pub fn add_events_in(&mut self, source: &str, n: u64) {
         add(&mut self.events_in, source.into(), n);
+    }
+
+    /// Sets the watch cache's state and counts (a run has one cache at most).
+    pub fn add_watch_cache(&mut self, stats: WatchCacheStats) {
+        self.watch_cache = Some(stats);
     }
 }
 
@@ -726,6 +737,49 @@ impl Collector for SnapshotCollector {
                 "HTTP ingest error answers and bad documents, per reason.",
                 Counter,
                 rejected.map(|(r, n)| (l1("reason", r), n)),
+            )?;
+        }
+        if let Some(c) = s.watch_cache {
+            let gauges = [
+                (
+                    "eventpipe_watch_cache_resource_version",
+                    "The watch cache's newest resourceVersion.",
+                    c.resource_version,
+                ),
+                ("eventpipe_watch_cache_objects", "Events the watch cache holds.", c.objects as u64),
+                ("eventpipe_watch_cache_window_changes", "Changes in the watch cache's window.", c.window as u64),
+                ("eventpipe_watch_cache_watches", "Watches of the watch cache open now.", c.watchers),
+            ];
+            for (name, help, value) in gauges {
+                family(&mut e, name, help, Gauge, [(NoLabels, value)])?;
+            }
+            family(
+                &mut e,
+                "eventpipe_watch_cache_changes",
+                "Changes made in the watch cache (creates, patches, updates, deletions).",
+                Counter,
+                [(NoLabels, c.changes)],
+            )?;
+            family(
+                &mut e,
+                "eventpipe_watch_cache_deleted",
+                "Events the watch cache deleted, per reason (ttl, max_objects).",
+                Counter,
+                [(l1("reason", "ttl"), c.expired_ttl), (l1("reason", "max_objects"), c.evicted)],
+            )?;
+            family(
+                &mut e,
+                "eventpipe_watch_cache_watches_cut_off",
+                "Watches cut off because their queue stayed full for the budget.",
+                Counter,
+                [(NoLabels, c.cut_off)],
+            )?;
+            family(
+                &mut e,
+                "eventpipe_watch_cache_expired_requests",
+                "Lists and watches answered 410 Expired (their resourceVersion left the window).",
+                Counter,
+                [(NoLabels, c.too_old)],
             )?;
         }
         Ok(())

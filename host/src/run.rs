@@ -540,7 +540,7 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
     )?;
     let watcher_probes: Vec<_> = watchers.iter().map(|w| (w.handle.clone(), w.counters.clone())).collect();
     // Prometheus: every scrape reads the live counters (router, plugins of the current plan,
-    // registry, Broadcaster, webhook sinks).
+    // registry, Broadcaster, webhook sinks, the watch cache).
     let metrics = Arc::new(Metrics::new());
     // `/readyz`: ready once the source is started, not ready again from the shutdown on.
     let readiness = crate::health::Readiness::new();
@@ -556,14 +556,18 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         let scale = scale_counters.clone();
         let http = matches!(source, SourceSpec::Http(_));
         let (source_counters, ingest_counters) = (source_counters.clone(), ingest_counters.clone());
-        let (registry, plans, broadcaster, source, sinks) = (
+        let (registry, plans, broadcaster, source, sinks, cache) = (
             registry.clone(),
             latest_plan.clone(),
             event_broadcaster.broadcaster().clone(),
             source.to_string(),
             sinks.clone(),
+            watch_cache.clone(),
         );
         metrics.add_source(move |s| {
+            if let Some(cache) = &cache {
+                s.add_watch_cache(cache.stats());
+            }
             for webhook in sinks.webhooks() {
                 s.add_webhook(&webhook);
             }

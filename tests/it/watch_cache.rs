@@ -306,6 +306,23 @@ async fn the_read_api_pages_lists_refuses_bad_selectors_and_asks_for_the_token()
     let later = items.iter().filter(|e| rv_of(e) > from).count();
     assert!(replayed.len() >= later, "every later change: {later} events, got {body}");
     assert!(!body.contains(r#""name":"pod-1.1""#), "its own change is not replayed: {body}");
+
+    // `/metrics` reads the cache as the API serves it: its resourceVersion and events, the
+    // changes made (at least one per event), the watches open.
+    let (_, body) = get("/api/v1/events", true);
+    let list: Value = serde_json::from_str(&body).unwrap();
+    let (status, metrics) = get("/metrics", true);
+    assert!(status.contains("200"), "{status}");
+    let value = |name: &str| -> u64 {
+        let line = metrics.lines().find(|l| l.split([' ', '{']).next() == Some(name));
+        line.unwrap_or_else(|| panic!("{name} in {metrics}")).rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    let items = list["items"].as_array().unwrap().len() as u64;
+    assert_eq!(value("eventpipe_watch_cache_objects"), items);
+    assert_eq!(value("eventpipe_watch_cache_resource_version").to_string(), list["metadata"]["resourceVersion"]);
+    assert!(value("eventpipe_watch_cache_changes_total") >= items);
+    assert!(value("eventpipe_watch_cache_watches") <= 1, "the watch above, if not yet closed: {metrics}");
+    assert!(metrics.contains(r#"eventpipe_watch_cache_deleted_total{reason="ttl"} 0"#), "{metrics}");
 }
 
 /// Debian's `kubectl` (package `kubernetes-client`): `.ci/run` unpacks it into

@@ -113,7 +113,7 @@ fn main() {
     let (registry, _) = PluginRegistry::new(runtime).unwrap().with_dir(&plugins).unwrap();
     let registry = Arc::new(registry);
     let (tx, rx) = std::sync::mpsc::channel();
-    let _watch = FileWatcher::start(Some(&plugins), None, move |c| {
+    let _watch = FileWatcher::start(Some(&plugins), None, &[], move |c| {
         let _ = tx.send(c);
     })
     .unwrap();

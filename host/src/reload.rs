@@ -1,5 +1,5 @@
-//! Watching the plugins directory and the config file for changes (`notify` with
-//! `notify-debouncer-full`), reported as [`Change`]s.
+//! Watching the plugins directory, the config file and the shadow plugins' candidate files for
+//! changes (`notify` with `notify-debouncer-full`), reported as [`Change`]s.
 //!
 //! Only events that can change content count: create, data modification, rename and removal.
 //! Access events (including our own reads of a file we reload) and metadata changes are ignored,
@@ -36,6 +36,9 @@ pub enum Change {
     Plugin(PathBuf),
     /// The config file was created, written, replaced or removed.
     Config(PathBuf),
+    /// A shadow plugin's candidate file ([`crate::plugin::shadow`]) was created, written,
+    /// replaced or removed.
+    Shadow(PathBuf),
 }
 
 /// Why watching could not start.
@@ -62,8 +65,9 @@ impl std::fmt::Debug for FileWatcher {
 }
 
 impl FileWatcher {
-    /// Watches `plugins_dir` (its `*.wasm` files, not recursively) and `config` (through its
-    /// directory, so editors that replace the file by a rename are seen), calling `on_change`
+    /// Watches `plugins_dir` (its `*.wasm` files, not recursively), `config` and the shadow
+    /// `candidates` (each through its directory, so editors that replace a file by a rename are
+    /// seen), calling `on_change`
     /// on notify's threads with each debounced change, in order, and at once with each
     /// `*.wasm` file renamed into `plugins_dir` (reported again when the debounce ends).
     /// `on_change` should hand the change to another thread rather than compile there.
@@ -73,19 +77,24 @@ impl FileWatcher {
     pub fn start(
         plugins_dir: Option<&Path>,
         config: Option<&Path>,
+        candidates: &[PathBuf],
         on_change: impl FnMut(Change) + Send + 'static,
     ) -> Result<Self, WatchError> {
-        Self::start_with(DEBOUNCE, plugins_dir, config, on_change)
+        Self::start_with(DEBOUNCE, plugins_dir, config, candidates, on_change)
     }
 
     fn start_with(
         debounce: Duration,
         plugins_dir: Option<&Path>,
         config: Option<&Path>,
+        candidates: &[PathBuf],
         on_change: impl FnMut(Change) + Send + 'static,
     ) -> Result<Self, WatchError> {
         let plugins_dir = plugins_dir.map(absolute);
         let config = config.map(absolute);
+        // Each candidate as watched, and as given (what the registry knows it by).
+        let candidates: Vec<(PathBuf, PathBuf)> = candidates.iter().map(|c| (absolute(c), c.clone())).collect();
+        let candidates_for_events = candidates.clone();
         let shared = Arc::new(Mutex::new(on_change));
         let report = shared.clone();
         let mut on_change = move |change| (report.lock().unwrap_or_else(|p| p.into_inner()))(change);
@@ -99,25 +108,34 @@ impl FileWatcher {
                         // update every file at once: re-read everything in that directory.
                         if path.file_name().is_some_and(|n| n == "..data") {
                             let dir = path.parent().map(Path::to_path_buf);
-                            for change in
-                                rescan(dir.as_deref(), dir_for_events.as_deref(), config_for_events.as_deref())
-                            {
+                            let changes = rescan(
+                                dir.as_deref(),
+                                dir_for_events.as_deref(),
+                                config_for_events.as_deref(),
+                                &candidates_for_events,
+                            );
+                            for change in changes {
                                 seen.retain(|c| c != &change);
                                 seen.push(change);
                             }
                             continue;
                         }
-                        let change = if config_for_events.as_deref() == Some(path.as_path()) {
-                            Change::Config(path.clone())
-                        } else if is_plugin_file(path, dir_for_events.as_deref()) {
-                            Change::Plugin(path.clone())
-                        } else {
-                            continue;
-                        };
+                        // What the path is (a candidate may also be a plugins directory file).
+                        let changes = [
+                            (config_for_events.as_deref() == Some(path.as_path()))
+                                .then(|| Change::Config(path.clone())),
+                            is_plugin_file(path, dir_for_events.as_deref()).then(|| Change::Plugin(path.clone())),
+                            candidates_for_events
+                                .iter()
+                                .find(|(watched, _)| watched == path)
+                                .map(|(_, given)| Change::Shadow(given.clone())),
+                        ];
                         // Several events for one path in one batch: report it once, at its
                         // last position (its final state is what gets read).
-                        seen.retain(|c| c != &change);
-                        seen.push(change);
+                        for change in changes.into_iter().flatten() {
+                            seen.retain(|c| c != &change);
+                            seen.push(change);
+                        }
                     }
                 }
                 seen.into_iter().for_each(&mut on_change);
@@ -131,10 +149,11 @@ impl FileWatcher {
         let mut debouncer = new_debouncer(debounce, Some(debounce / 4), handler)
             .map_err(|error| WatchError { path: PathBuf::new(), error })?;
         let mut dirs: Vec<PathBuf> = plugins_dir.iter().cloned().collect();
-        if let Some(parent) = config.as_deref().and_then(Path::parent)
-            && !dirs.iter().any(|d| d == parent)
-        {
-            dirs.push(parent.to_path_buf());
+        let files = config.iter().chain(candidates.iter().map(|(watched, _)| watched));
+        for parent in files.filter_map(|f| f.parent()) {
+            if !dirs.iter().any(|d| d == parent) {
+                dirs.push(parent.to_path_buf());
+            }
         }
         for dir in dirs {
             debouncer
@@ -178,9 +197,15 @@ fn is_plugin_file(path: &Path, plugins_dir: Option<&Path>) -> bool {
     plugins_dir.is_some() && plugins_dir == path.parent() && path.extension().is_some_and(|x| x == "wasm")
 }
 
-/// Every plugin file and the config file in `dir` (after a `..data` swap): the changes to
-/// re-read. Unchanged files are recognised by their content digest downstream.
-fn rescan(dir: Option<&Path>, plugins_dir: Option<&Path>, config: Option<&Path>) -> Vec<Change> {
+/// Every plugin file, the config file and the shadow candidates (watched, as given) in `dir`
+/// (after a `..data` swap): the changes to re-read. Unchanged files are recognised by their
+/// content digest downstream.
+fn rescan(
+    dir: Option<&Path>,
+    plugins_dir: Option<&Path>,
+    config: Option<&Path>,
+    candidates: &[(PathBuf, PathBuf)],
+) -> Vec<Change> {
     let mut changes = Vec::new();
     if dir.is_some()
         && dir == plugins_dir
@@ -197,6 +222,11 @@ fn rescan(dir: Option<&Path>, plugins_dir: Option<&Path>, config: Option<&Path>)
         && config.parent() == dir
     {
         changes.push(Change::Config(config.to_path_buf()));
+    }
+    for (watched, given) in candidates {
+        if watched.parent() == dir {
+            changes.push(Change::Shadow(given.clone()));
+        }
     }
     changes
 }
@@ -231,13 +261,31 @@ mod tests {
     }
 
     #[test]
+    fn reports_shadow_candidates_by_the_path_they_were_given() {
+        let dir = tempfile::tempdir().unwrap();
+        let candidates = dir.path().join("candidates");
+        std::fs::create_dir(&candidates).unwrap();
+        // Relative to the working directory would do too; the path as given is what comes back.
+        let given = candidates.join("by-reason-v2.wasm");
+        let (tx, rx) = mpsc::channel();
+        let _watch =
+            FileWatcher::start(None, None, std::slice::from_ref(&given), move |c| tx.send(c).unwrap()).unwrap();
+        std::fs::write(candidates.join("other.wasm"), "x").unwrap(); // not a candidate
+        std::fs::write(&given, "v2").unwrap();
+        assert_eq!(next(&rx), Change::Shadow(given.clone()));
+        std::fs::remove_file(&given).unwrap();
+        assert_eq!(next(&rx), Change::Shadow(given));
+        assert!(rx.recv_timeout(DEBOUNCE * 10).is_err(), "nothing else was reported");
+    }
+
+    #[test]
     fn reports_plugin_files_and_the_config_but_not_reads_or_other_files() {
         let dir = tempfile::tempdir().unwrap();
         let plugins = dir.path().join("plugins");
         std::fs::create_dir(&plugins).unwrap();
         let config = dir.path().join("eventpipe.toml");
         let (tx, rx) = mpsc::channel();
-        let _watch = FileWatcher::start(Some(&plugins), Some(&config), move |c| tx.send(c).unwrap()).unwrap();
+        let _watch = FileWatcher::start(Some(&plugins), Some(&config), &[], move |c| tx.send(c).unwrap()).unwrap();
         let plugins = plugins.canonicalize().unwrap();
         let config = dir.path().canonicalize().unwrap().join("eventpipe.toml");
 
@@ -263,7 +311,8 @@ mod tests {
         let plugins = dir.path().canonicalize().unwrap();
         let (tx, rx) = mpsc::channel();
         let debounce = Duration::from_secs(30);
-        let _watch = FileWatcher::start_with(debounce, Some(&plugins), None, move |c| tx.send(c).unwrap()).unwrap();
+        let _watch =
+            FileWatcher::start_with(debounce, Some(&plugins), None, &[], move |c| tx.send(c).unwrap()).unwrap();
         // A write in place waits for the debounce…
         std::fs::write(plugins.join("slow.wasm"), "x").unwrap();
         // …a rename does not, whether within the directory or from elsewhere.
@@ -293,7 +342,7 @@ mod tests {
         std::os::unix::fs::symlink("..data/eventpipe.toml", root.join("eventpipe.toml")).unwrap();
         let config = root.join("eventpipe.toml");
         let (tx, rx) = mpsc::channel();
-        let _watch = FileWatcher::start(Some(&root), Some(&config), move |c| tx.send(c).unwrap()).unwrap();
+        let _watch = FileWatcher::start(Some(&root), Some(&config), &[], move |c| tx.send(c).unwrap()).unwrap();
         // The atomic writer's last step: `..data` now points at the new version.
         std::os::unix::fs::symlink("..2026_11_21_v1", root.join("..data_tmp")).unwrap();
         std::fs::rename(root.join("..data_tmp"), root.join("..data")).unwrap();

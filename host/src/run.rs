@@ -414,7 +414,8 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
     let rejected_configs = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let watcher = if watch {
         let (tx, rx) = std::sync::mpsc::channel();
-        let watcher = FileWatcher::start(registry.dir(), config_path.as_deref(), move |c| {
+        let candidates: Vec<PathBuf> = registry.shadows().iter().map(|(_, s)| s.file().to_path_buf()).collect();
+        let watcher = FileWatcher::start(registry.dir(), config_path.as_deref(), &candidates, move |c| {
             let _ = tx.send(c);
         })?;
         let reloader = Reloader {
@@ -1010,6 +1011,18 @@ impl Reloader {
                 }
                 ReloadOutcome::Unchanged { .. } | ReloadOutcome::StillRejected { .. } | ReloadOutcome::Ignored => {}
             },
+            Change::Shadow(path) => {
+                for outcome in self.registry.reload_shadow_file(&path) {
+                    match outcome {
+                        outcome @ ReloadOutcome::Live(_) => announce(&format!("shadow candidate: {outcome}")),
+                        outcome @ ReloadOutcome::Rejected { .. } => {
+                            eprintln!("eventpipe: shadow candidate: {outcome}");
+                            tracing::info!(path = %path.display(), "shadow candidate: {outcome}");
+                        }
+                        _ => {}
+                    }
+                }
+            }
             Change::Config(path) => {
                 let plan = Config::load(&path).map_err(|e| e.to_string()).and_then(|c| {
                     TenantPlan::build(&self.base, Some(&c), &self.registry, &self.sinks).map_err(|e| e.to_string())

@@ -106,3 +106,82 @@ fn a_shadow_filter_from_the_config_and_a_candidate_of_another_kind() {
         "{stderr}"
     );
 }
+
+/// The candidate's file is watched like a plugin's: a new version renamed over it takes over the
+/// comparisons at once (here one that answers as the serving version: no more divergences), and
+/// a file that does not load is refused with the candidate in use kept.
+#[test]
+fn a_shadow_candidate_file_is_hot_reloaded() {
+    use std::io::{BufRead, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let (candidate, diffs, out) =
+        (dir.path().join("candidate.wasm"), dir.path().join("diffs.jsonl"), dir.path().join("out.jsonl"));
+    std::fs::copy(common::fixture_plugin("ignore-host"), &candidate).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_eventpipe"))
+        .args(["run", "--source=jsonl:-", "--summary-json", "--workers=1"])
+        .arg(format!("--sink=jsonl:{}", out.display()))
+        .arg(format!("--shadow=by-reason={}", candidate.display()))
+        .arg(format!("--shadow-diffs={}", diffs.display()))
+        .arg("--shadow-diffs-max=100")
+        .current_dir(dir.path())
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, lines) = std::sync::mpsc::channel::<String>();
+    let stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let wait_for = |what: &str| loop {
+        let line = lines.recv_timeout(std::time::Duration::from_secs(30)).unwrap_or_else(|_| panic!("no {what:?}"));
+        if line.contains(what) {
+            return line;
+        }
+    };
+    let diverged = || std::fs::read_to_string(&diffs).unwrap_or_default().lines().count();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut feed = |range: std::ops::Range<usize>| {
+        for i in range {
+            writeln!(stdin, "{}", event(i, "node-1", "BackOff")).unwrap();
+        }
+        stdin.flush().unwrap();
+    };
+    wait_for("runs beside plugin `by-reason`");
+    feed(0..4);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while diverged() < 4 {
+        assert!(std::time::Instant::now() < deadline, "4 divergences written, got {}", diverged());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // A broken file: refused, the candidate in use stays (it still diverges).
+    let staged = dir.path().join(".candidate.tmp");
+    std::fs::write(&staged, b"not a component").unwrap();
+    std::fs::rename(&staged, &candidate).unwrap();
+    let refused = wait_for("shadow candidate: plugin `by-reason`");
+    assert!(refused.contains("rejected, previous version kept"), "{refused}");
+    feed(4..6);
+    while diverged() < 6 {
+        assert!(std::time::Instant::now() < deadline, "6 divergences written, got {}", diverged());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // The serving version's own component as the candidate: it answers alike.
+    std::fs::write(&staged, eventpipe::plugin::embedded::BY_REASON).unwrap();
+    std::fs::rename(&staged, &candidate).unwrap();
+    let live = wait_for("shadow candidate: plugin `by-reason`");
+    assert!(live.contains("is live"), "{live}");
+    feed(6..10);
+    drop(stdin);
+    let summary: Value = loop {
+        let line = lines.recv_timeout(std::time::Duration::from_secs(30)).expect("the summary");
+        if let Ok(summary) = serde_json::from_str::<Value>(&line) {
+            break summary;
+        }
+    };
+    assert!(child.wait().unwrap().success());
+    reader.join().unwrap();
+    assert_eq!(summary["shadows"]["by-reason"], serde_json::json!({"compared": 10, "diverged": 6}), "{summary}");
+    assert_eq!(diverged(), 6, "no divergence after the reload");
+}

@@ -272,9 +272,49 @@ impl PluginRegistry {
     pub fn set_shadow(&self, name: &str, file: &Path, log: Arc<ShadowLog>) -> Result<Arc<Shadow>, String> {
         let slot = self.slot(name).ok_or_else(|| self.not_found(name).to_string())?;
         let candidate = self.runtime.load_file(name, file).map_err(|e| e.to_string())?;
-        let shadow = Shadow::new(candidate, log);
+        let shadow = Shadow::new(candidate, file.to_path_buf(), log);
         slot.set_shadow(shadow.clone()).map_err(|e| e.to_string())?;
         Ok(shadow)
+    }
+
+    /// Hot reload of a shadow candidate's file: every shadow whose candidate is `path` (as set,
+    /// or the same file) takes the new version, unless it is unchanged, does not load, or is of
+    /// another kind (then the candidate in use stays, and the refusal counts among the rejected
+    /// reloads). One outcome per such shadow; none when `path` is no candidate.
+    pub fn reload_shadow_file(&self, path: &Path) -> Vec<ReloadOutcome> {
+        let same = |file: &Path| file == path || std::fs::canonicalize(file).ok() == std::fs::canonicalize(path).ok();
+        let mut outcomes = Vec::new();
+        for (name, shadow) in self.shadows().into_iter().filter(|(_, s)| same(s.file())) {
+            let slot = shadow.candidate();
+            let refused = |error: String| {
+                self.rejected.fetch_add(1, Ordering::Relaxed);
+                ReloadOutcome::Rejected { name: name.clone(), path: path.to_path_buf(), error, kept: true }
+            };
+            let bytes = match std::fs::read(path) {
+                Ok(bytes) => bytes,
+                Err(e) => {
+                    outcomes.push(refused(format!("cannot read: {e}")));
+                    continue;
+                }
+            };
+            if slot.load().is_some_and(|p| p.digest() == xxhash_rust::xxh3::xxh3_64(&bytes)) {
+                outcomes.push(ReloadOutcome::Unchanged { name: name.clone() });
+                continue;
+            }
+            let outcome = self
+                .runtime
+                .load(&name, &bytes, PluginOrigin::File(path.to_path_buf()))
+                .map_err(|e| e.to_string())
+                .and_then(|plugin| {
+                    let live = LivePlugin::of(&plugin);
+                    slot.swap(Some(plugin)).map(|_| live).map_err(|e| e.to_string())
+                });
+            outcomes.push(match outcome {
+                Ok(live) => ReloadOutcome::Live(live),
+                Err(error) => refused(error),
+            });
+        }
+        outcomes
     }
 
     /// Every plugin name with a shadow, and its shadow.

@@ -15,6 +15,7 @@
 //! normal hot reload (copy it into the plugins directory under the plugin's name).
 
 use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -24,7 +25,7 @@ use super::bindings::PackedStrings;
 use super::call::Caller;
 use super::convert::{describe, pack_key_fields, unpack};
 use super::projection::{ProjectedFilter, Verdict};
-use super::{Plugin, PluginHandle};
+use super::{Plugin, PluginHandle, PluginSlot};
 use crate::event::Event;
 
 /// Divergences written to the diffs file by default before it stops (they are still counted).
@@ -69,10 +70,13 @@ impl ShadowLog {
 }
 
 /// A candidate version set beside a plugin name ([`super::PluginSlot::set_shadow`]), with its
-/// counters over every tenant.
+/// counters over every tenant. The candidate sits in a slot of its own, so that its file is
+/// hot-reloaded like a plugin's ([`super::registry::PluginRegistry::reload_shadow_file`]): the
+/// comparisons move to the new candidate version at their next batch.
 #[derive(Debug)]
 pub struct Shadow {
-    candidate: Arc<Plugin>,
+    candidate: Arc<PluginSlot>,
+    file: PathBuf,
     log: Arc<ShadowLog>,
     compared: AtomicU64,
     diverged: AtomicU64,
@@ -88,14 +92,20 @@ pub struct ShadowStats {
 }
 
 impl Shadow {
-    /// `candidate` shadowing its name, divergences written to `log`.
-    pub fn new(candidate: Arc<Plugin>, log: Arc<ShadowLog>) -> Arc<Self> {
-        Arc::new(Self { candidate, log, compared: AtomicU64::new(0), diverged: AtomicU64::new(0) })
+    /// `candidate`, loaded from `file`, shadowing its name, divergences written to `log`.
+    pub fn new(candidate: Arc<Plugin>, file: PathBuf, log: Arc<ShadowLog>) -> Arc<Self> {
+        let candidate = PluginSlot::new(candidate);
+        Arc::new(Self { candidate, file, log, compared: AtomicU64::new(0), diverged: AtomicU64::new(0) })
     }
 
-    /// The candidate version.
-    pub fn candidate(&self) -> &Arc<Plugin> {
+    /// The candidate's slot (its current version: [`PluginSlot::load`]).
+    pub fn candidate(&self) -> &Arc<PluginSlot> {
         &self.candidate
+    }
+
+    /// The candidate's file, as given.
+    pub fn file(&self) -> &Path {
+        &self.file
     }
 
     /// The counters now.
@@ -149,7 +159,7 @@ impl<C> ShadowCalls<C> {
         let shadow = handle.slot().shadow()?;
         let settings = handle.settings().clone();
         let serving = caller(PluginHandle::new(handle.slot().clone(), handle.tenant(), settings.clone()));
-        let candidate = caller(PluginHandle::fixed(shadow.candidate.clone(), handle.tenant(), settings));
+        let candidate = caller(PluginHandle::new(shadow.candidate.clone(), handle.tenant(), settings));
         Some(Self { shadow, handle: handle.clone(), serving, candidate })
     }
 }

@@ -60,6 +60,15 @@
 //! name = "system"
 //! match = { namespaces = ["kube-*"] }
 //! rules = { filters = [], fallback = "drop" }
+//!
+//! [watch_cache]                        # `run --serve`'s watch cache; read at start, each `run` flag wins
+//! size = 10000                         # changes kept for resuming watchers (--watch-cache-size)
+//! age_seconds = 300                    # --watch-cache-age
+//! objects = 10000                      # events held (--watch-cache-objects)
+//! event_ttl_seconds = 3600             # --event-ttl
+//! queue_length = 100                   # events queued per watch connection (--watch-queue-length)
+//! budget_seconds = 10                  # > 0 (--watch-budget)
+//! bookmark_interval_seconds = 60       # > 0 (--watch-bookmark-interval)
 //! ```
 //!
 //! Rules of the format, all checked by [`Config::parse`]:
@@ -76,6 +85,8 @@
 //!   tenant's `match` has no `name`. A tenant's list replaces the `[defaults]` one (`drop = []`
 //!   clears it).
 //! - `pure` in a `[plugins.NAME]` table is `true` or `false` (or the string `"true"` / `"false"`).
+//! - In `[watch_cache]`, `budget_seconds` and `bookmark_interval_seconds` are positive numbers;
+//!   the other keys non-negative integers.
 //! - Each sink is a sink spec as `--sink` takes it (`jsonl:PATH`, `jsonl:-`, `plugin:NAME`, `k8s`,
 //!   `k8s:NAMESPACE`), and
 //!   `sinks` must not be empty when given.
@@ -287,6 +298,9 @@ pub struct Config {
     pub shadow_diffs: Option<PathBuf>,
     /// `shadow_diffs_max`: how many divergences it gets at most.
     pub shadow_diffs_max: Option<u64>,
+    /// `[watch_cache]`: the watch cache's settings (the `run` flags win over them). Read at
+    /// start only.
+    pub watch_cache: crate::watch_cache::WatchCacheSettings,
 }
 
 impl Config {
@@ -389,6 +403,29 @@ impl Config {
         };
         let shadows = raw.shadow.iter().map(|(name, file)| (name.clone(), here(file))).collect();
         let shadow_diffs = raw.shadow_diffs.as_deref().map(here);
+        let cache = &raw.watch_cache;
+        for (key, value) in
+            [("budget_seconds", &cache.budget_seconds), ("bookmark_interval_seconds", &cache.bookmark_interval_seconds)]
+        {
+            if let Some(v) = value
+                && !(v.get_ref().is_finite() && *v.get_ref() > 0.0)
+            {
+                return Err(ctx.error(
+                    v.span(),
+                    format!("watch_cache.{key}"),
+                    format!("expected a positive number of seconds, got {}", v.get_ref()),
+                ));
+            }
+        }
+        let watch_cache = crate::watch_cache::WatchCacheSettings {
+            size: cache.size,
+            age_seconds: cache.age_seconds,
+            objects: cache.objects,
+            event_ttl_seconds: cache.event_ttl_seconds,
+            queue_length: cache.queue_length,
+            budget_seconds: cache.budget_seconds.as_ref().map(|v| *v.get_ref()),
+            bookmark_interval_seconds: cache.bookmark_interval_seconds.as_ref().map(|v| *v.get_ref()),
+        };
         Ok(Config {
             path: path.to_path_buf(),
             defaults,
@@ -398,6 +435,7 @@ impl Config {
             shadows,
             shadow_diffs,
             shadow_diffs_max: raw.shadow_diffs_max,
+            watch_cache,
         })
     }
 
@@ -493,6 +531,37 @@ struct RawFile {
     shadow_diffs: Option<String>,
     /// How many divergences that file gets at most (default 100).
     shadow_diffs_max: Option<u64>,
+    /// The watch cache behind `run --serve` (and watcher plugins of the results); the `run`
+    /// flags win over these. Read at start only.
+    #[serde(default)]
+    watch_cache: RawWatchCache,
+}
+
+/// `[watch_cache]`: every key optional, its default in parentheses.
+#[derive(Deserialize, schemars::JsonSchema, Default)]
+#[serde(deny_unknown_fields)]
+struct RawWatchCache {
+    /// Changes kept for watchers to resume from (resourceVersions; an older one gets 410)
+    /// (10000; `--watch-cache-size`).
+    size: Option<usize>,
+    /// Longest a change is kept for resuming watchers, seconds (300; `--watch-cache-age`).
+    age_seconds: Option<u64>,
+    /// Most events held; beyond it the least recently changed one is deleted (10000;
+    /// `--watch-cache-objects`).
+    objects: Option<usize>,
+    /// An event not changed for this long is deleted, seconds (3600, the apiserver's
+    /// `--event-ttl`; `--event-ttl`).
+    event_ttl_seconds: Option<u64>,
+    /// Events queued towards one watch connection (100; `--watch-queue-length`).
+    queue_length: Option<usize>,
+    /// How long a watch's full queue may wait for its client before the watch is cut off,
+    /// seconds, > 0 (10; `--watch-budget`).
+    #[schemars(with = "Option<f64>")]
+    budget_seconds: Option<Spanned<f64>>,
+    /// Interval between bookmarks of a watch that allows them, seconds, > 0 (60;
+    /// `--watch-bookmark-interval`).
+    #[schemars(with = "Option<f64>")]
+    bookmark_interval_seconds: Option<Spanned<f64>>,
 }
 
 /// A `[plugins.NAME]` value.
@@ -1055,6 +1124,34 @@ mod tests {
         assert_eq!((e.line, e.key.as_str()), (Some(line), key), "{e}");
         assert!(e.message.contains(needle), "{e}");
         assert_eq!(e.path, Path::new("eventpipe.toml"));
+    }
+
+    /// `[watch_cache]` gives the watch cache's settings (absent keys stay unset, for the flags
+    /// or the defaults); a budget or bookmark interval must be a positive number of seconds.
+    #[test]
+    fn the_watch_cache_table_gives_its_settings() {
+        let c = parse("[watch_cache]\nsize = 50\nevent_ttl_seconds = 120\nbudget_seconds = 0.5\n").unwrap();
+        let expected = crate::watch_cache::WatchCacheSettings {
+            size: Some(50),
+            event_ttl_seconds: Some(120),
+            budget_seconds: Some(0.5),
+            ..Default::default()
+        };
+        assert_eq!(c.watch_cache, expected);
+        assert_eq!(parse("").unwrap().watch_cache, crate::watch_cache::WatchCacheSettings::default());
+        assert_err(
+            "[watch_cache]\nbudget_seconds = 0\n",
+            2,
+            "watch_cache.budget_seconds",
+            "positive number of seconds",
+        );
+        assert_err(
+            "[watch_cache]\nsize = 1\nbookmark_interval_seconds = -1.5\n",
+            3,
+            "watch_cache.bookmark_interval_seconds",
+            "got -1.5",
+        );
+        assert_err("[watch_cache]\nwindow = 3\n", 2, "watch_cache.window", "unknown field");
     }
 
     fn names(refs: &[PluginRef]) -> Vec<&str> {

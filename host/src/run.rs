@@ -119,6 +119,10 @@ pub enum RunError {
     /// At-least-once delivery cannot work (no resumable source, a bad state file).
     #[error("delivery: {0}")]
     Delivery(String),
+    /// A watch cache setting is out of range (a budget or bookmark interval that is not a
+    /// positive number of seconds).
+    #[error("{0}")]
+    WatchCache(String),
     /// The Kubernetes API cannot be reached.
     #[error(transparent)]
     Kubernetes(#[from] crate::k8s::ConnectError),
@@ -200,8 +204,9 @@ pub struct RunOptions {
     /// address needs the ingest bearer token.
     pub serve: Option<std::net::SocketAddr>,
     /// Bounds and timings of the watch cache (used when it is on: `serve`, or a watcher of the
-    /// results).
-    pub watch_cache: crate::watch_cache::WatchCacheConfig,
+    /// results) as given on the command line; the config's `[watch_cache]` fills the gaps, the
+    /// defaults the rest.
+    pub watch_cache: crate::watch_cache::WatchCacheSettings,
     /// A JSON-lines file source keeps reading as the file grows (as `tail -f`) until shutdown.
     pub follow: bool,
     /// Partitions of the tenant router, each on its own task (≥ 1).
@@ -266,7 +271,7 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         delivery,
         metrics: metrics_addr,
         serve: serve_addr,
-        watch_cache: watch_cache_config,
+        watch_cache: watch_cache_settings,
         follow,
         workers,
         partition_key,
@@ -387,6 +392,10 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         .iter()
         .chain(config.iter().flat_map(|c| &c.watchers))
         .any(|w| w.on == crate::watchers::WatchOn::Results);
+    let watch_cache_config = watch_cache_settings
+        .or(config.as_ref().map(|c| c.watch_cache).unwrap_or_default())
+        .resolve()
+        .map_err(RunError::WatchCache)?;
     let watch_cache = (serve_addr.is_some() || results_watchers)
         .then(|| crate::watch_cache::WatchCache::new(watch_cache_config, crate::clock::system()));
     let mut sinks = SinkSet::new(client.clone(), progress.is_some()).with_events_api(events_api);

@@ -125,6 +125,14 @@ rules = { burst = 1 }
 plugin = "log"
 queue_length = 10
 full_channel_behavior = "wait"
+[watch_cache]
+size = 100
+age_seconds = 60
+objects = 100
+event_ttl_seconds = 600
+queue_length = 10
+budget_seconds = 2.5
+bookmark_interval_seconds = 30
 "#;
     eventpipe::config::Config::parse(sample, std::path::Path::new("sample.toml"))
         .expect("the sample is a valid config");
@@ -145,6 +153,7 @@ full_channel_behavior = "wait"
     known("RawMatch", sample["defaults"]["drop"][0].as_table().unwrap());
     known("RawTenant", sample["tenants"][0].as_table().unwrap());
     known("RawWatcher", sample["watchers"][0].as_table().unwrap());
+    known("RawWatchCache", sample["watch_cache"].as_table().unwrap());
     assert!(defs["RawRules"]["properties"]["burst"]["description"].as_str().unwrap().contains("client-go"));
     assert_eq!(
         defs["RawWatcher"]["properties"]["full_channel_behavior"]["anyOf"][0]["$ref"],

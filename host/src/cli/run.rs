@@ -145,50 +145,52 @@ pub struct RunArgs {
     summary_json: bool,
 }
 
-/// The watch cache behind `--serve` (see `eventpipe::watch_cache`).
+/// The watch cache behind `--serve` (see `eventpipe::watch_cache`). Each flag wins over the
+/// config's `[watch_cache]` key named after it; the default applies where neither is given.
 #[derive(Args, Debug, Clone)]
 struct WatchCacheArgs {
-    /// Changes kept for watchers to resume from (resourceVersions; an older one gets 410).
-    #[arg(long, value_name = "N", default_value_t = eventpipe::watch_cache::DEFAULT_WINDOW_SIZE)]
-    watch_cache_size: usize,
-    /// Longest a change is kept for resuming watchers, seconds.
-    #[arg(long, value_name = "SECONDS", default_value_t = eventpipe::watch_cache::DEFAULT_WINDOW_AGE.as_secs())]
-    watch_cache_age: u64,
-    /// Most events held; beyond it the least recently changed one is deleted.
-    #[arg(long, value_name = "N", default_value_t = eventpipe::watch_cache::DEFAULT_MAX_OBJECTS)]
-    watch_cache_objects: usize,
-    /// An event not changed for this long is deleted (the apiserver's --event-ttl), seconds.
-    #[arg(long, value_name = "SECONDS", default_value_t = eventpipe::watch_cache::DEFAULT_EVENT_TTL.as_secs())]
-    event_ttl: u64,
-    /// Events queued towards one watch connection.
-    #[arg(long, value_name = "N", default_value_t = eventpipe::watch_cache::DEFAULT_WATCHER_QUEUE)]
-    watch_queue_length: usize,
+    /// Changes kept for watchers to resume from (resourceVersions; an older one gets 410)
+    /// [default: 10000; config: watch_cache.size].
+    #[arg(long, value_name = "N")]
+    watch_cache_size: Option<usize>,
+    /// Longest a change is kept for resuming watchers, seconds [default: 300; config:
+    /// watch_cache.age_seconds].
+    #[arg(long, value_name = "SECONDS")]
+    watch_cache_age: Option<u64>,
+    /// Most events held; beyond it the least recently changed one is deleted [default: 10000;
+    /// config: watch_cache.objects].
+    #[arg(long, value_name = "N")]
+    watch_cache_objects: Option<usize>,
+    /// An event not changed for this long is deleted (the apiserver's --event-ttl), seconds
+    /// [default: 3600; config: watch_cache.event_ttl_seconds].
+    #[arg(long, value_name = "SECONDS")]
+    event_ttl: Option<u64>,
+    /// Events queued towards one watch connection [default: 100; config:
+    /// watch_cache.queue_length].
+    #[arg(long, value_name = "N")]
+    watch_queue_length: Option<usize>,
     /// How long a watch's full queue may wait for its client before the watch is cut off
-    /// (the client resumes from its last resourceVersion), seconds.
-    #[arg(long, value_name = "SECONDS", default_value_t = eventpipe::watch_cache::DEFAULT_WATCHER_BUDGET.as_secs_f64())]
-    watch_budget: f64,
-    /// Interval between bookmarks of a watch that allows them, seconds.
-    #[arg(long, value_name = "SECONDS", default_value_t = eventpipe::watch_cache::DEFAULT_BOOKMARK_INTERVAL.as_secs_f64())]
-    watch_bookmark_interval: f64,
+    /// (the client resumes from its last resourceVersion), seconds [default: 10; config:
+    /// watch_cache.budget_seconds].
+    #[arg(long, value_name = "SECONDS")]
+    watch_budget: Option<f64>,
+    /// Interval between bookmarks of a watch that allows them, seconds [default: 60; config:
+    /// watch_cache.bookmark_interval_seconds].
+    #[arg(long, value_name = "SECONDS")]
+    watch_bookmark_interval: Option<f64>,
 }
 
 impl WatchCacheArgs {
-    fn config(&self) -> anyhow::Result<eventpipe::watch_cache::WatchCacheConfig> {
-        let seconds = |name: &str, s: f64| {
-            Duration::try_from_secs_f64(s)
-                .ok()
-                .filter(|d| !d.is_zero())
-                .ok_or_else(|| anyhow::anyhow!("--{name} must be a positive number of seconds"))
-        };
-        Ok(eventpipe::watch_cache::WatchCacheConfig {
-            window_size: self.watch_cache_size.max(1),
-            window_age: Duration::from_secs(self.watch_cache_age),
-            max_objects: self.watch_cache_objects,
-            event_ttl: Duration::from_secs(self.event_ttl),
-            watcher_queue: self.watch_queue_length.max(1),
-            watcher_budget: seconds("watch-budget", self.watch_budget)?,
-            bookmark_interval: seconds("watch-bookmark-interval", self.watch_bookmark_interval)?,
-        })
+    fn settings(&self) -> eventpipe::watch_cache::WatchCacheSettings {
+        eventpipe::watch_cache::WatchCacheSettings {
+            size: self.watch_cache_size,
+            age_seconds: self.watch_cache_age,
+            objects: self.watch_cache_objects,
+            event_ttl_seconds: self.event_ttl,
+            queue_length: self.watch_queue_length,
+            budget_seconds: self.watch_budget,
+            bookmark_interval_seconds: self.watch_bookmark_interval,
+        }
     }
 }
 
@@ -250,7 +252,7 @@ pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
         shutdown: tokio_util::sync::CancellationToken::new(),
         metrics: args.metrics,
         serve: args.serve,
-        watch_cache: args.watch_cache.config()?,
+        watch_cache: args.watch_cache.settings(),
         follow: args.follow,
         workers: match args.workers {
             None | Some(0) => std::thread::available_parallelism().map_or(1, |n| n.get()),

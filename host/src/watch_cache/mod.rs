@@ -103,7 +103,8 @@ pub const DEFAULT_WATCHER_BUDGET: Duration = Duration::from_secs(10);
 /// apiserver's periodic bookmarks.
 pub const DEFAULT_BOOKMARK_INTERVAL: Duration = Duration::from_secs(60);
 
-/// The bounds and timings of a [`WatchCache`] (each a `run` flag; see the module docs).
+/// The bounds and timings of a [`WatchCache`] (each a `run` flag and a key of the config's
+/// `[watch_cache]`, [`WatchCacheSettings`]; see the module docs).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WatchCacheConfig {
     /// Most changes in the window (≥ 1).
@@ -120,6 +121,76 @@ pub struct WatchCacheConfig {
     pub watcher_budget: Duration,
     /// Interval between bookmarks of a watch with `allowWatchBookmarks=true`.
     pub bookmark_interval: Duration,
+}
+
+/// Watch cache settings as given: the `run` flags (`--watch-cache-size`, …) or the config
+/// file's `[watch_cache]` table, `None` where not given. [`or`](Self::or) fills the gaps of one
+/// from the other (the flags win), [`resolve`](Self::resolve) the rest from the defaults.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct WatchCacheSettings {
+    /// [`WatchCacheConfig::window_size`], changes (`--watch-cache-size`, `size`).
+    pub size: Option<usize>,
+    /// [`WatchCacheConfig::window_age`], seconds (`--watch-cache-age`, `age_seconds`).
+    pub age_seconds: Option<u64>,
+    /// [`WatchCacheConfig::max_objects`], events (`--watch-cache-objects`, `objects`).
+    pub objects: Option<usize>,
+    /// [`WatchCacheConfig::event_ttl`], seconds (`--event-ttl`, `event_ttl_seconds`).
+    pub event_ttl_seconds: Option<u64>,
+    /// [`WatchCacheConfig::watcher_queue`], events (`--watch-queue-length`, `queue_length`).
+    pub queue_length: Option<usize>,
+    /// [`WatchCacheConfig::watcher_budget`], seconds (`--watch-budget`, `budget_seconds`).
+    pub budget_seconds: Option<f64>,
+    /// [`WatchCacheConfig::bookmark_interval`], seconds (`--watch-bookmark-interval`,
+    /// `bookmark_interval_seconds`).
+    pub bookmark_interval_seconds: Option<f64>,
+}
+
+impl WatchCacheSettings {
+    /// These settings, with `other`'s where these have none.
+    pub fn or(self, other: Self) -> Self {
+        Self {
+            size: self.size.or(other.size),
+            age_seconds: self.age_seconds.or(other.age_seconds),
+            objects: self.objects.or(other.objects),
+            event_ttl_seconds: self.event_ttl_seconds.or(other.event_ttl_seconds),
+            queue_length: self.queue_length.or(other.queue_length),
+            budget_seconds: self.budget_seconds.or(other.budget_seconds),
+            bookmark_interval_seconds: self.bookmark_interval_seconds.or(other.bookmark_interval_seconds),
+        }
+    }
+
+    /// The configuration: these settings, the defaults (`DEFAULT_*`) where none is given; a
+    /// window size or queue length of 0 counts as 1.
+    ///
+    /// # Errors
+    /// A message naming the setting when the budget or the bookmark interval is not a positive,
+    /// finite number of seconds.
+    pub fn resolve(self) -> Result<WatchCacheConfig, String> {
+        let seconds = |name: &str, given: Option<f64>, default: Duration| match given {
+            None => Ok(default),
+            Some(s) => Duration::try_from_secs_f64(s)
+                .ok()
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| format!("{name} must be a positive number of seconds, not {s}")),
+        };
+        Ok(WatchCacheConfig {
+            window_size: self.size.unwrap_or(DEFAULT_WINDOW_SIZE).max(1),
+            window_age: self.age_seconds.map_or(DEFAULT_WINDOW_AGE, Duration::from_secs),
+            max_objects: self.objects.unwrap_or(DEFAULT_MAX_OBJECTS),
+            event_ttl: self.event_ttl_seconds.map_or(DEFAULT_EVENT_TTL, Duration::from_secs),
+            watcher_queue: self.queue_length.unwrap_or(DEFAULT_WATCHER_QUEUE).max(1),
+            watcher_budget: seconds(
+                "the watch budget (--watch-budget, watch_cache.budget_seconds)",
+                self.budget_seconds,
+                DEFAULT_WATCHER_BUDGET,
+            )?,
+            bookmark_interval: seconds(
+                "the bookmark interval (--watch-bookmark-interval, watch_cache.bookmark_interval_seconds)",
+                self.bookmark_interval_seconds,
+                DEFAULT_BOOKMARK_INTERVAL,
+            )?,
+        })
+    }
 }
 
 impl Default for WatchCacheConfig {

@@ -296,3 +296,30 @@ async fn a_stream_sends_bookmarks_and_the_initial_events_end() {
     while stream.recv().await.is_some() {}
     assert_eq!(stream.end(), Some(End::Closed));
 }
+
+/// The flags win over the config's `[watch_cache]`, which wins over the defaults; 0 for the
+/// window or a queue counts as 1; a budget or bookmark interval must be positive.
+#[test]
+fn settings_take_the_flags_then_the_config_then_the_defaults() {
+    let flags = WatchCacheSettings { size: Some(5), budget_seconds: Some(2.5), ..WatchCacheSettings::default() };
+    let config = WatchCacheSettings {
+        size: Some(50),
+        event_ttl_seconds: Some(120),
+        queue_length: Some(0),
+        ..WatchCacheSettings::default()
+    };
+    let c = flags.or(config).resolve().unwrap();
+    assert_eq!(
+        (c.window_size, c.event_ttl, c.watcher_budget),
+        (5, Duration::from_secs(120), Duration::from_millis(2500))
+    );
+    assert_eq!(c.watcher_queue, 1, "0 counts as 1");
+    assert_eq!(
+        (c.window_age, c.max_objects, c.bookmark_interval),
+        (DEFAULT_WINDOW_AGE, DEFAULT_MAX_OBJECTS, DEFAULT_BOOKMARK_INTERVAL)
+    );
+    assert_eq!(WatchCacheSettings::default().resolve().unwrap(), WatchCacheConfig::default());
+    let bad = WatchCacheSettings { bookmark_interval_seconds: Some(0.0), ..WatchCacheSettings::default() };
+    let error = bad.resolve().unwrap_err();
+    assert!(error.contains("--watch-bookmark-interval") && error.contains("positive number of seconds"), "{error}");
+}

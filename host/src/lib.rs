@@ -19,7 +19,8 @@
 //! - [`run()`] runs the whole pipeline from [`RunOptions`] (what `eventpipe run` does);
 //!   [`replay()`] runs one [`TenantStage`] over a recorded stream (`eventpipe replay`).
 //! - [`EventBroadcaster`] and [`EventRecorder`] are client-go's recording API:
-//!   `start_recording_to_sink` attaches the same tenant stage to any [`EventSink`].
+//!   `start_recording_to_sink` attaches the same tenant stage to any [`EventSink`] (whose
+//!   calls answer what they [`Stored`]: the event as sent, or the sink's own copy).
 //! - [`EventCorrelator`] is client-go's correlator (aggregator → logger → spam filter), with
 //!   its key functions pluggable ([`correlator`]).
 //! - [`watch_cache`] is the apiserver's Cacher for what eventpipe wrote: the correlated Events
@@ -81,6 +82,6 @@ pub use recorder::EventRecorder;
 pub use replay::{ReplayOptions, replay};
 pub use router::RouterStats;
 pub use run::{RunOptions, RunSummary, run};
-pub use sink::{EventSink, SinkSpec};
+pub use sink::{EventSink, SinkSpec, Stored};
 pub use source::{Source, SourceSpec, SourceStats};
 pub use stage::TenantStage;

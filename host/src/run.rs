@@ -1,7 +1,7 @@
 //! `eventpipe run`: source → Broadcaster → tenant router watcher (filters → EventCorrelator per
 //! tenant and sink → EventSink), with plugins and the tenant config hot-reloaded.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::broadcaster::FullChannelBehavior;
@@ -1010,26 +1010,13 @@ struct Reloader {
 impl Reloader {
     fn apply(&self, change: Change) {
         match change {
-            Change::Plugin(path) => match self.registry.hot_reload_file(&path, |p| announce(&format!("{p} is live"))) {
-                outcome @ (ReloadOutcome::Live(_) | ReloadOutcome::Reverted { .. }) => announce(&outcome.to_string()),
-                // Once on stderr (as every `eventpipe:` line), and in the log at info like them:
-                // at the default level a refusal is not printed twice.
-                outcome @ ReloadOutcome::Rejected { .. } => {
-                    eprintln!("eventpipe: {outcome}");
-                    tracing::info!(path = %path.display(), "{outcome}");
-                }
-                ReloadOutcome::Unchanged { .. } | ReloadOutcome::StillRejected { .. } | ReloadOutcome::Ignored => {}
-            },
+            Change::Plugin(path) => {
+                let outcome = self.registry.hot_reload_file(&path, |p| announce(&format!("{p} is live")));
+                report_reload("", &path, &outcome);
+            }
             Change::Shadow(path) => {
                 for outcome in self.registry.reload_shadow_file(&path) {
-                    match outcome {
-                        outcome @ ReloadOutcome::Live(_) => announce(&format!("shadow candidate: {outcome}")),
-                        outcome @ ReloadOutcome::Rejected { .. } => {
-                            eprintln!("eventpipe: shadow candidate: {outcome}");
-                            tracing::info!(path = %path.display(), "shadow candidate: {outcome}");
-                        }
-                        _ => {}
-                    }
+                    report_reload("shadow candidate: ", &path, &outcome);
                 }
             }
             Change::Config(path) => {
@@ -1050,6 +1037,20 @@ impl Reloader {
                 }
             }
         }
+    }
+}
+
+/// Tells what a hot reload of `path` did (`what`: a prefix naming what was reloaded): a new
+/// version (or a revert) as an `eventpipe:` line, a refusal once on stderr and in the log at
+/// info like those lines (at the default level not printed twice); nothing when nothing changed.
+fn report_reload(what: &str, path: &Path, outcome: &ReloadOutcome) {
+    match outcome {
+        ReloadOutcome::Live(_) | ReloadOutcome::Reverted { .. } => announce(&format!("{what}{outcome}")),
+        ReloadOutcome::Rejected { .. } => {
+            eprintln!("eventpipe: {what}{outcome}");
+            tracing::info!(path = %path.display(), "{what}{outcome}");
+        }
+        ReloadOutcome::Unchanged { .. } | ReloadOutcome::StillRejected { .. } | ReloadOutcome::Ignored => {}
     }
 }
 

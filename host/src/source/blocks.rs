@@ -37,19 +37,10 @@ impl<R: Read + Send + 'static> BlockReader<R> {
         Self { reader: Some(reader), current: Vec::new(), consumed: 0, next: None, spare: Vec::new(), block }
     }
 
-    /// Bytes of the current block not consumed yet (what a `fill_buf` gives without waiting).
-    pub(crate) fn buffered(&self) -> usize {
-        self.current.len() - self.consumed
-    }
-
-    /// The bytes of the current block not consumed yet, without reading (no poll, no wait).
+    /// The bytes of the current block not consumed yet: what a `fill_buf` gives without
+    /// reading or waiting (consumed with `AsyncBufRead::consume`).
     pub(crate) fn available(&self) -> &[u8] {
         &self.current[self.consumed..]
-    }
-
-    /// Marks `amt` bytes of [`available`](Self::available) consumed.
-    pub(crate) fn consume_available(&mut self, amt: usize) {
-        self.consumed = (self.consumed + amt).min(self.current.len());
     }
 
     /// Starts reading the next block, unless a read is in flight.

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::blocks::BlockReader;
+use tokio::io::AsyncBufReadExt;
 use tokio_util::sync::CancellationToken;
 
 use std::collections::VecDeque;
@@ -130,16 +131,16 @@ impl JsonLinesSource {
                         line.clear();
                         // The further lines already read in are taken here, not with a turn of
                         // the loop each; a partial last one waits in `line` for the next read.
-                        while !chunk.is_full() && reader.buffered() > 0 {
-                            let (used, ended) = take_line(reader.available(), &mut line);
-                            reader.consume_available(used);
-                            if !ended {
+                        while !chunk.is_full() && !reader.available().is_empty() {
+                            let (used, whole) = take_line(reader.available(), &mut line);
+                            reader.consume(used);
+                            if !whole {
                                 break;
                             }
                             chunk.push(&line.bytes, line.read);
                             line.clear();
                         }
-                        if chunk.is_full() || reader.buffered() == 0 {
+                        if chunk.is_full() || reader.available().is_empty() {
                             self.dispatch(&mut chunk, &mut pending, speculate);
                         }
                     }

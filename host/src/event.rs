@@ -122,9 +122,10 @@ pub struct Event {
     /// What action was taken or failed (events.k8s.io); omitted when empty.
     #[serde(default, deserialize_with = "nullable", skip_serializing_if = "CompactString::is_empty")]
     pub action: CompactString,
-    /// A secondary object; omitted when unset.
+    /// A secondary object; omitted when unset. Boxed: few events have one, and the event
+    /// stays smaller for all the others.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub related: Option<ObjectReference>,
+    pub related: Option<Box<ObjectReference>>,
     /// Go `ReportingController`; always written (`""` when unset), as the apiserver does.
     #[serde(default, deserialize_with = "nullable")]
     pub reporting_component: CompactString,

@@ -68,7 +68,7 @@ impl SeriesEventSource {
                 ..ObjectMeta::default()
             },
             involved_object: regarding.clone(),
-            related: related.cloned(),
+            related: related.cloned().map(Box::new),
             type_: type_.into(),
             reason: reason.into(),
             action: action.into(),
@@ -170,7 +170,7 @@ mod tests {
     fn the_key_ignores_the_note_but_not_related_or_action() {
         assert_eq!(IsomorphicKey::of(&event("one")), IsomorphicKey::of(&event("two")));
         let mut other = event("one");
-        other.related = Some(ObjectReference { name: "q".into(), ..ObjectReference::default() });
+        other.related = Some(Box::new(ObjectReference { name: "q".into(), ..ObjectReference::default() }));
         assert_ne!(IsomorphicKey::of(&event("one")), IsomorphicKey::of(&other));
         other = event("one");
         other.action = "B".into();

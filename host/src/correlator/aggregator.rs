@@ -4,18 +4,93 @@ use std::num::NonZeroUsize;
 
 use indexmap::IndexSet;
 use lru::{DefaultHasher, LruCache};
+use smallvec::SmallVec;
 
 use super::keys::{AggregateKey, Key};
 use crate::clock::to_unix_nanos;
 use crate::event::{Event, ObjectMeta, Time};
 
+/// Local keys a group keeps in its own record, searched linearly, before they move to an
+/// indexed set: client-go's default `maxEvents` (10), which bounds how many a group holds.
+const INLINE_LOCAL_KEYS: usize = 10;
+
+/// The distinct local keys of a group, in insertion order (the order decides
+/// [`EventAggregator`]'s PopAny).
+///
+/// Up to [`INLINE_LOCAL_KEYS`] they sit in the record itself: a group costs no allocation of
+/// its own and one place in memory, which is what a busy aggregator touches for every event. A
+/// group that collects more (a `max_events` above the default) moves them to an [`IndexSet`]
+/// for the rest of its life. Keys are seeded digests already, so the set's hasher is the LRU's
+/// fast one.
+#[derive(Debug)]
+enum LocalKeys {
+    Inline(SmallVec<[Key; INLINE_LOCAL_KEYS]>),
+    Indexed(IndexSet<Key, DefaultHasher>),
+}
+
+impl Default for LocalKeys {
+    fn default() -> Self {
+        LocalKeys::Inline(SmallVec::new())
+    }
+}
+
+impl LocalKeys {
+    fn len(&self) -> usize {
+        match self {
+            LocalKeys::Inline(keys) => keys.len(),
+            LocalKeys::Indexed(keys) => keys.len(),
+        }
+    }
+
+    fn clear(&mut self) {
+        match self {
+            LocalKeys::Inline(keys) => keys.clear(),
+            LocalKeys::Indexed(keys) => keys.clear(),
+        }
+    }
+
+    /// Adds `key` unless it is there already.
+    fn insert(&mut self, key: Key) {
+        match self {
+            LocalKeys::Inline(keys) if keys.contains(&key) => {}
+            LocalKeys::Inline(keys) if keys.len() < INLINE_LOCAL_KEYS => keys.push(key),
+            LocalKeys::Inline(keys) => {
+                let mut indexed: IndexSet<Key, DefaultHasher> = keys.drain(..).collect();
+                indexed.insert(key);
+                *self = LocalKeys::Indexed(indexed);
+            }
+            LocalKeys::Indexed(keys) => {
+                keys.insert(key);
+            }
+        }
+    }
+
+    /// Removes the oldest inserted key.
+    fn pop_oldest(&mut self) {
+        match self {
+            LocalKeys::Inline(keys) => {
+                keys.remove(0);
+            }
+            LocalKeys::Indexed(keys) => {
+                keys.shift_remove_index(0);
+            }
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = Key> + '_ {
+        let (inline, indexed) = match self {
+            LocalKeys::Inline(keys) => (Some(keys.iter()), None),
+            LocalKeys::Indexed(keys) => (None, Some(keys.iter())),
+        };
+        inline.into_iter().flatten().chain(indexed.into_iter().flatten()).copied()
+    }
+}
+
 /// One aggregation group: the distinct local keys seen in the current window and the time of
 /// the last similar event (client-go `aggregateRecord`).
 #[derive(Debug, Default)]
 struct AggregateRecord {
-    /// Distinct local keys, in insertion order (the order decides [`EventAggregator`]'s PopAny).
-    /// Keys are already seeded digests, so the LRU's fast hasher is enough here too.
-    local_keys: IndexSet<Key, DefaultHasher>,
+    local_keys: LocalKeys,
     /// When the last similar event was seen; `None` (Go's zero time) for a new group.
     last_timestamp: Option<Time>,
 }
@@ -29,7 +104,6 @@ impl AggregateRecord {
             Some(last) => elapsed_nanos(now, last) > max_interval_nanos,
         };
         if expired {
-            // Reuse the set's allocation: most groups in a busy cluster expire and start again.
             self.local_keys.clear();
         }
         self.local_keys.insert(local);
@@ -38,7 +112,7 @@ impl AggregateRecord {
             return false;
         }
         // PopAny, made deterministic: drop the oldest inserted local key.
-        self.local_keys.shift_remove_index(0);
+        self.local_keys.pop_oldest();
         true
     }
 }
@@ -97,10 +171,8 @@ impl EventAggregator {
             Some(record) => record.observe(local, now, max_events, max_interval_nanos),
             None => {
                 // A new group. When the cache is full the least recently used group is evicted
-                // (client-go's LRU `Add`); its record is reused rather than freed and reallocated.
-                let full = self.cache.len() == self.cache.cap().get();
-                let mut record = if full { self.cache.pop_lru().map(|(_, r)| r) } else { None }.unwrap_or_default();
-                record.last_timestamp = None;
+                // (client-go's LRU `Add`), its entry's memory reused for this one.
+                let mut record = AggregateRecord::default();
                 let aggregated = record.observe(local, now, max_events, max_interval_nanos);
                 self.cache.push(aggregate, record);
                 aggregated
@@ -113,13 +185,14 @@ impl EventAggregator {
     /// insertion order and its last timestamp (what a snapshot stores,
     /// [`super::snapshot`]).
     pub fn entries(&self) -> impl Iterator<Item = (Key, impl Iterator<Item = Key> + '_, Option<Time>)> + '_ {
-        self.cache.iter().rev().map(|(k, r)| (*k, r.local_keys.iter().copied(), r.last_timestamp))
+        self.cache.iter().rev().map(|(k, r)| (*k, r.local_keys.iter(), r.last_timestamp))
     }
 
     /// Puts a record back as the most recently used (a snapshot restored in order, least recent
     /// first, gives back the cache's recency order).
     pub fn restore(&mut self, key: Key, local_keys: impl IntoIterator<Item = Key>, last_timestamp: Option<Time>) {
-        let record = AggregateRecord { local_keys: local_keys.into_iter().collect(), last_timestamp };
+        let mut record = AggregateRecord { local_keys: LocalKeys::default(), last_timestamp };
+        local_keys.into_iter().for_each(|k| record.local_keys.insert(k));
         self.cache.push(key, record);
     }
 
@@ -195,6 +268,27 @@ mod tests {
         assert_eq!(a.aggregate(key("m0"), at(10)), AggregateDecision::Aggregate(group()));
         // m9 is still in the set: a repeat does not aggregate.
         assert_eq!(a.aggregate(key("m9"), at(11)), AggregateDecision::Original);
+    }
+
+    #[test]
+    fn a_group_past_the_inline_keys_keeps_insertion_order() {
+        let max = INLINE_LOCAL_KEYS as i64 + 5;
+        let mut a = EventAggregator::new(NonZeroUsize::new(16).unwrap(), max, 600);
+        for i in 0..max - 1 {
+            assert_eq!(a.aggregate(key(&format!("m{i}")), at(i)), AggregateDecision::Original);
+            assert_eq!(a.aggregate(key("m0"), at(i)), AggregateDecision::Original, "a repeat is not a new key");
+        }
+        assert_eq!(a.aggregate(key("last"), at(100)), AggregateDecision::Aggregate(group()));
+        // As with inline keys: m0, the oldest, was popped; m1 is still there.
+        assert_eq!(a.aggregate(key("m0"), at(101)), AggregateDecision::Aggregate(group()));
+        assert_eq!(a.aggregate(key("m1"), at(102)), AggregateDecision::Aggregate(group()), "m1 popped by m0's return");
+        assert_eq!(a.aggregate(key("last"), at(103)), AggregateDecision::Original);
+        let (_, keys, _) = a.entries().next().unwrap();
+        assert_eq!(keys.count(), max as usize - 1);
+        // A fresh window starts the group over, still in order.
+        assert_eq!(a.aggregate(key("m5"), at(2000)), AggregateDecision::Original);
+        let (_, keys, _) = a.entries().next().unwrap();
+        assert_eq!(keys.collect::<Vec<_>>(), vec![Key::of("m5")]);
     }
 
     #[test]

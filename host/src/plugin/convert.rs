@@ -161,7 +161,7 @@ pub(crate) fn to_wit(e: &Event) -> wit::Event {
             .as_ref()
             .map(|s| wit::EventSeries { count: s.count, last_observed_time_unix_nanos: nanos(s.last_observed_time) }),
         action: e.action.to_string(),
-        related: e.related.as_ref().map(reference),
+        related: e.related.as_deref().map(reference),
         reporting_component: e.reporting_component.to_string(),
         reporting_instance: e.reporting_instance.to_string(),
     }
@@ -196,7 +196,7 @@ pub(crate) fn from_wit(w: wit::Event, like: &Event) -> Event {
             .series
             .map(|s| event::EventSeries { count: s.count, last_observed_time: time(s.last_observed_time_unix_nanos) }),
         action: w.action.into(),
-        related: w.related.map(from_reference),
+        related: w.related.map(|r| Box::new(from_reference(r))),
         reporting_component: w.reporting_component.into(),
         reporting_instance: w.reporting_instance.into(),
         ingest_headers: like.ingest_headers.clone(),

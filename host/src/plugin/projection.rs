@@ -152,7 +152,7 @@ fn instant(bytes: &mut Vec<u8>, t: Option<Time>) {
 }
 
 fn related<'e>(e: &'e Event, field: impl Fn(&'e ObjectReference) -> &'e str) -> &'e str {
-    e.related.as_ref().map_or("", field)
+    e.related.as_deref().map_or("", field)
 }
 
 /// Appends the value of `field` of `e` to `bytes`, as `types.event-field` encodes it.
@@ -255,7 +255,7 @@ mod tests {
         let b = Event {
             reason: "Pulled".into(),
             series: Some(crate::event::EventSeries { count: 3, last_observed_time: None }),
-            related: Some(ObjectReference { kind: "Node".into(), ..Default::default() }),
+            related: Some(Box::new(ObjectReference { kind: "Node".into(), ..Default::default() })),
             ..Default::default()
         };
         let fields = [

@@ -57,7 +57,7 @@ impl IsomorphicKey {
             reporting_controller: event.reporting_component.clone(),
             reporting_instance: event.reporting_instance.clone(),
             regarding: event.involved_object.clone(),
-            related: event.related.clone().unwrap_or_default(),
+            related: event.related.as_deref().cloned().unwrap_or_default(),
         }
     }
 }

@@ -740,7 +740,7 @@ struct Wire<'a, N = &'a RawValue> {
     #[serde(default)]
     series: Option<EventSeries>,
     #[serde(default)]
-    related: Option<ObjectReference>,
+    related: Option<Box<ObjectReference>>,
     #[serde(default, deserialize_with = "nullable")]
     reporting_instance: CompactString,
     // core/v1 only.

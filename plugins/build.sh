@@ -18,9 +18,9 @@ cargo_home="${CARGO_HOME:-$HOME/.cargo}"
 
 # plugin name (= directory, = dist file stem) : the WIT world it exports
 plugins=(
-  by-reason:aggregate-key
-  similar-events:message-combiner
-  source-object:spam-key
+  by-reason:aggregate-key-projected
+  similar-events:message-combiner-projected
+  source-object:spam-key-projected
   jsonl:sink
   log:watcher
 )

@@ -19,7 +19,10 @@
 //! }
 //! ```
 
-use crate::{AggregateKey, EventView, KeyWriter, MessageCombiner, SpamKey};
+use alloc::vec;
+use alloc::vec::Vec;
+
+use crate::{AggregateKey, EventView, KeyField, KeyWriter, MessageCombiner, SpamKey};
 
 /// Prefix of combined messages (client-go `EventAggregatorByReasonMessageFunc`, since k8s 1.8).
 pub const COMBINED_MESSAGE_PREFIX: &str = "(combined from similar events): ";
@@ -81,6 +84,11 @@ pub fn aggregate_by_reason_message(e: &EventView<'_>, out: &mut KeyWriter<'_>) {
 pub struct ByReason;
 
 impl AggregateKey for ByReason {
+    /// Every key field but `involved-object.field-path`, which client-go's key leaves out.
+    fn key_fields(&self) -> Vec<KeyField> {
+        KeyField::ALL.into_iter().filter(|f| *f != KeyField::FieldPath).collect()
+    }
+
     fn aggregate_key(&self, event: &EventView<'_>, key: &mut KeyWriter<'_>) {
         aggregate_by_reason(event, key);
     }
@@ -95,6 +103,10 @@ impl AggregateKey for ByReason {
 pub struct SimilarEvents;
 
 impl MessageCombiner for SimilarEvents {
+    fn key_fields(&self) -> Vec<KeyField> {
+        vec![KeyField::Message]
+    }
+
     fn combine_message(&self, event: &EventView<'_>, message: &mut KeyWriter<'_>) {
         aggregate_by_reason_message(event, message);
     }
@@ -105,6 +117,12 @@ impl MessageCombiner for SimilarEvents {
 pub struct SourceObject;
 
 impl SpamKey for SourceObject {
+    /// Source and involved object (not `field-path`), as client-go's key.
+    fn key_fields(&self) -> Vec<KeyField> {
+        use KeyField::*;
+        vec![SourceComponent, SourceHost, Kind, Namespace, Name, Uid, ApiVersion]
+    }
+
     fn spam_key(&self, event: &EventView<'_>, key: &mut KeyWriter<'_>) {
         spam_key(event, key);
     }
@@ -176,6 +194,49 @@ mod tests {
         e.reporting_instance = "i-1";
         assert!(key(|w| aggregate_by_reason(&e, w)).ends_with("end-of-worldkubelet-rci-1"));
         assert_eq!(key(|w| spam_key(&e, w)), "kubeletkublet.node1Podotherpod1C934D34AFB20242version");
+    }
+
+    /// `e` as the host sends it to a plugin reading `fields`: every other field empty.
+    fn projected(e: &EventView<'static>, fields: &[KeyField]) -> EventView<'static> {
+        let all = [
+            e.source.component,
+            e.source.host,
+            e.involved_object.kind,
+            e.involved_object.namespace,
+            e.involved_object.name,
+            e.involved_object.field_path,
+            e.involved_object.uid,
+            e.involved_object.api_version,
+            e.type_,
+            e.reason,
+            e.message,
+            e.reporting_component,
+            e.reporting_instance,
+        ];
+        let mut kept = [""; crate::packed::KEY_FIELD_COUNT];
+        for f in fields {
+            kept[*f as usize] = all[*f as usize];
+        }
+        EventView::from_fields(kept)
+    }
+
+    #[test]
+    fn each_default_reads_only_the_key_fields_it_declares() {
+        let mut e = kubelet_pod();
+        e.reporting_component = "kubelet-rc";
+        e.reporting_instance = "i-1";
+        let p = projected(&e, &ByReason.key_fields());
+        assert_eq!(key(|w| ByReason.aggregate_key(&e, w)), key(|w| ByReason.aggregate_key(&p, w)));
+        assert_eq!(key(|w| ByReason.local_key(&e, w)), key(|w| ByReason.local_key(&p, w)));
+        let p = projected(&e, &SimilarEvents.key_fields());
+        assert_eq!(key(|w| SimilarEvents.combine_message(&e, w)), key(|w| SimilarEvents.combine_message(&p, w)));
+        let p = projected(&e, &SourceObject.key_fields());
+        assert_eq!(key(|w| SourceObject.spam_key(&e, w)), key(|w| SourceObject.spam_key(&p, w)));
+        assert!(p.message.is_empty() && p.type_.is_empty(), "the spam key reads neither message nor type");
+        // And each leaves out something: a plugin reading everything would gain nothing.
+        for declared in [ByReason.key_fields(), SimilarEvents.key_fields(), SourceObject.key_fields()] {
+            assert!(declared.len() < KeyField::ALL.len());
+        }
     }
 
     #[test]

@@ -7,7 +7,7 @@ use core::cell::OnceCell;
 use core::marker::PhantomData;
 
 use crate::bindings::{aggregate_key, filter, message_combiner, sink, spam_key, watcher};
-use crate::packed::{KeyFieldsBatch, KeyWriter, StringPacker};
+use crate::packed::{KeyField, KeyFieldsBatch, KeyWriter, StringPacker};
 use crate::projection::ProjectedBatch;
 use crate::{
     AggregateKey, AggregateKeyPair, Event, EventField, EventView, Filter, MessageCombiner, PackedStrings, Sink,
@@ -61,6 +61,11 @@ fn key_batch(
     Ok(out.finish())
 }
 
+/// Key fields as their indices in a key-fields batch (`key-fields`).
+fn wire(fields: Vec<KeyField>) -> Vec<u8> {
+    fields.into_iter().map(|f| f as u8).collect()
+}
+
 fn one_string(write: impl FnOnce(&mut KeyWriter<'_>)) -> String {
     let mut s = String::new();
     write(&mut KeyWriter::new(&mut s));
@@ -81,6 +86,10 @@ where
         })
     }
 
+    fn key_fields() -> Vec<u8> {
+        I::with(|p| wire(p.key_fields()))
+    }
+
     fn aggregate_key_batch(events: PackedStrings) -> Result<PackedStrings, String> {
         I::with(|p| {
             key_batch(&events, 2, |e, out| {
@@ -99,6 +108,10 @@ where
         I::with(|p| one_string(|w| p.combine_message(&EventView::from(&event), w)))
     }
 
+    fn key_fields() -> Vec<u8> {
+        I::with(|p| wire(p.key_fields()))
+    }
+
     fn combine_message_batch(events: PackedStrings) -> Result<PackedStrings, String> {
         I::with(|p| {
             key_batch(&events, 1, |e, out| {
@@ -114,6 +127,10 @@ where
 {
     fn spam_key(event: Event) -> String {
         I::with(|p| one_string(|w| p.spam_key(&EventView::from(&event), w)))
+    }
+
+    fn key_fields() -> Vec<u8> {
+        I::with(|p| wire(p.key_fields()))
     }
 
     fn spam_key_batch(events: PackedStrings) -> Result<PackedStrings, String> {

@@ -87,7 +87,7 @@ pub use bindings::plugin::eventpipe::plugin::types::{
     AggregateKeyPair, Event, EventField, EventSeries, EventSource, ObjectMeta, ObjectReference, PackedStrings,
     PatchRequest, SinkError, SinkRequest, StringMap, Verdict,
 };
-pub use packed::{EventView, KeyWriter};
+pub use packed::{EventView, KeyField, KeyWriter};
 
 /// An aggregate-key function (world `aggregate-key`, client-go `EventAggregatorKeyFunc`).
 /// Export with [`export_aggregate_key!`]. Default: [`defaults::ByReason`].
@@ -95,6 +95,14 @@ pub use packed::{EventView, KeyWriter};
 /// Both keys must be pure functions of the event's key fields: the host calls them in
 /// batches, ahead of each event's turn.
 pub trait AggregateKey: Default + 'static {
+    /// The key fields this function reads: the host fills only these in each batch (the
+    /// others are `""` in the [`EventView`]) and remembers answers by them alone, so a memo
+    /// hit needs only these to repeat. Default: [`KeyField::ALL`] (correct for any function,
+    /// but then every field, the message too, must repeat for a memo hit).
+    fn key_fields(&self) -> Vec<KeyField> {
+        KeyField::ALL.to_vec()
+    }
+
     /// Appends the aggregate key of `event` to `key`: events with equal aggregate keys are
     /// "similar".
     fn aggregate_key(&self, event: &EventView<'_>, key: &mut KeyWriter<'_>);
@@ -109,6 +117,14 @@ pub trait AggregateKey: Default + 'static {
 /// A message combiner (world `message-combiner`, client-go `EventAggregatorMessageFunc`).
 /// Export with [`export_message_combiner!`]. Default: [`defaults::SimilarEvents`].
 pub trait MessageCombiner: Default + 'static {
+    /// The key fields this function reads: the host fills only these in each batch (the
+    /// others are `""` in the [`EventView`]) and remembers answers by them alone, so a memo
+    /// hit needs only these to repeat. Default: [`KeyField::ALL`] (correct for any function,
+    /// but then every field, the message too, must repeat for a memo hit).
+    fn key_fields(&self) -> Vec<KeyField> {
+        KeyField::ALL.to_vec()
+    }
+
     /// Appends the message of the aggregate event that replaces events similar to `event`.
     fn combine_message(&self, event: &EventView<'_>, message: &mut KeyWriter<'_>);
 }
@@ -117,6 +133,14 @@ pub trait MessageCombiner: Default + 'static {
 /// keys share one token bucket. Export with [`export_spam_key!`]. Default:
 /// [`defaults::SourceObject`].
 pub trait SpamKey: Default + 'static {
+    /// The key fields this function reads: the host fills only these in each batch (the
+    /// others are `""` in the [`EventView`]) and remembers answers by them alone, so a memo
+    /// hit needs only these to repeat. Default: [`KeyField::ALL`] (correct for any function,
+    /// but then every field, the message too, must repeat for a memo hit).
+    fn key_fields(&self) -> Vec<KeyField> {
+        KeyField::ALL.to_vec()
+    }
+
     /// Appends the spam key of `event` to `key`.
     fn spam_key(&self, event: &EventView<'_>, key: &mut KeyWriter<'_>);
 }

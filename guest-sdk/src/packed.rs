@@ -55,6 +55,25 @@ pub enum KeyField {
     ReportingInstance = 12,
 }
 
+impl KeyField {
+    /// Every key field, in wire order: what a key plugin reads unless it says otherwise.
+    pub const ALL: [KeyField; KEY_FIELD_COUNT] = [
+        KeyField::SourceComponent,
+        KeyField::SourceHost,
+        KeyField::Kind,
+        KeyField::Namespace,
+        KeyField::Name,
+        KeyField::FieldPath,
+        KeyField::Uid,
+        KeyField::ApiVersion,
+        KeyField::Type,
+        KeyField::Reason,
+        KeyField::Message,
+        KeyField::ReportingComponent,
+        KeyField::ReportingInstance,
+    ];
+}
+
 /// Why a packed buffer was rejected (or could not be built). Offsets and indices are in bytes
 /// and strings respectively, counted from 0.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -3,10 +3,10 @@
 
 use std::sync::{Arc, Mutex};
 
-use super::bindings::{self as wit, PackedStrings};
+use super::bindings as wit;
 use super::call::{CallCost, CallFailure, Caller};
-use super::convert::{pack_key_fields, to_wit, unpack};
-use super::projection::{ProjectedFilter, describe_fields};
+use super::convert::{to_wit, unpack};
+use super::projection::{ProjectedFilter, ProjectedKeys, describe_fields};
 use super::sink::DeliverBatch;
 use super::{Plugin, PluginHandle, PluginKind, PluginRuntime, PluginSettings};
 use crate::event::Event;
@@ -100,15 +100,14 @@ fn run_once(handle: &PluginHandle) -> Result<(String, CallCost), CallFailure> {
     let export = kind.batch_export();
     match kind {
         PluginKind::AggregateKey | PluginKind::MessageCombiner | PluginKind::SpamKey => {
-            let caller: Caller<(PackedStrings,), (Result<PackedStrings, String>,)> =
-                Caller::new(handle.clone(), export, None);
-            let packed = pack_key_fields(&[&event]).map_err(CallFailure::GuestError)?;
-            let ((answer,), cost) = caller.call((packed,), 1)?;
+            let keys = ProjectedKeys::new(handle.clone());
+            let (answer, cost, _) = keys.call(&[&event])?;
+            let (_, fields) = keys.fields()?;
             let packed = answer.map_err(CallFailure::GuestError)?;
             let expected = if kind == PluginKind::AggregateKey { 2 } else { 1 };
             let strings = unpack(&packed, expected).map_err(CallFailure::Garbage)?;
             let shown: Vec<String> = strings.iter().map(|s| format!("{:?}", String::from_utf8_lossy(s))).collect();
-            Ok((shown.join(", "), cost))
+            Ok((format!("{} (reads {})", shown.join(", "), fields.describe()), cost))
         }
         PluginKind::Filter => {
             let filter = ProjectedFilter::new(handle.clone());

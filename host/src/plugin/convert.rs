@@ -33,18 +33,94 @@ fn key_fields(e: &Event) -> [&str; KEY_FIELDS] {
     ]
 }
 
-/// Packs the key fields of `events`: one byte buffer and one end offset per field, in one pass
-/// over the fields (one copy each).
+/// The key fields as `event-field`s, in key-fields batch order.
+const KEY_EVENT_FIELDS: [wit::EventField; KEY_FIELDS] = {
+    use wit::EventField as F;
+    [
+        F::SourceComponent,
+        F::SourceHost,
+        F::InvolvedObjectKind,
+        F::InvolvedObjectNamespace,
+        F::InvolvedObjectName,
+        F::InvolvedObjectFieldPath,
+        F::InvolvedObjectUid,
+        F::InvolvedObjectApiVersion,
+        F::Type,
+        F::Reason,
+        F::Message,
+        F::ReportingComponent,
+        F::ReportingInstance,
+    ]
+};
+
+/// Which of the [`KEY_FIELDS`] key fields a key plugin reads: bit `i` is field `i` of a
+/// key-fields batch. A plugin of a `*-projected` world declares them (`key-fields`); any other
+/// reads them all ([`KeyFields::ALL`]). The host packs an undeclared field as `""`, and a memo
+/// keys answers by the declared fields only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct KeyFields(u16);
+
+impl KeyFields {
+    /// Every key field: what a plugin of a plain key world gets.
+    pub(crate) const ALL: KeyFields = KeyFields((1 << KEY_FIELDS) - 1);
+
+    /// The set a plugin declared as indices into a key-fields batch, or why it is not one: an
+    /// index past the 13 key fields.
+    pub(crate) fn declared(indices: &[u8]) -> Result<Self, String> {
+        let mut bits = 0u16;
+        for &index in indices {
+            if usize::from(index) >= KEY_FIELDS {
+                return Err(format!(
+                    "declares key field {index}; a key-fields batch has {KEY_FIELDS} (indices 0 to {})",
+                    KEY_FIELDS - 1
+                ));
+            }
+            bits |= 1 << index;
+        }
+        Ok(KeyFields(bits))
+    }
+
+    fn contains(self, index: usize) -> bool {
+        self.0 & (1 << index) != 0
+    }
+
+    /// The fields as WIT names in batch order, e.g. `source-component, source-host`.
+    pub(crate) fn describe(self) -> String {
+        if self == Self::ALL {
+            return "all 13 key fields".into();
+        }
+        let declared: Vec<wit::EventField> =
+            (0..KEY_FIELDS).filter(|&i| self.contains(i)).map(|i| KEY_EVENT_FIELDS[i].clone()).collect();
+        super::projection::describe_fields(&declared)
+    }
+
+    /// `e`'s key fields with the undeclared ones empty.
+    fn of<'e>(self, e: &'e Event) -> [&'e str; KEY_FIELDS] {
+        let mut fields = key_fields(e);
+        if self != Self::ALL {
+            for (i, field) in fields.iter_mut().enumerate() {
+                if !self.contains(i) {
+                    *field = "";
+                }
+            }
+        }
+        fields
+    }
+}
+
+/// Packs the key fields of `events` into `out` (its buffers cleared, and reused) as a
+/// key-fields batch, `fields` filled and the others `""`: one byte buffer and one end offset
+/// per field, in one pass over the fields (one copy each).
 ///
 /// # Errors
 /// The batch is larger than the 4 GiB the `u32` offsets address.
-pub(crate) fn pack_key_fields(events: &[&Event]) -> Result<wit::PackedStrings, String> {
-    /// A first guess of the bytes per event (grown as needed): typical key fields are 100-250.
-    const BYTES_PER_EVENT: usize = 256;
-    let mut bytes = Vec::with_capacity(events.len() * BYTES_PER_EVENT);
-    let mut ends = Vec::with_capacity(events.len() * KEY_FIELDS);
+pub(crate) fn pack_key_fields(out: &mut wit::PackedStrings, events: &[&Event], fields: KeyFields) -> Result<(), String> {
+    let wit::PackedStrings { bytes, ends } = out;
+    bytes.clear();
+    ends.clear();
+    ends.reserve(events.len() * KEY_FIELDS);
     for e in events {
-        for field in key_fields(e) {
+        for field in fields.of(e) {
             bytes.extend_from_slice(field.as_bytes());
             ends.push(bytes.len() as u32); // checked below: the total fits in u32
         }
@@ -52,15 +128,17 @@ pub(crate) fn pack_key_fields(events: &[&Event]) -> Result<wit::PackedStrings, S
     if u32::try_from(bytes.len()).is_err() {
         return Err(format!("a batch of {} bytes is too large for one call", bytes.len()));
     }
-    Ok(wit::PackedStrings { bytes, ends })
+    Ok(())
 }
 
-/// The digest of the key fields of `e` exactly as a key-fields batch hands them to a plugin: a
-/// [`Key`] of the 13 field lengths (`u64`, little-endian) followed by the 13 fields' bytes, so
-/// two events whose fields differ in any way, even only in where the bytes split between
-/// fields, hash different inputs. `buf` is scratch space, reused across calls.
-pub(crate) fn key_fields_digest(e: &Event, buf: &mut Vec<u8>) -> Key {
-    let fields = key_fields(e);
+/// The digest of the key fields of `e` exactly as a key-fields batch hands them to a plugin
+/// that reads `fields`: a [`Key`] of the 13 field lengths (`u64`, little-endian) followed by the
+/// 13 fields' bytes, undeclared ones empty, so two events whose fields differ in any way, even
+/// only in where the bytes split between fields, hash different inputs, and two that differ
+/// only in fields the plugin does not read hash the same. `buf` is scratch space, reused
+/// across calls.
+pub(crate) fn key_fields_digest(e: &Event, fields: KeyFields, buf: &mut Vec<u8>) -> Key {
+    let fields = fields.of(e);
     buf.clear();
     for field in fields {
         buf.extend_from_slice(&(field.len() as u64).to_le_bytes());
@@ -218,7 +296,8 @@ mod tests {
         let mut e = Event { reason: "R".into(), message: "m".into(), type_: "Normal".into(), ..Event::default() };
         e.source.component = "kubelet".into();
         e.involved_object.name = "pod".into();
-        let packed = pack_key_fields(&[&e, &e]).unwrap();
+        let mut packed = wit::PackedStrings { bytes: Vec::new(), ends: Vec::new() };
+        pack_key_fields(&mut packed, &[&e, &e], KeyFields::ALL).unwrap();
         let strings = unpack(&packed, 2 * KEY_FIELDS).unwrap();
         assert_eq!(strings[0], b"kubelet");
         assert_eq!(strings[4], b"pod");
@@ -230,13 +309,47 @@ mod tests {
         let mut buf = Vec::new();
         let e = Event { reason: "ab".into(), message: "c".into(), ..Event::default() };
         let moved = Event { reason: "a".into(), message: "bc".into(), ..Event::default() };
-        let digest = key_fields_digest(&e, &mut buf);
-        assert_ne!(digest, key_fields_digest(&moved, &mut buf), "lengths are part of the input");
-        assert_eq!(digest, key_fields_digest(&e.clone(), &mut buf), "same fields, same digest");
+        let all = KeyFields::ALL;
+        let digest = key_fields_digest(&e, all, &mut buf);
+        assert_ne!(digest, key_fields_digest(&moved, all, &mut buf), "lengths are part of the input");
+        assert_eq!(digest, key_fields_digest(&e.clone(), all, &mut buf), "same fields, same digest");
         let mut not_sent = e.clone();
         not_sent.metadata.name = "other".into();
         not_sent.count = 7;
-        assert_eq!(digest, key_fields_digest(&not_sent, &mut buf), "only the fields a plugin receives count");
+        assert_eq!(digest, key_fields_digest(&not_sent, all, &mut buf), "only the fields a plugin receives count");
+    }
+
+    #[test]
+    fn declared_key_fields_are_packed_and_digested_alone() {
+        let reads = KeyFields::declared(&[9, 0, 9]).unwrap();
+        assert_eq!(reads.describe(), "source-component, reason");
+        let mut e = Event { reason: "R".into(), message: "m".into(), type_: "Normal".into(), ..Event::default() };
+        e.source.component = "kubelet".into();
+        e.involved_object.name = "pod".into();
+        let mut packed = wit::PackedStrings { bytes: b"left from the last batch".to_vec(), ends: vec![3, 9] };
+        pack_key_fields(&mut packed, &[&e], reads).unwrap();
+        let strings = unpack(&packed, KEY_FIELDS).unwrap();
+        let expected: Vec<&[u8]> = (0..KEY_FIELDS)
+            .map(|i| match i {
+                0 => &b"kubelet"[..],
+                9 => b"R",
+                _ => b"",
+            })
+            .collect();
+        assert_eq!(strings, expected, "undeclared fields go as empty strings, in place");
+        let mut buf = Vec::new();
+        let other_message = Event { message: "another".into(), ..e.clone() };
+        assert_eq!(key_fields_digest(&e, reads, &mut buf), key_fields_digest(&other_message, reads, &mut buf));
+        assert_ne!(
+            key_fields_digest(&e, KeyFields::ALL, &mut buf),
+            key_fields_digest(&other_message, KeyFields::ALL, &mut buf)
+        );
+        let other_reason = Event { reason: "S".into(), ..e.clone() };
+        assert_ne!(key_fields_digest(&e, reads, &mut buf), key_fields_digest(&other_reason, reads, &mut buf));
+        assert_eq!(KeyFields::declared(&(0..13).collect::<Vec<u8>>()), Ok(KeyFields::ALL));
+        assert_eq!(KeyFields::declared(&[]).unwrap().describe(), "no fields");
+        let error = KeyFields::declared(&[9, 13]).unwrap_err();
+        assert_eq!(error, "declares key field 13; a key-fields batch has 13 (indices 0 to 12)");
     }
 
     #[test]

@@ -16,11 +16,11 @@
 
 use std::sync::atomic::Ordering;
 
-use super::bindings::PackedStrings;
 pub use super::call::MAX_ISOLATED_FAILURES;
-use super::call::{CallFailure, Caller, bisect};
-use super::convert::{describe, pack_key_fields, unpack};
+use super::call::{CallFailure, bisect};
+use super::convert::{describe, unpack};
 use super::memo::{Answer, Memo};
+use super::projection::ProjectedKeys;
 use super::shadow::ShadowCalls;
 use std::sync::Arc;
 
@@ -44,16 +44,14 @@ pub const DEFAULT_MESSAGE_COMBINER_PLUGIN: &str = "similar-events";
 /// The default spam key: client-go v0.26's `getSpamKey`.
 pub const DEFAULT_SPAM_KEY_PLUGIN: &str = "source-object";
 
-type KeyBatchFn = Caller<(PackedStrings,), (Result<PackedStrings, String>,)>;
-
 /// A key-fields batch export returning `per_event` strings per event, decoded into a `T` per
 /// event, with its memo (`None` for a plugin that is not pure).
 struct BatchKeyFn<T> {
-    caller: KeyBatchFn,
+    caller: ProjectedKeys,
     per_event: usize,
     memo: Option<Memo<T>>,
     /// A candidate version compared on every batch ([`super::shadow`]), when one is set.
-    shadow: Option<ShadowCalls<KeyBatchFn>>,
+    shadow: Option<ShadowCalls<ProjectedKeys>>,
 }
 
 impl<T: Clone> BatchKeyFn<T> {
@@ -61,7 +59,7 @@ impl<T: Clone> BatchKeyFn<T> {
         check_kind(&handle, expected)?;
         let memo = handle.settings().pure.then(Memo::new);
         let shadow = ShadowCalls::for_keys(&handle);
-        Ok(Self { caller: Caller::new(handle, expected.batch_export(), None), per_event, memo, shadow })
+        Ok(Self { caller: ProjectedKeys::new(handle), per_event, memo, shadow })
     }
 
     /// One call on `events`, its answer checked and decoded, with the version that answered.
@@ -70,8 +68,7 @@ impl<T: Clone> BatchKeyFn<T> {
         events: &[&Event],
         decode: &impl Fn(&[&[u8]], &Event) -> Result<T, String>,
     ) -> Result<Vec<Answer<T>>, CallFailure> {
-        let packed = pack_key_fields(events).map_err(CallFailure::GuestError)?;
-        let ((answer,), _cost, version) = self.caller.call_versioned((packed,), events.len())?;
+        let (answer, _cost, version) = self.caller.call(events)?;
         let packed = answer.map_err(CallFailure::GuestError)?;
         let strings = unpack(&packed, events.len() * self.per_event).map_err(CallFailure::Garbage)?;
         strings
@@ -93,14 +90,17 @@ impl<T: Clone> BatchKeyFn<T> {
         if let Some(shadow) = &self.shadow {
             shadow.compare(events, self.per_event);
         }
-        // An unloaded plugin has no version to remember answers of: straight to the built-in.
-        let version = self.caller.handle().slot().load().map(|p| p.version());
-        // No memo (not pure), or one standing aside after a low hit rate: every event to the plugin.
-        let (memo, version) = match (&self.memo, version) {
-            (Some(memo), Some(version)) if !memo.stands_aside() => (memo, version),
+        // No memo (not pure), or one standing aside after a low hit rate: every event to the
+        // plugin. So too when the version's key fields are unknown (an unloaded plugin goes
+        // straight to the built-in; a failed declaration fails its calls, which fall back).
+        let (memo, (version, fields)) = match &self.memo {
+            Some(memo) if !memo.stands_aside() => match self.caller.fields() {
+                Ok(declared) => (memo, declared),
+                Err(_) => return out.extend(self.answers(events, &decode, &builtin).into_iter().map(Answer::into_value)),
+            },
             _ => return out.extend(self.answers(events, &decode, &builtin).into_iter().map(Answer::into_value)),
         };
-        let lookup = memo.lookup(version, events);
+        let lookup = memo.lookup(version, fields, events);
         memo.observe(events.len(), lookup.hits());
         let stats = self.caller.handle().stats();
         stats.memo_hits.fetch_add(lookup.hits() as u64, Ordering::Relaxed);

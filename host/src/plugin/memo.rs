@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use lru::DefaultHasher;
 
-use super::convert::key_fields_digest;
+use super::convert::{KeyFields, key_fields_digest};
 use crate::correlator::keys::Key;
 use crate::event::Event;
 
@@ -218,11 +218,12 @@ impl<T: Clone> Memo<T> {
     }
 
     /// Looks `events` up among the answers of plugin version `version` (the slot's current one;
-    /// the answers of any other version are forgotten first). An input seen earlier in the same
-    /// batch is a hit too: it goes to the plugin once.
-    pub(crate) fn lookup<'e>(&self, version: u64, events: &[&'e Event]) -> Lookup<'e, T> {
+    /// the answers of any other version are forgotten first), which reads the key fields
+    /// `fields`: events that differ only in fields it does not read share an answer. An input
+    /// seen earlier in the same batch is a hit too: it goes to the plugin once.
+    pub(crate) fn lookup<'e>(&self, version: u64, fields: KeyFields, events: &[&'e Event]) -> Lookup<'e, T> {
         let mut buf = Vec::new();
-        let keys: Vec<Key> = events.iter().map(|e| key_fields_digest(e, &mut buf)).collect();
+        let keys: Vec<Key> = events.iter().map(|e| key_fields_digest(e, fields, &mut buf)).collect();
         let mut lookup = Lookup { slots: Vec::with_capacity(events.len()), misses: Vec::new(), miss_keys: Vec::new() };
         let mut pending: HashMap<Key, usize, DefaultHasher> =
             HashMap::with_capacity_and_hasher(events.len(), DefaultHasher::default());
@@ -318,7 +319,7 @@ mod tests {
     fn repeats_are_answered_once_and_hits_come_from_the_memo_in_order() {
         let memo = Memo::new();
         let (a, b) = (event("A", "m"), event("B", "m"));
-        let lookup = memo.lookup(1, &[&a, &b, &a]);
+        let lookup = memo.lookup(1, KeyFields::ALL, &[&a, &b, &a]);
         assert_eq!((lookup.misses().len(), lookup.hits()), (2, 1), "`a` goes to the plugin once");
         let answers = vec![plugin(10, 1), plugin(20, 1)];
         memo.remember(&lookup, &answers);
@@ -326,7 +327,7 @@ mod tests {
         lookup.finish(answers, &mut out, |_| panic!("no policy answer"));
         assert_eq!(out, [Some(10), Some(20), Some(10)]);
 
-        let lookup = memo.lookup(1, &[&b, &a]);
+        let lookup = memo.lookup(1, KeyFields::ALL, &[&b, &a]);
         assert_eq!((lookup.misses().len(), lookup.hits()), (0, 2));
         let mut out = Vec::new();
         lookup.finish(Vec::new(), &mut out, |_| {});
@@ -337,21 +338,21 @@ mod tests {
     fn another_version_starts_over_and_only_answers_of_the_current_version_are_kept() {
         let memo = Memo::new();
         let a = event("A", "m");
-        let lookup = memo.lookup(1, &[&a]);
+        let lookup = memo.lookup(1, KeyFields::ALL, &[&a]);
         memo.remember(&lookup, &[plugin(10, 1)]);
-        assert_eq!(memo.lookup(1, &[&a]).hits(), 1);
-        let lookup = memo.lookup(2, &[&a]);
+        assert_eq!(memo.lookup(1, KeyFields::ALL, &[&a]).hits(), 1);
+        let lookup = memo.lookup(2, KeyFields::ALL, &[&a]);
         assert_eq!(lookup.hits(), 0, "version 2 does not see version 1's answers");
         // The call ran on version 3 (swapped in meanwhile): not remembered for version 2.
         memo.remember(&lookup, &[plugin(30, 3)]);
-        assert_eq!(memo.lookup(2, &[&a]).hits(), 0);
+        assert_eq!(memo.lookup(2, KeyFields::ALL, &[&a]).hits(), 0);
     }
 
     #[test]
     fn fallback_values_are_not_remembered_and_their_repeats_are_reported() {
         let memo = Memo::new();
         let (a, b) = (event("A", "m"), event("B", "m"));
-        let lookup = memo.lookup(1, &[&a, &a, &b, &a]);
+        let lookup = memo.lookup(1, KeyFields::ALL, &[&a, &a, &b, &a]);
         let answers = vec![Answer::Policy(None), Answer::Builtin(7)];
         memo.remember(&lookup, &answers);
         let (mut out, mut repeats) = (Vec::new(), 0);
@@ -361,7 +362,7 @@ mod tests {
         });
         assert_eq!(out, [None, None, Some(7), None]);
         assert_eq!(repeats, 2);
-        assert_eq!(memo.lookup(1, &[&a, &b]).hits(), 0, "neither was the plugin's answer");
+        assert_eq!(memo.lookup(1, KeyFields::ALL, &[&a, &b]).hits(), 0, "neither was the plugin's answer");
     }
 
     #[test]
@@ -369,13 +370,13 @@ mod tests {
         let memo = Memo::new();
         let events: Vec<Event> = (0..4 * MEMO_ENTRIES).map(|i| event("R", &i.to_string())).collect();
         let refs: Vec<&Event> = events.iter().collect();
-        let lookup = memo.lookup(1, &refs);
+        let lookup = memo.lookup(1, KeyFields::ALL, &refs);
         let answers: Vec<Answer<u32>> = (0..refs.len()).map(|i| plugin(i as u32, 1)).collect();
         memo.remember(&lookup, &answers);
         let kept = memo.state().answers.len();
         assert!(kept <= MEMO_ENTRIES && kept > MEMO_ENTRIES / 2, "{kept} answers kept");
         let last = &refs[refs.len() - 1..];
-        assert_eq!(memo.lookup(1, last).hits(), 1, "the answer remembered last is kept");
+        assert_eq!(memo.lookup(1, KeyFields::ALL, last).hits(), 1, "the answer remembered last is kept");
 
         // Within a set, the answer used last survives a new one.
         let mut table = Table { sets: Vec::new() };

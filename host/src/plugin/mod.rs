@@ -99,6 +99,12 @@ impl PluginKind {
         }
     }
 
+    /// Whether its batch export takes a key-fields batch (aggregate key, message combiner, spam
+    /// key): the kinds whose `*-projected` world declares the key fields it reads.
+    pub fn reads_key_fields(self) -> bool {
+        matches!(self, PluginKind::AggregateKey | PluginKind::MessageCombiner | PluginKind::SpamKey)
+    }
+
     /// The single-event export (tools and tests).
     pub fn single_export(self) -> &'static str {
         match self {
@@ -334,6 +340,8 @@ pub struct Plugin {
     digest: u64,
     compile_time: std::time::Duration,
     tier: Tier,
+    /// Whether it exports `key-fields` (a key plugin of a `*-projected` world).
+    declares_key_fields: bool,
 }
 
 impl fmt::Debug for Plugin {
@@ -356,6 +364,12 @@ impl Plugin {
     /// Its kind, read from its exports.
     pub fn kind(&self) -> PluginKind {
         self.kind
+    }
+
+    /// Whether it declares the key fields it reads (a key plugin of a `*-projected` world,
+    /// exporting `key-fields`); otherwise the host sends it all 13.
+    pub fn declares_key_fields(&self) -> bool {
+        self.declares_key_fields
     }
 
     /// Where its component came from.
@@ -536,8 +550,9 @@ impl PluginRuntime {
             Component::new(&compiler.engine, bytes)
                 .map_err(|e| PluginError::Compile { plugin: name.into(), reason: one_line(&format!("{e:#}")) })?
         };
-        let kind = kind_of(&compiler.engine, &component)
-            .map_err(|reason| PluginError::World { plugin: name.into(), reason })?;
+        let exports: Vec<String> =
+            component.component_type().exports(&compiler.engine).map(|(name, _)| name.to_string()).collect();
+        let kind = kind_from_exports(&exports).map_err(|reason| PluginError::World { plugin: name.into(), reason })?;
         let pre = compiler
             .linker
             .instantiate_pre(&component)
@@ -558,6 +573,7 @@ impl PluginRuntime {
             digest: xxhash_rust::xxh3::xxh3_64(bytes),
             compile_time: started.elapsed(),
             tier,
+            declares_key_fields: kind.reads_key_fields() && exports.iter().any(|e| e == KEY_FIELDS_EXPORT),
         }))
     }
 
@@ -575,11 +591,8 @@ impl PluginRuntime {
     }
 }
 
-/// The kind whose batch export the component has; an error unless exactly one.
-fn kind_of(engine: &Engine, component: &Component) -> Result<PluginKind, String> {
-    let exports: Vec<String> = component.component_type().exports(engine).map(|(name, _)| name.to_string()).collect();
-    kind_from_exports(&exports)
-}
+/// The export of a key plugin's `*-projected` world that lists the key fields it reads.
+pub(crate) const KEY_FIELDS_EXPORT: &str = "key-fields";
 
 /// The kind of a component exporting `exports` (names of its top-level exports), or why it is
 /// none: no world, several, or a world of an older WIT (a sink's `send-batch`, a filter without

@@ -1,6 +1,12 @@
-//! A filter's projection: the fields it declared (`filter.fields`), asked once per plugin
-//! version, and the batches packed from exactly those fields (`types.projected-batch`), so a
-//! filter pays for the strings it reads and nothing else.
+//! Projections: the fields a plugin declared it reads, asked once per plugin version, and the
+//! batches packed from exactly those fields, so a plugin pays for the strings it reads and
+//! nothing else.
+//!
+//! - A filter declares `event-field`s (`filter.fields`) and gets a `projected-batch` of exactly
+//!   those ([`ProjectedFilter`]).
+//! - A key plugin of a `*-projected` world declares which of the 13 key fields it reads
+//!   (`key-fields`) and gets a key-fields batch with the others empty; its memo keys answers by
+//!   the declared fields alone ([`ProjectedKeys`]). A plugin of a plain key world reads all 13.
 //!
 //! Measured against the earlier design (every event lowered as a whole `event` record) and a
 //! resource with a getter per field: see the README's plugin section.
@@ -8,9 +14,10 @@
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use super::PluginHandle;
 use super::bindings as wit;
 use super::call::{CallCost, CallFailure, Caller};
+use super::convert::{KeyFields, pack_key_fields};
+use super::{KEY_FIELDS_EXPORT, Plugin, PluginHandle};
 use crate::clock::to_unix_nanos;
 use crate::event::{Event, ObjectReference, Time};
 
@@ -29,23 +36,50 @@ pub const MAX_FIELDS: usize = 64;
 /// The `filter-batch` export: tenant, event count, projected batch → verdicts.
 type FilterBatch = Caller<(String, u32, wit::PackedStrings), (Vec<wit::Verdict>,)>;
 
-/// The fields of one plugin version, and which version declared them.
-struct Projection {
-    version: u64,
-    fields: Arc<[wit::EventField]>,
+/// What one plugin version declared, remembered with the version's number: asked again only
+/// when the slot serves another version (hot reload, revert, tier-up).
+struct PerVersion<T> {
+    declared: Mutex<Option<(u64, T)>>,
+}
+
+impl<T: Clone> PerVersion<T> {
+    fn new() -> Self {
+        Self { declared: Mutex::new(None) }
+    }
+
+    /// The declaration of the version `handle`'s slot serves, with that version's number:
+    /// remembered, or asked with `ask` (given the version, and a handle fixed to it for a
+    /// fresh instance of its own, dropped after the call).
+    fn get(
+        &self,
+        handle: &PluginHandle,
+        ask: impl FnOnce(&Plugin, PluginHandle) -> Result<T, CallFailure>,
+    ) -> Result<(u64, T), CallFailure> {
+        let Some(current) = handle.slot().load() else {
+            return Err(CallFailure::Unloaded);
+        };
+        let mut guard = self.declared.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((version, declared)) = guard.as_ref().filter(|(version, _)| *version == current.version) {
+            return Ok((*version, declared.clone()));
+        }
+        let fixed = PluginHandle::fixed(current.clone(), handle.tenant(), handle.settings().clone());
+        let declared = ask(&current, fixed)?;
+        *guard = Some((current.version, declared.clone()));
+        Ok((current.version, declared))
+    }
 }
 
 /// One tenant's `filter-batch` caller with the projection of the version it calls.
 pub(crate) struct ProjectedFilter {
     batch: FilterBatch,
-    projection: Mutex<Option<Projection>>,
+    projection: PerVersion<Arc<[wit::EventField]>>,
 }
 
 impl ProjectedFilter {
     /// A caller of `handle`'s `filter-batch` (instantiated lazily).
     pub(crate) fn new(handle: PluginHandle) -> Self {
         let batch = Caller::new(handle, super::PluginKind::Filter.batch_export(), None);
-        Self { batch, projection: Mutex::new(None) }
+        Self { batch, projection: PerVersion::new() }
     }
 
     pub(crate) fn handle(&self) -> &PluginHandle {
@@ -94,22 +128,86 @@ impl ProjectedFilter {
     /// The fields of the slot's current version: remembered, or asked of a fresh instance of
     /// that version (dropped after the call).
     pub(crate) fn fields(&self) -> Result<(u64, Arc<[wit::EventField]>), CallFailure> {
-        let Some(current) = self.handle().slot().load() else {
-            return Err(CallFailure::Unloaded);
-        };
-        let mut guard = self.projection.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(p) = guard.as_ref().filter(|p| p.version == current.version) {
-            return Ok((p.version, p.fields.clone()));
+        self.projection.get(self.handle(), |_, fixed| {
+            let asker: Caller<(), (Vec<wit::EventField>,)> = Caller::new(fixed, "fields", None);
+            let ((fields,), _) = asker.call((), 1)?;
+            if fields.len() > MAX_FIELDS {
+                return Err(CallFailure::Garbage(format!("{} fields declared (at most {MAX_FIELDS})", fields.len())));
+            }
+            Ok(fields.into())
+        })
+    }
+}
+
+/// A key-fields batch export: key-fields batch → packed strings, or the guest's error.
+type KeyBatch = Caller<(wit::PackedStrings,), (Result<wit::PackedStrings, String>,)>;
+
+/// One tenant's caller of a key plugin's batch export (aggregate key, message combiner, spam
+/// key) with the key fields of the version it calls.
+pub(crate) struct ProjectedKeys {
+    batch: KeyBatch,
+    fields: PerVersion<KeyFields>,
+    /// The last batch's buffers, reused for the next one.
+    packed: Mutex<wit::PackedStrings>,
+}
+
+/// Bytes of a key-fields batch buffer kept for the next batch; a larger one (events with huge
+/// messages) is freed after its call.
+const KEEP_PACKED_BYTES: usize = 1 << 20;
+
+impl ProjectedKeys {
+    /// A caller of `handle`'s batch export (instantiated lazily).
+    pub(crate) fn new(handle: PluginHandle) -> Self {
+        let export = handle.kind().batch_export();
+        let packed = Mutex::new(wit::PackedStrings { bytes: Vec::new(), ends: Vec::new() });
+        Self { batch: Caller::new(handle, export, None), fields: PerVersion::new(), packed }
+    }
+
+    pub(crate) fn handle(&self) -> &PluginHandle {
+        self.batch.handle()
+    }
+
+    /// The error for `failure` on `event`, counted in the handle's stats.
+    pub(crate) fn error(&self, event: String, failure: CallFailure) -> super::call::PluginCallError {
+        self.batch.error(event, failure)
+    }
+
+    /// The key fields the slot's current version reads, with its version number: all 13 for
+    /// a plugin of a plain key world; for a `*-projected` one, what its `key-fields` answered
+    /// (asked once per version). A declaration naming a field that is not a key field is
+    /// [`CallFailure::Garbage`], and so is every batch until the plugin is fixed.
+    pub(crate) fn fields(&self) -> Result<(u64, KeyFields), CallFailure> {
+        self.fields.get(self.handle(), |plugin, fixed| {
+            if !plugin.declares_key_fields() {
+                return Ok(KeyFields::ALL);
+            }
+            let asker: Caller<(), (Vec<u8>,)> = Caller::new(fixed, KEY_FIELDS_EXPORT, None);
+            let ((fields,), _) = asker.call((), 1)?;
+            KeyFields::declared(&fields).map_err(CallFailure::Garbage)
+        })
+    }
+
+    /// One batch call on `events`, packed by the fields of the version it calls: the guest's
+    /// answer, and the number of the version that gave it. When a hot reload swapped the
+    /// version between asking and calling, asks the new version and calls again (once).
+    pub(crate) fn call(
+        &self,
+        events: &[&Event],
+    ) -> Result<(Result<wit::PackedStrings, String>, CallCost, u64), CallFailure> {
+        let mut packed = self.packed.lock().unwrap_or_else(|p| p.into_inner());
+        for _ in 0..2 {
+            let (version, fields) = self.fields()?;
+            pack_key_fields(&mut packed, events, fields).map_err(CallFailure::GuestError)?;
+            let called = self.batch.call_lowering((&*packed,), events.len());
+            if packed.bytes.capacity() > KEEP_PACKED_BYTES {
+                *packed = wit::PackedStrings { bytes: Vec::new(), ends: Vec::new() };
+            }
+            let ((answer,), cost, answered) = called?;
+            if answered == version {
+                return Ok((answer, cost, version));
+            }
         }
-        let handle = PluginHandle::fixed(current.clone(), self.handle().tenant(), self.handle().settings().clone());
-        let asker: Caller<(), (Vec<wit::EventField>,)> = Caller::new(handle, "fields", None);
-        let ((fields,), _) = asker.call((), 1)?;
-        if fields.len() > MAX_FIELDS {
-            return Err(CallFailure::Garbage(format!("{} fields declared (at most {MAX_FIELDS})", fields.len())));
-        }
-        let fields: Arc<[wit::EventField]> = fields.into();
-        *guard = Some(Projection { version: current.version, fields: fields.clone() });
-        Ok((current.version, fields))
+        Err(CallFailure::Trap("the plugin was swapped twice during one batch".into()))
     }
 }
 

@@ -21,10 +21,8 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 
-use super::bindings::PackedStrings;
-use super::call::Caller;
-use super::convert::{describe, pack_key_fields, unpack};
-use super::projection::{ProjectedFilter, Verdict};
+use super::convert::{describe, unpack};
+use super::projection::{ProjectedFilter, ProjectedKeys, Verdict};
 use super::{Plugin, PluginHandle, PluginSlot};
 use crate::event::Event;
 
@@ -132,7 +130,6 @@ impl Shadow {
     }
 }
 
-type KeyBatch = Caller<(PackedStrings,), (Result<PackedStrings, String>,)>;
 
 /// The two callers of one tenant's use of a shadowed plugin: the serving version (a handle of
 /// its own, so the plugin's series count only real calls) and the candidate.
@@ -164,19 +161,17 @@ impl<C> ShadowCalls<C> {
     }
 }
 
-impl ShadowCalls<KeyBatch> {
+impl ShadowCalls<ProjectedKeys> {
     /// For a key function, when its slot has a shadow.
     pub(crate) fn for_keys(handle: &PluginHandle) -> Option<Self> {
-        let export = handle.kind().batch_export();
-        Self::make(handle, |h| Caller::new(h, export, None))
+        Self::make(handle, ProjectedKeys::new)
     }
 
-    /// Both versions' answers (`per_event` strings per event) for `events`, compared event by
-    /// event.
+    /// Both versions' answers (`per_event` strings per event) for `events` (each packed by its
+    /// own version's key fields), compared event by event.
     pub(crate) fn compare(&self, events: &[&Event], per_event: usize) {
-        self.compare_with(events, |caller: &KeyBatch| -> Result<Vec<Value>, String> {
-            let packed = pack_key_fields(events)?;
-            let ((answer,), _) = caller.call((packed,), events.len()).map_err(|e| e.to_string())?;
+        self.compare_with(events, |caller: &ProjectedKeys| -> Result<Vec<Value>, String> {
+            let (answer, _, _) = caller.call(events).map_err(|e| e.to_string())?;
             let packed = answer?;
             let strings = unpack(&packed, events.len() * per_event)?;
             Ok(strings

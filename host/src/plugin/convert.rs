@@ -132,19 +132,25 @@ pub(crate) fn pack_key_fields(out: &mut wit::PackedStrings, events: &[&Event], f
 }
 
 /// The digest of the key fields of `e` exactly as a key-fields batch hands them to a plugin
-/// that reads `fields`: a [`Key`] of the 13 field lengths (`u64`, little-endian) followed by the
-/// 13 fields' bytes, undeclared ones empty, so two events whose fields differ in any way, even
-/// only in where the bytes split between fields, hash different inputs, and two that differ
-/// only in fields the plugin does not read hash the same. `buf` is scratch space, reused
-/// across calls.
+/// that reads `fields`: a [`Key`] of the declared fields' lengths (LEB128 varints) followed by
+/// their bytes. Two events whose declared fields differ in any way, even only in where the
+/// bytes split between fields, hash different inputs; two that differ only in fields the
+/// plugin does not read hash the same. (A memo holds one version's answers, so `fields` is
+/// the same for every digest it compares.) `buf` is scratch space, reused across calls.
 pub(crate) fn key_fields_digest(e: &Event, fields: KeyFields, buf: &mut Vec<u8>) -> Key {
-    let fields = fields.of(e);
+    let all = key_fields(e);
+    let declared = || all.iter().enumerate().filter(|&(i, _)| fields.contains(i)).map(|(_, f)| f.as_bytes());
     buf.clear();
-    for field in fields {
-        buf.extend_from_slice(&(field.len() as u64).to_le_bytes());
+    for field in declared() {
+        let mut len = field.len();
+        while len >= 0x80 {
+            buf.push((len as u8) | 0x80);
+            len >>= 7;
+        }
+        buf.push(len as u8);
     }
-    for field in fields {
-        buf.extend_from_slice(field.as_bytes());
+    for field in declared() {
+        buf.extend_from_slice(field);
     }
     Key::of_bytes(buf)
 }
@@ -312,6 +318,9 @@ mod tests {
         let all = KeyFields::ALL;
         let digest = key_fields_digest(&e, all, &mut buf);
         assert_ne!(digest, key_fields_digest(&moved, all, &mut buf), "lengths are part of the input");
+        let long = Event { reason: "r".repeat(300).into(), message: "r".into(), ..e.clone() };
+        let longer = Event { reason: "r".repeat(301).into(), message: "".into(), ..e.clone() };
+        assert_ne!(key_fields_digest(&long, all, &mut buf), key_fields_digest(&longer, all, &mut buf), "the same bytes split elsewhere, lengths of two bytes");
         assert_eq!(digest, key_fields_digest(&e.clone(), all, &mut buf), "same fields, same digest");
         let mut not_sent = e.clone();
         not_sent.metadata.name = "other".into();

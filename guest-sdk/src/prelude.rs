@@ -2,7 +2,7 @@
 //! plugins, the `alloc` items `std`'s prelude would give (`String`, `Vec`, `format!`, …).
 
 pub use crate::{
-    AggregateKey, Event, EventField, EventView, Filter, KeyWriter, MessageCombiner, Sink, SinkError,
+    AggregateKey, Event, EventField, EventView, Filter, KeyField, KeyWriter, MessageCombiner, Sink, SinkError,
     SinkRequest, SpamKey, Verdict, Watcher, config, defaults, log,
 };
 pub use alloc::borrow::ToOwned;

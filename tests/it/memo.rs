@@ -5,9 +5,11 @@
 
 use std::collections::BTreeMap;
 
-use eventpipe::correlator::{ByReason, EventAggregatorKeyFunc, EventAggregatorMessageFunc};
+use eventpipe::correlator::{
+    ByReason, EventAggregatorKeyFunc, EventAggregatorMessageFunc, EventSpamKeyFunc, SourceObject,
+};
 use eventpipe::event::{Event, EventSource, ObjectReference};
-use eventpipe::plugin::functions::{WasmAggregateKeyFunc, WasmMessageFunc};
+use eventpipe::plugin::functions::{WasmAggregateKeyFunc, WasmMessageFunc, WasmSpamKeyFunc};
 use eventpipe::plugin::{Metering, PluginHandle, PluginOrigin, PluginRuntime, PluginSettings, embedded};
 
 use crate::common;
@@ -77,6 +79,33 @@ fn a_repeated_input_is_answered_from_the_memo_without_calling_the_plugin() {
     assert_eq!(messages(&combiner, &[&a]), ["[call:0] m"]);
     assert_eq!(messages(&combiner, &[&a, &b]), ["[call:0] m", "[call:1] m"]);
     assert_eq!(combiner.aggregate_message(&a), "[call:0] m");
+}
+
+#[test]
+fn a_plugin_that_declares_its_key_fields_is_remembered_by_those_alone() {
+    let plugin = runtime().load("source-object", embedded::SOURCE_OBJECT, PluginOrigin::Embedded).unwrap();
+    assert!(plugin.declares_key_fields(), "the default spam key is built against `spam-key-projected`");
+    let handle = PluginHandle::fixed(plugin, "default", PluginSettings::default());
+    let spam_key_fn = WasmSpamKeyFunc::new(handle.clone()).unwrap();
+    let (a, a_again, b) = (event("a", "Started", "m"), event("a", "BackOff", "another message"), event("b", "Started", "m"));
+    let mut out = Vec::new();
+    spam_key_fn.spam_keys(&[&a, &b], &mut out);
+    spam_key_fn.spam_keys(&[&a_again], &mut out);
+    assert_eq!(out, [&a, &b, &a_again].map(|e| Some(SourceObject.spam_key(e))), "client-go's keys, in order");
+    let stats = handle.stats().snapshot();
+    assert_eq!(stats.memo_hits, 1, "another reason and message about `a`: the same inputs to this plugin: {stats:?}");
+    assert_eq!(stats.events, 2, "only `a` and `b` went to the plugin: {stats:?}");
+
+    // `by-reason` reads the message: a new message about `a` is a new input.
+    let plugin = runtime().load("by-reason", embedded::BY_REASON, PluginOrigin::Embedded).unwrap();
+    let handle = PluginHandle::fixed(plugin, "default", PluginSettings::default());
+    let key_fn = WasmAggregateKeyFunc::new(handle.clone()).unwrap();
+    let mut keys = Vec::new();
+    let mut moved = event("a", "Started", "m");
+    moved.involved_object.field_path = "spec.containers{other}".into();
+    key_fn.aggregate_keys(&[&a, &moved, &event("a", "Started", "m2")], &mut keys);
+    let stats = handle.stats().snapshot();
+    assert_eq!((stats.memo_hits, stats.memo_misses), (1, 2), "a field path it does not read is no new input: {stats:?}");
 }
 
 #[test]

@@ -367,6 +367,20 @@ fn plugins_check_reports_kind_fuel_and_memory_or_the_reason() {
     assert!(out.starts_with("keep_all: filter plugin"), "{out}");
     assert!(out.contains("fuel used: ") && out.contains("peak memory: "), "{out}");
 
+    // A key plugin that declares its key fields: the check says which it reads.
+    let key = common::fixture_plugin("ignore-host");
+    let (code, out, err) = eventpipe(&["plugins", "check", key.to_str().unwrap()], "");
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("ignore_host: aggregate-key plugin"), "{out}");
+    assert!(
+        out.contains(
+            "(reads source-component, involved-object-kind, involved-object-namespace, involved-object-name, \
+             involved-object-uid, involved-object-api-version, type, reason, message, reporting-component, \
+             reporting-instance)"
+        ),
+        "{out}"
+    );
+
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("bad.wasm");
     std::fs::write(&bad, b"garbage").unwrap();

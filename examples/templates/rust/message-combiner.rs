@@ -12,6 +12,11 @@ eventpipe_guest::export_message_combiner!(Combiner);
 struct Combiner;
 
 impl MessageCombiner for Combiner {
+    /// What `combine_message` reads (the host sends only these).
+    fn key_fields(&self) -> Vec<KeyField> {
+        vec![KeyField::Reason, KeyField::Message]
+    }
+
     fn combine_message(&self, event: &EventView<'_>, message: &mut KeyWriter<'_>) {
         message.push_all(&["(similar ", event.reason, " events): ", event.message]);
     }

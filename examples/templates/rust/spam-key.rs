@@ -12,6 +12,13 @@ eventpipe_guest::export_spam_key!(PerReason);
 struct PerReason;
 
 impl SpamKey for PerReason {
+    /// What `spam_key` reads: the host sends only these and remembers keys by them, so the
+    /// message (left out) may change without costing a call.
+    fn key_fields(&self) -> Vec<KeyField> {
+        use KeyField::*;
+        vec![SourceComponent, SourceHost, Kind, Namespace, Name, Uid, ApiVersion, Reason]
+    }
+
     fn spam_key(&self, event: &EventView<'_>, key: &mut KeyWriter<'_>) {
         defaults::spam_key(event, key); // client-go getSpamKey
         key.push_str(event.reason);

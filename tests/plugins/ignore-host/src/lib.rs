@@ -12,6 +12,15 @@ eventpipe_guest::export_aggregate_key!(IgnoreHost);
 struct IgnoreHost;
 
 impl AggregateKey for IgnoreHost {
+    /// Every key field `by-reason` reads but `source.host`.
+    fn key_fields(&self) -> Vec<KeyField> {
+        use KeyField::*;
+        vec![SourceComponent, Kind, Namespace, Name, Uid, ApiVersion, Type, Reason, Message]
+            .into_iter()
+            .chain([ReportingComponent, ReportingInstance])
+            .collect()
+    }
+
     fn aggregate_key(&self, e: &EventView<'_>, key: &mut KeyWriter<'_>) {
         let o = &e.involved_object;
         key.push_all(&[e.source.component, o.kind, o.namespace, o.name, o.uid, o.api_version, e.type_, e.reason]);

@@ -16,6 +16,12 @@ eventpipe_guest::export_aggregate_key!(NamespaceReason);
 struct NamespaceReason;
 
 impl AggregateKey for NamespaceReason {
+    /// What the two keys read: the host sends only these (the others arrive empty).
+    fn key_fields(&self) -> Vec<KeyField> {
+        use KeyField::*;
+        vec![SourceComponent, Kind, Namespace, Type, Reason, Message]
+    }
+
     fn aggregate_key(&self, e: &EventView<'_>, key: &mut KeyWriter<'_>) {
         let o = &e.involved_object;
         key.push_all(&[e.source.component, "|", o.kind, "|", o.namespace, "|", e.type_, "|", e.reason]);

@@ -148,26 +148,6 @@ fn paths() -> Vec<(&'static str, CorrelatorOptions, Option<CorrelatorPlugins>)> 
 fn bench(c: &mut Criterion) {
     let events = stream();
     let paths = paths();
-    if std::env::var("PROF_LAYOUT").is_ok() {
-        use std::mem::offset_of;
-        eprintln!("size {}", std::mem::size_of::<Event>());
-        eprintln!("metadata {} io {} reason {} message {} source {} type {} rc {} ri {} related {} series {} first {} count {}",
-            offset_of!(Event, metadata), offset_of!(Event, involved_object), offset_of!(Event, reason), offset_of!(Event, message),
-            offset_of!(Event, source), offset_of!(Event, type_), offset_of!(Event, reporting_component), offset_of!(Event, reporting_instance),
-            offset_of!(Event, related), offset_of!(Event, series), offset_of!(Event, first_timestamp), offset_of!(Event, count));
-        eprintln!("meta size {} io size {}", std::mem::size_of::<eventpipe::event::ObjectMeta>(), std::mem::size_of::<ObjectReference>());
-        std::process::exit(0);
-    }
-    if let Ok(only) = std::env::var("PROF_ONLY") {
-        let (_, options, _) = paths.iter().find(|(n, _, _)| *n == only).expect("path");
-        for _ in 0..15 {
-            let input = events.clone();
-            let t = Instant::now();
-            let w = correlate_all(input, options);
-            eprintln!("{} ns/event written {w}", t.elapsed().as_nanos() / EVENTS as u128);
-        }
-        std::process::exit(0);
-    }
     let mut group = c.benchmark_group("correlator");
     group.throughput(Throughput::Elements(EVENTS as u64));
     group.sample_size(10).measurement_time(Duration::from_secs(30));

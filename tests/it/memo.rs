@@ -87,7 +87,8 @@ fn a_plugin_that_declares_its_key_fields_is_remembered_by_those_alone() {
     assert!(plugin.declares_key_fields(), "the default spam key is built against `spam-key-projected`");
     let handle = PluginHandle::fixed(plugin, "default", PluginSettings::default());
     let spam_key_fn = WasmSpamKeyFunc::new(handle.clone()).unwrap();
-    let (a, a_again, b) = (event("a", "Started", "m"), event("a", "BackOff", "another message"), event("b", "Started", "m"));
+    let (a, a_again, b) =
+        (event("a", "Started", "m"), event("a", "BackOff", "another message"), event("b", "Started", "m"));
     let mut out = Vec::new();
     spam_key_fn.spam_keys(&[&a, &b], &mut out);
     spam_key_fn.spam_keys(&[&a_again], &mut out);
@@ -105,7 +106,11 @@ fn a_plugin_that_declares_its_key_fields_is_remembered_by_those_alone() {
     moved.involved_object.field_path = "spec.containers{other}".into();
     key_fn.aggregate_keys(&[&a, &moved, &event("a", "Started", "m2")], &mut keys);
     let stats = handle.stats().snapshot();
-    assert_eq!((stats.memo_hits, stats.memo_misses), (1, 2), "a field path it does not read is no new input: {stats:?}");
+    assert_eq!(
+        (stats.memo_hits, stats.memo_misses),
+        (1, 2),
+        "a field path it does not read is no new input: {stats:?}"
+    );
 }
 
 #[test]

@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex};
 
 use super::bindings as wit;
 use super::call::{CallCost, CallFailure, Caller};
-use super::convert::{to_wit, unpack};
-use super::projection::{ProjectedFilter, ProjectedKeys, describe_fields};
+use super::convert::{describe_fields, to_wit, unpack};
+use super::projection::{ProjectedFilter, ProjectedKeys};
 use super::sink::DeliverBatch;
 use super::{Plugin, PluginHandle, PluginKind, PluginRuntime, PluginSettings};
 use crate::event::Event;

@@ -91,11 +91,11 @@ impl KeyFields {
         }
         let declared: Vec<wit::EventField> =
             (0..KEY_FIELDS).filter(|&i| self.contains(i)).map(|i| KEY_EVENT_FIELDS[i].clone()).collect();
-        super::projection::describe_fields(&declared)
+        describe_fields(&declared)
     }
 
     /// `e`'s key fields with the undeclared ones empty.
-    fn of<'e>(self, e: &'e Event) -> [&'e str; KEY_FIELDS] {
+    fn of(self, e: &Event) -> [&str; KEY_FIELDS] {
         let mut fields = key_fields(e);
         if self != Self::ALL {
             for (i, field) in fields.iter_mut().enumerate() {
@@ -114,7 +114,11 @@ impl KeyFields {
 ///
 /// # Errors
 /// The batch is larger than the 4 GiB the `u32` offsets address.
-pub(crate) fn pack_key_fields(out: &mut wit::PackedStrings, events: &[&Event], fields: KeyFields) -> Result<(), String> {
+pub(crate) fn pack_key_fields(
+    out: &mut wit::PackedStrings,
+    events: &[&Event],
+    fields: KeyFields,
+) -> Result<(), String> {
     let wit::PackedStrings { bytes, ends } = out;
     bytes.clear();
     ends.clear();
@@ -153,6 +157,38 @@ pub(crate) fn key_fields_digest(e: &Event, fields: KeyFields, buf: &mut Vec<u8>)
         buf.extend_from_slice(field);
     }
     Key::of_bytes(buf)
+}
+
+/// `fields` as WIT names, e.g. `type, reason, label(team)`; `no fields` when empty.
+pub(crate) fn describe_fields(fields: &[wit::EventField]) -> String {
+    if fields.is_empty() {
+        return "no fields".into();
+    }
+    let names: Vec<String> = fields
+        .iter()
+        .map(|f| match f {
+            wit::EventField::Label(key) => format!("label({key})"),
+            wit::EventField::Annotation(key) => format!("annotation({key})"),
+            other => {
+                // `EventField::SourceComponent` → `source-component`, as the WIT names the case.
+                let debug = format!("{other:?}");
+                let debug = debug.rsplit("::").next().unwrap_or(&debug);
+                let mut name = String::with_capacity(debug.len() + 4);
+                for (i, c) in debug.chars().enumerate() {
+                    if c.is_ascii_uppercase() {
+                        if i > 0 {
+                            name.push('-');
+                        }
+                        name.push(c.to_ascii_lowercase());
+                    } else {
+                        name.push(c);
+                    }
+                }
+                name
+            }
+        })
+        .collect();
+    names.join(", ")
 }
 
 /// The strings of a `packed-strings` result, checked against its rules and against the count
@@ -320,7 +356,11 @@ mod tests {
         assert_ne!(digest, key_fields_digest(&moved, all, &mut buf), "lengths are part of the input");
         let long = Event { reason: "r".repeat(300).into(), message: "r".into(), ..e.clone() };
         let longer = Event { reason: "r".repeat(301).into(), message: "".into(), ..e.clone() };
-        assert_ne!(key_fields_digest(&long, all, &mut buf), key_fields_digest(&longer, all, &mut buf), "the same bytes split elsewhere, lengths of two bytes");
+        assert_ne!(
+            key_fields_digest(&long, all, &mut buf),
+            key_fields_digest(&longer, all, &mut buf),
+            "the same bytes split elsewhere, lengths of two bytes"
+        );
         assert_eq!(digest, key_fields_digest(&e.clone(), all, &mut buf), "same fields, same digest");
         let mut not_sent = e.clone();
         not_sent.metadata.name = "other".into();

@@ -96,7 +96,9 @@ impl<T: Clone> BatchKeyFn<T> {
         let (memo, (version, fields)) = match &self.memo {
             Some(memo) if !memo.stands_aside() => match self.caller.fields() {
                 Ok(declared) => (memo, declared),
-                Err(_) => return out.extend(self.answers(events, &decode, &builtin).into_iter().map(Answer::into_value)),
+                Err(_) => {
+                    return out.extend(self.answers(events, &decode, &builtin).into_iter().map(Answer::into_value));
+                }
             },
             _ => return out.extend(self.answers(events, &decode, &builtin).into_iter().map(Answer::into_value)),
         };

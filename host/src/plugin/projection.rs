@@ -211,38 +211,6 @@ impl ProjectedKeys {
     }
 }
 
-/// `fields` as WIT names, e.g. `type, reason, label(team)`; `no fields` when empty.
-pub(crate) fn describe_fields(fields: &[wit::EventField]) -> String {
-    if fields.is_empty() {
-        return "no fields".into();
-    }
-    let names: Vec<String> = fields
-        .iter()
-        .map(|f| match f {
-            wit::EventField::Label(key) => format!("label({key})"),
-            wit::EventField::Annotation(key) => format!("annotation({key})"),
-            other => {
-                // `EventField::SourceComponent` → `source-component`, as the WIT names the case.
-                let debug = format!("{other:?}");
-                let debug = debug.rsplit("::").next().unwrap_or(&debug);
-                let mut name = String::with_capacity(debug.len() + 4);
-                for (i, c) in debug.chars().enumerate() {
-                    if c.is_ascii_uppercase() {
-                        if i > 0 {
-                            name.push('-');
-                        }
-                        name.push(c.to_ascii_lowercase());
-                    } else {
-                        name.push(c);
-                    }
-                }
-                name
-            }
-        })
-        .collect();
-    names.join(", ")
-}
-
 fn instant(bytes: &mut Vec<u8>, t: Option<Time>) {
     if let Some(t) = t {
         let _ = write!(bytes, "{}", to_unix_nanos(t));
@@ -332,6 +300,7 @@ pub(crate) fn pack_projection(events: &[&Event], fields: &[wit::EventField]) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plugin::convert::describe_fields;
     use crate::plugin::convert::unpack;
     use wit::EventField as F;
 

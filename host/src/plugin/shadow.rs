@@ -130,7 +130,6 @@ impl Shadow {
     }
 }
 
-
 /// The two callers of one tenant's use of a shadowed plugin: the serving version (a handle of
 /// its own, so the plugin's series count only real calls) and the candidate.
 pub(crate) struct ShadowCalls<C> {

@@ -37,7 +37,9 @@
 //! The key and combiner kinds run on every event, so their batches cross the component
 //! boundary packed ([`packed`]): the SDK decodes them into borrowed [`EventView`]s and collects
 //! what your functions write through a [`KeyWriter`] into one buffer, so a batch costs a few
-//! copies, not an allocation per string. The client-go functions are in [`defaults`].
+//! copies, not an allocation per string. They are built against the `*-projected` worlds:
+//! `key_fields()` says which [`KeyField`]s your functions read (default: all 13), and the host
+//! sends and memoizes by only those. The client-go functions are in [`defaults`].
 //!
 //! # Plugin values
 //! Your type is built once per component instance, with [`Default::default`], on the first

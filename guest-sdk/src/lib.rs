@@ -91,7 +91,7 @@ pub use bindings::plugin::eventpipe::plugin::types::{
 };
 pub use packed::{EventView, KeyField, KeyWriter};
 
-/// An aggregate-key function (world `aggregate-key`, client-go `EventAggregatorKeyFunc`).
+/// An aggregate-key function (world `aggregate-key-projected`, client-go `EventAggregatorKeyFunc`).
 /// Export with [`export_aggregate_key!`]. Default: [`defaults::ByReason`].
 ///
 /// Both keys must be pure functions of the event's key fields: the host calls them in
@@ -116,7 +116,7 @@ pub trait AggregateKey: Default + 'static {
     }
 }
 
-/// A message combiner (world `message-combiner`, client-go `EventAggregatorMessageFunc`).
+/// A message combiner (world `message-combiner-projected`, client-go `EventAggregatorMessageFunc`).
 /// Export with [`export_message_combiner!`]. Default: [`defaults::SimilarEvents`].
 pub trait MessageCombiner: Default + 'static {
     /// The key fields this function reads: the host fills only these in each batch (the
@@ -131,7 +131,7 @@ pub trait MessageCombiner: Default + 'static {
     fn combine_message(&self, event: &EventView<'_>, message: &mut KeyWriter<'_>);
 }
 
-/// A spam key function (world `spam-key`, client-go `EventSpamKeyFunc`): events with equal
+/// A spam key function (world `spam-key-projected`, client-go `EventSpamKeyFunc`): events with equal
 /// keys share one token bucket. Export with [`export_spam_key!`]. Default:
 /// [`defaults::SourceObject`].
 pub trait SpamKey: Default + 'static {

@@ -93,14 +93,9 @@ impl<T: Clone> BatchKeyFn<T> {
         // No memo (not pure), or one standing aside after a low hit rate: every event to the
         // plugin. So too when the version's key fields are unknown (an unloaded plugin goes
         // straight to the built-in; a failed declaration fails its calls, which fall back).
-        let (memo, (version, fields)) = match &self.memo {
-            Some(memo) if !memo.stands_aside() => match self.caller.fields() {
-                Ok(declared) => (memo, declared),
-                Err(_) => {
-                    return out.extend(self.answers(events, &decode, &builtin).into_iter().map(Answer::into_value));
-                }
-            },
-            _ => return out.extend(self.answers(events, &decode, &builtin).into_iter().map(Answer::into_value)),
+        let memo = self.memo.as_ref().filter(|memo| !memo.stands_aside());
+        let Some((memo, (version, fields))) = memo.and_then(|memo| Some((memo, self.caller.fields().ok()?))) else {
+            return out.extend(self.answers(events, &decode, &builtin).into_iter().map(Answer::into_value));
         };
         let lookup = memo.lookup(version, fields, events);
         memo.observe(events.len(), lookup.hits());

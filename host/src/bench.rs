@@ -105,9 +105,10 @@ pub fn pass(plan: &Arc<TenantPlan>, occurrences: Vec<Occurrence>) -> Duration {
         let batch: Vec<Occurrence> = batches.by_ref().take(PREPARE_BATCH_SIZE).collect();
         for (t, staged) in stages.prepare(batch) {
             if let Staged::Prepared(prepared) = staged {
+                let key = prepared.state_key();
                 let result = stages.finish(t, prepared);
                 if let Some(event) = &result.event {
-                    stages.stage_mut(t).update_state(event);
+                    stages.stage_mut(t).update_state_keyed(event, key);
                 }
             }
         }

@@ -166,9 +166,10 @@ fn correlate(
                 let Some(Staged::Prepared(prepared)) = staged.next() else {
                     unreachable!("replay has no filters and no rules: one prepared event per event")
                 };
+                let key = prepared.state_key();
                 let result = stage.finish(prepared);
                 if update_state && let Some(event) = &result.event {
-                    stage.update_state(event);
+                    stage.update_state_keyed(event, key);
                 }
                 summary.results += 1;
                 summary.skipped += u64::from(result.skip);

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use crate::correlator::snapshot::{CorrelatorSettings, SnapshotRefused, TenantSnapshot};
 use crate::correlator::{
-    CorrelatorOptions, CorrelatorStats, EventCorrelateResult, EventCorrelator, Occurrence, PreparedEvent,
+    CorrelatorOptions, CorrelatorStats, EventCorrelateResult, EventCorrelator, Key, Occurrence, PreparedEvent,
 };
 use crate::event::Event;
 use crate::plan::{PlannedTenant, TenantPlan, TenantRules};
@@ -191,6 +191,12 @@ impl TenantStage {
     /// client-go `UpdateState`: remember the sink's copy of a written event.
     pub fn update_state(&mut self, stored: &Event) {
         self.correlator.update_state(stored);
+    }
+
+    /// [`update_state`](Self::update_state) for an event written exactly as `finish` returned
+    /// it, with its [`PreparedEvent::state_key`] (see [`EventCorrelator::update_state_keyed`]).
+    pub fn update_state_keyed(&mut self, written: &Event, key: Option<Key>) {
+        self.correlator.update_state_keyed(written, key);
     }
 
     /// As [`update_state`](Self::update_state) for a write that completed while later events

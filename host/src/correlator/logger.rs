@@ -138,6 +138,12 @@ impl EventLogger {
         self.remember(event_cache_key(event), event);
     }
 
+    /// [`update_state`](Self::update_state) with `event`'s key when the caller knows it
+    /// (`None`: computed here).
+    pub fn update_state_keyed(&mut self, event: &Event, key: Option<Key>) {
+        self.remember(key.unwrap_or_else(|| event_cache_key(event)), event);
+    }
+
     /// As [`update_state`](Self::update_state), but keeps the cached entry when it has a higher
     /// count than `event` (a newer occurrence was observed after `event` was written).
     pub fn update_state_unless_stale(&mut self, event: &Event) {

@@ -193,6 +193,16 @@ impl PreparedEvent {
         self.aggregated
     }
 
+    /// The key that `update_state` needs for this event once it is written as it is (a sink
+    /// that stores nothing of its own, [`crate::sink::Stored::AsSent`]): client-go
+    /// `getEventKey` of the written event. It is the key the EventLogger observes the event
+    /// under, already computed by `prepare`, unless the aggregator replaced the event: the
+    /// aggregate event's `getEventKey` contains the combined message (spec §3.5), so `None`.
+    /// Give it to [`EventCorrelator::update_state_keyed`].
+    pub fn state_key(&self) -> Option<Key> {
+        (!self.aggregated && !self.dropped).then_some(self.logger_key)
+    }
+
     /// Whether a key function dropped the event (see [`EventCorrelator::prepare`]).
     pub fn dropped(&self) -> bool {
         self.dropped
@@ -389,6 +399,13 @@ impl EventCorrelator {
         self.logger.update_state(event);
     }
 
+    /// [`update_state`](Self::update_state) for an event written exactly as `finish` returned
+    /// it, with the key [`PreparedEvent::state_key`] gave for it (`None`: computed here, as
+    /// `update_state` does). A key of another event would update that event's entry.
+    pub fn update_state_keyed(&mut self, event: &Event, key: Option<Key>) {
+        self.logger.update_state_keyed(event, key);
+    }
+
     /// As [`update_state`](Self::update_state), unless the EventLogger has observed a newer
     /// occurrence of the same event since (a higher count than the sink's copy): a sink that
     /// writes several events at once can acknowledge an older write after a newer one was
@@ -405,5 +422,58 @@ impl EventCorrelator {
     /// The EventLogger (for diagnostics and tests).
     pub fn logger(&self) -> &EventLogger {
         &self.logger
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn occurrence(i: i64, message: &str, resource_version: &str) -> Occurrence {
+        let at: Time = "2025-01-01T00:00:00Z".parse::<Time>().unwrap() + chrono::Duration::seconds(i);
+        let mut event = Event { reason: "BackOff".into(), message: message.into(), count: 1, ..Event::default() };
+        event.source.component = "kubelet".into();
+        event.involved_object.kind = "Pod".into();
+        event.involved_object.name = "web-0".into();
+        event.metadata.name = format!("web-0.{i}").into();
+        event.metadata.resource_version = resource_version.into();
+        event.first_timestamp = Some(at);
+        event.last_timestamp = Some(at);
+        Occurrence { event: Box::new(event), clock: Some(at), spam_filter_clock: Some(at) }
+    }
+
+    /// `state_key` is client-go `getEventKey` of the event as `finish` returns it, except for an
+    /// aggregate event (`None`: its key holds the combined message), and `update_state_keyed`
+    /// leaves the EventLogger exactly as `update_state` does (a cleared resourceVersion included).
+    #[test]
+    fn the_state_key_is_the_written_events_key_unless_it_was_aggregated() {
+        let options = CorrelatorOptions { max_events: 3, ..CorrelatorOptions::default() };
+        let (mut keyed, mut plain) = (EventCorrelator::new(options.clone()), EventCorrelator::new(options));
+        let messages = ["a", "b", "a", "c", "d", "a", "e"];
+        let stream = || messages.iter().enumerate().map(|(i, m)| occurrence(i as i64, m, "7")).collect::<Vec<_>>();
+        let mut aggregated = 0;
+        for p in keyed.prepare(stream()) {
+            let key = p.state_key();
+            let was_aggregated = p.aggregated();
+            let mut written = keyed.finish(p).event.expect("no event is skipped");
+            written.metadata.resource_version.clear(); // as a create sends it
+            if was_aggregated {
+                aggregated += 1;
+                assert_eq!(key, None, "an aggregate event's key is computed when it is written");
+            } else {
+                assert_eq!(key, Some(keys::event_cache_key(&written)));
+            }
+            keyed.update_state_keyed(&written, key);
+        }
+        for p in plain.prepare(stream()) {
+            let mut written = plain.finish(p).event.expect("no event is skipped");
+            written.metadata.resource_version.clear();
+            plain.update_state(&written);
+        }
+        assert!(aggregated > 0, "the stream aggregates");
+        let entries = |c: &EventCorrelator| {
+            c.logger().entries().map(|(k, n, t, name, rv)| (k, n, t, name.to_string(), rv.to_string())).collect::<Vec<_>>()
+        };
+        assert_eq!(entries(&keyed), entries(&plain));
     }
 }

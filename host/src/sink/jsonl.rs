@@ -16,7 +16,8 @@ use async_trait::async_trait;
 use serde::Serialize;
 
 use super::retry::Verb;
-use super::{EventSink, SinkError, Stored};
+use super::{EventSink, SinkError, SinkPatch, Stored};
+use crate::correlator::EventPatch;
 use crate::event::Event;
 
 /// One sink call as JSON: `{"verb":"create"|"patch","event":…,"patch":…}` — a line of the
@@ -25,8 +26,17 @@ use crate::event::Event;
 pub(crate) struct SinkCall<'a> {
     verb: Verb,
     event: &'a Event,
-    /// The patch body as sent, embedded without re-serialising it; absent for an empty body.
-    patch: Option<&'a serde_json::value::RawValue>,
+    /// The patch body as sent; absent for an empty body.
+    patch: Option<PatchJson<'a>>,
+}
+
+/// A patch body inside a [`SinkCall`]: bytes a caller gave, embedded as they are (checked to be
+/// JSON), or the EventLogger's patch serialised in place (the same bytes its `to_json` gives).
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+enum PatchJson<'a> {
+    Raw(&'a serde_json::value::RawValue),
+    Observed(&'a EventPatch),
 }
 
 impl<'a> SinkCall<'a> {
@@ -38,12 +48,23 @@ impl<'a> SinkCall<'a> {
         let patch = if patch.is_empty() {
             None
         } else {
-            Some(
+            Some(PatchJson::Raw(
                 serde_json::from_slice::<&serde_json::value::RawValue>(patch)
                     .map_err(|e| SinkError::RequestConstruction(format!("patch is not JSON: {e}")))?,
-            )
+            ))
         };
         Ok(Self { verb, event, patch })
+    }
+
+    /// The patch `patch` of `event`, as `recordToSink` sends it ([`SinkPatch`]).
+    ///
+    /// # Errors
+    /// As [`SinkCall::new`] for [`SinkPatch::Bytes`].
+    pub(crate) fn patch(event: &'a Event, patch: SinkPatch<'a>) -> Result<Self, SinkError> {
+        match patch {
+            SinkPatch::Observed(p) => Ok(Self { verb: Verb::Patch, event, patch: Some(PatchJson::Observed(p)) }),
+            SinkPatch::Bytes(bytes) => Self::new(Verb::Patch, event, bytes),
+        }
     }
 }
 
@@ -174,6 +195,13 @@ impl EventSink for JsonLinesSink {
         self.write(&SinkCall::new(Verb::Patch, event, patch)?)?;
         Ok(Stored::AsSent)
     }
+
+    /// The EventLogger's patch is serialised into the line itself (no JSON bytes made, then
+    /// checked and copied).
+    async fn patch_observed(&self, event: &Event, patch: SinkPatch<'_>) -> Result<Stored, SinkError> {
+        self.write(&SinkCall::patch(event, patch)?)?;
+        Ok(Stored::AsSent)
+    }
 }
 
 #[cfg(test)]
@@ -209,6 +237,33 @@ mod tests {
         let writes = writes.0.lock().unwrap();
         assert!(writes.iter().all(|w| w.ends_with(b"\n")), "every write ends a line");
         assert_eq!(writes.concat().iter().filter(|&&b| b == b'\n').count(), 100);
+    }
+
+    /// The EventLogger's patch serialised into the line gives the line its JSON bytes give; an
+    /// empty body is `"patch":null` either way, and bytes that are not JSON are refused.
+    #[tokio::test]
+    async fn an_observed_patch_is_written_as_its_json_bytes_are() {
+        let writes = Writes::default();
+        let sink = JsonLinesSink::new(Box::new(writes.clone()));
+        let mut event = Event { message: "back-off \"app\"\n".into(), count: 3, ..Event::default() };
+        event.last_timestamp = Some("2025-01-01T00:00:00Z".parse().unwrap());
+        let patch = EventPatch::for_event(&event);
+        sink.patch(&event, &patch.to_json()).await.unwrap();
+        sink.patch_observed(&event, SinkPatch::Observed(&patch)).await.unwrap();
+        sink.patch(&event, b"").await.unwrap();
+        sink.patch_observed(&event, SinkPatch::Bytes(b"")).await.unwrap();
+        assert!(matches!(
+            sink.patch_observed(&event, SinkPatch::Bytes(b"{oops")).await,
+            Err(SinkError::RequestConstruction(_))
+        ));
+        sink.flush().unwrap();
+        let text = String::from_utf8(writes.0.lock().unwrap().concat()).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 4, "{text}");
+        assert_eq!(lines[0], lines[1]);
+        assert!(lines[0].contains(r#""patch":{"count":3,"lastTimestamp":"2025-01-01T00:00:00Z","message":"back-off"#));
+        assert_eq!(lines[2], lines[3]);
+        assert!(lines[2].ends_with(r#""patch":null}"#), "{}", lines[2]);
     }
 
     #[test]

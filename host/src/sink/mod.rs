@@ -14,7 +14,7 @@ pub mod webhook;
 
 use async_trait::async_trait;
 
-use crate::correlator::EventCorrelateResult;
+use crate::correlator::{EventCorrelateResult, EventPatch};
 use crate::event::Event;
 
 pub use crate::k8s::{CAUSE_NAMESPACE_TERMINATING, REASON_ALREADY_EXISTS, StatusError};
@@ -33,6 +33,16 @@ pub enum Stored {
     /// The sink's copy: the API server's answer (with its name and resourceVersion), a plugin's
     /// or the watch cache's stored object.
     Copy(Box<Event>),
+}
+
+/// The body of a `recordToSink` patch: the EventLogger's patch as it computed it, or JSON bytes
+/// made elsewhere (an events.k8s.io series patch; empty for client-go's empty body).
+#[derive(Debug, Clone, Copy)]
+pub enum SinkPatch<'a> {
+    /// The EventLogger's patch (client-go `eventObserve`'s), not yet serialised.
+    Observed(&'a EventPatch),
+    /// A strategic-merge patch as JSON bytes (may be empty).
+    Bytes(&'a [u8]),
 }
 
 impl Stored {
@@ -94,6 +104,17 @@ pub trait EventSink: Send + Sync {
     /// `application/strategic-merge-patch+json`) to the event named `event.metadata.name`.
     /// `patch` may be empty: client-go sends an empty body for a count > 1 event it never saw.
     async fn patch(&self, event: &Event, patch: &[u8]) -> Result<Stored, SinkError>;
+
+    /// [`patch`](Self::patch) as `recordToSink` calls it ([`deliver`]), with the patch in the
+    /// form it has. By default an [`SinkPatch::Observed`] patch is serialised to JSON and given
+    /// to `patch`; a sink that embeds the patch in JSON of its own (the JSON-lines sink)
+    /// serialises it in place instead, without checking bytes it made itself.
+    async fn patch_observed(&self, event: &Event, patch: SinkPatch<'_>) -> Result<Stored, SinkError> {
+        match patch {
+            SinkPatch::Observed(p) => self.patch(event, &p.to_json()).await,
+            SinkPatch::Bytes(bytes) => self.patch(event, bytes).await,
+        }
+    }
 
     /// Writes one correlated result and returns how that ended, with the event as the sink
     /// stored it on success (for `update_state`: the result's own box when [`Stored::AsSent`]). By default client-go `recordToSink`

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use super::{EventSink, SinkError, Stored};
+use super::{EventSink, SinkError, SinkPatch, Stored};
 use crate::correlator::{EventCorrelateResult, EventCorrelator};
 use crate::event::Event;
 
@@ -138,11 +138,11 @@ pub async fn deliver<S: EventSink + ?Sized>(
     let Some(mut event) = event.filter(|_| !skip) else {
         return (WriteOutcome::Skipped, None);
     };
-    let patch = patch.map(|p| p.to_json()).unwrap_or_default();
+    let patch = patch.as_ref().map_or(SinkPatch::Bytes(&[]), SinkPatch::Observed);
     let update_existing = event.count > 1;
     let mut tries = Tries::new(policy);
     loop {
-        let error = match record_event(sink, &mut event, &patch, update_existing).await {
+        let error = match record_event(sink, &mut event, patch, update_existing).await {
             Ok((Stored::AsSent, verb)) => return (tries.written(verb), Some(event)),
             Ok((Stored::Copy(copy), verb)) => return (tries.written(verb), Some(copy)),
             Err(error) => error,
@@ -212,11 +212,11 @@ impl<'p> Tries<'p> {
 pub(crate) async fn record_event<S: EventSink + ?Sized>(
     sink: &S,
     event: &mut Event,
-    patch: &[u8],
+    patch: SinkPatch<'_>,
     update_existing: bool,
 ) -> Result<(Stored, Verb), SinkError> {
     if update_existing {
-        match sink.patch(event, patch).await {
+        match sink.patch_observed(event, patch).await {
             Ok(stored) => return Ok((stored, Verb::Patch)),
             Err(SinkError::Status(s)) if s.is_not_found() => {}
             Err(other) => return Err(other),

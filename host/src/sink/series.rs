@@ -13,7 +13,7 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use super::retry::{Tries, Verb, record_event};
-use super::{EventSink, RetryPolicy, SinkError, Stored, WriteOutcome};
+use super::{EventSink, RetryPolicy, SinkError, SinkPatch, Stored, WriteOutcome};
 use crate::clock::SharedClock;
 use crate::correlator::EventCorrelateResult;
 use crate::event::{CompactString, Event, EventSeries, ObjectReference, Time, format_micro_time};
@@ -196,7 +196,7 @@ fn is_retryable(error: &SinkError, series: bool) -> bool {
 async fn attempt(sink: &dyn EventSink, event: &mut Event) -> Result<(Stored, Verb), SinkError> {
     let series = event.series.is_some();
     let patch = if series { series_patch(event) } else { Vec::new() };
-    record_event(sink, event, &patch, series).await
+    record_event(sink, event, SinkPatch::Bytes(&patch), series).await
 }
 
 /// client-go events.k8s.io `attemptRecording`: writes `event` (a [`SeriesDecision`]'s event) to
@@ -307,6 +307,10 @@ impl EventSink for SeriesSink {
 
     async fn patch(&self, event: &Event, patch: &[u8]) -> Result<Stored, SinkError> {
         self.inner.patch(event, patch).await
+    }
+
+    async fn patch_observed(&self, event: &Event, patch: SinkPatch<'_>) -> Result<Stored, SinkError> {
+        self.inner.patch_observed(event, patch).await
     }
 
     /// Observes the event in the series cache and writes what that decides (see the type's

@@ -68,7 +68,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::jsonl::SinkCall;
 use super::retry::Verb;
-use super::{EventSink, SinkError, StatusError, Stored};
+use super::{EventSink, SinkError, SinkPatch, StatusError, Stored};
 use crate::event::Event;
 
 /// Default queue capacity, events.
@@ -446,7 +446,12 @@ impl WebhookSink {
     /// after [`shutdown`](Self::shutdown); [`SinkError::Status`] `503 QueueFull` when an
     /// [`Delivery::AtMostOnce`] queue is full (the event is dropped and counted).
     pub async fn submit(&self, verb: Verb, event: &Event, patch: &[u8]) -> Result<Ack, SinkError> {
-        let json = serde_json::to_vec(&SinkCall::new(verb, event, patch)?)
+        self.enqueue(&SinkCall::new(verb, event, patch)?).await
+    }
+
+    /// [`submit`](Self::submit) of one call already put together.
+    async fn enqueue(&self, call: &SinkCall<'_>) -> Result<Ack, SinkError> {
+        let json = serde_json::to_vec(call)
             .map_err(|e| SinkError::RequestConstruction(format!("encoding the event: {e}")))?;
         let shut = || SinkError::Transport(format!("webhook {} is shut down", self.name));
         if self.closing.is_cancelled() {
@@ -482,8 +487,8 @@ impl WebhookSink {
         Ok(Ack(ack_rx))
     }
 
-    async fn call(&self, verb: Verb, event: &Event, patch: &[u8]) -> Result<Stored, SinkError> {
-        let ack = self.submit(verb, event, patch).await?;
+    async fn call(&self, call: SinkCall<'_>) -> Result<Stored, SinkError> {
+        let ack = self.enqueue(&call).await?;
         if self.delivery == Delivery::AtLeastOnce {
             ack.await?;
         }
@@ -522,7 +527,7 @@ impl Drop for WebhookSink {
 #[async_trait]
 impl EventSink for WebhookSink {
     async fn create(&self, event: &Event) -> Result<Stored, SinkError> {
-        self.call(Verb::Create, event, &[]).await
+        self.call(SinkCall::new(Verb::Create, event, &[])?).await
     }
 
     async fn update(&self, _event: &Event) -> Result<Stored, SinkError> {
@@ -530,7 +535,13 @@ impl EventSink for WebhookSink {
     }
 
     async fn patch(&self, event: &Event, patch: &[u8]) -> Result<Stored, SinkError> {
-        self.call(Verb::Patch, event, patch).await
+        self.call(SinkCall::new(Verb::Patch, event, patch)?).await
+    }
+
+    /// The EventLogger's patch is serialised into the batch item itself (no JSON bytes made,
+    /// then checked and copied).
+    async fn patch_observed(&self, event: &Event, patch: SinkPatch<'_>) -> Result<Stored, SinkError> {
+        self.call(SinkCall::patch(event, patch)?).await
     }
 }
 

@@ -96,6 +96,11 @@ impl AggregateKey for ByReason {
     fn local_key(&self, event: &EventView<'_>, key: &mut KeyWriter<'_>) {
         aggregate_by_reason_local(event, key);
     }
+
+    /// The message, as client-go's local key; the aggregate key does not read it.
+    fn local_key_field(&self) -> Option<KeyField> {
+        Some(KeyField::Message)
+    }
 }
 
 /// The default combiner plugin `similar-events`: client-go `EventAggregatorByReasonMessageFunc`.
@@ -237,6 +242,19 @@ mod tests {
         for declared in [ByReason.key_fields(), SimilarEvents.key_fields(), SourceObject.key_fields()] {
             assert!(declared.len() < KeyField::ALL.len());
         }
+    }
+
+    /// `by-reason` declares its local key to be the message: it is, and its aggregate key is
+    /// the same without the message (as the host sends it then).
+    #[test]
+    fn by_reason_s_local_key_is_the_message_which_its_aggregate_key_does_not_read() {
+        let e = kubelet_pod();
+        assert_eq!(ByReason.local_key_field(), Some(KeyField::Message));
+        assert_eq!(key(|w| ByReason.local_key(&e, w)), e.message);
+        let without: Vec<KeyField> = ByReason.key_fields().into_iter().filter(|f| *f != KeyField::Message).collect();
+        let p = projected(&e, &without);
+        assert!(p.message.is_empty());
+        assert_eq!(key(|w| ByReason.aggregate_key(&e, w)), key(|w| ByReason.aggregate_key(&p, w)));
     }
 
     #[test]

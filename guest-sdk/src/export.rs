@@ -90,6 +90,10 @@ where
         I::with(|p| wire(p.key_fields()))
     }
 
+    fn local_key_field() -> Option<u8> {
+        I::with(|p| p.local_key_field().map(|f| f as u8))
+    }
+
     fn aggregate_key_batch(events: PackedStrings) -> Result<PackedStrings, String> {
         I::with(|p| {
             key_batch(&events, 2, |e, out| {

@@ -114,6 +114,16 @@ pub trait AggregateKey: Default + 'static {
     fn local_key(&self, event: &EventView<'_>, key: &mut KeyWriter<'_>) {
         key.push_str(event.message);
     }
+
+    /// `Some(field)` when [`local_key`](Self::local_key) is always exactly that field as it is
+    /// and [`aggregate_key`](Self::aggregate_key) never reads it (client-go's by-reason:
+    /// [`KeyField::Message`]). The host then takes the local key from each event itself, leaves
+    /// the field out of the batches (`""` in the [`EventView`]) and remembers aggregate keys by
+    /// the other fields, so events that differ only in that field share one answer. Default:
+    /// `None` (the local key is what `local_key` writes); a wrong `Some` gives wrong keys.
+    fn local_key_field(&self) -> Option<KeyField> {
+        None
+    }
 }
 
 /// A message combiner (world `message-combiner-projected`, client-go `EventAggregatorMessageFunc`).

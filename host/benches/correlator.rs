@@ -149,20 +149,6 @@ fn paths() -> Vec<(&'static str, CorrelatorOptions, Option<CorrelatorPlugins>)> 
 fn bench(c: &mut Criterion) {
     let events = stream();
     let paths = paths();
-    if let Ok(only) = std::env::var("QUICK") {
-        for (name, options, _) in paths.iter().filter(|p| only.split(',').any(|o| o == p.0)) {
-            let mut v = Vec::new();
-            for _ in 0..7 {
-                let input = events.clone();
-                let t = Instant::now();
-                std::hint::black_box(correlate_all(input, options));
-                v.push(t.elapsed().as_nanos() as f64 / EVENTS as f64);
-            }
-            v.sort_by(f64::total_cmp);
-            println!("QUICK {name}: best {:.0} median {:.0} ns/event", v[0], v[3]);
-        }
-        std::process::exit(0);
-    }
     let mut group = c.benchmark_group("correlator");
     group.throughput(Throughput::Elements(EVENTS as u64));
     group.sample_size(10).measurement_time(Duration::from_secs(30));

@@ -97,19 +97,25 @@ fn a_plugin_that_declares_its_key_fields_is_remembered_by_those_alone() {
     assert_eq!(stats.memo_hits, 1, "another reason and message about `a`: the same inputs to this plugin: {stats:?}");
     assert_eq!(stats.events, 2, "only `a` and `b` went to the plugin: {stats:?}");
 
-    // `by-reason` reads the message: a new message about `a` is a new input.
+    // `by-reason` declares that its local key is the message as it is: a new message about `a`
+    // is answered from the memo too, with the event's own message as its local key.
     let plugin = runtime().load("by-reason", embedded::BY_REASON, PluginOrigin::Embedded).unwrap();
+    assert!(plugin.declares_local_key_field(), "the default aggregate key is built against `aggregate-key-projected`");
     let handle = PluginHandle::fixed(plugin, "default", PluginSettings::default());
     let key_fn = WasmAggregateKeyFunc::new(handle.clone()).unwrap();
     let mut keys = Vec::new();
     let mut moved = event("a", "Started", "m");
     moved.involved_object.field_path = "spec.containers{other}".into();
-    key_fn.aggregate_keys(&[&a, &moved, &event("a", "Started", "m2")], &mut keys);
+    let (new_message, other_reason) = (event("a", "Started", "m2"), event("a", "BackOff", "m"));
+    let events = [&a, &moved, &new_message, &other_reason];
+    key_fn.aggregate_keys(&events, &mut keys);
+    assert_eq!(keys, events.map(|e| Some(ByReason.aggregate_key(e))), "client-go's key pairs, in order");
+    assert_ne!(keys[0], keys[2], "the local keys are the events' own messages");
     let stats = handle.stats().snapshot();
     assert_eq!(
-        (stats.memo_hits, stats.memo_misses),
-        (1, 2),
-        "a field path it does not read is no new input: {stats:?}"
+        (stats.memo_hits, stats.memo_misses, stats.events),
+        (2, 2, 2),
+        "a field path it does not read and a new message are no new input; a new reason is: {stats:?}"
     );
 }
 

@@ -472,7 +472,10 @@ mod tests {
         }
         assert!(aggregated > 0, "the stream aggregates");
         let entries = |c: &EventCorrelator| {
-            c.logger().entries().map(|(k, n, t, name, rv)| (k, n, t, name.to_string(), rv.to_string())).collect::<Vec<_>>()
+            c.logger()
+                .entries()
+                .map(|(k, n, t, name, rv)| (k, n, t, name.to_string(), rv.to_string()))
+                .collect::<Vec<_>>()
         };
         assert_eq!(entries(&keyed), entries(&plain));
     }

@@ -101,13 +101,12 @@ fn run_once(handle: &PluginHandle) -> Result<(String, CallCost), CallFailure> {
     match kind {
         PluginKind::AggregateKey | PluginKind::MessageCombiner | PluginKind::SpamKey => {
             let keys = ProjectedKeys::new(handle.clone());
-            let (answer, cost, _) = keys.call(&[&event])?;
-            let (_, fields) = keys.fields()?;
+            let (answer, cost, _, projection) = keys.call(&[&event])?;
             let packed = answer.map_err(CallFailure::GuestError)?;
             let expected = if kind == PluginKind::AggregateKey { 2 } else { 1 };
             let strings = unpack(&packed, expected).map_err(CallFailure::Garbage)?;
             let shown: Vec<String> = strings.iter().map(|s| format!("{:?}", String::from_utf8_lossy(s))).collect();
-            Ok((format!("{} (reads {})", shown.join(", "), fields.describe()), cost))
+            Ok((format!("{} (reads {})", shown.join(", "), projection.describe()), cost))
         }
         PluginKind::Filter => {
             let filter = ProjectedFilter::new(handle.clone());

@@ -15,22 +15,28 @@ pub(crate) const KEY_FIELDS: usize = 13;
 
 /// The key fields of `e`, in the order of `wit/types.wit` `key-fields-batch`.
 fn key_fields(e: &Event) -> [&str; KEY_FIELDS] {
+    std::array::from_fn(|i| key_field(e, i))
+}
+
+/// Key field `index` of `e`, in key-fields batch order (`""` past the last one).
+pub(crate) fn key_field(e: &Event, index: usize) -> &str {
     let io = &e.involved_object;
-    [
-        &e.source.component,
-        &e.source.host,
-        &io.kind,
-        &io.namespace,
-        &io.name,
-        &io.field_path,
-        &io.uid,
-        &io.api_version,
-        &e.type_,
-        &e.reason,
-        &e.message,
-        &e.reporting_component,
-        &e.reporting_instance,
-    ]
+    match index {
+        0 => &e.source.component,
+        1 => &e.source.host,
+        2 => &io.kind,
+        3 => &io.namespace,
+        4 => &io.name,
+        5 => &io.field_path,
+        6 => &io.uid,
+        7 => &io.api_version,
+        8 => &e.type_,
+        9 => &e.reason,
+        10 => &e.message,
+        11 => &e.reporting_component,
+        12 => &e.reporting_instance,
+        _ => "",
+    }
 }
 
 /// The key fields as `event-field`s, in key-fields batch order.
@@ -84,6 +90,17 @@ impl KeyFields {
         self.0 & (1 << index) != 0
     }
 
+    /// These fields but field `index`.
+    pub(crate) fn without(self, index: usize) -> Self {
+        KeyFields(self.0 & !(1 << index))
+    }
+
+    /// The index a plugin declared as its local key field (`local-key-field`), or why it is
+    /// none: an index past the 13 key fields.
+    pub(crate) fn local(index: u8) -> Result<usize, String> {
+        Self::declared(&[index]).map(|_| usize::from(index))
+    }
+
     /// The fields as WIT names in batch order, e.g. `source-component, source-host`.
     pub(crate) fn describe(self) -> String {
         if self == Self::ALL {
@@ -92,6 +109,13 @@ impl KeyFields {
         let declared: Vec<wit::EventField> =
             (0..KEY_FIELDS).filter(|&i| self.contains(i)).map(|i| KEY_EVENT_FIELDS[i].clone()).collect();
         describe_fields(&declared)
+    }
+
+    /// Key field `index` by its WIT name, e.g. `message`.
+    pub(crate) fn describe_one(index: usize) -> String {
+        KEY_EVENT_FIELDS
+            .get(index)
+            .map_or_else(|| format!("key field {index}"), |f| describe_fields(std::slice::from_ref(f)))
     }
 
     /// `e`'s key fields with the undeclared ones empty.
@@ -366,6 +390,26 @@ mod tests {
         not_sent.metadata.name = "other".into();
         not_sent.count = 7;
         assert_eq!(digest, key_fields_digest(&not_sent, all, &mut buf), "only the fields a plugin receives count");
+    }
+
+    /// One key field by index is that field of the whole list, and a local key field past the
+    /// 13 is refused; taking it out of a declaration leaves the others.
+    #[test]
+    fn one_key_field_and_the_local_key_field() {
+        let mut e = Event { message: "m".into(), reason: "R".into(), ..Event::default() };
+        e.involved_object.field_path = "spec".into();
+        e.reporting_instance = "ri".into();
+        let all = key_fields(&e);
+        for (i, field) in all.iter().enumerate() {
+            assert_eq!(key_field(&e, i), *field, "field {i}");
+        }
+        assert_eq!(key_field(&e, KEY_FIELDS), "");
+        assert_eq!(KeyFields::local(10), Ok(10));
+        assert!(KeyFields::local(13).unwrap_err().contains("declares key field 13"));
+        let without = KeyFields::ALL.without(10);
+        assert_eq!(without.of(&e)[10], "");
+        assert_eq!(without.of(&e)[9], "R");
+        assert_eq!(KeyFields::describe_one(10), "message");
     }
 
     #[test]

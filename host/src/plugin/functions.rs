@@ -18,9 +18,9 @@ use std::sync::atomic::Ordering;
 
 pub use super::call::MAX_ISOLATED_FAILURES;
 use super::call::{CallFailure, bisect};
-use super::convert::{describe, unpack};
+use super::convert::{describe, key_field, unpack};
 use super::memo::{Answer, Memo};
-use super::projection::ProjectedKeys;
+use super::projection::{KeyProjection, ProjectedKeys};
 use super::shadow::ShadowCalls;
 use std::sync::Arc;
 
@@ -44,6 +44,11 @@ pub const DEFAULT_MESSAGE_COMBINER_PLUGIN: &str = "similar-events";
 /// The default spam key: client-go v0.26's `getSpamKey`.
 pub const DEFAULT_SPAM_KEY_PLUGIN: &str = "source-object";
 
+/// Decodes one event's strings of a batch answer into its value, given what the version that
+/// answered declared.
+trait Decode<T>: Fn(&[&[u8]], &Event, KeyProjection) -> Result<T, String> {}
+impl<T, F: Fn(&[&[u8]], &Event, KeyProjection) -> Result<T, String>> Decode<T> for F {}
+
 /// A key-fields batch export returning `per_event` strings per event, decoded into a `T` per
 /// event, with its memo (`None` for a plugin that is not pure).
 struct BatchKeyFn<T> {
@@ -63,30 +68,22 @@ impl<T: Clone> BatchKeyFn<T> {
     }
 
     /// One call on `events`, its answer checked and decoded, with the version that answered.
-    fn try_batch(
-        &self,
-        events: &[&Event],
-        decode: &impl Fn(&[&[u8]], &Event) -> Result<T, String>,
-    ) -> Result<Vec<Answer<T>>, CallFailure> {
-        let (answer, _cost, version) = self.caller.call(events)?;
+    fn try_batch(&self, events: &[&Event], decode: &impl Decode<T>) -> Result<Vec<Answer<T>>, CallFailure> {
+        let (answer, _cost, version, projection) = self.caller.call(events)?;
         let packed = answer.map_err(CallFailure::GuestError)?;
         let strings = unpack(&packed, events.len() * self.per_event).map_err(CallFailure::Garbage)?;
         strings
             .chunks(self.per_event)
             .zip(events)
-            .map(|(s, e)| decode(s, e).map(|value| Answer::Plugin { value, version }).map_err(CallFailure::Garbage))
+            .map(|(s, e)| {
+                decode(s, e, projection).map(|value| Answer::Plugin { value, version }).map_err(CallFailure::Garbage)
+            })
             .collect()
     }
 
     /// Values for every event of `events`, in order, into `out`: from the memo where it has
     /// them, the rest from the plugin; failures fall back.
-    fn run(
-        &self,
-        events: &[&Event],
-        out: &mut Vec<Option<T>>,
-        decode: impl Fn(&[&[u8]], &Event) -> Result<T, String>,
-        builtin: impl Fn(&Event) -> T,
-    ) {
+    fn run(&self, events: &[&Event], out: &mut Vec<Option<T>>, decode: impl Decode<T>, builtin: impl Fn(&Event) -> T) {
         if let Some(shadow) = &self.shadow {
             shadow.compare(events, self.per_event);
         }
@@ -97,7 +94,7 @@ impl<T: Clone> BatchKeyFn<T> {
         let Some((memo, (version, fields))) = memo.and_then(|memo| Some((memo, self.caller.fields().ok()?))) else {
             return out.extend(self.answers(events, &decode, &builtin).into_iter().map(Answer::into_value));
         };
-        let lookup = memo.lookup(version, fields, events);
+        let lookup = memo.lookup(version, fields.fields, events);
         memo.observe(events.len(), lookup.hits());
         let stats = self.caller.handle().stats();
         stats.memo_hits.fetch_add(lookup.hits() as u64, Ordering::Relaxed);
@@ -112,12 +109,7 @@ impl<T: Clone> BatchKeyFn<T> {
 
     /// The plugin's answers for `events`, in order, with the fallback policy's values where it
     /// failed.
-    fn answers(
-        &self,
-        events: &[&Event],
-        decode: &impl Fn(&[&[u8]], &Event) -> Result<T, String>,
-        builtin: &impl Fn(&Event) -> T,
-    ) -> Vec<Answer<T>> {
+    fn answers(&self, events: &[&Event], decode: &impl Decode<T>, builtin: &impl Fn(&Event) -> T) -> Vec<Answer<T>> {
         let failure = match self.try_batch(events, decode) {
             Ok(answers) => return answers,
             // Removed with no embedded default: the built-in function is the default.
@@ -209,9 +201,43 @@ fn one<T>(batch: impl FnOnce(&mut Vec<Option<T>>), builtin: impl FnOnce() -> T) 
     out.pop().flatten().unwrap_or_else(builtin)
 }
 
+/// An aggregate-key plugin's answer for one event: the aggregate key, and the local key or
+/// the key field it is (a plugin that declares `local-key-field`): an answer that events
+/// differing only in that field share, in the memo too.
+#[derive(Debug, Clone, Copy)]
+struct AggregateAnswer {
+    aggregate: Key,
+    local: LocalKey,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum LocalKey {
+    /// The plugin's (or the built-in function's) local key.
+    Key(Key),
+    /// Key field `i` of the event, as it is.
+    Field(usize),
+}
+
+impl AggregateAnswer {
+    /// The key pair of `event`.
+    fn for_event(self, event: &Event) -> AggregateKey {
+        let local = match self.local {
+            LocalKey::Key(key) => key,
+            LocalKey::Field(i) => Key::of(key_field(event, i)),
+        };
+        AggregateKey { aggregate: self.aggregate, local }
+    }
+}
+
+impl From<AggregateKey> for AggregateAnswer {
+    fn from(k: AggregateKey) -> Self {
+        Self { aggregate: k.aggregate, local: LocalKey::Key(k.local) }
+    }
+}
+
 /// An aggregate-key plugin as the correlator's [`EventAggregatorKeyFunc`]; fallback
 /// [`ByReason`].
-pub struct WasmAggregateKeyFunc(BatchKeyFn<AggregateKey>);
+pub struct WasmAggregateKeyFunc(BatchKeyFn<AggregateAnswer>);
 
 impl WasmAggregateKeyFunc {
     /// Wraps `handle` (an `aggregate-key` plugin as one tenant uses it).
@@ -229,10 +255,17 @@ impl EventAggregatorKeyFunc for WasmAggregateKeyFunc {
     }
 
     fn aggregate_keys(&self, events: &[&Event], out: &mut Vec<Option<AggregateKey>>) {
-        let decode = |s: &[&[u8]], e: &Event| {
-            Ok(AggregateKey { aggregate: non_empty_key(s[0], e, "aggregate key")?, local: Key::of_bytes(s[1]) })
+        let decode = |s: &[&[u8]], e: &Event, projection: KeyProjection| {
+            let aggregate = non_empty_key(s[0], e, "aggregate key")?;
+            let local = match projection.local {
+                Some(i) => LocalKey::Field(i),
+                None => LocalKey::Key(Key::of_bytes(s[1])),
+            };
+            Ok(AggregateAnswer { aggregate, local })
         };
-        self.0.run(events, out, decode, |e| ByReason.aggregate_key(e));
+        let mut answers = Vec::with_capacity(events.len());
+        self.0.run(events, &mut answers, decode, |e| ByReason.aggregate_key(e).into());
+        out.extend(answers.into_iter().zip(events).map(|(a, e)| a.map(|a| a.for_event(e))));
     }
 }
 
@@ -256,8 +289,9 @@ impl EventAggregatorMessageFunc for WasmMessageFunc {
     }
 
     fn aggregate_messages(&self, events: &[&Event], out: &mut Vec<Option<String>>) {
-        let decode =
-            |s: &[&[u8]], _: &Event| String::from_utf8(s[0].to_vec()).map_err(|e| format!("message is not UTF-8: {e}"));
+        let decode = |s: &[&[u8]], _: &Event, _: KeyProjection| {
+            String::from_utf8(s[0].to_vec()).map_err(|e| format!("message is not UTF-8: {e}"))
+        };
         self.0.run(events, out, decode, |e| SimilarEvents.aggregate_message(e));
     }
 }
@@ -281,7 +315,7 @@ impl EventSpamKeyFunc for WasmSpamKeyFunc {
     }
 
     fn spam_keys(&self, events: &[&Event], out: &mut Vec<Option<Key>>) {
-        self.0.run(events, out, |s, e| non_empty_key(s[0], e, "spam key"), |e| SourceObject.spam_key(e));
+        self.0.run(events, out, |s, e, _| non_empty_key(s[0], e, "spam key"), |e| SourceObject.spam_key(e));
     }
 }
 

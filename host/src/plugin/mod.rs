@@ -342,6 +342,8 @@ pub struct Plugin {
     tier: Tier,
     /// Whether it exports `key-fields` (a key plugin of a `*-projected` world).
     declares_key_fields: bool,
+    /// Whether it exports `local-key-field` (an `aggregate-key-projected` plugin).
+    declares_local_key_field: bool,
 }
 
 impl fmt::Debug for Plugin {
@@ -370,6 +372,13 @@ impl Plugin {
     /// exporting `key-fields`); otherwise the host sends it all 13.
     pub fn declares_key_fields(&self) -> bool {
         self.declares_key_fields
+    }
+
+    /// Whether it can declare that its local key is one key field as it is (an aggregate-key
+    /// plugin of the `aggregate-key-projected` world built since that world has
+    /// `local-key-field`).
+    pub fn declares_local_key_field(&self) -> bool {
+        self.declares_local_key_field
     }
 
     /// Where its component came from.
@@ -574,6 +583,9 @@ impl PluginRuntime {
             compile_time: started.elapsed(),
             tier,
             declares_key_fields: kind.reads_key_fields() && exports.iter().any(|e| e == KEY_FIELDS_EXPORT),
+            declares_local_key_field: kind == PluginKind::AggregateKey
+                && exports.iter().any(|e| e == KEY_FIELDS_EXPORT)
+                && exports.iter().any(|e| e == LOCAL_KEY_FIELD_EXPORT),
         }))
     }
 
@@ -593,6 +605,9 @@ impl PluginRuntime {
 
 /// The export of a key plugin's `*-projected` world that lists the key fields it reads.
 pub(crate) const KEY_FIELDS_EXPORT: &str = "key-fields";
+
+/// The export of the `aggregate-key-projected` world that names the key field the local key is.
+pub(crate) const LOCAL_KEY_FIELD_EXPORT: &str = "local-key-field";
 
 /// The kind of a component exporting `exports` (names of its top-level exports), or why it is
 /// none: no world, several, or a world of an older WIT (a sink's `send-batch`, a filter without

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use super::bindings as wit;
 use super::call::{CallCost, CallFailure, Caller};
 use super::convert::{KeyFields, pack_key_fields};
-use super::{KEY_FIELDS_EXPORT, Plugin, PluginHandle};
+use super::{KEY_FIELDS_EXPORT, LOCAL_KEY_FIELD_EXPORT, Plugin, PluginHandle};
 use crate::clock::to_unix_nanos;
 use crate::event::{Event, ObjectReference, Time};
 
@@ -142,11 +142,35 @@ impl ProjectedFilter {
 /// A key-fields batch export: key-fields batch → packed strings, or the guest's error.
 type KeyBatch = Caller<(wit::PackedStrings,), (Result<wit::PackedStrings, String>,)>;
 
+/// What a key plugin version declared: the key fields it is sent (and memoized by), and for an
+/// aggregate-key plugin the key field its local key is (`local-key-field`), which is then not
+/// among `fields`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct KeyProjection {
+    /// The fields packed into its batches; the others are `""`.
+    pub(crate) fields: KeyFields,
+    /// The index of the key field that is the local key as it is; `None`: the plugin's answer.
+    pub(crate) local: Option<usize>,
+}
+
+impl KeyProjection {
+    /// What a plugin of a plain key world gets: every field, its own local key.
+    const ALL: KeyProjection = KeyProjection { fields: KeyFields::ALL, local: None };
+
+    /// As `plugins check` shows it: `all 13 key fields`, or the fields and the local key field.
+    pub(crate) fn describe(self) -> String {
+        match self.local {
+            None => self.fields.describe(),
+            Some(i) => format!("{}; local key: {}", self.fields.describe(), KeyFields::describe_one(i)),
+        }
+    }
+}
+
 /// One tenant's caller of a key plugin's batch export (aggregate key, message combiner, spam
 /// key) with the key fields of the version it calls.
 pub(crate) struct ProjectedKeys {
     batch: KeyBatch,
-    fields: PerVersion<KeyFields>,
+    fields: PerVersion<KeyProjection>,
     /// The last batch's buffers, reused for the next one.
     packed: Mutex<wit::PackedStrings>,
 }
@@ -172,18 +196,28 @@ impl ProjectedKeys {
         self.batch.error(event, failure)
     }
 
-    /// The key fields the slot's current version reads, with its version number: all 13 for
-    /// a plugin of a plain key world; for a `*-projected` one, what its `key-fields` answered
-    /// (asked once per version). A declaration naming a field that is not a key field is
+    /// What the slot's current version declared, with its version number: all 13 fields for a
+    /// plugin of a plain key world; for a `*-projected` one, what its `key-fields` answered and,
+    /// for an aggregate key, its `local-key-field` (that field is then left out of `fields`),
+    /// asked once per version. A declaration naming a field that is not a key field is
     /// [`CallFailure::Garbage`], and so is every batch until the plugin is fixed.
-    pub(crate) fn fields(&self) -> Result<(u64, KeyFields), CallFailure> {
+    pub(crate) fn fields(&self) -> Result<(u64, KeyProjection), CallFailure> {
         self.fields.get(self.handle(), |plugin, fixed| {
             if !plugin.declares_key_fields() {
-                return Ok(KeyFields::ALL);
+                return Ok(KeyProjection::ALL);
             }
-            let asker: Caller<(), (Vec<u8>,)> = Caller::new(fixed, KEY_FIELDS_EXPORT, None);
+            let asker: Caller<(), (Vec<u8>,)> = Caller::new(fixed.clone(), KEY_FIELDS_EXPORT, None);
             let ((fields,), _) = asker.call((), 1)?;
-            KeyFields::declared(&fields).map_err(CallFailure::Garbage)
+            let fields = KeyFields::declared(&fields).map_err(CallFailure::Garbage)?;
+            if !plugin.declares_local_key_field() {
+                return Ok(KeyProjection { fields, local: None });
+            }
+            let asker: Caller<(), (Option<u8>,)> = Caller::new(fixed, LOCAL_KEY_FIELD_EXPORT, None);
+            let ((local,), _) = asker.call((), 1)?;
+            match local.map(KeyFields::local).transpose().map_err(CallFailure::Garbage)? {
+                Some(i) => Ok(KeyProjection { fields: fields.without(i), local: Some(i) }),
+                None => Ok(KeyProjection { fields, local: None }),
+            }
         })
     }
 
@@ -193,18 +227,18 @@ impl ProjectedKeys {
     pub(crate) fn call(
         &self,
         events: &[&Event],
-    ) -> Result<(Result<wit::PackedStrings, String>, CallCost, u64), CallFailure> {
+    ) -> Result<(Result<wit::PackedStrings, String>, CallCost, u64, KeyProjection), CallFailure> {
         let mut packed = self.packed.lock().unwrap_or_else(|p| p.into_inner());
         for _ in 0..2 {
-            let (version, fields) = self.fields()?;
-            pack_key_fields(&mut packed, events, fields).map_err(CallFailure::GuestError)?;
+            let (version, projection) = self.fields()?;
+            pack_key_fields(&mut packed, events, projection.fields).map_err(CallFailure::GuestError)?;
             let called = self.batch.call_lowering((&*packed,), events.len());
             if packed.bytes.capacity() > KEEP_PACKED_BYTES {
                 *packed = wit::PackedStrings { bytes: Vec::new(), ends: Vec::new() };
             }
             let ((answer,), cost, answered) = called?;
             if answered == version {
-                return Ok((answer, cost, version));
+                return Ok((answer, cost, version, projection));
             }
         }
         Err(CallFailure::Trap("the plugin was swapped twice during one batch".into()))

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 
-use super::convert::{describe, unpack};
+use super::convert::{describe, key_field, unpack};
 use super::projection::{ProjectedFilter, ProjectedKeys, Verdict};
 use super::{Plugin, PluginHandle, PluginSlot};
 use crate::event::Event;
@@ -170,12 +170,20 @@ impl ShadowCalls<ProjectedKeys> {
     /// own version's key fields), compared event by event.
     pub(crate) fn compare(&self, events: &[&Event], per_event: usize) {
         self.compare_with(events, |caller: &ProjectedKeys| -> Result<Vec<Value>, String> {
-            let (answer, _, _) = caller.call(events).map_err(|e| e.to_string())?;
+            let (answer, _, _, projection) = caller.call(events).map_err(|e| e.to_string())?;
             let packed = answer?;
             let strings = unpack(&packed, events.len() * per_event)?;
             Ok(strings
                 .chunks(per_event)
-                .map(|s| Value::from(s.iter().map(|b| String::from_utf8_lossy(b).into_owned()).collect::<Vec<_>>()))
+                .zip(events)
+                .map(|(s, e)| {
+                    let mut strings: Vec<String> = s.iter().map(|b| String::from_utf8_lossy(b).into_owned()).collect();
+                    // A local key declared to be a key field is that field, whatever was returned.
+                    if let (Some(i), Some(local)) = (projection.local, strings.get_mut(1)) {
+                        *local = key_field(e, i).to_string();
+                    }
+                    Value::from(strings)
+                })
                 .collect())
         });
     }

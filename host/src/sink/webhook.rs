@@ -451,8 +451,8 @@ impl WebhookSink {
 
     /// [`submit`](Self::submit) of one call already put together.
     async fn enqueue(&self, call: &SinkCall<'_>) -> Result<Ack, SinkError> {
-        let json = serde_json::to_vec(call)
-            .map_err(|e| SinkError::RequestConstruction(format!("encoding the event: {e}")))?;
+        let json =
+            serde_json::to_vec(call).map_err(|e| SinkError::RequestConstruction(format!("encoding the event: {e}")))?;
         let shut = || SinkError::Transport(format!("webhook {} is shut down", self.name));
         if self.closing.is_cancelled() {
             return Err(shut());

@@ -15,6 +15,7 @@
 //! with `pure = false` ([`PluginSettings::pure`]) is called on every event.
 
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 pub use super::call::MAX_ISOLATED_FAILURES;
 use super::call::{CallFailure, bisect};
@@ -92,16 +93,27 @@ impl<T: Clone> BatchKeyFn<T> {
         // straight to the built-in; a failed declaration fails its calls, which fall back).
         let memo = self.memo.as_ref().filter(|memo| !memo.stands_aside());
         let Some((memo, (version, fields))) = memo.and_then(|memo| Some((memo, self.caller.fields().ok()?))) else {
-            return out.extend(self.answers(events, &decode, &builtin).into_iter().map(Answer::into_value));
+            let started = Instant::now();
+            let answers = self.answers(events, &decode, &builtin);
+            if let Some(memo) = &self.memo {
+                memo.called(events.len(), started.elapsed());
+            }
+            return out.extend(answers.into_iter().map(Answer::into_value));
         };
+        let started = Instant::now();
         let lookup = memo.lookup(version, fields.fields, events);
-        memo.observe(events.len(), lookup.hits());
+        memo.observe(events.len(), lookup.hits(), started.elapsed());
         let stats = self.caller.handle().stats();
         stats.memo_hits.fetch_add(lookup.hits() as u64, Ordering::Relaxed);
         stats.memo_misses.fetch_add(lookup.misses().len() as u64, Ordering::Relaxed);
         let answers = match lookup.misses() {
             [] => Vec::new(),
-            misses => self.answers(misses, &decode, &builtin),
+            misses => {
+                let started = Instant::now();
+                let answers = self.answers(misses, &decode, &builtin);
+                memo.called(misses.len(), started.elapsed());
+                answers
+            }
         };
         memo.remember(&lookup, &answers);
         lookup.finish(answers, out, |value| self.count_policy(value));

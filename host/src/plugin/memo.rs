@@ -50,6 +50,12 @@ const SETS: usize = MEMO_ENTRIES / MEMO_WAYS;
 pub const MEMO_PROBE_EVENTS: u64 = 4096;
 /// The hit rate under which a memo stands aside (see [`MEMO_PROBE_EVENTS`]).
 pub const MEMO_MIN_HIT_RATE: f64 = 0.05;
+/// Up to this hit rate, a memo also stands aside when it measured over the probe that its
+/// lookups took longer than the plugin calls its hits saved (at the call time per event it
+/// measured meanwhile): a plugin as cheap as the default `by-reason` needs some 25 % of hits
+/// before remembering pays, one that takes microseconds an event pays from a few percent.
+/// Above it, a memo always stays.
+pub const MEMO_MEASURED_HIT_RATE: f64 = 0.5;
 /// Batches a memo stands aside for before it looks again, after its first judgement that it
 /// does not pay; doubled for each further such judgement in a row, up to
 /// [`MEMO_MAX_BYPASS_BATCHES`]. A judgement that it pays starts over from here.
@@ -98,6 +104,12 @@ pub(crate) struct Memo<T> {
     bypass: AtomicU32,
     /// Batches the next judgement that the memo does not pay stands it aside for.
     next_bypass: AtomicU32,
+    /// Nanoseconds spent looking up since the last judgement.
+    lookup_nanos: AtomicU64,
+    /// Events sent to the plugin since the last judgement, and the nanoseconds those calls
+    /// took (looked up or not).
+    called: AtomicU64,
+    call_nanos: AtomicU64,
 }
 
 struct State<T> {
@@ -186,7 +198,17 @@ impl<T: Clone> Memo<T> {
             probe_hits: AtomicU64::new(0),
             bypass: AtomicU32::new(0),
             next_bypass: AtomicU32::new(MEMO_BYPASS_BATCHES),
+            lookup_nanos: AtomicU64::new(0),
+            called: AtomicU64::new(0),
+            call_nanos: AtomicU64::new(0),
         }
+    }
+
+    /// Counts `events` sent to the plugin in a call (or the calls that answered one batch)
+    /// that took `took`: what a hit saves, for the next judgement.
+    pub(crate) fn called(&self, events: usize, took: std::time::Duration) {
+        self.called.fetch_add(events as u64, Ordering::Relaxed);
+        self.call_nanos.fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
     }
 
     /// Whether this batch skips the memo: it stands aside after a low hit rate
@@ -195,21 +217,32 @@ impl<T: Clone> Memo<T> {
         self.bypass.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| left.checked_sub(1)).is_ok()
     }
 
-    /// Counts a lookup of `looked` events with `hits` hits; after [`MEMO_PROBE_EVENTS`], judges.
-    pub(crate) fn observe(&self, looked: usize, hits: usize) {
+    /// Counts a lookup of `looked` events with `hits` hits that took `took`; after
+    /// [`MEMO_PROBE_EVENTS`], judges whether the memo pays: not under [`MEMO_MIN_HIT_RATE`], nor
+    /// under [`MEMO_MEASURED_HIT_RATE`] when the lookups took longer than the calls the hits
+    /// saved (at the time per event the calls took meanwhile).
+    pub(crate) fn observe(&self, looked: usize, hits: usize, took: std::time::Duration) {
         let probed = self.probed.fetch_add(looked as u64, Ordering::Relaxed) + looked as u64;
         let hits = self.probe_hits.fetch_add(hits as u64, Ordering::Relaxed) + hits as u64;
+        let lookup_nanos =
+            self.lookup_nanos.fetch_add(took.as_nanos() as u64, Ordering::Relaxed) + took.as_nanos() as u64;
         if probed < MEMO_PROBE_EVENTS {
             return;
         }
-        self.probed.store(0, Ordering::Relaxed);
-        self.probe_hits.store(0, Ordering::Relaxed);
-        if (hits as f64) < MEMO_MIN_HIT_RATE * probed as f64 {
+        let (called, call_nanos) = (self.called.swap(0, Ordering::Relaxed), self.call_nanos.swap(0, Ordering::Relaxed));
+        for counter in [&self.probed, &self.probe_hits, &self.lookup_nanos] {
+            counter.store(0, Ordering::Relaxed);
+        }
+        let rate = hits as f64 / probed as f64;
+        let saved = hits as f64 * call_nanos as f64 / called.max(1) as f64;
+        let pays = rate >= MEMO_MIN_HIT_RATE
+            && (rate >= MEMO_MEASURED_HIT_RATE || called == 0 || saved >= lookup_nanos as f64);
+        if pays {
+            self.next_bypass.store(MEMO_BYPASS_BATCHES, Ordering::Relaxed);
+        } else {
             let batches = self.next_bypass.load(Ordering::Relaxed);
             self.bypass.store(batches, Ordering::Relaxed);
             self.next_bypass.store((batches * 2).min(MEMO_MAX_BYPASS_BATCHES), Ordering::Relaxed);
-        } else {
-            self.next_bypass.store(MEMO_BYPASS_BATCHES, Ordering::Relaxed);
         }
     }
 
@@ -363,6 +396,29 @@ mod tests {
         assert_eq!(out, [None, None, Some(7), None]);
         assert_eq!(repeats, 2);
         assert_eq!(memo.lookup(1, KeyFields::ALL, &[&a, &b]).hits(), 0, "neither was the plugin's answer");
+    }
+
+    /// Between the minimum and the measured hit rate, the memo stays only while its hits save
+    /// more call time than its lookups take; above it, it stays whatever they cost; under the
+    /// minimum it stands aside whatever calls cost.
+    #[test]
+    fn a_memo_stays_only_where_its_hits_save_more_than_its_lookups_take() {
+        let ns = std::time::Duration::from_nanos;
+        let probe = MEMO_PROBE_EVENTS;
+        let judged = |hit_rate: f64, lookup_ns: u64, call_ns: u64| {
+            let memo: Memo<u32> = Memo::new();
+            let hits = (hit_rate * probe as f64) as u64;
+            memo.called((probe - hits) as usize, ns((probe - hits) * call_ns));
+            memo.observe(probe as usize, hits as usize, ns(probe * lookup_ns));
+            !memo.stands_aside()
+        };
+        assert!(!judged(0.25, 40, 100), "a quarter of the calls save 25 ns an event, lookups take 40");
+        assert!(judged(0.25, 40, 1_000), "a quarter of 1 µs calls saves more than the lookups take");
+        assert!(judged(0.6, 400, 100), "above the measured hit rate the memo stays");
+        assert!(!judged(0.02, 1, 100_000), "under the minimum it stands aside");
+        let no_call: Memo<u32> = Memo::new();
+        no_call.observe(probe as usize, (probe / 4) as usize, ns(probe * 1_000));
+        assert!(!no_call.stands_aside(), "without a measured call, the hit rate alone judges");
     }
 
     #[test]

@@ -40,7 +40,8 @@ use wasmtime::{Config, Engine};
 
 pub use call::{CallCost, CallFailure, PluginCallError};
 pub use memo::{
-    MEMO_BYPASS_BATCHES, MEMO_ENTRIES, MEMO_MAX_BYPASS_BATCHES, MEMO_MIN_HIT_RATE, MEMO_PROBE_EVENTS, MEMO_WAYS,
+    MEMO_BYPASS_BATCHES, MEMO_ENTRIES, MEMO_MAX_BYPASS_BATCHES, MEMO_MEASURED_HIT_RATE, MEMO_MIN_HIT_RATE,
+    MEMO_PROBE_EVENTS, MEMO_WAYS,
 };
 pub(crate) use slot::check_kind;
 pub use slot::{KindChanged, PluginHandle, PluginSlot, WrongKind};

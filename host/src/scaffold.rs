@@ -111,6 +111,16 @@ pub fn built_in_sdk() -> Option<PathBuf> {
     sdk.join("Cargo.toml").is_file().then(|| std::path::absolute(&sdk).unwrap_or(sdk))
 }
 
+/// The WIT world a new project builds: its kind's, or the kind's `*-projected` world where the
+/// project's source declares what it reads (the Python aggregate key: `key_fields`,
+/// `local_key_field`).
+fn project_world(lang: Lang, kind: PluginKind) -> &'static str {
+    match (lang, kind) {
+        (Lang::Python, PluginKind::AggregateKey) => "aggregate-key-projected",
+        _ => kind.world(),
+    }
+}
+
 /// The main source file of a project: (file name, text).
 fn source(lang: Lang, kind: PluginKind) -> (&'static str, &'static str) {
     use PluginKind as K;
@@ -243,7 +253,7 @@ pub fn scaffold(s: &Scaffold) -> Result<Vec<PathBuf>, ScaffoldError> {
     if s.dir.read_dir().is_ok_and(|mut d| d.next().is_some()) {
         return Err(ScaffoldError::Exists(s.dir.clone()));
     }
-    let world = s.kind.world();
+    let world = project_world(s.lang, s.kind);
     let stem = world.replace('-', "_");
     let crate_name = s.name.replace('-', "_");
     let sdk = match (s.lang, &s.sdk) {
@@ -369,7 +379,7 @@ mod tests {
                 let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
                 assert!(!readme.contains("dlmalloc"), "the SDK's allocator is talc");
                 assert!(readme.starts_with("# my-plugin\n"), "{lang:?} {kind}");
-                assert!(readme.contains(&format!("`{}` plugin", kind.world())), "{lang:?} {kind}");
+                assert!(readme.contains(&format!("`{}` plugin", project_world(lang, kind))), "{lang:?} {kind}");
                 if lang != Lang::Rust {
                     assert!(dir.join("wit/worlds.wit").is_file(), "{lang:?}: the WIT is copied");
                 }

@@ -156,7 +156,7 @@ fn build_python() -> Result<Vec<Built>, String> {
     let mut built = Vec::new();
     for (name, dir, world) in [
         ("quiet-normal", "filter", "filter"),
-        ("namespace-reason", "aggregate-key", "aggregate-key"),
+        ("namespace-reason", "aggregate-key", "aggregate-key-projected"),
         ("slack", "slack-sink", "sink"),
     ] {
         let file = out.join(format!("{name}.wasm"));

@@ -375,11 +375,12 @@ fn plugins_check_reports_kind_fuel_and_memory_or_the_reason() {
     assert!(
         out.contains(
             "(reads source-component, involved-object-kind, involved-object-namespace, involved-object-name, \
-             involved-object-uid, involved-object-api-version, type, reason, message, reporting-component, \
-             reporting-instance)"
+             involved-object-uid, involved-object-api-version, type, reason, reporting-component, \
+             reporting-instance; local key: message)"
         ),
         "{out}"
     );
+    assert!(!out.contains(r#", "" (reads"#), "the local key shown is the sample event's message: {out}");
 
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("bad.wasm");

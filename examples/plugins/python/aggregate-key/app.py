@@ -4,11 +4,17 @@
 #   local key     = message (as client-go)
 # The correlator calls aggregate_key_batch with a packed batch of the 13 key fields per event
 # (wit/types.wit, key-fields-batch) and expects 2 packed strings per event back.
+# World aggregate-key-projected: key_fields names the 5 fields the aggregate key reads, and
+# local_key_field says the local key is the message as it is; the host then fills only those 5
+# (every other field, the message too, arrives as "") and answers events that repeat them from
+# its memo without calling Python.
 import wit_world
 from wit_world.imports import types
 from componentize_py_types import Err
 
 FIELDS = 13  # per event, in the order of types.key-fields-batch
+READS = bytes([0, 2, 3, 8, 9])  # source.component, kind, namespace, type, reason
+MESSAGE = 10
 
 
 def _keys(f: list[str]) -> tuple[str, str]:
@@ -17,6 +23,12 @@ def _keys(f: list[str]) -> tuple[str, str]:
 
 
 class WitWorld(wit_world.WitWorld):
+    def key_fields(self) -> bytes:
+        return READS
+
+    def local_key_field(self) -> int | None:
+        return MESSAGE
+
     def aggregate_key(self, event: types.Event) -> types.AggregateKeyPair:
         o = event.involved_object
         agg = "|".join((event.source.component, o.kind, o.namespace, event.type, event.reason))

@@ -26,4 +26,9 @@ impl AggregateKey for IgnoreHost {
         key.push_all(&[e.source.component, o.kind, o.namespace, o.name, o.uid, o.api_version, e.type_, e.reason]);
         key.push_all(&[e.reporting_component, e.reporting_instance]);
     }
+
+    /// The local key is the default's, the message, which the aggregate key does not read.
+    fn local_key_field(&self) -> Option<KeyField> {
+        Some(KeyField::Message)
+    }
 }

@@ -27,4 +27,10 @@ impl AggregateKey for NamespaceReason {
         key.push_all(&[e.source.component, "|", o.kind, "|", o.namespace, "|", e.type_, "|", e.reason]);
     }
     // `local_key`: the default, the message.
+
+    /// The local key is the message as it is, and the aggregate key does not read it: the host
+    /// takes the message from each event itself and remembers aggregate keys without it.
+    fn local_key_field(&self) -> Option<KeyField> {
+        Some(KeyField::Message)
+    }
 }

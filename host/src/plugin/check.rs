@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use super::bindings as wit;
 use super::call::{CallCost, CallFailure, Caller};
-use super::convert::{describe_fields, key_field, to_wit, unpack};
+use super::convert::{describe_fields, to_wit, unpack};
 use super::projection::{ProjectedFilter, ProjectedKeys};
 use super::sink::DeliverBatch;
 use super::{Plugin, PluginHandle, PluginKind, PluginRuntime, PluginSettings};
@@ -107,8 +107,8 @@ fn run_once(handle: &PluginHandle) -> Result<(String, CallCost), CallFailure> {
             let strings = unpack(&packed, expected).map_err(CallFailure::Garbage)?;
             let mut shown: Vec<String> = strings.iter().map(|s| format!("{:?}", String::from_utf8_lossy(s))).collect();
             // A local key declared to be a key field is that field of the event, as the host takes it.
-            if let (Some(i), Some(local)) = (projection.local, shown.get_mut(1)) {
-                *local = format!("{:?}", key_field(&event, i));
+            if let (Some(field), Some(local)) = (projection.local_key(&event), shown.get_mut(1)) {
+                *local = format!("{field:?}");
             }
             Ok((format!("{} (reads {})", shown.join(", "), projection.describe()), cost))
         }

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use super::bindings as wit;
 use super::call::{CallCost, CallFailure, Caller};
-use super::convert::{KeyFields, pack_key_fields};
+use super::convert::{KeyFields, key_field, pack_key_fields};
 use super::{KEY_FIELDS_EXPORT, LOCAL_KEY_FIELD_EXPORT, Plugin, PluginHandle};
 use crate::clock::to_unix_nanos;
 use crate::event::{Event, ObjectReference, Time};
@@ -163,6 +163,12 @@ impl KeyProjection {
             None => self.fields.describe(),
             Some(i) => format!("{}; local key: {}", self.fields.describe(), KeyFields::describe_one(i)),
         }
+    }
+
+    /// The local key of `e` when the version declared it to be a key field (`local-key-field`):
+    /// that field as it is, whatever the plugin returned. `None`: the plugin's answer is it.
+    pub(crate) fn local_key(self, e: &Event) -> Option<&str> {
+        self.local.map(|i| key_field(e, i))
     }
 }
 

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 
-use super::convert::{describe, key_field, unpack};
+use super::convert::{describe, unpack};
 use super::projection::{ProjectedFilter, ProjectedKeys, Verdict};
 use super::{Plugin, PluginHandle, PluginSlot};
 use crate::event::Event;
@@ -179,8 +179,8 @@ impl ShadowCalls<ProjectedKeys> {
                 .map(|(s, e)| {
                     let mut strings: Vec<String> = s.iter().map(|b| String::from_utf8_lossy(b).into_owned()).collect();
                     // A local key declared to be a key field is that field, whatever was returned.
-                    if let (Some(i), Some(local)) = (projection.local, strings.get_mut(1)) {
-                        *local = key_field(e, i).to_string();
+                    if let (Some(field), Some(local)) = (projection.local_key(e), strings.get_mut(1)) {
+                        *local = field.to_string();
                     }
                     Value::from(strings)
                 })

@@ -192,8 +192,7 @@ impl EventSink for JsonLinesSink {
     }
 
     async fn patch(&self, event: &Event, patch: &[u8]) -> Result<Stored, SinkError> {
-        self.write(&SinkCall::new(Verb::Patch, event, patch)?)?;
-        Ok(Stored::AsSent)
+        self.patch_observed(event, SinkPatch::Bytes(patch)).await
     }
 
     /// The EventLogger's patch is serialised into the line itself (no JSON bytes made, then

@@ -535,7 +535,7 @@ impl EventSink for WebhookSink {
     }
 
     async fn patch(&self, event: &Event, patch: &[u8]) -> Result<Stored, SinkError> {
-        self.call(SinkCall::new(Verb::Patch, event, patch)?).await
+        self.patch_observed(event, SinkPatch::Bytes(patch)).await
     }
 
     /// The EventLogger's patch is serialised into the batch item itself (no JSON bytes made,

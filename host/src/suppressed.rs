@@ -80,7 +80,8 @@ impl SuppressedSummaries {
         let (o, s) = (&event.involved_object, &event.source);
         let fields =
             [&event.metadata.namespace, &o.kind, &o.namespace, &o.name, &o.uid, &o.api_version, &s.component, &s.host];
-        let key = Key::of_parts(fields.iter().flat_map(|f| [f.as_str(), "\0"]));
+        let [a, b, c, d, e, f, g, h] = fields.map(|f| f.as_str());
+        let key = Key::of_parts([a, "\0", b, "\0", c, "\0", d, "\0", e, "\0", f, "\0", g, "\0", h, "\0"]);
         let window = self.windows.entry((tenant.clone(), key)).or_insert_with(|| {
             let closes = now + chrono::Duration::seconds(seconds as i64);
             self.next_due = Some(self.next_due.map_or(closes, |t| t.min(closes)));

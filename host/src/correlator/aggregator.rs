@@ -6,7 +6,7 @@ use indexmap::IndexSet;
 use lru::{DefaultHasher, LruCache};
 use smallvec::SmallVec;
 
-use super::keys::{AggregateKey, Key};
+use super::keys::{AggregateKey, BuildKeyHasher, Key};
 use crate::clock::to_unix_nanos;
 use crate::event::{Event, ObjectMeta, Time};
 
@@ -138,7 +138,7 @@ pub enum AggregateDecision {
 /// *first-seen* messages, and a repeat of an older message aggregates again.
 #[derive(Debug)]
 pub struct EventAggregator {
-    cache: LruCache<Key, AggregateRecord>,
+    cache: LruCache<Key, AggregateRecord, BuildKeyHasher>,
     max_events: u64,
     /// `maxIntervalInSeconds` as Go turns it into a `time.Duration` (may be negative; see
     /// [`super::CorrelatorOptions::max_interval_in_seconds`]).
@@ -153,7 +153,7 @@ impl EventAggregator {
     /// interval converted back to a `time.Duration` of seconds with Go's wrapping arithmetic.
     pub fn new(cache_size: NonZeroUsize, max_events: i64, max_interval_in_seconds: i64) -> Self {
         Self {
-            cache: LruCache::new(cache_size),
+            cache: LruCache::with_hasher(cache_size, BuildKeyHasher::default()),
             max_events: max_events as u64,
             max_interval_nanos: max_interval_in_seconds.wrapping_mul(1_000_000_000),
         }
@@ -167,17 +167,10 @@ impl EventAggregator {
     pub fn aggregate(&mut self, key: AggregateKey, now: Time) -> AggregateDecision {
         let AggregateKey { aggregate, local } = key;
         let (max_events, max_interval_nanos) = (self.max_events, self.max_interval_nanos);
-        let aggregated = match self.cache.get_mut(&aggregate) {
-            Some(record) => record.observe(local, now, max_events, max_interval_nanos),
-            None => {
-                // A new group. When the cache is full the least recently used group is evicted
-                // (client-go's LRU `Add`), its entry's memory reused for this one.
-                let mut record = AggregateRecord::default();
-                let aggregated = record.observe(local, now, max_events, max_interval_nanos);
-                self.cache.push(aggregate, record);
-                aggregated
-            }
-        };
+        // A new group starts empty; when the cache is full the least recently used group is
+        // evicted (client-go's LRU `Add`) and its entry's memory reused for this one.
+        let record = self.cache.get_or_insert_mut(aggregate, AggregateRecord::default);
+        let aggregated = record.observe(local, now, max_events, max_interval_nanos);
         if aggregated { AggregateDecision::Aggregate(aggregate) } else { AggregateDecision::Original }
     }
 

@@ -61,6 +61,33 @@ pub fn adopt_key_seed(seed: u64) -> bool {
     *SEED.get_or_init(|| seed) == seed
 }
 
+/// The hasher of the correlator's caches: a [`Key`] is a seeded digest already, uniformly
+/// spread, so its low 64 bits are the hash (hashing it again only costs time).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct KeyHasher(u64);
+
+impl std::hash::Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only reached for types other than `Key` (which writes one u128): fold them in.
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.0 = (self.0.rotate_left(5) ^ u64::from_le_bytes(word)).wrapping_mul(0x517c_c1b7_2722_0a95);
+        }
+    }
+
+    fn write_u128(&mut self, n: u128) {
+        self.0 ^= n as u64;
+    }
+}
+
+/// Builds [`KeyHasher`]s: the `S` of the correlator's LRU caches keyed by [`Key`].
+pub(crate) type BuildKeyHasher = std::hash::BuildHasherDefault<KeyHasher>;
+
 impl Key {
     /// A key no string hashes to in practice; fills a slot until the real key is computed.
     pub(crate) const UNSET: Key = Key(0);
@@ -82,24 +109,30 @@ impl Key {
     }
 
     /// The key of the concatenation of `parts` (no separator), without allocating: parts are
-    /// copied into a stack buffer and hashed at once; a key longer than the buffer is hashed
-    /// incrementally (XXH3 gives the same digest either way).
-    pub fn of_parts<'a>(parts: impl IntoIterator<Item = &'a str>) -> Self {
-        const INLINE: usize = 512;
-        let mut buf = [0u8; INLINE];
+    /// copied into a stack buffer sized to them and hashed at once; a key longer than the
+    /// largest buffer is hashed incrementally (XXH3 gives the same digest either way).
+    pub fn of_parts<'a, const N: usize>(parts: [&'a str; N]) -> Self {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        // The buffer is zeroed before use: a small one for the usual key, a larger one for
+        // long messages.
+        if len <= 128 {
+            Self::of_parts_in::<128, N>(parts)
+        } else if len <= 512 {
+            Self::of_parts_in::<512, N>(parts)
+        } else {
+            let mut h = Xxh3::with_seed(seed());
+            parts.iter().for_each(|p| h.update(p.as_bytes()));
+            Key(h.digest128())
+        }
+    }
+
+    /// [`of_parts`](Self::of_parts) in a buffer of `B` bytes (the parts fit).
+    fn of_parts_in<const B: usize, const N: usize>(parts: [&str; N]) -> Self {
+        let mut buf = [0u8; B];
         let mut len = 0;
-        let mut parts = parts.into_iter();
-        for p in parts.by_ref() {
-            let b = p.as_bytes();
-            if len + b.len() > INLINE {
-                let mut h = Xxh3::with_seed(seed());
-                h.update(&buf[..len]);
-                h.update(b);
-                parts.for_each(|rest| h.update(rest.as_bytes()));
-                return Key(h.digest128());
-            }
-            buf[len..len + b.len()].copy_from_slice(b);
-            len += b.len();
+        for p in parts {
+            buf[len..len + p.len()].copy_from_slice(p.as_bytes());
+            len += p.len();
         }
         Self::of_bytes(&buf[..len])
     }
@@ -311,7 +344,8 @@ pub struct SourceObjectType;
 
 impl EventSpamKeyFunc for SourceObjectType {
     fn spam_key(&self, event: &Event) -> Key {
-        Key::of_parts(source_and_object(event).into_iter().chain([event.type_.as_str()]))
+        let [component, host, kind, namespace, name, uid, api_version] = source_and_object(event);
+        Key::of_parts([component, host, kind, namespace, name, uid, api_version, &event.type_])
     }
 }
 

@@ -6,7 +6,7 @@ use std::num::NonZeroUsize;
 use lru::LruCache;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 
-use super::keys::{Key, event_cache_key};
+use super::keys::{BuildKeyHasher, Key, event_cache_key};
 use crate::event::{CompactString, Event, Time, TimeText};
 
 /// What the EventLogger remembers per key (client-go `eventLog`).
@@ -19,6 +19,17 @@ struct EventLog {
 }
 
 impl EventLog {
+    /// What to remember of `event`.
+    fn of(event: &Event) -> Self {
+        let m = &event.metadata;
+        Self {
+            count: event.count,
+            first_timestamp: event.first_timestamp,
+            name: m.name.clone(),
+            resource_version: m.resource_version.clone(),
+        }
+    }
+
     /// Takes `event`'s count, firstTimestamp, name and resourceVersion, copying the strings only
     /// when they changed.
     fn set(&mut self, event: &Event) {
@@ -97,13 +108,13 @@ impl Serialize for EventPatch {
 /// The EventLogger: an LRU of what was last sent per event key.
 #[derive(Debug)]
 pub struct EventLogger {
-    cache: LruCache<Key, EventLog>,
+    cache: LruCache<Key, EventLog, BuildKeyHasher>,
 }
 
 impl EventLogger {
     /// A logger with an LRU of `cache_size` entries.
     pub fn new(cache_size: NonZeroUsize) -> Self {
-        Self { cache: LruCache::new(cache_size) }
+        Self { cache: LruCache::with_hasher(cache_size, BuildKeyHasher::default()) }
     }
 
     /// client-go `eventObserve`: if `key` was seen with a count > 0, rewrite `event` as the next
@@ -111,10 +122,10 @@ impl EventLogger {
     /// lastTimestamp and message stay the incoming ones) and return the patch; otherwise keep the
     /// event's own count and return no patch. Either way, remember the result under `key`.
     pub fn observe(&mut self, event: &mut Event, key: Key) -> Option<EventPatch> {
-        let Some(last) = self.cache.get_mut(&key) else {
-            self.insert(key, event);
+        let (last, new) = self.entry(key, event);
+        if new {
             return None;
-        };
+        }
         if last.count > 0 {
             event.metadata.name.clone_from(&last.name);
             event.metadata.resource_version.clone_from(&last.resource_version);
@@ -157,22 +168,21 @@ impl EventLogger {
     /// Stores `event`'s count, firstTimestamp, name and resourceVersion under `key` (an LRU
     /// `Add`: refreshes recency).
     fn remember(&mut self, key: Key, event: &Event) {
-        match self.cache.get_mut(&key) {
-            Some(slot) => slot.set(event),
-            None => self.insert(key, event),
+        if let (slot, false) = self.entry(key, event) {
+            slot.set(event);
         }
     }
 
-    /// Adds a new entry for `key` (evicting the least recently used one when full).
-    fn insert(&mut self, key: Key, event: &Event) {
-        let m = &event.metadata;
-        let log = EventLog {
-            count: event.count,
-            first_timestamp: event.first_timestamp,
-            name: m.name.clone(),
-            resource_version: m.resource_version.clone(),
-        };
-        self.cache.put(key, log);
+    /// The entry for `key`, made the most recently used, and whether it is new: a new entry
+    /// remembers `event` (evicting the least recently used one when the cache is full). One
+    /// lookup either way.
+    fn entry(&mut self, key: Key, event: &Event) -> (&mut EventLog, bool) {
+        let mut new = false;
+        let log = self.cache.get_or_insert_mut(key, || {
+            new = true;
+            EventLog::of(event)
+        });
+        (log, new)
     }
 
     /// Every entry, least recently used first: key, count, firstTimestamp, name and

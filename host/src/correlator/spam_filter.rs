@@ -12,7 +12,7 @@ use governor::state::{NotKeyed, StateStore};
 use governor::{Quota, RateLimiter};
 use lru::LruCache;
 
-use super::keys::Key;
+use super::keys::{BuildKeyHasher, Key};
 use crate::clock::to_unix_nanos;
 use crate::event::Time;
 
@@ -155,7 +155,7 @@ impl TokenBucket {
 /// when instants sit within nanoseconds of a refill boundary or the clock goes backwards.
 #[doc(alias = "EventSourceObjectSpamFilter")]
 pub struct SpamFilter {
-    cache: LruCache<Key, TokenBucket>,
+    cache: LruCache<Key, TokenBucket, BuildKeyHasher>,
     spec: BucketSpec,
     clock: DecisionInstant,
 }
@@ -170,7 +170,7 @@ impl SpamFilter {
     /// A filter with an LRU of `cache_size` buckets, each of `burst` tokens refilled at `qps`
     /// tokens per second (Go `float32`). `burst < 1` filters everything; `qps <= 0` never refills.
     pub fn new(cache_size: NonZeroUsize, qps: f32, burst: i64) -> Self {
-        Self { cache: LruCache::new(cache_size), spec: BucketSpec { qps, burst }, clock: DecisionInstant::default() }
+        Self { cache: LruCache::with_hasher(cache_size, BuildKeyHasher::default()), spec: BucketSpec { qps, burst }, clock: DecisionInstant::default() }
     }
 
     /// Every bucket, least recently used first (what a snapshot stores).

@@ -359,8 +359,10 @@ mod tests {
         assert_eq!(Key::of_parts(["ab", "c"]), Key::of_parts(["a", "bc"]), "Go's separator-less collision");
         assert_ne!(Key::of("abc"), Key::of("abd"));
         assert_eq!(Key::of_bytes(b"abc"), Key::of("abc"), "plugins' byte keys hash like strings");
-        let long = "x".repeat(700);
-        assert_eq!(Key::of_parts(["ab", &long, "c"]), Key::of(&format!("ab{long}c")), "past the inline buffer");
+        for n in [126, 127, 300, 510, 511, 700] {
+            let long = "x".repeat(n);
+            assert_eq!(Key::of_parts(["ab", &long, "c"]), Key::of(&format!("ab{long}c")), "{n}: either buffer, or none");
+        }
     }
 
     #[test]

@@ -408,6 +408,32 @@ mod tests {
         assert_eq!(digest, key_fields_digest(&not_sent, all, &mut buf), "only the fields a plugin receives count");
     }
 
+    /// The digest is the key of the declared fields' LEB128 lengths then their bytes, with
+    /// lengths of one varint byte or two.
+    #[test]
+    fn key_fields_digest_is_the_key_of_the_lengths_then_the_bytes() {
+        let expected = |e: &Event| {
+            let fields = key_fields(e);
+            let mut bytes = Vec::new();
+            for f in fields {
+                let mut len = f.len();
+                while len >= 0x80 {
+                    bytes.push((len as u8) | 0x80);
+                    len >>= 7;
+                }
+                bytes.push(len as u8);
+            }
+            fields.iter().for_each(|f| bytes.extend_from_slice(f.as_bytes()));
+            Key::of_bytes(&bytes)
+        };
+        let mut buf = Vec::new();
+        let short = Event { reason: "BackOff".into(), message: "m".into(), ..Event::default() };
+        let long = Event { message: "x".repeat(200).into(), reason: "y".repeat(150).into(), ..short.clone() };
+        for e in [&short, &long] {
+            assert_eq!(key_fields_digest(e, KeyFields::ALL, &mut buf), expected(e));
+        }
+    }
+
     /// One key field by index is that field of the whole list, and a local key field past the
     /// 13 is refused; taking it out of a declaration leaves the others.
     #[test]

@@ -111,7 +111,7 @@ impl Key {
     /// The key of the concatenation of `parts` (no separator), without allocating: parts are
     /// copied into a stack buffer sized to them and hashed at once; a key longer than the
     /// largest buffer is hashed incrementally (XXH3 gives the same digest either way).
-    pub fn of_parts<'a, const N: usize>(parts: [&'a str; N]) -> Self {
+    pub fn of_parts<const N: usize>(parts: [&str; N]) -> Self {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         // The buffer is zeroed before use: a small one for the usual key, a larger one for
         // long messages.
@@ -361,8 +361,22 @@ mod tests {
         assert_eq!(Key::of_bytes(b"abc"), Key::of("abc"), "plugins' byte keys hash like strings");
         for n in [126, 127, 300, 510, 511, 700] {
             let long = "x".repeat(n);
-            assert_eq!(Key::of_parts(["ab", &long, "c"]), Key::of(&format!("ab{long}c")), "{n}: either buffer, or none");
+            assert_eq!(
+                Key::of_parts(["ab", &long, "c"]),
+                Key::of(&format!("ab{long}c")),
+                "{n}: either buffer, or none"
+            );
         }
+    }
+
+    #[test]
+    fn the_caches_hash_a_key_by_its_low_bits() {
+        use std::hash::BuildHasher;
+        for k in [Key::of("a"), Key::of("b"), Key::UNSET] {
+            assert_eq!(BuildKeyHasher::default().hash_one(k), k.low_bits());
+        }
+        let (a, b) = (BuildKeyHasher::default().hash_one("ab"), BuildKeyHasher::default().hash_one("ba"));
+        assert_ne!(a, b, "other types are folded in, not dropped");
     }
 
     #[test]

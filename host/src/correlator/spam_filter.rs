@@ -170,7 +170,11 @@ impl SpamFilter {
     /// A filter with an LRU of `cache_size` buckets, each of `burst` tokens refilled at `qps`
     /// tokens per second (Go `float32`). `burst < 1` filters everything; `qps <= 0` never refills.
     pub fn new(cache_size: NonZeroUsize, qps: f32, burst: i64) -> Self {
-        Self { cache: LruCache::with_hasher(cache_size, BuildKeyHasher::default()), spec: BucketSpec { qps, burst }, clock: DecisionInstant::default() }
+        Self {
+            cache: LruCache::with_hasher(cache_size, BuildKeyHasher::default()),
+            spec: BucketSpec { qps, burst },
+            clock: DecisionInstant::default(),
+        }
     }
 
     /// Every bucket, least recently used first (what a snapshot stores).

@@ -3,7 +3,7 @@
 use std::num::NonZeroUsize;
 
 use indexmap::IndexSet;
-use lru::{DefaultHasher, LruCache};
+use lru::LruCache;
 use smallvec::SmallVec;
 
 use super::keys::{AggregateKey, BuildKeyHasher, Key};
@@ -23,12 +23,12 @@ const INLINE_LOCAL_KEYS: usize = 4;
 /// Up to [`INLINE_LOCAL_KEYS`] they sit in the record itself: a group costs no allocation of
 /// its own and one place in memory, which is what a busy aggregator touches for every event. A
 /// group that collects more (the ones that aggregate, at client-go's default `maxEvents`)
-/// moves them to an [`IndexSet`] for the rest of its life: one allocation per such group. Keys are seeded digests already, so the set's hasher is the LRU's
-/// fast one.
+/// moves them to an [`IndexSet`] for the rest of its life: one allocation per such group. Keys
+/// are seeded digests already, so the set hashes them as the LRU caches do, by their low bits.
 #[derive(Debug)]
 enum LocalKeys {
     Inline(SmallVec<[Key; INLINE_LOCAL_KEYS]>),
-    Indexed(IndexSet<Key, DefaultHasher>),
+    Indexed(IndexSet<Key, BuildKeyHasher>),
 }
 
 impl Default for LocalKeys {
@@ -58,7 +58,7 @@ impl LocalKeys {
             LocalKeys::Inline(keys) if keys.contains(&key) => {}
             LocalKeys::Inline(keys) if keys.len() < INLINE_LOCAL_KEYS => keys.push(key),
             LocalKeys::Inline(keys) => {
-                let mut indexed: IndexSet<Key, DefaultHasher> = keys.drain(..).collect();
+                let mut indexed: IndexSet<Key, BuildKeyHasher> = keys.drain(..).collect();
                 indexed.insert(key);
                 *self = LocalKeys::Indexed(indexed);
             }

@@ -106,9 +106,13 @@ pub trait EventSink: Send + Sync {
     async fn patch(&self, event: &Event, patch: &[u8]) -> Result<Stored, SinkError>;
 
     /// [`patch`](Self::patch) as `recordToSink` calls it ([`deliver`]), with the patch in the
-    /// form it has. By default an [`SinkPatch::Observed`] patch is serialised to JSON and given
-    /// to `patch`; a sink that embeds the patch in JSON of its own (the JSON-lines sink)
-    /// serialises it in place instead, without checking bytes it made itself.
+    /// form it has. By default a [`SinkPatch::Observed`] patch is serialised to JSON and given
+    /// to `patch`; a sink that embeds the patch in JSON of its own (the JSON-lines and webhook
+    /// sinks) serialises it in place instead, without checking bytes it made itself.
+    ///
+    /// # Errors
+    /// As [`patch`](Self::patch); [`SinkError::RequestConstruction`] when
+    /// [`SinkPatch::Bytes`] are not JSON, for the sinks that embed them.
     async fn patch_observed(&self, event: &Event, patch: SinkPatch<'_>) -> Result<Stored, SinkError> {
         match patch {
             SinkPatch::Observed(p) => self.patch(event, &p.to_json()).await,

@@ -810,7 +810,11 @@ impl<N> Wire<'_, N> {
     }
 
     /// The object as a core/v1 Event, or why it is not an event.
-    fn into_event(self, inherited_api: &str) -> Result<Event, String> {
+    ///
+    /// Takes the fields it uses out of `self` (which is dropped next) rather than `self`: a
+    /// boxed Wire is ~1.3 KB, and moving it out of its box cost as much as its parse's
+    /// bookkeeping.
+    fn into_event(&mut self, inherited_api: &str) -> Result<Event, String> {
         match self.api(inherited_api) {
             Some(api) => Ok(self.convert(api)),
             None => Err(self.not_an_event()),
@@ -819,40 +823,41 @@ impl<N> Wire<'_, N> {
 
     /// Builds the core/v1 Event; for events.k8s.io as `Convert_v1_Event_To_core_Event`
     /// (and `Convert_v1beta1_Event_To_core_Event`, the same mapping) do.
-    fn convert(self, api: Api) -> Event {
+    fn convert(&mut self, api: Api) -> Event {
+        use std::mem::take;
         let mut event = Event {
-            metadata: self.metadata,
-            reason: self.reason,
-            type_: self.type_,
+            metadata: take(&mut self.metadata),
+            reason: take(&mut self.reason),
+            type_: take(&mut self.type_),
             event_time: self.event_time,
-            series: self.series,
-            action: self.action,
-            related: self.related,
-            reporting_instance: self.reporting_instance,
+            series: self.series.take(),
+            action: take(&mut self.action),
+            related: self.related.take(),
+            reporting_instance: take(&mut self.reporting_instance),
             ..Event::default()
         };
         match api {
             Api::Core => {
-                event.kind = self.kind;
-                event.api_version = self.api_version;
-                event.involved_object = self.involved_object.unwrap_or_default();
-                event.message = self.message;
-                event.source = self.source;
+                event.kind = take(&mut self.kind);
+                event.api_version = take(&mut self.api_version);
+                event.involved_object = self.involved_object.take().unwrap_or_default();
+                event.message = take(&mut self.message);
+                event.source = take(&mut self.source);
                 event.first_timestamp = self.first_timestamp;
                 event.last_timestamp = self.last_timestamp;
                 event.count = self.count;
-                event.reporting_component = self.reporting_component;
+                event.reporting_component = take(&mut self.reporting_component);
             }
             Api::Events => {
                 event.kind = "Event".into();
                 event.api_version = "v1".into();
-                event.involved_object = self.regarding.unwrap_or_default();
-                event.message = self.note;
-                event.source = self.deprecated_source;
+                event.involved_object = self.regarding.take().unwrap_or_default();
+                event.message = take(&mut self.note);
+                event.source = take(&mut self.deprecated_source);
                 event.first_timestamp = self.deprecated_first_timestamp;
                 event.last_timestamp = self.deprecated_last_timestamp;
                 event.count = self.deprecated_count;
-                event.reporting_component = self.reporting_controller;
+                event.reporting_component = take(&mut self.reporting_controller);
             }
         }
         event
@@ -915,22 +920,78 @@ impl<'de, D: serde::Deserializer<'de>> serde::Deserializer<'de> for ObjectsOnly<
 /// for anything else, and for any document with a problem: the exact path then decodes it and
 /// words the error, so what comes out is exactly the exact path's.
 fn decode_one_pass(text: &str, line: u64) -> Option<Decoded> {
-    let wire: Wire<'_, Inner<'_>> = serde_json::from_str(text).ok()?;
+    if starts_like_outer(text)
+        && let Ok(outer) = serde_json::from_str::<Outer<'_>>(text)
+    {
+        return if outer.object.is_some() || WatchKind::parse(&outer.type_).is_some() {
+            one_pass_envelope(&outer.type_, outer.object, line)
+        } else if outer.event.is_some() || outer.clock.is_some() {
+            one_pass_replay(outer.clock, outer.spam_filter_clock, outer.event, line)
+        } else {
+            None // neither: the exact path says why
+        };
+    }
+    let mut wire: Wire<'_, Inner<'_>> = serde_json::from_str(text).ok()?;
     if wire.is_envelope() {
-        let Some(WatchKind::Event(t)) = WatchKind::parse(&wire.type_) else { return None };
-        let event = wire.object?.0.into_event("").ok()?;
-        Some(occurrence(event, Some(t), line))
+        one_pass_envelope(&wire.type_, wire.object, line)
     } else if wire.is_replay() {
-        let clock = parse_clock("clock", wire.clock.as_deref()?, line).ok()?;
-        let spam_filter_clock =
-            wire.spam_filter_clock.as_deref().map(|c| parse_clock("spam_filter_clock", c, line)).transpose().ok()?;
-        let event = wire.event?.0.into_event("").ok()?;
-        Some(Decoded::Event { event, clock: Some(clock), spam_filter_clock, watch_type: None, line })
+        one_pass_replay(wire.clock.as_deref(), wire.spam_filter_clock.as_deref(), wire.event, line)
     } else if wire.is_list() {
         None
     } else {
         wire.into_event("").ok().map(|event| occurrence(event, None, line))
     }
+}
+
+/// [`decode_one_pass`] of a watch envelope: its `type` and `object`.
+fn one_pass_envelope(type_: &str, object: Option<Inner<'_>>, line: u64) -> Option<Decoded> {
+    let Some(WatchKind::Event(t)) = WatchKind::parse(type_) else { return None };
+    let event = object?.0.into_event("").ok()?;
+    Some(occurrence(event, Some(t), line))
+}
+
+/// [`decode_one_pass`] of a replay line: its clocks and `event`.
+fn one_pass_replay(
+    clock: Option<&str>,
+    spam_filter_clock: Option<&str>,
+    event: Option<Inner<'_>>,
+    line: u64,
+) -> Option<Decoded> {
+    let clock = parse_clock("clock", clock?, line).ok()?;
+    let spam_filter_clock = spam_filter_clock.map(|c| parse_clock("spam_filter_clock", c, line)).transpose().ok()?;
+    let event = event?.0.into_event("").ok()?;
+    Some(Decoded::Event { event, clock: Some(clock), spam_filter_clock, watch_type: None, line })
+}
+
+/// Whether the object `text` opens with one of [`Outer`]'s keys: a bare event (whose first key
+/// is `kind`, `apiVersion` or `metadata` as the API server writes it) is not tried as an
+/// [`Outer`], whose failed read would cost an error message.
+fn starts_like_outer(text: &str) -> bool {
+    let first_key = text.strip_prefix('{').unwrap_or(text).trim_start_matches([' ', '\t', '\r', '\n']);
+    ["\"clock\"", "\"event\"", "\"type\"", "\"object\"", "\"spam_filter_clock\""]
+        .iter()
+        .any(|key| first_key.starts_with(key))
+}
+
+/// A replay line or a watch envelope with none but its own fields, as
+/// [`decode_one_pass`] reads them first: the ~1.3 KB [`Wire`] that a bare event needs was built,
+/// moved and dropped for every such line. Any other field fails the parse at that key, and the
+/// document is read as a [`Wire`] instead; what comes out is the same either way.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a JSON object")]
+struct Outer<'a> {
+    #[serde(rename = "type", default, deserialize_with = "nullable")]
+    type_: CompactString,
+    #[serde(default)]
+    object: Option<Inner<'a>>,
+    #[serde(default)]
+    event: Option<Inner<'a>>,
+    /// Borrowed: a clock with escapes in it (never an RFC 3339 one) fails here, and the line
+    /// is read as a [`Wire`].
+    #[serde(default)]
+    clock: Option<&'a str>,
+    #[serde(rename = "spam_filter_clock", default)]
+    spam_filter_clock: Option<&'a str>,
 }
 
 /// `metav1.Status`, the object of an `ERROR` watch event.
@@ -981,7 +1042,7 @@ fn decode_document(doc: &Doc<'_>, emit: Emit) {
 
 fn decode_top<'a>(doc: &Doc<'a>, top: Top<'a>, emit: Emit) {
     let line = doc.origin.line;
-    let wire = match top {
+    let mut wire = match top {
         Top::Array(elements) => return decode_items(doc, &elements, "", Context::Element, emit),
         Top::Object(wire) => *wire,
     };
@@ -1004,7 +1065,7 @@ fn parse_event<'a>(
     inherited_api: &str,
     ctx: Context,
 ) -> Result<Event, DecodeError> {
-    let wire: Wire<'a> = doc.parse_object(at, raw, ctx)?;
+    let mut wire: Wire<'a> = doc.parse_object(at, raw, ctx)?;
     wire.into_event(inherited_api).map_err(|m| DecodeError::new(at.pos.line, format!("{ctx}{m}")))
 }
 
@@ -1248,6 +1309,13 @@ mod tests {
             format!(r#"{{"event":{ev},"clock":"2024-06-01T00:00:03Z","spam_filter_clock":"2024-06-01T00:00:04Z"}}"#),
             // A nested value's own `object` / `event` is not read (as the exact path's second step).
             format!(r#"{{"type":"ADDED","object":{}}}"#, ev.replacen('{', r#"{"object":[1,{"a":2}],"event":5,"#, 1)),
+            // Read as a Wire after the envelope-only read declined: a field of no envelope, an
+            // escaped clock, a bare event whose first key is `type`.
+            format!(r#"{{"clock":"2024-06-01T00:00:03Z","event":{ev},"recorded_by":"x"}}"#),
+            format!(r#"{{"type":"ADDED","recorded_by":"x","object":{ev}}}"#),
+            format!(r#"{{"clock":"2024-06-01T00:00:03\u005a","event":{ev}}}"#),
+            r#"{ "type":"Normal","kind":"Event","apiVersion":"v1","involvedObject":{"kind":"Pod","name":"p"},"reason":"R"}"#
+                .to_string(),
         ];
         let declined = [
             r#"{"type":"ADDED","object":[]}"#.to_string(),
@@ -1269,6 +1337,10 @@ mod tests {
             r#"{"kind":"Status","reason":"Gone","message":"m"}"#.to_string(),
             ev.replace(r#""lastTimestamp":"2024-06-01T00:00:02.5Z""#, r#""lastTimestamp":"soon""#),
             format!(r#"{{"metadata":{{"name":"x"}},"object":{ev},"object":{ev},"type":"ADDED"}}"#),
+            format!(r#"{{"object":{ev},"type":"ADDED","object":{ev}}}"#),
+            format!(r#"{{"clock":"2024-06-01T00:00:03Z","event":{ev},"metadata":5}}"#),
+            r#"{"type":"Normal"}"#.to_string(),
+            "{}".to_string(),
             r#"{"a":1"#.to_string(),
         ];
         for text in &answered {

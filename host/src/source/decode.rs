@@ -1031,8 +1031,15 @@ fn parse_top(text: &str) -> Result<Top<'_>, serde_json::Error> {
     }
 }
 
-/// Decodes one complete document (an object or an array) and emits what it holds.
+/// Decodes one complete document (an object or an array) and emits what it holds: in one
+/// pass when it is one of the common shapes ([`decode_one_pass`]; a multi-line document such as
+/// `kubectl -o json --output-watch-events` prints), else by the exact path.
 fn decode_document(doc: &Doc<'_>, emit: Emit) {
+    if doc.text.starts_with('{')
+        && let Some(decoded) = decode_one_pass(doc.text, doc.origin.line)
+    {
+        return emit(Ok(decoded));
+    }
     match parse_top(doc.text) {
         Ok(top) => decode_top(doc, top, emit),
         Err(e) => emit(Err(doc.json_error(doc.start(), doc.text, Context::Document, &e))),
@@ -1345,6 +1352,12 @@ mod tests {
         for text in &answered {
             let fast = decode_one_pass(text, 7).unwrap_or_else(|| panic!("the one-pass path declined {text}"));
             assert_eq!(exact(text), vec![Ok(fast)], "{text}");
+            // Printed over many lines, as kubectl prints (multi-line documents are read in one
+            // pass too).
+            let pretty =
+                serde_json::to_string_pretty(&serde_json::from_str::<serde_json::Value>(text).unwrap()).unwrap();
+            let fast = decode_one_pass(&pretty, 7).unwrap_or_else(|| panic!("the one-pass path declined {pretty}"));
+            assert_eq!(exact(&pretty), vec![Ok(fast)], "{pretty}");
         }
         for text in &declined {
             assert!(decode_one_pass(text, 7).is_none(), "the one-pass path answered {text}");

@@ -913,8 +913,8 @@ impl<'de, D: serde::Deserializer<'de>> serde::Deserializer<'de> for ObjectsOnly<
     }
 }
 
-/// The common one-line documents — a core/v1 or events.k8s.io Event, a watch event `ADDED`,
-/// `MODIFIED` or `DELETED`, a replay line — decoded in one pass over the text (the exact path
+/// The common documents — a core/v1 or events.k8s.io Event, a watch event `ADDED`, `MODIFIED`
+/// or `DELETED`, a replay line — on one line or several, decoded in one pass over the text (the exact path
 /// reads a nested `object` / `event` twice: once to find its end, once to decode it). `None`
 /// for anything else, and for any document with a problem: the exact path then decodes it and
 /// words the error, so what comes out is exactly the exact path's.

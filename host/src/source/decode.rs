@@ -914,10 +914,10 @@ impl<'de, D: serde::Deserializer<'de>> serde::Deserializer<'de> for ObjectsOnly<
 }
 
 /// The common documents — a core/v1 or events.k8s.io Event, a watch event `ADDED`, `MODIFIED`
-/// or `DELETED`, a replay line — on one line or several, decoded in one pass over the text (the exact path
-/// reads a nested `object` / `event` twice: once to find its end, once to decode it). `None`
-/// for anything else, and for any document with a problem: the exact path then decodes it and
-/// words the error, so what comes out is exactly the exact path's.
+/// or `DELETED`, a replay line — on one line or several, decoded in one pass over the text (the
+/// exact path reads a nested `object` / `event` twice: once to find its end, once to decode
+/// it). `None` for anything else, and for any document with a problem: the exact path then
+/// decodes it and words the error, so what comes out is exactly the exact path's.
 fn decode_one_pass(text: &str, line: u64) -> Option<Decoded> {
     if starts_like_outer(text)
         && let Ok(outer) = serde_json::from_str::<Outer<'_>>(text)

@@ -40,6 +40,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::broadcaster::Watcher;
+use crate::correlator::keys::Key;
 use crate::correlator::snapshot::{SnapshotRefused, TenantSnapshot};
 use crate::correlator::{CorrelationClock, EventCorrelateResult, PREPARE_BATCH_SIZE};
 use crate::delivery::{Acknowledgements, DeliveryMode};
@@ -47,7 +48,7 @@ use crate::event::{Event, SharedEvent};
 pub use crate::partition::PartitionKey;
 use crate::plan::TenantPlan;
 use crate::sink::retry::MAX_NAMED_MISSING_NAMESPACES;
-use crate::sink::{EventSink, RetryPolicy, SinkError, SinkStats, WriteOutcome};
+use crate::sink::{EventSink, RetryPolicy, SinkError, SinkStats, StoredEvent, WriteOutcome};
 use crate::stage::{Staged, TenantStages};
 use crate::suppressed::SuppressedSummaries;
 
@@ -404,6 +405,9 @@ struct Job {
     /// The event's name, hashed: one event's writes go one at a time.
     key: u64,
     result: EventCorrelateResult,
+    /// The result's `getEventKey` for `update_state` when the sink stores it as sent
+    /// ([`crate::correlator::PreparedEvent::state_key`]).
+    state_key: Option<Key>,
     aggregated: bool,
     /// An "N suppressed" summary ([`crate::suppressed`]): no source event to finish or
     /// acknowledge, no correlator state to update.
@@ -418,7 +422,9 @@ struct Done {
     key: u64,
     aggregated: bool,
     outcome: WriteOutcome,
-    stored: Option<Box<Event>>,
+    stored: Option<StoredEvent>,
+    /// As [`Job::state_key`].
+    state_key: Option<Key>,
     /// Whether it was kept in flight (it did not end at once).
     in_flight: bool,
     /// Whether the acknowledged prefix waits for it (an at-least-once sink).
@@ -460,7 +466,10 @@ struct Partition {
     /// Per event with more than one sink write: the writes still to end, and how many of them
     /// are to at-least-once sinks.
     remaining: HashMap<u64, Remaining, FastHash>,
+    /// What this partition counted since it last published, but the per-tenant counts.
     stats: RouterStats,
+    /// The per-tenant counts since it last published.
+    tenant_counts: TenantCounts,
     options: RouterOptions,
     /// Counts config reloads (one partition does, so a reload counts once).
     counts_reloads: bool,
@@ -472,6 +481,35 @@ struct Partition {
     /// What every write reads: one reference count per write, not a copy of the policy and of
     /// the cancellation token (whose clone takes a lock).
     writes_read: Arc<(RetryPolicy, CancellationToken)>,
+}
+
+/// A partition's counts per tenant since it last published, found by the tenant name's `Arc`
+/// (one pointer comparison for the usual single tenant; by name after a config reload) rather
+/// than by a lookup of the name in [`RouterStats::tenants`] for every count of every event.
+#[derive(Default)]
+struct TenantCounts(Vec<(Arc<str>, SinkStats)>);
+
+impl TenantCounts {
+    /// The counts of tenant `name`.
+    fn get(&mut self, name: &Arc<str>) -> &mut SinkStats {
+        let i = match self.0.iter().position(|(n, _)| Arc::ptr_eq(n, name) || n == name) {
+            Some(i) => i,
+            None => {
+                self.0.push((name.clone(), SinkStats::default()));
+                self.0.len() - 1
+            }
+        };
+        &mut self.0[i].1
+    }
+
+    /// Moves the counts into `stats` (per tenant), leaving them zero.
+    fn take_into(&mut self, stats: &mut RouterStats) {
+        for (name, counts) in &mut self.0 {
+            if *counts != SinkStats::default() {
+                stats.tenant(name).add(&std::mem::take(counts));
+            }
+        }
+    }
 }
 
 fn sink_id(sink: &Arc<dyn EventSink>) -> usize {
@@ -488,6 +526,7 @@ impl Partition {
             windows: HashMap::default(),
             remaining: HashMap::default(),
             stats: RouterStats::default(),
+            tenant_counts: TenantCounts::default(),
             options: options.clone(),
             counts_reloads,
             summaries: SuppressedSummaries::default(),
@@ -589,7 +628,8 @@ impl Partition {
 
     /// Adds what this partition counted since the last call to the shared stats.
     fn publish(&mut self) {
-        let delta = std::mem::take(&mut self.stats);
+        let mut delta = std::mem::take(&mut self.stats);
+        self.tenant_counts.take_into(&mut delta);
         self.options.stats.lock().unwrap_or_else(|p| p.into_inner()).add(&delta);
     }
 
@@ -607,17 +647,17 @@ impl Partition {
         for ((t, staged), seq) in staged.into_iter().zip(seqs) {
             let tenant = &plan.tenants[t];
             self.stats.total.received += 1;
-            self.stats.tenant(&tenant.name).received += 1;
+            self.tenant_counts.get(&tenant.name).received += 1;
             let prepared = match staged {
                 Staged::Filtered { .. } => {
                     self.stats.total.filtered += 1;
-                    self.stats.tenant(&tenant.name).filtered += 1;
+                    self.tenant_counts.get(&tenant.name).filtered += 1;
                     self.finish_unwritten(seq);
                     continue;
                 }
                 Staged::Dropped { rule } => {
                     self.stats.total.dropped_by_rules += 1;
-                    self.stats.tenant(&tenant.name).dropped_by_rules += 1;
+                    self.tenant_counts.get(&tenant.name).dropped_by_rules += 1;
                     let rules = match self.stats.dropped_by_rule.get_mut(&*tenant.name) {
                         Some(rules) => rules,
                         None => self.stats.dropped_by_rule.entry(tenant.name.to_string()).or_default(),
@@ -645,9 +685,10 @@ impl Partition {
             }
             if prepared.spam_exempt() {
                 self.stats.total.spam_exempted += 1;
-                self.stats.tenant(&tenant.name).spam_exempted += 1;
+                self.tenant_counts.get(&tenant.name).spam_exempted += 1;
             }
             let summaries = &mut self.summaries;
+            let state_key = prepared.state_key();
             let result = self.stages.finish_noting_skip(t, prepared, |event| {
                 if let (Some(now), true) = (now, seconds > 0) {
                     summaries.record(&tenant.name, seconds, event, now);
@@ -682,6 +723,7 @@ impl Partition {
                     delivery: sink.delivery.unwrap_or(default),
                     key,
                     result: result.expect("taken only for the last sink"),
+                    state_key,
                     aggregated,
                     summary: false,
                 };
@@ -709,7 +751,7 @@ impl Partition {
         for (name, event) in due {
             let Some(tenant) = plan.tenants.iter().find(|t| t.name == name) else { continue };
             self.stats.total.suppressed_summaries += 1;
-            self.stats.tenant(&tenant.name).suppressed_summaries += 1;
+            self.tenant_counts.get(&tenant.name).suppressed_summaries += 1;
             let key = xxhash_rust::xxh3::xxh3_64(event.metadata.name.as_bytes());
             let result = EventCorrelateResult { skip: false, event: Some(Box::new(event)), patch: None };
             for sink in tenant.sinks() {
@@ -720,6 +762,7 @@ impl Partition {
                     delivery: sink.delivery.unwrap_or(self.options.delivery),
                     key,
                     result: result.clone(),
+                    state_key: None,
                     aggregated: false,
                     summary: true,
                 };
@@ -728,7 +771,7 @@ impl Partition {
         }
     }
 
-    fn count(&mut self, tenant: &str, aggregated: bool, outcome: &WriteOutcome) {
+    fn count(&mut self, tenant: &Arc<str>, aggregated: bool, outcome: &WriteOutcome) {
         if let WriteOutcome::Dropped { error, .. } = outcome {
             *self.stats.rejected.entry(crate::sink::retry::rejection_reason(error)).or_default() += 1;
             if let SinkError::Status(status) = error
@@ -737,7 +780,7 @@ impl Partition {
                 self.stats.missing_namespace(namespace, 1);
             }
         }
-        let tenant = self.stats.tenant(tenant);
+        let tenant = self.tenant_counts.get(tenant);
         tenant.aggregated += u64::from(aggregated);
         tenant.count(outcome);
         let total = &mut self.stats.total;
@@ -756,7 +799,7 @@ impl Partition {
         let max_in_flight = self.options.max_in_flight;
         let full = move |w: &SinkWindow| w.in_flight >= max_in_flight;
         if job.delivery == DeliveryMode::AtMostOnce && full(window) {
-            self.stats.tenant(&job.tenant).shed += 1;
+            self.tenant_counts.get(&job.tenant).shed += 1;
             self.stats.total.shed += 1;
             self.write_ended(job.seq, false, job.summary);
             return;
@@ -775,7 +818,7 @@ impl Partition {
     /// Starts a write; returns it when it ended at once (a synchronous sink), else keeps it in
     /// flight.
     fn start(&mut self, job: Job) -> Option<Done> {
-        let Job { tenant, seq, sink, delivery, key, result, aggregated, summary } = job;
+        let Job { tenant, seq, sink, delivery, key, result, state_key, aggregated, summary } = job;
         let gating = delivery == DeliveryMode::AtLeastOnce;
         let id = sink_id(&sink);
         let read = self.writes_read.clone();
@@ -784,7 +827,19 @@ impl Partition {
         let mut write: Write = Box::pin(async move {
             let (retry, cancel) = &*read;
             let (outcome, stored) = sink.write(result, retry, cancel).await;
-            Done { tenant, seq, sink: id, key, aggregated, outcome, stored, in_flight: false, gating, summary }
+            Done {
+                tenant,
+                seq,
+                sink: id,
+                key,
+                aggregated,
+                outcome,
+                stored,
+                state_key,
+                in_flight: false,
+                gating,
+                summary,
+            }
         });
         match write.as_mut().poll(&mut Context::from_waker(std::task::Waker::noop())) {
             Poll::Ready(done) => Some(done),
@@ -798,11 +853,14 @@ impl Partition {
 
     /// Accounts for ended writes, starting the next write of the same event on the same sink.
     fn complete(&mut self, done: Done) {
-        let mut ended = vec![done];
-        while let Some(done) = ended.pop() {
-            self.count(&done.tenant.clone(), done.aggregated, &done.outcome);
+        // An ended write starts at most one more (the next write of the same event), which may
+        // end at once in turn.
+        let mut ended = Some(done);
+        while let Some(done) = ended.take() {
+            self.count(&done.tenant, done.aggregated, &done.outcome);
             if let (false, Some(stored), Some(t)) = (done.summary, &done.stored, self.stages.position(&done.tenant)) {
-                self.stages.stage_mut(t).update_state_unless_stale(stored);
+                let key = if stored.as_sent() { done.state_key } else { None };
+                self.stages.stage_mut(t).update_state_unless_stale(stored.event(), key);
             }
             let window = self.windows.get_mut(&done.sink).expect("a window per started write");
             window.busy.remove(&done.key);
@@ -818,10 +876,8 @@ impl Partition {
                 None => None,
             };
             self.write_ended(done.seq, done.gating, done.summary);
-            if let Some(job) = next
-                && let Some(done) = self.start(job)
-            {
-                ended.push(done);
+            if let Some(job) = next {
+                ended = self.start(job);
             }
         }
     }

@@ -201,9 +201,11 @@ impl TenantStage {
 
     /// As [`update_state`](Self::update_state) for a write that completed while later events
     /// were already correlated (a sink with several writes in flight): a copy older than what
-    /// the EventLogger has since observed for the same event is not taken.
-    pub fn update_state_unless_stale(&mut self, stored: &Event) {
-        self.correlator.update_state_unless_stale(stored);
+    /// the EventLogger has since observed for the same event is not taken. `key` as for
+    /// [`update_state_keyed`](Self::update_state_keyed): the event's
+    /// [`PreparedEvent::state_key`] when it was written as sent, else `None`.
+    pub fn update_state_unless_stale(&mut self, stored: &Event, key: Option<Key>) {
+        self.correlator.update_state_unless_stale(stored, key);
     }
 
     /// Both steps over a whole batch, in order, with no sink: `written` is called with each

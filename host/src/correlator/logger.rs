@@ -155,10 +155,11 @@ impl EventLogger {
         self.remember(key.unwrap_or_else(|| event_cache_key(event)), event);
     }
 
-    /// As [`update_state`](Self::update_state), but keeps the cached entry when it has a higher
-    /// count than `event` (a newer occurrence was observed after `event` was written).
-    pub fn update_state_unless_stale(&mut self, event: &Event) {
-        let key = event_cache_key(event);
+    /// As [`update_state_keyed`](Self::update_state_keyed), but keeps the cached entry when it
+    /// has a higher count than `event` (a newer occurrence was observed after `event` was
+    /// written).
+    pub fn update_state_unless_stale(&mut self, event: &Event, key: Option<Key>) {
+        let key = key.unwrap_or_else(|| event_cache_key(event));
         if self.cache.peek(&key).is_some_and(|cached| cached.count > event.count) {
             return;
         }

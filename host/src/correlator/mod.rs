@@ -409,9 +409,10 @@ impl EventCorrelator {
     /// As [`update_state`](Self::update_state), unless the EventLogger has observed a newer
     /// occurrence of the same event since (a higher count than the sink's copy): a sink that
     /// writes several events at once can acknowledge an older write after a newer one was
-    /// correlated, and taking its copy would count that repeat twice.
-    pub fn update_state_unless_stale(&mut self, event: &Event) {
-        self.logger.update_state_unless_stale(event);
+    /// correlated, and taking its copy would count that repeat twice. `key` as for
+    /// [`update_state_keyed`](Self::update_state_keyed).
+    pub fn update_state_unless_stale(&mut self, event: &Event, key: Option<Key>) {
+        self.logger.update_state_unless_stale(event, key);
     }
 
     /// Totals so far.

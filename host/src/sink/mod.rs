@@ -52,6 +52,34 @@ impl Stored {
     }
 }
 
+/// What a successful [`EventSink::write`] leaves for the correlator's `update_state`: the
+/// event the sink stored, and whether it is the result's own event as sent.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StoredEvent {
+    /// The result's own box, sent as the correlator's `finish` returned it ([`Stored::AsSent`];
+    /// a create clears its resourceVersion, which no correlator key reads): its client-go
+    /// `getEventKey` is the one `prepare` computed
+    /// ([`crate::correlator::PreparedEvent::state_key`]).
+    AsSent(Box<Event>),
+    /// The sink's own copy ([`Stored::Copy`]): the API server's answer, a plugin's or the watch
+    /// cache's stored object.
+    Copy(Box<Event>),
+}
+
+impl StoredEvent {
+    /// The stored event.
+    pub fn event(&self) -> &Event {
+        match self {
+            StoredEvent::AsSent(event) | StoredEvent::Copy(event) => event,
+        }
+    }
+
+    /// Whether it is the result's own event as sent.
+    pub fn as_sent(&self) -> bool {
+        matches!(self, StoredEvent::AsSent(_))
+    }
+}
+
 /// Why a sink call failed, in the classes client-go's `recordEvent` tells apart.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SinkError {
@@ -121,7 +149,7 @@ pub trait EventSink: Send + Sync {
     }
 
     /// Writes one correlated result and returns how that ended, with the event as the sink
-    /// stored it on success (for `update_state`: the result's own box when [`Stored::AsSent`]). By default client-go `recordToSink`
+    /// stored it on success (for `update_state`: [`StoredEvent`]). By default client-go `recordToSink`
     /// ([`deliver`]): patch when count > 1, create otherwise, retried per `policy` until
     /// `cancel`. A sink that records in its own way (events.k8s.io series,
     /// [`series::SeriesSink`]) replaces it.
@@ -130,7 +158,7 @@ pub trait EventSink: Send + Sync {
         result: EventCorrelateResult,
         policy: &RetryPolicy,
         cancel: &tokio_util::sync::CancellationToken,
-    ) -> (WriteOutcome, Option<Box<Event>>) {
+    ) -> (WriteOutcome, Option<StoredEvent>) {
         deliver(self, result, policy, cancel).await
     }
 }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use super::{EventSink, SinkError, SinkPatch, Stored};
+use super::{EventSink, SinkError, SinkPatch, Stored, StoredEvent};
 use crate::correlator::{EventCorrelateResult, EventCorrelator};
 use crate::event::Event;
 
@@ -119,13 +119,13 @@ pub async fn write_event(
 ) -> WriteOutcome {
     let (outcome, stored) = deliver(sink, result, policy, cancel).await;
     if let Some(stored) = stored {
-        correlator.update_state(&stored);
+        correlator.update_state(stored.event());
     }
     outcome
 }
 
 /// [`write_event`] without the correlator: the outcome, and on success the event as the sink
-/// stored it (the result's own box when the sink stored it as sent, [`super::Stored`]), for the
+/// stored it (the result's own box when the sink stored it as sent, [`StoredEvent`]), for the
 /// caller to give to `update_state` (a caller with several writes in flight does so when each
 /// completes).
 pub async fn deliver<S: EventSink + ?Sized>(
@@ -133,7 +133,7 @@ pub async fn deliver<S: EventSink + ?Sized>(
     result: EventCorrelateResult,
     policy: &RetryPolicy,
     cancel: &CancellationToken,
-) -> (WriteOutcome, Option<Box<Event>>) {
+) -> (WriteOutcome, Option<StoredEvent>) {
     let EventCorrelateResult { skip, event, patch } = result;
     let Some(mut event) = event.filter(|_| !skip) else {
         return (WriteOutcome::Skipped, None);
@@ -143,8 +143,8 @@ pub async fn deliver<S: EventSink + ?Sized>(
     let mut tries = Tries::new(policy);
     loop {
         let error = match record_event(sink, &mut event, patch, update_existing).await {
-            Ok((Stored::AsSent, verb)) => return (tries.written(verb), Some(event)),
-            Ok((Stored::Copy(copy), verb)) => return (tries.written(verb), Some(copy)),
+            Ok((Stored::AsSent, verb)) => return (tries.written(verb), Some(StoredEvent::AsSent(event))),
+            Ok((Stored::Copy(copy), verb)) => return (tries.written(verb), Some(StoredEvent::Copy(copy))),
             Err(error) => error,
         };
         let retryable = error.is_retryable();
@@ -405,13 +405,14 @@ mod tests {
         let address = std::ptr::from_ref::<Event>(sent.event.as_deref().unwrap());
         let (outcome, stored) = deliver(&Storing { as_sent: true }, sent, &policy, &cancel).await;
         assert!(matches!(outcome, WriteOutcome::Written { verb: Verb::Create, attempts: 1 }), "{outcome:?}");
-        let stored = stored.expect("a written event is stored");
+        let Some(StoredEvent::AsSent(stored)) = stored else { panic!("stored as sent: {stored:?}") };
         assert_eq!(std::ptr::from_ref::<Event>(&stored), address, "the result's own box");
         // Cleared before a create, as client-go's recordEvent does.
         assert_eq!((stored.reason.as_str(), stored.metadata.resource_version.as_str()), ("Started", ""));
 
         let (_, stored) = deliver(&Storing { as_sent: false }, result(), &policy, &cancel).await;
-        assert_eq!(stored.expect("stored").metadata.resource_version, "42", "the sink's copy");
+        let Some(StoredEvent::Copy(stored)) = stored else { panic!("the sink's copy: {stored:?}") };
+        assert_eq!(stored.metadata.resource_version, "42", "the sink's copy");
 
         let skipped = EventCorrelateResult { skip: true, event: None, patch: None };
         let (outcome, stored) = deliver(&Storing { as_sent: true }, skipped, &policy, &cancel).await;

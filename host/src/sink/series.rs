@@ -13,7 +13,7 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use super::retry::{Tries, Verb, record_event};
-use super::{EventSink, RetryPolicy, SinkError, SinkPatch, Stored, WriteOutcome};
+use super::{EventSink, RetryPolicy, SinkError, SinkPatch, Stored, StoredEvent, WriteOutcome};
 use crate::clock::SharedClock;
 use crate::correlator::EventCorrelateResult;
 use crate::event::{CompactString, Event, EventSeries, ObjectReference, Time, format_micro_time};
@@ -321,7 +321,7 @@ impl EventSink for SeriesSink {
         result: EventCorrelateResult,
         policy: &RetryPolicy,
         cancel: &CancellationToken,
-    ) -> (WriteOutcome, Option<Box<Event>>) {
+    ) -> (WriteOutcome, Option<StoredEvent>) {
         let EventCorrelateResult { skip, event, .. } = result;
         let Some(event) = event.filter(|_| !skip) else {
             return (WriteOutcome::Skipped, None);

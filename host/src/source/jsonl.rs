@@ -427,6 +427,48 @@ mod tests {
         })
     }
 
+    /// A named pipe is read on the blocking pool, not on the source's task: while the source
+    /// waits for the writer, the runtime's only thread goes on running other tasks. (A regular
+    /// file is read on the task; a pipe's read may wait for input indefinitely.)
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_named_pipe_is_read_without_holding_the_runtime() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("in.jsonl");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status().expect("mkfifo runs");
+        assert!(made.success(), "mkfifo {}", fifo.display());
+        let second_line_sent = Arc::new(AtomicBool::new(false));
+        let writer = std::thread::spawn({
+            let (fifo, sent) = (fifo.clone(), second_line_sent.clone());
+            move || {
+                use std::io::Write;
+                let mut pipe = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+                writeln!(pipe, "{}", event(1)).unwrap();
+                std::thread::sleep(std::time::Duration::from_secs(2));
+                sent.store(true, Ordering::SeqCst);
+                writeln!(pipe, "{}", event(2)).unwrap();
+            }
+        });
+        let broadcaster = Broadcaster::new(100, FullChannelBehavior::WaitIfChannelFull);
+        let mut watcher = broadcaster.watch().unwrap();
+        let source =
+            JsonLinesSource { path: Some(fifo), start: 0, progress: None, follow: false, counters: Arc::default() };
+        let running = tokio::spawn(source.run(broadcaster.clone(), CancellationToken::new()));
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        assert!(
+            !second_line_sent.load(Ordering::SeqCst),
+            "this thread ran on while the source waited for the pipe's second line"
+        );
+        let stats = running.await.unwrap().unwrap();
+        writer.join().unwrap();
+        broadcaster.shutdown().await;
+        let mut names = Vec::new();
+        while let Some(e) = watcher.recv().await {
+            names.push(e.object.metadata.name.to_string());
+        }
+        assert_eq!((stats.read, names), (2, vec!["e1".to_string(), "e2".to_string()]));
+    }
+
     /// Compact lines, pretty-printed documents across chunk boundaries, bad lines and broken
     /// documents: decoded in parallel chunks, the events, their order and the bad lines are
     /// exactly those of one decoder reading the whole input.

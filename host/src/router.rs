@@ -484,15 +484,16 @@ struct Partition {
 }
 
 /// A partition's counts per tenant since it last published, found by the tenant name's `Arc`
-/// (one pointer comparison for the usual single tenant; by name after a config reload) rather
-/// than by a lookup of the name in [`RouterStats::tenants`] for every count of every event.
+/// (whose equality compares the pointers first: one comparison for the usual single tenant, by
+/// name after a config reload) rather than by a lookup of the name in [`RouterStats::tenants`]
+/// for every count of every event.
 #[derive(Default)]
 struct TenantCounts(Vec<(Arc<str>, SinkStats)>);
 
 impl TenantCounts {
     /// The counts of tenant `name`.
     fn get(&mut self, name: &Arc<str>) -> &mut SinkStats {
-        let i = match self.0.iter().position(|(n, _)| Arc::ptr_eq(n, name) || n == name) {
+        let i = match self.0.iter().position(|(n, _)| n == name) {
             Some(i) => i,
             None => {
                 self.0.push((name.clone(), SinkStats::default()));

@@ -149,9 +149,9 @@ pub trait EventSink: Send + Sync {
     }
 
     /// Writes one correlated result and returns how that ended, with the event as the sink
-    /// stored it on success (for `update_state`: [`StoredEvent`]). By default client-go `recordToSink`
-    /// ([`deliver`]): patch when count > 1, create otherwise, retried per `policy` until
-    /// `cancel`. A sink that records in its own way (events.k8s.io series,
+    /// stored it on success (for `update_state`: [`StoredEvent`]). By default client-go
+    /// `recordToSink` ([`deliver`]): patch when count > 1, create otherwise, retried per `policy`
+    /// until `cancel`. A sink that records in its own way (events.k8s.io series,
     /// [`series::SeriesSink`]) replaces it.
     async fn write(
         &self,

@@ -62,9 +62,7 @@ impl<R: Read + Send + 'static> BlockReader<R> {
 
     /// Reads the next block on this thread into the spare buffer, which becomes the current one.
     fn read_here(&mut self) -> std::io::Result<()> {
-        let Some(reader) = self.reader.as_mut() else {
-            return Err(std::io::Error::other("the reader was lost to a failed read"));
-        };
+        let reader = self.reader.as_mut().ok_or_else(lost_reader)?;
         let mut buf = std::mem::take(&mut self.spare);
         buf.resize(self.block, 0);
         let n = read_retrying(reader, &mut buf)?;
@@ -104,9 +102,7 @@ impl<R: Read + Send + Unpin + 'static> AsyncBufRead for BlockReader<R> {
             this.read_here()?;
         } else if this.consumed == this.current.len() {
             this.start();
-            let Some(next) = this.next.as_mut() else {
-                return Poll::Ready(Err(std::io::Error::other("the reader was lost to a failed read")));
-            };
+            let Some(next) = this.next.as_mut() else { return Poll::Ready(Err(lost_reader())) };
             let joined = ready!(Pin::new(next).poll(cx));
             this.next = None;
             let (reader, buf, read) = joined.map_err(std::io::Error::other)?;
@@ -127,6 +123,11 @@ impl<R: Read + Send + Unpin + 'static> AsyncBufRead for BlockReader<R> {
         let this = self.get_mut();
         this.consumed = (this.consumed + amt).min(this.current.len());
     }
+}
+
+/// Why a [`BlockReader`] whose blocking-pool read failed to come back cannot read on.
+fn lost_reader() -> std::io::Error {
+    std::io::Error::other("the reader was lost to a failed read")
 }
 
 /// `reader.read(buf)`, again after an interruption.

@@ -149,6 +149,30 @@ fn a_huge_line_is_skipped_in_bounded_memory_and_the_next_line_is_read() {
     assert!(peak_kib < 64 << 10, "peak RSS {peak_kib} KiB while a 1 GiB line went by");
 }
 
+/// Stdin redirected from a regular file (`< FILE`) is read as that file is: the same sink calls,
+/// in the same order (one partition), as `--source jsonl:FILE`.
+#[test]
+fn stdin_redirected_from_a_file_gives_the_sink_calls_of_the_file_source() {
+    let source = bundled_stream();
+    let (summary, calls) = run(&source, &["--workers=1", "--no-watch"]);
+    let dir = tempfile::tempdir().unwrap();
+    let sink = dir.path().join("calls.jsonl");
+    let out = Command::new(env!("CARGO_BIN_EXE_eventpipe"))
+        .args(["run", "--summary-json", "--no-watch", "--workers=1", "--source=jsonl:-"])
+        .arg(format!("--sink=jsonl:{}", sink.display()))
+        .stdin(std::fs::File::open(&source).unwrap())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    let from_stdin: Value = stderr.lines().rev().find_map(|l| serde_json::from_str(l).ok()).expect("a summary");
+    let stdin_calls: Vec<Value> =
+        std::fs::read_to_string(sink).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(n(&summary, "read") > 10_000, "{summary}");
+    assert_eq!(n(&from_stdin, "read"), n(&summary, "read"), "{from_stdin}");
+    assert_eq!(stdin_calls, calls);
+}
+
 /// `eventpipe completions SHELL` prints a completion script that knows every subcommand and
 /// their flags.
 #[test]

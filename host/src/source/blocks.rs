@@ -1,6 +1,7 @@
 //! [`BlockReader`]: a blocking reader (a file) as an `AsyncBufRead` that reads whole blocks
 //! straight into the buffer the caller reads from: a regular file on the task itself, anything
-//! else (stdin, a pipe) on the runtime's blocking pool, one block ahead of the caller.
+//! else (a terminal, a pipe) on the runtime's blocking pool, one block ahead of the caller. Stdin
+//! redirected from a regular file is read as that file is.
 //!
 //! A regular file's read is served from the page cache in tens of microseconds (256 KiB), less
 //! than handing it to a blocking-pool thread and waking the task again costs: with the source
@@ -41,7 +42,7 @@ pub(crate) struct BlockReader<R> {
 
 impl<R: Read + Send + 'static> BlockReader<R> {
     /// Reads `reader` in blocks of `block` bytes (> 0) on the blocking pool, one block ahead: for
-    /// a reader whose read may wait (stdin, a pipe).
+    /// a reader whose read may wait (a terminal, a pipe).
     pub(crate) fn new(reader: R, block: usize) -> Self {
         Self {
             reader: Some(reader),

@@ -56,9 +56,12 @@ impl JsonLinesSource {
         let name = self.name();
         let fail = |error| SourceError { source: name.clone(), error };
         match &self.path {
-            None => {
-                self.pump(BlockReader::new(std::io::stdin(), READ_BUFFER_BYTES), &to, &shutdown).await.map_err(fail)
+            None => match stdin_file() {
+                // Stdin redirected from a regular file (`< FILE`) is read as that file is.
+                Some(file) => self.pump(BlockReader::on_task(file, READ_BUFFER_BYTES), &to, &shutdown).await,
+                None => self.pump(BlockReader::new(std::io::stdin(), READ_BUFFER_BYTES), &to, &shutdown).await,
             }
+            .map_err(fail),
             Some(path) => {
                 let (file, regular) = open_at(path, self.start).await.map_err(fail)?;
                 // A regular file is read on this task; a named pipe's read may wait, so it is not.
@@ -396,6 +399,20 @@ const READ_BUFFER_BYTES: usize = 1 << 18;
 
 /// Chunks being decoded at once, at most (memory: this many × [`CHUNK_BYTES`], plus one line).
 const MAX_CHUNKS_IN_FLIGHT: usize = 4;
+
+/// Stdin as a file of its own (a duplicate of its descriptor) when it is a regular file, i.e.
+/// redirected from one (`< FILE`), whose reads do not wait for input; `None` for a terminal, a
+/// pipe or a socket, and where descriptors are not Unix's.
+fn stdin_file() -> Option<std::fs::File> {
+    #[cfg(unix)]
+    {
+        use std::os::fd::AsFd;
+        let file = std::fs::File::from(std::io::stdin().as_fd().try_clone_to_owned().ok()?);
+        file.metadata().ok()?.is_file().then_some(file)
+    }
+    #[cfg(not(unix))]
+    None
+}
 
 /// `path` opened and positioned at byte `offset`, and whether it is a regular file.
 async fn open_at(path: &std::path::Path, offset: u64) -> std::io::Result<(std::fs::File, bool)> {

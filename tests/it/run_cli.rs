@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
@@ -18,13 +18,18 @@ fn bundled_stream() -> PathBuf {
 /// Runs `eventpipe run ARGS` from `source` into a temporary sink file; returns (summary, sink
 /// lines).
 fn run(source: &Path, args: &[&str]) -> (Value, Vec<Value>) {
+    run_from(&format!("--source=jsonl:{}", source.display()), Stdio::null(), args)
+}
+
+/// As [`run`], with the source given as its flag (`--source=…`) and what stdin is.
+fn run_from(source: &str, stdin: Stdio, args: &[&str]) -> (Value, Vec<Value>) {
     let dir = tempfile::tempdir().unwrap();
     let sink = dir.path().join("calls.jsonl");
     let out = Command::new(env!("CARGO_BIN_EXE_eventpipe"))
-        .args(["run", "--summary-json"])
-        .arg(format!("--source=jsonl:{}", source.display()))
+        .args(["run", "--summary-json", source])
         .arg(format!("--sink=jsonl:{}", sink.display()))
         .args(args)
+        .stdin(stdin)
         .output()
         .expect("eventpipe runs");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -155,19 +160,8 @@ fn a_huge_line_is_skipped_in_bounded_memory_and_the_next_line_is_read() {
 fn stdin_redirected_from_a_file_gives_the_sink_calls_of_the_file_source() {
     let source = bundled_stream();
     let (summary, calls) = run(&source, &["--workers=1", "--no-watch"]);
-    let dir = tempfile::tempdir().unwrap();
-    let sink = dir.path().join("calls.jsonl");
-    let out = Command::new(env!("CARGO_BIN_EXE_eventpipe"))
-        .args(["run", "--summary-json", "--no-watch", "--workers=1", "--source=jsonl:-"])
-        .arg(format!("--sink=jsonl:{}", sink.display()))
-        .stdin(std::fs::File::open(&source).unwrap())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let stderr = String::from_utf8(out.stderr).unwrap();
-    let from_stdin: Value = stderr.lines().rev().find_map(|l| serde_json::from_str(l).ok()).expect("a summary");
-    let stdin_calls: Vec<Value> =
-        std::fs::read_to_string(sink).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let stdin = std::fs::File::open(&source).unwrap();
+    let (from_stdin, stdin_calls) = run_from("--source=jsonl:-", stdin.into(), &["--workers=1", "--no-watch"]);
     assert!(n(&summary, "read") > 10_000, "{summary}");
     assert_eq!(n(&from_stdin, "read"), n(&summary, "read"), "{from_stdin}");
     assert_eq!(stdin_calls, calls);

@@ -57,7 +57,7 @@ impl<R: Read + Send + 'static> BlockReader<R> {
 
     /// Reads `reader` in blocks of `block` bytes (> 0) on the task that polls it, when the
     /// caller asks: for a regular file, whose reads do not wait for input.
-    pub(crate) fn on_task(reader: R, block: usize) -> Self {
+    fn on_task(reader: R, block: usize) -> Self {
         Self { on_task: true, ..Self::new(reader, block) }
     }
 
@@ -123,6 +123,15 @@ impl<R: Read + Send + Unpin + 'static> AsyncBufRead for BlockReader<R> {
     fn consume(self: Pin<&mut Self>, amt: usize) {
         let this = self.get_mut();
         this.consumed = (this.consumed + amt).min(this.current.len());
+    }
+}
+
+impl BlockReader<std::fs::File> {
+    /// Reads `file` in blocks of `block` bytes (> 0): on the task when it is a regular file,
+    /// else (a terminal, a pipe, a socket, or a file whose type cannot be read) on the blocking
+    /// pool, one block ahead.
+    pub(crate) fn file(file: std::fs::File, block: usize) -> Self {
+        if file.metadata().is_ok_and(|m| m.is_file()) { Self::on_task(file, block) } else { Self::new(file, block) }
     }
 }
 

@@ -57,20 +57,13 @@ impl JsonLinesSource {
         let fail = |error| SourceError { source: name.clone(), error };
         match &self.path {
             None => match stdin_file() {
-                // Stdin redirected from a regular file (`< FILE`) is read as that file is.
-                Some(file) => self.pump(BlockReader::on_task(file, READ_BUFFER_BYTES), &to, &shutdown).await,
+                Some(file) => self.pump(BlockReader::file(file, READ_BUFFER_BYTES), &to, &shutdown).await,
                 None => self.pump(BlockReader::new(std::io::stdin(), READ_BUFFER_BYTES), &to, &shutdown).await,
             }
             .map_err(fail),
             Some(path) => {
-                let (file, regular) = open_at(path, self.start).await.map_err(fail)?;
-                // A regular file is read on this task; a named pipe's read may wait, so it is not.
-                let reader = if regular {
-                    BlockReader::on_task(file, READ_BUFFER_BYTES)
-                } else {
-                    BlockReader::new(file, READ_BUFFER_BYTES)
-                };
-                self.pump(reader, &to, &shutdown).await.map_err(fail)
+                let file = open_at(path, self.start).await.map_err(fail)?;
+                self.pump(BlockReader::file(file, READ_BUFFER_BYTES), &to, &shutdown).await.map_err(fail)
             }
         }
     }
@@ -400,22 +393,21 @@ const READ_BUFFER_BYTES: usize = 1 << 18;
 /// Chunks being decoded at once, at most (memory: this many × [`CHUNK_BYTES`], plus one line).
 const MAX_CHUNKS_IN_FLIGHT: usize = 4;
 
-/// Stdin as a file of its own (a duplicate of its descriptor) when it is a regular file, i.e.
-/// redirected from one (`< FILE`), whose reads do not wait for input; `None` for a terminal, a
-/// pipe or a socket, and where descriptors are not Unix's.
+/// Stdin as a file of its own (a duplicate of its descriptor), so that it is read as a file
+/// named on the command line is ([`BlockReader::file`]: on the task when redirected from a
+/// regular file, `< FILE`); `None` where descriptors are not Unix's or it has none.
 fn stdin_file() -> Option<std::fs::File> {
     #[cfg(unix)]
     {
         use std::os::fd::AsFd;
-        let file = std::fs::File::from(std::io::stdin().as_fd().try_clone_to_owned().ok()?);
-        file.metadata().ok()?.is_file().then_some(file)
+        std::io::stdin().as_fd().try_clone_to_owned().ok().map(std::fs::File::from)
     }
     #[cfg(not(unix))]
     None
 }
 
-/// `path` opened and positioned at byte `offset`, and whether it is a regular file.
-async fn open_at(path: &std::path::Path, offset: u64) -> std::io::Result<(std::fs::File, bool)> {
+/// `path` opened and positioned at byte `offset`.
+async fn open_at(path: &std::path::Path, offset: u64) -> std::io::Result<std::fs::File> {
     let path = path.to_owned();
     tokio::task::spawn_blocking(move || {
         use std::io::Seek;
@@ -423,8 +415,7 @@ async fn open_at(path: &std::path::Path, offset: u64) -> std::io::Result<(std::f
         if offset > 0 {
             file.seek(std::io::SeekFrom::Start(offset))?;
         }
-        let regular = file.metadata()?.is_file();
-        Ok((file, regular))
+        Ok(file)
     })
     .await
     .map_err(std::io::Error::other)?

@@ -13,6 +13,9 @@
 //!    ratios run / single-core replay (target ≤ 0.6). And the CPU seconds of `run` and of
 //!    `replay` on every core over single-core `replay`'s, pair by pair: the second is the price
 //!    of handing data between cores on the machine at that moment (the same work either way).
+//!    `run` held to one core too, so that the target's ratio splits into two factors: `run` on
+//!    one core / `replay` on one core (what the orchestration costs beyond replay's work) and
+//!    `run` / `run` on one core (the speed-up the cores give at that moment's price).
 //! 3. **At-least-once under SIGKILL**: `run --delivery at-least-once` with a correlator that may
 //!    neither skip nor aggregate (so every input event must reach the sink), killed with SIGKILL
 //!    every 2 s and started again until a run ends by itself; every restart must have saved a
@@ -132,14 +135,31 @@ impl Bench {
 
     /// `eventpipe ARGS…` in the scratch directory, quiet on stdout, logging at its default level.
     fn eventpipe<S: AsRef<std::ffi::OsStr>>(&self, args: impl IntoIterator<Item = S>) -> Command {
-        let mut command = Command::new(&self.bin);
+        self.eventpipe_on(false, args)
+    }
+
+    /// As [`eventpipe`](Self::eventpipe), held to the first core (`taskset -c 0 eventpipe
+    /// ARGS…`) when `one_core`.
+    fn eventpipe_on<S: AsRef<std::ffi::OsStr>>(&self, one_core: bool, args: impl IntoIterator<Item = S>) -> Command {
+        let mut command = if one_core {
+            let mut taskset = Command::new("taskset");
+            taskset.args(["-c", "0"]).arg(&self.bin);
+            taskset
+        } else {
+            Command::new(&self.bin)
+        };
         command.args(args).current_dir(self.scratch.path()).env_remove("RUST_LOG").stdout(Stdio::null());
         command
     }
 
     /// `eventpipe run --summary-json --source jsonl:STREAM ARGS…`.
     fn run<S: AsRef<std::ffi::OsStr>>(&self, args: impl IntoIterator<Item = S>) -> Command {
-        let mut command = self.eventpipe(["run", "--summary-json"]);
+        self.run_on(false, args)
+    }
+
+    /// As [`run`](Self::run), held to the first core when `one_core`.
+    fn run_on<S: AsRef<std::ffi::OsStr>>(&self, one_core: bool, args: impl IntoIterator<Item = S>) -> Command {
+        let mut command = self.eventpipe_on(one_core, ["run", "--summary-json"]);
         command.arg(format!("--source=jsonl:{}", self.stream.display())).args(args);
         command
     }
@@ -429,27 +449,33 @@ fn webhook_throughput(bench: &Bench, table: &mut Table) -> bool {
 // ---------------------------------------------------------------------------------------------
 // 2. run against single-core replay
 
+/// One process of figure 2: `run` with these flags (`None`: `replay`), held to one core or not.
+struct Case {
+    label: String,
+    run: Option<Vec<String>>,
+    one_core: bool,
+}
+
 /// Figure 2; returns whether both ratios met the target.
 fn run_against_replay(bench: &Bench, table: &mut Table) -> bool {
-    // The run cases in `workers_cases` order, then replay on one core, then replay on all.
     let pinned = std::process::Command::new("taskset").arg("--version").output().is_ok_and(|o| o.status.success());
-    let single = if pinned { "replay, one core (taskset -c 0)" } else { "replay (taskset not found: not pinned)" };
-    let mut cases: Vec<(String, Option<Vec<String>>)> =
-        workers_cases(bench.cores).into_iter().map(|(label, flags)| (format!("run, {label}"), Some(flags))).collect();
-    cases.push((single.into(), None));
-    cases.push(("replay, every core".into(), None));
-    let finished = interleaved(bench.runs, &cases, |(label, flags)| {
-        let command = match flags {
-            Some(flags) => bench.run(flags.iter().map(String::as_str).chain(["--sink=jsonl:/dev/null"])),
+    let one_core = if pinned { "one core (taskset -c 0)" } else { "taskset not found: not pinned" };
+    // The run cases in `workers_cases` order, then run held to one core, then replay on one
+    // core, then replay on all (the ratios below find them by these places).
+    let mut cases: Vec<Case> = workers_cases(bench.cores)
+        .into_iter()
+        .map(|(label, flags)| Case { label: format!("run, {label}"), run: Some(flags), one_core: false })
+        .collect();
+    cases.push(Case { label: format!("run, default flags, {one_core}"), run: Some(vec![]), one_core: pinned });
+    cases.push(Case { label: format!("replay, {one_core}"), run: None, one_core: pinned });
+    cases.push(Case { label: "replay, every core".into(), run: None, one_core: false });
+    let finished = interleaved(bench.runs, &cases, |case| {
+        let command = match &case.run {
+            Some(flags) => {
+                bench.run_on(case.one_core, flags.iter().map(String::as_str).chain(["--sink=jsonl:/dev/null"]))
+            }
             None => {
-                let mut replay = if label == single && pinned {
-                    let mut taskset = Command::new("taskset");
-                    taskset.args(["-c", "0"]).arg(&bench.bin).arg("replay");
-                    taskset.current_dir(bench.scratch.path()).env_remove("RUST_LOG").stdout(Stdio::null());
-                    taskset
-                } else {
-                    bench.eventpipe(["replay"])
-                };
+                let mut replay = bench.eventpipe_on(case.one_core, ["replay"]);
                 replay.stdin(std::fs::File::open(&bench.stream).expect("the stream"));
                 replay
             }
@@ -457,28 +483,36 @@ fn run_against_replay(bench: &Bench, table: &mut Table) -> bool {
         timed(command)
     });
     let seconds: Vec<Vec<f64>> = finished.iter().map(|f| f.iter().map(|f| f.wall.as_secs_f64()).collect()).collect();
-    for ((label, _), seconds) in cases.iter().zip(&seconds) {
-        table.add(format!("{label} → /dev/null"), "s", seconds);
+    for (case, seconds) in cases.iter().zip(&seconds) {
+        table.add(format!("{} → /dev/null", case.label), "s", seconds);
     }
+    let ratio = |a: &[f64], b: &[f64]| -> Vec<f64> { a.iter().zip(b).map(|(a, b)| a / b).collect() };
+    let (one_core_run, single, every) = (cases.len() - 3, cases.len() - 2, cases.len() - 1);
+    let (run, run_one_core, replay) = (&seconds[0], &seconds[one_core_run], &seconds[single]);
     // CPU seconds over single-core replay's, pair by pair: what each costs beyond replay's work.
     // Replay on every core does the same work as on one, so its ratio is the price of handing
     // data between cores on this machine at this moment (it varies with where the virtual
     // cores land: 1.0–1.4 on the 2-core machine of the README's figures).
     let cpu: Vec<Option<Vec<f64>>> = finished.iter().map(|f| f.iter().map(|f| f.cpu).collect()).collect();
-    if let Some(single) = &cpu[cpu.len() - 2] {
-        for (i, label) in [(0, "run (default)"), (cpu.len() - 1, "replay, every core")] {
+    if let Some(single) = &cpu[single] {
+        for (i, label) in [(0, "run (default)"), (every, "replay, every core")] {
             if let Some(other) = &cpu[i] {
-                let ratios: Vec<f64> = other.iter().zip(single).map(|(o, s)| o / s).collect();
-                table.add(format!("{label} CPU / single-core replay CPU"), "ratio", &ratios);
+                table.add(format!("{label} CPU / single-core replay CPU"), "ratio", &ratio(other, single));
             }
         }
     }
-    let replay = &seconds[seconds.len() - 2];
+    // The target's ratio as the product of two: run on one core over replay on one core (what
+    // the orchestration costs beyond replay's work), and run on every core over run on one
+    // (the speed-up the cores give, at the machine's price of handing data between them).
+    if pinned {
+        table.add("run on one core / single-core replay", "ratio", &ratio(run_one_core, replay));
+        table.add("run (default) / run on one core", "ratio", &ratio(run, run_one_core));
+    }
     let mut met = true;
     for (run, label) in
-        [(&seconds[0], "run (default) / single-core replay"), (&seconds[2], "run (--workers 0) / single-core replay")]
+        [(run, "run (default) / single-core replay"), (&seconds[2], "run (--workers 0) / single-core replay")]
     {
-        let ratios: Vec<f64> = run.iter().zip(replay).map(|(run, replay)| run / replay).collect();
+        let ratios = ratio(run, replay);
         met &= median_of(&ratios) <= RATIO_TARGET;
         table.add(label, "ratio", &ratios);
     }

@@ -16,9 +16,10 @@
 //!    `run` held to one core too, so that the target's ratio splits into two factors: `run` on
 //!    one core / `replay` on one core (what the orchestration costs beyond replay's work) and
 //!    `run` / `run` on one core (the speed-up the cores give at that moment's price). Before each
-//!    round, the cores' round trip (a cache line handed from one core to the other and back):
-//!    the ratio is also given for the rounds at most 150 ns and over it, since on a virtual
-//!    machine it shows whether the cores share a last-level cache at that moment.
+//!    process, the cores' round trip (a cache line handed from one core to the other and back):
+//!    the ratio is also given for the rounds whose largest round trip was at most 150 ns and for
+//!    the others, since on a virtual machine it shows whether the cores share a last-level cache
+//!    at that moment.
 //! 3. **At-least-once under SIGKILL**: `run --delivery at-least-once` with a correlator that may
 //!    neither skip nor aggregate (so every input event must reach the sink), killed with SIGKILL
 //!    every 2 s and started again until a run ends by itself; every restart must have saved a
@@ -281,26 +282,14 @@ fn children_cpu_seconds() -> Option<f64> {
 
 /// Runs `measure` on every case, `runs` rounds of one run per case, so that a slow moment of
 /// the machine hits every case alike. Returns the samples per case, in case order.
-fn interleaved<C, T>(runs: usize, cases: &[C], measure: impl FnMut(&C) -> T) -> Vec<Vec<T>> {
-    interleaved_rounds(runs, cases, || (), measure).1
-}
-
-/// As [`interleaved`], calling `round` before each round; returns its answers too, in order.
-fn interleaved_rounds<C, R, T>(
-    runs: usize,
-    cases: &[C],
-    mut round: impl FnMut() -> R,
-    mut measure: impl FnMut(&C) -> T,
-) -> (Vec<R>, Vec<Vec<T>>) {
-    let mut rounds = Vec::with_capacity(runs);
+fn interleaved<C, T>(runs: usize, cases: &[C], mut measure: impl FnMut(&C) -> T) -> Vec<Vec<T>> {
     let mut samples: Vec<Vec<T>> = cases.iter().map(|_| Vec::with_capacity(runs)).collect();
     for _ in 0..runs {
-        rounds.push(round());
         for (case, samples) in cases.iter().zip(&mut samples) {
             samples.push(measure(case));
         }
     }
-    (rounds, samples)
+    samples
 }
 
 /// Nanoseconds for a cache line to go from one core to another and back, as the machine is at
@@ -524,24 +513,28 @@ fn run_against_replay(bench: &Bench, table: &mut Table) -> bool {
     cases.push(Case { label: format!("run, default flags, {one_core}"), run: Some(vec![]), one_core: pinned });
     cases.push(Case { label: format!("replay, {one_core}"), run: None, one_core: pinned });
     cases.push(Case { label: "replay, every core".into(), run: None, one_core: false });
-    let (round_trips, finished) = interleaved_rounds(
-        bench.runs,
-        &cases,
-        || core_round_trip_ns(bench.cores),
-        |case| {
-            let command = match &case.run {
-                Some(flags) => {
-                    bench.run_on(case.one_core, flags.iter().map(String::as_str).chain(["--sink=jsonl:/dev/null"]))
-                }
-                None => {
-                    let mut replay = bench.eventpipe_on(case.one_core, ["replay"]);
-                    replay.stdin(std::fs::File::open(&bench.stream).expect("the stream"));
-                    replay
-                }
-            };
-            timed(command)
-        },
-    );
+    // Each process is preceded by a measurement of the cores' round trip (the placement of
+    // virtual cores can change within a round).
+    let measured = interleaved(bench.runs, &cases, |case| {
+        let round_trip = core_round_trip_ns(bench.cores);
+        let command = match &case.run {
+            Some(flags) => {
+                bench.run_on(case.one_core, flags.iter().map(String::as_str).chain(["--sink=jsonl:/dev/null"]))
+            }
+            None => {
+                let mut replay = bench.eventpipe_on(case.one_core, ["replay"]);
+                replay.stdin(std::fs::File::open(&bench.stream).expect("the stream"));
+                replay
+            }
+        };
+        (round_trip, timed(command))
+    });
+    // Per round, the largest round trip measured in it.
+    let round_trips: Option<Vec<f64>> = (0..bench.runs)
+        .map(|round| measured.iter().try_fold(0.0_f64, |most, case| case[round].0.map(|ns| most.max(ns))))
+        .collect();
+    let finished: Vec<Vec<Finished>> =
+        measured.into_iter().map(|case| case.into_iter().map(|(_, finished)| finished).collect()).collect();
     let seconds: Vec<Vec<f64>> = finished.iter().map(|f| f.iter().map(|f| f.wall.as_secs_f64()).collect()).collect();
     for (case, seconds) in cases.iter().zip(&seconds) {
         table.add(format!("{} → /dev/null", case.label), "s", seconds);
@@ -577,11 +570,10 @@ fn run_against_replay(bench: &Bench, table: &mut Table) -> bool {
         met &= median_of(&ratios) <= RATIO_TARGET;
         table.add(label, "ratio", &ratios);
     }
-    // The cores' round trip before each round, and the target's ratio in the rounds on either
-    // side of SHARED_CACHE_NS: what the machine's moment did to it.
-    let round_trips: Option<Vec<f64>> = round_trips.into_iter().collect();
+    // The cores' round trip, the largest of each round, and the target's ratio in the rounds on
+    // either side of SHARED_CACHE_NS: what the machine's moment did to it.
     if let Some(round_trips) = round_trips {
-        table.add("cores' round trip, before each round", "ns", &round_trips);
+        table.add("cores' round trip, the largest of each round", "ns", &round_trips);
         for (shared, label) in [(true, "≤"), (false, ">")] {
             let side: Vec<f64> = default_ratios
                 .iter()

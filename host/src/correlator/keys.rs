@@ -306,6 +306,50 @@ pub fn aggregate_by_reason_message(e: &Event) -> String {
     concat([COMBINED_MESSAGE_PREFIX, &e.message])
 }
 
+/// The keys the correlator needs for one event when every key function is built in: the
+/// [`ByReason`] aggregate key, the [`SourceObject`] spam key and the EventLogger's
+/// [`event_cache_key`], each the same [`Key`] as those functions give.
+///
+/// The three strings share their head (`source.component, source.host, io.kind, io.namespace,
+/// io.name`; the spam key is a prefix of the aggregate key), so they are built together in one
+/// reused buffer: each field is read and copied once or twice rather than three times, and no
+/// buffer is zeroed (about half of what computing keys cost the built-in correlator).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BuiltinKeys {
+    /// [`ByReason`]'s `(aggregate, local)` key.
+    pub aggregate: AggregateKey,
+    /// [`SourceObject`]'s spam key.
+    pub spam: Key,
+    /// [`event_cache_key`]: client-go `getEventKey`.
+    pub event: Key,
+}
+
+impl BuiltinKeys {
+    /// The three keys of `e`; `buf` is scratch space, reused from event to event.
+    pub(crate) fn of(e: &Event, buf: &mut Vec<u8>) -> Self {
+        let io = &e.involved_object;
+        let (uid, api_version, type_, reason) =
+            (io.uid.as_bytes(), io.api_version.as_bytes(), e.type_.as_bytes(), e.reason.as_bytes());
+        buf.clear();
+        for part in [&e.source.component, &e.source.host, &io.kind, &io.namespace, &io.name] {
+            buf.extend_from_slice(part.as_bytes());
+        }
+        let head = buf.len();
+        buf.extend_from_slice(uid);
+        buf.extend_from_slice(api_version);
+        let spam = Key::of_bytes(buf);
+        for part in [type_, reason, e.reporting_component.as_bytes(), e.reporting_instance.as_bytes()] {
+            buf.extend_from_slice(part);
+        }
+        let aggregate = AggregateKey { aggregate: Key::of_bytes(buf), local: Key::of(&e.message) };
+        buf.truncate(head);
+        for part in [io.field_path.as_bytes(), uid, api_version, type_, reason, e.message.as_bytes()] {
+            buf.extend_from_slice(part);
+        }
+        Self { aggregate, spam, event: Key::of_bytes(buf) }
+    }
+}
+
 /// The built-in aggregate-key function, client-go `EventAggregatorByReasonFunc` (plugin `by-reason`).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ByReason;
@@ -390,5 +434,31 @@ mod tests {
         assert_eq!(SourceObject.spam_key(&e), Key::of(&spam_key(&e)));
         assert_eq!(SourceObjectType.spam_key(&e), Key::of(&spam_key_with_type(&e)));
         assert_eq!(event_cache_key(&e), Key::of(&event_key(&e)));
+    }
+
+    /// The keys built together are the keys the three functions give one by one, whichever
+    /// fields are empty or long (the buffer grows past any first size and is reused).
+    #[test]
+    fn builtin_keys_built_together_equal_each_function() {
+        let mut buf = Vec::new();
+        let long = "m".repeat(700);
+        for (i, message) in ["", "short", long.as_str()].into_iter().enumerate() {
+            let mut e =
+                Event { reason: "R".into(), message: message.into(), type_: "Warning".into(), ..Event::default() };
+            e.source.component = "kubelet".into();
+            e.source.host = if i == 1 { "" } else { "node-1" }.into();
+            e.involved_object.kind = "Pod".into();
+            e.involved_object.namespace = "ns".into();
+            e.involved_object.name = "web-0".into();
+            e.involved_object.uid = "0b7e".into();
+            e.involved_object.api_version = "v1".into();
+            e.involved_object.field_path = if i == 2 { "spec.containers{app}" } else { "" }.into();
+            e.reporting_component = if i == 0 { "rc" } else { "" }.into();
+            e.reporting_instance = "ri".into();
+            let keys = BuiltinKeys::of(&e, &mut buf);
+            assert_eq!(keys.aggregate, ByReason.aggregate_key(&e), "event {i}");
+            assert_eq!(keys.spam, SourceObject.spam_key(&e), "event {i}");
+            assert_eq!(keys.event, event_cache_key(&e), "event {i}");
+        }
     }
 }

@@ -36,6 +36,7 @@ pub use spam_filter::SpamFilter;
 
 use crate::clock::{self, SharedClock};
 use crate::event::{Event, Time};
+use keys::BuiltinKeys;
 
 /// Events prepared together by the sink watcher and by `replay`: key functions (and Wasm plugins)
 /// are called once per batch of this many events.
@@ -246,6 +247,10 @@ pub struct EventCorrelator {
     spam_key_func: Arc<dyn EventSpamKeyFunc>,
     clock: SharedClock,
     spam_filter_clock: SharedClock,
+    /// Every key function is built in ([`ByReason`], [`SourceObject`]): `prepare` builds the
+    /// keys together ([`keys::BuiltinKeys`]) in `key_buffer`.
+    builtin_keys: bool,
+    key_buffer: Vec<u8>,
     stats: CorrelatorStats,
 }
 
@@ -260,6 +265,7 @@ impl EventCorrelator {
     pub fn new(options: CorrelatorOptions) -> Self {
         let size = NonZeroUsize::new(or_default(options.lru_cache_size, MAX_LRU_CACHE_ENTRIES)).expect("non-zero");
         let clock = options.clock.unwrap_or_else(clock::system);
+        let builtin_keys = options.key_func.is_none() && options.spam_key_func.is_none();
         Self {
             aggregator: EventAggregator::new(
                 size,
@@ -277,6 +283,8 @@ impl EventCorrelator {
             spam_key_func: options.spam_key_func.unwrap_or_else(|| Arc::new(SourceObject)),
             spam_filter_clock: options.spam_filter_clock.unwrap_or_else(|| clock.clone()),
             clock,
+            builtin_keys,
+            key_buffer: Vec::new(),
             stats: CorrelatorStats::default(),
         }
     }
@@ -295,8 +303,17 @@ impl EventCorrelator {
     /// rest of correlation; `finish` reports it as skipped and counts it in
     /// [`CorrelatorStats::dropped`].
     pub fn prepare(&mut self, batch: Vec<Occurrence>) -> Vec<PreparedEvent> {
+        // With every key function built in, the three keys of each event are built together;
+        // else each function is called once for the whole batch.
+        let builtin: Option<Vec<BuiltinKeys>> = self.builtin_keys.then(|| {
+            let buffer = &mut self.key_buffer;
+            batch.iter().map(|o| BuiltinKeys::of(&o.event, buffer)).collect()
+        });
         let mut keys = Vec::with_capacity(batch.len());
-        self.key_func.aggregate_keys(&batch.iter().map(|o| &*o.event).collect::<Vec<_>>(), &mut keys);
+        match &builtin {
+            Some(builtin) => keys.extend(builtin.iter().map(|k| Some(k.aggregate))),
+            None => self.key_func.aggregate_keys(&batch.iter().map(|o| &*o.event).collect::<Vec<_>>(), &mut keys),
+        }
         keys.resize(batch.len(), None); // a short answer drops the rest rather than misaligning
 
         // The aggregator, in order, on the borrowed events. Aggregated events are built once
@@ -307,7 +324,10 @@ impl EventCorrelator {
             let now = occurrence.clock.unwrap_or_else(|| self.clock.now());
             decisions.push(match key.map(|k| self.aggregator.aggregate(k, now)) {
                 None => (Key::UNSET, false, true),
-                Some(AggregateDecision::Original) => (keys::event_cache_key(&occurrence.event), false, false),
+                Some(AggregateDecision::Original) => {
+                    let event_key = builtin.as_ref().map(|b| b[i].event);
+                    (event_key.unwrap_or_else(|| keys::event_cache_key(&occurrence.event)), false, false)
+                }
                 Some(AggregateDecision::Aggregate(aggregate_key)) => {
                     aggregated.push((i, now));
                     (aggregate_key, true, false)
@@ -331,8 +351,15 @@ impl EventCorrelator {
         }
         self.build_aggregate_events(&mut prepared, &aggregated);
 
+        // An aggregate event has its original's source and involved object, so the built-in
+        // spam key of the original is its own.
         let mut spam_keys = Vec::with_capacity(prepared.len());
-        self.spam_key_func.spam_keys(&prepared.iter().map(|p| &*p.event).collect::<Vec<_>>(), &mut spam_keys);
+        match builtin {
+            Some(builtin) => spam_keys.extend(builtin.iter().map(|k| Some(k.spam))),
+            None => {
+                self.spam_key_func.spam_keys(&prepared.iter().map(|p| &*p.event).collect::<Vec<_>>(), &mut spam_keys)
+            }
+        }
         spam_keys.resize(prepared.len(), None);
         for (p, k) in prepared.iter_mut().zip(spam_keys) {
             match k {

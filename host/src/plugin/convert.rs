@@ -134,17 +134,16 @@ impl KeyFields {
             .map_or_else(|| format!("key field {index}"), |f| describe_fields(std::slice::from_ref(f)))
     }
 
-    /// `e`'s key fields with the undeclared ones empty.
-    fn of(self, e: &Event) -> [&str; KEY_FIELDS] {
-        let mut fields = key_fields(e);
-        if self != Self::ALL {
-            for (i, field) in fields.iter_mut().enumerate() {
-                if !self.contains(i) {
-                    *field = "";
-                }
-            }
+    /// The declared fields of `e`, in batch order, into `out`; returns how many. Reads only
+    /// those fields.
+    fn read<'e>(self, e: &'e Event, out: &mut [&'e [u8]; KEY_FIELDS]) -> usize {
+        let (mut bits, mut n) = (self.0, 0);
+        while bits != 0 {
+            out[n] = key_field(e, bits.trailing_zeros() as usize).as_bytes();
+            bits &= bits - 1;
+            n += 1;
         }
-        fields
+        n
     }
 }
 
@@ -164,9 +163,18 @@ pub(crate) fn pack_key_fields(
     ends.clear();
     ends.reserve(events.len() * KEY_FIELDS);
     for e in events {
-        for field in fields.of(e) {
-            bytes.extend_from_slice(field.as_bytes());
-            ends.push(bytes.len() as u32); // checked below: the total fits in u32
+        if fields == KeyFields::ALL {
+            for field in key_fields(e) {
+                bytes.extend_from_slice(field.as_bytes());
+                ends.push(bytes.len() as u32); // checked below: the total fits in u32
+            }
+        } else {
+            for i in 0..KEY_FIELDS {
+                if fields.contains(i) {
+                    bytes.extend_from_slice(key_field(e, i).as_bytes());
+                }
+                ends.push(bytes.len() as u32);
+            }
         }
     }
     if u32::try_from(bytes.len()).is_err() {
@@ -182,10 +190,11 @@ pub(crate) fn pack_key_fields(
 /// plugin does not read hash the same. (A memo holds one version's answers, so `fields` is
 /// the same for every digest it compares.) `buf` is scratch space, reused across calls.
 pub(crate) fn key_fields_digest(e: &Event, fields: KeyFields, buf: &mut Vec<u8>) -> Key {
-    let all = key_fields(e);
-    let declared = || all.iter().enumerate().filter(|&(i, _)| fields.contains(i)).map(|(_, f)| f.as_bytes());
+    let mut declared = [&[][..]; KEY_FIELDS];
+    let n = fields.read(e, &mut declared);
+    let declared = &declared[..n];
     buf.clear();
-    for field in declared() {
+    for field in declared {
         let mut len = field.len();
         while len >= 0x80 {
             buf.push((len as u8) | 0x80);
@@ -193,7 +202,7 @@ pub(crate) fn key_fields_digest(e: &Event, fields: KeyFields, buf: &mut Vec<u8>)
         }
         buf.push(len as u8);
     }
-    for field in declared() {
+    for field in declared {
         buf.extend_from_slice(field);
     }
     Key::of_bytes(buf)
@@ -449,8 +458,12 @@ mod tests {
         assert_eq!(KeyFields::local(10), Ok(10));
         assert!(KeyFields::local(13).unwrap_err().contains("declares key field 13"));
         let without = KeyFields::ALL.without(10);
-        assert_eq!(without.of(&e)[10], "");
-        assert_eq!(without.of(&e)[9], "R");
+        let mut read = [&[][..]; KEY_FIELDS];
+        let n = without.read(&e, &mut read);
+        assert_eq!(n, KEY_FIELDS - 1, "every field but the message");
+        assert_eq!(read[9], b"R");
+        assert_eq!(read[10], b"", "field 11 (reporting component, empty) moved up");
+        assert_eq!(read[11], b"ri");
         assert_eq!(KeyFields::describe_one(10), "message");
     }
 
@@ -473,6 +486,11 @@ mod tests {
             .collect();
         assert_eq!(strings, expected, "undeclared fields go as empty strings, in place");
         let mut buf = Vec::new();
+        assert_eq!(
+            key_fields_digest(&e, reads, &mut buf),
+            Key::of_bytes(b"\x07\x01kubeletR"),
+            "the declared fields' lengths, then their bytes, in batch order"
+        );
         let other_message = Event { message: "another".into(), ..e.clone() };
         assert_eq!(key_fields_digest(&e, reads, &mut buf), key_fields_digest(&other_message, reads, &mut buf));
         assert_ne!(

@@ -3,7 +3,9 @@
 //! Keys are plain string concatenations with **no separator**, exactly as client-go builds them,
 //! so Go's collisions (`"ab"+"c"` vs `"a"+"bc"`) are reproduced bit for bit (spec §3.2). The
 //! caches do not store the strings: they store a [`Key`], the 128-bit XXH3 digest of the
-//! concatenated bytes, computed by streaming the parts (no string is built on the hot path).
+//! concatenated bytes, copied into a stack buffer or a reused one (nothing is allocated on the
+//! hot path). When every key function is built in, the correlator builds an event's three keys
+//! together (`BuiltinKeys`).
 //!
 //! Each function kind is a trait with a single-event method and a batch method. The batch
 //! method's default loops over the single one; Wasm plugins override it to cross the component

@@ -137,9 +137,10 @@ impl KeyFields {
     /// The declared fields of `e`, in batch order, into `out`; returns how many. Reads only
     /// those fields.
     fn read<'e>(self, e: &'e Event, out: &mut [&'e [u8]; KEY_FIELDS]) -> usize {
+        let all = key_fields(e);
         let (mut bits, mut n) = (self.0, 0);
         while bits != 0 {
-            out[n] = key_field(e, bits.trailing_zeros() as usize).as_bytes();
+            out[n] = all[bits.trailing_zeros() as usize].as_bytes();
             bits &= bits - 1;
             n += 1;
         }
@@ -169,9 +170,9 @@ pub(crate) fn pack_key_fields(
                 ends.push(bytes.len() as u32); // checked below: the total fits in u32
             }
         } else {
-            for i in 0..KEY_FIELDS {
+            for (i, field) in key_fields(e).into_iter().enumerate() {
                 if fields.contains(i) {
-                    bytes.extend_from_slice(key_field(e, i).as_bytes());
+                    bytes.extend_from_slice(field.as_bytes());
                 }
                 ends.push(bytes.len() as u32);
             }

@@ -134,8 +134,8 @@ impl KeyFields {
             .map_or_else(|| format!("key field {index}"), |f| describe_fields(std::slice::from_ref(f)))
     }
 
-    /// The declared fields of `e`, in batch order, into `out`; returns how many. Reads only
-    /// those fields.
+    /// The declared fields of `e`, in batch order, into `out`; returns how many. (Taking all
+    /// thirteen at once and picking is faster than a lookup per declared field.)
     fn read<'e>(self, e: &'e Event, out: &mut [&'e [u8]; KEY_FIELDS]) -> usize {
         let all = key_fields(e);
         let (mut bits, mut n) = (self.0, 0);

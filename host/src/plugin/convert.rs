@@ -164,18 +164,11 @@ pub(crate) fn pack_key_fields(
     ends.clear();
     ends.reserve(events.len() * KEY_FIELDS);
     for e in events {
-        if fields == KeyFields::ALL {
-            for field in key_fields(e) {
+        for (i, field) in key_fields(e).into_iter().enumerate() {
+            if fields.contains(i) {
                 bytes.extend_from_slice(field.as_bytes());
-                ends.push(bytes.len() as u32); // checked below: the total fits in u32
             }
-        } else {
-            for (i, field) in key_fields(e).into_iter().enumerate() {
-                if fields.contains(i) {
-                    bytes.extend_from_slice(field.as_bytes());
-                }
-                ends.push(bytes.len() as u32);
-            }
+            ends.push(bytes.len() as u32); // checked below: the total fits in u32
         }
     }
     if u32::try_from(bytes.len()).is_err() {

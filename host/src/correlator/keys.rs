@@ -329,24 +329,24 @@ pub(crate) struct BuiltinKeys {
 impl BuiltinKeys {
     /// The three keys of `e`; `buf` is scratch space, reused from event to event.
     pub(crate) fn of(e: &Event, buf: &mut Vec<u8>) -> Self {
-        let io = &e.involved_object;
-        let (uid, api_version, type_, reason) =
-            (io.uid.as_bytes(), io.api_version.as_bytes(), e.type_.as_bytes(), e.reason.as_bytes());
+        let [component, host, kind, namespace, name, uid, api_version] = source_and_object(e);
+        let (type_, reason) = (e.type_.as_str(), e.reason.as_str());
         buf.clear();
-        for part in [&e.source.component, &e.source.host, &io.kind, &io.namespace, &io.name] {
+        for part in [component, host, kind, namespace, name] {
             buf.extend_from_slice(part.as_bytes());
         }
         let head = buf.len();
-        buf.extend_from_slice(uid);
-        buf.extend_from_slice(api_version);
+        for part in [uid, api_version] {
+            buf.extend_from_slice(part.as_bytes());
+        }
         let spam = Key::of_bytes(buf);
-        for part in [type_, reason, e.reporting_component.as_bytes(), e.reporting_instance.as_bytes()] {
-            buf.extend_from_slice(part);
+        for part in [type_, reason, &e.reporting_component, &e.reporting_instance] {
+            buf.extend_from_slice(part.as_bytes());
         }
         let aggregate = AggregateKey { aggregate: Key::of_bytes(buf), local: Key::of(&e.message) };
         buf.truncate(head);
-        for part in [io.field_path.as_bytes(), uid, api_version, type_, reason, e.message.as_bytes()] {
-            buf.extend_from_slice(part);
+        for part in [&e.involved_object.field_path, uid, api_version, type_, reason, &e.message] {
+            buf.extend_from_slice(part.as_bytes());
         }
         Self { aggregate, spam, event: Key::of_bytes(buf) }
     }

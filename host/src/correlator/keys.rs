@@ -99,6 +99,11 @@ impl Key {
         self.0 as u64
     }
 
+    /// The high 64 bits of the digest.
+    pub(crate) fn high_bits(self) -> u64 {
+        (self.0 >> 64) as u64
+    }
+
     /// The key of one string.
     pub fn of(s: &str) -> Self {
         Self::of_bytes(s.as_bytes())

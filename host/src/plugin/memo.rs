@@ -16,6 +16,14 @@
 //! again; each judgement in a row that it still does not pay doubles the time it stands aside,
 //! up to [`MEMO_MAX_BYPASS_BATCHES`], so that on a stream that never repeats itself probing costs
 //! next to nothing.
+//!
+//! A memo starts with [`MEMO_ENTRIES`] answers and grows with the stream's working set: each
+//! set remembers the digests it evicted last (ghosts: as many as a [`MEMO_GROWTH`]-fold memo
+//! would hold in its place besides what it holds), and a miss on one of them is one a larger
+//! memo would have answered. When such misses make [`MEMO_GROW_RATE`] of a probe's lookups,
+//! the memo grows [`MEMO_GROWTH`]-fold (its answers kept), up to [`MEMO_MAX_ENTRIES`]. On a
+//! stream that never repeats an input no ghost is ever asked for again, and the memo stays at
+//! its first size.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -28,10 +36,24 @@ use crate::correlator::keys::Key;
 use crate::event::Event;
 
 /// Answers a memo keeps per plugin instance (one key function or message combiner of one
-/// tenant): [`MEMO_WAYS`]-way set-associative, so a new answer evicts the least recently used
-/// answer of its set. Allocated on the first answer remembered: 4096 aggregate-key answers
-/// (a 32-byte key pair and the 16-byte digest each) take about 290 KiB.
+/// tenant) at first: [`MEMO_WAYS`]-way set-associative, so a new answer evicts the least
+/// recently used answer of its set. Allocated on the first answer remembered: 4096
+/// aggregate-key answers (a 32-byte key pair and the 16-byte digest each) take about 290 KiB.
+/// It grows up to [`MEMO_MAX_ENTRIES`] when evicted answers are asked for again.
 pub const MEMO_ENTRIES: usize = 4096;
+
+/// The most answers a memo grows to: 65,536 aggregate-key answers take about 4.5 MiB, spam-key
+/// answers (one 16-byte key each) about 3 MiB. Only a stream whose inputs repeat beyond
+/// [`MEMO_ENTRIES`] makes a memo grow.
+pub const MEMO_MAX_ENTRIES: usize = 65_536;
+
+/// How many times larger a memo becomes when it grows (see [`MEMO_GROW_RATE`]).
+pub const MEMO_GROWTH: usize = 4;
+
+/// The share of a probe's lookups ([`MEMO_PROBE_EVENTS`]) that must be misses on an answer the
+/// memo evicted last in that set for the memo to grow [`MEMO_GROWTH`]-fold (up to
+/// [`MEMO_MAX_ENTRIES`]): inputs that come back after the memo had to forget them.
+pub const MEMO_GROW_RATE: f64 = 0.02;
 
 /// Answers per set of a memo: an input's digest picks its set, where it evicts the least
 /// recently used of these. A set is a few adjacent cache lines, so a lookup and the insertion
@@ -39,8 +61,9 @@ pub const MEMO_ENTRIES: usize = 4096;
 /// misses per event once the event stream has pushed it out of the caches).
 pub const MEMO_WAYS: usize = 2;
 
-/// Sets of a memo.
-const SETS: usize = MEMO_ENTRIES / MEMO_WAYS;
+// Sizes are powers of two, so that a digest's low bits pick its set.
+const _: () = assert!(MEMO_ENTRIES.is_power_of_two() && MEMO_GROWTH.is_power_of_two());
+const _: () = assert!(MEMO_MAX_ENTRIES.is_power_of_two() && MEMO_MAX_ENTRIES >= MEMO_ENTRIES);
 
 /// Events looked up before a memo judges whether it pays: at a hit rate under
 /// [`MEMO_MIN_HIT_RATE`] over that many lookups, it stands aside for [`MEMO_BYPASS_BATCHES`]
@@ -101,6 +124,8 @@ pub(crate) struct Memo<T> {
     /// Lookups and hits since the last judgement, and batches left to stand aside for.
     probed: AtomicU64,
     probe_hits: AtomicU64,
+    /// Misses since the last judgement on the digest their set evicted last.
+    probe_ghosts: AtomicU64,
     bypass: AtomicU32,
     /// Batches the next judgement that the memo does not pay stands it aside for.
     next_bypass: AtomicU32,
@@ -120,15 +145,23 @@ struct State<T> {
 
 /// A bounded map from digests to answers, [`MEMO_WAYS`]-way set-associative.
 struct Table<T> {
-    /// [`SETS`] sets once the first answer is remembered; empty before.
+    /// `entries / MEMO_WAYS` sets once the first answer is remembered; empty before.
     sets: Vec<Set<T>>,
+    /// The answers it holds when allocated: [`MEMO_ENTRIES`], grown up to [`MEMO_MAX_ENTRIES`].
+    entries: usize,
 }
 
 struct Set<T> {
     ways: [Option<(Key, T)>; MEMO_WAYS],
     /// The way used most recently.
     recent: usize,
+    /// 32 bits of each digest this set evicted last, newest first (0: none): ghosts, to tell a
+    /// miss a larger memo would have answered. (A false match only makes the memo grow sooner.)
+    evicted: [u32; GHOSTS],
 }
+
+/// Ghosts per set: what a [`MEMO_GROWTH`]-fold memo holds beyond the set's own ways.
+const GHOSTS: usize = MEMO_WAYS * (MEMO_GROWTH - 1);
 
 impl<T> Set<T> {
     fn way_of(&self, key: &Key) -> Option<usize> {
@@ -136,10 +169,45 @@ impl<T> Set<T> {
     }
 }
 
+/// The ghost of `key` in [`Set::evicted`] (never 0).
+fn ghost(key: &Key) -> u32 {
+    (key.high_bits() >> 32) as u32 | 1
+}
+
 impl<T> Table<T> {
+    fn new() -> Self {
+        Self { sets: Vec::new(), entries: MEMO_ENTRIES }
+    }
+
     fn set(&mut self, key: &Key) -> Option<&mut Set<T>> {
-        let index = key.low_bits() as usize % SETS;
+        let index = key.low_bits() as usize & (self.sets.len().wrapping_sub(1));
         self.sets.get_mut(index)
+    }
+
+    /// Whether `key`, not held, is among the digests its set evicted last.
+    fn was_evicted(&mut self, key: &Key) -> bool {
+        let ghost = ghost(key);
+        self.set(key).is_some_and(|set| set.evicted.contains(&ghost))
+    }
+
+    /// Holds [`MEMO_GROWTH`] times as many answers (at most [`MEMO_MAX_ENTRIES`]), keeping
+    /// those it has; `false` if it is at its largest.
+    fn grow(&mut self) -> bool {
+        if self.entries >= MEMO_MAX_ENTRIES {
+            return false;
+        }
+        self.entries = (self.entries * MEMO_GROWTH).min(MEMO_MAX_ENTRIES);
+        let old = std::mem::take(&mut self.sets);
+        for set in old {
+            // The less recently used way first, so each set's recency carries over.
+            let Set { mut ways, recent, .. } = set;
+            for way in [(recent + 1) % MEMO_WAYS, recent] {
+                if let Some((key, value)) = ways[way].take() {
+                    self.put(key, value);
+                }
+            }
+        }
+        true
     }
 
     fn get(&mut self, key: &Key) -> Option<&T> {
@@ -151,7 +219,9 @@ impl<T> Table<T> {
 
     fn put(&mut self, key: Key, value: T) {
         if self.sets.is_empty() {
-            self.sets = (0..SETS).map(|_| Set { ways: std::array::from_fn(|_| None), recent: 0 }).collect();
+            self.sets = (0..self.entries / MEMO_WAYS)
+                .map(|_| Set { ways: std::array::from_fn(|_| None), recent: 0, evicted: [0; GHOSTS] })
+                .collect();
         }
         let set = self.set(&key).expect("allocated above");
         // The key's own way (an answer remembered meanwhile), else a free one, else the one
@@ -160,10 +230,16 @@ impl<T> Table<T> {
             .way_of(&key)
             .or_else(|| set.ways.iter().position(Option::is_none))
             .unwrap_or((set.recent + 1) % MEMO_WAYS);
-        set.ways[way] = Some((key, value));
+        if let Some((evicted, _)) = set.ways[way].replace((key, value))
+            && evicted != key
+        {
+            set.evicted.copy_within(..GHOSTS - 1, 1);
+            set.evicted[0] = ghost(&evicted);
+        }
         set.recent = way;
     }
 
+    /// Forgets every answer; the size it grew to stays (the next version sees the same stream).
     fn clear(&mut self) {
         self.sets = Vec::new();
     }
@@ -193,9 +269,10 @@ impl<T: Clone> Memo<T> {
     /// An empty memo of [`MEMO_ENTRIES`] answers.
     pub(crate) fn new() -> Self {
         Self {
-            state: Mutex::new(State { version: None, answers: Table { sets: Vec::new() } }),
+            state: Mutex::new(State { version: None, answers: Table::new() }),
             probed: AtomicU64::new(0),
             probe_hits: AtomicU64::new(0),
+            probe_ghosts: AtomicU64::new(0),
             bypass: AtomicU32::new(0),
             next_bypass: AtomicU32::new(MEMO_BYPASS_BATCHES),
             lookup_nanos: AtomicU64::new(0),
@@ -218,9 +295,11 @@ impl<T: Clone> Memo<T> {
     }
 
     /// Counts a lookup of `looked` events with `hits` hits that took `took`; after
-    /// [`MEMO_PROBE_EVENTS`], judges whether the memo pays: not under [`MEMO_MIN_HIT_RATE`], nor
-    /// under [`MEMO_MEASURED_HIT_RATE`] when the lookups took longer than the calls the hits
-    /// saved (at the time per event the calls took meanwhile).
+    /// [`MEMO_PROBE_EVENTS`], judges the memo. It grows when misses on evicted answers made
+    /// [`MEMO_GROW_RATE`] of the lookups (and stays, to learn what it answers at its new
+    /// size); else it pays unless under [`MEMO_MIN_HIT_RATE`], or under
+    /// [`MEMO_MEASURED_HIT_RATE`] when the lookups took longer than the calls the hits saved
+    /// (at the time per event the calls took meanwhile).
     pub(crate) fn observe(&self, looked: usize, hits: usize, took: std::time::Duration) {
         let probed = self.probed.fetch_add(looked as u64, Ordering::Relaxed) + looked as u64;
         let hits = self.probe_hits.fetch_add(hits as u64, Ordering::Relaxed) + hits as u64;
@@ -230,13 +309,16 @@ impl<T: Clone> Memo<T> {
             return;
         }
         let (called, call_nanos) = (self.called.swap(0, Ordering::Relaxed), self.call_nanos.swap(0, Ordering::Relaxed));
+        let ghosts = self.probe_ghosts.swap(0, Ordering::Relaxed);
         for counter in [&self.probed, &self.probe_hits, &self.lookup_nanos] {
             counter.store(0, Ordering::Relaxed);
         }
         let rate = hits as f64 / probed as f64;
         let saved = hits as f64 * call_nanos as f64 / called.max(1) as f64;
-        let pays = rate >= MEMO_MIN_HIT_RATE
-            && (rate >= MEMO_MEASURED_HIT_RATE || called == 0 || saved >= lookup_nanos as f64);
+        let grew = ghosts as f64 >= MEMO_GROW_RATE * probed as f64 && self.state().answers.grow();
+        let pays = grew
+            || rate >= MEMO_MIN_HIT_RATE
+                && (rate >= MEMO_MEASURED_HIT_RATE || called == 0 || saved >= lookup_nanos as f64);
         if pays {
             self.next_bypass.store(MEMO_BYPASS_BATCHES, Ordering::Relaxed);
         } else {
@@ -265,18 +347,22 @@ impl<T: Clone> Memo<T> {
             state.answers.clear();
             state.version = Some(version);
         }
+        let mut ghosts = 0;
         for (event, key) in events.iter().zip(keys) {
             if let Some(value) = state.answers.get(&key) {
                 lookup.slots.push(Slot::Hit(value.clone()));
                 continue;
             }
             let index = *pending.entry(key).or_insert_with(|| {
+                ghosts += u64::from(state.answers.was_evicted(&key));
                 lookup.misses.push(event);
                 lookup.miss_keys.push(key);
                 lookup.miss_keys.len() - 1
             });
             lookup.slots.push(Slot::Miss(index));
         }
+        drop(state);
+        self.probe_ghosts.fetch_add(ghosts, Ordering::Relaxed);
         lookup
     }
 
@@ -421,6 +507,68 @@ mod tests {
         assert!(!no_call.stands_aside(), "without a measured call, the hit rate alone judges");
     }
 
+    /// Runs `memo` over `inputs` as a key function does, `passes` times, each pass in another
+    /// order (`inputs.len()` a power of two), in batches of 256: lookup, an answer for each
+    /// miss, remember, observe. Returns the last pass's hit rate.
+    fn run_passes(memo: &Memo<u32>, inputs: &[Event], passes: usize) -> f64 {
+        assert!(inputs.len().is_power_of_two());
+        let mut rate = 0.0;
+        for pass in 0..passes {
+            let step = 2 * (pass * 7919 + 2654435761) + 1; // odd: a permutation of the indices
+            let order: Vec<&Event> = (0..inputs.len()).map(|i| &inputs[i * step % inputs.len()]).collect();
+            let (mut looked, mut hits) = (0, 0);
+            for batch in order.chunks(256) {
+                let lookup = memo.lookup(1, KeyFields::ALL, batch);
+                let answers: Vec<Answer<u32>> = lookup.misses().iter().map(|_| plugin(1, 1)).collect();
+                memo.remember(&lookup, &answers);
+                memo.observe(batch.len(), lookup.hits(), std::time::Duration::ZERO);
+                (looked, hits) = (looked + batch.len(), hits + lookup.hits());
+            }
+            rate = hits as f64 / looked as f64;
+        }
+        rate
+    }
+
+    fn entries(memo: &Memo<u32>) -> usize {
+        memo.state().answers.entries
+    }
+
+    #[test]
+    fn a_memo_grows_when_inputs_it_evicted_come_back() {
+        let memo = Memo::new();
+        let inputs: Vec<Event> = (0..2 * MEMO_ENTRIES).map(|i| event("R", &i.to_string())).collect();
+        let before = run_passes(&memo, &inputs, 1);
+        assert_eq!(before, 0.0, "the first pass sees every input for the first time");
+        let after = run_passes(&memo, &inputs, 3);
+        assert!(entries(&memo) > MEMO_ENTRIES, "grew to {} answers", entries(&memo));
+        assert!(after > 0.9, "{:.1}% of the repeated inputs answered after growing", 100.0 * after);
+        // What it held survives growing, and a new version still starts over at the grown size.
+        let mut state = memo.state();
+        let held = state.answers.len();
+        let grown = state.answers.entries;
+        assert!(state.answers.grow() || grown == MEMO_MAX_ENTRIES);
+        assert_eq!(state.answers.len(), held, "growing keeps every answer");
+        drop(state);
+        assert_eq!(memo.lookup(2, KeyFields::ALL, &[&inputs[0]]).hits(), 0);
+        assert!(entries(&memo) >= grown);
+    }
+
+    #[test]
+    fn a_memo_does_not_grow_on_inputs_that_never_come_back_nor_past_its_largest_size() {
+        let memo = Memo::new();
+        let inputs: Vec<Event> = (0..8 * MEMO_ENTRIES).map(|i| event("R", &i.to_string())).collect();
+        assert_eq!(run_passes(&memo, &inputs, 1), 0.0);
+        assert_eq!(entries(&memo), MEMO_ENTRIES, "no input came back: the memo keeps its first size");
+
+        let mut table: Table<u32> = Table::new();
+        let mut sizes = vec![table.entries];
+        while table.grow() {
+            sizes.push(table.entries);
+        }
+        assert_eq!(sizes.last(), Some(&MEMO_MAX_ENTRIES), "grew {sizes:?}");
+        assert!(sizes.windows(2).all(|w| w[1] == w[0] * MEMO_GROWTH), "{sizes:?}");
+    }
+
     #[test]
     fn the_memo_is_bounded_and_keeps_what_was_used_last() {
         let memo = Memo::new();
@@ -435,8 +583,8 @@ mod tests {
         assert_eq!(memo.lookup(1, KeyFields::ALL, last).hits(), 1, "the answer remembered last is kept");
 
         // Within a set, the answer used last survives a new one.
-        let mut table = Table { sets: Vec::new() };
-        let set = |k: &Key| k.low_bits() % SETS as u64;
+        let mut table = Table::new();
+        let set = |k: &Key| k.low_bits() % (MEMO_ENTRIES / MEMO_WAYS) as u64;
         let mut same_set = (0..).map(|i: u32| Key::of(&i.to_string())).filter(|k| set(k) == 0);
         let [a, b, c] = std::array::from_fn(|_| same_set.next().expect("keys of set 0"));
         table.put(a, 1);

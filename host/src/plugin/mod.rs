@@ -40,8 +40,8 @@ use wasmtime::{Config, Engine};
 
 pub use call::{CallCost, CallFailure, PluginCallError};
 pub use memo::{
-    MEMO_BYPASS_BATCHES, MEMO_ENTRIES, MEMO_MAX_BYPASS_BATCHES, MEMO_MEASURED_HIT_RATE, MEMO_MIN_HIT_RATE,
-    MEMO_PROBE_EVENTS, MEMO_WAYS,
+    MEMO_BYPASS_BATCHES, MEMO_ENTRIES, MEMO_GROW_RATE, MEMO_GROWTH, MEMO_MAX_BYPASS_BATCHES, MEMO_MAX_ENTRIES,
+    MEMO_MEASURED_HIT_RATE, MEMO_MIN_HIT_RATE, MEMO_PROBE_EVENTS, MEMO_WAYS,
 };
 pub(crate) use slot::check_kind;
 pub use slot::{KindChanged, PluginHandle, PluginSlot, WrongKind};
@@ -168,7 +168,8 @@ pub struct PluginSettings {
     /// The plugin's own key/value config (WIT `config` import).
     pub config: BTreeMap<String, String>,
     /// Whether the plugin is pure, so the host may answer a repeated input from its memo
-    /// instead of calling it ([`MEMO_ENTRIES`] answers per instance). Applies to aggregate-key,
+    /// instead of calling it ([`MEMO_ENTRIES`] answers per instance, growing up to
+    /// [`MEMO_MAX_ENTRIES`] when evicted inputs come back). Applies to aggregate-key,
     /// message-combiner and spam-key plugins, which are pure by contract (`wit/README.md`);
     /// `pure = false` in the plugin's `[plugins.NAME]` table turns it off for a plugin that
     /// keeps state. Default `true`.

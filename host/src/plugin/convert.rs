@@ -133,19 +133,6 @@ impl KeyFields {
             .get(index)
             .map_or_else(|| format!("key field {index}"), |f| describe_fields(std::slice::from_ref(f)))
     }
-
-    /// The declared fields of `e`, in batch order, into `out`; returns how many. (Taking all
-    /// thirteen at once and picking is faster than a lookup per declared field.)
-    fn read<'e>(self, e: &'e Event, out: &mut [&'e [u8]; KEY_FIELDS]) -> usize {
-        let all = key_fields(e);
-        let (mut bits, mut n) = (self.0, 0);
-        while bits != 0 {
-            out[n] = all[bits.trailing_zeros() as usize].as_bytes();
-            bits &= bits - 1;
-            n += 1;
-        }
-        n
-    }
 }
 
 /// Packs the key fields of `events` into `out` (its buffers cleared, and reused) as a
@@ -178,25 +165,24 @@ pub(crate) fn pack_key_fields(
 }
 
 /// The digest of the key fields of `e` exactly as a key-fields batch hands them to a plugin
-/// that reads `fields`: a [`Key`] of the declared fields' lengths (LEB128 varints) followed by
-/// their bytes. Two events whose declared fields differ in any way, even only in where the
-/// bytes split between fields, hash different inputs; two that differ only in fields the
-/// plugin does not read hash the same. (A memo holds one version's answers, so `fields` is
+/// that reads `fields`: a [`Key`] of each declared field's length (a LEB128 varint) followed by
+/// its bytes, in batch order. Two events whose declared fields differ in any way, even only in
+/// where the bytes split between fields, hash different inputs; two that differ only in fields
+/// the plugin does not read hash the same. (A memo holds one version's answers, so `fields` is
 /// the same for every digest it compares.) `buf` is scratch space, reused across calls.
 pub(crate) fn key_fields_digest(e: &Event, fields: KeyFields, buf: &mut Vec<u8>) -> Key {
-    let mut declared = [&[][..]; KEY_FIELDS];
-    let n = fields.read(e, &mut declared);
-    let declared = &declared[..n];
+    let all = key_fields(e);
     buf.clear();
-    for field in declared {
+    let mut bits = fields.0;
+    while bits != 0 {
+        let field = all[bits.trailing_zeros() as usize].as_bytes();
+        bits &= bits - 1;
         let mut len = field.len();
         while len >= 0x80 {
             buf.push((len as u8) | 0x80);
             len >>= 7;
         }
         buf.push(len as u8);
-    }
-    for field in declared {
         buf.extend_from_slice(field);
     }
     Key::of_bytes(buf)
@@ -411,22 +397,21 @@ mod tests {
         assert_eq!(digest, key_fields_digest(&not_sent, all, &mut buf), "only the fields a plugin receives count");
     }
 
-    /// The digest is the key of the declared fields' LEB128 lengths then their bytes, with
+    /// The digest is the key of each declared field's LEB128 length followed by its bytes, with
     /// lengths of one varint byte or two.
     #[test]
-    fn key_fields_digest_is_the_key_of_the_lengths_then_the_bytes() {
+    fn key_fields_digest_is_the_key_of_each_length_then_its_bytes() {
         let expected = |e: &Event| {
-            let fields = key_fields(e);
             let mut bytes = Vec::new();
-            for f in fields {
+            for f in key_fields(e) {
                 let mut len = f.len();
                 while len >= 0x80 {
                     bytes.push((len as u8) | 0x80);
                     len >>= 7;
                 }
                 bytes.push(len as u8);
+                bytes.extend_from_slice(f.as_bytes());
             }
-            fields.iter().for_each(|f| bytes.extend_from_slice(f.as_bytes()));
             Key::of_bytes(&bytes)
         };
         let mut buf = Vec::new();
@@ -452,12 +437,7 @@ mod tests {
         assert_eq!(KeyFields::local(10), Ok(10));
         assert!(KeyFields::local(13).unwrap_err().contains("declares key field 13"));
         let without = KeyFields::ALL.without(10);
-        let mut read = [&[][..]; KEY_FIELDS];
-        let n = without.read(&e, &mut read);
-        assert_eq!(n, KEY_FIELDS - 1, "every field but the message");
-        assert_eq!(read[9], b"R");
-        assert_eq!(read[10], b"", "field 11 (reporting component, empty) moved up");
-        assert_eq!(read[11], b"ri");
+        assert!((0..KEY_FIELDS).all(|i| without.contains(i) == (i != 10)), "every field but the message");
         assert_eq!(KeyFields::describe_one(10), "message");
     }
 
@@ -482,8 +462,8 @@ mod tests {
         let mut buf = Vec::new();
         assert_eq!(
             key_fields_digest(&e, reads, &mut buf),
-            Key::of_bytes(b"\x07\x01kubeletR"),
-            "the declared fields' lengths, then their bytes, in batch order"
+            Key::of_bytes(b"\x07kubelet\x01R"),
+            "each declared field's length, then its bytes, in batch order"
         );
         let other_message = Event { message: "another".into(), ..e.clone() };
         assert_eq!(key_fields_digest(&e, reads, &mut buf), key_fields_digest(&other_message, reads, &mut buf));

@@ -39,6 +39,10 @@
 //! verbose = true
 //! [plugins.my-stateful-key]
 //! pure = false
+//! # `memo_max_entries` is the host's too: the most answers a pure plugin's memo grows to (per
+//! # tenant stage; default 65536, rounded down to a power of two).
+//! [plugins.by-reason]
+//! memo_max_entries = 16384
 //!
 //! [[tenants]]                          # first match wins, in file order
 //! name = "payments"
@@ -84,7 +88,8 @@
 //!   is non-empty and unique in its list; `keep = []` is refused (it would drop every event); a
 //!   tenant's `match` has no `name`. A tenant's list replaces the `[defaults]` one (`drop = []`
 //!   clears it).
-//! - `pure` in a `[plugins.NAME]` table is `true` or `false` (or the string `"true"` / `"false"`).
+//! - `pure` in a `[plugins.NAME]` table is `true` or `false` (or the string `"true"` / `"false"`);
+//!   `memo_max_entries` an integer from 2 to 16,777,216.
 //! - In `[watch_cache]`, `budget_seconds` and `bookmark_interval_seconds` are positive numbers;
 //!   the other keys non-negative integers.
 //! - Each sink is a sink spec as `--sink` takes it (`jsonl:PATH`, `jsonl:-`, `plugin:NAME`, `k8s`,
@@ -109,7 +114,7 @@ use toml::Spanned;
 
 use crate::broadcaster::FullChannelBehavior;
 use crate::partition::PartitionKey;
-use crate::plugin::{FallbackPolicy, PURE_KEY};
+use crate::plugin::{FallbackPolicy, MEMO_MAX_ENTRIES_KEY, PURE_KEY, parse_memo_max_entries};
 use crate::rules::EventRule;
 pub use crate::tenant::DEFAULT_TENANT;
 use crate::tenant::{EventMatch, MatchEntry, MatchError, MatchSpec, TenantRouter};
@@ -352,6 +357,11 @@ impl Config {
                     format!("plugins.{plugin}.{PURE_KEY}"),
                     format!("expected `true` or `false`, got `{}`", pure.get_ref().0),
                 ));
+            }
+            if let Some(max) = table.get(MEMO_MAX_ENTRIES_KEY)
+                && let Err(why) = parse_memo_max_entries(&max.get_ref().0)
+            {
+                return Err(ctx.error(max.span(), format!("plugins.{plugin}.{MEMO_MAX_ENTRIES_KEY}"), why));
             }
             plugin_config.insert(plugin, table.into_iter().map(|(k, v)| (k, v.into_inner().0)).collect());
         }
@@ -1314,11 +1324,27 @@ mod tests {
     }
 
     #[test]
-    fn pure_is_a_boolean() {
+    fn pure_is_a_boolean_and_memo_max_entries_an_integer_in_range() {
         let config = parse("[plugins.p]\npure = false\n[plugins.q]\npure = \"true\"\n").unwrap();
         assert_eq!(config.plugin_config["p"]["pure"], "false");
         assert_eq!(config.plugin_config["q"]["pure"], "true");
         assert_err("[plugins.p]\nx = 1\npure = 0\n", 3, "plugins.p.pure", "expected `true` or `false`, got `0`");
+        let config = parse("[plugins.p]\nmemo_max_entries = 16384\n").unwrap();
+        let settings = crate::plugin::PluginSettings::default().with_plugin_table(config.plugin_config["p"].clone());
+        assert_eq!(settings.memo_max_entries, 16384);
+        assert!(settings.config.is_empty(), "the host's key is not passed to the plugin");
+        assert_err(
+            "[plugins.p]\nmemo_max_entries = 1\n",
+            2,
+            "plugins.p.memo_max_entries",
+            "expected 2 to 16777216 answers, got 1",
+        );
+        assert_err(
+            "[plugins.p]\nmemo_max_entries = \"many\"\n",
+            2,
+            "plugins.p.memo_max_entries",
+            "expected an integer, got `many`",
+        );
     }
 
     #[test]

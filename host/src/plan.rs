@@ -215,6 +215,7 @@ impl TenantRules {
                 // Per plugin, from its `[plugins.NAME]` table: see `settings_for`.
                 config: BTreeMap::new(),
                 pure: true,
+                memo_max_entries: self.plugin.memo_max_entries,
             },
             plugin_config: self.plugin_config.clone(),
             sinks,

@@ -63,7 +63,8 @@ struct BatchKeyFn<T> {
 impl<T: Clone> BatchKeyFn<T> {
     fn new(handle: PluginHandle, expected: PluginKind, per_event: usize) -> Result<Self, WrongKind> {
         check_kind(&handle, expected)?;
-        let memo = handle.settings().pure.then(Memo::new);
+        let settings = handle.settings();
+        let memo = settings.pure.then(|| Memo::new(settings.memo_max_entries));
         let shadow = ShadowCalls::for_keys(&handle);
         Ok(Self { caller: ProjectedKeys::new(handle), per_event, memo, shadow })
     }

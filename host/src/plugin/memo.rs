@@ -147,8 +147,11 @@ struct State<T> {
 struct Table<T> {
     /// `entries / MEMO_WAYS` sets once the first answer is remembered; empty before.
     sets: Vec<Set<T>>,
-    /// The answers it holds when allocated: [`MEMO_ENTRIES`], grown up to [`MEMO_MAX_ENTRIES`].
+    /// The answers it holds when allocated: [`MEMO_ENTRIES`] (or `max`, if smaller), grown up
+    /// to `max`.
     entries: usize,
+    /// The most answers it grows to: a power of two, at least [`MEMO_WAYS`].
+    max: usize,
 }
 
 struct Set<T> {
@@ -175,8 +178,11 @@ fn ghost(key: &Key) -> u32 {
 }
 
 impl<T> Table<T> {
-    fn new() -> Self {
-        Self { sets: Vec::new(), entries: MEMO_ENTRIES }
+    /// An empty table that grows up to `max` answers, rounded down to a power of two (at least
+    /// [`MEMO_WAYS`]).
+    fn new(max: usize) -> Self {
+        let max = 1 << max.max(MEMO_WAYS).ilog2();
+        Self { sets: Vec::new(), entries: MEMO_ENTRIES.min(max), max }
     }
 
     fn set(&mut self, key: &Key) -> Option<&mut Set<T>> {
@@ -190,13 +196,13 @@ impl<T> Table<T> {
         self.set(key).is_some_and(|set| set.evicted.contains(&ghost))
     }
 
-    /// Holds [`MEMO_GROWTH`] times as many answers (at most [`MEMO_MAX_ENTRIES`]), keeping
-    /// those it has; `false` if it is at its largest.
+    /// Holds [`MEMO_GROWTH`] times as many answers (at most its `max`), keeping those it has;
+    /// `false` if it is at its largest.
     fn grow(&mut self) -> bool {
-        if self.entries >= MEMO_MAX_ENTRIES {
+        if self.entries >= self.max {
             return false;
         }
-        self.entries = (self.entries * MEMO_GROWTH).min(MEMO_MAX_ENTRIES);
+        self.entries = (self.entries * MEMO_GROWTH).min(self.max);
         let old = std::mem::take(&mut self.sets);
         for set in old {
             // The less recently used way first, so each set's recency carries over.
@@ -266,10 +272,12 @@ enum Slot<T> {
 }
 
 impl<T: Clone> Memo<T> {
-    /// An empty memo of [`MEMO_ENTRIES`] answers.
-    pub(crate) fn new() -> Self {
+    /// An empty memo of [`MEMO_ENTRIES`] answers that grows up to `max_entries` (rounded down to
+    /// a power of two; [`MEMO_MAX_ENTRIES`] by default, see
+    /// [`PluginSettings::memo_max_entries`](super::PluginSettings::memo_max_entries)).
+    pub(crate) fn new(max_entries: usize) -> Self {
         Self {
-            state: Mutex::new(State { version: None, answers: Table::new() }),
+            state: Mutex::new(State { version: None, answers: Table::new(max_entries) }),
             probed: AtomicU64::new(0),
             probe_hits: AtomicU64::new(0),
             probe_ghosts: AtomicU64::new(0),
@@ -436,7 +444,7 @@ mod tests {
 
     #[test]
     fn repeats_are_answered_once_and_hits_come_from_the_memo_in_order() {
-        let memo = Memo::new();
+        let memo = Memo::new(MEMO_MAX_ENTRIES);
         let (a, b) = (event("A", "m"), event("B", "m"));
         let lookup = memo.lookup(1, KeyFields::ALL, &[&a, &b, &a]);
         assert_eq!((lookup.misses().len(), lookup.hits()), (2, 1), "`a` goes to the plugin once");
@@ -455,7 +463,7 @@ mod tests {
 
     #[test]
     fn another_version_starts_over_and_only_answers_of_the_current_version_are_kept() {
-        let memo = Memo::new();
+        let memo = Memo::new(MEMO_MAX_ENTRIES);
         let a = event("A", "m");
         let lookup = memo.lookup(1, KeyFields::ALL, &[&a]);
         memo.remember(&lookup, &[plugin(10, 1)]);
@@ -469,7 +477,7 @@ mod tests {
 
     #[test]
     fn fallback_values_are_not_remembered_and_their_repeats_are_reported() {
-        let memo = Memo::new();
+        let memo = Memo::new(MEMO_MAX_ENTRIES);
         let (a, b) = (event("A", "m"), event("B", "m"));
         let lookup = memo.lookup(1, KeyFields::ALL, &[&a, &a, &b, &a]);
         let answers = vec![Answer::Policy(None), Answer::Builtin(7)];
@@ -492,7 +500,7 @@ mod tests {
         let ns = std::time::Duration::from_nanos;
         let probe = MEMO_PROBE_EVENTS;
         let judged = |hit_rate: f64, lookup_ns: u64, call_ns: u64| {
-            let memo: Memo<u32> = Memo::new();
+            let memo: Memo<u32> = Memo::new(MEMO_MAX_ENTRIES);
             let hits = (hit_rate * probe as f64) as u64;
             memo.called((probe - hits) as usize, ns((probe - hits) * call_ns));
             memo.observe(probe as usize, hits as usize, ns(probe * lookup_ns));
@@ -502,7 +510,7 @@ mod tests {
         assert!(judged(0.25, 40, 1_000), "a quarter of 1 µs calls saves more than the lookups take");
         assert!(judged(0.6, 400, 100), "above the measured hit rate the memo stays");
         assert!(!judged(0.02, 1, 100_000), "under the minimum it stands aside");
-        let no_call: Memo<u32> = Memo::new();
+        let no_call: Memo<u32> = Memo::new(MEMO_MAX_ENTRIES);
         no_call.observe(probe as usize, (probe / 4) as usize, ns(probe * 1_000));
         assert!(!no_call.stands_aside(), "without a measured call, the hit rate alone judges");
     }
@@ -535,7 +543,7 @@ mod tests {
 
     #[test]
     fn a_memo_grows_when_inputs_it_evicted_come_back() {
-        let memo = Memo::new();
+        let memo = Memo::new(MEMO_MAX_ENTRIES);
         let inputs: Vec<Event> = (0..2 * MEMO_ENTRIES).map(|i| event("R", &i.to_string())).collect();
         let before = run_passes(&memo, &inputs, 1);
         assert_eq!(before, 0.0, "the first pass sees every input for the first time");
@@ -555,23 +563,32 @@ mod tests {
 
     #[test]
     fn a_memo_does_not_grow_on_inputs_that_never_come_back_nor_past_its_largest_size() {
-        let memo = Memo::new();
+        let memo = Memo::new(MEMO_MAX_ENTRIES);
         let inputs: Vec<Event> = (0..8 * MEMO_ENTRIES).map(|i| event("R", &i.to_string())).collect();
         assert_eq!(run_passes(&memo, &inputs, 1), 0.0);
         assert_eq!(entries(&memo), MEMO_ENTRIES, "no input came back: the memo keeps its first size");
 
-        let mut table: Table<u32> = Table::new();
+        let mut table: Table<u32> = Table::new(MEMO_MAX_ENTRIES);
         let mut sizes = vec![table.entries];
         while table.grow() {
             sizes.push(table.entries);
         }
         assert_eq!(sizes.last(), Some(&MEMO_MAX_ENTRIES), "grew {sizes:?}");
         assert!(sizes.windows(2).all(|w| w[1] == w[0] * MEMO_GROWTH), "{sizes:?}");
+
+        // A configured largest size, rounded down to a power of two; under the first size, the
+        // memo starts there.
+        let mut table: Table<u32> = Table::new(3 * MEMO_ENTRIES);
+        assert!(table.grow() && !table.grow());
+        assert_eq!(table.entries, 2 * MEMO_ENTRIES);
+        let table: Table<u32> = Table::new(100);
+        assert_eq!((table.entries, table.max), (64, 64));
+        assert_eq!(Table::<u32>::new(0).max, MEMO_WAYS);
     }
 
     #[test]
     fn the_memo_is_bounded_and_keeps_what_was_used_last() {
-        let memo = Memo::new();
+        let memo = Memo::new(MEMO_MAX_ENTRIES);
         let events: Vec<Event> = (0..4 * MEMO_ENTRIES).map(|i| event("R", &i.to_string())).collect();
         let refs: Vec<&Event> = events.iter().collect();
         let lookup = memo.lookup(1, KeyFields::ALL, &refs);
@@ -583,7 +600,7 @@ mod tests {
         assert_eq!(memo.lookup(1, KeyFields::ALL, last).hits(), 1, "the answer remembered last is kept");
 
         // Within a set, the answer used last survives a new one.
-        let mut table = Table::new();
+        let mut table = Table::new(MEMO_MAX_ENTRIES);
         let set = |k: &Key| k.low_bits() % (MEMO_ENTRIES / MEMO_WAYS) as u64;
         let mut same_set = (0..).map(|i: u32| Key::of(&i.to_string())).filter(|k| set(k) == 0);
         let [a, b, c] = std::array::from_fn(|_| same_set.next().expect("keys of set 0"));

@@ -174,21 +174,50 @@ pub struct PluginSettings {
     /// `pure = false` in the plugin's `[plugins.NAME]` table turns it off for a plugin that
     /// keeps state. Default `true`.
     pub pure: bool,
+    /// The most answers the plugin's memo grows to, per instance (one plugin of one tenant
+    /// stage), rounded down to a power of two: [`MEMO_MAX_ENTRIES`] unless its `[plugins.NAME]`
+    /// table sets `memo_max_entries` (from [`MEMO_WAYS`] to [`MEMO_MAX_ENTRIES_LIMIT`]). A memo
+    /// starts at [`MEMO_ENTRIES`] or this, whichever is smaller.
+    pub memo_max_entries: usize,
 }
 
 /// The key of a `[plugins.NAME]` table read by the host rather than the plugin:
 /// [`PluginSettings::pure`] (`"true"` or `"false"`).
 pub const PURE_KEY: &str = "pure";
 
+/// The key of a `[plugins.NAME]` table read by the host rather than the plugin:
+/// [`PluginSettings::memo_max_entries`] (an integer).
+pub const MEMO_MAX_ENTRIES_KEY: &str = "memo_max_entries";
+
+/// The largest `memo_max_entries` a `[plugins.NAME]` table may set: 16,777,216 answers (about
+/// 1.1 GiB of aggregate-key answers).
+pub const MEMO_MAX_ENTRIES_LIMIT: usize = 1 << 24;
+
 impl PluginSettings {
     /// These settings for the plugin whose `[plugins.NAME]` table is `table`: the table is the
     /// plugin's [`config`](Self::config), except its [`PURE_KEY`] entry, which sets
     /// [`pure`](Self::pure) (only `"false"` turns it off; the config file accepts nothing but a
-    /// boolean there) and is not passed to the plugin.
+    /// boolean there), and its [`MEMO_MAX_ENTRIES_KEY`] entry, which sets
+    /// [`memo_max_entries`](Self::memo_max_entries) (a value that is not an integer in range
+    /// keeps the current one; the config file refuses it). Neither is passed to the plugin.
     pub fn with_plugin_table(&self, mut table: BTreeMap<String, String>) -> Self {
         let pure = table.remove(PURE_KEY).is_none_or(|v| v != "false");
-        Self { config: table, pure, ..self.clone() }
+        let memo_max_entries = table
+            .remove(MEMO_MAX_ENTRIES_KEY)
+            .and_then(|v| parse_memo_max_entries(&v).ok())
+            .unwrap_or(self.memo_max_entries);
+        Self { config: table, pure, memo_max_entries, ..self.clone() }
     }
+}
+
+/// A `memo_max_entries` value as a `[plugins.NAME]` table holds it (its string form), or why
+/// it is refused: not an integer, or outside [`MEMO_WAYS`]..=[`MEMO_MAX_ENTRIES_LIMIT`].
+pub fn parse_memo_max_entries(value: &str) -> Result<usize, String> {
+    let n: usize = value.parse().map_err(|_| format!("expected an integer, got `{value}`"))?;
+    if !(MEMO_WAYS..=MEMO_MAX_ENTRIES_LIMIT).contains(&n) {
+        return Err(format!("expected {MEMO_WAYS} to {MEMO_MAX_ENTRIES_LIMIT} answers, got {n}"));
+    }
+    Ok(n)
 }
 
 impl Default for PluginSettings {
@@ -199,6 +228,7 @@ impl Default for PluginSettings {
             fallback: FallbackPolicy::Builtin,
             config: BTreeMap::new(),
             pure: true,
+            memo_max_entries: MEMO_MAX_ENTRIES,
         }
     }
 }

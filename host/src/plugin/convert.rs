@@ -171,6 +171,7 @@ pub(crate) fn pack_key_fields(
 /// the plugin does not read hash the same. (A memo holds one version's answers, so `fields` is
 /// the same for every digest it compares.) `buf` is scratch space, reused across calls.
 pub(crate) fn key_fields_digest(e: &Event, fields: KeyFields, buf: &mut Vec<u8>) -> Key {
+    // Taking all thirteen at once and picking is faster than a lookup per declared field.
     let all = key_fields(e);
     buf.clear();
     let mut bits = fields.0;

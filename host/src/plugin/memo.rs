@@ -38,20 +38,22 @@ use crate::event::Event;
 /// Answers a memo keeps per plugin instance (one key function or message combiner of one
 /// tenant) at first: [`MEMO_WAYS`]-way set-associative, so a new answer evicts the least
 /// recently used answer of its set. Allocated on the first answer remembered: 4096
-/// aggregate-key answers (a 32-byte key pair and the 16-byte digest each) take about 290 KiB.
-/// It grows up to [`MEMO_MAX_ENTRIES`] when evicted answers are asked for again.
+/// aggregate-key answers (a 32-byte key pair, the 16-byte digest and the ghosts' share each,
+/// 80 bytes) take 320 KiB. It grows up to [`MEMO_MAX_ENTRIES`] when evicted answers are asked
+/// for again.
 pub const MEMO_ENTRIES: usize = 4096;
 
-/// The most answers a memo grows to: 65,536 aggregate-key answers take about 4.5 MiB, spam-key
-/// answers (one 16-byte key each) about 3 MiB. Only a stream whose inputs repeat beyond
-/// [`MEMO_ENTRIES`] makes a memo grow.
+/// The most answers a memo grows to unless its plugin's settings say otherwise
+/// ([`PluginSettings::memo_max_entries`](super::PluginSettings::memo_max_entries)): 65,536
+/// aggregate-key answers take 5 MiB, spam-key answers (one 16-byte key each) 4 MiB. Only a
+/// stream whose inputs come back after [`MEMO_ENTRIES`] others makes a memo grow.
 pub const MEMO_MAX_ENTRIES: usize = 65_536;
 
 /// How many times larger a memo becomes when it grows (see [`MEMO_GROW_RATE`]).
 pub const MEMO_GROWTH: usize = 4;
 
-/// The share of a probe's lookups ([`MEMO_PROBE_EVENTS`]) that must be misses on an answer the
-/// memo evicted last in that set for the memo to grow [`MEMO_GROWTH`]-fold (up to
+/// The share of a probe's lookups ([`MEMO_PROBE_EVENTS`]) that must be misses on an answer
+/// among those its set evicted last (its ghosts) for the memo to grow [`MEMO_GROWTH`]-fold (up to
 /// [`MEMO_MAX_ENTRIES`]): inputs that come back after the memo had to forget them.
 pub const MEMO_GROW_RATE: f64 = 0.02;
 
@@ -124,7 +126,7 @@ pub(crate) struct Memo<T> {
     /// Lookups and hits since the last judgement, and batches left to stand aside for.
     probed: AtomicU64,
     probe_hits: AtomicU64,
-    /// Misses since the last judgement on the digest their set evicted last.
+    /// Misses since the last judgement on a digest among those their set evicted last.
     probe_ghosts: AtomicU64,
     bypass: AtomicU32,
     /// Batches the next judgement that the memo does not pay stands it aside for.

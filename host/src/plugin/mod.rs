@@ -189,8 +189,8 @@ pub const PURE_KEY: &str = "pure";
 /// [`PluginSettings::memo_max_entries`] (an integer).
 pub const MEMO_MAX_ENTRIES_KEY: &str = "memo_max_entries";
 
-/// The largest `memo_max_entries` a `[plugins.NAME]` table may set: 16,777,216 answers (about
-/// 1.1 GiB of aggregate-key answers).
+/// The largest `memo_max_entries` a `[plugins.NAME]` table may set: 16,777,216 answers (1.25
+/// GiB of aggregate-key answers).
 pub const MEMO_MAX_ENTRIES_LIMIT: usize = 1 << 24;
 
 impl PluginSettings {

@@ -552,15 +552,23 @@ mod tests {
         let after = run_passes(&memo, &inputs, 3);
         assert!(entries(&memo) > MEMO_ENTRIES, "grew to {} answers", entries(&memo));
         assert!(after > 0.9, "{:.1}% of the repeated inputs answered after growing", 100.0 * after);
-        // What it held survives growing, and a new version still starts over at the grown size.
-        let mut state = memo.state();
-        let held = state.answers.len();
-        let grown = state.answers.entries;
-        assert!(state.answers.grow() || grown == MEMO_MAX_ENTRIES);
-        assert_eq!(state.answers.len(), held, "growing keeps every answer");
-        drop(state);
+        // A new version starts over, at the grown size.
+        let grown = entries(&memo);
         assert_eq!(memo.lookup(2, KeyFields::ALL, &[&inputs[0]]).hits(), 0);
-        assert!(entries(&memo) >= grown);
+        assert_eq!(entries(&memo), grown);
+
+        // Growing keeps every answer it held.
+        let mut table = Table::new(MEMO_MAX_ENTRIES);
+        let keys: Vec<Key> = (0..MEMO_ENTRIES / 2).map(|i| Key::of(&i.to_string())).collect();
+        keys.iter().enumerate().for_each(|(i, k)| table.put(*k, i));
+        let held = table.len();
+        assert!(table.grow());
+        assert_eq!(table.len(), held, "growing keeps every answer");
+        for (i, k) in keys.iter().enumerate() {
+            if let Some(value) = table.get(k) {
+                assert_eq!(*value, i);
+            }
+        }
     }
 
     #[test]

@@ -22,6 +22,11 @@ use chrono::{DateTime, SecondsFormat, Utc};
 pub use compact_str::CompactString;
 use serde::{Deserialize, Deserializer, Serialize};
 
+mod metadata;
+mod sparse;
+
+pub use sparse::{Empty, Sparse};
+
 /// An instant, UTC, nanosecond precision (Go `time.Time` inside `metav1.Time`).
 pub type Time = DateTime<Utc>;
 
@@ -32,7 +37,7 @@ pub const EVENT_TYPE_WARNING: &str = "Warning";
 
 /// An event as the Broadcaster carries it: one boxed [`Event`] shared by every watcher, as
 /// apimachinery's broadcaster hands every watcher the same object pointer. Moving it through
-/// the queues moves a pointer, not the ~1 KiB [`Event`]. A watcher that changes the event (the
+/// the queues moves a pointer, not the 640-byte [`Event`]. A watcher that changes the event (the
 /// tenant router: the EventCorrelator rewrites count and name) takes the box with
 /// [`Arc::unwrap_or_clone`](std::sync::Arc::unwrap_or_clone): when it is the last holder, that
 /// moves a pointer (the correlator's [`Occurrence`](crate::correlator::Occurrence) keeps the
@@ -116,9 +121,10 @@ pub struct Event {
     /// events.k8s.io-style first observation, to the microsecond; `null` when unset.
     #[serde(default, with = "metav1_micro_time")]
     pub event_time: Option<Time>,
-    /// events.k8s.io-style series data; omitted when unset.
+    /// events.k8s.io-style series data; omitted when unset. Boxed: few core/v1 events have
+    /// one, and the event stays smaller for all the others.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub series: Option<EventSeries>,
+    pub series: Option<Box<EventSeries>>,
     /// What action was taken or failed (events.k8s.io); omitted when empty.
     #[serde(default, deserialize_with = "nullable", skip_serializing_if = "CompactString::is_empty")]
     pub action: CompactString,
@@ -141,19 +147,20 @@ pub struct Event {
 /// The headers of the HTTP ingest request an [`Event`] came in with, carried beside it from the
 /// source through the Broadcaster to the tenant router: `(name, value)` pairs, names lowercase,
 /// credentials (`Authorization`, `Cookie`) left out by the source. Empty for events from other
-/// sources. Transport metadata, not part of the event's value: any two compare equal.
+/// sources. Transport metadata, not part of the event's value: any two compare equal. One
+/// pointer wide (an `Arc` of a `Vec`, not of a slice): every event carries the field.
 #[derive(Debug, Clone, Default)]
-pub struct IngestHeaders(Option<std::sync::Arc<[(String, String)]>>);
+pub struct IngestHeaders(Option<std::sync::Arc<Vec<(String, String)>>>);
 
 impl IngestHeaders {
-    /// The headers of one ingest request.
-    pub fn new(headers: std::sync::Arc<[(String, String)]>) -> Self {
+    /// The headers of one ingest request, shared by the events it carried.
+    pub fn new(headers: std::sync::Arc<Vec<(String, String)>>) -> Self {
         Self(Some(headers))
     }
 
     /// The headers, `None` for an event that did not come through HTTP ingest.
     pub fn get(&self) -> Option<&[(String, String)]> {
-        self.0.as_deref()
+        self.0.as_deref().map(Vec::as_slice)
     }
 }
 
@@ -166,36 +173,42 @@ impl PartialEq for IngestHeaders {
 /// The `metadata` of an Event. Fields the correlator and sinks use are typed; everything else
 /// (labels' siblings such as `ownerReferences`, `managedFields`, `selfLink`, …) is kept in
 /// [`ObjectMeta::other`] and written back unchanged.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+///
+/// Read by hand (in `event/metadata.rs`) rather than derived: serde's derive buffers a whole
+/// object with a `flatten` field into an intermediate tree (every key and string copied) before
+/// reading it again; this reads each value once, into its field or into `other`. Same rules as
+/// the derive: `null` is the zero value, a typed field given twice is an error.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ObjectMeta {
     /// Object name; for events `<involvedObject.name>.<hex unix nanos>`.
-    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "CompactString::is_empty")]
+    #[serde(skip_serializing_if = "CompactString::is_empty")]
     pub name: CompactString,
     /// Prefix for server-generated names.
-    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "CompactString::is_empty")]
+    #[serde(skip_serializing_if = "CompactString::is_empty")]
     pub generate_name: CompactString,
     /// Namespace; empty for cluster-scoped.
-    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "CompactString::is_empty")]
+    #[serde(skip_serializing_if = "CompactString::is_empty")]
     pub namespace: CompactString,
     /// Server-assigned unique id.
-    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "CompactString::is_empty")]
+    #[serde(skip_serializing_if = "CompactString::is_empty")]
     pub uid: CompactString,
     /// Opaque server version, used for optimistic concurrency.
-    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "CompactString::is_empty")]
+    #[serde(skip_serializing_if = "CompactString::is_empty")]
     pub resource_version: CompactString,
     /// Server creation time; written as `null` when unset, as Go's non-pointer `metav1.Time`.
-    #[serde(default, with = "metav1_time")]
+    #[serde(serialize_with = "metav1_time::serialize")]
     pub creation_timestamp: Option<Time>,
-    /// Labels; omitted when empty.
-    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "BTreeMap::is_empty")]
-    pub labels: BTreeMap<String, String>,
+    /// Labels; omitted when empty. [`Sparse`]: a pointer while empty.
+    #[serde(skip_serializing_if = "Sparse::is_empty")]
+    pub labels: Sparse<BTreeMap<String, String>>,
     /// Annotations (the EventRecorder's `AnnotatedEventf` sets these); omitted when empty.
-    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "BTreeMap::is_empty")]
-    pub annotations: BTreeMap<String, String>,
-    /// Every other metadata field, kept verbatim.
+    /// [`Sparse`]: a pointer while empty.
+    #[serde(skip_serializing_if = "Sparse::is_empty")]
+    pub annotations: Sparse<BTreeMap<String, String>>,
+    /// Every other metadata field, kept verbatim. [`Sparse`]: a pointer while empty.
     #[serde(flatten)]
-    pub other: serde_json::Map<String, serde_json::Value>,
+    pub other: Sparse<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// core/v1 `ObjectReference`: what an event is about. Every field is `omitempty`.
@@ -434,8 +447,6 @@ impl Event {
 /// Maximum length of a DNS-1123 subdomain (Kubernetes object names).
 pub const DNS1123_SUBDOMAIN_MAX_LENGTH: usize = 253;
 
-/// Whether `name` is a DNS-1123 subdomain: at most 253 characters of `[a-z0-9.-]`, each
-/// dot-separated label starting and ending with an alphanumeric character
 /// Applies `patch` to `target` as an RFC 7386 JSON merge patch: objects merge key by key,
 /// `null` removes a key, anything else replaces. For an Event's patch (client-go's `count`,
 /// `lastTimestamp`, `message`) this is what the apiserver's strategic merge gives; the HTTP
@@ -459,6 +470,8 @@ pub fn merge_patch(target: &mut serde_json::Value, patch: serde_json::Value) {
     }
 }
 
+/// Whether `name` is a DNS-1123 subdomain: at most 253 characters of `[a-z0-9.-]`, each
+/// dot-separated label starting and ending with an alphanumeric character
 /// (apimachinery `validation.IsDNS1123Subdomain`).
 pub fn is_dns1123_subdomain(name: &str) -> bool {
     let alnum = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
@@ -541,6 +554,100 @@ mod tests {
         for t in instants {
             assert_eq!(TimeText::seconds(&t).as_str(), t.to_rfc3339_opts(SecondsFormat::Secs, true), "{t:?}");
             assert_eq!(TimeText::micros(&t).as_str(), t.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string(), "{t:?}");
+        }
+    }
+
+    /// An event fits jemalloc's 640-byte size class (10 cache lines; it was 704 bytes in the
+    /// 768-byte class): the rarely set maps and the series are a pointer each while unset.
+    #[test]
+    fn an_event_fits_ten_cache_lines() {
+        assert!(std::mem::size_of::<Event>() <= 640, "{} bytes", std::mem::size_of::<Event>());
+        assert_eq!(std::mem::size_of::<Sparse<BTreeMap<String, String>>>(), 8);
+        assert_eq!(std::mem::size_of::<IngestHeaders>(), 8);
+    }
+
+    /// A `Sparse` field reads as an empty value while unset, boxes on the first write, and
+    /// compares, serialises and deserialises as its value (an empty value stays unset).
+    #[test]
+    fn sparse_fields_read_write_and_round_trip_as_their_value() {
+        let mut m = ObjectMeta::default();
+        assert!(m.labels.is_empty() && m.labels.get("a").is_none());
+        assert_eq!(m, serde_json::from_str::<ObjectMeta>(r#"{"labels":{},"annotations":null}"#).unwrap());
+        m.labels.insert("team".into(), "pay".into());
+        assert_eq!(m.labels["team"], "pay");
+        assert_ne!(m, ObjectMeta::default());
+        let wire = serde_json::to_string(&m).unwrap();
+        assert_eq!(wire, r#"{"creationTimestamp":null,"labels":{"team":"pay"}}"#);
+        assert_eq!(serde_json::from_str::<ObjectMeta>(&wire).unwrap(), m);
+        m.labels.clear();
+        assert_eq!(m, ObjectMeta::default(), "an emptied map equals an unset one");
+        assert_eq!(serde_json::to_string(&m).unwrap(), r#"{"creationTimestamp":null}"#);
+        let collected: Sparse<BTreeMap<String, String>> = [("k".to_string(), "v".to_string())].into_iter().collect();
+        assert_eq!((&collected).into_iter().collect::<Vec<_>>(), [(&"k".to_string(), &"v".to_string())]);
+    }
+
+    /// The hand-written `metadata` reader reads what serde's derive (with `other` flattened,
+    /// as `ObjectMeta` was) reads, and fails where it fails.
+    #[test]
+    fn metadata_reads_as_the_derived_reader_did() {
+        #[derive(Debug, Default, PartialEq, Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Derived {
+            #[serde(default, deserialize_with = "nullable")]
+            name: CompactString,
+            #[serde(default, deserialize_with = "nullable")]
+            generate_name: CompactString,
+            #[serde(default, deserialize_with = "nullable")]
+            namespace: CompactString,
+            #[serde(default, deserialize_with = "nullable")]
+            uid: CompactString,
+            #[serde(default, deserialize_with = "nullable")]
+            resource_version: CompactString,
+            #[serde(default, with = "metav1_time")]
+            creation_timestamp: Option<Time>,
+            #[serde(default, deserialize_with = "nullable")]
+            labels: BTreeMap<String, String>,
+            #[serde(default, deserialize_with = "nullable")]
+            annotations: BTreeMap<String, String>,
+            #[serde(flatten)]
+            other: serde_json::Map<String, serde_json::Value>,
+        }
+        let inputs = [
+            r#"{}"#,
+            r#"{"name":"a.1","generateName":"a-","namespace":"ns","uid":"u","resourceVersion":"7","creationTimestamp":"2025-01-01T00:00:01.5Z","labels":{"k":"v"},"annotations":{"x":"y"}}"#,
+            r#"{"name":null,"namespace":null,"creationTimestamp":null,"labels":null,"annotations":{},"uid":""}"#,
+            r#"{"managedFields":[{"manager":"kubelet","time":"2025-01-01T00:00:01Z"}],"selfLink":"/x","ownerReferences":null,"n":1.5e300}"#,
+            r#"{"na\u006de":"escaped","\u0073elfLink":"escaped too","creationTimestamp":"0001-01-01T00:00:00Z"}"#,
+            r#"{"name":"a","name":"b"}"#,
+            r#"{"labels":{"a":"b"},"labels":{}}"#,
+            r#"{"x":1,"x":2}"#,
+            r#"{"name":7}"#,
+            r#"{"creationTimestamp":"yesterday"}"#,
+            r#"{"labels":{"a":1}}"#,
+            r#"[]"#,
+            r#""name""#,
+        ];
+        for input in inputs {
+            let ours = serde_json::from_str::<ObjectMeta>(input);
+            let derived = serde_json::from_str::<Derived>(input);
+            match (ours, derived) {
+                (Ok(m), Ok(d)) => {
+                    let as_derived = Derived {
+                        name: m.name,
+                        generate_name: m.generate_name,
+                        namespace: m.namespace,
+                        uid: m.uid,
+                        resource_version: m.resource_version,
+                        creation_timestamp: m.creation_timestamp,
+                        labels: m.labels.into_inner(),
+                        annotations: m.annotations.into_inner(),
+                        other: m.other.into_inner(),
+                    };
+                    assert_eq!(as_derived, d, "{input}");
+                }
+                (Err(_), Err(_)) => {}
+                (ours, derived) => panic!("{input}: ours {ours:?}, derived {derived:?}"),
+            }
         }
     }
 

@@ -111,7 +111,7 @@ impl EventRecorder {
             return RecordOutcome::UnsupportedType;
         }
         let mut event = self.make_event(object, type_, reason, message);
-        event.metadata.annotations = annotations;
+        event.metadata.annotations = annotations.into();
         match self.broadcaster.action_or_drop(WatchEventType::Added, crate::event::shared(event)) {
             Ok(true) => {
                 self.stats.queued.fetch_add(1, Ordering::Relaxed);

@@ -181,7 +181,10 @@ mod tests {
     #[test]
     fn series_patch_is_the_series_alone_with_microseconds() {
         let mut e = event("n");
-        e.series = Some(EventSeries { count: 3, last_observed_time: Some("2025-01-01T00:00:03.7Z".parse().unwrap()) });
+        e.series = Some(Box::new(EventSeries {
+            count: 3,
+            last_observed_time: Some("2025-01-01T00:00:03.7Z".parse().unwrap()),
+        }));
         assert_eq!(
             String::from_utf8(series_patch(&e)).unwrap(),
             r#"{"series":{"count":3,"lastObservedTime":"2025-01-01T00:00:03.700000Z"}}"#

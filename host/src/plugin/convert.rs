@@ -342,9 +342,9 @@ pub(crate) fn from_wit(w: wit::Event, like: &Event) -> Event {
         count: w.count,
         type_: w.type_.into(),
         event_time: time(w.event_time_unix_nanos),
-        series: w
-            .series
-            .map(|s| event::EventSeries { count: s.count, last_observed_time: time(s.last_observed_time_unix_nanos) }),
+        series: w.series.map(|s| {
+            Box::new(event::EventSeries { count: s.count, last_observed_time: time(s.last_observed_time_unix_nanos) })
+        }),
         action: w.action.into(),
         related: w.related.map(|r| Box::new(from_reference(r))),
         reporting_component: w.reporting_component.into(),

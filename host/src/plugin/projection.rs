@@ -361,7 +361,7 @@ mod tests {
         a.metadata.labels.insert("team".into(), "payments".into());
         let b = Event {
             reason: "Pulled".into(),
-            series: Some(crate::event::EventSeries { count: 3, last_observed_time: None }),
+            series: Some(Box::new(crate::event::EventSeries { count: 3, last_observed_time: None })),
             related: Some(Box::new(ObjectReference { kind: "Node".into(), ..Default::default() })),
             ..Default::default()
         };

@@ -101,7 +101,7 @@ impl EventSeriesCache {
                 SeriesDecision::Counted
             }
             None => {
-                cached.series = Some(EventSeries { count: 2, last_observed_time: Some(now) });
+                cached.series = Some(Box::new(EventSeries { count: 2, last_observed_time: Some(now) }));
                 SeriesDecision::Patch(cached.clone())
             }
         }

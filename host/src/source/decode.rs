@@ -738,7 +738,7 @@ struct Wire<'a, N = &'a RawValue> {
     #[serde(default, with = "metav1_micro_time")]
     event_time: Option<Time>,
     #[serde(default)]
-    series: Option<EventSeries>,
+    series: Option<Box<EventSeries>>,
     #[serde(default)]
     related: Option<Box<ObjectReference>>,
     #[serde(default, deserialize_with = "nullable")]
@@ -1628,7 +1628,7 @@ mod tests {
         assert_eq!(e.event_time, Some(time("2024-05-01T12:00:00.123456Z")));
         assert_eq!(
             e.series,
-            Some(EventSeries { count: 3, last_observed_time: Some(time("2024-05-01T12:05:00.654321Z")) })
+            Some(Box::new(EventSeries { count: 3, last_observed_time: Some(time("2024-05-01T12:05:00.654321Z")) }))
         );
         let related = e.related.as_ref().unwrap();
         assert_eq!(

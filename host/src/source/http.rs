@@ -245,7 +245,7 @@ pub struct Ingested {
     /// The request's headers (names lowercase, values that are not UTF-8 left out, credentials
     /// removed), shared by every event of the request; [`Ingested::into_event`] attaches them to
     /// the event for the tenant router.
-    pub headers: Arc<[(String, String)]>,
+    pub headers: Arc<Vec<(String, String)>>,
     /// The route it came through.
     pub route: IngestRoute,
     /// The watch envelope's type when it came in one (`DELETED` events included: the caller
@@ -761,12 +761,14 @@ async fn read_body(shared: &Shared, headers: &HeaderMap, body: Body) -> Result<B
 }
 
 /// The headers passed on with events.
-fn forwarded_headers(headers: &HeaderMap) -> Arc<[(String, String)]> {
-    headers
-        .iter()
-        .filter(|(name, _)| !PRIVATE_HEADERS.contains(name))
-        .filter_map(|(name, value)| Some((name.as_str().to_string(), value.to_str().ok()?.to_string())))
-        .collect()
+fn forwarded_headers(headers: &HeaderMap) -> Arc<Vec<(String, String)>> {
+    Arc::new(
+        headers
+            .iter()
+            .filter(|(name, _)| !PRIVATE_HEADERS.contains(name))
+            .filter_map(|(name, value)| Some((name.as_str().to_string(), value.to_str().ok()?.to_string())))
+            .collect(),
+    )
 }
 
 fn queue_unavailable(shared: &Shared, message: String) -> ApiStatus {
@@ -985,7 +987,7 @@ pub struct IngestReport {
 /// The body is not UTF-8 (the error gives the offset of the first bad byte).
 pub fn decode_ingest_body(
     body: &[u8],
-    headers: Arc<[(String, String)]>,
+    headers: Arc<Vec<(String, String)>>,
 ) -> Result<(Vec<Ingested>, IngestReport), std::str::Utf8Error> {
     let text = std::str::from_utf8(body)?;
     let mut decoder = Decoder::new();

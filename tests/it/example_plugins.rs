@@ -1,6 +1,7 @@
 //! The example plugins of `examples/plugins/`, built from source in every language whose
 //! toolchain is installed (Rust always; Python: `componentize-py` on PATH; JavaScript: `npm`, the
-//! test runs `npm install`, which keeps package-lock.json's versions; C: `clang` with
+//! test runs `npm install --no-save`, which installs package-lock.json's versions and leaves the
+//! file as it is (npm 11 would add other platforms' optional packages to it); C: `clang` with
 //! wasi-libc; Go: `go` >= 1.24 on PATH or `$GO`; under `CI` a missing toolchain fails the test),
 //! loaded into the host and run on
 //! the bundled real stream (`examples/data/occurrences.jsonl`), each checked against what it should do:
@@ -184,7 +185,10 @@ fn build_js() -> Result<Vec<Built>, String> {
         if !on_path("npm") {
             return Err("npm is not installed (and examples/plugins/js/node_modules is absent)".into());
         }
-        run(Command::new("npm").current_dir(&dir).args(["install", "--no-audit", "--no-fund"]), "npm install");
+        run(
+            Command::new("npm").current_dir(&dir).args(["install", "--no-audit", "--no-fund", "--no-save"]),
+            "npm install",
+        );
     }
     let out = out_dir("js");
     let wit = root().join("wit");

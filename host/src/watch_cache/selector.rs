@@ -336,7 +336,8 @@ mod tests {
         let mut e = Event::default();
         e.metadata.name = "web-0.1".into();
         e.metadata.namespace = "shop".into();
-        e.metadata.labels = [("team".to_string(), "pay".to_string()), ("tier".into(), "3".into())].into_iter().collect();
+        e.metadata.labels =
+            [("team".to_string(), "pay".to_string()), ("tier".into(), "3".into())].into_iter().collect();
         e.involved_object.kind = "Pod".into();
         e.involved_object.namespace = "shop".into();
         e.reason = "BackOff".into();

@@ -11,14 +11,14 @@ impl<'de> Deserialize<'de> for ObjectMeta {
     }
 }
 
-/// A key of `metadata`: one of [`ObjectMeta`]'s typed fields, or any other (kept in `other`).
+/// A key of `metadata`: one of [`ObjectMeta`]'s typed fields (its index in [`FIELDS`]), or any
+/// other (kept in `other`).
 enum MetaKey {
-    Typed(MetaField),
+    Typed(usize),
     Other(String),
 }
 
-/// [`ObjectMeta`]'s typed fields, in wire order; the discriminant is the field's bit in the
-/// visitor's "seen" mask.
+/// [`ObjectMeta`]'s typed fields.
 #[derive(Clone, Copy)]
 enum MetaField {
     Name,
@@ -31,33 +31,21 @@ enum MetaField {
     Annotations,
 }
 
-impl MetaField {
-    fn wire_name(self) -> &'static str {
-        match self {
-            MetaField::Name => "name",
-            MetaField::GenerateName => "generateName",
-            MetaField::Namespace => "namespace",
-            MetaField::Uid => "uid",
-            MetaField::ResourceVersion => "resourceVersion",
-            MetaField::CreationTimestamp => "creationTimestamp",
-            MetaField::Labels => "labels",
-            MetaField::Annotations => "annotations",
-        }
-    }
+/// Each typed field with its wire name, in wire order: the one table of both. A field's index
+/// here is its bit in the visitor's "seen" mask.
+const FIELDS: [(&str, MetaField); 8] = [
+    ("name", MetaField::Name),
+    ("generateName", MetaField::GenerateName),
+    ("namespace", MetaField::Namespace),
+    ("uid", MetaField::Uid),
+    ("resourceVersion", MetaField::ResourceVersion),
+    ("creationTimestamp", MetaField::CreationTimestamp),
+    ("labels", MetaField::Labels),
+    ("annotations", MetaField::Annotations),
+];
 
-    fn of(key: &str) -> Option<Self> {
-        Some(match key {
-            "name" => MetaField::Name,
-            "generateName" => MetaField::GenerateName,
-            "namespace" => MetaField::Namespace,
-            "uid" => MetaField::Uid,
-            "resourceVersion" => MetaField::ResourceVersion,
-            "creationTimestamp" => MetaField::CreationTimestamp,
-            "labels" => MetaField::Labels,
-            "annotations" => MetaField::Annotations,
-            _ => return None,
-        })
-    }
+fn typed_field(key: &str) -> Option<usize> {
+    FIELDS.iter().position(|(name, _)| *name == key)
 }
 
 impl<'de> Deserialize<'de> for MetaKey {
@@ -71,11 +59,11 @@ impl<'de> Deserialize<'de> for MetaKey {
             }
 
             fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<MetaKey, E> {
-                Ok(MetaField::of(key).map_or_else(|| MetaKey::Other(key.to_owned()), MetaKey::Typed))
+                Ok(typed_field(key).map_or_else(|| MetaKey::Other(key.to_owned()), MetaKey::Typed))
             }
 
             fn visit_string<E: serde::de::Error>(self, key: String) -> Result<MetaKey, E> {
-                Ok(MetaField::of(&key).map_or(MetaKey::Other(key), MetaKey::Typed))
+                Ok(typed_field(&key).map_or(MetaKey::Other(key), MetaKey::Typed))
             }
         }
         d.deserialize_identifier(KeyVisitor)
@@ -104,17 +92,18 @@ impl<'de> serde::de::Visitor<'de> for ObjectMetaVisitor {
         let mut meta = ObjectMeta::default();
         let mut seen = 0u8;
         while let Some(key) = map.next_key::<MetaKey>()? {
-            let field = match key {
-                MetaKey::Typed(field) => field,
+            let index = match key {
+                MetaKey::Typed(index) => index,
                 MetaKey::Other(key) => {
                     let value = map.next_value::<serde_json::Value>()?;
                     meta.other.insert(key, value);
                     continue;
                 }
             };
-            let bit = 1u8 << field as u8;
+            let (name, field) = FIELDS[index];
+            let bit = 1u8 << index;
             if seen & bit != 0 {
-                return Err(serde::de::Error::duplicate_field(field.wire_name()));
+                return Err(serde::de::Error::duplicate_field(name));
             }
             seen |= bit;
             let string =

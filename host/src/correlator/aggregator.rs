@@ -3,10 +3,10 @@
 use std::num::NonZeroUsize;
 
 use indexmap::IndexSet;
-use lru::LruCache;
 use smallvec::SmallVec;
 
 use super::keys::{AggregateKey, BuildKeyHasher, Key};
+use super::lru_cache::KeyedLru;
 use crate::clock::to_unix_nanos;
 use crate::event::{Event, ObjectMeta, Time};
 
@@ -141,7 +141,7 @@ pub enum AggregateDecision {
 /// *first-seen* messages, and a repeat of an older message aggregates again.
 #[derive(Debug)]
 pub struct EventAggregator {
-    cache: LruCache<Key, AggregateRecord, BuildKeyHasher>,
+    cache: KeyedLru<AggregateRecord>,
     max_events: u64,
     /// `maxIntervalInSeconds` as Go turns it into a `time.Duration` (may be negative; see
     /// [`super::CorrelatorOptions::max_interval_in_seconds`]).
@@ -156,7 +156,7 @@ impl EventAggregator {
     /// interval converted back to a `time.Duration` of seconds with Go's wrapping arithmetic.
     pub fn new(cache_size: NonZeroUsize, max_events: i64, max_interval_in_seconds: i64) -> Self {
         Self {
-            cache: LruCache::with_hasher(cache_size, BuildKeyHasher::default()),
+            cache: KeyedLru::new(cache_size),
             max_events: max_events as u64,
             max_interval_nanos: max_interval_in_seconds.wrapping_mul(1_000_000_000),
         }
@@ -181,7 +181,7 @@ impl EventAggregator {
     /// insertion order and its last timestamp (what a snapshot stores,
     /// [`super::snapshot`]).
     pub fn entries(&self) -> impl Iterator<Item = (Key, impl Iterator<Item = Key> + '_, Option<Time>)> + '_ {
-        self.cache.iter().rev().map(|(k, r)| (*k, r.local_keys.iter(), r.last_timestamp))
+        self.cache.iter_oldest_first().map(|(k, r)| (k, r.local_keys.iter(), r.last_timestamp))
     }
 
     /// Puts a record back as the most recently used (a snapshot restored in order, least recent
@@ -189,7 +189,7 @@ impl EventAggregator {
     pub fn restore(&mut self, key: Key, local_keys: impl IntoIterator<Item = Key>, last_timestamp: Option<Time>) {
         let mut record = AggregateRecord { local_keys: LocalKeys::default(), last_timestamp };
         local_keys.into_iter().for_each(|k| record.local_keys.insert(k));
-        self.cache.push(key, record);
+        self.cache.put(key, record);
     }
 
     /// The cache's capacity, the distinct-message threshold (Go `uint`) and the window in

@@ -3,10 +3,10 @@
 
 use std::num::NonZeroUsize;
 
-use lru::LruCache;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 
-use super::keys::{BuildKeyHasher, Key, event_cache_key};
+use super::keys::{Key, event_cache_key};
+use super::lru_cache::KeyedLru;
 use crate::event::{CompactString, Event, Time, TimeText};
 
 /// What the EventLogger remembers per key (client-go `eventLog`).
@@ -108,13 +108,13 @@ impl Serialize for EventPatch {
 /// The EventLogger: an LRU of what was last sent per event key.
 #[derive(Debug)]
 pub struct EventLogger {
-    cache: LruCache<Key, EventLog, BuildKeyHasher>,
+    cache: KeyedLru<EventLog>,
 }
 
 impl EventLogger {
     /// A logger with an LRU of `cache_size` entries.
     pub fn new(cache_size: NonZeroUsize) -> Self {
-        Self { cache: LruCache::with_hasher(cache_size, BuildKeyHasher::default()) }
+        Self { cache: KeyedLru::new(cache_size) }
     }
 
     /// client-go `eventObserve`: if `key` was seen with a count > 0, rewrite `event` as the next
@@ -190,9 +190,8 @@ impl EventLogger {
     /// resourceVersion (what a snapshot stores, [`super::snapshot`]).
     pub fn entries(&self) -> impl Iterator<Item = (Key, i32, Option<Time>, &str, &str)> + '_ {
         self.cache
-            .iter()
-            .rev()
-            .map(|(k, l)| (*k, l.count, l.first_timestamp, l.name.as_str(), l.resource_version.as_str()))
+            .iter_oldest_first()
+            .map(|(k, l)| (k, l.count, l.first_timestamp, l.name.as_str(), l.resource_version.as_str()))
     }
 
     /// Puts an entry back as the most recently used (restored in order, least recent first,
@@ -205,7 +204,7 @@ impl EventLogger {
         name: String,
         resource_version: String,
     ) {
-        self.cache.push(
+        self.cache.put(
             key,
             EventLog { count, first_timestamp, name: name.into(), resource_version: resource_version.into() },
         );

@@ -18,6 +18,7 @@
 pub mod aggregator;
 pub mod keys;
 pub mod logger;
+mod lru_cache;
 pub mod snapshot;
 pub mod spam_filter;
 

@@ -10,9 +10,9 @@ use governor::middleware::NoOpMiddleware;
 use governor::nanos::Nanos;
 use governor::state::{NotKeyed, StateStore};
 use governor::{Quota, RateLimiter};
-use lru::LruCache;
 
-use super::keys::{BuildKeyHasher, Key};
+use super::keys::Key;
+use super::lru_cache::KeyedLru;
 use crate::clock::to_unix_nanos;
 use crate::event::Time;
 
@@ -155,7 +155,7 @@ impl TokenBucket {
 /// when instants sit within nanoseconds of a refill boundary or the clock goes backwards.
 #[doc(alias = "EventSourceObjectSpamFilter")]
 pub struct SpamFilter {
-    cache: LruCache<Key, TokenBucket, BuildKeyHasher>,
+    cache: KeyedLru<TokenBucket>,
     spec: BucketSpec,
     clock: DecisionInstant,
 }
@@ -170,16 +170,12 @@ impl SpamFilter {
     /// A filter with an LRU of `cache_size` buckets, each of `burst` tokens refilled at `qps`
     /// tokens per second (Go `float32`). `burst < 1` filters everything; `qps <= 0` never refills.
     pub fn new(cache_size: NonZeroUsize, qps: f32, burst: i64) -> Self {
-        Self {
-            cache: LruCache::with_hasher(cache_size, BuildKeyHasher::default()),
-            spec: BucketSpec { qps, burst },
-            clock: DecisionInstant::default(),
-        }
+        Self { cache: KeyedLru::new(cache_size), spec: BucketSpec { qps, burst }, clock: DecisionInstant::default() }
     }
 
     /// Every bucket, least recently used first (what a snapshot stores).
     pub fn entries(&self) -> impl Iterator<Item = (Key, BucketState)> + '_ {
-        self.cache.iter().rev().map(|(k, b)| {
+        self.cache.iter_oldest_first().map(|(k, b)| {
             let state = match b {
                 TokenBucket::Refilling { tat, start, .. } => {
                     BucketState::Refilling { start: *start, tat: tat.0.load(Ordering::Relaxed) }
@@ -187,7 +183,7 @@ impl SpamFilter {
                 TokenBucket::NoRefill { remaining } => BucketState::NoRefill { remaining: *remaining },
                 TokenBucket::Never => BucketState::Never,
             };
-            (*k, state)
+            (k, state)
         })
     }
 
@@ -196,7 +192,7 @@ impl SpamFilter {
     /// snapshotted: same start, same theoretical arrival time, this filter's rate and burst.
     pub fn restore(&mut self, key: Key, state: BucketState) {
         let bucket = self.spec.restored(&self.clock, state);
-        self.cache.push(key, bucket);
+        self.cache.put(key, bucket);
     }
 
     /// The cache's capacity, the refill rate (Go `float32`, its bits) and the burst: the

@@ -63,7 +63,7 @@ pub fn adopt_key_seed(seed: u64) -> bool {
     *SEED.get_or_init(|| seed) == seed
 }
 
-/// The hasher of the correlator's caches: a [`Key`] is a seeded digest already, uniformly
+/// The hasher of the correlator's sets of keys: a [`Key`] is a seeded digest already, uniformly
 /// spread, so its low 64 bits are the hash (hashing it again only costs time).
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct KeyHasher(u64);
@@ -87,7 +87,8 @@ impl std::hash::Hasher for KeyHasher {
     }
 }
 
-/// Builds [`KeyHasher`]s: the `S` of the correlator's LRU caches keyed by [`Key`].
+/// Builds [`KeyHasher`]s: the `S` of the correlator's hash sets of [`Key`]s (an aggregation
+/// group's local keys once it holds many; the LRU caches index by [`Key::low_bits`] directly).
 pub(crate) type BuildKeyHasher = std::hash::BuildHasherDefault<KeyHasher>;
 
 impl Key {

@@ -105,6 +105,11 @@ impl<V> KeyedLru<V> {
     fn insert_absent(&mut self, key: Key, value: V) -> u32 {
         let i = if self.slots.len() < self.cap.get() {
             let i = self.slots.len() as u32;
+            if self.slots.len() == self.slots.capacity() {
+                // Doubling, but never past the capacity: a cache of 5,000 holds 5,000 slots.
+                let more = self.slots.len().max(4).min(self.cap.get() - self.slots.len());
+                self.slots.reserve_exact(more);
+            }
             self.slots.push(Slot { key, newer: NIL, older: NIL, value });
             i
         } else {
@@ -234,7 +239,7 @@ mod tests {
     }
 
     /// A full cache evicts the least recently used entry, and a lookup (not a peek) makes an
-    /// entry the most recently used.
+    /// entry the most recently used. The slab never holds more slots than the capacity.
     #[test]
     fn evicts_the_least_recently_used() {
         let mut cache = KeyedLru::new(NonZeroUsize::new(2).unwrap());
@@ -248,5 +253,10 @@ mod tests {
         cache.put(a, 4);
         assert_eq!(cache.iter_oldest_first().map(|(k, v)| (k, *v)).collect::<Vec<_>>(), [(b, 2), (a, 4)]);
         assert_eq!(cache.len(), 2);
+        let mut large = KeyedLru::new(NonZeroUsize::new(5000).unwrap());
+        (0..6000).for_each(|i| large.put(Key::of(&i.to_string()), i));
+        assert_eq!((large.len(), large.slots.capacity()), (5000, 5000));
+        assert_eq!(large.peek(&Key::of("999")), None);
+        assert_eq!(large.peek(&Key::of("1000")), Some(&1000));
     }
 }

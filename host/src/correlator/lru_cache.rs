@@ -117,12 +117,8 @@ impl<V> KeyedLru<V> {
             // Full: the least recently used entry's slot takes the new one.
             let i = self.tail;
             let evicted = self.slots[i as usize].key;
-            match self.index.find_entry(evicted.low_bits(), |&j| j == i) {
-                Ok(entry) => {
-                    entry.remove();
-                }
-                Err(_) => unreachable!("every slot is indexed"),
-            }
+            let entry = self.index.find_entry(evicted.low_bits(), |&j| j == i);
+            entry.unwrap_or_else(|_| unreachable!("every slot is indexed")).remove();
             self.unlink(i);
             let slot = &mut self.slots[i as usize];
             slot.key = key;
@@ -132,15 +128,17 @@ impl<V> KeyedLru<V> {
         let slots = &self.slots;
         self.index.insert_unique(key.low_bits(), i, |&j| slots[j as usize].key.low_bits());
         self.link_newest(i);
-        self.warm_next_victim();
+        if self.slots.len() == self.cap.get() {
+            self.warm_next_victim();
+        }
         i
     }
 
-    /// Reads the next entry to evict and its index slot now, so that the next eviction finds
-    /// them in the processor's caches. On a stream that evicts on most events, the least
-    /// recently used entry was last touched thousands of events ago, and loading it at the
-    /// eviction stalls there; these plain loads stall nothing, since nothing uses their values
-    /// until the next eviction.
+    /// Reads the next entry to evict (the cache is full) and its index slot now, so that the
+    /// next eviction finds them in the processor's caches. On a stream that evicts on most
+    /// events, the least recently used entry was last touched thousands of events ago, and
+    /// loading it at the eviction stalls there; these plain loads stall nothing, since nothing
+    /// uses their values until the next eviction.
     fn warm_next_victim(&self) {
         if let Some(slot) = self.slots.get(self.tail as usize) {
             let key = std::hint::black_box(slot.key);

@@ -5,7 +5,9 @@
 //! are the examples of `examples/plugins/` (the `quiet-normal` filter and the
 //! `namespace-reason` key function; the Rust sink is the `slack` example), the other kinds the
 //! templates of `examples/templates/`. Every project but Rust's carries a copy of `wit/`, so it
-//! builds on its own; a Go project also carries a copy of the Go SDK (`guest-sdk/go`, in `sdk/`).
+//! builds on its own; a Go project also carries a copy of the Go SDK (`guest-sdk/go`, in `sdk/`),
+//! and a JavaScript, C or Python project whose plugin reads a key-fields batch the examples'
+//! reader of packed strings (`packed.js`, `packed.h`, `packed.py`).
 
 use std::path::{Path, PathBuf};
 
@@ -150,8 +152,8 @@ fn source(lang: Lang, kind: PluginKind) -> (&'static str, &'static str) {
         Lang::Js => (
             "plugin.js",
             match kind {
-                K::Filter => include_str!("../../examples/plugins/js/filter/filter.js"),
-                K::AggregateKey => include_str!("../../examples/plugins/js/aggregate-key/aggregate-key.js"),
+                K::Filter => include_str!("../../examples/plugins/js/filter.js"),
+                K::AggregateKey => include_str!("../../examples/plugins/js/aggregate-key.js"),
                 K::MessageCombiner => include_str!("../../examples/templates/js/message-combiner.js"),
                 K::SpamKey => include_str!("../../examples/templates/js/spam-key.js"),
                 K::Sink => include_str!("../../examples/templates/js/sink.js"),
@@ -181,6 +183,12 @@ fn source(lang: Lang, kind: PluginKind) -> (&'static str, &'static str) {
             },
         ),
     }
+}
+
+/// Whether the batch export of `kind` reads a key-fields batch, so that a JavaScript or C project
+/// carries the reader the examples share (`packed.js`, `packed.h`) beside its source.
+fn reads_key_fields_batch(kind: PluginKind) -> bool {
+    matches!(kind, PluginKind::AggregateKey | PluginKind::MessageCombiner | PluginKind::SpamKey)
 }
 
 /// Where a tenant config names a plugin of `kind`.
@@ -294,11 +302,18 @@ pub fn scaffold(s: &Scaffold) -> Result<Vec<PathBuf>, ScaffoldError> {
             files.push((".gitignore".into(), ".venv/\n__pycache__/\n*.wasm\n".into()));
         }
         Lang::Js => {
+            // The sink template writes UTF-8 with its encoder.
+            if reads_key_fields_batch(s.kind) || s.kind == PluginKind::Sink {
+                files.push(("packed.js".into(), include_str!("../../examples/plugins/js/packed.js").into()));
+            }
             files.push(("package.json".into(), fill(include_str!("../../examples/templates/js/package.json.in"))));
             files.push(("README.md".into(), fill(include_str!("../../examples/templates/js/README.md.in"))));
             files.push((".gitignore".into(), "node_modules/\n*.wasm\n".into()));
         }
         Lang::C => {
+            if reads_key_fields_batch(s.kind) {
+                files.push(("packed.h".into(), include_str!("../../examples/plugins/c/packed.h").into()));
+            }
             files.push(("build.sh".into(), fill(include_str!("../../examples/templates/c/build.sh.in"))));
             files.push(("README.md".into(), fill(include_str!("../../examples/templates/c/README.md.in"))));
             files.push((".gitignore".into(), "gen/\n*.wasm\n".into()));
@@ -375,6 +390,14 @@ mod tests {
                     "struct Slack",
                 ] {
                     assert!(!main.contains(example), "{lang:?} {kind}: the example's name {example} is left in");
+                }
+                // A helper module the source imports is written beside it, and only then.
+                for (import, helper) in [
+                    ("from './packed.js'", "packed.js"),
+                    ("#include \"packed.h\"", "packed.h"),
+                    ("from packed import", "packed.py"),
+                ] {
+                    assert_eq!(main.contains(import), dir.join(helper).is_file(), "{lang:?} {kind}: {helper}");
                 }
                 let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
                 assert!(!readme.contains("dlmalloc"), "the SDK's allocator is talc");

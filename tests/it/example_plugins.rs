@@ -193,11 +193,10 @@ fn build_js() -> Result<Vec<Built>, String> {
     let out = out_dir("js");
     let wit = root().join("wit");
     let mut built = Vec::new();
-    for (name, src, world) in [
-        ("quiet-normal", "filter/filter.js", "filter"),
-        ("namespace-reason", "aggregate-key/aggregate-key.js", "aggregate-key"),
-    ] {
-        let inputs = [dir.join(src), wit.clone(), dir.join("package-lock.json")];
+    for (name, src, world) in
+        [("quiet-normal", "filter.js", "filter"), ("namespace-reason", "aggregate-key.js", "aggregate-key")]
+    {
+        let inputs = [dir.join(src), dir.join("packed.js"), wit.clone(), dir.join("package-lock.json")];
         let file = out.join(format!("{name}.wasm"));
         if !fresh(&file, &inputs) {
             let mut cmd = Command::new(bin.join("componentize-js"));
@@ -250,7 +249,9 @@ fn build_c() -> Result<Vec<Built>, String> {
         let core = out.join(format!("{name}.core.wasm"));
         let mut clang = Command::new(&cc);
         clang.args(["--target=wasm32-wasi", "-mexec-model=reactor", "-O2", "-Wall", "-Wextra", "-Werror"]);
-        clang.arg(format!("-I{}", gen_dir.display())).arg("-o").arg(&core).arg(src.join(source));
+        // `packed.h` (the key-fields batch reader) is beside the examples' directories.
+        clang.arg(format!("-I{}", src.display())).arg(format!("-I{}", gen_dir.display()));
+        clang.arg("-o").arg(&core).arg(src.join(source));
         clang.arg(gen_dir.join(format!("{stem}.c"))).arg(gen_dir.join(format!("{stem}_component_type.o")));
         run(clang.arg("-Wl,--strip-debug"), &format!("c {name}"));
         let file = out.join(format!("{name}.wasm"));

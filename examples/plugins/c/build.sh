@@ -17,7 +17,7 @@ while read -r name world source; do
   gen=build/$world
   $PLUGIN_BUILD c-bindings --wit "$WIT" --world "$world" --out-dir "$gen" >/dev/null
   stem=$(echo "$world" | tr - _)
-  $CC $CFLAGS -I"$gen" -o "build/$name.core.wasm" "$source" "$gen/$stem.c" "$gen/${stem}_component_type.o" \
+  $CC $CFLAGS -I. -I"$gen" -o "build/$name.core.wasm" "$source" "$gen/$stem.c" "$gen/${stem}_component_type.o" \
     -Wl,--strip-debug
   $PLUGIN_BUILD component "build/$name.core.wasm" -o "$name.wasm"
   echo "built $name.wasm"

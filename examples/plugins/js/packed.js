@@ -1,22 +1,12 @@
-// namespace-reason (JavaScript): an aggregate-key function that groups similar events per
-// namespace instead of per object.
-//   aggregate key = source.component|involvedObject.kind|involvedObject.namespace|type|reason
-//   local key     = message (as client-go)
-// The correlator calls aggregateKeyBatch with a packed batch of the 13 key fields per event
-// (wit/types.wit, key-fields-batch) and expects 2 packed strings per event back.
+// packed.js: the packed strings of the plugin boundary (wit/types.wit: `packed-strings`,
+// `key-fields-batch`) and UTF-8, for the JavaScript plugins whose batch exports take or return
+// them (aggregate key, message combiner, spam key) and for sinks that write bytes. A module
+// beside the plugin's source: componentize-js and componentize-qjs bundle what it imports.
 
-const FIELDS = 13; // per event, in the order of types.key-fields-batch
-
-function keys(f) {
-  // f[0] source.component, f[2] kind, f[3] namespace, f[8] type, f[9] reason, f[10] message
-  return [[f[0], f[2], f[3], f[8], f[9]].join('|'), f[10]];
-}
-
-export function aggregateKey(event) {
-  const o = event.involvedObject;
-  const aggregate = [event.source.component, o.kind, o.namespace, event.type, event.reason].join('|');
-  return { aggregate, local: event.message };
-}
+// A key-fields batch has 13 strings per event, in this order: source.component, source.host,
+// involvedObject.kind, .namespace, .name, .fieldPath, .uid, .apiVersion, type, reason, message,
+// reportingComponent, reportingInstance.
+export const FIELDS = 13;
 
 // QuickJS (componentize-qjs) has no TextDecoder/TextEncoder: strict UTF-8 by hand.
 const decoder = globalThis.TextDecoder ? new TextDecoder('utf-8', { fatal: true }) : {
@@ -42,7 +32,7 @@ const decoder = globalThis.TextDecoder ? new TextDecoder('utf-8', { fatal: true 
     return s;
   },
 };
-const encoder = globalThis.TextEncoder ? new TextEncoder() : {
+export const encoder = globalThis.TextEncoder ? new TextEncoder() : {
   encode(s) {
     const out = [];
     for (const ch of s) {
@@ -56,34 +46,31 @@ const encoder = globalThis.TextEncoder ? new TextEncoder() : {
   },
 };
 
-// result<packed-strings, string>: return the ok value, throw the err payload.
-export function aggregateKeyBatch(events) {
+// The events of a key-fields batch as arrays of 13 strings; throws (an `err`) when malformed.
+export function unpack(events) {
   const bytes = events.bytes, ends = events.ends;
   if (ends.length % FIELDS !== 0) throw `len(ends) = ${ends.length} is not a multiple of ${FIELDS}`;
   if ((ends.length ? ends[ends.length - 1] : 0) !== bytes.length) throw 'the last offset is not len(bytes)';
-  const parts = [];
-  const outEnds = new Uint32Array((ends.length / FIELDS) * 2);
-  let start = 0, total = 0, n = 0;
-  let fields = [];
+  const out = [];
+  let start = 0, fields = [];
   for (const end of ends) {
     if (end < start || end > bytes.length) throw 'offsets decrease or pass len(bytes)';
-    let s;
-    try { s = decoder.decode(bytes.subarray(start, end)); }
+    try { fields.push(decoder.decode(bytes.subarray(start, end))); }
     catch { throw 'bytes are not UTF-8 split at character boundaries'; }
-    fields.push(s);
     start = end;
-    if (fields.length === FIELDS) {
-      for (const k of keys(fields)) {
-        const b = encoder.encode(k);
-        parts.push(b);
-        total += b.length;
-        outEnds[n++] = total;
-      }
-      fields = [];
-    }
+    if (fields.length === FIELDS) { out.push(fields); fields = []; }
   }
-  const out = new Uint8Array(total);
+  return out;
+}
+
+// Strings as packed-strings.
+export function pack(strings) {
+  const parts = strings.map((s) => encoder.encode(s));
+  const ends = new Uint32Array(parts.length);
+  let total = 0;
+  parts.forEach((p, i) => { total += p.length; ends[i] = total; });
+  const bytes = new Uint8Array(total);
   let off = 0;
-  for (const p of parts) { out.set(p, off); off += p.length; }
-  return { bytes: out, ends: outEnds };
+  for (const p of parts) { bytes.set(p, off); off += p.length; }
+  return { bytes, ends };
 }

@@ -185,8 +185,9 @@ fn source(lang: Lang, kind: PluginKind) -> (&'static str, &'static str) {
     }
 }
 
-/// Whether the batch export of `kind` reads a key-fields batch, so that a JavaScript or C project
-/// carries the reader the examples share (`packed.js`, `packed.h`) beside its source.
+/// Whether the batch export of `kind` reads a key-fields batch, so that a Python, JavaScript or C
+/// project carries the reader the examples share (`packed.py`, `packed.js`, `packed.h`) beside
+/// its source.
 fn reads_key_fields_batch(kind: PluginKind) -> bool {
     matches!(kind, PluginKind::AggregateKey | PluginKind::MessageCombiner | PluginKind::SpamKey)
 }
@@ -295,8 +296,8 @@ pub fn scaffold(s: &Scaffold) -> Result<Vec<PathBuf>, ScaffoldError> {
             files.push((".gitignore".into(), "/target\n*.wasm\n".into()));
         }
         Lang::Python => {
-            if matches!(s.kind, PluginKind::MessageCombiner | PluginKind::SpamKey) {
-                files.push(("packed.py".into(), include_str!("../../examples/templates/python/packed.py").into()));
+            if reads_key_fields_batch(s.kind) {
+                files.push(("packed.py".into(), include_str!("../../examples/plugins/python/packed.py").into()));
             }
             files.push(("README.md".into(), fill(include_str!("../../examples/templates/python/README.md.in"))));
             files.push((".gitignore".into(), ".venv/\n__pycache__/\n*.wasm\n".into()));

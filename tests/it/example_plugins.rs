@@ -161,13 +161,18 @@ fn build_python() -> Result<Vec<Built>, String> {
         ("slack", "slack-sink", "sink"),
     ] {
         let file = out.join(format!("{name}.wasm"));
-        if !fresh(&file, &[src.join(dir), wit.clone()]) {
+        if !fresh(&file, &[src.join(dir), src.join("packed.py"), wit.clone()]) {
             let mut cmd = Command::new(&tool);
+            // `-p ..`: the key function imports `packed` from beside the examples' directories.
             cmd.current_dir(src.join(dir)).arg("-d").arg(&wit).args([
                 "-w",
                 world,
                 "componentize",
                 "--stub-wasi",
+                "-p",
+                ".",
+                "-p",
+                "..",
                 "app",
             ]);
             let seconds = run(cmd.arg("-o").arg(&file), &format!("python {name}"));

@@ -149,12 +149,14 @@ fn python_projects_build_with_componentize_py_and_pass_the_check() {
         return skip(&format!("Python: `{tool}` is not installed (pip install componentize-py==0.25.1)"));
     }
     let tmp = tempfile::tempdir().unwrap();
-    for kind in ["message-combiner", "spam-key", "sink", "watcher"] {
+    for kind in ["aggregate-key", "message-combiner", "spam-key", "sink", "watcher"] {
         let dir = new_plugin(tmp.path(), "python", kind);
         let wasm = format!("my-{kind}.wasm");
+        // The Python aggregate key declares the fields it reads (its world's projected form).
+        let world = if kind == "aggregate-key" { "aggregate-key-projected" } else { kind };
         let out = Command::new(&tool)
             .current_dir(&dir)
-            .args(["-d", "wit", "-w", kind, "componentize", "--stub-wasi", "app", "-o", &wasm])
+            .args(["-d", "wit", "-w", world, "componentize", "--stub-wasi", "app", "-o", &wasm])
             .output()
             .unwrap();
         ok(out, &format!("componentize-py ({kind})"));

@@ -10,9 +10,8 @@
 # its memo without calling Python.
 import wit_world
 from wit_world.imports import types
-from componentize_py_types import Err
+from packed import unpack, pack  # the packed strings of a batch (packed.py)
 
-FIELDS = 13  # per event, in the order of types.key-fields-batch
 READS = bytes([0, 2, 3, 8, 9])  # source.component, kind, namespace, type, reason
 MESSAGE = 10
 
@@ -35,26 +34,5 @@ class WitWorld(wit_world.WitWorld):
         return types.AggregateKeyPair(agg, event.message)
 
     def aggregate_key_batch(self, events: types.PackedStrings) -> types.PackedStrings:
-        data, ends = events.bytes, events.ends
-        if len(ends) % FIELDS != 0:
-            raise Err(f"len(ends) = {len(ends)} is not a multiple of {FIELDS}")
-        if (ends[-1] if ends else 0) != len(data):
-            raise Err("the last offset is not len(bytes)")
-        out = bytearray()
-        out_ends: list[int] = []
-        start = 0
-        fields: list[str] = []
-        for end in ends:
-            if end < start or end > len(data):
-                raise Err("offsets decrease or pass len(bytes)")
-            try:
-                fields.append(data[start:end].decode("utf-8"))
-            except UnicodeDecodeError:
-                raise Err("bytes are not UTF-8 split at character boundaries")
-            start = end
-            if len(fields) == FIELDS:
-                for key in _keys(fields):
-                    out += key.encode("utf-8")
-                    out_ends.append(len(out))
-                fields = []
-        return types.PackedStrings(bytes(out), out_ends)
+        data, ends = pack(key for f in unpack(events) for key in _keys(f))
+        return types.PackedStrings(data, ends)

@@ -1,4 +1,7 @@
-# The packed key-fields batch (wit/types.wit, key-fields-batch): 13 strings per event.
+# The packed strings of the plugin boundary (wit/types.wit: packed-strings, key-fields-batch),
+# for the Python plugins whose batch exports take them (aggregate key, message combiner, spam
+# key): a module beside the plugin's app (componentize-py -p DIR finds it). A key-fields batch
+# has 13 strings per event, in the order of types.key-fields-batch.
 from componentize_py_types import Err
 
 FIELDS = 13

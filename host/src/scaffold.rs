@@ -185,11 +185,21 @@ fn source(lang: Lang, kind: PluginKind) -> (&'static str, &'static str) {
     }
 }
 
-/// Whether the batch export of `kind` reads a key-fields batch, so that a Python, JavaScript or C
-/// project carries the reader the examples share (`packed.py`, `packed.js`, `packed.h`) beside
-/// its source.
-fn reads_key_fields_batch(kind: PluginKind) -> bool {
-    matches!(kind, PluginKind::AggregateKey | PluginKind::MessageCombiner | PluginKind::SpamKey)
+/// The reader of packed strings the examples share, as (file name, text), when the source of a
+/// project imports it: in Python, JavaScript and C for the kinds whose batch export reads a
+/// key-fields batch (aggregate key, message combiner, spam key), and for the JavaScript sink,
+/// which writes UTF-8 with its encoder. (Rust and Go projects have it in their SDK.)
+fn packed_strings_reader(lang: Lang, kind: PluginKind) -> Option<(&'static str, &'static str)> {
+    use PluginKind as K;
+    let reads_batch = matches!(kind, K::AggregateKey | K::MessageCombiner | K::SpamKey);
+    match lang {
+        Lang::Python if reads_batch => Some(("packed.py", include_str!("../../examples/plugins/python/packed.py"))),
+        Lang::Js if reads_batch || kind == K::Sink => {
+            Some(("packed.js", include_str!("../../examples/plugins/js/packed.js")))
+        }
+        Lang::C if reads_batch => Some(("packed.h", include_str!("../../examples/plugins/c/packed.h"))),
+        _ => None,
+    }
 }
 
 /// Where a tenant config names a plugin of `kind`.
@@ -287,6 +297,9 @@ pub fn scaffold(s: &Scaffold) -> Result<Vec<PathBuf>, ScaffoldError> {
     let mut files: Vec<(String, String)> = Vec::new();
     let (main, text) = source(s.lang, s.kind);
     files.push((main.into(), rename_example(&fill(text), s.kind, &s.name)));
+    if let Some((file, text)) = packed_strings_reader(s.lang, s.kind) {
+        files.push((file.into(), text.into()));
+    }
     match s.lang {
         Lang::Rust => {
             files.push(("Cargo.toml".into(), fill(include_str!("../../examples/templates/rust/Cargo.toml.in"))));
@@ -296,25 +309,15 @@ pub fn scaffold(s: &Scaffold) -> Result<Vec<PathBuf>, ScaffoldError> {
             files.push((".gitignore".into(), "/target\n*.wasm\n".into()));
         }
         Lang::Python => {
-            if reads_key_fields_batch(s.kind) {
-                files.push(("packed.py".into(), include_str!("../../examples/plugins/python/packed.py").into()));
-            }
             files.push(("README.md".into(), fill(include_str!("../../examples/templates/python/README.md.in"))));
             files.push((".gitignore".into(), ".venv/\n__pycache__/\n*.wasm\n".into()));
         }
         Lang::Js => {
-            // The sink template writes UTF-8 with its encoder.
-            if reads_key_fields_batch(s.kind) || s.kind == PluginKind::Sink {
-                files.push(("packed.js".into(), include_str!("../../examples/plugins/js/packed.js").into()));
-            }
             files.push(("package.json".into(), fill(include_str!("../../examples/templates/js/package.json.in"))));
             files.push(("README.md".into(), fill(include_str!("../../examples/templates/js/README.md.in"))));
             files.push((".gitignore".into(), "node_modules/\n*.wasm\n".into()));
         }
         Lang::C => {
-            if reads_key_fields_batch(s.kind) {
-                files.push(("packed.h".into(), include_str!("../../examples/plugins/c/packed.h").into()));
-            }
             files.push(("build.sh".into(), fill(include_str!("../../examples/templates/c/build.sh.in"))));
             files.push(("README.md".into(), fill(include_str!("../../examples/templates/c/README.md.in"))));
             files.push((".gitignore".into(), "gen/\n*.wasm\n".into()));

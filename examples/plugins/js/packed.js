@@ -6,7 +6,7 @@
 // A key-fields batch has 13 strings per event, in this order: source.component, source.host,
 // involvedObject.kind, .namespace, .name, .fieldPath, .uid, .apiVersion, type, reason, message,
 // reportingComponent, reportingInstance.
-export const FIELDS = 13;
+const FIELDS = 13;
 
 // QuickJS (componentize-qjs) has no TextDecoder/TextEncoder: strict UTF-8 by hand.
 const decoder = globalThis.TextDecoder ? new TextDecoder('utf-8', { fatal: true }) : {

@@ -18,8 +18,8 @@
 //! something else ([`SnapshotRefused`]).
 //!
 //! Restoring pushes every entry in the order stored (least recently used first) into fresh
-//! caches, which gives back each cache's recency order exactly; a refilling bucket keeps its
-//! start and its GCRA theoretical arrival time, so it holds the same tokens at the same instants.
+//! caches, which gives back each cache's recency order exactly; a token bucket keeps its tokens
+//! and the instant of its last accepted event, so it decides as before.
 
 use serde::{Deserialize, Serialize};
 
@@ -29,8 +29,9 @@ pub use super::spam_filter::BucketState;
 use crate::event::{ObjectReference, Time};
 
 /// The snapshot format's version: a snapshot of another version is refused. Version 2 added
-/// the open "N suppressed" windows ([`TenantSnapshot::summaries`]).
-pub const SNAPSHOT_VERSION: u32 = 2;
+/// the open "N suppressed" windows ([`TenantSnapshot::summaries`]); version 3 keeps a token
+/// bucket as x/time/rate's float tokens and last instant ([`BucketState`]).
+pub const SNAPSHOT_VERSION: u32 = 3;
 
 /// The first bytes of an encoded snapshot.
 pub const SNAPSHOT_MAGIC: &[u8; 4] = b"EPCS";
@@ -512,7 +513,12 @@ mod tests {
         bytes[4] = 9;
         assert_eq!(
             PartitionSnapshot::decode(&bytes).unwrap_err().to_string(),
-            "snapshot format version 9, this eventpipe reads version 2"
+            "snapshot format version 9, this eventpipe reads version 3"
+        );
+        bytes[4] = 2;
+        assert!(
+            matches!(PartitionSnapshot::decode(&bytes), Err(SnapshotRefused::Version { found: 2, .. })),
+            "version 2 kept token buckets in another form"
         );
         assert_eq!(PartitionSnapshot::decode(b"{}").unwrap_err(), SnapshotRefused::NotASnapshot);
         let seeded = PartitionSnapshot { key_seed: crate::correlator::keys::key_seed() ^ 1, ..snapshot };

@@ -1,168 +1,119 @@
 //! SpamFilter: a token bucket per spam key (client-go `EventSourceObjectSpamFilter`, spec §3.6).
+//!
+//! Each bucket is golang.org/x/time/rate's `Limiter` as client-go makes it
+//! (`flowcontrol.NewTokenBucketPassiveRateLimiterWithClock(qps, burst, clock)`, asked with
+//! `TryAccept`, i.e. `AllowN(now, 1)`), computed the same way: a float64 token count and the
+//! instant of the last accepted event, refilled by `elapsed.Seconds() × qps` when asked. So
+//! every decision is client-go's, to the nanosecond and the float rounding, also when the clock
+//! runs backwards (an accepted event at an earlier instant moves the bucket's clock back, as in
+//! Go), for `qps ≤ 0` (the `burst` tokens are never refilled) and for `burst < 1` (nothing is
+//! accepted).
 
-use std::num::{NonZeroU32, NonZeroUsize};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
-
-use governor::clock::Clock as GovernorClock;
-use governor::middleware::NoOpMiddleware;
-use governor::nanos::Nanos;
-use governor::state::{NotKeyed, StateStore};
-use governor::{Quota, RateLimiter};
+use std::num::NonZeroUsize;
 
 use super::keys::Key;
 use super::lru_cache::KeyedLru;
-use crate::clock::to_unix_nanos;
 use crate::event::Time;
 
-/// The instant the SpamFilter is deciding at, shared with every bucket's limiter: governor reads
-/// time through a clock, and the correlator's clock is read once per event and stored here.
-#[derive(Debug, Clone, Default)]
-struct DecisionInstant(Arc<AtomicU64>);
+/// Go's zero `time.Time` (0001-01-01T00:00:00Z) as seconds since the Unix epoch: a new
+/// limiter's `last`, so that its first refill saturates and the bucket starts full.
+const GO_ZERO_TIME_SECS: i64 = -62_135_596_800;
 
-impl GovernorClock for DecisionInstant {
-    type Instant = Nanos;
-    fn now(&self) -> Nanos {
-        Nanos::new(self.0.load(Ordering::Relaxed))
-    }
-}
+/// Nanoseconds per second (Go `time.Second`).
+const NANOS_PER_SEC: i64 = 1_000_000_000;
 
-type Limiter = RateLimiter<NotKeyed, SharedTat, DecisionInstant, NoOpMiddleware<Nanos>>;
-
-/// A bucket's GCRA state — its theoretical arrival time, nanoseconds after the bucket's start;
-/// 0: never used (full) — kept where a snapshot can read and restore it. Governor's
-/// `InMemoryState` does the same compare-and-swap but keeps the value private.
-#[derive(Debug, Clone, Default)]
-struct SharedTat(Arc<AtomicU64>);
-
-impl StateStore for SharedTat {
-    type Key = NotKeyed;
-
-    fn measure_and_replace<T, F, E>(&self, _key: &NotKeyed, f: F) -> Result<T, E>
-    where
-        F: Fn(Option<Nanos>) -> Result<(T, Nanos), E>,
-    {
-        // One owner per bucket (the correlator's task): a plain load and store suffice.
-        let prev = self.0.load(Ordering::Acquire);
-        let (result, next) = f((prev != 0).then(|| Nanos::new(prev)))?;
-        self.0.store(next.as_u64(), Ordering::Release);
-        Ok(result)
-    }
-}
-
-/// One source+object's bucket.
-enum TokenBucket {
-    /// The usual case: governor's GCRA, which is exactly a token bucket that starts full.
-    /// `start` is the decision instant (unix nanoseconds) the limiter was made at: governor
-    /// measures every time from it.
-    Refilling { limiter: Limiter, tat: SharedTat, start: u64 },
-    /// `qps <= 0`: `burst` tokens, never refilled (x/time/rate adds no tokens for a rate ≤ 0).
-    NoRefill { remaining: u32 },
-    /// `burst < 1`: never accepts (x/time/rate rejects any n > burst).
-    Never,
-}
-
-/// The bucket parameters, as client-go's `NewTokenBucketPassiveRateLimiterWithClock(qps, burst)`.
+/// One source+object's bucket: x/time/rate's `Limiter` state.
 #[derive(Debug, Clone, Copy)]
-struct BucketSpec {
-    qps: f32,
-    burst: i64,
-}
-
-impl BucketSpec {
-    fn new_bucket(&self, clock: &DecisionInstant) -> TokenBucket {
-        let Some(burst) = u32::try_from(self.burst).ok().and_then(NonZeroU32::new) else {
-            return TokenBucket::Never;
-        };
-        if self.qps <= 0.0 || self.qps.is_nan() {
-            return TokenBucket::NoRefill { remaining: burst.get() };
-        }
-        // One token per 1/qps seconds, the float32 rate widened to float64 as Go does; capped so
-        // that governor's tolerance (period × (burst − 1)) fits in u64 nanoseconds.
-        let max_period = u64::MAX / u64::from(burst.get());
-        let period_nanos = (1e9 / f64::from(self.qps)).min(max_period as f64).max(1.0) as u64;
-        let quota = Quota::with_period(Duration::from_nanos(period_nanos)).expect("period ≥ 1 ns").allow_burst(burst);
-        let tat = SharedTat::default();
-        let start = clock.0.load(Ordering::Relaxed);
-        TokenBucket::Refilling { limiter: RateLimiter::new(quota, tat.clone(), clock.clone()), tat, start }
-    }
-
-    /// A bucket as a snapshot described it: a refilling one made at `start` (its limiter
-    /// measures from there) with its theoretical arrival time; `clock` is set to `start` while
-    /// the limiter is made.
-    fn restored(&self, clock: &DecisionInstant, state: BucketState) -> TokenBucket {
-        match state {
-            BucketState::Never => TokenBucket::Never,
-            BucketState::NoRefill { remaining } => TokenBucket::NoRefill { remaining },
-            BucketState::Refilling { start, tat } => {
-                let now = clock.0.swap(start, Ordering::Relaxed);
-                let mut bucket = self.new_bucket(clock);
-                clock.0.store(now, Ordering::Relaxed);
-                if let TokenBucket::Refilling { tat: shared, .. } = &mut bucket {
-                    shared.0.store(tat, Ordering::Relaxed);
-                }
-                bucket
-            }
-        }
-    }
-}
-
-/// A token bucket's state as a snapshot keeps it ([`super::snapshot`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum BucketState {
-    /// A refilling bucket: the decision instant it was made at (unix nanoseconds, clamped at
-    /// 0) and its GCRA theoretical arrival time in nanoseconds after that (0: full, never used).
-    Refilling {
-        /// Unix nanoseconds.
-        start: u64,
-        /// Nanoseconds after `start`.
-        tat: u64,
-    },
-    /// A bucket that never refills (`qps <= 0`), with its tokens left.
-    NoRefill {
-        /// Tokens left.
-        remaining: u32,
-    },
-    /// A bucket that accepts nothing (`burst < 1`).
-    Never,
+struct TokenBucket {
+    /// Tokens left after the last accepted event (`Limiter.tokens`; starts at `burst`).
+    tokens: f64,
+    /// When the last event was accepted (`Limiter.last`; Go's zero time at first).
+    last: Time,
 }
 
 impl TokenBucket {
-    /// client-go `TryAccept`: take a token if one is available now; a rejection changes nothing.
-    fn try_accept(&mut self) -> bool {
-        match self {
-            TokenBucket::Refilling { limiter, .. } => limiter.check().is_ok(),
-            TokenBucket::NoRefill { remaining } => {
-                let ok = *remaining > 0;
-                *remaining = remaining.saturating_sub(u32::from(ok));
-                ok
-            }
-            TokenBucket::Never => false,
-        }
+    /// A full bucket of `burst` tokens, as x/time/rate's `NewLimiter(qps, burst)`.
+    fn full(burst: i64) -> Self {
+        let last = chrono::DateTime::from_timestamp(GO_ZERO_TIME_SECS, 0).expect("in chrono's range");
+        TokenBucket { tokens: burst as f64, last }
     }
+}
+
+/// x/time/rate `Limiter.reserveN(t, 1, 0).ok` for a bucket of `burst` tokens refilled at
+/// `limit` tokens per second: refills the bucket for the time since its last accepted event
+/// (none if `t` is earlier), takes one token, and accepts if the deficit converts to no wait
+/// (less than one nanosecond of refill). An accepted event stores `t` and the tokens left; a
+/// rejected one changes nothing.
+fn try_accept(bucket: &mut TokenBucket, t: Time, limit: f64, burst: i64) -> bool {
+    // advance: `last` is at most `t`; elapsed is Go's saturating `t.Sub(last)`.
+    let last = bucket.last.min(t);
+    let elapsed = (t - last).num_nanoseconds().unwrap_or(i64::MAX);
+    let mut tokens = bucket.tokens + tokens_from_duration(limit, elapsed);
+    if tokens > burst as f64 {
+        tokens = burst as f64;
+    }
+    tokens -= 1.0;
+    let no_wait = tokens >= 0.0 || duration_from_tokens_is_zero(limit, -tokens);
+    let ok = 1 <= burst && no_wait;
+    if ok {
+        *bucket = TokenBucket { tokens, last: t };
+    }
+    ok
+}
+
+/// x/time/rate `Limit.tokensFromDuration`: `d.Seconds() × limit`, 0 for a limit ≤ 0.
+fn tokens_from_duration(limit: f64, nanos: i64) -> f64 {
+    if limit <= 0.0 {
+        return 0.0;
+    }
+    // Go `Duration.Seconds`: whole seconds plus the remainder, each converted apart.
+    let seconds = (nanos / NANOS_PER_SEC) as f64 + (nanos % NANOS_PER_SEC) as f64 / 1e9;
+    seconds * limit
+}
+
+/// Whether x/time/rate `Limit.durationFromTokens(tokens)` is ≤ 0: infinite for a limit ≤ 0,
+/// else `(tokens / limit) × 1e9` nanoseconds truncated to an integer, which is 0 below one.
+/// (A NaN converts to a `Duration` ≤ 0 in Go: the minimum on amd64, 0 on arm64.)
+fn duration_from_tokens_is_zero(limit: f64, tokens: f64) -> bool {
+    if limit <= 0.0 {
+        return false;
+    }
+    let nanos = (tokens / limit) * 1e9;
+    nanos < 1.0 || nanos.is_nan()
+}
+
+/// A token bucket's state as a snapshot keeps it ([`super::snapshot`]): x/time/rate's
+/// `Limiter` fields.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct BucketState {
+    /// Tokens left after the last accepted event.
+    pub tokens: f64,
+    /// When the last event was accepted: seconds since the Unix epoch (Go's zero time,
+    /// −62,135,596,800, for a bucket that never accepted one).
+    pub last_secs: i64,
+    /// Nanoseconds within that second.
+    pub last_nanos: u32,
 }
 
 /// The SpamFilter: an LRU of token buckets keyed by spam key.
 ///
 /// Default parameters (client-go): burst 25, qps 1/300 — 25 consecutive events per key pass,
 /// then about one every 300 s.
-///
-/// # Divergence
-/// client-go's `x/time/rate` keeps a float token count and lets a bucket's clock run backwards
-/// (an accepted event at an earlier instant moves its `last` back). governor's GCRA works in
-/// integer nanoseconds and treats an earlier instant as "no time passed". Outcomes differ only
-/// when instants sit within nanoseconds of a refill boundary or the clock goes backwards.
 #[doc(alias = "EventSourceObjectSpamFilter")]
 pub struct SpamFilter {
     cache: KeyedLru<TokenBucket>,
-    spec: BucketSpec,
-    clock: DecisionInstant,
+    /// The refill rate as Go widens it: `rate.Limit(qps)`, the float32 as a float64.
+    qps: f32,
+    burst: i64,
 }
 
 impl std::fmt::Debug for SpamFilter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SpamFilter").field("buckets", &self.cache.len()).field("spec", &self.spec).finish()
+        f.debug_struct("SpamFilter")
+            .field("buckets", &self.cache.len())
+            .field("qps", &self.qps)
+            .field("burst", &self.burst)
+            .finish()
     }
 }
 
@@ -170,45 +121,41 @@ impl SpamFilter {
     /// A filter with an LRU of `cache_size` buckets, each of `burst` tokens refilled at `qps`
     /// tokens per second (Go `float32`). `burst < 1` filters everything; `qps <= 0` never refills.
     pub fn new(cache_size: NonZeroUsize, qps: f32, burst: i64) -> Self {
-        Self { cache: KeyedLru::new(cache_size), spec: BucketSpec { qps, burst }, clock: DecisionInstant::default() }
+        Self { cache: KeyedLru::new(cache_size), qps, burst }
     }
 
     /// Every bucket, least recently used first (what a snapshot stores).
     pub fn entries(&self) -> impl Iterator<Item = (Key, BucketState)> + '_ {
         self.cache.iter_oldest_first().map(|(k, b)| {
-            let state = match b {
-                TokenBucket::Refilling { tat, start, .. } => {
-                    BucketState::Refilling { start: *start, tat: tat.0.load(Ordering::Relaxed) }
-                }
-                TokenBucket::NoRefill { remaining } => BucketState::NoRefill { remaining: *remaining },
-                TokenBucket::Never => BucketState::Never,
-            };
+            let state =
+                BucketState { tokens: b.tokens, last_secs: b.last.timestamp(), last_nanos: b.last.timestamp_subsec_nanos() };
             (k, state)
         })
     }
 
     /// Puts a bucket back as the most recently used (restored in order, least recent first,
-    /// the cache's recency order comes back). The bucket behaves exactly as the one
-    /// snapshotted: same start, same theoretical arrival time, this filter's rate and burst.
+    /// the cache's recency order comes back): the same tokens and last instant, so it decides
+    /// as the one snapshotted. A state whose instant is out of range restores a full bucket.
     pub fn restore(&mut self, key: Key, state: BucketState) {
-        let bucket = self.spec.restored(&self.clock, state);
+        let bucket = match chrono::DateTime::from_timestamp(state.last_secs, state.last_nanos) {
+            Some(last) => TokenBucket { tokens: state.tokens, last },
+            None => TokenBucket::full(self.burst),
+        };
         self.cache.put(key, bucket);
     }
 
     /// The cache's capacity, the refill rate (Go `float32`, its bits) and the burst: the
     /// numbers a snapshot must have been taken under.
     pub fn settings(&self) -> (usize, u32, i64) {
-        (self.cache.cap().get(), self.spec.qps.to_bits(), self.spec.burst)
+        (self.cache.cap().get(), self.qps.to_bits(), self.burst)
     }
 
     /// client-go `Filter`: `true` means skip (spam). Creates the key's bucket if needed, takes a
     /// token at `now`, and refreshes the key's recency.
     pub fn filter(&mut self, key: Key, now: Time) -> bool {
-        self.clock.0.store(to_unix_nanos(now).max(0) as u64, Ordering::Relaxed);
-        let spec = self.spec;
-        let clock = &self.clock;
-        let bucket = self.cache.get_or_insert_mut(key, || spec.new_bucket(clock));
-        !bucket.try_accept()
+        let (limit, burst) = (f64::from(self.qps), self.burst);
+        let bucket = self.cache.get_or_insert_mut(key, || TokenBucket::full(burst));
+        !try_accept(bucket, now, limit, burst)
     }
 }
 
@@ -255,6 +202,67 @@ mod tests {
         assert!(!no_refill.filter(Key::of("k"), at(0.0)));
         assert!(!no_refill.filter(Key::of("k"), at(1.0)));
         assert!(no_refill.filter(Key::of("k"), at(1e6)));
+    }
+
+    /// x/time/rate lets the clock run backwards: an event at an earlier instant is refilled
+    /// for no time, and if accepted moves the bucket's clock back to it, so the next event is
+    /// refilled for the time since that earlier instant.
+    #[test]
+    fn a_backwards_clock_moves_the_bucket_back() {
+        let mut f = filter(2, 0.1);
+        assert!(!f.filter(Key::of("k"), at(100.0)), "one token left");
+        assert!(!f.filter(Key::of("k"), at(50.0)), "earlier: no refill, the last token");
+        assert!(f.filter(Key::of("k"), at(59.0)), "9 s after 50 s: 0.9 of a token");
+        assert!(!f.filter(Key::of("k"), at(60.0)), "10 s after 50 s, not after 100 s: a whole token");
+        assert!(f.filter(Key::of("k"), at(60.0)));
+    }
+
+    /// The float arithmetic of x/time/rate, not a period in whole nanoseconds: at 3 tokens/s
+    /// an event every 333,333,333 ns leaves a deficit of ~1e-9 token each time (accepted: it
+    /// is less than a nanosecond of wait), until by the fifth event the deficit is a whole
+    /// nanosecond's and the event waits, so it is refused; the sixth finds the bucket refilled.
+    #[test]
+    fn float_tokens_fall_behind_an_exact_period_as_in_go() {
+        let mut f = filter(1, 3.0);
+        let start = at(0.0);
+        let decisions: Vec<bool> = (0..11)
+            .map(|i| !f.filter(Key::of("k"), start + chrono::Duration::nanoseconds(333_333_333 * i)))
+            .collect();
+        let expected = [true, true, true, true, false, true, true, true, true, false, true];
+        assert_eq!(decisions, expected);
+    }
+
+    /// One token at qps = float32(1/300) takes 1 / 0.0033333334140479565 s = 299,999,992,735.68
+    /// ns; a deficit worth less than one nanosecond of wait is accepted (Go truncates the wait
+    /// to whole nanoseconds), so the first accepted instant is 299,999,992,735 ns after.
+    #[test]
+    fn a_refill_is_accepted_to_the_nanosecond_go_accepts_it() {
+        let mut f = filter(1, 1.0 / 300.0);
+        let start = at(0.0);
+        assert!(!f.filter(Key::of("k"), start));
+        assert!(f.filter(Key::of("k"), start + chrono::Duration::nanoseconds(299_999_992_734)));
+        assert!(!f.filter(Key::of("k"), start + chrono::Duration::nanoseconds(299_999_992_735)));
+    }
+
+    #[test]
+    fn a_negative_qps_never_refills_like_zero() {
+        let mut f = filter(1, -5.0);
+        assert!(!f.filter(Key::of("k"), at(0.0)), "the bucket starts full");
+        assert!(f.filter(Key::of("k"), at(1e6)));
+    }
+
+    /// A snapshot's bucket decides as the one it was taken from.
+    #[test]
+    fn a_restored_bucket_keeps_its_tokens_and_last_instant() {
+        let mut f = filter(2, 0.1);
+        assert!(!f.filter(Key::of("k"), at(100.0)));
+        let (key, state) = f.entries().next().unwrap();
+        assert_eq!(state.tokens, 1.0);
+        let mut restored = filter(2, 0.1);
+        restored.restore(key, state);
+        for t in [105.0, 106.0, 110.0] {
+            assert_eq!(restored.filter(Key::of("k"), at(t)), f.filter(Key::of("k"), at(t)), "at {t} s");
+        }
     }
 
     #[test]

@@ -15,27 +15,32 @@ use super::keys::Key;
 use super::lru_cache::KeyedLru;
 use crate::event::Time;
 
-/// Go's zero `time.Time` (0001-01-01T00:00:00Z) as seconds since the Unix epoch: a new
+/// Go's zero `time.Time` (0001-01-01T00:00:00Z) as nanoseconds since the Unix epoch: a new
 /// limiter's `last`, so that its first refill saturates and the bucket starts full.
-const GO_ZERO_TIME_SECS: i64 = -62_135_596_800;
+const GO_ZERO_TIME_NANOS: i128 = -62_135_596_800 * NANOS_PER_SEC as i128;
 
 /// Nanoseconds per second (Go `time.Second`).
 const NANOS_PER_SEC: i64 = 1_000_000_000;
+
+/// `t` as nanoseconds since the Unix epoch, exactly for every `Time` (Go's zero time included).
+fn unix_nanos(t: Time) -> i128 {
+    i128::from(t.timestamp()) * i128::from(NANOS_PER_SEC) + i128::from(t.timestamp_subsec_nanos())
+}
 
 /// One source+object's bucket: x/time/rate's `Limiter` state.
 #[derive(Debug, Clone, Copy)]
 struct TokenBucket {
     /// Tokens left after the last accepted event (`Limiter.tokens`; starts at `burst`).
     tokens: f64,
-    /// When the last event was accepted (`Limiter.last`; Go's zero time at first).
-    last: Time,
+    /// When the last event was accepted (`Limiter.last`; Go's zero time at first), nanoseconds
+    /// since the Unix epoch.
+    last: i128,
 }
 
 impl TokenBucket {
     /// A full bucket of `burst` tokens, as x/time/rate's `NewLimiter(qps, burst)`.
     fn full(burst: i64) -> Self {
-        let last = chrono::DateTime::from_timestamp(GO_ZERO_TIME_SECS, 0).expect("in chrono's range");
-        TokenBucket { tokens: burst as f64, last }
+        TokenBucket { tokens: burst as f64, last: GO_ZERO_TIME_NANOS }
     }
 }
 
@@ -44,10 +49,9 @@ impl TokenBucket {
 /// (none if `t` is earlier), takes one token, and accepts if the deficit converts to no wait
 /// (less than one nanosecond of refill). An accepted event stores `t` and the tokens left; a
 /// rejected one changes nothing.
-fn try_accept(bucket: &mut TokenBucket, t: Time, limit: f64, burst: i64) -> bool {
-    // advance: `last` is at most `t`; elapsed is Go's saturating `t.Sub(last)`.
-    let last = bucket.last.min(t);
-    let elapsed = (t - last).num_nanoseconds().unwrap_or(i64::MAX);
+fn try_accept(bucket: &mut TokenBucket, t: i128, limit: f64, burst: i64) -> bool {
+    // advance: `last` is at most `t`; elapsed is Go's `t.Sub(last)`, saturating.
+    let elapsed = i64::try_from(t - bucket.last.min(t)).unwrap_or(i64::MAX);
     let mut tokens = bucket.tokens + tokens_from_duration(limit, elapsed);
     if tokens > burst as f64 {
         tokens = burst as f64;
@@ -127,21 +131,18 @@ impl SpamFilter {
     /// Every bucket, least recently used first (what a snapshot stores).
     pub fn entries(&self) -> impl Iterator<Item = (Key, BucketState)> + '_ {
         self.cache.iter_oldest_first().map(|(k, b)| {
-            let state =
-                BucketState { tokens: b.tokens, last_secs: b.last.timestamp(), last_nanos: b.last.timestamp_subsec_nanos() };
+            let (secs, nanos) = (b.last.div_euclid(NANOS_PER_SEC.into()), b.last.rem_euclid(NANOS_PER_SEC.into()));
+            let state = BucketState { tokens: b.tokens, last_secs: secs as i64, last_nanos: nanos as u32 };
             (k, state)
         })
     }
 
     /// Puts a bucket back as the most recently used (restored in order, least recent first,
     /// the cache's recency order comes back): the same tokens and last instant, so it decides
-    /// as the one snapshotted. A state whose instant is out of range restores a full bucket.
+    /// as the one snapshotted.
     pub fn restore(&mut self, key: Key, state: BucketState) {
-        let bucket = match chrono::DateTime::from_timestamp(state.last_secs, state.last_nanos) {
-            Some(last) => TokenBucket { tokens: state.tokens, last },
-            None => TokenBucket::full(self.burst),
-        };
-        self.cache.put(key, bucket);
+        let last = i128::from(state.last_secs) * i128::from(NANOS_PER_SEC) + i128::from(state.last_nanos);
+        self.cache.put(key, TokenBucket { tokens: state.tokens, last });
     }
 
     /// The cache's capacity, the refill rate (Go `float32`, its bits) and the burst: the
@@ -155,7 +156,7 @@ impl SpamFilter {
     pub fn filter(&mut self, key: Key, now: Time) -> bool {
         let (limit, burst) = (f64::from(self.qps), self.burst);
         let bucket = self.cache.get_or_insert_mut(key, || TokenBucket::full(burst));
-        !try_accept(bucket, now, limit, burst)
+        !try_accept(bucket, unix_nanos(now), limit, burst)
     }
 }
 

@@ -226,9 +226,8 @@ mod tests {
     fn float_tokens_fall_behind_an_exact_period_as_in_go() {
         let mut f = filter(1, 3.0);
         let start = at(0.0);
-        let decisions: Vec<bool> = (0..11)
-            .map(|i| !f.filter(Key::of("k"), start + chrono::Duration::nanoseconds(333_333_333 * i)))
-            .collect();
+        let decisions: Vec<bool> =
+            (0..11).map(|i| !f.filter(Key::of("k"), start + chrono::Duration::nanoseconds(333_333_333 * i))).collect();
         let expected = [true, true, true, true, false, true, true, true, true, false, true];
         assert_eq!(decisions, expected);
     }

@@ -106,8 +106,10 @@ pub struct BucketState {
 #[doc(alias = "EventSourceObjectSpamFilter")]
 pub struct SpamFilter {
     cache: KeyedLru<TokenBucket>,
-    /// The refill rate as Go widens it: `rate.Limit(qps)`, the float32 as a float64.
+    /// The refill rate, tokens per second, as client-go's `float32`; widened to a float64 where
+    /// it is used, as `rate.Limit(qps)` does.
     qps: f32,
+    /// Tokens a bucket holds at most (and starts with).
     burst: i64,
 }
 

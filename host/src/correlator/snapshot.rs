@@ -25,8 +25,16 @@ use serde::{Deserialize, Serialize};
 
 use super::EventCorrelator;
 use super::keys::Key;
-pub use super::spam_filter::BucketState;
 use crate::event::{ObjectReference, Time};
+
+/// One SpamFilter token bucket: x/time/rate's `Limiter` state.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct BucketState {
+    /// Tokens left after the last accepted event.
+    pub tokens: f64,
+    /// When the last event was accepted (Go's zero time for a bucket that never accepted one).
+    pub last: Instant,
+}
 
 /// The snapshot format's version: a snapshot of another version is refused. Version 2 added
 /// the open "N suppressed" windows ([`TenantSnapshot::summaries`]); version 3 keeps a token
@@ -364,7 +372,11 @@ impl EventCorrelator {
                 resource_version: rv.to_string(),
             })
             .collect();
-        let spam_filter = self.spam_filter.entries().map(|(key, bucket)| (key.to_bytes(), bucket)).collect();
+        let spam_filter = self
+            .spam_filter
+            .entries()
+            .map(|(key, tokens, last)| (key.to_bytes(), BucketState { tokens, last: Instant::from(last) }))
+            .collect();
         CorrelatorState { settings: self.settings(key_functions), aggregator, logger, spam_filter }
     }
 
@@ -404,8 +416,11 @@ impl EventCorrelator {
                 e.resource_version,
             );
         }
+        // A bucket whose instant no `Time` has is left out: the next event finds a full one.
         for (key, bucket) in state.spam_filter {
-            self.spam_filter.restore(Key::from_bytes(key), bucket);
+            if let Some(last) = bucket.last.time() {
+                self.spam_filter.restore(Key::from_bytes(key), bucket.tokens, last);
+            }
         }
         Ok(())
     }

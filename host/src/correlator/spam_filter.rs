@@ -86,19 +86,6 @@ fn duration_from_tokens_is_zero(limit: f64, tokens: f64) -> bool {
     nanos < 1.0 || nanos.is_nan()
 }
 
-/// A token bucket's state as a snapshot keeps it ([`super::snapshot`]): x/time/rate's
-/// `Limiter` fields.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct BucketState {
-    /// Tokens left after the last accepted event.
-    pub tokens: f64,
-    /// When the last event was accepted: seconds since the Unix epoch (Go's zero time,
-    /// −62,135,596,800, for a bucket that never accepted one).
-    pub last_secs: i64,
-    /// Nanoseconds within that second.
-    pub last_nanos: u32,
-}
-
 /// The SpamFilter: an LRU of token buckets keyed by spam key.
 ///
 /// Default parameters (client-go): burst 25, qps 1/300 — 25 consecutive events per key pass,
@@ -130,21 +117,24 @@ impl SpamFilter {
         Self { cache: KeyedLru::new(cache_size), qps, burst }
     }
 
-    /// Every bucket, least recently used first (what a snapshot stores).
-    pub fn entries(&self) -> impl Iterator<Item = (Key, BucketState)> + '_ {
+    /// Every bucket, least recently used first (what a snapshot stores): its key, the tokens
+    /// left after its last accepted event, and when that was (Go's zero time if never).
+    pub fn entries(&self) -> impl Iterator<Item = (Key, f64, Time)> + '_ {
         self.cache.iter_oldest_first().map(|(k, b)| {
             let (secs, nanos) = (b.last.div_euclid(NANOS_PER_SEC.into()), b.last.rem_euclid(NANOS_PER_SEC.into()));
-            let state = BucketState { tokens: b.tokens, last_secs: secs as i64, last_nanos: nanos as u32 };
-            (k, state)
+            let last = i64::try_from(secs)
+                .ok()
+                .and_then(|secs| chrono::DateTime::from_timestamp(secs, nanos as u32))
+                .expect("a bucket's last instant was a Time");
+            (k, b.tokens, last)
         })
     }
 
     /// Puts a bucket back as the most recently used (restored in order, least recent first,
-    /// the cache's recency order comes back): the same tokens and last instant, so it decides
-    /// as the one snapshotted.
-    pub fn restore(&mut self, key: Key, state: BucketState) {
-        let last = i128::from(state.last_secs) * i128::from(NANOS_PER_SEC) + i128::from(state.last_nanos);
-        self.cache.put(key, TokenBucket { tokens: state.tokens, last });
+    /// the cache's recency order comes back) with `tokens` left after its last accepted event
+    /// at `last`: it decides as the one snapshotted.
+    pub fn restore(&mut self, key: Key, tokens: f64, last: Time) {
+        self.cache.put(key, TokenBucket { tokens, last: unix_nanos(last) });
     }
 
     /// The cache's capacity, the refill rate (Go `float32`, its bits) and the burst: the
@@ -258,10 +248,10 @@ mod tests {
     fn a_restored_bucket_keeps_its_tokens_and_last_instant() {
         let mut f = filter(2, 0.1);
         assert!(!f.filter(Key::of("k"), at(100.0)));
-        let (key, state) = f.entries().next().unwrap();
-        assert_eq!(state.tokens, 1.0);
+        let (key, tokens, last) = f.entries().next().unwrap();
+        assert_eq!((tokens, last), (1.0, at(100.0)));
         let mut restored = filter(2, 0.1);
-        restored.restore(key, state);
+        restored.restore(key, tokens, last);
         for t in [105.0, 106.0, 110.0] {
             assert_eq!(restored.filter(Key::of("k"), at(t)), f.filter(Key::of("k"), at(t)), "at {t} s");
         }

@@ -61,9 +61,17 @@ impl Clock for ManualClock {
     }
 }
 
-/// Nanoseconds since the Unix epoch, saturating outside the `i64` range (Go's `UnixNano`).
+/// Nanoseconds since the Unix epoch, saturating outside the `i64` range (years 1677 to 2262):
+/// what a [`ManualClock`] stores and plugins receive. Event names use [`go_unix_nano`].
 pub fn to_unix_nanos(t: DateTime<Utc>) -> i64 {
     t.timestamp_nanos_opt().unwrap_or(if t.timestamp() < 0 { i64::MIN } else { i64::MAX })
+}
+
+/// Go's `Time.UnixNano` exactly: seconds × 10⁹ + nanoseconds in wrapping `int64` arithmetic, so
+/// an instant outside years 1677 to 2262 gives the value Go computes (its docs call it
+/// undefined; its code wraps). What event names are made of.
+pub fn go_unix_nano(t: DateTime<Utc>) -> i64 {
+    t.timestamp().wrapping_mul(1_000_000_000).wrapping_add(i64::from(t.timestamp_subsec_nanos()))
 }
 
 /// A shared clock handle, as stored by the correlator and the recorder.
@@ -87,5 +95,20 @@ mod tests {
         assert_eq!(c.now().to_rfc3339(), "2025-01-01T00:00:01.500+00:00");
         c.set(t0);
         assert_eq!(c.now(), t0);
+    }
+
+    /// Go's `UnixNano` in wrapping `int64` arithmetic (values computed as Go's
+    /// `unixSec*1e9 + nsec` wraps), where [`to_unix_nanos`] saturates.
+    #[test]
+    fn go_unix_nano_wraps_as_go_where_to_unix_nanos_saturates() {
+        let at = |s: &str| s.parse::<DateTime<Utc>>().unwrap();
+        let t = at("2025-01-01T00:00:00.000000123Z");
+        assert_eq!(go_unix_nano(t), 1_735_689_600_000_000_123);
+        assert_eq!(go_unix_nano(t), to_unix_nanos(t), "inside the int64 range both agree");
+        assert_eq!(go_unix_nano(at("1969-12-31T23:59:59.5Z")), -500_000_000);
+        assert_eq!(go_unix_nano(at("0001-01-01T00:00:00Z")), -6_795_364_578_871_345_152, "Go's zero time");
+        assert_eq!(go_unix_nano(at("3000-01-01T00:00:00.000000005Z")), -4_389_808_147_419_103_227);
+        assert_eq!(to_unix_nanos(at("0001-01-01T00:00:00Z")), i64::MIN);
+        assert_eq!(to_unix_nanos(at("3000-01-01T00:00:00Z")), i64::MAX);
     }
 }

@@ -483,10 +483,20 @@ pub fn is_dns1123_subdomain(name: &str) -> bool {
         })
 }
 
-/// client-go `util.GenerateEventName`: `<refName>.<lowercase hex of unixNano>` (no `0x`, no
-/// padding), or a random UUIDv4 when that is not a valid DNS-1123 subdomain (since k8s 1.33).
+/// client-go's event name, `fmt.Sprintf("%v.%x", refName, unixNano)`: the name, a dot and the
+/// lowercase hex of `unix_nanos` (Go's `UnixNano`, [`crate::clock::go_unix_nano`]) with no `0x`
+/// and no padding; a negative value is written as Go writes it, `-` and the hex of its
+/// magnitude (Rust's `{:x}` would give the two's complement). The aggregator names its
+/// aggregate events so, unchecked.
+pub fn event_name(ref_name: &str, unix_nanos: i64) -> String {
+    let sign = if unix_nanos < 0 { "-" } else { "" };
+    format!("{ref_name}.{sign}{:x}", unix_nanos.unsigned_abs())
+}
+
+/// client-go `util.GenerateEventName`: [`event_name`], or a random UUIDv4 when that is not a
+/// valid DNS-1123 subdomain (since k8s 1.33).
 pub fn generate_event_name(ref_name: &str, unix_nanos: i64) -> String {
-    let candidate = format!("{ref_name}.{unix_nanos:x}");
+    let candidate = event_name(ref_name, unix_nanos);
     if is_dns1123_subdomain(&candidate) { candidate } else { uuid::Uuid::new_v4().to_string() }
 }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::broadcaster::{Broadcaster, WatchEventType};
-use crate::clock::{SharedClock, to_unix_nanos};
+use crate::clock::{SharedClock, go_unix_nano};
 use crate::event::{Event, EventSource, EventType, ObjectMeta, ObjectReference, SharedEvent};
 
 pub use crate::event::{DNS1123_SUBDOMAIN_MAX_LENGTH, generate_event_name, is_dns1123_subdomain};
@@ -137,7 +137,7 @@ impl EventRecorder {
         let namespace = if object.namespace.is_empty() { "default".into() } else { object.namespace.clone() };
         Event {
             metadata: ObjectMeta {
-                name: generate_event_name(&object.name, to_unix_nanos(t)).into(),
+                name: generate_event_name(&object.name, go_unix_nano(t)).into(),
                 namespace,
                 ..ObjectMeta::default()
             },
@@ -166,5 +166,17 @@ mod tests {
         for bad in ["", ".178959f726d80ec", "test.POD.1", "a..b", "-a.b", "a-.b", "a_b", &"x".repeat(254)] {
             assert!(!is_dns1123_subdomain(bad), "{bad:?}");
         }
+    }
+
+    /// Go's `%x` of an `int64`: lowercase hex, no padding, a negative as `-` and its magnitude;
+    /// such a name is no DNS-1123 subdomain, so `GenerateEventName` falls back to a UUID.
+    #[test]
+    fn event_names_write_unix_nanos_as_go_formats_them() {
+        assert_eq!(crate::event::event_name("web-0", 0x17d4_b86e_594e_abb7), "web-0.17d4b86e594eabb7");
+        assert_eq!(crate::event::event_name("web-0", -500_000_000), "web-0.-1dcd6500");
+        assert_eq!(crate::event::event_name("web-0", i64::MIN), "web-0.-8000000000000000");
+        assert_eq!(generate_event_name("web-0", 0x1dcd_6500), "web-0.1dcd6500");
+        let fallback = generate_event_name("web-0", -500_000_000);
+        assert!(uuid::Uuid::parse_str(&fallback).is_ok(), "{fallback}");
     }
 }

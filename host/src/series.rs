@@ -63,7 +63,7 @@ impl SeriesEventSource {
         let namespace = if regarding.namespace.is_empty() { "default" } else { &regarding.namespace };
         Event {
             metadata: ObjectMeta {
-                name: generate_event_name(&regarding.name, crate::clock::to_unix_nanos(now)).into(),
+                name: generate_event_name(&regarding.name, crate::clock::go_unix_nano(now)).into(),
                 namespace: namespace.into(),
                 ..ObjectMeta::default()
             },

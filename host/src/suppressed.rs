@@ -207,7 +207,7 @@ fn summary(window: Window) -> Event {
         human(window.seconds),
         by_reason.join(", ")
     );
-    let name = crate::event::generate_event_name(&subject.object.name, crate::clock::to_unix_nanos(end));
+    let name = crate::event::generate_event_name(&subject.object.name, crate::clock::go_unix_nano(end));
     Event {
         kind: "Event".into(),
         api_version: "v1".into(),

@@ -7,8 +7,8 @@ use smallvec::SmallVec;
 
 use super::keys::{AggregateKey, BuildKeyHasher, Key};
 use super::lru_cache::KeyedLru;
-use crate::clock::to_unix_nanos;
-use crate::event::{Event, ObjectMeta, Time};
+use crate::clock::go_unix_nano;
+use crate::event::{Event, ObjectMeta, Time, event_name};
 
 /// Local keys a group keeps in its own record, searched linearly, before they move to an
 /// indexed set. Most groups see one or a few distinct messages before they are evicted or
@@ -221,7 +221,7 @@ fn elapsed_nanos(now: Time, last: Time) -> i64 {
 pub fn aggregate_event(original: &Event, message: String, now: Time) -> Event {
     Event {
         metadata: ObjectMeta {
-            name: format!("{}.{:x}", original.involved_object.name, to_unix_nanos(now)).into(),
+            name: event_name(&original.involved_object.name, go_unix_nano(now)).into(),
             namespace: original.metadata.namespace.clone(),
             ..ObjectMeta::default()
         },
@@ -322,5 +322,11 @@ mod tests {
         assert_eq!((agg.count, agg.message.as_str()), (1, "combined"));
         assert_eq!(agg.reporting_component, "");
         assert_eq!((agg.first_timestamp, agg.last_timestamp), (Some(now), Some(now)));
+        // Before 1970 and outside Go's int64 nanoseconds, the name is what Go's
+        // `fmt.Sprintf("%v.%x", name, now.UnixNano())` prints: a signed hex of the wrapped value.
+        let before: Time = "1969-12-31T23:59:59.5Z".parse().unwrap();
+        assert_eq!(aggregate_event(&e, "c".into(), before).metadata.name, "pod.-1dcd6500");
+        let zero: Time = "0001-01-01T00:00:00Z".parse().unwrap();
+        assert_eq!(aggregate_event(&e, "c".into(), zero).metadata.name, "pod.-5e4dfc14c2e60000");
     }
 }

@@ -62,7 +62,8 @@ pub struct EventPatch {
 /// How `lastTimestamp` appears in an [`EventPatch`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LastTimestampPatch {
-    /// The event's lastTimestamp is exactly the Unix epoch: no difference, key absent.
+    /// The event's lastTimestamp is the Unix epoch to the second (the patch compares the two
+    /// events' JSON, where `metav1.Time` has whole seconds): no difference, key absent.
     Unchanged,
     /// The event has no lastTimestamp: `"lastTimestamp": null`.
     Null,
@@ -75,7 +76,8 @@ impl EventPatch {
     pub fn for_event(observed: &Event) -> Self {
         let last_timestamp = match observed.last_timestamp {
             None => LastTimestampPatch::Null,
-            Some(t) if t.timestamp() == 0 && t.timestamp_subsec_nanos() == 0 => LastTimestampPatch::Unchanged,
+            // Compared as marshalled: `metav1.Time` writes whole seconds, so 00:00:00.5 is the epoch.
+            Some(t) if t.timestamp() == 0 => LastTimestampPatch::Unchanged,
             Some(t) => LastTimestampPatch::At(t),
         };
         Self { count: observed.count, last_timestamp, message: observed.message.to_string() }
@@ -238,6 +240,16 @@ mod tests {
         let epoch = chrono::DateTime::from_timestamp(0, 0).unwrap();
         let e = Event { count: 4, last_timestamp: Some(epoch), ..Event::default() };
         assert_eq!(String::from_utf8(EventPatch::for_event(&e).to_json()).unwrap(), r#"{"count":4}"#);
+        // Go compares the JSON of the two events, where a time has whole seconds: half a second
+        // after the epoch is the epoch; a second after it, or half a second before it, is not.
+        for (at, expected) in [
+            ("1970-01-01T00:00:00.5Z", r#"{"count":4}"#),
+            ("1970-01-01T00:00:01Z", r#"{"count":4,"lastTimestamp":"1970-01-01T00:00:01Z"}"#),
+            ("1969-12-31T23:59:59.5Z", r#"{"count":4,"lastTimestamp":"1969-12-31T23:59:59Z"}"#),
+        ] {
+            let e = Event { count: 4, last_timestamp: Some(at.parse().unwrap()), ..Event::default() };
+            assert_eq!(String::from_utf8(EventPatch::for_event(&e).to_json()).unwrap(), expected, "{at}");
+        }
     }
 
     #[test]

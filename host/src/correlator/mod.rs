@@ -63,7 +63,9 @@ pub struct CorrelatorOptions {
     pub lru_cache_size: usize,
     /// Spam filter bucket size, tokens. 0 → 25; negative filters every event.
     pub burst_size: i64,
-    /// Spam filter refill rate, tokens per second (Go `float32`). 0 → 1/300; negative never refills.
+    /// Spam filter refill rate, tokens per second (Go `float32`). 0 → 1/300; negative filters
+    /// every event (a new bucket holds no tokens in the x/time/rate client-go v0.26 pins, and
+    /// none come; see [`SpamFilter`]).
     pub qps: f32,
     /// Distinct local keys within the window that trigger aggregation. 0 → 10; negative never
     /// aggregates (Go converts it to a huge `uint`).

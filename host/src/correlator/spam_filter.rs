@@ -1,13 +1,22 @@
 //! SpamFilter: a token bucket per spam key (client-go `EventSourceObjectSpamFilter`, spec §3.6).
 //!
-//! Each bucket is golang.org/x/time/rate's `Limiter` as client-go makes it
+//! Each bucket is golang.org/x/time/rate's `Limiter` as client-go v0.26.15 makes it
 //! (`flowcontrol.NewTokenBucketPassiveRateLimiterWithClock(qps, burst, clock)`, asked with
-//! `TryAccept`, i.e. `AllowN(now, 1)`), computed the same way: a float64 token count and the
-//! instant of the last accepted event, refilled by `elapsed.Seconds() × qps` when asked. So
-//! every decision is client-go's, to the nanosecond and the float rounding, also when the clock
-//! runs backwards (an accepted event at an earlier instant moves the bucket's clock back, as in
-//! Go), for `qps ≤ 0` (the `burst` tokens are never refilled) and for `burst < 1` (nothing is
-//! accepted).
+//! `TryAccept`, i.e. `AllowN(now, 1)`), computed as x/time/rate **v0.3.0** does, the version
+//! that client-go pins: a float64 token count and the instant of the last accepted event,
+//! refilled by `elapsed.Seconds() × qps` when asked. So every decision is client-go's, to the
+//! nanosecond and the float rounding, also when the clock runs backwards (an accepted event at
+//! an earlier instant moves the bucket's clock back, as in Go).
+//!
+//! Where v0.3.0 differs from later x/time releases, eventpipe does what v0.3.0 does:
+//! - A new limiter holds **no** tokens (later: `burst`). Its `last` is Go's zero time, so the
+//!   first refill, for ~292 years (Go's longest `Duration`), fills it, unless `qps × 292
+//!   years < burst`: with `qps < 0` a bucket never holds a token and every event is refused;
+//!   with `qps = 1e-9` it starts with 9.
+//! - A wait too long for an `int64` of nanoseconds (`qps` below ~1e-10) is converted as amd64
+//!   converts an out-of-range float, to the smallest `int64`, which counts as no wait: such a
+//!   bucket accepts every event once it is empty (later releases refuse them; on arm64 Go
+//!   saturates and refuses them too).
 
 use std::num::NonZeroUsize;
 
@@ -16,7 +25,7 @@ use super::lru_cache::KeyedLru;
 use crate::event::Time;
 
 /// Go's zero `time.Time` (0001-01-01T00:00:00Z) as nanoseconds since the Unix epoch: a new
-/// limiter's `last`, so that its first refill saturates and the bucket starts full.
+/// limiter's `last`, so that its first refill saturates.
 const GO_ZERO_TIME_NANOS: i128 = -62_135_596_800 * NANOS_PER_SEC as i128;
 
 /// Nanoseconds per second (Go `time.Second`).
@@ -30,7 +39,8 @@ fn unix_nanos(t: Time) -> i128 {
 /// One source+object's bucket: x/time/rate's `Limiter` state.
 #[derive(Debug, Clone, Copy)]
 struct TokenBucket {
-    /// Tokens left after the last accepted event (`Limiter.tokens`; starts at `burst`).
+    /// Tokens left after the last accepted event (`Limiter.tokens`; 0 at first). For a limit
+    /// of exactly 0, the tokens of `burst` spent so far instead (see [`try_accept`]).
     tokens: f64,
     /// When the last event was accepted (`Limiter.last`; Go's zero time at first), nanoseconds
     /// since the Unix epoch.
@@ -38,18 +48,27 @@ struct TokenBucket {
 }
 
 impl TokenBucket {
-    /// A full bucket of `burst` tokens, as x/time/rate's `NewLimiter(qps, burst)`.
-    fn full(burst: i64) -> Self {
-        TokenBucket { tokens: burst as f64, last: GO_ZERO_TIME_NANOS }
-    }
+    /// A new bucket, as x/time/rate v0.3.0's `NewLimiter(qps, burst)`: no tokens, its last
+    /// event at Go's zero time.
+    const NEW: Self = TokenBucket { tokens: 0.0, last: GO_ZERO_TIME_NANOS };
 }
 
-/// x/time/rate `Limiter.reserveN(t, 1, 0).ok` for a bucket of `burst` tokens refilled at
-/// `limit` tokens per second: refills the bucket for the time since its last accepted event
+/// x/time/rate v0.3.0 `Limiter.reserveN(t, 1, 0).ok` for a bucket of `burst` tokens refilled
+/// at `limit` tokens per second: refills the bucket for the time since its last accepted event
 /// (none if `t` is earlier), takes one token, and accepts if the deficit converts to no wait
-/// (less than one nanosecond of refill). An accepted event stores `t` and the tokens left; a
-/// rejected one changes nothing.
+/// (less than one nanosecond of refill, or an out-of-range one, see the module docs). An
+/// accepted event stores `t` and the tokens left; a rejected one changes nothing.
+///
+/// A limit of exactly 0 (not reachable through client-go's options, where 0 means the
+/// default) is v0.3.0's special case: `burst` itself is spent, one per event, never refilled.
 fn try_accept(bucket: &mut TokenBucket, t: i128, limit: f64, burst: i64) -> bool {
+    if limit == 0.0 {
+        let ok = burst as f64 - bucket.tokens >= 1.0;
+        if ok {
+            bucket.tokens += 1.0;
+        }
+        return ok;
+    }
     // advance: `last` is at most `t`; elapsed is Go's `t.Sub(last)`, saturating.
     let elapsed = i64::try_from(t - bucket.last.min(t)).unwrap_or(i64::MAX);
     let mut tokens = bucket.tokens + tokens_from_duration(limit, elapsed);
@@ -57,8 +76,8 @@ fn try_accept(bucket: &mut TokenBucket, t: i128, limit: f64, burst: i64) -> bool
         tokens = burst as f64;
     }
     tokens -= 1.0;
-    let no_wait = tokens >= 0.0 || duration_from_tokens_is_zero(limit, -tokens);
-    let ok = 1 <= burst && no_wait;
+    let wait = if tokens < 0.0 { duration_from_tokens(limit, -tokens) } else { 0 };
+    let ok = 1 <= burst && wait <= 0;
     if ok {
         *bucket = TokenBucket { tokens, last: t };
     }
@@ -75,15 +94,21 @@ fn tokens_from_duration(limit: f64, nanos: i64) -> f64 {
     seconds * limit
 }
 
-/// Whether x/time/rate `Limit.durationFromTokens(tokens)` is ≤ 0: infinite for a limit ≤ 0,
-/// else `(tokens / limit) × 1e9` nanoseconds truncated to an integer, which is 0 below one.
-/// (A NaN converts to a `Duration` ≤ 0 in Go: the minimum on amd64, 0 on arm64.)
-fn duration_from_tokens_is_zero(limit: f64, tokens: f64) -> bool {
+/// x/time/rate v0.3.0 `Limit.durationFromTokens`, nanoseconds: Go's longest `Duration` for a
+/// limit ≤ 0, else `time.Duration(1e9 × (tokens / limit))`, converted as Go on amd64 converts
+/// a float to an `int64` ([`go_int64_on_amd64`]).
+fn duration_from_tokens(limit: f64, tokens: f64) -> i64 {
     if limit <= 0.0 {
-        return false;
+        return i64::MAX;
     }
-    let nanos = (tokens / limit) * 1e9;
-    nanos < 1.0 || nanos.is_nan()
+    go_int64_on_amd64(1e9 * (tokens / limit))
+}
+
+/// Go's `int64(x)` for a float64 on amd64 (`CVTTSD2SQ`): truncated toward zero when it fits,
+/// else (out of range, or NaN) the smallest `int64`.
+fn go_int64_on_amd64(x: f64) -> i64 {
+    const TWO_POW_63: f64 = 9_223_372_036_854_775_808.0;
+    if x.is_nan() || x >= TWO_POW_63 || x < -TWO_POW_63 { i64::MIN } else { x as i64 }
 }
 
 /// The SpamFilter: an LRU of token buckets keyed by spam key.
@@ -96,7 +121,7 @@ pub struct SpamFilter {
     /// The refill rate, tokens per second, as client-go's `float32`; widened to a float64 where
     /// it is used, as `rate.Limit(qps)` does.
     qps: f32,
-    /// Tokens a bucket holds at most (and starts with).
+    /// Tokens a bucket holds at most.
     burst: i64,
 }
 
@@ -112,7 +137,9 @@ impl std::fmt::Debug for SpamFilter {
 
 impl SpamFilter {
     /// A filter with an LRU of `cache_size` buckets, each of `burst` tokens refilled at `qps`
-    /// tokens per second (Go `float32`). `burst < 1` filters everything; `qps <= 0` never refills.
+    /// tokens per second (Go `float32`). `burst < 1` filters everything; `qps < 0` too (a new
+    /// bucket holds no tokens and is never refilled); `qps = 0` lets `burst` events through
+    /// per key, never refilled (x/time/rate v0.3.0; see the module docs).
     pub fn new(cache_size: NonZeroUsize, qps: f32, burst: i64) -> Self {
         Self { cache: KeyedLru::new(cache_size), qps, burst }
     }
@@ -147,7 +174,7 @@ impl SpamFilter {
     /// token at `now`, and refreshes the key's recency.
     pub fn filter(&mut self, key: Key, now: Time) -> bool {
         let (limit, burst) = (f64::from(self.qps), self.burst);
-        let bucket = self.cache.get_or_insert_mut(key, || TokenBucket::full(burst));
+        let bucket = self.cache.get_or_insert_mut(key, || TokenBucket::NEW);
         !try_accept(bucket, unix_nanos(now), limit, burst)
     }
 }
@@ -236,11 +263,36 @@ mod tests {
         assert!(!f.filter(Key::of("k"), start + chrono::Duration::nanoseconds(299_999_992_735)));
     }
 
+    /// x/time/rate v0.3.0: a new bucket holds no tokens; with a negative limit it is never
+    /// refilled, so nothing passes (later releases start it full).
     #[test]
-    fn a_negative_qps_never_refills_like_zero() {
-        let mut f = filter(1, -5.0);
-        assert!(!f.filter(Key::of("k"), at(0.0)), "the bucket starts full");
-        assert!(f.filter(Key::of("k"), at(1e6)));
+    fn a_negative_qps_refuses_everything() {
+        let mut f = filter(25, -5.0);
+        for t in [0.0, 1.0, 1e6] {
+            assert!(f.filter(Key::of("k"), at(t)), "at {t} s");
+        }
+    }
+
+    /// A new bucket is filled by its first refill, from Go's zero time: at most ~292 years
+    /// (Go's longest `Duration`, 9,223,372,036.854775807 s) of `qps`. At float32(1e-9) that is
+    /// 9.22 tokens, so 9 of a burst of 25 pass.
+    #[test]
+    fn a_tiny_qps_starts_with_what_292_years_refill() {
+        let mut f = filter(25, 1e-9);
+        let passed = (0..25).filter(|&i| !f.filter(Key::of("k"), at(f64::from(i)))).count();
+        assert_eq!(passed, 9);
+    }
+
+    /// Below ~1e-10 tokens/s the wait for a token no longer fits an `int64` of nanoseconds;
+    /// Go on amd64 converts it to the smallest `int64`, no wait, so every event passes.
+    #[test]
+    fn a_wait_past_the_int64_range_is_no_wait_as_on_amd64() {
+        let mut f = filter(1, 1e-12);
+        assert!((0..100).all(|i| !f.filter(Key::of("k"), at(f64::from(i)))));
+        assert_eq!(go_int64_on_amd64(9.3e18), i64::MIN);
+        assert_eq!(go_int64_on_amd64(f64::NAN), i64::MIN);
+        assert_eq!(go_int64_on_amd64(9_223_372_036_854_774_784.0), 9_223_372_036_854_774_784);
+        assert_eq!(go_int64_on_amd64(-2.7), -2);
     }
 
     /// A snapshot's bucket decides as the one it was taken from.

@@ -119,7 +119,9 @@ impl EventLogger {
         Self { cache: KeyedLru::new(cache_size) }
     }
 
-    /// client-go `eventObserve`: if `key` was seen with a count > 0, rewrite `event` as the next
+    /// client-go `eventObserve`: if `key` was seen with a count other than 0 (Go keeps it as a
+    /// `uint`, so a negative count is a large one, and `int32(count) + 1` wraps back to the
+    /// next value), rewrite `event` as the next
     /// occurrence of that earlier event (its name, resourceVersion and firstTimestamp, count + 1;
     /// lastTimestamp and message stay the incoming ones) and return the patch; otherwise keep the
     /// event's own count and return no patch. Either way, remember the result under `key`.
@@ -128,7 +130,7 @@ impl EventLogger {
         if new {
             return None;
         }
-        if last.count > 0 {
+        if last.count != 0 {
             event.metadata.name.clone_from(&last.name);
             event.metadata.resource_version.clone_from(&last.resource_version);
             event.first_timestamp = last.first_timestamp;
@@ -288,5 +290,27 @@ mod tests {
             assert_eq!(logger.observe(&mut e, Key::of("k")), None);
             assert_eq!(e.count, 0);
         }
+    }
+
+    /// Go remembers `uint(event.Count)`: a negative count is a huge one, so the next repeat
+    /// patches, with `int32(count) + 1`: -3 → -2, and -1 → 0, whose entry then counts as new.
+    #[test]
+    fn a_negative_count_is_a_previous_observation_as_a_go_uint() {
+        let mut logger = EventLogger::new(NonZeroUsize::new(8).unwrap());
+        let event = |count| Event { count, message: "m".into(), ..Event::default() };
+        let mut first = event(-3);
+        assert_eq!(logger.observe(&mut first, Key::of("k")), None);
+        let mut second = event(1);
+        let patch = logger.observe(&mut second, Key::of("k")).expect("a repeat of a count of -3");
+        assert_eq!((second.count, patch.count), (-2, -2));
+        let mut third = event(-1);
+        assert_eq!(logger.observe(&mut third, Key::of("other")), None);
+        let mut fourth = event(1);
+        let patch = logger.observe(&mut fourth, Key::of("other")).expect("a repeat of a count of -1");
+        assert_eq!(fourth.count, 0);
+        assert_eq!(String::from_utf8(patch.to_json()).unwrap(), r#"{"lastTimestamp":null,"message":"m"}"#);
+        let mut fifth = event(1);
+        assert_eq!(logger.observe(&mut fifth, Key::of("other")), None, "a count of 0 is no observation");
+        assert_eq!(fifth.count, 1);
     }
 }

@@ -108,7 +108,8 @@ fn duration_from_tokens(limit: f64, tokens: f64) -> i64 {
 /// else (out of range, or NaN) the smallest `int64`.
 fn go_int64_on_amd64(x: f64) -> i64 {
     const TWO_POW_63: f64 = 9_223_372_036_854_775_808.0;
-    if x.is_nan() || x >= TWO_POW_63 || x < -TWO_POW_63 { i64::MIN } else { x as i64 }
+    // A NaN is in no range.
+    if (-TWO_POW_63..TWO_POW_63).contains(&x) { x as i64 } else { i64::MIN }
 }
 
 /// The SpamFilter: an LRU of token buckets keyed by spam key.

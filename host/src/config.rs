@@ -80,9 +80,10 @@
 //! - A tenant needs a non-empty, unique `name` other than `default` (the name of the defaults,
 //!   [`DEFAULT_TENANT`]) and a `match` with at least one criterion; a criterion given must have at
 //!   least one entry. Globs must be valid.
-//! - `lru_cache_size`, `fuel_per_event` and `memory_limit_bytes` are non-negative integers.
+//! - `fuel_per_event` and `memory_limit_bytes` are non-negative integers. `lru_cache_size`,
 //!   `max_events`, `max_interval_seconds`, `burst` and `qps` may be negative, with client-go's
-//!   meaning (a negative burst filters every event, …); `qps` must not be NaN.
+//!   meaning (a negative burst filters every event, a negative cache size keeps nothing, …);
+//!   `qps` must not be NaN.
 //! - `fallback` is `builtin`, `drop` or `fail`; `partition_key` is `source-object` or `namespace`.
 //! - `drop`, `keep` and `spam_exempt` are lists of matchers ([`crate::rules`]); a rule's `name`
 //!   is non-empty and unique in its list; `keep = []` is refused (it would drop every event); a
@@ -213,8 +214,8 @@ pub struct Rules {
     pub burst: Option<i64>,
     /// Spam-filter refill rate, events per second.
     pub qps: Option<f32>,
-    /// Entries per correlator LRU cache (0 = the client-go default).
-    pub lru_cache_size: Option<usize>,
+    /// Entries per correlator LRU cache (0 = the client-go default; negative: none kept).
+    pub lru_cache_size: Option<i64>,
     /// Plugin fuel per event (≈ Wasm instructions).
     pub fuel_per_event: Option<u64>,
     /// Plugin linear-memory limit, bytes.
@@ -665,8 +666,9 @@ struct RawRules {
     /// The spam filter's refill, events per second (client-go `QPS`, default 1/300).
     #[schemars(with = "Option<f32>")]
     qps: Option<Spanned<f32>>,
-    /// Entries per correlator LRU cache (0: client-go's 4096).
-    lru_cache_size: Option<usize>,
+    /// Entries per correlator LRU cache (0: client-go's 4096; negative: the caches keep
+    /// nothing, as client-go's).
+    lru_cache_size: Option<i64>,
     /// Plugin fuel per event (≈ Wasm instructions).
     fuel_per_event: Option<u64>,
     /// Plugin linear-memory limit, bytes.
@@ -1372,7 +1374,7 @@ mod tests {
     fn type_errors() {
         assert_err("[defaults]\nmax_events = 1.5\n", 2, "defaults.max_events", "invalid type: floating point");
         assert_err("[defaults]\nfilters = \"f\"\n", 2, "defaults.filters", "invalid type: string");
-        assert_err("[defaults]\nlru_cache_size = -1\n", 2, "defaults.lru_cache_size", "invalid value: integer `-1`");
+        assert_err("[defaults]\nlru_cache_size = 1.5\n", 2, "defaults.lru_cache_size", "invalid type: floating point");
         assert_err("[defaults]\nfuel_per_event = -5\n", 2, "defaults.fuel_per_event", "expected u64");
         assert_err("[defaults]\nmemory_limit_bytes = -5\n", 2, "defaults.memory_limit_bytes", "invalid value");
         assert_err(

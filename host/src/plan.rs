@@ -52,8 +52,9 @@ pub enum BuiltinSpamKey {
 /// [`rules`](Self::rules) resolves them into the [`TenantRules`] a config then overrides.
 #[derive(Debug, Clone, Default)]
 pub struct CommandLineRules {
-    /// Entries in each LRU cache (client-go `LRUCacheSize`, default 4096).
-    pub lru_cache_size: usize,
+    /// Entries in each LRU cache (client-go `LRUCacheSize`, default 4096; negative: the caches
+    /// keep nothing, as in client-go).
+    pub lru_cache_size: i64,
     /// Spam filter burst, events (client-go `BurstSize`, default 25).
     pub burst: i64,
     /// Spam filter refill, events per second (client-go `QPS`, default 1/300).
@@ -136,7 +137,7 @@ impl CommandLineRules {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct TenantRules {
     /// The correlator's numbers (key functions are filled from the choices below).
-    pub lru_cache_size: usize,
+    pub lru_cache_size: i64,
     /// Spam filter burst, events (client-go `BurstSize`).
     pub burst: i64,
     /// Spam filter refill, events per second (client-go `QPS`).
@@ -523,7 +524,7 @@ impl TenantPlan {
                     or_default(r.max_interval_seconds, DEFAULT_AGGREGATE_INTERVAL_IN_SECONDS),
                     or_default(r.burst, DEFAULT_SPAM_BURST),
                     or_default(r.qps, DEFAULT_SPAM_QPS),
-                    or_default(r.lru_cache_size, MAX_LRU_CACHE_ENTRIES),
+                    or_default(r.lru_cache_size, MAX_LRU_CACHE_ENTRIES as i64),
                     r.plugin.fallback,
                     r.sinks.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
                 )

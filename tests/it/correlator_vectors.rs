@@ -49,7 +49,7 @@ fn options(scenario: &Value) -> CorrelatorOptions {
         }
     };
     CorrelatorOptions {
-        lru_cache_size: int(o, "LRUCacheSize") as usize,
+        lru_cache_size: int(o, "LRUCacheSize"),
         burst_size: int(o, "BurstSize"),
         qps,
         max_events: int(o, "MaxEvents"),

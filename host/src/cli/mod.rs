@@ -139,9 +139,10 @@ fn with_plugins_dir(registry: PluginRegistry, dir: &Path, command: &str) -> anyh
 /// default.
 #[derive(Args, Debug, Clone)]
 pub struct CorrelatorArgs {
-    /// Entries in each of the three LRU caches [default: 4096].
-    #[arg(long, value_name = "N")]
-    lru_cache_size: Option<usize>,
+    /// Entries in each of the three LRU caches [default: 4096; negative: they keep nothing, as
+    /// in client-go].
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    lru_cache_size: Option<i64>,
     /// Spam filter bucket size per source + object, events [default: 25].
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     burst: Option<i64>,

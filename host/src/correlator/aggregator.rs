@@ -1,7 +1,5 @@
 //! EventAggregator: combines similar events (client-go `EventAggregator.EventAggregate`, spec §3.3).
 
-use std::num::NonZeroUsize;
-
 use indexmap::IndexSet;
 use smallvec::SmallVec;
 
@@ -149,12 +147,13 @@ pub struct EventAggregator {
 }
 
 impl EventAggregator {
-    /// An aggregator with an LRU of `cache_size` groups.
+    /// An aggregator with an LRU of `cache_size` groups (0: keeps none, every event starts a
+    /// new group, as client-go with a negative `LRUCacheSize`).
     ///
     /// `max_events` and `max_interval_in_seconds` are taken as client-go takes them: converted
     /// to `uint` (a negative `max_events` wraps to a huge value, so nothing aggregates), and the
     /// interval converted back to a `time.Duration` of seconds with Go's wrapping arithmetic.
-    pub fn new(cache_size: NonZeroUsize, max_events: i64, max_interval_in_seconds: i64) -> Self {
+    pub fn new(cache_size: usize, max_events: i64, max_interval_in_seconds: i64) -> Self {
         Self {
             cache: KeyedLru::new(cache_size),
             max_events: max_events as u64,
@@ -195,7 +194,7 @@ impl EventAggregator {
     /// The cache's capacity, the distinct-message threshold (Go `uint`) and the window in
     /// nanoseconds: the numbers a snapshot must have been taken under.
     pub fn settings(&self) -> (usize, u64, i64) {
-        (self.cache.cap().get(), self.max_events, self.max_interval_nanos)
+        (self.cache.cap(), self.max_events, self.max_interval_nanos)
     }
 
     /// Number of groups cached.
@@ -255,7 +254,7 @@ mod tests {
 
     #[test]
     fn tenth_distinct_message_in_window_aggregates_and_pops_the_oldest() {
-        let mut a = EventAggregator::new(NonZeroUsize::new(16).unwrap(), 10, 600);
+        let mut a = EventAggregator::new(16, 10, 600);
         for i in 0..9 {
             assert_eq!(a.aggregate(key(&format!("m{i}")), at(i)), AggregateDecision::Original);
         }
@@ -269,7 +268,7 @@ mod tests {
     #[test]
     fn a_group_past_the_inline_keys_keeps_insertion_order() {
         let max = INLINE_LOCAL_KEYS as i64 + 5;
-        let mut a = EventAggregator::new(NonZeroUsize::new(16).unwrap(), max, 600);
+        let mut a = EventAggregator::new(16, max, 600);
         for i in 0..max - 1 {
             assert_eq!(a.aggregate(key(&format!("m{i}")), at(i)), AggregateDecision::Original);
             assert_eq!(a.aggregate(key("m0"), at(i)), AggregateDecision::Original, "a repeat is not a new key");
@@ -289,7 +288,7 @@ mod tests {
 
     #[test]
     fn window_resets_only_when_gap_is_strictly_greater_than_interval() {
-        let mut a = EventAggregator::new(NonZeroUsize::new(4).unwrap(), 2, 600);
+        let mut a = EventAggregator::new(4, 2, 600);
         assert_eq!(a.aggregate(key("a"), at(0)), AggregateDecision::Original);
         assert_eq!(
             a.aggregate(key("b"), at(600)),
@@ -301,7 +300,7 @@ mod tests {
 
     #[test]
     fn negative_max_events_never_aggregates_as_go_uint_wrap() {
-        let mut a = EventAggregator::new(NonZeroUsize::new(4).unwrap(), -1, 600);
+        let mut a = EventAggregator::new(4, -1, 600);
         for i in 0..50 {
             assert_eq!(a.aggregate(key(&i.to_string()), at(i)), AggregateDecision::Original);
         }

@@ -1,8 +1,6 @@
 //! EventLogger: counts repeats and builds the patch (client-go `eventLogger.eventObserve` and
 //! `updateState`, spec §3.4–3.5).
 
-use std::num::NonZeroUsize;
-
 use serde::ser::{Serialize, SerializeMap, Serializer};
 
 use super::keys::{Key, event_cache_key};
@@ -114,8 +112,9 @@ pub struct EventLogger {
 }
 
 impl EventLogger {
-    /// A logger with an LRU of `cache_size` entries.
-    pub fn new(cache_size: NonZeroUsize) -> Self {
+    /// A logger with an LRU of `cache_size` entries (0: keeps none, no event is a repeat, as
+    /// client-go with a negative `LRUCacheSize`).
+    pub fn new(cache_size: usize) -> Self {
         Self { cache: KeyedLru::new(cache_size) }
     }
 
@@ -216,7 +215,7 @@ impl EventLogger {
 
     /// The cache's capacity.
     pub fn capacity(&self) -> usize {
-        self.cache.cap().get()
+        self.cache.cap()
     }
 
     /// The count remembered for `key` without touching recency (for tests and diagnostics).
@@ -256,7 +255,7 @@ mod tests {
 
     #[test]
     fn repeat_takes_name_first_timestamp_and_next_count_from_the_cache() {
-        let mut logger = EventLogger::new(NonZeroUsize::new(8).unwrap());
+        let mut logger = EventLogger::new(8);
         let t1: Time = "2025-01-01T00:00:01Z".parse().unwrap();
         let t2: Time = "2025-01-01T00:00:02Z".parse().unwrap();
         let mut first = Event {
@@ -284,7 +283,7 @@ mod tests {
 
     #[test]
     fn zero_count_entries_never_turn_into_patches() {
-        let mut logger = EventLogger::new(NonZeroUsize::new(8).unwrap());
+        let mut logger = EventLogger::new(8);
         for _ in 0..3 {
             let mut e = Event::default();
             assert_eq!(logger.observe(&mut e, Key::of("k")), None);
@@ -296,7 +295,7 @@ mod tests {
     /// patches, with `int32(count) + 1`: -3 → -2, and -1 → 0, whose entry then counts as new.
     #[test]
     fn a_negative_count_is_a_previous_observation_as_a_go_uint() {
-        let mut logger = EventLogger::new(NonZeroUsize::new(8).unwrap());
+        let mut logger = EventLogger::new(8);
         let event = |count| Event { count, message: "m".into(), ..Event::default() };
         let mut first = event(-3);
         assert_eq!(logger.observe(&mut first, Key::of("k")), None);

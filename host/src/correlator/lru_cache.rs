@@ -11,8 +11,6 @@
 //! nothing is allocated per entry. Each eviction also reads the next entry to evict, so that
 //! the next eviction does not wait on memory.
 
-use std::num::NonZeroUsize;
-
 use hashbrown::HashTable;
 
 use super::keys::Key;
@@ -20,7 +18,8 @@ use super::keys::Key;
 /// No entry: the end of the recency list.
 const NIL: u32 = u32::MAX;
 
-/// A cache of at most `cap` values by [`Key`], evicting the least recently used.
+/// A cache of at most `cap` values by [`Key`], evicting the least recently used; a `cap` of 0
+/// keeps nothing.
 pub(crate) struct KeyedLru<V> {
     /// Slab indices, by the low 64 bits of their key (a [`Key`] is a seeded digest already).
     index: HashTable<u32>,
@@ -28,7 +27,10 @@ pub(crate) struct KeyedLru<V> {
     /// The most recently used entry, and the least ([`NIL`] while empty).
     head: u32,
     tail: u32,
-    cap: NonZeroUsize,
+    cap: usize,
+    /// With a `cap` of 0, the value [`get_or_insert_mut`](Self::get_or_insert_mut) last made:
+    /// a caller may use it, and the next call replaces it.
+    scratch: Option<V>,
 }
 
 struct Slot<V> {
@@ -47,14 +49,15 @@ impl<V> std::fmt::Debug for KeyedLru<V> {
 
 impl<V> KeyedLru<V> {
     /// An empty cache of at most `cap` entries (at most `u32::MAX - 1`: a larger `cap` is
-    /// taken as that). Memory grows with the entries held.
-    pub(crate) fn new(cap: NonZeroUsize) -> Self {
-        let cap = cap.min(NonZeroUsize::new(NIL as usize - 1).expect("non-zero"));
-        Self { index: HashTable::new(), slots: Vec::new(), head: NIL, tail: NIL, cap }
+    /// taken as that). Memory grows with the entries held. A `cap` of 0 keeps nothing, as
+    /// client-go's groupcache `lru` with a negative maximum, which evicts every entry it adds.
+    pub(crate) fn new(cap: usize) -> Self {
+        let cap = cap.min(NIL as usize - 1);
+        Self { index: HashTable::new(), slots: Vec::new(), head: NIL, tail: NIL, cap, scratch: None }
     }
 
     /// The capacity.
-    pub(crate) fn cap(&self) -> NonZeroUsize {
+    pub(crate) fn cap(&self) -> usize {
         self.cap
     }
 
@@ -82,6 +85,10 @@ impl<V> KeyedLru<V> {
     /// first, in the place of the least recently used entry when the cache is full (that
     /// entry's value is dropped). One index lookup when present.
     pub(crate) fn get_or_insert_mut(&mut self, key: Key, make: impl FnOnce() -> V) -> &mut V {
+        if self.cap == 0 {
+            // Added and evicted at once: the caller works on a value no lookup finds.
+            return self.scratch.insert(make());
+        }
         let i = match self.find(&key) {
             Some(i) => {
                 self.make_newest(i);
@@ -104,11 +111,11 @@ impl<V> KeyedLru<V> {
 
     /// Inserts `key` (absent) as the most recently used; returns its slot.
     fn insert_absent(&mut self, key: Key, value: V) -> u32 {
-        let i = if self.slots.len() < self.cap.get() {
+        let i = if self.slots.len() < self.cap {
             let i = self.slots.len() as u32;
             if self.slots.len() == self.slots.capacity() {
                 // Doubling, but never past the capacity: a cache of 5,000 holds 5,000 slots.
-                let more = self.slots.len().max(4).min(self.cap.get() - self.slots.len());
+                let more = self.slots.len().max(4).min(self.cap - self.slots.len());
                 self.slots.reserve_exact(more);
             }
             self.slots.push(Slot { key, newer: NIL, older: NIL, value });
@@ -128,7 +135,7 @@ impl<V> KeyedLru<V> {
         let slots = &self.slots;
         self.index.insert_unique(key.low_bits(), i, |&j| slots[j as usize].key.low_bits());
         self.link_newest(i);
-        if self.slots.len() == self.cap.get() {
+        if self.slots.len() == self.cap {
             self.warm_next_victim();
         }
         i
@@ -223,9 +230,8 @@ mod tests {
         /// every answer is the same.
         #[test]
         fn behaves_as_the_lru_crate(cap in 1usize..10, ops in proptest::collection::vec(op(), 0..200)) {
-            let cap = NonZeroUsize::new(cap).unwrap();
             let mut ours = KeyedLru::new(cap);
-            let mut theirs = lru::LruCache::new(cap);
+            let mut theirs = lru::LruCache::new(std::num::NonZeroUsize::new(cap).unwrap());
             let key = |k: u8| Key::of(&format!("key-{k}"));
             for op in ops {
                 match op {
@@ -254,7 +260,7 @@ mod tests {
     /// entry the most recently used. The slab never holds more slots than the capacity.
     #[test]
     fn evicts_the_least_recently_used() {
-        let mut cache = KeyedLru::new(NonZeroUsize::new(2).unwrap());
+        let mut cache = KeyedLru::new(2);
         let (a, b, c) = (Key::of("a"), Key::of("b"), Key::of("c"));
         cache.put(a, 1);
         cache.put(b, 2);
@@ -265,10 +271,22 @@ mod tests {
         cache.put(a, 4);
         assert_eq!(cache.iter_oldest_first().map(|(k, v)| (k, *v)).collect::<Vec<_>>(), [(b, 2), (a, 4)]);
         assert_eq!(cache.len(), 2);
-        let mut large = KeyedLru::new(NonZeroUsize::new(5000).unwrap());
+        let mut large = KeyedLru::new(5000);
         (0..6000).for_each(|i| large.put(Key::of(&i.to_string()), i));
         assert_eq!((large.len(), large.slots.capacity()), (5000, 5000));
         assert_eq!(large.peek(&Key::of("999")), None);
         assert_eq!(large.peek(&Key::of("1000")), Some(&1000));
+    }
+
+    /// A capacity of 0 keeps nothing (Go's groupcache `lru` with a negative maximum evicts
+    /// what it adds): every lookup makes a new value, which the caller may change.
+    #[test]
+    fn a_capacity_of_zero_keeps_nothing() {
+        let mut cache = KeyedLru::new(0);
+        *cache.get_or_insert_mut(Key::of("a"), || 1) += 10;
+        assert_eq!(*cache.get_or_insert_mut(Key::of("a"), || 2), 2, "made anew");
+        cache.put(Key::of("b"), 3);
+        assert_eq!((cache.peek(&Key::of("a")), cache.peek(&Key::of("b")), cache.len()), (None, None, 0));
+        assert_eq!(cache.iter_oldest_first().count(), 0);
     }
 }

@@ -22,7 +22,6 @@ mod lru_cache;
 pub mod snapshot;
 pub mod spam_filter;
 
-use std::num::NonZeroUsize;
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -59,8 +58,11 @@ pub const DEFAULT_SPAM_QPS: f32 = 1.0 / 300.0;
 /// (see each field).
 #[derive(Clone, Default)]
 pub struct CorrelatorOptions {
-    /// Entries in each LRU cache (aggregator, logger, spam filter). 0 → 4096.
-    pub lru_cache_size: usize,
+    /// Entries in each LRU cache (aggregator, logger, spam filter). 0 → 4096. Negative: the
+    /// caches keep nothing, as client-go's groupcache `lru` with a negative maximum evicts each
+    /// entry as it adds it (every event starts a new aggregation group, is no repeat and finds
+    /// a new token bucket).
+    pub lru_cache_size: i64,
     /// Spam filter bucket size, tokens. 0 → 25; negative filters every event.
     pub burst_size: i64,
     /// Spam filter refill rate, tokens per second (Go `float32`). 0 → 1/300; negative filters
@@ -266,7 +268,10 @@ impl std::fmt::Debug for EventCorrelator {
 impl EventCorrelator {
     /// client-go `NewEventCorrelatorWithOptions`: defaults filled in for zero fields.
     pub fn new(options: CorrelatorOptions) -> Self {
-        let size = NonZeroUsize::new(or_default(options.lru_cache_size, MAX_LRU_CACHE_ENTRIES)).expect("non-zero");
+        let size = match options.lru_cache_size {
+            0 => MAX_LRU_CACHE_ENTRIES,
+            n => usize::try_from(n).unwrap_or(0),
+        };
         let clock = options.clock.unwrap_or_else(clock::system);
         let builtin_keys = options.key_func.is_none() && options.spam_key_func.is_none();
         Self {
@@ -471,6 +476,25 @@ mod tests {
         event.first_timestamp = Some(at);
         event.last_timestamp = Some(at);
         Occurrence { event: Box::new(event), clock: Some(at), spam_filter_clock: Some(at) }
+    }
+
+    /// A negative `LRUCacheSize` makes client-go's caches keep nothing (groupcache's `lru`
+    /// evicts what it adds when its maximum is negative): no event is a repeat, none is
+    /// rate-limited (each finds a new, full bucket), and each starts its own aggregation group,
+    /// so only `max_events` 1 aggregates, every event.
+    #[test]
+    fn a_negative_lru_cache_size_keeps_nothing_as_in_go() {
+        let stream = || (0..40).map(|i| occurrence(i, "same", "7")).collect::<Vec<_>>();
+        let mut c = EventCorrelator::new(CorrelatorOptions { lru_cache_size: -1, ..CorrelatorOptions::default() });
+        for p in c.prepare(stream()) {
+            let r = c.finish(p);
+            let event = r.event.as_deref().expect("never skipped, though 40 > the burst of 25");
+            assert_eq!((event.count, r.patch.is_none()), (1, true), "never a repeat");
+            c.update_state(event);
+        }
+        let options = CorrelatorOptions { lru_cache_size: -1, max_events: 1, ..CorrelatorOptions::default() };
+        let mut c = EventCorrelator::new(options);
+        assert!(c.prepare(stream()).iter().all(PreparedEvent::aggregated));
     }
 
     /// `state_key` is client-go `getEventKey` of the event as `finish` returns it, except for an

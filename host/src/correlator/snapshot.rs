@@ -446,7 +446,7 @@ mod tests {
         Occurrence::replayed(e, None, None)
     }
 
-    fn options(size: usize) -> CorrelatorOptions {
+    fn options(size: i64) -> CorrelatorOptions {
         CorrelatorOptions { lru_cache_size: size, burst_size: 3, ..CorrelatorOptions::default() }
     }
 

@@ -18,8 +18,6 @@
 //!   bucket accepts every event once it is empty (later releases refuse them; on arm64 Go
 //!   saturates and refuses them too).
 
-use std::num::NonZeroUsize;
-
 use super::keys::Key;
 use super::lru_cache::KeyedLru;
 use crate::event::Time;
@@ -137,11 +135,12 @@ impl std::fmt::Debug for SpamFilter {
 }
 
 impl SpamFilter {
-    /// A filter with an LRU of `cache_size` buckets, each of `burst` tokens refilled at `qps`
+    /// A filter with an LRU of `cache_size` buckets (0: keeps none, every event finds a new
+    /// bucket, as client-go with a negative `LRUCacheSize`), each of `burst` tokens refilled at `qps`
     /// tokens per second (Go `float32`). `burst < 1` filters everything; `qps < 0` too (a new
     /// bucket holds no tokens and is never refilled); `qps = 0` lets `burst` events through
     /// per key, never refilled (x/time/rate v0.3.0; see the module docs).
-    pub fn new(cache_size: NonZeroUsize, qps: f32, burst: i64) -> Self {
+    pub fn new(cache_size: usize, qps: f32, burst: i64) -> Self {
         Self { cache: KeyedLru::new(cache_size), qps, burst }
     }
 
@@ -168,7 +167,7 @@ impl SpamFilter {
     /// The cache's capacity, the refill rate (Go `float32`, its bits) and the burst: the
     /// numbers a snapshot must have been taken under.
     pub fn settings(&self) -> (usize, u32, i64) {
-        (self.cache.cap().get(), self.qps.to_bits(), self.burst)
+        (self.cache.cap(), self.qps.to_bits(), self.burst)
     }
 
     /// client-go `Filter`: `true` means skip (spam). Creates the key's bucket if needed, takes a
@@ -189,7 +188,7 @@ mod tests {
     }
 
     fn filter(burst: i64, qps: f32) -> SpamFilter {
-        SpamFilter::new(NonZeroUsize::new(16).unwrap(), qps, burst)
+        SpamFilter::new(16, qps, burst)
     }
 
     #[test]
@@ -312,7 +311,7 @@ mod tests {
 
     #[test]
     fn lru_eviction_forgets_a_bucket() {
-        let mut f = SpamFilter::new(NonZeroUsize::new(1).unwrap(), 1.0 / 300.0, 1);
+        let mut f = SpamFilter::new(1, 1.0 / 300.0, 1);
         assert!(!f.filter(Key::of("a"), at(0.0)));
         assert!(!f.filter(Key::of("b"), at(0.0)), "evicts a");
         assert!(!f.filter(Key::of("a"), at(0.0)), "a starts full again");

@@ -61,6 +61,14 @@ fn sink_calls(path: &Path) -> Vec<(Value, Value)> {
         .collect()
 }
 
+/// `text` written as `eventpipe.toml` in `dir`, each `{dir}` in it replaced by `dir`'s path
+/// (where the tenants' sinks write); the file's path.
+fn config_in(dir: &Path, text: &str) -> PathBuf {
+    let path = dir.join("eventpipe.toml");
+    std::fs::write(&path, text.replace("{dir}", &dir.display().to_string())).unwrap();
+    path
+}
+
 fn arg(name: &str, value: impl std::fmt::Display) -> String {
     format!("--{name}={value}")
 }
@@ -69,15 +77,13 @@ fn arg(name: &str, value: impl std::fmt::Display) -> String {
 fn each_tenant_gets_what_its_own_correlator_gives_on_its_sub_stream() {
     let dir = tempfile::tempdir().unwrap();
     let (system_out, rest_out) = (dir.path().join("system.jsonl"), dir.path().join("rest.jsonl"));
-    let config = dir.path().join("eventpipe.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"
+    let config = config_in(
+        dir.path(),
+        r#"
 [defaults]
 max_events = 4
 burst = 8
-sinks = ["jsonl:{rest}"]
+sinks = ["jsonl:{dir}/rest.jsonl"]
 
 [[tenants]]
 name = "platform"
@@ -87,13 +93,9 @@ namespaces = ["kube-*", "sumologic", "velero"]
 max_events = 2
 burst = 3
 qps = 0.01
-sinks = ["jsonl:{system}"]
+sinks = ["jsonl:{dir}/system.jsonl"]
 "#,
-            rest = rest_out.display(),
-            system = system_out.display()
-        ),
-    )
-    .unwrap();
+    );
     let text = std::fs::read_to_string(bundled_stream()).unwrap();
     let (summary, stderr) = run(&[arg("config", config.display()), arg("sink", "jsonl:-")], text.as_bytes());
     assert!(stderr.contains("tenant `platform`") && stderr.contains("tenant `default`"), "{stderr}");
@@ -125,24 +127,18 @@ fn a_tenant_with_a_failing_plugin_falls_back_per_its_config_and_leaves_others_al
     let dir = tempfile::tempdir().unwrap();
     let plugins = common::plugins_dir(dir.path(), &["misbehave"]);
     let (a_out, b_out) = (dir.path().join("a.jsonl"), dir.path().join("b.jsonl"));
-    let config = dir.path().join("eventpipe.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"
+    let config = config_in(
+        dir.path(),
+        r#"
 [defaults]
-sinks = ["jsonl:{b}"]
+sinks = ["jsonl:{dir}/b.jsonl"]
 
 [[tenants]]
 name = "risky"
-match = {{ namespaces = ["a"] }}
-rules = {{ aggregate_key = "misbehave", fallback = "drop", fuel_per_event = 100000, sinks = ["jsonl:{a}"] }}
+match = { namespaces = ["a"] }
+rules = { aggregate_key = "misbehave", fallback = "drop", fuel_per_event = 100000, sinks = ["jsonl:{dir}/a.jsonl"] }
 "#,
-            a = a_out.display(),
-            b = b_out.display()
-        ),
-    )
-    .unwrap();
+    );
     // Interleaved: tenant `risky` gets events that trap, loop and hog memory; the default tenant
     // gets the same reasons (its by-reason plugin does not care).
     let mut input = String::new();
@@ -198,27 +194,21 @@ fn a_tenant_filter_plugin_drops_what_its_config_names_before_correlation() {
     let dir = tempfile::tempdir().unwrap();
     let plugins = common::plugins_dir(dir.path(), &["drop-reasons"]);
     let (quiet_out, rest_out) = (dir.path().join("quiet.jsonl"), dir.path().join("rest.jsonl"));
-    let config = dir.path().join("eventpipe.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"
+    let config = config_in(
+        dir.path(),
+        r#"
 [defaults]
-sinks = ["jsonl:{rest}"]
+sinks = ["jsonl:{dir}/rest.jsonl"]
 
 [plugins.drop-reasons]
 reasons = "Pulled, Created,Started"
 
 [[tenants]]
 name = "quiet"
-match = {{ namespaces = ["default", "test*"] }}
-rules = {{ filters = ["drop-reasons"], sinks = ["jsonl:{quiet}"] }}
+match = { namespaces = ["default", "test*"] }
+rules = { filters = ["drop-reasons"], sinks = ["jsonl:{dir}/quiet.jsonl"] }
 "#,
-            rest = rest_out.display(),
-            quiet = quiet_out.display()
-        ),
-    )
-    .unwrap();
+    );
     let text = std::fs::read_to_string(bundled_stream()).unwrap();
     let (summary, _) = run(
         &[arg("config", config.display()), arg("plugins", plugins.display()), arg("sink", "jsonl:-")],
@@ -245,12 +235,10 @@ rules = {{ filters = ["drop-reasons"], sinks = ["jsonl:{quiet}"] }}
 fn a_filter_declaring_a_label_from_its_config_drops_by_it() {
     let dir = tempfile::tempdir().unwrap();
     let plugins = common::plugins_dir(dir.path(), &["drop-reasons"]);
-    let config = dir.path().join("eventpipe.toml");
-    std::fs::write(
-        &config,
+    let config = config_in(
+        dir.path(),
         "[defaults]\nfilters = [\"drop-reasons\"]\n\n[plugins.drop-reasons]\nreasons = \"Noise\"\nlabel = \"team=payments\"\n",
-    )
-    .unwrap();
+    );
     let event = |i: usize, team: &str, reason: &str| {
         let labels = if team.is_empty() { json!({}) } else { json!({ "team": team }) };
         json!({
@@ -329,27 +317,21 @@ fn a_tenants_partition_key_shards_only_its_own_events() {
 fn declarative_drop_and_keep_rules_drop_before_correlation_and_count_per_rule() {
     let dir = tempfile::tempdir().unwrap();
     let (quiet_out, rest_out) = (dir.path().join("quiet.jsonl"), dir.path().join("rest.jsonl"));
-    let config = dir.path().join("eventpipe.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"
+    let config = config_in(
+        dir.path(),
+        r#"
 [defaults]
-sinks = ["jsonl:{rest}"]
+sinks = ["jsonl:{dir}/rest.jsonl"]
 
 [[tenants]]
 name = "quiet"
-match = {{ namespaces = ["default", "test*"] }}
+match = { namespaces = ["default", "test*"] }
 [tenants.rules]
-sinks = ["jsonl:{quiet}"]
-drop = [{{ name = "noise", reasons = ["Pulled", "Created", "Start*"] }}, {{ message = "^Successfully assigned " }}]
-keep = [{{ kinds = ["Pod", "Node"] }}]
+sinks = ["jsonl:{dir}/quiet.jsonl"]
+drop = [{ name = "noise", reasons = ["Pulled", "Created", "Start*"] }, { message = "^Successfully assigned " }]
+keep = [{ kinds = ["Pod", "Node"] }]
 "#,
-            rest = rest_out.display(),
-            quiet = quiet_out.display()
-        ),
-    )
-    .unwrap();
+    );
     let text = std::fs::read_to_string(bundled_stream()).unwrap();
     let (summary, _) = run(&[arg("config", config.display()), arg("sink", "jsonl:-")], text.as_bytes());
     let events: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
@@ -380,8 +362,8 @@ keep = [{{ kinds = ["Pod", "Node"] }}]
 #[test]
 fn spam_exempt_events_pass_an_empty_bucket_and_still_count() {
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("eventpipe.toml");
-    std::fs::write(&config, "[defaults]\nburst = 2\nqps = 0.0\nspam_exempt = [{ reasons = [\"Started\"] }]\n").unwrap();
+    let config =
+        config_in(dir.path(), "[defaults]\nburst = 2\nqps = 0.0\nspam_exempt = [{ reasons = [\"Started\"] }]\n");
     let out = dir.path().join("out.jsonl");
     let event = |n: usize, reason: &str, message: &str| {
         serde_json::json!({
@@ -421,8 +403,7 @@ fn spam_exempt_events_pass_an_empty_bucket_and_still_count() {
 #[test]
 fn suppressed_summaries_count_what_the_spam_filter_skipped_per_object_and_window() {
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("eventpipe.toml");
-    std::fs::write(&config, "[defaults]\nburst = 1\nqps = 0.0\nsuppressed_summary_seconds = 60\n").unwrap();
+    let config = config_in(dir.path(), "[defaults]\nburst = 1\nqps = 0.0\nsuppressed_summary_seconds = 60\n");
     let out = dir.path().join("out.jsonl");
     let event = |object: &str, second: u32, reason: &str| {
         serde_json::json!({

@@ -119,11 +119,11 @@ impl EventLogger {
     }
 
     /// client-go `eventObserve`: if `key` was seen with a count other than 0 (Go keeps it as a
-    /// `uint`, so a negative count is a large one, and `int32(count) + 1` wraps back to the
-    /// next value), rewrite `event` as the next
-    /// occurrence of that earlier event (its name, resourceVersion and firstTimestamp, count + 1;
-    /// lastTimestamp and message stay the incoming ones) and return the patch; otherwise keep the
-    /// event's own count and return no patch. Either way, remember the result under `key`.
+    /// `uint`, so a negative count is a large one, and `int32(count) + 1` wraps back to the next
+    /// value), rewrite `event` as the next occurrence of that earlier event (its name,
+    /// resourceVersion and firstTimestamp, count + 1; lastTimestamp and message stay the incoming
+    /// ones) and return the patch; otherwise keep the event's own count and return no patch.
+    /// Either way, remember the result under `key`.
     pub fn observe(&mut self, event: &mut Event, key: Key) -> Option<EventPatch> {
         let (last, new) = self.entry(key, event);
         if new {

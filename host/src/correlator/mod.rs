@@ -268,10 +268,8 @@ impl std::fmt::Debug for EventCorrelator {
 impl EventCorrelator {
     /// client-go `NewEventCorrelatorWithOptions`: defaults filled in for zero fields.
     pub fn new(options: CorrelatorOptions) -> Self {
-        let size = match options.lru_cache_size {
-            0 => MAX_LRU_CACHE_ENTRIES,
-            n => usize::try_from(n).unwrap_or(0),
-        };
+        // A negative size keeps nothing (a cache of capacity 0), as in client-go.
+        let size = usize::try_from(or_default(options.lru_cache_size, MAX_LRU_CACHE_ENTRIES as i64)).unwrap_or(0);
         let clock = options.clock.unwrap_or_else(clock::system);
         let builtin_keys = options.key_func.is_none() && options.spam_key_func.is_none();
         Self {

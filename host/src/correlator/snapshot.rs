@@ -416,7 +416,7 @@ impl EventCorrelator {
                 e.resource_version,
             );
         }
-        // A bucket whose instant no `Time` has is left out: the next event finds a full one.
+        // A bucket whose instant no `Time` has is left out: the next event finds a new one.
         for (key, bucket) in state.spam_filter {
             if let Some(last) = bucket.last.time() {
                 self.spam_filter.restore(Key::from_bytes(key), bucket.tokens, last);

@@ -136,9 +136,9 @@ impl std::fmt::Debug for SpamFilter {
 
 impl SpamFilter {
     /// A filter with an LRU of `cache_size` buckets (0: keeps none, every event finds a new
-    /// bucket, as client-go with a negative `LRUCacheSize`), each of `burst` tokens refilled at `qps`
-    /// tokens per second (Go `float32`). `burst < 1` filters everything; `qps < 0` too (a new
-    /// bucket holds no tokens and is never refilled); `qps = 0` lets `burst` events through
+    /// bucket, as client-go with a negative `LRUCacheSize`), each of `burst` tokens refilled at
+    /// `qps` tokens per second (Go `float32`). `burst < 1` filters everything; `qps < 0` too (a
+    /// new bucket holds no tokens and is never refilled); `qps = 0` lets `burst` events through
     /// per key, never refilled (x/time/rate v0.3.0; see the module docs).
     pub fn new(cache_size: usize, qps: f32, burst: i64) -> Self {
         Self { cache: KeyedLru::new(cache_size), qps, burst }

@@ -31,7 +31,7 @@ use eventpipe::plugin::functions::{WasmAggregateKeyFunc, WasmSpamKeyFunc};
 use eventpipe::plugin::registry::PluginRegistry;
 use eventpipe::plugin::{Metering, PluginHandle, PluginOrigin, PluginRuntime, PluginSettings};
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 
 const EVENTS: usize = 1_000_000;
 const OBJECTS: usize = 1000;

@@ -395,7 +395,7 @@ fn a_single_host_run_stopped_between_occurrences_patches_with_the_next_count() {
 #[test]
 fn snapshots_larger_than_max_payload_are_stored_and_kv_snapshots_are_still_read() {
     use eventpipe::nats::NatsTarget;
-    use rand::RngCore;
+    use rand::Rng;
     let Some(server) = NatsServer::start("snapshots_larger_than_max_payload") else { return };
     let target: NatsTarget = format!("nats://127.0.0.1:{}?stream=SNAP", server.port).parse().unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();

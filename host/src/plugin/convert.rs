@@ -173,6 +173,33 @@ pub(crate) fn pack_key_fields(
 pub(crate) fn key_fields_digest(e: &Event, fields: KeyFields, buf: &mut Vec<u8>) -> Key {
     // Taking all thirteen at once and picking is faster than a lookup per declared field.
     let all = key_fields(e);
+    // The usual input (each declared field under 128 bytes, so its length is one byte, and
+    // all of them within `DIGEST_STACK_BYTES`) is written into a stack buffer: a length byte
+    // and one copy per field, where `buf` checks its capacity at every write.
+    let mut stack = [0u8; DIGEST_STACK_BYTES];
+    let mut len = 0;
+    let mut bits = fields.0;
+    while bits != 0 {
+        let field = all[bits.trailing_zeros() as usize].as_bytes();
+        bits &= bits - 1;
+        let end = len + 1 + field.len();
+        if field.len() >= 0x80 || end > DIGEST_STACK_BYTES {
+            return key_fields_digest_in(&all, fields, buf);
+        }
+        stack[len] = field.len() as u8;
+        stack[len + 1..end].copy_from_slice(field);
+        len = end;
+    }
+    Key::of_bytes(&stack[..len])
+}
+
+/// The stack buffer of [`key_fields_digest`]: the declared key fields of most events fit
+/// (`by-reason`'s are ~70 bytes on the synthetic stream and up to ~200 on real ones).
+const DIGEST_STACK_BYTES: usize = 256;
+
+/// [`key_fields_digest`] of the fields `all` in `buf`, for any lengths (LEB128 varints of one
+/// byte or more).
+fn key_fields_digest_in(all: &[&str; KEY_FIELDS], fields: KeyFields, buf: &mut Vec<u8>) -> Key {
     buf.clear();
     let mut bits = fields.0;
     while bits != 0 {
@@ -418,7 +445,16 @@ mod tests {
         let mut buf = Vec::new();
         let short = Event { reason: "BackOff".into(), message: "m".into(), ..Event::default() };
         let long = Event { message: "x".repeat(200).into(), reason: "y".repeat(150).into(), ..short.clone() };
-        for e in [&short, &long] {
+        // Short fields that together overflow the stack buffer, and a long field after short
+        // ones: both go on in the growable buffer.
+        let many = Event {
+            message: "m".repeat(100).into(),
+            reason: "r".repeat(100).into(),
+            type_: "t".repeat(100).into(),
+            ..short.clone()
+        };
+        let late = Event { reporting_instance: "i".repeat(128).into(), ..short.clone() };
+        for e in [&short, &long, &many, &late] {
             assert_eq!(key_fields_digest(e, KeyFields::ALL, &mut buf), expected(e));
         }
     }

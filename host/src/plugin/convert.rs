@@ -102,6 +102,18 @@ impl KeyFields {
         Ok(KeyFields(bits))
     }
 
+    /// The declared fields of `all` (an event's [`key_fields`]), in batch order.
+    fn pick<'a>(self, all: &[&'a str; KEY_FIELDS]) -> impl Iterator<Item = &'a [u8]> {
+        let mut bits = self.0;
+        std::iter::from_fn(move || {
+            (bits != 0).then(|| {
+                let index = bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                all[index].as_bytes()
+            })
+        })
+    }
+
     fn contains(self, index: usize) -> bool {
         self.0 & (1 << index) != 0
     }
@@ -178,10 +190,7 @@ pub(crate) fn key_fields_digest(e: &Event, fields: KeyFields, buf: &mut Vec<u8>)
     // and one copy per field, where `buf` checks its capacity at every write.
     let mut stack = [0u8; DIGEST_STACK_BYTES];
     let mut len = 0;
-    let mut bits = fields.0;
-    while bits != 0 {
-        let field = all[bits.trailing_zeros() as usize].as_bytes();
-        bits &= bits - 1;
+    for field in fields.pick(&all) {
         let end = len + 1 + field.len();
         if field.len() >= 0x80 || end > DIGEST_STACK_BYTES {
             return key_fields_digest_in(&all, fields, buf);
@@ -201,10 +210,7 @@ const DIGEST_STACK_BYTES: usize = 256;
 /// byte or more).
 fn key_fields_digest_in(all: &[&str; KEY_FIELDS], fields: KeyFields, buf: &mut Vec<u8>) -> Key {
     buf.clear();
-    let mut bits = fields.0;
-    while bits != 0 {
-        let field = all[bits.trailing_zeros() as usize].as_bytes();
-        bits &= bits - 1;
+    for field in fields.pick(all) {
         let mut len = field.len();
         while len >= 0x80 {
             buf.push((len as u8) | 0x80);

@@ -76,6 +76,20 @@ async fn client_go_create_is_stored_and_forwarded() {
     assert_eq!(ingest.stats().accepted, 1);
 }
 
+/// The apiserver decodes JSON as Go does: an unpaired surrogate escape is U+FFFD, not a 400.
+#[tokio::test]
+async fn create_reads_an_unpaired_surrogate_escape_as_the_apiserver_does() {
+    let (ingest, mut rx) = ingest(IngestConfig::default(), 16);
+    let body = CLIENT_GO_CREATE.replace("already present", r"already \udc00present");
+    let (code, _, answer) = send(&ingest.router(), create_request(&body)).await;
+    assert_eq!(code, StatusCode::CREATED, "{answer}");
+    assert_eq!(answer["message"], "Container image \"nginx:1.25\" already \u{fffd}present on machine");
+    assert_eq!(
+        rx.try_recv().unwrap().event.message,
+        "Container image \"nginx:1.25\" already \u{fffd}present on machine"
+    );
+}
+
 #[tokio::test]
 async fn create_fills_namespace_and_generated_name() {
     let (ingest, mut rx) = ingest(IngestConfig::default(), 16);

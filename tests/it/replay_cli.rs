@@ -195,6 +195,31 @@ fn a_line_that_is_not_utf8_gets_an_error_line_in_its_place_and_exit_status_2() {
     assert_eq!(lines[2]["skip"], false, "the line after is replayed: {}", lines[2]);
 }
 
+/// An unpaired surrogate escape is U+FFFD, as in the Go program the replay reproduces
+/// (`encoding/json`): the line is correlated, not reported.
+#[test]
+fn an_unpaired_surrogate_escape_is_read_as_go_reads_it() {
+    let good = r#"{"clock":"2025-01-01T00:00:00Z","event":{"metadata":{"name":"a.1","namespace":"ns"},"involvedObject":{"kind":"Pod","namespace":"ns","name":"a"},"reason":"Started","message":"m","source":{"component":"kubelet"},"count":1}}"#;
+    let odd = good.replace(r#""m""#, r#""\ud800m""#);
+    let input = format!("{good}\n{odd}\n{good}\n");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_eventpipe"))
+        .arg("replay")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let lines: Vec<Value> =
+        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert_eq!(lines[1]["event"]["message"], "\u{fffd}m", "{}", lines[1]);
+    assert_eq!(lines[1]["event"]["count"], 1, "another message, another event");
+    assert_eq!(lines[2]["event"]["count"], 2, "the first event's repeat: {}", lines[2]);
+    assert_eq!(out.status.code(), Some(0));
+}
+
 #[test]
 fn replay_skips_a_huge_line_in_bounded_memory_and_goes_on() {
     let good = r#"{"metadata":{"name":"a.1","namespace":"ns"},"involvedObject":{"kind":"Pod","name":"a"},"reason":"R","message":"m","source":{"component":"c"}}"#;

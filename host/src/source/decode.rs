@@ -60,6 +60,13 @@
 //!   with anything else.
 //! - A line longer than [`MAX_LINE_BYTES`] is rejected (and abandons an open document).
 //! - At the end of input, [`Decoder::finish`] reports a document that never closed.
+//!
+//! # Strings as Go reads them
+//! An escape of an unpaired UTF-16 surrogate (`"\ud800"`, a lone `"\udc00"`) is read as
+//! U+FFFD, as Go's `encoding/json` reads it, where serde_json would reject the document: a stream
+//! that client-go or the apiserver accepts decodes to the same events (see `go_strings`). A
+//! line that is not UTF-8 is the caller's to read: [`Decoder::push_bytes`] reports it, the
+//! sources replace each bad byte with U+FFFD first, as Go does.
 
 use std::fmt;
 
@@ -72,6 +79,8 @@ use crate::event::{
     CompactString, Event, EventSeries, EventSource, ObjectMeta, ObjectReference, Time, metav1_micro_time, metav1_time,
     nullable,
 };
+
+use super::go_strings;
 
 /// Longest line accepted, in bytes (4 MiB). A longer line is rejected with an error instead of
 /// being buffered; a reader in front of the decoder should stop reading a line at this size.
@@ -308,6 +317,11 @@ impl Decoder {
                     && let Some(decoded) = decode_one_pass(rest, origin.line)
                 {
                     return emit(Ok(decoded));
+                }
+                if let Some(fixed) = go_strings::replace_unpaired(rest) {
+                    // As Go reads them (U+FFFD); the same length, so positions hold.
+                    let line = format!("{}{fixed}", &line[..pos]);
+                    return self.scan_fresh(&line, pos, emit);
                 }
                 if let Ok(top) = parse_top(rest) {
                     return decode_top(&Doc { text: rest, origin }, top, emit);
@@ -1039,6 +1053,9 @@ fn decode_document(doc: &Doc<'_>, emit: Emit) {
         && let Some(decoded) = decode_one_pass(doc.text, doc.origin.line)
     {
         return emit(Ok(decoded));
+    }
+    if let Some(fixed) = go_strings::replace_unpaired(doc.text) {
+        return decode_document(&Doc { text: &fixed, origin: doc.origin }, emit);
     }
     match parse_top(doc.text) {
         Ok(top) => decode_top(doc, top, emit),
@@ -2085,6 +2102,41 @@ mod tests {
         let column = SUMO_MODIFIED.find("pod: fluentd").unwrap() + 1; // 1-based, where `pod` was
         assert_eq!(err.message, format!("not UTF-8: invalid byte 0xff at column {column}"), "{err}");
         assert!(matches!(got[2], Ok(Decoded::Event { .. })), "the next line is decoded");
+    }
+
+    /// An unpaired surrogate escape is U+FFFD, as Go's `encoding/json` reads it, on every path:
+    /// a one-line watch event, a pretty-printed document, a list item and a document with a
+    /// real error (still reported, at its place in the input).
+    #[test]
+    fn unpaired_surrogate_escapes_are_read_as_go_reads_them() {
+        let line = SUMO_MODIFIED.replace("Created pod", r"Created \ud800pod").replace("SuccessfulCreate", r"\udc00Ok");
+        let (items, errors) = decode_str(&format!("{SUMO_ADDED}\n{line}\n{SUMO_DELETED}"));
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(items.len(), 3);
+        let e = event(&items[1]);
+        assert_eq!(
+            (e.message.as_str(), e.reason.as_str()),
+            ("Created \u{fffd}pod: fluentd-8657bcb875-g6g5g", "\u{fffd}Ok")
+        );
+        assert_eq!(items[1].line(), 2);
+
+        let pretty = KUBECTL_PRETTY.replacen(r#""message": ""#, r#""message": "\uDBFF\u0041 "#, 1);
+        assert_ne!(pretty, KUBECTL_PRETTY, "the message was found");
+        let (items, errors) = decode_str(&pretty);
+        assert!(errors.is_empty(), "{errors:?}");
+        assert!(event(&items[0]).message.starts_with("\u{fffd}A "), "{:?}", event(&items[0]).message);
+
+        let list = r#"{"kind":"EventList","items":[{"involvedObject":{"name":"a"},"message":"\ud83d\ude00 \ud83d"}]}"#;
+        let (items, errors) = decode_str(list);
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(event(&items[0]).message, "\u{1f600} \u{fffd}", "a pair is one character");
+
+        let broken = r#"{"involvedObject":{"name":"a"},"message":"\ud800","count":"x"}"#;
+        let (items, errors) = decode_str(broken);
+        assert!(items.is_empty());
+        let column = broken.find(r#""x""#).unwrap();
+        assert!(errors[0].message.contains("invalid type: string"), "{}", errors[0]);
+        assert!(errors[0].message.contains(&format!("column {}", column + 3)), "{}", errors[0]);
     }
 
     #[test]

@@ -86,6 +86,7 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
 use super::decode::{Decoded, Decoder};
+use super::go_strings;
 use crate::broadcaster::{Broadcaster, WatchEventType};
 use crate::event::{Event, SharedEvent};
 
@@ -795,7 +796,7 @@ async fn create_inner(shared: &Shared, ns: String, headers: HeaderMap, body: Bod
     let fail = |s: ApiStatus| s.into_response();
     check_media_type(shared, &headers, &["application/json"]).map_err(|s| fail(*s))?;
     let bytes = read_body(shared, &headers, body).await.map_err(fail)?;
-    let mut event: Event = serde_json::from_slice(&bytes)
+    let mut event: Event = go_strings::from_slice(&bytes)
         .map_err(|e| fail(bad_request(shared, format!("the body is not a core/v1 Event: {e}"))))?;
     if !event.kind.is_empty() && event.kind != "Event" {
         return Err(fail(bad_request(shared, format!("the kind in the data ({}) is not Event", event.kind))));
@@ -918,7 +919,7 @@ async fn patch_or_update_inner(
         ));
     };
     let mut event = if patching {
-        let patch: serde_json::Value = serde_json::from_slice(&bytes)
+        let patch: serde_json::Value = go_strings::from_slice(&bytes)
             .map_err(|e| fail(bad_request(shared, format!("the patch is not JSON: {e}"))))?;
         if !patch.is_object() {
             return Err(fail(bad_request(shared, "the patch is not a JSON object")));
@@ -928,7 +929,7 @@ async fn patch_or_update_inner(
         serde_json::from_value::<Event>(merged)
             .map_err(|e| fail(bad_request(shared, format!("the patched event is not a core/v1 Event: {e}"))))?
     } else {
-        let mut event: Event = serde_json::from_slice(&bytes)
+        let mut event: Event = go_strings::from_slice(&bytes)
             .map_err(|e| fail(bad_request(shared, format!("the body is not a core/v1 Event: {e}"))))?;
         if !event.metadata.name.is_empty() && event.metadata.name != key.1 {
             return Err(fail(bad_request(

@@ -13,6 +13,7 @@ use std::collections::VecDeque;
 use tokio::task::JoinHandle;
 
 use super::decode::{DecodeError, Decoded, Decoder};
+use super::go_strings;
 use super::lines::{Line, LineEnd, read_line_async, take_line};
 use super::{SourceCounters, SourceError, SourceStats};
 use crate::broadcaster::{Broadcaster, WatchEventType};
@@ -283,17 +284,15 @@ enum Pending {
 
 /// Decodes `chunk`'s lines with `decoder` (a runtime task: a chunk is at most [`CHUNK_LINES`]
 /// lines or about [`CHUNK_BYTES`]; 128 typical lines are a few hundred microseconds of work).
-/// Lines that are not UTF-8 are decoded with their bad bytes replaced (U+FFFD).
+/// Lines that are not UTF-8 are decoded with each bad byte replaced by U+FFFD, as Go reads them
+/// ([`go_strings::lossy_utf8`]).
 fn decode_chunk(mut decoder: Decoder, chunk: Chunk) -> DecodedChunk {
     let mut items = Vec::with_capacity(chunk.lines.len());
     let mut from = 0;
     let mut line_start = chunk.start;
     for &(end, offset) in &chunk.lines {
         let bytes = &chunk.text[from..end];
-        let text = match std::str::from_utf8(bytes) {
-            Ok(text) => std::borrow::Cow::Borrowed(text),
-            Err(_) => String::from_utf8_lossy(bytes),
-        };
+        let text = go_strings::lossy_utf8(bytes);
         let first = items.len();
         decoder.push_line(text.trim_end_matches(['\n', '\r']), |item| {
             items.push(match item {
@@ -475,6 +474,32 @@ mod tests {
             names.push(e.object.metadata.name.to_string());
         }
         assert_eq!((stats.read, names), (2, vec!["e1".to_string(), "e2".to_string()]));
+    }
+
+    /// A line with bytes that are not UTF-8 in a string is decoded as Go reads it, one U+FFFD
+    /// per bad byte, and the lines around it as they are.
+    #[tokio::test(flavor = "current_thread")]
+    async fn bytes_that_are_not_utf8_are_read_as_go_reads_them() {
+        let mut input = format!("{}\n", event(1)).into_bytes();
+        input.extend_from_slice(format!("{}\n", event(2)).replace("m2", "m\u{1}\u{1}2").as_bytes());
+        let at = input.iter().position(|&b| b == 1).unwrap();
+        input[at..at + 2].copy_from_slice(b"\xe2\x82"); // a euro sign cut after two of its bytes
+        input.extend_from_slice(format!("{}\n", event(3)).as_bytes());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("in.jsonl");
+        std::fs::write(&path, &input).unwrap();
+        let broadcaster = Broadcaster::new(100, FullChannelBehavior::WaitIfChannelFull);
+        let mut watcher = broadcaster.watch().unwrap();
+        let source =
+            JsonLinesSource { path: Some(path), start: 0, progress: None, follow: false, counters: Arc::default() };
+        let stats = source.run(broadcaster.clone(), CancellationToken::new()).await.unwrap();
+        broadcaster.shutdown().await;
+        let mut messages = Vec::new();
+        while let Some(e) = watcher.recv().await {
+            messages.push(e.object.message.to_string());
+        }
+        assert_eq!(messages, ["m1", "m\u{fffd}\u{fffd}2", "m3"]);
+        assert_eq!((stats.read, stats.bad_lines), (3, 0));
     }
 
     /// Compact lines, pretty-printed documents across chunk boundaries, bad lines and broken

@@ -39,6 +39,7 @@ use crate::delivery::{Position, SeenVersion, SeenVersions};
 use crate::event::{Event, SharedEvent};
 use crate::k8s::{EventsApi, status_error};
 use crate::source::decode::{Decoded, Decoder};
+use crate::source::go_strings;
 
 /// client-go reflector back-off: first pause.
 pub const INITIAL_BACKOFF: Duration = Duration::from_millis(800);
@@ -367,7 +368,7 @@ impl Watch {
             // (events.k8s.io items carry none).
             let mut items = Vec::new();
             let mut decoder = Decoder::new();
-            decoder.push_line(&String::from_utf8_lossy(&bytes), |d| items.push(d));
+            decoder.push_line(&go_strings::lossy_utf8(&bytes), |d| items.push(d));
             items.extend(decoder.finish().map(Err));
             for item in items {
                 let Ok(Decoded::Event { event, .. }) = item else { continue };
@@ -420,7 +421,7 @@ impl Watch {
             while let Some(end) = pending.iter().position(|&b| b == b'\n') {
                 let line: Vec<u8> = pending.drain(..=end).collect();
                 let mut items = Vec::new();
-                decoder.push_line(String::from_utf8_lossy(&line).trim_end(), |d| items.push(d));
+                decoder.push_line(go_strings::lossy_utf8(&line).trim_end(), |d| items.push(d));
                 for item in items {
                     match item {
                         Ok(Decoded::Event { event, watch_type, .. }) => {

@@ -11,6 +11,7 @@
 
 mod blocks;
 pub mod decode;
+mod go_strings;
 pub mod http;
 pub mod jsonl;
 pub mod k8s;

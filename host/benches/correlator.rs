@@ -261,7 +261,7 @@ fn bench(c: &mut Criterion) {
 
     // The path of `eventpipe bench`: the bundled real stream, one pass through a tenant stage
     // with the default plugins (fresh state and instances per pass).
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/data/occurrences.jsonl"))
+    let text = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/data/occurrences.jsonl"))
         .expect("the bundled stream");
     let (bundled, _) = eventpipe::bench::decode_input(&text);
     let registry = PluginRegistry::new(PluginRuntime::new(Metering::Fuel).expect("runtime")).expect("embedded plugins");

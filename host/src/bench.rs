@@ -76,8 +76,9 @@ pub struct BenchReport {
 }
 
 /// Decodes `input` into occurrences with replay's clocks; returns them and how many documents
-/// were not events (or not decodable).
-pub fn decode_input(input: &str) -> (Vec<Occurrence>, usize) {
+/// were not events (or not decodable). Bytes that are not UTF-8 are read as `replay` reads
+/// them (as Go does: U+FFFD each).
+pub fn decode_input(input: &[u8]) -> (Vec<Occurrence>, usize) {
     let mut decoder = Decoder::new();
     let (mut occurrences, mut skipped) = (Vec::new(), 0);
     let mut take = |item| match item {
@@ -86,8 +87,8 @@ pub fn decode_input(input: &str) -> (Vec<Occurrence>, usize) {
         }
         _ => skipped += 1,
     };
-    for line in input.split('\n') {
-        decoder.push_line(line, &mut take);
+    for line in input.split(|&b| b == b'\n') {
+        decoder.push_bytes(line, &mut take);
     }
     if let Some(error) = decoder.finish() {
         take(Err(error));

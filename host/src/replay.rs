@@ -115,7 +115,7 @@ fn read(mut input: impl BufRead, to: &mpsc::SyncSender<Vec<Result<Decoded, Decod
             break;
         }
         let text = line.bytes.strip_suffix(b"\n").unwrap_or(&line.bytes);
-        // A line that is not UTF-8 becomes an error line in its place (exit 2), as any bad line.
+        // Bytes that are not UTF-8 are read as Go reads them (U+FFFD each).
         decoder.push_bytes(text, |item| pending.push(item));
         if pending.len() >= PREPARE_BATCH_SIZE {
             let full = std::mem::replace(&mut pending, Vec::with_capacity(PREPARE_BATCH_SIZE));

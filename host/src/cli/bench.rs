@@ -48,11 +48,11 @@ pub fn execute(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let config = args.config.as_deref().map(Config::load).transpose()?;
     let plan = Arc::new(TenantPlan::build_unopened(&base, config.as_ref(), &registry)?);
     let file = std::fs::File::open(&args.input).with_context(|| format!("{}", args.input.display()))?;
-    let mut text = String::new();
+    let mut text = Vec::new();
     if args.input.extension().is_some_and(|e| e == "gz") {
-        flate2::read::MultiGzDecoder::new(file).read_to_string(&mut text)
+        flate2::read::MultiGzDecoder::new(file).read_to_end(&mut text)
     } else {
-        std::io::BufReader::new(file).read_to_string(&mut text)
+        std::io::BufReader::new(file).read_to_end(&mut text)
     }
     .with_context(|| format!("reading {}", args.input.display()))?;
     let (occurrences, skipped) = decode_input(&text);

@@ -65,8 +65,8 @@
 //! An escape of an unpaired UTF-16 surrogate (`"\ud800"`, a lone `"\udc00"`) is read as
 //! U+FFFD, as Go's `encoding/json` reads it, where serde_json would reject the document: a stream
 //! that client-go or the apiserver accepts decodes to the same events (see `go_strings`). A
-//! line that is not UTF-8 is the caller's to read: [`Decoder::push_bytes`] reports it, the
-//! sources replace each bad byte with U+FFFD first, as Go does.
+//! line of bytes that are not UTF-8 ([`Decoder::push_bytes`], and every source) is read as Go
+//! reads it too: each bad byte is U+FFFD.
 
 use std::fmt;
 
@@ -240,28 +240,11 @@ impl Decoder {
         self.process(line, &mut emit);
     }
 
-    /// As [`push_line`](Self::push_line), for a line of raw bytes: a line that is not UTF-8 is
-    /// an error in its place (`line N: not UTF-8: …`), and a multi-line document open across it
-    /// is abandoned first (an error naming the line it started on).
-    pub fn push_bytes(&mut self, line: &[u8], mut emit: impl FnMut(Result<Decoded, DecodeError>)) {
-        match std::str::from_utf8(line) {
-            Ok(text) => self.push_line(text, emit),
-            Err(e) => {
-                self.line += 1;
-                if self.open.is_some() {
-                    emit(Err(self.abandon("document abandoned: a line in it is not UTF-8")));
-                    self.skipping = false;
-                }
-                emit(Err(DecodeError::new(
-                    self.line,
-                    format!(
-                        "not UTF-8: invalid byte 0x{:02x} at column {}",
-                        line[e.valid_up_to()],
-                        e.valid_up_to() + 1
-                    ),
-                )));
-            }
-        }
+    /// As [`push_line`](Self::push_line), for a line of raw bytes, read as Go's `encoding/json`
+    /// reads them: each byte of an invalid UTF-8 sequence is U+FFFD (inside a string, where Go
+    /// reads it so; anywhere else the line stays as malformed as it was).
+    pub fn push_bytes(&mut self, line: &[u8], emit: impl FnMut(Result<Decoded, DecodeError>)) {
+        self.push_line(&go_strings::lossy_utf8(line), emit);
     }
 
     /// Ends the input. A document still open is returned as an error naming the line it started
@@ -2086,22 +2069,28 @@ mod tests {
         assert!(decoder.finish().is_none());
     }
 
+    /// A byte that is not UTF-8 is U+FFFD, one per byte, as Go reads it: in a string the event
+    /// is decoded; outside one the line is as malformed as before, and the next line is decoded.
     #[test]
-    fn a_line_that_is_not_utf8_is_an_error_in_its_place() {
+    fn bytes_that_are_not_utf8_are_read_as_go_reads_them() {
         let mut d = Decoder::new();
         let mut got = Vec::new();
-        let bad = SUMO_MODIFIED.replace("Created pod", "Created \u{1}pod").into_bytes();
-        let bad: Vec<u8> = bad.into_iter().map(|b| if b == 1 { 0xff } else { b }).collect();
-        for line in [SUMO_ADDED.as_bytes(), &bad, SUMO_DELETED.as_bytes()] {
+        let bad = SUMO_MODIFIED.replace("Created pod", "Created \u{1}\u{1}pod").into_bytes();
+        let at = bad.iter().position(|&b| b == 1).unwrap();
+        let mut bad = bad;
+        bad[at..at + 2].copy_from_slice(b"\xe2\x82"); // a euro sign cut after two of its bytes
+        let garbage = b"\xff\xfe{}";
+        for line in [SUMO_ADDED.as_bytes(), &bad, garbage, SUMO_DELETED.as_bytes()] {
             d.push_bytes(line, |item| got.push(item));
         }
-        assert_eq!(got.len(), 3);
+        assert_eq!(got.len(), 4, "{got:?}");
         assert!(matches!(got[0], Ok(Decoded::Event { .. })));
-        let err = got[1].as_ref().unwrap_err();
-        assert_eq!(err.line, 2);
-        let column = SUMO_MODIFIED.find("pod: fluentd").unwrap() + 1; // 1-based, where `pod` was
-        assert_eq!(err.message, format!("not UTF-8: invalid byte 0xff at column {column}"), "{err}");
-        assert!(matches!(got[2], Ok(Decoded::Event { .. })), "the next line is decoded");
+        let e = event(got[1].as_ref().unwrap());
+        assert_eq!(e.message, "Created \u{fffd}\u{fffd}pod: fluentd-8657bcb875-g6g5g");
+        let err = got[2].as_ref().unwrap_err();
+        assert_eq!(err.line, 3);
+        assert!(err.message.starts_with("expected a JSON object or array"), "{err}");
+        assert!(matches!(got[3], Ok(Decoded::Event { .. })), "the next line is decoded");
     }
 
     /// An unpaired surrogate escape is U+FFFD, as Go's `encoding/json` reads it, on every path:

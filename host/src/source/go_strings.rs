@@ -95,13 +95,19 @@ fn escaped_unit(bytes: &[u8], at: usize) -> Option<u16> {
     u16::from_str_radix(hex, 16).ok()
 }
 
-/// `serde_json::from_slice`, reading unpaired surrogate escapes as Go does ([`replace_unpaired`]):
-/// when `bytes` does not parse, is UTF-8 and has such an escape, it is parsed again with them
-/// replaced, and that attempt's result (its error, if any, at the same offsets) is returned.
+/// `serde_json::from_slice`, reading strings as Go does: when `bytes` does not parse and holds
+/// bytes that are not UTF-8 ([`lossy_utf8`]) or an unpaired surrogate escape
+/// ([`replace_unpaired`]), it is parsed again as Go reads it, and that attempt's result is
+/// returned (an error's column then counts the text as read: each bad byte is the 3 bytes of
+/// U+FFFD).
 pub(crate) fn from_slice<T: DeserializeOwned>(bytes: &[u8]) -> serde_json::Result<T> {
-    serde_json::from_slice(bytes).or_else(|e| match std::str::from_utf8(bytes).ok().and_then(replace_unpaired) {
-        Some(fixed) => serde_json::from_str(&fixed),
-        None => Err(e),
+    serde_json::from_slice(bytes).or_else(|e| {
+        let text = lossy_utf8(bytes);
+        match (replace_unpaired(&text), text) {
+            (Some(fixed), _) => serde_json::from_str(&fixed),
+            (None, Cow::Owned(text)) => serde_json::from_str(&text),
+            (None, Cow::Borrowed(_)) => Err(e),
+        }
     })
 }
 
@@ -172,6 +178,8 @@ mod tests {
         assert!(serde_json::from_slice::<serde_json::Value>(br#"{"m": "\ud800"}"#).is_err(), "serde alone fails");
         let e = from_slice::<serde_json::Value>(br#"{"m": "\ud800", }"#).unwrap_err();
         assert_eq!(e.column(), 17, "the remaining error, where it is in the input: {e}");
+        let v: serde_json::Value = from_slice(b"{\"m\": \"a\xff\\udc00\"}").unwrap();
+        assert_eq!(v["m"], "a\u{fffd}\u{fffd}", "a bad byte and a lone surrogate together");
         let e = from_slice::<serde_json::Value>(b"{\"m\": 1,}").unwrap_err();
         assert!(e.to_string().contains("trailing comma"), "{e}");
     }

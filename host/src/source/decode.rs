@@ -2075,9 +2075,8 @@ mod tests {
     fn bytes_that_are_not_utf8_are_read_as_go_reads_them() {
         let mut d = Decoder::new();
         let mut got = Vec::new();
-        let bad = SUMO_MODIFIED.replace("Created pod", "Created \u{1}\u{1}pod").into_bytes();
+        let mut bad = SUMO_MODIFIED.replace("Created pod", "Created \u{1}\u{1}pod").into_bytes();
         let at = bad.iter().position(|&b| b == 1).unwrap();
-        let mut bad = bad;
         bad[at..at + 2].copy_from_slice(b"\xe2\x82"); // a euro sign cut after two of its bytes
         let garbage = b"\xff\xfe{}";
         for line in [SUMO_ADDED.as_bytes(), &bad, garbage, SUMO_DELETED.as_bytes()] {

@@ -31,8 +31,8 @@ pub(crate) fn replace_unpaired(text: &str) -> Option<String> {
     let mut i = 0;
     while let Some(found) = bytes[i..].iter().position(|&b| b == b'\\') {
         let at = i + found;
-        match (bytes.get(at + 1), escaped_unit(bytes, at)) {
-            (Some(b'u'), Some(0xD800..=0xDBFF)) => {
+        match escaped_unit(bytes, at) {
+            Some(0xD800..=0xDBFF) => {
                 if escaped_unit(bytes, at + 6).is_some_and(|next| (0xDC00..=0xDFFF).contains(&next)) {
                     i = at + 12; // a pair: one character
                 } else {
@@ -40,13 +40,13 @@ pub(crate) fn replace_unpaired(text: &str) -> Option<String> {
                     i = at + 6;
                 }
             }
-            (Some(b'u'), Some(0xDC00..=0xDFFF)) => {
+            Some(0xDC00..=0xDFFF) => {
                 unpaired.push(at);
                 i = at + 6;
             }
-            (Some(b'u'), Some(_)) => i = at + 6,
+            Some(_) => i = at + 6,
             // Any other escape (or a malformed `\u`, which stays the parser's error).
-            _ => i = at + 2,
+            None => i = at + 2,
         }
         if i >= bytes.len() {
             break;

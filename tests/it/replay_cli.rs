@@ -164,58 +164,41 @@ fn malformed_lines_get_an_error_line_in_place_and_exit_status_2() {
     assert_eq!(out[4]["event"]["count"], 3);
 }
 
+/// One event as a replay line, its message `m`.
+const LINE_WITH_MESSAGE_M: &str = r#"{"clock":"2025-01-01T00:00:00Z","event":{"metadata":{"name":"a.1","namespace":"ns"},"involvedObject":{"kind":"Pod","namespace":"ns","name":"a"},"reason":"Started","message":"m","source":{"component":"kubelet"},"count":1}}"#;
+
+/// `eventpipe replay` of [`LINE_WITH_MESSAGE_M`], `odd`, and the first line again: the three
+/// output lines, after checking that the exit status is 0.
+fn replay_between_two_repeats(odd: &[u8]) -> Vec<Value> {
+    let good = LINE_WITH_MESSAGE_M.as_bytes();
+    let input = [good, b"\n", odd, b"\n", good, b"\n"].concat();
+    let (out, code) = replay(&[], &input);
+    let lines: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert_eq!(lines[2]["event"]["count"], 2, "the first event's repeat: {}", lines[2]);
+    assert_eq!(code, 0);
+    lines
+}
+
 /// Bytes that are not UTF-8 are read as the Go program the replay reproduces reads them
 /// (`encoding/json`: each is U+FFFD): the line is correlated, not reported.
 #[test]
 fn bytes_that_are_not_utf8_are_read_as_go_reads_them() {
-    let good = r#"{"clock":"2025-01-01T00:00:00Z","event":{"metadata":{"name":"a.1","namespace":"ns"},"involvedObject":{"kind":"Pod","namespace":"ns","name":"a"},"reason":"Started","message":"m","source":{"component":"kubelet"},"count":1}}"#;
-    let mut input = Vec::new();
-    input.extend_from_slice(good.as_bytes());
-    input.extend_from_slice(b"\n");
-    input.extend_from_slice(good.replace("\"m\"", "\"m\u{7f}\"").as_bytes()); // 0x7f becomes 0xff below
-    let bad_at = input.iter().rposition(|&b| b == 0x7f).unwrap();
-    input[bad_at] = 0xff;
-    input.extend_from_slice(b"\n");
-    input.extend_from_slice(good.as_bytes());
-    input.extend_from_slice(b"\n");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_eventpipe"))
-        .arg("replay")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(&input).unwrap();
-    let out = child.wait_with_output().unwrap();
-    let lines: Vec<Value> =
-        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    assert_eq!(lines.len(), 3, "{lines:?}");
+    let mut odd = LINE_WITH_MESSAGE_M.replace("\"m\"", "\"m\u{7f}\"").into_bytes(); // 0x7f becomes 0xff below
+    let bad_at = odd.iter().position(|&b| b == 0x7f).unwrap();
+    odd[bad_at] = 0xff;
+    let lines = replay_between_two_repeats(&odd);
     assert_eq!(lines[1]["event"]["message"], "m\u{fffd}", "{}", lines[1]);
-    assert_eq!(lines[2]["event"]["count"], 2, "the first event's repeat: {}", lines[2]);
-    assert_eq!(out.status.code(), Some(0));
 }
 
+/// An unpaired surrogate escape is U+FFFD, as in the Go program the replay reproduces
+/// (`encoding/json`): the line is correlated, not reported.
 #[test]
 fn an_unpaired_surrogate_escape_is_read_as_go_reads_it() {
-    let good = r#"{"clock":"2025-01-01T00:00:00Z","event":{"metadata":{"name":"a.1","namespace":"ns"},"involvedObject":{"kind":"Pod","namespace":"ns","name":"a"},"reason":"Started","message":"m","source":{"component":"kubelet"},"count":1}}"#;
-    let odd = good.replace(r#""m""#, r#""\ud800m""#);
-    let input = format!("{good}\n{odd}\n{good}\n");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_eventpipe"))
-        .arg("replay")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    let lines: Vec<Value> =
-        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    assert_eq!(lines.len(), 3, "{lines:?}");
+    let odd = LINE_WITH_MESSAGE_M.replace(r#""m""#, r#""\ud800m""#);
+    let lines = replay_between_two_repeats(odd.as_bytes());
     assert_eq!(lines[1]["event"]["message"], "\u{fffd}m", "{}", lines[1]);
     assert_eq!(lines[1]["event"]["count"], 1, "another message, another event");
-    assert_eq!(lines[2]["event"]["count"], 2, "the first event's repeat: {}", lines[2]);
-    assert_eq!(out.status.code(), Some(0));
 }
 
 #[test]

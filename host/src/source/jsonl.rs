@@ -476,6 +476,25 @@ mod tests {
         assert_eq!((stats.read, names), (2, vec!["e1".to_string(), "e2".to_string()]));
     }
 
+    /// Runs a source on a file holding `input` to its end: the events the Broadcaster got, in
+    /// order, and the source's counts.
+    async fn read_file(input: &[u8]) -> (Vec<SharedEvent>, SourceStats) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("in.jsonl");
+        std::fs::write(&path, input).unwrap();
+        let broadcaster = Broadcaster::new(100_000, FullChannelBehavior::WaitIfChannelFull);
+        let mut watcher = broadcaster.watch().unwrap();
+        let source =
+            JsonLinesSource { path: Some(path), start: 0, progress: None, follow: false, counters: Arc::default() };
+        let stats = source.run(broadcaster.clone(), CancellationToken::new()).await.unwrap();
+        broadcaster.shutdown().await;
+        let mut events = Vec::new();
+        while let Some(e) = watcher.recv().await {
+            events.push(e.object);
+        }
+        (events, stats)
+    }
+
     /// A line with bytes that are not UTF-8 in a string is decoded as Go reads it, one U+FFFD
     /// per bad byte, and the lines around it as they are.
     #[tokio::test(flavor = "current_thread")]
@@ -485,19 +504,8 @@ mod tests {
         let at = input.iter().position(|&b| b == 1).unwrap();
         input[at..at + 2].copy_from_slice(b"\xe2\x82"); // a euro sign cut after two of its bytes
         input.extend_from_slice(format!("{}\n", event(3)).as_bytes());
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("in.jsonl");
-        std::fs::write(&path, &input).unwrap();
-        let broadcaster = Broadcaster::new(100, FullChannelBehavior::WaitIfChannelFull);
-        let mut watcher = broadcaster.watch().unwrap();
-        let source =
-            JsonLinesSource { path: Some(path), start: 0, progress: None, follow: false, counters: Arc::default() };
-        let stats = source.run(broadcaster.clone(), CancellationToken::new()).await.unwrap();
-        broadcaster.shutdown().await;
-        let mut messages = Vec::new();
-        while let Some(e) = watcher.recv().await {
-            messages.push(e.object.message.to_string());
-        }
+        let (events, stats) = read_file(&input).await;
+        let messages: Vec<&str> = events.iter().map(|e| e.message.as_str()).collect();
         assert_eq!(messages, ["m1", "m\u{fffd}\u{fffd}2", "m3"]);
         assert_eq!((stats.read, stats.bad_lines), (3, 0));
     }
@@ -526,19 +534,8 @@ mod tests {
             })
             .collect();
 
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("in.jsonl");
-        std::fs::write(&path, &text).unwrap();
-        let broadcaster = Broadcaster::new(100_000, FullChannelBehavior::WaitIfChannelFull);
-        let mut watcher = broadcaster.watch().unwrap();
-        let source =
-            JsonLinesSource { path: Some(path), start: 0, progress: None, follow: false, counters: Arc::default() };
-        let stats = source.run(broadcaster.clone(), CancellationToken::new()).await.unwrap();
-        broadcaster.shutdown().await;
-        let mut names = Vec::new();
-        while let Some(e) = watcher.recv().await {
-            names.push(e.object.metadata.name.clone());
-        }
+        let (events, stats) = read_file(text.as_bytes()).await;
+        let names: Vec<String> = events.iter().map(|e| e.metadata.name.to_string()).collect();
         assert_eq!(names.len(), expected.len());
         assert!(names == expected, "the events and their order");
         assert_eq!((stats.read, stats.bad_lines), (expected.len() as u64, errors.len() as u64));

@@ -263,16 +263,20 @@ fn bench(c: &mut Criterion) {
     // with the default plugins (fresh state and instances per pass).
     let text = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/data/occurrences.jsonl"))
         .expect("the bundled stream");
-    let (bundled, _) = eventpipe::bench::decode_input(&text);
+    let (bundled, _) = eventpipe::commands::bench::decode_input(&text);
     let registry = PluginRegistry::new(PluginRuntime::new(Metering::Fuel).expect("runtime")).expect("embedded plugins");
-    let rules = eventpipe::plan::CommandLineRules::default().rules(&registry).expect("default rules");
+    let rules = eventpipe::pipeline::plan::CommandLineRules::default().rules(&registry).expect("default rules");
     let plan = std::sync::Arc::new(
-        eventpipe::plan::TenantPlan::build_unopened(&rules, None, &registry).expect("the default plan"),
+        eventpipe::pipeline::plan::TenantPlan::build_unopened(&rules, None, &registry).expect("the default plan"),
     );
     let mut stage = c.benchmark_group("tenant_stage");
     stage.throughput(Throughput::Elements(bundled.len() as u64)).sample_size(10);
     stage.bench_function("bundled_stream_pass", |b| {
-        b.iter_batched(|| bundled.clone(), |input| eventpipe::bench::pass(&plan, input), BatchSize::LargeInput)
+        b.iter_batched(
+            || bundled.clone(),
+            |input| eventpipe::commands::bench::pass(&plan, input),
+            BatchSize::LargeInput,
+        )
     });
     stage.finish();
 }

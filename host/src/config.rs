@@ -85,7 +85,7 @@
 //!   meaning (a negative burst filters every event, a negative cache size keeps nothing, …);
 //!   `qps` must not be NaN.
 //! - `fallback` is `builtin`, `drop` or `fail`; `partition_key` is `source-object` or `namespace`.
-//! - `drop`, `keep` and `spam_exempt` are lists of matchers ([`crate::rules`]); a rule's `name`
+//! - `drop`, `keep` and `spam_exempt` are lists of matchers ([`crate::tenant::rules`]); a rule's `name`
 //!   is non-empty and unique in its list; `keep = []` is refused (it would drop every event); a
 //!   tenant's `match` has no `name`. A tenant's list replaces the `[defaults]` one (`drop = []`
 //!   clears it).
@@ -116,8 +116,8 @@ use toml::Spanned;
 use crate::broadcaster::FullChannelBehavior;
 use crate::partition::PartitionKey;
 use crate::plugin::{FallbackPolicy, MEMO_MAX_ENTRIES_KEY, PURE_KEY, parse_memo_max_entries};
-use crate::rules::EventRule;
 pub use crate::tenant::DEFAULT_TENANT;
+use crate::tenant::rules::EventRule;
 use crate::tenant::{EventMatch, MatchEntry, MatchError, MatchSpec, TenantRouter};
 use crate::watchers::WatcherSpec;
 
@@ -226,13 +226,13 @@ pub struct Rules {
     pub sinks: Option<Vec<String>>,
     /// What this tenant's events are partitioned by (`run --workers`).
     pub partition_key: Option<PartitionKey>,
-    /// `drop` rules ([`crate::rules`]); `Some(empty)` clears the base's.
+    /// `drop` rules ([`crate::tenant::rules`]); `Some(empty)` clears the base's.
     pub drop: Option<Vec<EventRule>>,
     /// `keep` rules; never `Some(empty)`.
     pub keep: Option<Vec<EventRule>>,
     /// `spam_exempt` rules; `Some(empty)` clears the base's.
     pub spam_exempt: Option<Vec<EventRule>>,
-    /// Seconds of an "N suppressed" summary window ([`crate::suppressed`]); 0: none.
+    /// Seconds of an "N suppressed" summary window ([`crate::pipeline::suppressed`]); 0: none.
     pub suppressed_summary_seconds: Option<u64>,
 }
 

@@ -24,64 +24,64 @@
 //! - [`EventCorrelator`] is client-go's correlator (aggregator → logger → spam filter), with
 //!   its key functions pluggable ([`correlator`]).
 //! - [`watch_cache`] is the apiserver's Cacher for what eventpipe wrote: the correlated Events
-//!   with resourceVersions, a [`window::Window`] of changes that watchers resume from, and the
+//!   with resourceVersions, a [`watch_cache::window::Window`] of changes that watchers resume from, and the
 //!   Kubernetes read API (`run --serve`) that kubectl and informers read.
 //! - [`TenantPlan`] is what tenants run: rules from the command line ([`CommandLineRules`]) and
 //!   the [`Config`], plugins from the [`PluginRegistry`], sinks from [`SinkSpec`]s.
 //!
-//! Modules sit in layers; each imports only modules below it (the README lists them).
+//! # Layout
+//!
+//! Modules sit in layers; each imports only modules below it. From the top:
+//! - [`commands`]: the subcommands' bodies (`run`, `replay`, `test`, `bench`, `validate`,
+//!   `top`, `new-plugin`); `metrics`: the `/metrics` families.
+//! - [`record`]: client-go's `tools/record` (EventRecorder, EventBroadcaster) and
+//!   `tools/events` (EventSeries).
+//! - [`pipeline`]: above the Broadcaster: tenant plans, the tenant stage, the router, "N
+//!   suppressed" summaries, the scale-out tiers.
+//! - [`config`], [`watchers`], [`sink`], [`plugin`], [`watch_cache`], [`source`]: the tenant
+//!   config file, Broadcaster watchers, EventSinks, the Wasm runtime (the only wasmtime user),
+//!   the apiserver-style watch cache, the sources.
+//! - [`correlator`], [`tenant`] (matching and drop/keep rules), [`partition`], [`broadcaster`],
+//!   [`delivery`], [`k8s`] (the API server connection), [`nats`], [`event`], [`clock`], and the
+//!   small ones ([`health`], [`logging`], [`reload`]): the ground floor.
 
-pub mod bench;
 pub mod broadcaster;
 pub mod clock;
+pub mod commands;
 pub mod config;
 pub mod correlator;
 pub mod delivery;
 pub mod event;
-pub mod event_broadcaster;
-pub mod golden;
 pub mod health;
 pub mod k8s;
 pub mod logging;
 pub mod metrics;
 pub mod nats;
 pub mod partition;
-pub mod plan;
+pub mod pipeline;
 pub mod plugin;
-pub mod recorder;
+pub mod record;
 pub mod reload;
-pub mod replay;
-pub mod router;
-pub mod rules;
-pub mod run;
-pub mod scaffold;
-pub mod scale;
-pub mod series;
 pub mod sink;
 pub mod source;
-pub mod stage;
-pub mod suppressed;
 pub mod tenant;
-pub mod top;
-pub mod validate;
 pub mod watch_cache;
 pub mod watchers;
-pub mod window;
 
 pub use broadcaster::{Broadcaster, FullChannelBehavior, WatchEvent, WatchEventType, Watcher};
+pub use commands::replay::{ReplayOptions, replay};
+pub use commands::run::{RunOptions, RunSummary, run};
 pub use config::Config;
 pub use correlator::{CorrelatorOptions, EventCorrelateResult, EventCorrelator};
 pub use delivery::{Delivery, DeliveryMode};
 pub use event::Event;
-pub use event_broadcaster::{EventBroadcaster, EventBroadcasterOptions};
 pub use partition::PartitionKey;
-pub use plan::{CommandLineRules, TenantPlan, TenantRules};
+pub use pipeline::plan::{CommandLineRules, TenantPlan, TenantRules};
+pub use pipeline::router::RouterStats;
+pub use pipeline::stage::TenantStage;
 pub use plugin::registry::PluginRegistry;
 pub use plugin::{PluginKind, PluginRuntime, PluginSettings};
-pub use recorder::EventRecorder;
-pub use replay::{ReplayOptions, replay};
-pub use router::RouterStats;
-pub use run::{RunOptions, RunSummary, run};
+pub use record::event_broadcaster::{EventBroadcaster, EventBroadcasterOptions};
+pub use record::recorder::EventRecorder;
 pub use sink::{EventSink, SinkSpec, Stored};
 pub use source::{Source, SourceSpec, SourceStats};
-pub use stage::TenantStage;

@@ -22,9 +22,9 @@
 //! | `eventpipe_sink_rejected_total` | `reason` (`AlreadyExists`, `NotFound`, `NamespaceTerminating`, `NamespaceNotFound`, …; never a namespace) | writes the server rejected and `recordToSink` dropped |
 //! | `eventpipe_aggregated_total` | `tenant` | events replaced by an aggregate |
 //! | `eventpipe_filtered_total` | `tenant` | filter plugin drops |
-//! | `eventpipe_rule_dropped_total` | `tenant`, `rule` | declarative `drop` / `keep` rule drops ([`crate::rules`]) |
+//! | `eventpipe_rule_dropped_total` | `tenant`, `rule` | declarative `drop` / `keep` rule drops ([`crate::tenant::rules`]) |
 //! | `eventpipe_spam_exempted_total` | `tenant` | events a `spam_exempt` rule let through the spam filter |
-//! | `eventpipe_suppressed_summaries_total` | `tenant` | "N events suppressed" summaries sent ([`crate::suppressed`]) |
+//! | `eventpipe_suppressed_summaries_total` | `tenant` | "N events suppressed" summaries sent ([`crate::pipeline::suppressed`]) |
 //! | `eventpipe_shadow_compared_total`, `eventpipe_shadow_divergences_total` | `plugin` | shadow plugins ([`crate::plugin::shadow`]) |
 //! | `eventpipe_watcher_dropped_total` | `watcher`, `reason` | Broadcaster queue drops |
 //! | `eventpipe_sink_sent_total`, `_acked_total`, `_retries_total`, `_failures_total` | `sink` | webhook sinks |
@@ -35,7 +35,7 @@
 //! | `eventpipe_plugin_failures_total` | `plugin`, `tenant`, `reason` (`trap`, `out_of_fuel`, `memory_limit`, `garbage`, …) | `PluginStats` |
 //! | `eventpipe_plugin_swaps_total`, `eventpipe_plugin_tier_ups_total`, `eventpipe_plugin_reloads_rejected_total` | — | plugin registry |
 //! | `eventpipe_config_reloads_total` | `result` (`applied`, `rejected`) | tenant config reloads |
-//! | `eventpipe_snapshots_total` | `outcome` (`stored`, `restored`, `refused`, `failed`) | correlator snapshots ([`crate::scale`], a single host's state file) |
+//! | `eventpipe_snapshots_total` | `outcome` (`stored`, `restored`, `refused`, `failed`) | correlator snapshots ([`crate::pipeline::scale`], a single host's state file) |
 //! | `eventpipe_nats_published_total`, `eventpipe_nats_duplicates_total`, `eventpipe_nats_publish_retries_total` | — | the NATS publish tier |
 //! | `eventpipe_ingest_requests_total` | — | HTTP ingest |
 //! | `eventpipe_ingest_rejected_total` | `reason` | HTTP ingest error answers and bad documents |
@@ -59,9 +59,9 @@ use prometheus_client::registry::Registry;
 
 use crate::broadcaster::Broadcaster;
 use crate::event::SharedEvent;
+use crate::pipeline::router::RouterStats;
 use crate::plugin::registry::PluginRegistry;
 use crate::plugin::{CallFailure, PluginHandle, PluginStatsSnapshot};
-use crate::router::RouterStats;
 use crate::sink::webhook::{WebhookSink, WebhookStats};
 use crate::source::SourceStats;
 use crate::source::http::IngestStats;
@@ -149,9 +149,9 @@ fn add<K: Ord>(map: &mut BTreeMap<K, u64>, key: K, n: u64) {
 }
 
 impl Snapshot {
-    /// Adds a scale-out's counters ([`crate::scale::ScaleStats`]): snapshots by outcome and the
+    /// Adds a scale-out's counters ([`crate::pipeline::scale::ScaleStats`]): snapshots by outcome and the
     /// publish tier's publications.
-    pub fn add_scale(&mut self, s: &crate::scale::ScaleStats) {
+    pub fn add_scale(&mut self, s: &crate::pipeline::scale::ScaleStats) {
         for (outcome, n) in [
             ("stored", s.snapshots),
             ("restored", s.snapshots_restored),

@@ -1,7 +1,7 @@
 //! NATS JetStream, the engine eventpipe scales out on (the only broker code, through the
 //! official `async-nats` client): the `nats:` target of `--sink` (publish tier) and `--source`
 //! (worker tier), the stream, the subjects, the durable pull consumers of the partitions and the
-//! KV bucket of correlator snapshots. What runs on them is in [`crate::scale`].
+//! KV bucket of correlator snapshots. What runs on them is in [`crate::pipeline::scale`].
 //!
 //! # Layout
 //! - **Stream** `NAME` (default `EVENTS`): subjects `<prefix>.*.*`, limits retention (kept

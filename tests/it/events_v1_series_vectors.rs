@@ -8,7 +8,9 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 use chrono::SubsecRound;
 use eventpipe::event::{Event, ObjectReference, Time};
-use eventpipe::series::{EventSeriesCache, IsomorphicKey, SeriesDecision, SeriesEventSource, record_series_event};
+use eventpipe::record::series::{
+    EventSeriesCache, IsomorphicKey, SeriesDecision, SeriesEventSource, record_series_event,
+};
 use eventpipe::sink::{EventSink, RetryPolicy, SinkError, Stored, WriteOutcome};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -293,7 +295,7 @@ impl eventpipe::clock::Clock for TokioClock {
 #[tokio::test(start_paused = true)]
 async fn the_series_watcher_creates_patches_counts_then_closes_an_idle_series() {
     use eventpipe::broadcaster::{Broadcaster, FullChannelBehavior, WatchEventType};
-    use eventpipe::series::start_recording_series_to_sink;
+    use eventpipe::record::series::start_recording_series_to_sink;
     use std::sync::Arc;
     use std::time::Duration;
 

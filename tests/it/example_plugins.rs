@@ -22,12 +22,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, OnceLock};
 
+use eventpipe::commands::golden::{Subject, compare, run_test};
+use eventpipe::commands::replay::{ReplayOptions, replay};
 use eventpipe::correlator::{AggregateKey, CorrelatorOptions, EventAggregatorKeyFunc};
 use eventpipe::event::Event;
-use eventpipe::golden::{Subject, compare, run_test};
 use eventpipe::plugin::registry::PluginRegistry;
 use eventpipe::plugin::{Metering, PluginRuntime, PluginSettings};
-use eventpipe::replay::{ReplayOptions, replay};
 use serde_json::Value;
 
 fn root() -> PathBuf {

@@ -11,10 +11,10 @@ use eventpipe::clock::{Clock, ManualClock};
 use eventpipe::correlator::CorrelatorOptions;
 use eventpipe::correlator::keys::event_key;
 use eventpipe::event::{Event, EventSource, ObjectReference, Time};
-use eventpipe::event_broadcaster::{
+use eventpipe::record::event_broadcaster::{
     EventBroadcaster, EventBroadcasterOptions, logging_line, structured_logging_fields,
 };
-use eventpipe::recorder::{RecordOutcome, generate_event_name, is_dns1123_subdomain};
+use eventpipe::record::recorder::{RecordOutcome, generate_event_name, is_dns1123_subdomain};
 use eventpipe::sink::{EventSink, RetryPolicy, SinkError, StatusError, Stored};
 use serde_json::Value;
 use tokio::sync::mpsc;

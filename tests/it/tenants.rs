@@ -276,10 +276,10 @@ fn a_filter_declaring_a_label_from_its_config_drops_by_it() {
 #[test]
 fn a_tenants_partition_key_shards_only_its_own_events() {
     use eventpipe::config::Config;
-    use eventpipe::plan::{KeyChoice, TenantPlan, TenantRules};
+    use eventpipe::pipeline::plan::{KeyChoice, TenantPlan, TenantRules};
+    use eventpipe::pipeline::router::PartitionKey;
     use eventpipe::plugin::registry::PluginRegistry;
     use eventpipe::plugin::{Metering, PluginRuntime};
-    use eventpipe::router::PartitionKey;
     use eventpipe::sink::set::SinkSet;
 
     let text = "[[tenants]]\nname = \"wide\"\nmatch = { namespaces = [\"wide\"] }\nrules = { partition_key = \"namespace\" }\n";

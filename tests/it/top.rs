@@ -8,12 +8,12 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use eventpipe::commands::top::{Rate, Scrape, View, render};
 use eventpipe::metrics::Metrics;
+use eventpipe::pipeline::router::RouterStats;
 use eventpipe::plugin::{CallFailure, PluginStatsSnapshot};
-use eventpipe::router::RouterStats;
 use eventpipe::sink::SinkStats;
 use eventpipe::sink::webhook::WebhookStats;
-use eventpipe::top::{Rate, Scrape, View, render};
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 

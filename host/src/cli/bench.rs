@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Args;
-use eventpipe::bench::{bench, decode_input};
+use eventpipe::commands::bench::{bench, decode_input};
 use eventpipe::config::Config;
-use eventpipe::plan::TenantPlan;
+use eventpipe::pipeline::plan::TenantPlan;
 
 use super::{CorrelatorArgs, PluginArgs, RuntimeArgs};
 

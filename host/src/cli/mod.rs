@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Args;
-use eventpipe::plan::{BuiltinSpamKey, CommandLineRules};
+use eventpipe::pipeline::plan::{BuiltinSpamKey, CommandLineRules};
 use eventpipe::plugin::registry::{PluginRegistry, ReloadOutcome};
 use eventpipe::plugin::{
     DEFAULT_FUEL_PER_EVENT, DEFAULT_MEMORY_LIMIT_BYTES, FallbackPolicy, Metering, PluginRuntime, PluginSettings,

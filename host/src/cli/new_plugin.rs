@@ -4,8 +4,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
+use eventpipe::commands::scaffold::{self, Lang, Scaffold};
 use eventpipe::plugin::PluginKind;
-use eventpipe::scaffold::{self, Lang, Scaffold};
 
 /// `eventpipe new-plugin` flags.
 #[derive(Args, Debug)]

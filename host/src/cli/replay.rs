@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::Context;
 use clap::Args;
-use eventpipe::plan::PlannedTenant;
-use eventpipe::replay::{ReplayOptions, replay};
+use eventpipe::commands::replay::{ReplayOptions, replay};
+use eventpipe::pipeline::plan::PlannedTenant;
 use eventpipe::tenant::DEFAULT_TENANT;
 
 use super::{CorrelatorArgs, PluginArgs, RuntimeArgs};

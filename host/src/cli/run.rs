@@ -12,13 +12,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Args;
+use eventpipe::commands::run::{RunOptions, run};
 use eventpipe::correlator::CorrelationClock;
 use eventpipe::delivery::{Delivery, DeliveryMode};
-use eventpipe::event_broadcaster::EventBroadcasterOptions;
 use eventpipe::k8s::EventsApi;
 use eventpipe::k8s::KubeOptions;
-use eventpipe::router::{DEFAULT_MAX_IN_FLIGHT, PartitionKey};
-use eventpipe::run::{RunOptions, run};
+use eventpipe::pipeline::router::{DEFAULT_MAX_IN_FLIGHT, PartitionKey};
+use eventpipe::record::event_broadcaster::EventBroadcasterOptions;
 use eventpipe::sink::SinkEntry;
 use eventpipe::source::k8s::WatchOptions;
 use eventpipe::source::{SourceCounters, SourceSpec};
@@ -92,7 +92,7 @@ pub struct RunArgs {
     /// With a `nats:` source: this worker is I of N and takes the stream's partitions p with
     /// p mod N = I (`I/N`, or a StatefulSet pod name `NAME-I/N`) [default: 0/1, all].
     #[arg(long, value_name = "I/N", help_heading = "Partitions")]
-    worker: Option<eventpipe::scale::WorkerIndex>,
+    worker: Option<eventpipe::pipeline::scale::WorkerIndex>,
     /// Seconds between correlator snapshots: a `nats:` worker's partitions into the stream's KV
     /// bucket, an at-least-once run's into `--state-file` (also at the end). What a crash
     /// writes again is bounded by it.
@@ -224,7 +224,7 @@ struct KubeArgs {
 }
 
 /// Runs the pipeline: exit 3 when a plugin failed under `--plugin-fallback fail`, 4 when events
-/// were abandoned (see [`eventpipe::run::RunSummary::abandoned_any`]), else 0.
+/// were abandoned (see [`eventpipe::commands::run::RunSummary::abandoned_any`]), else 0.
 pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
     let registry = super::registry_with_dir(&args.runtime, &args.limits, args.plugins.as_deref(), "eventpipe")?;
     let mut base = args.correlator.rules(&args.limits).rules(&registry)?;

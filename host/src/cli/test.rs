@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Args;
-use eventpipe::golden::{Subject, compare, run_test, write_golden};
+use eventpipe::commands::golden::{Subject, compare, run_test, write_golden};
 
 use super::{PluginArgs, RuntimeArgs};
 

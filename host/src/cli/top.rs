@@ -1,5 +1,5 @@
 //! `eventpipe top`: a live terminal view of a running instance, from its `GET /metrics`
-//! ([`eventpipe::top`] parses, computes rates and renders; this module scrapes on a timer, reads
+//! ([`eventpipe::commands::top`] parses, computes rates and renders; this module scrapes on a timer, reads
 //! keys and owns the terminal).
 
 use std::io::IsTerminal;
@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Args;
+use eventpipe::commands::top::{Scrape, Scraper, View, render};
 use eventpipe::source::http::TOKEN_ENV;
-use eventpipe::top::{Scrape, Scraper, View, render};
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
 
 /// `eventpipe top` flags.

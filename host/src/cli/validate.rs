@@ -5,10 +5,10 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Args;
+use eventpipe::commands::validate::{ValidateOptions, validate};
 use eventpipe::plugin::registry::ReloadOutcome;
 use eventpipe::sink::SinkEntry;
 use eventpipe::source::SourceSpec;
-use eventpipe::validate::{ValidateOptions, validate};
 use eventpipe::watchers::WatcherSpec;
 
 use super::{CorrelatorArgs, PluginArgs, RuntimeArgs};

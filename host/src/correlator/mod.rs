@@ -178,7 +178,7 @@ pub struct PreparedEvent {
 
 impl PreparedEvent {
     /// Lets the event through the spam filter whatever its bucket holds (a `spam_exempt`
-    /// rule, [`crate::rules`]); it takes no token. The EventLogger still counts it.
+    /// rule, [`crate::tenant::rules`]); it takes no token. The EventLogger still counts it.
     pub fn exempt_from_spam_filter(&mut self) {
         self.spam_exempt = true;
     }

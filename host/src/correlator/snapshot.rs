@@ -131,7 +131,7 @@ pub struct TenantSnapshot {
     pub tenant: String,
     /// Its correlator.
     pub state: CorrelatorState,
-    /// Its open "N suppressed" windows ([`crate::suppressed`]), soonest to close first: state
+    /// Its open "N suppressed" windows ([`crate::pipeline::suppressed`]), soonest to close first: state
     /// like the correlator's, so that the events skipped before the snapshot are still counted
     /// in the summary written after a restart, and those correlated again after it are counted
     /// once.
@@ -186,7 +186,7 @@ impl From<ReferenceData> for ObjectReference {
     }
 }
 
-/// One open "N suppressed" window of a tenant, as data ([`crate::suppressed`] makes and reads
+/// One open "N suppressed" window of a tenant, as data ([`crate::pipeline::suppressed`] makes and reads
 /// it).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SummaryWindow {

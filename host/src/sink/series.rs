@@ -2,7 +2,7 @@
 //! isomorphic-event cache that decides create / series patch / count-only for each event, the
 //! write with client-go's `attemptRecording` retries, and [`SeriesSink`], which puts both in
 //! front of an events.k8s.io [`EventSink`] so that the tenant router can record through it.
-//! The Broadcaster watcher that does the same for a recorder is [`crate::series`].
+//! The Broadcaster watcher that does the same for a recorder is [`crate::record::series`].
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};

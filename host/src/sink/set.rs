@@ -89,7 +89,7 @@ impl SinkSet {
     /// The same set, with every tenant's writes going to `cache` too: [`TenantPlan`] adds
     /// [`tap`](Self::tap) to the sinks of each tenant (`run --serve`).
     ///
-    /// [`TenantPlan`]: crate::plan::TenantPlan
+    /// [`TenantPlan`]: crate::pipeline::plan::TenantPlan
     pub fn with_watch_cache(self, cache: Arc<crate::watch_cache::WatchCache>) -> Self {
         Self { tap: Some(Arc::new(super::watch_cache::WatchCacheSink(cache))), ..self }
     }

@@ -20,7 +20,7 @@ pub enum SinkSpec {
     Kubernetes(String),
     /// A webhook: batched JSON POSTs to this URL (`webhook:http://…` / `webhook:https://…`).
     Webhook(String),
-    /// The publish tier of a scale-out ([`crate::scale`]): each decoded event, after tenant
+    /// The publish tier of a scale-out ([`crate::pipeline::scale`]): each decoded event, after tenant
     /// routing and before correlation, published to a JetStream stream
     /// (`nats:nats://HOST:PORT[?stream=NAME&partitions=P…]`, [`crate::nats::NatsTarget`]).
     /// Only as the run's one `--sink`.

@@ -21,11 +21,11 @@ pub struct SinkStats {
     pub aggregated: u64,
     /// Dropped by filter plugins.
     pub filtered: u64,
-    /// Dropped by declarative `drop` / `keep` rules ([`crate::rules`]).
+    /// Dropped by declarative `drop` / `keep` rules ([`crate::tenant::rules`]).
     pub dropped_by_rules: u64,
     /// Let through the spam filter by a `spam_exempt` rule.
     pub spam_exempted: u64,
-    /// "N suppressed" summary events sent ([`crate::suppressed`]; each also counts as created,
+    /// "N suppressed" summary events sent ([`crate::pipeline::suppressed`]; each also counts as created,
     /// per sink, when written).
     pub suppressed_summaries: u64,
     /// Dropped after a non-retryable sink error.

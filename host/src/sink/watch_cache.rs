@@ -2,7 +2,7 @@
 //! writes as an apiserver stores it, so that the read API serves the correlated events as they
 //! would exist in a cluster.
 //!
-//! `run --serve` adds it to every tenant's sinks (a tap: [`crate::plan`] appends it when the
+//! `run --serve` adds it to every tenant's sinks (a tap: [`crate::pipeline::plan`] appends it when the
 //! [`super::set::SinkSet`] has a cache), with delivery mode `wait`: its writes complete at
 //! once, and an at-least-once position never waits for it (an in-memory cache starts empty
 //! with each run anyway). client-go's `recordToSink` drives it like any sink:

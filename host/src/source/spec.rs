@@ -24,7 +24,7 @@ pub enum SourceSpec {
     Http(std::net::SocketAddr),
     /// The worker tier of a scale-out: the partitions `p mod N = I` of a JetStream stream
     /// (`nats:nats://HOST:PORT[?stream=NAME…]` with `run --worker I/N`), run by
-    /// [`crate::scale`], not built here.
+    /// [`crate::pipeline::scale`], not built here.
     Nats(Box<crate::nats::NatsTarget>),
 }
 

@@ -70,6 +70,7 @@
 
 pub mod api;
 pub mod selector;
+pub mod window;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -83,8 +84,8 @@ use tokio::sync::{mpsc, watch};
 use crate::broadcaster::WatchEventType;
 use crate::clock::SharedClock;
 use crate::event::Event;
-pub use crate::window::TooOld;
-use crate::window::Window;
+pub use crate::watch_cache::window::TooOld;
+use crate::watch_cache::window::Window;
 pub use selector::{FieldSelector, LabelSelector, Predicate, SelectorError};
 
 /// Default window, changes (`--watch-cache-size`).

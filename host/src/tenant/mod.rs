@@ -1,5 +1,5 @@
 //! Event matching: which tenant's rules apply to an event, and which events a drop / keep /
-//! spam-exemption rule ([`crate::rules`]) is about.
+//! spam-exemption rule ([`crate::tenant::rules`]) is about.
 //!
 //! A tenant's `[tenants.match]` table, and each rule (see [`crate::config`]), becomes an
 //! [`EventMatch`]: every
@@ -23,6 +23,8 @@
 //! | `headers`           | HTTP ingest request headers (names case-insensitive)         | value glob, all  |
 //!
 //! An event that arrived without headers never matches a tenant that requires headers.
+
+pub mod rules;
 
 use std::collections::BTreeMap;
 

@@ -11,9 +11,9 @@ use crate::broadcaster::{Broadcaster, BroadcasterError, FullChannelBehavior};
 use crate::clock::SharedClock;
 use crate::correlator::{CorrelationClock, CorrelatorOptions};
 use crate::event::{Event, EventSource, SharedEvent};
-use crate::plan::{PlannedTenant, TenantPlan};
-use crate::recorder::EventRecorder;
-use crate::router::{RouterOptions, RouterStats, record_to_tenants};
+use crate::pipeline::plan::{PlannedTenant, TenantPlan};
+use crate::pipeline::router::{RouterOptions, RouterStats, record_to_tenants};
+use crate::record::recorder::EventRecorder;
 use crate::sink::{EventSink, RetryPolicy, SinkStats};
 use crate::tenant::DEFAULT_TENANT;
 
@@ -100,7 +100,7 @@ impl EventBroadcaster {
         }
     }
 
-    /// The tenant router watcher ([`crate::router::record_to_tenants`]): each event goes to its
+    /// The tenant router watcher ([`crate::pipeline::router::record_to_tenants`]): each event goes to its
     /// tenant's stage and sinks, as the latest plan from `plans` says. Pass
     /// [`router_options`](Self::router_options), changed where needed (partitions, window,
     /// acknowledgements, live stats).

@@ -23,7 +23,7 @@
 //!
 //! **Work** ([`run_worker`]): worker I of N takes the partitions p with p mod N = I (static
 //! assignment: a StatefulSet ordinal). Each partition has its own tenant-router partition
-//! ([`crate::router::record_partitions`]), fed in stream order, so every key's events meet one
+//! ([`crate::pipeline::router::record_partitions`]), fed in stream order, so every key's events meet one
 //! EventCorrelator in publish order: per event name, the same sink calls as one `run` over the
 //! same input (under no LRU pressure: each partition's caches hold `lru_cache_size` entries).
 //!
@@ -56,8 +56,8 @@ use crate::delivery::{Position, Progress, SeenVersions};
 use crate::event::{Event, IngestHeaders, SharedEvent};
 use crate::nats::{NatsError, NatsTarget};
 use crate::partition::PartitionKey;
-use crate::plan::TenantPlan;
-use crate::router::{PartitionInput, RouterOptions, RouterStats, record_partitions};
+use crate::pipeline::plan::TenantPlan;
+use crate::pipeline::router::{PartitionInput, RouterOptions, RouterStats, record_partitions};
 use crate::source::{SourceCounters, SourceStats};
 
 /// The NATS header carrying an HTTP ingest request's header (`name: value`), one per header,

@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::config::Config;
-use crate::plan::{TenantPlan, TenantRules};
+use crate::pipeline::plan::{TenantPlan, TenantRules};
 use crate::plugin::PluginKind;
 use crate::plugin::registry::PluginRegistry;
 use crate::sink::{SinkEntry, SinkSpec};

@@ -29,7 +29,8 @@ use serde_json::json;
 
 use crate::config::Config;
 use crate::correlator::{CorrelatorOptions, EventCorrelateResult, Occurrence, PREPARE_BATCH_SIZE};
-use crate::plan::{KeyChoice, PlanError, TenantPlan, TenantRules};
+use crate::pipeline::plan::{KeyChoice, PlanError, TenantPlan, TenantRules};
+use crate::pipeline::stage::{Staged, TenantStage, TenantStages};
 use crate::plugin::registry::{PluginRegistry, ReloadOutcome};
 use crate::plugin::sink::WasmSink;
 use crate::plugin::watcher::WasmWatcher;
@@ -37,7 +38,6 @@ use crate::plugin::{PluginHandle, PluginKind, PluginSettings};
 use crate::sink::SinkSpec;
 use crate::sink::set::SinkSet;
 use crate::source::decode::{DecodeError, Decoded, Decoder};
-use crate::stage::{Staged, TenantStage, TenantStages};
 use crate::tenant::DEFAULT_TENANT;
 
 /// What to test.
@@ -433,7 +433,7 @@ mod tests {
             run_test(&registry(), &Subject::Config(config), &PluginSettings::default(), std::io::Cursor::new(INPUT))
                 .unwrap();
         let mut replayed = Vec::new();
-        crate::replay::replay(std::io::Cursor::new(INPUT), &mut replayed, Default::default()).unwrap();
+        crate::commands::replay::replay(std::io::Cursor::new(INPUT), &mut replayed, Default::default()).unwrap();
         let replayed: Vec<String> = String::from_utf8(replayed).unwrap().lines().map(String::from).collect();
         assert_eq!(out.len(), 3);
         assert!(compare(&replayed.join("\n"), &out).matches(), "{}", compare(&replayed.join("\n"), &out));

@@ -72,39 +72,39 @@ pub enum ScaffoldError {
 
 /// The WIT package, copied into every non-Rust project.
 const WIT: [(&str, &str); 4] = [
-    ("types.wit", include_str!("../../wit/types.wit")),
-    ("host.wit", include_str!("../../wit/host.wit")),
-    ("worlds.wit", include_str!("../../wit/worlds.wit")),
-    ("host-world.wit", include_str!("../../wit/host-world.wit")),
+    ("types.wit", include_str!("../../../wit/types.wit")),
+    ("host.wit", include_str!("../../../wit/host.wit")),
+    ("worlds.wit", include_str!("../../../wit/worlds.wit")),
+    ("host-world.wit", include_str!("../../../wit/host-world.wit")),
 ];
-const WIT_README: &str = include_str!("../../wit/README.md");
+const WIT_README: &str = include_str!("../../../wit/README.md");
 
 /// The Go SDK (`guest-sdk/go`), copied into every Go project as `sdk/`.
 const GO_SDK: [(&str, &str); 17] = [
-    ("go.mod", include_str!("../../guest-sdk/go/go.mod")),
-    ("README.md", include_str!("../../guest-sdk/go/README.md")),
-    ("eventpipe.go", include_str!("../../guest-sdk/go/eventpipe.go")),
-    ("internal/wit/mem.go", include_str!("../../guest-sdk/go/internal/wit/mem.go")),
-    ("internal/wit/types.go", include_str!("../../guest-sdk/go/internal/wit/types.go")),
-    ("internal/wit/imports.go", include_str!("../../guest-sdk/go/internal/wit/imports.go")),
-    ("internal/wit/host_wasm.go", include_str!("../../guest-sdk/go/internal/wit/host_wasm.go")),
-    ("internal/wit/host_other.go", include_str!("../../guest-sdk/go/internal/wit/host_other.go")),
-    ("internal/wit/packed.go", include_str!("../../guest-sdk/go/internal/wit/packed.go")),
-    ("internal/wit/projection.go", include_str!("../../guest-sdk/go/internal/wit/projection.go")),
-    ("internal/wit/guard.go", include_str!("../../guest-sdk/go/internal/wit/guard.go")),
-    ("defaults/defaults.go", include_str!("../../guest-sdk/go/defaults/defaults.go")),
-    ("filter/filter.go", include_str!("../../guest-sdk/go/filter/filter.go")),
-    ("aggregatekey/aggregatekey.go", include_str!("../../guest-sdk/go/aggregatekey/aggregatekey.go")),
-    ("messagecombiner/messagecombiner.go", include_str!("../../guest-sdk/go/messagecombiner/messagecombiner.go")),
-    ("spamkey/spamkey.go", include_str!("../../guest-sdk/go/spamkey/spamkey.go")),
-    ("watcher/watcher.go", include_str!("../../guest-sdk/go/watcher/watcher.go")),
+    ("go.mod", include_str!("../../../guest-sdk/go/go.mod")),
+    ("README.md", include_str!("../../../guest-sdk/go/README.md")),
+    ("eventpipe.go", include_str!("../../../guest-sdk/go/eventpipe.go")),
+    ("internal/wit/mem.go", include_str!("../../../guest-sdk/go/internal/wit/mem.go")),
+    ("internal/wit/types.go", include_str!("../../../guest-sdk/go/internal/wit/types.go")),
+    ("internal/wit/imports.go", include_str!("../../../guest-sdk/go/internal/wit/imports.go")),
+    ("internal/wit/host_wasm.go", include_str!("../../../guest-sdk/go/internal/wit/host_wasm.go")),
+    ("internal/wit/host_other.go", include_str!("../../../guest-sdk/go/internal/wit/host_other.go")),
+    ("internal/wit/packed.go", include_str!("../../../guest-sdk/go/internal/wit/packed.go")),
+    ("internal/wit/projection.go", include_str!("../../../guest-sdk/go/internal/wit/projection.go")),
+    ("internal/wit/guard.go", include_str!("../../../guest-sdk/go/internal/wit/guard.go")),
+    ("defaults/defaults.go", include_str!("../../../guest-sdk/go/defaults/defaults.go")),
+    ("filter/filter.go", include_str!("../../../guest-sdk/go/filter/filter.go")),
+    ("aggregatekey/aggregatekey.go", include_str!("../../../guest-sdk/go/aggregatekey/aggregatekey.go")),
+    ("messagecombiner/messagecombiner.go", include_str!("../../../guest-sdk/go/messagecombiner/messagecombiner.go")),
+    ("spamkey/spamkey.go", include_str!("../../../guest-sdk/go/spamkey/spamkey.go")),
+    ("watcher/watcher.go", include_str!("../../../guest-sdk/go/watcher/watcher.go")),
 ];
 
 /// The Go SDK's sink package (`sink/`), copied with [`GO_SDK`].
 const GO_SDK_SINK: [(&str, &str); 3] = [
-    ("sink/sink.go", include_str!("../../guest-sdk/go/sink/sink.go")),
-    ("sink/output_wasm.go", include_str!("../../guest-sdk/go/sink/output_wasm.go")),
-    ("sink/output_other.go", include_str!("../../guest-sdk/go/sink/output_other.go")),
+    ("sink/sink.go", include_str!("../../../guest-sdk/go/sink/sink.go")),
+    ("sink/output_wasm.go", include_str!("../../../guest-sdk/go/sink/output_wasm.go")),
+    ("sink/output_other.go", include_str!("../../../guest-sdk/go/sink/output_other.go")),
 ];
 
 /// The guest SDK of the source tree this binary was built from, if it is still there.
@@ -130,56 +130,56 @@ fn source(lang: Lang, kind: PluginKind) -> (&'static str, &'static str) {
         Lang::Rust => (
             "src/lib.rs",
             match kind {
-                K::Filter => include_str!("../../examples/plugins/rust/filter/src/lib.rs"),
-                K::AggregateKey => include_str!("../../examples/plugins/rust/aggregate-key/src/lib.rs"),
-                K::Sink => include_str!("../../examples/plugins/rust/slack-sink/src/lib.rs"),
-                K::MessageCombiner => include_str!("../../examples/templates/rust/message-combiner.rs"),
-                K::SpamKey => include_str!("../../examples/templates/rust/spam-key.rs"),
-                K::Watcher => include_str!("../../examples/templates/rust/watcher.rs"),
+                K::Filter => include_str!("../../../examples/plugins/rust/filter/src/lib.rs"),
+                K::AggregateKey => include_str!("../../../examples/plugins/rust/aggregate-key/src/lib.rs"),
+                K::Sink => include_str!("../../../examples/plugins/rust/slack-sink/src/lib.rs"),
+                K::MessageCombiner => include_str!("../../../examples/templates/rust/message-combiner.rs"),
+                K::SpamKey => include_str!("../../../examples/templates/rust/spam-key.rs"),
+                K::Watcher => include_str!("../../../examples/templates/rust/watcher.rs"),
             },
         ),
         Lang::Python => (
             "app.py",
             match kind {
-                K::Filter => include_str!("../../examples/plugins/python/filter/app.py"),
-                K::AggregateKey => include_str!("../../examples/plugins/python/aggregate-key/app.py"),
-                K::MessageCombiner => include_str!("../../examples/templates/python/message-combiner.py"),
-                K::SpamKey => include_str!("../../examples/templates/python/spam-key.py"),
-                K::Sink => include_str!("../../examples/templates/python/sink.py"),
-                K::Watcher => include_str!("../../examples/templates/python/watcher.py"),
+                K::Filter => include_str!("../../../examples/plugins/python/filter/app.py"),
+                K::AggregateKey => include_str!("../../../examples/plugins/python/aggregate-key/app.py"),
+                K::MessageCombiner => include_str!("../../../examples/templates/python/message-combiner.py"),
+                K::SpamKey => include_str!("../../../examples/templates/python/spam-key.py"),
+                K::Sink => include_str!("../../../examples/templates/python/sink.py"),
+                K::Watcher => include_str!("../../../examples/templates/python/watcher.py"),
             },
         ),
         Lang::Js => (
             "plugin.js",
             match kind {
-                K::Filter => include_str!("../../examples/plugins/js/filter.js"),
-                K::AggregateKey => include_str!("../../examples/plugins/js/aggregate-key.js"),
-                K::MessageCombiner => include_str!("../../examples/templates/js/message-combiner.js"),
-                K::SpamKey => include_str!("../../examples/templates/js/spam-key.js"),
-                K::Sink => include_str!("../../examples/templates/js/sink.js"),
-                K::Watcher => include_str!("../../examples/templates/js/watcher.js"),
+                K::Filter => include_str!("../../../examples/plugins/js/filter.js"),
+                K::AggregateKey => include_str!("../../../examples/plugins/js/aggregate-key.js"),
+                K::MessageCombiner => include_str!("../../../examples/templates/js/message-combiner.js"),
+                K::SpamKey => include_str!("../../../examples/templates/js/spam-key.js"),
+                K::Sink => include_str!("../../../examples/templates/js/sink.js"),
+                K::Watcher => include_str!("../../../examples/templates/js/watcher.js"),
             },
         ),
         Lang::C => (
             "plugin.c",
             match kind {
-                K::Filter => include_str!("../../examples/plugins/c/filter/quiet_normal.c"),
-                K::AggregateKey => include_str!("../../examples/plugins/c/aggregate-key/namespace_reason.c"),
-                K::MessageCombiner => include_str!("../../examples/templates/c/message-combiner.c"),
-                K::SpamKey => include_str!("../../examples/templates/c/spam-key.c"),
-                K::Sink => include_str!("../../examples/templates/c/sink.c"),
-                K::Watcher => include_str!("../../examples/templates/c/watcher.c"),
+                K::Filter => include_str!("../../../examples/plugins/c/filter/quiet_normal.c"),
+                K::AggregateKey => include_str!("../../../examples/plugins/c/aggregate-key/namespace_reason.c"),
+                K::MessageCombiner => include_str!("../../../examples/templates/c/message-combiner.c"),
+                K::SpamKey => include_str!("../../../examples/templates/c/spam-key.c"),
+                K::Sink => include_str!("../../../examples/templates/c/sink.c"),
+                K::Watcher => include_str!("../../../examples/templates/c/watcher.c"),
             },
         ),
         Lang::Go => (
             "main.go",
             match kind {
-                K::Filter => include_str!("../../examples/plugins/go/filter/main.go"),
-                K::AggregateKey => include_str!("../../examples/plugins/go/aggregate-key/main.go"),
-                K::MessageCombiner => include_str!("../../examples/templates/go/message-combiner.go"),
-                K::SpamKey => include_str!("../../examples/templates/go/spam-key.go"),
-                K::Sink => include_str!("../../examples/templates/go/sink.go"),
-                K::Watcher => include_str!("../../examples/templates/go/watcher.go"),
+                K::Filter => include_str!("../../../examples/plugins/go/filter/main.go"),
+                K::AggregateKey => include_str!("../../../examples/plugins/go/aggregate-key/main.go"),
+                K::MessageCombiner => include_str!("../../../examples/templates/go/message-combiner.go"),
+                K::SpamKey => include_str!("../../../examples/templates/go/spam-key.go"),
+                K::Sink => include_str!("../../../examples/templates/go/sink.go"),
+                K::Watcher => include_str!("../../../examples/templates/go/watcher.go"),
             },
         ),
     }
@@ -193,11 +193,11 @@ fn packed_strings_reader(lang: Lang, kind: PluginKind) -> Option<(&'static str, 
     use PluginKind as K;
     let reads_batch = matches!(kind, K::AggregateKey | K::MessageCombiner | K::SpamKey);
     match lang {
-        Lang::Python if reads_batch => Some(("packed.py", include_str!("../../examples/plugins/python/packed.py"))),
+        Lang::Python if reads_batch => Some(("packed.py", include_str!("../../../examples/plugins/python/packed.py"))),
         Lang::Js if reads_batch || kind == K::Sink => {
-            Some(("packed.js", include_str!("../../examples/plugins/js/packed.js")))
+            Some(("packed.js", include_str!("../../../examples/plugins/js/packed.js")))
         }
-        Lang::C if reads_batch => Some(("packed.h", include_str!("../../examples/plugins/c/packed.h"))),
+        Lang::C if reads_batch => Some(("packed.h", include_str!("../../../examples/plugins/c/packed.h"))),
         _ => None,
     }
 }
@@ -302,30 +302,30 @@ pub fn scaffold(s: &Scaffold) -> Result<Vec<PathBuf>, ScaffoldError> {
     }
     match s.lang {
         Lang::Rust => {
-            files.push(("Cargo.toml".into(), fill(include_str!("../../examples/templates/rust/Cargo.toml.in"))));
+            files.push(("Cargo.toml".into(), fill(include_str!("../../../examples/templates/rust/Cargo.toml.in"))));
             // The versions the SDK is tested with (cargo prunes what the project does not use).
-            files.push(("Cargo.lock".into(), include_str!("../../plugins/Cargo.lock").into()));
-            files.push(("README.md".into(), fill(include_str!("../../examples/templates/rust/README.md.in"))));
+            files.push(("Cargo.lock".into(), include_str!("../../../plugins/Cargo.lock").into()));
+            files.push(("README.md".into(), fill(include_str!("../../../examples/templates/rust/README.md.in"))));
             files.push((".gitignore".into(), "/target\n*.wasm\n".into()));
         }
         Lang::Python => {
-            files.push(("README.md".into(), fill(include_str!("../../examples/templates/python/README.md.in"))));
+            files.push(("README.md".into(), fill(include_str!("../../../examples/templates/python/README.md.in"))));
             files.push((".gitignore".into(), ".venv/\n__pycache__/\n*.wasm\n".into()));
         }
         Lang::Js => {
-            files.push(("package.json".into(), fill(include_str!("../../examples/templates/js/package.json.in"))));
-            files.push(("README.md".into(), fill(include_str!("../../examples/templates/js/README.md.in"))));
+            files.push(("package.json".into(), fill(include_str!("../../../examples/templates/js/package.json.in"))));
+            files.push(("README.md".into(), fill(include_str!("../../../examples/templates/js/README.md.in"))));
             files.push((".gitignore".into(), "node_modules/\n*.wasm\n".into()));
         }
         Lang::C => {
-            files.push(("build.sh".into(), fill(include_str!("../../examples/templates/c/build.sh.in"))));
-            files.push(("README.md".into(), fill(include_str!("../../examples/templates/c/README.md.in"))));
+            files.push(("build.sh".into(), fill(include_str!("../../../examples/templates/c/build.sh.in"))));
+            files.push(("README.md".into(), fill(include_str!("../../../examples/templates/c/README.md.in"))));
             files.push((".gitignore".into(), "gen/\n*.wasm\n".into()));
         }
         Lang::Go => {
-            files.push(("go.mod".into(), fill(include_str!("../../examples/templates/go/go.mod.in"))));
-            files.push(("build.sh".into(), fill(include_str!("../../examples/templates/go/build.sh.in"))));
-            files.push(("README.md".into(), fill(include_str!("../../examples/templates/go/README.md.in"))));
+            files.push(("go.mod".into(), fill(include_str!("../../../examples/templates/go/go.mod.in"))));
+            files.push(("build.sh".into(), fill(include_str!("../../../examples/templates/go/build.sh.in"))));
+            files.push(("README.md".into(), fill(include_str!("../../../examples/templates/go/README.md.in"))));
             files.push((".gitignore".into(), "*.wasm\n".into()));
             for (file, text) in GO_SDK.iter().chain(&GO_SDK_SINK) {
                 files.push((format!("sdk/{file}"), (*text).into()));

@@ -12,10 +12,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::correlator::{Occurrence, PREPARE_BATCH_SIZE};
-use crate::plan::TenantPlan;
+use crate::pipeline::plan::TenantPlan;
+use crate::pipeline::stage::{Staged, TenantStages};
 use crate::plugin::PluginStatsSnapshot;
 use crate::source::decode::{Decoded, Decoder};
-use crate::stage::{Staged, TenantStages};
 
 /// Minimum, median and maximum over the passes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]

@@ -1,7 +1,7 @@
 //! Tenant plans: the rules of every tenant (command line, overridden by the config's
 //! `[defaults]`, overridden by each tenant's `rules`), with their plugins looked up and their
 //! sinks opened, built and validated away from the event path. A [`TenantPlan`] is what the
-//! tenant stages ([`crate::stage`]) run; a config reload builds a new one.
+//! tenant stages ([`crate::pipeline::stage`]) run; a config reload builds a new one.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -21,9 +21,9 @@ use crate::plugin::functions::{
 };
 use crate::plugin::registry::{LookupError, PluginRegistry};
 use crate::plugin::{FallbackPolicy, PluginHandle, PluginKind, PluginSettings};
-use crate::rules::EventRules;
 use crate::sink::set::{SinkBuildError, SinkSet};
 use crate::sink::{EventSink, SinkEntry};
+use crate::tenant::rules::EventRules;
 use crate::tenant::{DEFAULT_TENANT, TenantRouter};
 
 /// Which function fills one of the correlator's key slots.
@@ -165,9 +165,9 @@ pub struct TenantRules {
     pub sinks: Vec<SinkEntry>,
     /// What this tenant's events are partitioned by; `None`: the router's default.
     pub partition_key: Option<PartitionKey>,
-    /// Declarative `drop` / `keep` / `spam_exempt` rules ([`crate::rules`]).
+    /// Declarative `drop` / `keep` / `spam_exempt` rules ([`crate::tenant::rules`]).
     pub event_rules: EventRules,
-    /// Seconds of an "N suppressed" summary window ([`crate::suppressed`]); 0: no summaries.
+    /// Seconds of an "N suppressed" summary window ([`crate::pipeline::suppressed`]); 0: no summaries.
     pub suppressed_summary_seconds: u64,
 }
 
@@ -483,7 +483,7 @@ impl TenantPlan {
                 // What only some tenants set, when set: rules, summaries, plugin config.
                 let mut extra = String::new();
                 let rules = &r.event_rules;
-                let names = |rules: &[crate::rules::EventRule]| {
+                let names = |rules: &[crate::tenant::rules::EventRule]| {
                     rules.iter().map(|r| r.name.to_string()).collect::<Vec<_>>().join(", ")
                 };
                 if !rules.drop.is_empty() {

@@ -13,8 +13,8 @@ use std::sync::mpsc;
 use crate::source::lines::{Line, LineEnd, read_line};
 
 use crate::correlator::{CorrelatorOptions, EventCorrelateResult, Occurrence, PREPARE_BATCH_SIZE};
+use crate::pipeline::stage::{Staged, TenantStage};
 use crate::source::decode::{DecodeError, Decoded, Decoder};
-use crate::stage::{Staged, TenantStage};
 use crate::tenant::DEFAULT_TENANT;
 
 /// How to replay.

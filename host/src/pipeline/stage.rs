@@ -2,8 +2,8 @@
 //! tenant of a plan with the router that picks one per event.
 //!
 //! This is the only implementation of a tenant's pipeline: `eventpipe run` (through the tenant
-//! router watcher, [`crate::router`]), `eventpipe replay`, `eventpipe test` and
-//! [`crate::event_broadcaster::EventBroadcaster::start_recording_to_sink`] all run events
+//! router watcher, [`crate::pipeline::router`]), `eventpipe replay`, `eventpipe test` and
+//! [`crate::record::event_broadcaster::EventBroadcaster::start_recording_to_sink`] all run events
 //! through it. Keys are computed once per tenant (one EventCorrelator per tenant, shared by all
 //! its sinks).
 //!
@@ -21,15 +21,15 @@ use crate::correlator::{
     CorrelatorOptions, CorrelatorStats, EventCorrelateResult, EventCorrelator, Key, Occurrence, PreparedEvent,
 };
 use crate::event::Event;
-use crate::plan::{PlannedTenant, TenantPlan, TenantRules};
+use crate::pipeline::plan::{PlannedTenant, TenantPlan, TenantRules};
 use crate::plugin::filter::{Verdict, WasmFilter};
 
 /// What the first step made of one event.
 #[derive(Debug)]
 pub enum Staged {
-    /// A declarative `drop` / `keep` rule dropped it ([`crate::rules`]).
+    /// A declarative `drop` / `keep` rule dropped it ([`crate::tenant::rules`]).
     Dropped {
-        /// The rule's name ([`crate::rules::NOT_KEPT`] when no `keep` rule matched).
+        /// The rule's name ([`crate::tenant::rules::NOT_KEPT`] when no `keep` rule matched).
         rule: Arc<str>,
     },
     /// A filter plugin dropped it.

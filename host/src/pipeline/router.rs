@@ -1,5 +1,5 @@
 //! The tenant router watcher (DESIGN's "watcher: tenant router ─ EventCorrelator(t)"): one
-//! Broadcaster watcher that runs each event through its tenant's stage ([`crate::stage`]) and
+//! Broadcaster watcher that runs each event through its tenant's stage ([`crate::pipeline::stage`]) and
 //! writes the result to every sink of that tenant with client-go's `recordToSink` retry policy.
 //!
 //! # Partitions
@@ -15,7 +15,7 @@
 //! may be in flight together; one event's writes (its create, then its patches) go one at a
 //! time, in order. `update_state` follows each successful write; a write that completes after a
 //! newer occurrence of the same event was correlated does not roll the EventLogger back
-//! ([`crate::stage::TenantStage::update_state_unless_stale`]). A write that completes at once
+//! ([`crate::pipeline::stage::TenantStage::update_state_unless_stale`]). A write that completes at once
 //! (the JSON-lines and plugin sinks) is accounted for before the next event is correlated,
 //! exactly as client-go's sequential loop. `max_in_flight = 1` is client-go's loop.
 //!
@@ -46,11 +46,11 @@ use crate::correlator::{CorrelationClock, EventCorrelateResult, PREPARE_BATCH_SI
 use crate::delivery::{Acknowledgements, DeliveryMode};
 use crate::event::{Event, SharedEvent};
 pub use crate::partition::PartitionKey;
-use crate::plan::TenantPlan;
+use crate::pipeline::plan::TenantPlan;
+use crate::pipeline::stage::{Staged, TenantStages};
+use crate::pipeline::suppressed::SuppressedSummaries;
 use crate::sink::retry::MAX_NAMED_MISSING_NAMESPACES;
 use crate::sink::{EventSink, RetryPolicy, SinkError, SinkStats, StoredEvent, WriteOutcome};
-use crate::stage::{Staged, TenantStages};
-use crate::suppressed::SuppressedSummaries;
 
 /// How often a partition reading the wall clock closes due "N suppressed" windows while no
 /// event comes.
@@ -409,7 +409,7 @@ struct Job {
     /// ([`crate::correlator::PreparedEvent::state_key`]).
     state_key: Option<Key>,
     aggregated: bool,
-    /// An "N suppressed" summary ([`crate::suppressed`]): no source event to finish or
+    /// An "N suppressed" summary ([`crate::pipeline::suppressed`]): no source event to finish or
     /// acknowledge, no correlator state to update.
     summary: bool,
 }

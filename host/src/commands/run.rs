@@ -7,13 +7,13 @@ use std::sync::Arc;
 use crate::broadcaster::FullChannelBehavior;
 use crate::config::{Config, ConfigError};
 use crate::delivery::{Acknowledgements, Committer, Delivery, Progress, SavedState};
-use crate::event_broadcaster::{EventBroadcaster, EventBroadcasterOptions};
 use crate::k8s::KubeOptions;
 use crate::metrics::Metrics;
-use crate::plan::{PlanError, TenantPlan, TenantRules};
+use crate::pipeline::plan::{PlanError, TenantPlan, TenantRules};
+use crate::pipeline::router::{PartitionKey, RouterOptions, RouterStats};
 use crate::plugin::registry::{PluginRegistry, ReloadOutcome};
+use crate::record::event_broadcaster::{EventBroadcaster, EventBroadcasterOptions};
 use crate::reload::{Change, FileWatcher, WatchError};
-use crate::router::{PartitionKey, RouterOptions, RouterStats};
 use crate::sink::SinkSpec;
 use crate::sink::set::SinkSet;
 use crate::source::http::IngestCounters;
@@ -49,9 +49,9 @@ pub struct RunSummary {
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub shadows: std::collections::BTreeMap<String, crate::plugin::shadow::ShadowStats>,
     /// A NATS publisher's or worker's counts, or a single host's correlator snapshots
-    /// ([`crate::scale`]).
+    /// ([`crate::pipeline::scale`]).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub scale: Option<crate::scale::ScaleStats>,
+    pub scale: Option<crate::pipeline::scale::ScaleStats>,
 }
 
 impl RunSummary {
@@ -158,7 +158,7 @@ pub enum RunError {
     /// The sink watcher's task panicked or was cancelled.
     #[error("sink watcher failed: {0}")]
     Watcher(#[from] tokio::task::JoinError),
-    /// NATS JetStream cannot be reached or set up ([`crate::scale`]).
+    /// NATS JetStream cannot be reached or set up ([`crate::pipeline::scale`]).
     #[error(transparent)]
     Nats(#[from] crate::nats::NatsError),
     /// The scale-out is given inconsistently (a `nats:` sink beside others, `--worker` without
@@ -231,7 +231,7 @@ pub struct RunOptions {
     /// [`crate::plugin::shadow::DEFAULT_SHADOW_DIFFS_MAX`]).
     pub shadow_diffs_max: Option<u64>,
     /// With a `nats:` source: which partitions this worker takes (`None`: `0/1`, all).
-    pub worker: Option<crate::scale::WorkerIndex>,
+    pub worker: Option<crate::pipeline::scale::WorkerIndex>,
     /// How often correlator state is snapshotted: a worker's partitions into the KV bucket, a
     /// single host's (at-least-once) into the state file; also at the end.
     pub snapshot_interval: std::time::Duration,
@@ -307,10 +307,10 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
                 .into(),
         ));
     }
-    let scale_counters = Arc::new(crate::scale::ScaleCounters::default());
+    let scale_counters = Arc::new(crate::pipeline::scale::ScaleCounters::default());
     // A worker connects first: the process adopts the stream's key seed before any key is hashed.
     let connected = match &works_on {
-        Some(target) => Some(crate::scale::Connected::connect(target).await?),
+        Some(target) => Some(crate::pipeline::scale::Connected::connect(target).await?),
         None => None,
     };
     let mut broadcaster = broadcaster;
@@ -471,7 +471,7 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         (Some(committer), None) => {
             let (committer, counters) = (committer.clone(), scale_counters.clone());
             let partitions = workers.max(1) as u32;
-            Some(crate::router::RouterSnapshots {
+            Some(crate::pipeline::router::RouterSnapshots {
                 interval: snapshot_interval,
                 restore,
                 taken: Arc::new(move |finished, states| {
@@ -523,7 +523,7 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
                 target.prefix
             ));
             let watcher = event_broadcaster.broadcaster().watch().expect("a new broadcaster is running");
-            let options = crate::scale::PublishOptions {
+            let options = crate::pipeline::scale::PublishOptions {
                 target: target.clone(),
                 js,
                 partitions,
@@ -535,7 +535,7 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
                 counters: scale_counters.clone(),
                 source: source_name.clone(),
             };
-            tokio::spawn(crate::scale::publish(watcher, plans_rx, options))
+            tokio::spawn(crate::pipeline::scale::publish(watcher, plans_rx, options))
         }
         None => event_broadcaster
             .start_recording_to_tenants(plans_rx, router_options)
@@ -708,7 +708,7 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
     };
     if let (Some(connected), Some(target)) = (connected, &works_on) {
         // The worker tier: its partitions' consumers feed router partitions of their own.
-        let worker = worker.unwrap_or(crate::scale::WorkerIndex { index: 0, count: 1 });
+        let worker = worker.unwrap_or(crate::pipeline::scale::WorkerIndex { index: 0, count: 1 });
         announce(&format!(
             "worker {}/{} of {target}: {} of {} partitions{}",
             worker.index,
@@ -717,7 +717,7 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
             connected.partitions(),
             if connected.pinned() { ", pinned clients (priority groups)" } else { "" }
         ));
-        let options = crate::scale::WorkerOptions {
+        let options = crate::pipeline::scale::WorkerOptions {
             target: target.clone(),
             worker,
             snapshot_interval,
@@ -726,7 +726,7 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
             scale: scale_counters.clone(),
         };
         readiness.set(true);
-        let stats = crate::scale::run_worker(connected, latest_plan.clone(), options, shutdown.clone()).await;
+        let stats = crate::pipeline::scale::run_worker(connected, latest_plan.clone(), options, shutdown.clone()).await;
         readiness.set(false);
         return finish_run(
             Ok(RunSummary { source: stats, ..RunSummary::default() }),
@@ -791,7 +791,7 @@ struct Finish {
     swaps_before: u64,
     latest_plan: tokio::sync::watch::Receiver<Arc<TenantPlan>>,
     rejected_configs: Arc<std::sync::atomic::AtomicU64>,
-    scale: Option<Arc<crate::scale::ScaleCounters>>,
+    scale: Option<Arc<crate::pipeline::scale::ScaleCounters>>,
     /// Closed once every result is in it, so its watchers take what is left and end.
     watch_cache: Option<Arc<crate::watch_cache::WatchCache>>,
 }

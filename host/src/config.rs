@@ -206,6 +206,9 @@ pub struct Rules {
     pub spam_key: Option<PluginRef>,
     /// Filter plugins, run in this order before correlation.
     pub filters: Vec<PluginRef>,
+    /// Whether `filters` was given (even as `[]`): then the config controls the tenant's
+    /// filters, and the plugins directory's drop-in filters do not apply.
+    pub filters_listed: bool,
     /// client-go `maxEvents`: similar events before aggregation.
     pub max_events: Option<i64>,
     /// client-go `maxIntervalInSeconds`: aggregation window, seconds.
@@ -249,6 +252,7 @@ impl Rules {
             message_combiner: self.message_combiner.or_else(|| base.message_combiner.clone()),
             spam_key: self.spam_key.or_else(|| base.spam_key.clone()),
             filters: if filters_given || !self.filters.is_empty() { self.filters } else { base.filters.clone() },
+            filters_listed: self.filters_listed || filters_given || base.filters_listed,
             max_events: self.max_events.or(base.max_events),
             max_interval_seconds: self.max_interval_seconds.or(base.max_interval_seconds),
             burst: self.burst.or(base.burst),
@@ -282,6 +286,8 @@ pub struct TenantConfig {
     pub matcher: EventMatch,
     /// The tenant's `rules` merged over `[defaults]`.
     pub rules: Rules,
+    /// The tenant's own `rules`, as written (what the command line does not replace).
+    pub own: Rules,
 }
 
 /// A parsed and validated configuration file.
@@ -307,6 +313,8 @@ pub struct Config {
     /// `[watch_cache]`: the watch cache's settings (the `run` flags win over them). Read at
     /// start only.
     pub watch_cache: crate::watch_cache::WatchCacheSettings,
+    /// The 1-based line of every rules key given: `defaults.burst`, `tenants[0].rules.sinks`.
+    pub key_lines: BTreeMap<String, usize>,
 }
 
 impl Config {
@@ -343,9 +351,9 @@ impl Config {
                 return Err(name_err(format!("duplicate tenant name `{name}` (first defined on line {line})")));
             }
             let matcher = ctx.matcher(t.matcher.as_ref(), tenant.span(), &format!("{prefix}.match"))?;
-            let rules = ctx.rules(&t.rules, &format!("{prefix}.rules"))?;
-            let rules = rules.merge(&defaults, t.rules.filters.is_some());
-            tenants.push(TenantConfig { name: name.clone(), matcher, rules });
+            let own = ctx.rules(&t.rules, &format!("{prefix}.rules"))?;
+            let rules = own.clone().merge(&defaults, t.rules.filters.is_some());
+            tenants.push(TenantConfig { name: name.clone(), matcher, rules, own });
         }
 
         let mut plugin_config = BTreeMap::new();
@@ -447,7 +455,14 @@ impl Config {
             shadow_diffs,
             shadow_diffs_max: raw.shadow_diffs_max,
             watch_cache,
+            key_lines: ctx.key_lines(),
         })
+    }
+
+    /// The 1-based line of rules key `key` (`defaults.burst`, `tenants[0].rules.sinks`), if the
+    /// file gives it.
+    pub fn key_line(&self, key: &str) -> Option<usize> {
+        self.key_lines.get(key).copied()
     }
 
     /// Reads and parses the file at `path`.
@@ -867,6 +882,36 @@ impl Ctx<'_> {
         self.line_col(span.start).0
     }
 
+    /// The line of every key of `[defaults]` and of each tenant's `rules` (the file parsed
+    /// already, so a syntax error here leaves the map empty).
+    fn key_lines(&self) -> BTreeMap<String, usize> {
+        use toml::de::{DeTable, DeValue};
+        let mut lines = BTreeMap::new();
+        let Ok(root) = DeTable::parse(self.text) else { return lines };
+        let mut add = |prefix: &str, table: &DeTable<'_>| {
+            for (key, _) in table.iter() {
+                lines.insert(format!("{prefix}.{}", key.get_ref()), self.line(key.span()));
+            }
+        };
+        for (key, value) in root.get_ref().iter() {
+            match (key.get_ref().as_ref(), value.get_ref()) {
+                ("defaults", DeValue::Table(table)) => add("defaults", table),
+                ("tenants", DeValue::Array(tenants)) => {
+                    for (i, tenant) in tenants.iter().enumerate() {
+                        if let DeValue::Table(tenant) = tenant.get_ref()
+                            && let Some(rules) = tenant.get("rules")
+                            && let DeValue::Table(rules) = rules.get_ref()
+                        {
+                            add(&format!("tenants[{i}].rules"), rules);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        lines
+    }
+
     fn error(&self, span: Range<usize>, key: String, message: impl Into<String>) -> ConfigError {
         let (line, column) = self.line_col(span.start);
         ConfigError {
@@ -956,6 +1001,7 @@ impl Ctx<'_> {
             message_combiner: plugin(&raw.message_combiner, "message_combiner")?,
             spam_key: plugin(&raw.spam_key, "spam_key")?,
             filters,
+            filters_listed: raw.filters.is_some(),
             max_events: raw.max_events,
             max_interval_seconds: raw.max_interval_seconds,
             burst: raw.burst,

@@ -110,6 +110,21 @@ impl std::str::FromStr for WatcherSpec {
     }
 }
 
+/// The watcher plugins a run attaches: those `given` (`--watcher`, then `[[watchers]]`) or,
+/// when none is given, every watcher plugin of the plugins directory (drop-in, in file-name
+/// order, each with the defaults of [`WatcherSpec::new`]).
+pub fn attached_specs(given: Vec<WatcherSpec>, registry: &crate::plugin::registry::PluginRegistry) -> Vec<WatcherSpec> {
+    if !given.is_empty() {
+        return given;
+    }
+    registry.directory_plugins(crate::plugin::PluginKind::Watcher).into_iter().map(WatcherSpec::new).collect()
+}
+
+/// The plugin name a spec attaches: the stem of a `FILE.wasm`, else the name as given.
+pub fn spec_plugin_name(spec: &WatcherSpec) -> String {
+    crate::plugin::registry::plugin_name(std::path::Path::new(&spec.plugin)).unwrap_or_else(|| spec.plugin.clone())
+}
+
 /// What a watcher plugin did; live (shared with `/metrics`) and final.
 #[derive(Debug, Default)]
 pub struct WatcherCounters {

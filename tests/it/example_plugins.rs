@@ -88,10 +88,10 @@ fn on_path(program: &str) -> bool {
 
 /// One built example: language, plugin name, component file, fuel per event to give it.
 #[derive(Debug, Clone)]
-struct Built {
+pub(crate) struct Built {
     lang: &'static str,
-    name: &'static str,
-    file: PathBuf,
+    pub(crate) name: &'static str,
+    pub(crate) file: PathBuf,
     fuel_per_event: u64,
 }
 
@@ -118,7 +118,7 @@ fn built() -> &'static [Built] {
     })
 }
 
-fn build_rust() -> Vec<Built> {
+pub(crate) fn build_rust() -> Vec<Built> {
     let dir = root().join("examples/plugins/rust");
     let target = root().join("target/wasm-plugins");
     let mut cargo = Command::new(option_env!("CARGO").unwrap_or("cargo"));

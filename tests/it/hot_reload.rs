@@ -13,7 +13,7 @@ use serde_json::Value;
 use crate::common;
 
 /// A running `eventpipe run --source jsonl:-` whose stderr lines arrive on a channel.
-struct Running {
+pub(crate) struct Running {
     child: Child,
     stdin: Option<ChildStdin>,
     stderr: mpsc::Receiver<String>,
@@ -21,7 +21,7 @@ struct Running {
 }
 
 impl Running {
-    fn start(args: &[String]) -> Self {
+    pub(crate) fn start(args: &[String]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_eventpipe"))
             // One partition: these tests read results in input order across objects.
             .args(["run", "--source=jsonl:-", "--summary-json", "--workers=1"])
@@ -43,7 +43,7 @@ impl Running {
     }
 
     /// Waits for a stderr line containing every one of `parts`; returns it.
-    fn wait_for(&mut self, parts: &[&str]) -> String {
+    pub(crate) fn wait_for(&mut self, parts: &[&str]) -> String {
         let deadline = Instant::now() + Duration::from_secs(60);
         if let Some(line) = self.seen.iter().find(|l| parts.iter().all(|p| l.contains(p))) {
             return line.clone();
@@ -62,14 +62,22 @@ impl Running {
         }
     }
 
-    fn send(&mut self, text: &str) {
+    /// As [`wait_for`](Self::wait_for), among the lines not seen yet only.
+    pub(crate) fn wait_for_next(&mut self, parts: &[&str]) -> String {
+        let seen = std::mem::take(&mut self.seen);
+        let line = self.wait_for(parts);
+        self.seen = seen.into_iter().chain(std::mem::take(&mut self.seen)).collect();
+        line
+    }
+
+    pub(crate) fn send(&mut self, text: &str) {
         let stdin = self.stdin.as_mut().unwrap();
         stdin.write_all(text.as_bytes()).unwrap();
         stdin.flush().unwrap();
     }
 
     /// Closes stdin, waits for the exit, returns the JSON summary and all stderr lines.
-    fn finish(mut self) -> (Value, Vec<String>) {
+    pub(crate) fn finish(mut self) -> (Value, Vec<String>) {
         drop(self.stdin.take());
         let status = self.child.wait().unwrap();
         self.seen.extend(self.stderr.iter());
@@ -79,7 +87,7 @@ impl Running {
     }
 }
 
-fn lines(path: &Path) -> Vec<Value> {
+pub(crate) fn lines(path: &Path) -> Vec<Value> {
     std::fs::read_to_string(path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 

@@ -18,6 +18,7 @@ mod metrics;
 mod nats;
 mod new_plugin;
 mod plugin_failures;
+mod plugins_directory;
 mod recorder_vectors;
 mod replay_cli;
 mod router;

@@ -1,8 +1,14 @@
 //! `eventpipe config …`: about the tenant config file.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::Subcommand;
+use clap::{Args, Subcommand};
+use eventpipe::config::Config;
+use eventpipe::pipeline::plan::{Setting, TenantPlan};
+use eventpipe::sink::SinkEntry;
+
+use super::{CorrelatorArgs, PluginArgs, RuntimeArgs};
 
 /// `eventpipe config` subcommands.
 #[derive(Subcommand, Debug)]
@@ -10,6 +16,44 @@ pub enum ConfigCommand {
     /// Print the JSON Schema of the tenant config file (for editors: e.g. taplo's
     /// `#:schema ./eventpipe.schema.json` line at the top of the TOML).
     Schema,
+    /// Print the effective plan of `eventpipe run` with these flags: per tenant, its rules,
+    /// plugins (with SHA-256 digests), filters and sinks, each with where it came from (a flag,
+    /// `FILE:LINE` of the config, the plugins directory, or the default). The command line
+    /// wins over the config file, which wins over the built-in defaults.
+    Show(Box<ShowArgs>),
+}
+
+/// `eventpipe config show` flags: those of `eventpipe run` that make the plan.
+#[derive(Args, Debug)]
+pub struct ShowArgs {
+    /// The tenant config (TOML).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// The plugins directory [default: ./plugins when it exists].
+    #[arg(long, value_name = "DIR")]
+    plugins: Option<PathBuf>,
+    /// A sink, as `run --sink` takes it. Repeatable.
+    #[arg(long)]
+    sink: Vec<SinkEntry>,
+    /// A filter plugin, as `run --filter` takes it. Repeatable.
+    #[arg(long, value_name = "NAME|FILE.wasm")]
+    filter: Vec<String>,
+    #[command(flatten)]
+    correlator: CorrelatorArgs,
+    #[command(flatten)]
+    limits: PluginArgs,
+    #[command(flatten)]
+    runtime: RuntimeArgs,
+    /// `text` (aligned, for people) or `json`.
+    #[arg(long, value_enum, default_value_t = Output::Text)]
+    output: Output,
+}
+
+/// How `config show` prints.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum Output {
+    Text,
+    Json,
 }
 
 /// Runs `command`.
@@ -19,5 +63,46 @@ pub fn execute(command: ConfigCommand) -> anyhow::Result<ExitCode> {
             let text = serde_json::to_string_pretty(&eventpipe::config::json_schema())?;
             super::print_to_stdout(text.as_bytes())
         }
+        ConfigCommand::Show(args) => show(*args),
     }
+}
+
+fn show(args: ShowArgs) -> anyhow::Result<ExitCode> {
+    let registry =
+        super::registry_with_dir(&args.runtime, &args.limits, args.plugins.as_deref(), "eventpipe config show")?;
+    let mut rules = args.correlator.rules(&args.limits);
+    rules.filters = args.filter;
+    let mut base = rules.rules(&registry)?;
+    base.sinks = args.sink;
+    let config = args.config.as_deref().map(Config::load).transpose()?;
+    let plan = TenantPlan::build_unopened(&base, config.as_ref(), &registry)?;
+    let tenants = plan.effective(&registry);
+    let text = match args.output {
+        Output::Json => serde_json::to_string_pretty(&tenants)?,
+        Output::Text => {
+            let mut out = String::new();
+            for t in &tenants {
+                out += &format!("tenant {}\n", t.tenant);
+                for (title, settings) in
+                    [("rules", &t.rules), ("plugins", &t.plugins), ("filters", &t.filters), ("sinks", &t.sinks)]
+                {
+                    out += &format!("  {title}:{}\n", if settings.is_empty() { " none" } else { "" });
+                    for s in settings {
+                        out += &line(s);
+                    }
+                }
+            }
+            out.trim_end().to_string()
+        }
+    };
+    super::print_to_stdout(text.as_bytes())
+}
+
+/// `    KEY = VALUE    # ORIGIN`, with a plugin's component and digest.
+fn line(s: &Setting) -> String {
+    let component = match (&s.component, &s.sha256) {
+        (Some(c), Some(d)) => format!(" ({c}, sha256:{d})"),
+        _ => String::new(),
+    };
+    format!("    {:<22} {:<28} # {}{component}\n", s.key, s.value, s.origin)
 }

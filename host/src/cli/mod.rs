@@ -41,26 +41,37 @@ pub fn print_to_stdout(bytes: &[u8]) -> anyhow::Result<std::process::ExitCode> {
 /// Limits and failure policy of every plugin call.
 #[derive(Args, Debug, Clone)]
 pub struct PluginArgs {
-    /// Fuel per event of a plugin call (≈ Wasm instructions).
-    #[arg(long, default_value_t = DEFAULT_FUEL_PER_EVENT)]
-    fuel_per_event: u64,
-    /// Linear-memory limit of a plugin instance, bytes.
-    #[arg(long, default_value_t = DEFAULT_MEMORY_LIMIT_BYTES)]
-    memory_limit_bytes: usize,
+    /// Fuel per event of a plugin call (≈ Wasm instructions) [default: 2000000].
+    #[arg(long, value_name = "N")]
+    fuel_per_event: Option<u64>,
+    /// Linear-memory limit of a plugin instance, bytes [default: 67108864].
+    #[arg(long, value_name = "BYTES")]
+    memory_limit_bytes: Option<usize>,
     /// What a failed plugin call does: use the client-go function (`builtin`), drop the event
-    /// (`drop`), or drop it and exit with status 3 at the end (`fail`).
-    #[arg(long, value_enum, default_value_t = FallbackPolicy::Builtin)]
-    plugin_fallback: FallbackPolicy,
+    /// (`drop`), or drop it and exit with status 3 at the end (`fail`) [default: builtin].
+    #[arg(long, value_enum)]
+    plugin_fallback: Option<FallbackPolicy>,
 }
 
 impl PluginArgs {
     fn settings(&self) -> PluginSettings {
         PluginSettings {
-            fuel_per_event: self.fuel_per_event,
-            memory_limit_bytes: self.memory_limit_bytes,
-            fallback: self.plugin_fallback,
+            fuel_per_event: self.fuel_per_event.unwrap_or(DEFAULT_FUEL_PER_EVENT),
+            memory_limit_bytes: self.memory_limit_bytes.unwrap_or(DEFAULT_MEMORY_LIMIT_BYTES),
+            fallback: self.plugin_fallback.unwrap_or(FallbackPolicy::Builtin),
             ..PluginSettings::default()
         }
+    }
+
+    /// The config keys these flags give (they win over the config's `[defaults]`).
+    fn given(&self) -> impl Iterator<Item = &'static str> {
+        [
+            ("fuel_per_event", self.fuel_per_event.is_some()),
+            ("memory_limit_bytes", self.memory_limit_bytes.is_some()),
+            ("fallback", self.plugin_fallback.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(key, given)| given.then_some(key))
     }
 }
 
@@ -176,7 +187,19 @@ pub struct CorrelatorArgs {
 impl CorrelatorArgs {
     /// The command line's rules, with the plugin limits of `plugin`.
     fn rules(&self, plugin: &PluginArgs) -> CommandLineRules {
+        let given = [
+            ("lru_cache_size", self.lru_cache_size.is_some()),
+            ("burst", self.burst.is_some()),
+            ("qps", self.qps.is_some()),
+            ("max_events", self.max_events.is_some()),
+            ("max_interval_seconds", self.max_interval_seconds.is_some()),
+            ("aggregate_key", self.builtin || self.aggregate_key_plugin.is_some()),
+            ("message_combiner", self.builtin || self.message_combiner_plugin.is_some()),
+            ("spam_key", self.builtin || self.spam_key_plugin.is_some() || self.spam_key != BuiltinSpamKey::SourceObject),
+        ];
         CommandLineRules {
+            filters: Vec::new(),
+            given: given.into_iter().filter_map(|(key, given)| given.then_some(key)).chain(plugin.given()).collect(),
             lru_cache_size: self.lru_cache_size.unwrap_or(0),
             burst: self.burst.unwrap_or(0),
             qps: self.qps.unwrap_or(0.0),

@@ -74,6 +74,11 @@ pub struct RunArgs {
     /// Do not watch the plugins directory and config file.
     #[arg(long, help_heading = "Tenants and plugins")]
     no_watch: bool,
+    /// A filter plugin to run before correlation: a plugin name or a component file. Repeatable,
+    /// run in the order given. Replaces the config's `[defaults]` filters and the plugins
+    /// directory's drop-in filters (a tenant that lists its own `filters` keeps them).
+    #[arg(long, value_name = "NAME|FILE.wasm", help_heading = "Tenants and plugins")]
+    filter: Vec<String>,
     /// A watcher plugin to attach to the Broadcaster: a plugin name (the embedded `log`, or one
     /// in the plugins directory) or a component file; its own queue of 1000 events, dropping
     /// when full (as client-go's watchers), or as `,queue_length=N,full_channel_behavior=wait`
@@ -227,7 +232,9 @@ struct KubeArgs {
 /// were abandoned (see [`eventpipe::commands::run::RunSummary::abandoned_any`]), else 0.
 pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
     let registry = super::registry_with_dir(&args.runtime, &args.limits, args.plugins.as_deref(), "eventpipe")?;
-    let mut base = args.correlator.rules(&args.limits).rules(&registry)?;
+    let mut rules = args.correlator.rules(&args.limits);
+    rules.filters = args.filter;
+    let mut base = rules.rules(&registry)?;
     base.sinks = args.sink;
     let options = RunOptions {
         source: args.source,

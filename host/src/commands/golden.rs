@@ -128,6 +128,7 @@ fn base_rules(settings: &PluginSettings) -> TenantRules {
         partition_key: None,
         event_rules: Default::default(),
         suppressed_summary_seconds: 0,
+        command_line: Default::default(),
     }
 }
 

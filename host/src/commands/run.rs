@@ -9,7 +9,7 @@ use crate::config::{Config, ConfigError};
 use crate::delivery::{Acknowledgements, Committer, Delivery, Progress, SavedState};
 use crate::k8s::KubeOptions;
 use crate::metrics::Metrics;
-use crate::pipeline::plan::{PlanError, TenantPlan, TenantRules};
+use crate::pipeline::plan::{PlanError, Replanner, TenantPlan, TenantRules};
 use crate::pipeline::router::{PartitionKey, RouterOptions, RouterStats};
 use crate::plugin::registry::{PluginRegistry, ReloadOutcome};
 use crate::record::event_broadcaster::{EventBroadcaster, EventBroadcasterOptions};
@@ -387,11 +387,12 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         || config.as_ref().is_some_and(|c| names_k8s(&c.defaults) || c.tenants.iter().any(|t| names_k8s(&t.rules)));
     let client = if needs_kube { Some(crate::k8s::connect(&kube).await?) } else { None };
     set_shadows(&registry, shadows, shadow_diffs, shadow_diffs_max, config.as_ref())?;
+    let watcher_specs = crate::watchers::attached_specs(
+        watcher_specs.into_iter().chain(config.iter().flat_map(|c| c.watchers.clone())).collect(),
+        &registry,
+    );
     // The watch cache: on with `--serve` or a watcher of the results; every tenant writes to it.
-    let results_watchers = watcher_specs
-        .iter()
-        .chain(config.iter().flat_map(|c| &c.watchers))
-        .any(|w| w.on == crate::watchers::WatchOn::Results);
+    let results_watchers = watcher_specs.iter().any(|w| w.on == crate::watchers::WatchOn::Results);
     let watch_cache_config = watch_cache_settings
         .or(config.as_ref().map(|c| c.watch_cache).unwrap_or_default())
         .resolve()
@@ -418,6 +419,11 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
     } else {
         TenantPlan::build(&base, config.as_ref(), &registry, &sinks)?
     };
+    let replanner = Arc::new(Replanner::new(base.clone(), config.clone(), &registry));
+    let attached: Vec<String> = watcher_specs.iter().map(crate::watchers::spec_plugin_name).collect();
+    for line in replanner.unused(&plan, &registry, &attached) {
+        tracing::warn!("{line}");
+    }
     let (plans_tx, plans_rx) = tokio::sync::watch::channel(Arc::new(plan));
     let latest_plan = plans_tx.subscribe();
     let rejected_configs = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -429,7 +435,8 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         })?;
         let reloader = Reloader {
             registry: registry.clone(),
-            base: base.clone(),
+            replanner: replanner.clone(),
+            watchers: attached.clone(),
             sinks: sinks.clone(),
             plans: plans_tx,
             rejected_configs: rejected_configs.clone(),
@@ -545,7 +552,7 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         &event_broadcaster,
         watch_cache.as_ref(),
         &registry,
-        watcher_specs.iter().chain(config.iter().flat_map(|c| &c.watchers)),
+        watcher_specs.iter(),
         &base,
     )?;
     let watcher_probes: Vec<_> = watchers.iter().map(|w| (w.handle.clone(), w.counters.clone())).collect();
@@ -1006,7 +1013,9 @@ fn attach_watchers<'a>(
 /// building a new plan and handing it to the router watcher.
 struct Reloader {
     registry: Arc<PluginRegistry>,
-    base: TenantRules,
+    replanner: Arc<Replanner>,
+    /// The watcher plugins attached (for the warning about drop-in plugins nothing uses).
+    watchers: Vec<String>,
     sinks: Arc<SinkSet>,
     plans: tokio::sync::watch::Sender<Arc<TenantPlan>>,
     rejected_configs: Arc<std::sync::atomic::AtomicU64>,
@@ -1018,6 +1027,12 @@ impl Reloader {
             Change::Plugin(path) => {
                 let outcome = self.registry.hot_reload_file(&path, |p| announce(&format!("{p} is live")));
                 report_reload("", &path, &outcome);
+                // A drop-in filter added or removed: a plan with the new filters.
+                match self.replanner.plugins_changed(&self.registry, &self.sinks) {
+                    Some(Ok(plan)) => self.adopt(plan, "drop-in filters changed"),
+                    Some(Err(error)) => eprintln!("eventpipe: drop-in filters not applied, previous plan kept: {error}"),
+                    None => {}
+                }
             }
             Change::Shadow(path) => {
                 for outcome in self.registry.reload_shadow_file(&path) {
@@ -1026,14 +1041,10 @@ impl Reloader {
             }
             Change::Config(path) => {
                 let plan = Config::load(&path).map_err(|e| e.to_string()).and_then(|c| {
-                    TenantPlan::build(&self.base, Some(&c), &self.registry, &self.sinks).map_err(|e| e.to_string())
+                    self.replanner.config_changed(c, &self.registry, &self.sinks).map_err(|e| e.to_string())
                 });
                 match plan {
-                    Ok(plan) => {
-                        announce(&format!("config {} reloaded", path.display()));
-                        announce_plan(&plan);
-                        let _ = self.plans.send(Arc::new(plan));
-                    }
+                    Ok(plan) => self.adopt(plan, &format!("config {} reloaded", path.display())),
                     Err(error) => {
                         self.rejected_configs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         eprintln!("eventpipe: config rejected, previous config kept: {error}");
@@ -1041,6 +1052,20 @@ impl Reloader {
                     }
                 }
             }
+        }
+    }
+}
+
+impl Reloader {
+    /// Hands `plan` to the router watcher, telling `why` and the plan.
+    fn adopt(&self, plan: TenantPlan, why: &str) {
+        let plan = Arc::new(plan);
+        // Sent before it is announced: events sent after these lines meet the new plan.
+        let _ = self.plans.send(plan.clone());
+        announce(why);
+        announce_plan(&plan);
+        for line in self.replanner.unused(&plan, &self.registry, &self.watchers) {
+            tracing::warn!("{line}");
         }
     }
 }

@@ -3,7 +3,7 @@
 //! sinks opened, built and validated away from the event path. A [`TenantPlan`] is what the
 //! tenant stages ([`crate::pipeline::stage`]) run; a config reload builds a new one.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use crate::config::{Config, PluginRef, Rules};
@@ -76,11 +76,17 @@ pub struct CommandLineRules {
     pub spam_key: BuiltinSpamKey,
     /// Fuel, memory and fallback of every plugin call.
     pub plugin: PluginSettings,
+    /// Filter plugins (`--filter NAME|FILE.wasm`, in order); empty: none given.
+    pub filters: Vec<String>,
+    /// The config keys the command line gave (`burst`, `fallback`, …; `filters` and `sinks`
+    /// count as given when their lists are not empty): these win over the config's
+    /// `[defaults]` ([`TenantRules::command_line`]).
+    pub given: BTreeSet<&'static str>,
 }
 
 impl CommandLineRules {
-    /// These rules resolved: component files are loaded into `registry` under their stems; no
-    /// filters and no sinks (the caller adds its sinks).
+    /// These rules resolved: component files (key functions and filters) are loaded into
+    /// `registry` under their stems; no sinks (the caller adds its sinks).
     ///
     /// # Errors
     /// [`PlanError::Rule`] for a component file that cannot be loaded, or a spam-key plugin
@@ -121,14 +127,74 @@ impl CommandLineRules {
             )?,
             spam_key,
             builtin_spam_key: self.spam_key,
-            filters: Vec::new(),
+            filters: self
+                .filters
+                .iter()
+                .map(|f| registry.name_or_load(f).map_err(|message| rule("--filter", message)))
+                .collect::<Result<_, _>>()?,
             plugin: self.plugin.clone(),
             plugin_config: BTreeMap::new(),
             sinks: Vec::new(),
             partition_key: None,
             event_rules: EventRules::default(),
             suppressed_summary_seconds: 0,
+            command_line: self.given.clone(),
         })
+    }
+}
+
+/// Where a setting of a tenant comes from. One precedence rule: the command line, then the
+/// config file, then the built-in default; a tenant's own keys stay its own (the command line
+/// replaces what `[defaults]` gives), as `kubectl` flags override a kubeconfig's values.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case", tag = "from", content = "at")]
+pub enum Origin {
+    /// A command-line flag, e.g. `--sink`.
+    Flag(String),
+    /// The config file, `FILE:LINE` (`FILE` when the line is not known).
+    File(String),
+    /// Drop-in: a filter plugin of the plugins directory (this path).
+    Directory(String),
+    /// The built-in default.
+    Default,
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Origin::Flag(flag) => write!(f, "flag {flag}"),
+            Origin::File(at) => f.write_str(at),
+            Origin::Directory(dir) => write!(f, "plugins directory {dir}"),
+            Origin::Default => f.write_str("default"),
+        }
+    }
+}
+
+/// The keys whose origin [`PlannedTenant::origins`] tells.
+pub const ORIGIN_KEYS: [&str; 13] = [
+    "aggregate_key",
+    "message_combiner",
+    "spam_key",
+    "filters",
+    "sinks",
+    "max_events",
+    "max_interval_seconds",
+    "burst",
+    "qps",
+    "lru_cache_size",
+    "fuel_per_event",
+    "memory_limit_bytes",
+    "fallback",
+];
+
+/// The command-line flag of a config key, for [`Origin::Flag`].
+fn flag_of(key: &str) -> String {
+    match key {
+        "aggregate_key" | "message_combiner" | "spam_key" => format!("--{}-plugin", key.replace('_', "-")),
+        "filters" => "--filter".into(),
+        "sinks" => "--sink".into(),
+        "fallback" => "--plugin-fallback".into(),
+        other => format!("--{}", other.replace('_', "-")),
     }
 }
 
@@ -169,20 +235,77 @@ pub struct TenantRules {
     pub event_rules: EventRules,
     /// Seconds of an "N suppressed" summary window ([`crate::pipeline::suppressed`]); 0: no summaries.
     pub suppressed_summary_seconds: u64,
+    /// The config keys the command line gave ([`CommandLineRules::given`]): for these, its
+    /// value replaces the config's `[defaults]` (a tenant's own value stays).
+    pub command_line: BTreeSet<&'static str>,
+}
+
+/// The layers one tenant's rules come from, as [`TenantRules::overlay`] reads them.
+struct Layers<'a> {
+    /// The tenant's own `rules` (empty for `[defaults]`).
+    own: &'a Rules,
+    /// The config's `[defaults]`.
+    defaults: &'a Rules,
+    /// Key path prefix of the tenant's own keys (`tenants[0].rules`), for lines.
+    prefix: &'a str,
+    /// The config file's path and its key lines.
+    config: &'a Config,
+    /// The drop-in filters of the plugins directory, in file-name order.
+    directory_filters: &'a [String],
+    /// The plugins directory, for [`Origin::Directory`].
+    directory: Option<&'a std::path::Path>,
+}
+
+/// Where one key of a tenant's rules is taken from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Layer {
+    Own,
+    CommandLine,
+    Defaults,
+    Builtin,
 }
 
 impl TenantRules {
-    /// These rules overridden by the set fields of `rules`.
+    /// These rules (the command line's) with a tenant's config layers over them, each key by
+    /// the one precedence rule: the tenant's own key, else the command line's when it gave
+    /// one, else `[defaults]`, else the built-in default (for `filters`: the drop-in filters of
+    /// the plugins directory). Returns the rules and where each key came from.
     ///
     /// # Errors
     /// A sink spec that does not parse: `(key, message)`.
-    fn overlay(&self, rules: &Rules) -> Result<Self, (String, String)> {
-        let choice = |r: &Option<PluginRef>, base: &KeyChoice| match r {
-            Some(r) if r.is_builtin() => KeyChoice::Builtin,
-            Some(r) => KeyChoice::Plugin(r.name.clone()),
-            None => base.clone(),
+    fn overlay(&self, layers: &Layers<'_>) -> Result<(Self, BTreeMap<&'static str, Origin>), (String, String)> {
+        let Layers { own, defaults, prefix, config, directory_filters, directory } = *layers;
+        let file = config.path.display().to_string();
+        let at = |key: String| match config.key_line(&key) {
+            Some(line) => Origin::File(format!("{file}:{line}")),
+            None => Origin::File(file.clone()),
         };
-        let mut sinks: Vec<SinkEntry> = match &rules.sinks {
+        let mut origins = BTreeMap::new();
+        let mut layer = |key: &'static str, own_set: bool, defaults_set: bool| {
+            let (layer, origin) = if own_set {
+                (Layer::Own, at(format!("{prefix}.{key}")))
+            } else if self.gives(key) {
+                (Layer::CommandLine, Origin::Flag(flag_of(key)))
+            } else if defaults_set {
+                (Layer::Defaults, at(format!("defaults.{key}")))
+            } else {
+                (Layer::Builtin, Origin::Default)
+            };
+            origins.insert(key, origin);
+            layer
+        };
+        macro_rules! pick {
+            ($key:ident, $base:expr, $map:expr) => {{
+                match layer(stringify!($key), own.$key.is_some(), defaults.$key.is_some()) {
+                    Layer::Own => own.$key.as_ref().map($map).expect("set"),
+                    Layer::Defaults => defaults.$key.as_ref().map($map).expect("set"),
+                    Layer::CommandLine | Layer::Builtin => $base,
+                }
+            }};
+        }
+        let choice = |r: &PluginRef| if r.is_builtin() { KeyChoice::Builtin } else { KeyChoice::Plugin(r.name.clone()) };
+        let sink_specs = pick!(sinks, None, |s: &Vec<String>| Some(s.clone()));
+        let mut sinks: Vec<SinkEntry> = match sink_specs {
             Some(specs) => specs
                 .iter()
                 .map(|s| s.parse::<SinkEntry>().map_err(|e| ("sinks".to_string(), e.to_string())))
@@ -192,27 +315,36 @@ impl TenantRules {
         // A sink named twice would get every result twice.
         let mut seen = std::collections::HashSet::new();
         sinks.retain(|s| seen.insert(s.spec.identity()));
-        Ok(Self {
-            lru_cache_size: rules.lru_cache_size.unwrap_or(self.lru_cache_size),
-            burst: rules.burst.unwrap_or(self.burst),
-            qps: rules.qps.unwrap_or(self.qps),
-            max_events: rules.max_events.unwrap_or(self.max_events),
-            max_interval_seconds: rules.max_interval_seconds.unwrap_or(self.max_interval_seconds),
-            aggregate_key: choice(&rules.aggregate_key, &self.aggregate_key),
-            message_combiner: choice(&rules.message_combiner, &self.message_combiner),
-            spam_key: choice(&rules.spam_key, &self.spam_key),
+        let names = |r: &Rules| r.filters.iter().map(|f| f.name.clone()).collect::<Vec<_>>();
+        let filters_layer = layer("filters", own.filters_listed, defaults.filters_listed);
+        let filters = match filters_layer {
+            Layer::Own => names(own),
+            Layer::Defaults => names(defaults),
+            Layer::CommandLine => self.filters.clone(),
+            Layer::Builtin => directory_filters.to_vec(),
+        };
+        let rules = Self {
+            lru_cache_size: pick!(lru_cache_size, self.lru_cache_size, |v| *v),
+            burst: pick!(burst, self.burst, |v| *v),
+            qps: pick!(qps, self.qps, |v| *v),
+            max_events: pick!(max_events, self.max_events, |v| *v),
+            max_interval_seconds: pick!(max_interval_seconds, self.max_interval_seconds, |v| *v),
+            aggregate_key: pick!(aggregate_key, self.aggregate_key.clone(), choice),
+            message_combiner: pick!(message_combiner, self.message_combiner.clone(), choice),
+            spam_key: pick!(spam_key, self.spam_key.clone(), choice),
             builtin_spam_key: self.builtin_spam_key,
-            // The config's rules come merged over `[defaults]`, where an explicit `filters = []`
-            // clears them; the command line has no filters.
-            filters: rules.filters.iter().map(|f| f.name.clone()).collect(),
+            filters,
             plugin: PluginSettings {
                 // 0 means "the default", as for the correlator's numbers.
-                fuel_per_event: rules.fuel_per_event.filter(|&f| f > 0).unwrap_or(self.plugin.fuel_per_event),
-                memory_limit_bytes: rules
-                    .memory_limit_bytes
-                    .filter(|&m| m > 0)
-                    .unwrap_or(self.plugin.memory_limit_bytes),
-                fallback: rules.fallback.unwrap_or(self.plugin.fallback),
+                fuel_per_event: match pick!(fuel_per_event, self.plugin.fuel_per_event, |v| *v) {
+                    0 => self.plugin.fuel_per_event,
+                    f => f,
+                },
+                memory_limit_bytes: match pick!(memory_limit_bytes, self.plugin.memory_limit_bytes, |v| *v) {
+                    0 => self.plugin.memory_limit_bytes,
+                    m => m,
+                },
+                fallback: pick!(fallback, self.plugin.fallback, |v| *v),
                 // Per plugin, from its `[plugins.NAME]` table: see `settings_for`.
                 config: BTreeMap::new(),
                 pure: true,
@@ -220,14 +352,49 @@ impl TenantRules {
             },
             plugin_config: self.plugin_config.clone(),
             sinks,
-            partition_key: rules.partition_key.or(self.partition_key),
+            partition_key: own.partition_key.or(defaults.partition_key).or(self.partition_key),
             event_rules: EventRules {
-                drop: rules.drop.clone().unwrap_or_else(|| self.event_rules.drop.clone()),
-                keep: rules.keep.clone().or_else(|| self.event_rules.keep.clone()),
-                spam_exempt: rules.spam_exempt.clone().unwrap_or_else(|| self.event_rules.spam_exempt.clone()),
+                drop: own.drop.clone().or_else(|| defaults.drop.clone()).unwrap_or_else(|| self.event_rules.drop.clone()),
+                keep: own.keep.clone().or_else(|| defaults.keep.clone()).or_else(|| self.event_rules.keep.clone()),
+                spam_exempt: own
+                    .spam_exempt
+                    .clone()
+                    .or_else(|| defaults.spam_exempt.clone())
+                    .unwrap_or_else(|| self.event_rules.spam_exempt.clone()),
             },
-            suppressed_summary_seconds: rules.suppressed_summary_seconds.unwrap_or(self.suppressed_summary_seconds),
-        })
+            suppressed_summary_seconds: own
+                .suppressed_summary_seconds
+                .or(defaults.suppressed_summary_seconds)
+                .unwrap_or(self.suppressed_summary_seconds),
+            command_line: self.command_line.clone(),
+        };
+        if filters_layer == Layer::Builtin && !directory_filters.is_empty() {
+            let dir = directory.map(|d| d.display().to_string()).unwrap_or_default();
+            origins.insert("filters", Origin::Directory(dir));
+        }
+        Ok((rules, origins))
+    }
+
+    /// Whether the command line gave config key `key` (non-empty `sinks` and `filters` always
+    /// come from it).
+    fn gives(&self, key: &str) -> bool {
+        self.command_line.contains(key)
+            || (key == "sinks" && !self.sinks.is_empty())
+            || (key == "filters" && !self.filters.is_empty())
+    }
+
+    /// Where each key of these rules came from without a config file: the command line, the
+    /// plugins directory (drop-in filters) or the built-in default.
+    fn command_line_origins(&self, directory: Option<&std::path::Path>) -> BTreeMap<&'static str, Origin> {
+        let mut origins = BTreeMap::new();
+        for key in ORIGIN_KEYS {
+            let origin = if self.gives(key) { Origin::Flag(flag_of(key)) } else { Origin::Default };
+            origins.insert(key, origin);
+        }
+        if !self.gives("filters") && !self.filters.is_empty() {
+            origins.insert("filters", Origin::Directory(directory.map(|d| d.display().to_string()).unwrap_or_default()));
+        }
+        origins
     }
 
     /// The plugin settings a call of `plugin` gets under these rules: the limits and fallback,
@@ -273,6 +440,9 @@ pub struct PlannedTenant {
     pub name: Arc<str>,
     /// Its rules (compared on reload: equal rules keep the tenant's correlator state).
     pub rules: TenantRules,
+    /// Where each key of [`ORIGIN_KEYS`] came from (empty for a tenant not planned from
+    /// rules).
+    pub origins: BTreeMap<&'static str, Origin>,
     /// Numbers and native key functions; plugin slots are filled per instance.
     options: CorrelatorOptions,
     aggregate_key: Option<PluginHandle>,
@@ -304,6 +474,7 @@ impl PlannedTenant {
         Self {
             name: name.into(),
             rules: TenantRules::default(),
+            origins: BTreeMap::new(),
             options,
             aggregate_key: None,
             message_combiner: None,
@@ -427,8 +598,15 @@ impl TenantPlan {
         registry: &PluginRegistry,
         sinks: Option<&SinkSet>,
     ) -> Result<Self, Vec<PlanError>> {
+        let directory_filters = registry.directory_plugins(PluginKind::Filter);
         let Some(config) = config else {
-            let tenant = plan_tenant(DEFAULT_TENANT, base.clone(), &[], "command line", registry, sinks)?;
+            let mut rules = base.clone();
+            if !rules.gives("filters") {
+                rules.filters = directory_filters;
+            }
+            let origins = rules.command_line_origins(registry.dir());
+            let mut tenant = plan_tenant(DEFAULT_TENANT, rules, &[], "command line", registry, sinks)?;
+            tenant.origins = origins;
             return Ok(Self::new(TenantRouter::new(Vec::new()), vec![tenant]));
         };
         let file = config.path.display().to_string();
@@ -436,16 +614,32 @@ impl TenantPlan {
         with_config.plugin_config = config.plugin_config.clone();
         let mut errors = Vec::new();
         let mut tenants = Vec::with_capacity(config.tenants.len() + 1);
-        let named = config.tenants.iter().enumerate().map(|(i, t)| (format!("tenants[{i}].rules"), &t.name, &t.rules));
-        for (prefix, name, rules) in
-            named.chain([("defaults".to_string(), &DEFAULT_TENANT.to_string(), &config.defaults)])
-        {
+        let none = Rules::default();
+        let named = config
+            .tenants
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (format!("tenants[{i}].rules"), &t.name, &t.own, &t.rules));
+        let defaults = ("defaults".to_string(), &DEFAULT_TENANT.to_string(), &none, &config.defaults);
+        for (prefix, name, own, merged) in named.chain([defaults]) {
+            let layers = Layers {
+                own,
+                defaults: &config.defaults,
+                prefix: &prefix,
+                config,
+                directory_filters: &directory_filters,
+                directory: registry.dir(),
+            };
             let planned = with_config
-                .overlay(rules)
+                .overlay(&layers)
                 .map_err(|(key, message)| {
                     vec![PlanError::Rule { location: file.clone(), key: format!("{prefix}.{key}"), message }]
                 })
-                .and_then(|overlaid| plan_tenant(name, overlaid, &refs(rules), &file, registry, sinks));
+                .and_then(|(overlaid, origins)| {
+                    let mut tenant = plan_tenant(name, overlaid, &refs(merged), &file, registry, sinks)?;
+                    tenant.origins = origins;
+                    Ok(tenant)
+                });
             match planned {
                 Ok(t) => tenants.push(t),
                 Err(e) => errors.extend(e),
@@ -540,6 +734,199 @@ impl TenantPlan {
     /// Whether any plugin of any tenant failed under the `fail` policy.
     pub fn failed(&self) -> bool {
         self.tenants.iter().any(PlannedTenant::failed)
+    }
+}
+
+/// What a running pipeline builds its plans from: the command line's rules, the config last
+/// accepted, and the drop-in filters of the plugins directory. A plugin file added or removed
+/// builds a new plan when it changes the drop-in filters (the router takes it between two
+/// batches: nothing lost, the tenants' correlator state kept); a config change builds one
+/// over the new config.
+pub struct Replanner {
+    base: TenantRules,
+    config: std::sync::Mutex<Option<Config>>,
+    /// The drop-in filters the current plan was built with.
+    directory_filters: std::sync::Mutex<Vec<String>>,
+    /// Plugins already warned about as used by no tenant (each is warned about once).
+    warned: std::sync::Mutex<BTreeSet<String>>,
+}
+
+impl Replanner {
+    /// Plans over `base` and `config` (the one the first plan was built from).
+    pub fn new(base: TenantRules, config: Option<Config>, registry: &PluginRegistry) -> Self {
+        Self {
+            base,
+            config: std::sync::Mutex::new(config),
+            directory_filters: std::sync::Mutex::new(registry.directory_plugins(PluginKind::Filter)),
+            warned: std::sync::Mutex::new(BTreeSet::new()),
+        }
+    }
+
+    /// After a plugin file changed: a new plan when the drop-in filters changed, else `None`.
+    ///
+    /// # Errors
+    /// As [`TenantPlan::build`] (the current plan keeps serving).
+    pub fn plugins_changed(&self, registry: &PluginRegistry, sinks: &SinkSet) -> Option<Result<TenantPlan, PlanError>> {
+        let now = registry.directory_plugins(PluginKind::Filter);
+        let mut filters = self.directory_filters.lock().unwrap_or_else(|p| p.into_inner());
+        if *filters == now {
+            return None;
+        }
+        *filters = now;
+        let config = self.config.lock().unwrap_or_else(|p| p.into_inner());
+        Some(TenantPlan::build(&self.base, config.as_ref(), registry, sinks))
+    }
+
+    /// After the config file changed: the plan over `config`, which becomes the current config.
+    ///
+    /// # Errors
+    /// As [`TenantPlan::build`]; the previous config stays then.
+    pub fn config_changed(
+        &self,
+        config: Config,
+        registry: &PluginRegistry,
+        sinks: &SinkSet,
+    ) -> Result<TenantPlan, PlanError> {
+        let plan = TenantPlan::build(&self.base, Some(&config), registry, sinks)?;
+        *self.config.lock().unwrap_or_else(|p| p.into_inner()) = Some(config);
+        *self.directory_filters.lock().unwrap_or_else(|p| p.into_inner()) =
+            registry.directory_plugins(PluginKind::Filter);
+        Ok(plan)
+    }
+
+    /// One line for each drop-in filter or watcher of the plugins directory that nothing uses
+    /// (because the config's `filters`, `--filter`, `--watcher` or `[[watchers]]` took control)
+    /// and was not told about before, saying how to enable it. `watchers`: the watcher plugins
+    /// attached.
+    pub fn unused(&self, plan: &TenantPlan, registry: &PluginRegistry, watchers: &[String]) -> Vec<String> {
+        let mut warned = self.warned.lock().unwrap_or_else(|p| p.into_inner());
+        let dir = registry.dir().map(|d| d.display().to_string()).unwrap_or_default();
+        let mut lines = Vec::new();
+        for name in registry.directory_plugins(PluginKind::Filter) {
+            if plan.tenants.iter().any(|t| t.rules.filters.contains(&name)) || !warned.insert(name.clone()) {
+                continue;
+            }
+            let how = if self.base.gives("filters") {
+                format!("--filter replaces the drop-in filters; add --filter {name} to run it")
+            } else {
+                format!("the config lists `filters`; add \"{name}\" to `filters` in [defaults] or a tenant's rules")
+            };
+            lines.push(format!("filter plugin `{name}` in the plugins directory {dir} is used by no tenant: {how}"));
+        }
+        for name in registry.directory_plugins(PluginKind::Watcher) {
+            if watchers.contains(&name) || !warned.insert(name.clone()) {
+                continue;
+            }
+            lines.push(format!(
+                "watcher plugin `{name}` in the plugins directory {dir} is not attached: --watcher and [[watchers]] \
+                 replace the drop-in watchers; add --watcher {name} or a [[watchers]] table with plugin = \"{name}\""
+            ));
+        }
+        lines
+    }
+}
+
+/// One setting of a tenant's effective plan, as `eventpipe config show` prints it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Setting {
+    /// The config key (`burst`, `aggregate_key`, `filters[0]`, `sinks[1]`).
+    pub key: String,
+    /// Its value (a number, a plugin name, a sink spec).
+    pub value: String,
+    /// Where it came from.
+    pub origin: Origin,
+    /// For a plugin: the SHA-256 of its component (hex) and where that is (`embedded` or its
+    /// file).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    /// For a plugin: `embedded` or the component file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub component: Option<String>,
+}
+
+/// One tenant's effective plan: every setting with its origin.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct TenantView {
+    /// The tenant's name.
+    pub tenant: String,
+    /// The correlator's numbers and the plugin limits (what the correlator applies: 0 shows as
+    /// client-go's default).
+    pub rules: Vec<Setting>,
+    /// The key functions (a plugin, or `builtin`).
+    pub plugins: Vec<Setting>,
+    /// The filters, in the order they run.
+    pub filters: Vec<Setting>,
+    /// The sinks.
+    pub sinks: Vec<Setting>,
+}
+
+impl TenantPlan {
+    /// Every tenant's settings with where each came from, and the plugins' SHA-256 digests
+    /// (from `registry`): what `eventpipe config show` prints.
+    pub fn effective(&self, registry: &PluginRegistry) -> Vec<TenantView> {
+        self.tenants
+            .iter()
+            .map(|t| {
+                let r = &t.rules;
+                let origin = |key: &str| t.origins.get(key).cloned().unwrap_or(Origin::Default);
+                let setting = |key: &str, value: String| Setting {
+                    key: key.into(),
+                    value,
+                    origin: origin(key),
+                    sha256: None,
+                    component: None,
+                };
+                let plugin = |key: String, origin_key: &str, name: &str| {
+                    let digest = registry.sha256(name);
+                    Setting {
+                        key,
+                        value: name.into(),
+                        origin: origin(origin_key),
+                        component: digest.as_ref().map(|(_, o)| o.to_string()),
+                        sha256: digest.map(|(d, _)| d),
+                    }
+                };
+                let rules = vec![
+                    setting("max_events", or_default(r.max_events, DEFAULT_AGGREGATE_MAX_EVENTS).to_string()),
+                    setting(
+                        "max_interval_seconds",
+                        or_default(r.max_interval_seconds, DEFAULT_AGGREGATE_INTERVAL_IN_SECONDS).to_string(),
+                    ),
+                    setting("burst", or_default(r.burst, DEFAULT_SPAM_BURST).to_string()),
+                    setting("qps", or_default(r.qps, DEFAULT_SPAM_QPS).to_string()),
+                    setting("lru_cache_size", or_default(r.lru_cache_size, MAX_LRU_CACHE_ENTRIES as i64).to_string()),
+                    setting("fuel_per_event", r.plugin.fuel_per_event.to_string()),
+                    setting("memory_limit_bytes", r.plugin.memory_limit_bytes.to_string()),
+                    setting("fallback", format!("{:?}", r.plugin.fallback).to_lowercase()),
+                ];
+                let plugins = [
+                    ("aggregate_key", &r.aggregate_key),
+                    ("message_combiner", &r.message_combiner),
+                    ("spam_key", &r.spam_key),
+                ]
+                .into_iter()
+                .map(|(key, choice)| match choice {
+                    KeyChoice::Plugin(name) => plugin(key.into(), key, name),
+                    KeyChoice::Builtin => setting(key, "builtin".into()),
+                })
+                .collect();
+                let filters =
+                    r.filters.iter().enumerate().map(|(i, f)| plugin(format!("filters[{i}]"), "filters", f)).collect();
+                let sinks = r
+                    .sinks
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| Setting {
+                        key: format!("sinks[{i}]"),
+                        value: s.to_string(),
+                        origin: origin("sinks"),
+                        sha256: None,
+                        component: None,
+                    })
+                    .collect();
+                TenantView { tenant: t.name.to_string(), rules, plugins, filters, sinks }
+            })
+            .collect()
     }
 }
 
@@ -639,6 +1026,7 @@ fn plan_tenant(
     Ok(PlannedTenant {
         name: name.into(),
         rules,
+        origins: BTreeMap::new(),
         options,
         aggregate_key,
         message_combiner,

@@ -253,8 +253,10 @@ impl TenantStages {
         Self { plan, stages }
     }
 
-    /// Takes `plan` (a config reload): tenants whose rules did not change keep their stage
-    /// (correlator state); changed or new tenants start fresh; removed tenants are dropped.
+    /// Takes `plan` (a config reload, or a drop-in filter added or removed): tenants whose rules
+    /// did not change keep their stage (correlator state); tenants whose filters alone changed
+    /// keep their correlator state and take the new filters; changed or new tenants start
+    /// fresh; removed tenants are dropped.
     pub fn adopt(&mut self, plan: Arc<TenantPlan>) {
         let mut old: HashMap<Arc<str>, TenantStage> = self.stages.drain(..).map(|s| (s.name.clone(), s)).collect();
         self.stages = plan
@@ -262,6 +264,11 @@ impl TenantStages {
             .iter()
             .map(|t| match old.remove(&t.name) {
                 Some(kept) if kept.rules == t.rules => kept,
+                Some(mut kept) if TenantRules { filters: t.rules.filters.clone(), ..kept.rules.clone() } == t.rules => {
+                    kept.filters = t.instantiate().0;
+                    kept.rules = t.rules.clone();
+                    kept
+                }
                 _ => TenantStage::planned(t),
             })
             .collect();

@@ -349,6 +349,46 @@ impl PluginRegistry {
         slots.iter().map(|(n, s)| (n.clone(), s.load().map(|p| LivePlugin::of(&p)))).collect()
     }
 
+    /// The names of the plugins of kind `kind` that a file of the plugins directory serves now,
+    /// in file-name order (byte order of `NAME.wasm`): the drop-in filters and watchers. Names
+    /// whose file was removed (unloaded, or back to an embedded default) are not among them.
+    pub fn directory_plugins(&self, kind: PluginKind) -> Vec<String> {
+        let Some(dir) = &self.dir else { return Vec::new() };
+        let canonical = std::fs::canonicalize(dir).ok();
+        let in_dir = |path: &Path| {
+            let parent = path.parent();
+            parent == Some(dir.as_path())
+                || (canonical.is_some() && parent.and_then(|p| std::fs::canonicalize(p).ok()) == canonical)
+        };
+        let slots = self.slots.read().unwrap_or_else(|p| p.into_inner());
+        let mut names: Vec<String> = slots
+            .iter()
+            .filter(|(_, slot)| {
+                slot.load().is_some_and(|p| {
+                    p.kind() == kind
+                        && matches!(p.origin(), PluginOrigin::File(path) if in_dir(path))
+                })
+            })
+            .map(|(name, _)| name.clone())
+            .collect();
+        names.sort_by_key(|n| format!("{n}.wasm"));
+        names
+    }
+
+    /// The SHA-256 of the component serving `name` (hex), with where it came from: the
+    /// embedded bytes, or the file as it is now. `None` when nothing serves the name or its
+    /// file cannot be read.
+    pub fn sha256(&self, name: &str) -> Option<(String, PluginOrigin)> {
+        use sha2::Digest;
+        let plugin = self.slot(name)?.load()?;
+        let bytes = match plugin.origin() {
+            PluginOrigin::Embedded => embedded::ALL.iter().find(|(n, _)| *n == name).map(|(_, b)| b.to_vec())?,
+            PluginOrigin::File(path) => std::fs::read(path).ok()?,
+        };
+        let digest = sha2::Sha256::digest(&bytes);
+        Some((digest.iter().map(|b| format!("{b:02x}")).collect(), plugin.origin().clone()))
+    }
+
     /// Swaps served so far (new versions and reverts).
     pub fn swaps(&self) -> u64 {
         self.swaps.load(Ordering::Relaxed)

@@ -16,6 +16,7 @@
 //! | `eventpipe_events_in_total` | `source` | events read / accepted per source |
 //! | `eventpipe_events_routed_total` | `tenant` | `RouterStats.tenants[t].received` |
 //! | `eventpipe_sink_writes_total` | `tenant`, `verb` (`create`, `patch`; `series_counted` with events.k8s.io recording) | `created`, `patched`, `series_counted` |
+//! | `eventpipe_sink_outcomes_total` | `sink` (its spec; `watch-cache`), `outcome` (`create`, `patch`, `dropped`, `gave_up`, `cancelled`, `shed`) | per-sink write outcomes (the tenant families count each event once) |
 //! | `eventpipe_sink_write_failures_total` | `tenant`, `outcome` (`dropped`, `gave_up`, `cancelled`, `shed`) | `recordToSink` outcomes; `shed`: an at-most-once sink's full window |
 //! | `eventpipe_record_retries_total` | `tenant` | `recordToSink` attempts beyond the first |
 //! | `eventpipe_spam_skipped_total` | `tenant` | spam filter skips |
@@ -95,6 +96,8 @@ pub struct Snapshot {
     pub write_failures: BTreeMap<(String, String), u64>,
     /// `recordToSink` retries by tenant.
     pub record_retries: BTreeMap<String, u64>,
+    /// Write outcomes by (sink label, outcome).
+    pub sink_outcomes: BTreeMap<(String, String), u64>,
     /// Spam-filter skips by tenant.
     pub spam_skipped: BTreeMap<String, u64>,
     /// Writes the server rejected and `recordToSink` dropped, by reason.
@@ -194,6 +197,18 @@ impl Snapshot {
         }
         for (reason, n) in &stats.rejected {
             add(&mut self.rejected, reason.clone(), *n);
+        }
+        for (sink, s) in &stats.sinks {
+            for (outcome, n) in [
+                ("create", s.created),
+                ("patch", s.patched),
+                ("dropped", s.dropped),
+                ("gave_up", s.gave_up),
+                ("cancelled", s.cancelled),
+                ("shed", s.shed),
+            ] {
+                add(&mut self.sink_outcomes, (sink.clone(), outcome.into()), n);
+            }
         }
         self.config_reloads_applied += stats.reloads;
     }
@@ -473,6 +488,13 @@ impl Collector for SnapshotCollector {
             "recordToSink attempts beyond the first, per tenant.",
             Counter,
             per(&s.record_retries, "tenant"),
+        )?;
+        family(
+            &mut e,
+            "eventpipe_sink_outcomes",
+            "Sink write outcomes, per sink (its spec) and outcome; the tenant families count each event once.",
+            Counter,
+            per2(&s.sink_outcomes, "sink", "outcome"),
         )?;
         family(
             &mut e,

@@ -596,6 +596,23 @@ fn the_container_args_are_flags_eventpipe_run_has_and_the_config_loads() {
     std::fs::write(&path, &config).unwrap();
     let loaded = eventpipe::Config::load(&path).unwrap();
     assert_eq!(loaded.tenants.len(), 1);
+    // The `sinks` value takes effect: `config show` with the chart's flags gives every tenant
+    // its sinks, from the flags (the command line wins over the config's `[defaults]`).
+    let sinks: Vec<&String> = args.iter().filter(|a| a.starts_with("--sink=")).collect();
+    let shown = std::process::Command::new(env!("CARGO_BIN_EXE_eventpipe"))
+        .args(["config", "show", "--output=json", "--no-compile-cache"])
+        .arg(format!("--config={}", path.display()))
+        .args(&sinks)
+        .output()
+        .unwrap();
+    assert!(shown.status.success(), "{}", String::from_utf8_lossy(&shown.stderr));
+    let shown: serde_json::Value = serde_json::from_slice(&shown.stdout).unwrap();
+    for tenant in shown.as_array().unwrap() {
+        let names: Vec<&str> =
+            tenant["sinks"].as_array().unwrap().iter().map(|s| s["value"].as_str().unwrap()).collect();
+        assert_eq!(names, ["k8s", "webhook:https://hooks.example/e"], "{tenant}");
+        assert_eq!(tenant["sinks"][0]["origin"], json!({"from": "flag", "at": "--sink"}), "{tenant}");
+    }
     // The config volume is that ConfigMap, mounted where --config points.
     assert_eq!(volume(deployment, "config")["configMap"]["name"], "ep-eventpipe");
     assert!(args.contains(&"--config=/etc/eventpipe/config/eventpipe.toml".to_string()));

@@ -436,3 +436,33 @@ async fn a_failing_sink_plugin_is_retried_only_when_it_says_retryable() {
     assert_eq!((reason("trap"), reason("garbage"), stats.failures), (1, 1, 2));
     assert_eq!(stats.calls, 1 + 1 + 1 + 1 + 12 + 1);
 }
+
+/// `run --plugin-fallback drop` with a key function failing on 100 events: the summary counts
+/// them as drops by that plugin and policy, not as spam-filter skips.
+#[test]
+fn run_counts_fallback_drops_as_drops_by_plugin_not_as_skips() {
+    let plugin = common::fixture_plugin("misbehave");
+    let dir = tempfile::tempdir().unwrap();
+    let sink = dir.path().join("out.jsonl");
+    let events: Vec<Event> =
+        (0..200).map(|i| event(&format!("p{i}"), if i % 2 == 0 { "Trap" } else { "Started" }, "n", "m")).collect();
+    let input: String = events.iter().map(|e| serde_json::to_string(e).unwrap() + "\n").collect();
+    let (code, _, log) = eventpipe(
+        &[
+            "run",
+            "--source=jsonl:-",
+            "--summary-json",
+            "--no-watch",
+            &format!("--sink=jsonl:{}", sink.display()),
+            &format!("--aggregate-key-plugin={}", plugin.display()),
+            "--plugin-fallback=drop",
+        ],
+        &input,
+    );
+    assert_eq!(code, 0, "{log}");
+    let summary: serde_json::Value = log.lines().rev().find_map(|l| serde_json::from_str(l).ok()).unwrap();
+    assert_eq!(summary["dropped_by_plugins"], 100, "{summary}");
+    assert_eq!(summary["skipped"], 0, "{summary}");
+    assert_eq!(summary["dropped_by_plugin"]["misbehave"]["drop"], 100, "{summary}");
+    assert_eq!(std::fs::read_to_string(&sink).unwrap().lines().count(), 100, "the other 100 are written");
+}

@@ -68,8 +68,10 @@ fn a_filter_dropped_into_the_plugins_directory_filters_without_a_config() {
     // warning names it and says how to enable it.
     let config = dir.path().join("eventpipe.toml");
     std::fs::write(&config, "[defaults]\nfilters = []\n").unwrap();
-    let (summary, stderr) =
-        run_bundled(dir.path(), &[format!("--plugins={}", plugins.display()), format!("--config={}", config.display())]);
+    let (summary, stderr) = run_bundled(
+        dir.path(),
+        &[format!("--plugins={}", plugins.display()), format!("--config={}", config.display())],
+    );
     assert_eq!(summary["filtered"], 0, "{summary}");
     let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains("WARN") && l.contains("quiet-normal")).collect();
     assert_eq!(warnings.len(), 1, "{stderr}");
@@ -125,10 +127,8 @@ fn removing_and_adding_a_drop_in_filter_while_running_detaches_and_attaches_it()
     // 50 routine events in each of the first and last hundred; none filtered in between.
     assert_eq!(summary["filtered"], 100, "{summary}");
     let results = lines(&out);
-    let names: Vec<usize> = results
-        .iter()
-        .map(|r| r["event"]["involvedObject"]["name"].as_str().unwrap()[4..].parse().unwrap())
-        .collect();
+    let names: Vec<usize> =
+        results.iter().map(|r| r["event"]["involvedObject"]["name"].as_str().unwrap()[4..].parse().unwrap()).collect();
     let expected: Vec<usize> = (0..300).filter(|i| (100..200).contains(i) || i % 2 == 1).collect();
     assert_eq!(names, expected, "nothing lost, in input order");
 }

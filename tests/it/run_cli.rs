@@ -263,3 +263,25 @@ fn bench_reports_the_stage_and_every_plugin_of_the_plan() {
     let table = bench(false);
     assert!(table.contains("tenant stage:") && table.contains("ns/event") && table.contains("drop-reasons"), "{table}");
 }
+
+/// With two sinks, each event counts once in the summary (the spam filter's skips are the
+/// stream's, as with one sink), and each sink's writes appear on their own, labelled by sink.
+#[test]
+fn two_sinks_count_each_event_once_and_each_sink_apart() {
+    let source = bundled_stream();
+    let (one, calls) = run(&source, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let second = dir.path().join("second.jsonl");
+    let (two, _) = run(&source, &[&format!("--sink=jsonl:{}", second.display())]);
+    assert!(n(&one, "skipped") > 0, "{one}");
+    for key in ["skipped", "aggregated", "filtered", "received"] {
+        assert_eq!(n(&two, key), n(&one, key), "{key}: {two}");
+    }
+    let sinks = two["sinks"].as_object().expect("per-sink figures");
+    assert_eq!(sinks.len(), 2, "{two}");
+    let written = calls.len() as u64;
+    for (label, s) in sinks {
+        assert!(label.starts_with("jsonl:"), "{label}");
+        assert_eq!(s["created"].as_u64().unwrap() + s["patched"].as_u64().unwrap(), written, "{label}: {s}");
+    }
+}

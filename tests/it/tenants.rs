@@ -462,3 +462,75 @@ fn suppressed_summaries_count_what_the_spam_filter_skipped_per_object_and_window
     assert_eq!(web0["source"]["component"], "kubelet");
     assert_eq!(summary["abandoned"], 0, "summaries are not source events");
 }
+
+/// One precedence rule: `--sink` replaces the config's `[defaults]` sinks, a tenant naming its
+/// own sinks keeps them, and `--burst` replaces `[defaults] burst` (a tenant's own stays);
+/// `config show` tells where each came from.
+#[test]
+fn the_command_line_wins_over_the_configs_defaults_and_tenants_keep_their_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_in(
+        dir.path(),
+        "[defaults]\nsinks = [\"jsonl:{dir}/defaults.jsonl\"]\nburst = 1\n\n[[tenants]]\nname = \"own\"\n\
+         match = { namespaces = [\"own\"] }\n[tenants.rules]\nsinks = [\"jsonl:{dir}/own.jsonl\"]\nburst = 2\n\n\
+         [[tenants]]\nname = \"inherits\"\nmatch = { namespaces = [\"inherits\"] }\n",
+    );
+    // Three events of one object per namespace: `burst = 1` would skip two of each.
+    let input: String = ["own", "inherits", "other"]
+        .iter()
+        .flat_map(|ns| {
+            (0..3).map(move |i| {
+                serde_json::json!({
+                    "metadata": {"name": format!("e{i}"), "namespace": ns},
+                    "involvedObject": {"kind": "Pod", "namespace": ns, "name": "p"},
+                    "source": {"component": "kubelet"}, "reason": format!("R{i}"), "message": "m", "type": "Normal",
+                    "lastTimestamp": "2025-01-01T00:00:00Z"
+                })
+                .to_string()
+                    + "\n"
+            })
+        })
+        .collect();
+    let flag_sink = dir.path().join("flag.jsonl");
+    let (summary, _) = run(
+        &[arg("config", config.display()), arg("sink", format!("jsonl:{}", flag_sink.display())), arg("burst", 5)],
+        input.as_bytes(),
+    );
+    assert!(!dir.path().join("defaults.jsonl").exists(), "the config's [defaults] sink is replaced: {summary}");
+    let namespaces = |path: &Path| -> Vec<String> {
+        sink_calls(path).iter().map(|(e, _)| e["metadata"]["namespace"].as_str().unwrap().to_string()).collect()
+    };
+    // `inherits` and the defaults take the flag's sink and burst (5: nothing skipped).
+    assert_eq!(namespaces(&flag_sink), ["inherits"; 3].into_iter().chain(["other"; 3]).collect::<Vec<_>>());
+    // `own` keeps its sink and its burst of 2: the third event is skipped.
+    assert_eq!(namespaces(&dir.path().join("own.jsonl")), ["own", "own"]);
+    assert_eq!(summary["skipped"], 1, "{summary}");
+
+    let shown = Command::new(env!("CARGO_BIN_EXE_eventpipe"))
+        .args(["config", "show", "--output=json", "--no-compile-cache", "--burst=5"])
+        .arg(arg("config", config.display()))
+        .arg(arg("sink", format!("jsonl:{}", flag_sink.display())))
+        .output()
+        .unwrap();
+    assert!(shown.status.success(), "{}", String::from_utf8_lossy(&shown.stderr));
+    let shown: Value = serde_json::from_slice(&shown.stdout).unwrap();
+    let setting = |tenant: &str, group: &str, key: &str| -> Value {
+        let t = shown.as_array().unwrap().iter().find(|t| t["tenant"] == tenant).unwrap();
+        t[group].as_array().unwrap().iter().find(|s| s["key"] == key).unwrap().clone()
+    };
+    let file = config.display().to_string();
+    assert_eq!(
+        setting("own", "sinks", "sinks[0]")["origin"],
+        serde_json::json!({"from": "file", "at": format!("{file}:8")})
+    );
+    assert_eq!(
+        setting("own", "rules", "burst")["origin"],
+        serde_json::json!({"from": "file", "at": format!("{file}:9")})
+    );
+    assert_eq!(setting("inherits", "sinks", "sinks[0]")["origin"], serde_json::json!({"from": "flag", "at": "--sink"}));
+    assert_eq!(setting("default", "rules", "burst")["value"], "5");
+    assert_eq!(setting("default", "rules", "max_events")["origin"], serde_json::json!({"from": "default"}));
+    let by_reason = setting("default", "plugins", "aggregate_key");
+    assert_eq!((by_reason["value"].as_str(), by_reason["component"].as_str()), (Some("by-reason"), Some("embedded")));
+    assert_eq!(by_reason["sha256"].as_str().map(str::len), Some(64), "{by_reason}");
+}

@@ -195,7 +195,10 @@ impl CorrelatorArgs {
             ("max_interval_seconds", self.max_interval_seconds.is_some()),
             ("aggregate_key", self.builtin || self.aggregate_key_plugin.is_some()),
             ("message_combiner", self.builtin || self.message_combiner_plugin.is_some()),
-            ("spam_key", self.builtin || self.spam_key_plugin.is_some() || self.spam_key != BuiltinSpamKey::SourceObject),
+            (
+                "spam_key",
+                self.builtin || self.spam_key_plugin.is_some() || self.spam_key != BuiltinSpamKey::SourceObject,
+            ),
         ];
         CommandLineRules {
             filters: Vec::new(),

@@ -70,7 +70,7 @@ impl std::fmt::Display for RunSummary {
         write!(
             f,
             "read {} events ({} bad lines, {} non-events); filtered {}; created {}, patched {}, skipped by spam \
-             filter {}, aggregated {}; dropped by rules {}; sink dropped {}, gave up {}, retries {}, shed {}; incoming queue dropped {}; \
+             filter {}, aggregated {}; dropped by rules {}, by plugins {}; sink dropped {}, gave up {}, retries {}, shed {}; incoming queue dropped {}; \
              {} tenant(s) with events, {} plugin swap(s), {} config reload(s), {} rejected reload(s); abandoned {}",
             self.source.read,
             self.source.bad_lines,
@@ -81,6 +81,7 @@ impl std::fmt::Display for RunSummary {
             s.skipped,
             s.aggregated,
             s.dropped_by_rules,
+            s.dropped_by_plugins,
             s.dropped,
             s.gave_up,
             s.retries,
@@ -548,13 +549,7 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
             .start_recording_to_tenants(plans_rx, router_options)
             .expect("a new broadcaster is running"),
     };
-    let watchers = attach_watchers(
-        &event_broadcaster,
-        watch_cache.as_ref(),
-        &registry,
-        watcher_specs.iter(),
-        &base,
-    )?;
+    let watchers = attach_watchers(&event_broadcaster, watch_cache.as_ref(), &registry, watcher_specs.iter(), &base)?;
     let watcher_probes: Vec<_> = watchers.iter().map(|w| (w.handle.clone(), w.counters.clone())).collect();
     // Prometheus: every scrape reads the live counters (router, plugins of the current plan,
     // registry, Broadcaster, webhook sinks, the watch cache).
@@ -879,6 +874,7 @@ async fn finish_run(mut summary: Result<RunSummary, RunError>, f: Finish) -> Res
     if let Ok(s) = summary.as_mut() {
         s.abandoned = s.source.read.saturating_sub(router_stats.finished);
         s.sink = router_stats;
+        s.sink.dropped_by_plugin = latest_plan.borrow().plugin_drops();
         s.dropped_incoming = event_broadcaster.broadcaster().incoming_dropped();
         s.plugin_swaps = registry.swaps() - swaps_before;
         s.plugin_failed = latest_plan.borrow().failed();
@@ -1030,7 +1026,9 @@ impl Reloader {
                 // A drop-in filter added or removed: a plan with the new filters.
                 match self.replanner.plugins_changed(&self.registry, &self.sinks) {
                     Some(Ok(plan)) => self.adopt(plan, "drop-in filters changed"),
-                    Some(Err(error)) => eprintln!("eventpipe: drop-in filters not applied, previous plan kept: {error}"),
+                    Some(Err(error)) => {
+                        eprintln!("eventpipe: drop-in filters not applied, previous plan kept: {error}")
+                    }
                     None => {}
                 }
             }

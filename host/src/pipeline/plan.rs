@@ -303,7 +303,8 @@ impl TenantRules {
                 }
             }};
         }
-        let choice = |r: &PluginRef| if r.is_builtin() { KeyChoice::Builtin } else { KeyChoice::Plugin(r.name.clone()) };
+        let choice =
+            |r: &PluginRef| if r.is_builtin() { KeyChoice::Builtin } else { KeyChoice::Plugin(r.name.clone()) };
         let sink_specs = pick!(sinks, None, |s: &Vec<String>| Some(s.clone()));
         let mut sinks: Vec<SinkEntry> = match sink_specs {
             Some(specs) => specs
@@ -354,7 +355,11 @@ impl TenantRules {
             sinks,
             partition_key: own.partition_key.or(defaults.partition_key).or(self.partition_key),
             event_rules: EventRules {
-                drop: own.drop.clone().or_else(|| defaults.drop.clone()).unwrap_or_else(|| self.event_rules.drop.clone()),
+                drop: own
+                    .drop
+                    .clone()
+                    .or_else(|| defaults.drop.clone())
+                    .unwrap_or_else(|| self.event_rules.drop.clone()),
                 keep: own.keep.clone().or_else(|| defaults.keep.clone()).or_else(|| self.event_rules.keep.clone()),
                 spam_exempt: own
                     .spam_exempt
@@ -392,7 +397,8 @@ impl TenantRules {
             origins.insert(key, origin);
         }
         if !self.gives("filters") && !self.filters.is_empty() {
-            origins.insert("filters", Origin::Directory(directory.map(|d| d.display().to_string()).unwrap_or_default()));
+            origins
+                .insert("filters", Origin::Directory(directory.map(|d| d.display().to_string()).unwrap_or_default()));
         }
         origins
     }
@@ -450,7 +456,21 @@ pub struct PlannedTenant {
     spam_key: Option<PluginHandle>,
     filters: Vec<PluginHandle>,
     sinks: Vec<TenantSink>,
+    /// The label of each sink for per-sink counts: its spec, `watch-cache` for the watch
+    /// cache's tap, `sink N` for a sink given as an object.
+    sink_labels: Vec<Arc<str>>,
     handles: Vec<PluginHandle>,
+}
+
+/// The per-sink labels of `sinks` opened from `entries` (the watch cache's tap after them).
+fn sink_labels(entries: &[SinkEntry], sinks: usize) -> Vec<Arc<str>> {
+    (0..sinks)
+        .map(|i| match entries.get(i) {
+            Some(entry) => entry.spec.to_string().into(),
+            None if !entries.is_empty() => "watch-cache".into(),
+            None => format!("sink {i}").into(),
+        })
+        .collect()
 }
 
 /// One opened sink of a tenant, with its own delivery mode (`None`: the run's).
@@ -480,6 +500,7 @@ impl PlannedTenant {
             message_combiner: None,
             spam_key: None,
             filters: Vec::new(),
+            sink_labels: sink_labels(&[], sinks.len()),
             sinks,
             handles: Vec::new(),
         }
@@ -507,6 +528,12 @@ impl PlannedTenant {
     /// The tenant's sinks, in rule order; each gets every result of the tenant's correlator.
     pub fn sinks(&self) -> &[TenantSink] {
         &self.sinks
+    }
+
+    /// The label of each of [`sinks`](Self::sinks) in per-sink counts (its spec as written,
+    /// credentials redacted; `watch-cache` for the watch cache).
+    pub fn sink_labels(&self) -> &[Arc<str>] {
+        &self.sink_labels
     }
 
     /// A tenant `name` with `rules` whose sinks are not opened (`replay` writes results
@@ -615,11 +642,8 @@ impl TenantPlan {
         let mut errors = Vec::new();
         let mut tenants = Vec::with_capacity(config.tenants.len() + 1);
         let none = Rules::default();
-        let named = config
-            .tenants
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (format!("tenants[{i}].rules"), &t.name, &t.own, &t.rules));
+        let named =
+            config.tenants.iter().enumerate().map(|(i, t)| (format!("tenants[{i}].rules"), &t.name, &t.own, &t.rules));
         let defaults = ("defaults".to_string(), &DEFAULT_TENANT.to_string(), &none, &config.defaults);
         for (prefix, name, own, merged) in named.chain([defaults]) {
             let layers = Layers {
@@ -724,6 +748,22 @@ impl TenantPlan {
                 )
             })
             .collect()
+    }
+
+    /// Events the key-function plugins dropped by their fallback policy, per plugin and policy
+    /// (`drop`, `fail`), over every tenant.
+    pub fn plugin_drops(&self) -> BTreeMap<String, BTreeMap<String, u64>> {
+        let mut drops: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+        for t in &self.tenants {
+            for h in [&t.aggregate_key, &t.message_combiner, &t.spam_key].into_iter().flatten() {
+                let n = h.stats().snapshot().drops;
+                if n > 0 {
+                    let policy = format!("{:?}", h.settings().fallback).to_lowercase();
+                    *drops.entry(h.name().to_string()).or_default().entry(policy).or_default() += n;
+                }
+            }
+        }
+        drops
     }
 
     /// Every plugin handle of every tenant (for metrics).
@@ -1023,6 +1063,7 @@ fn plan_tenant(
     if !errors.is_empty() {
         return Err(errors);
     }
+    let labels = sink_labels(&rules.sinks, opened.len());
     Ok(PlannedTenant {
         name: name.into(),
         rules,
@@ -1032,6 +1073,7 @@ fn plan_tenant(
         message_combiner,
         spam_key,
         filters,
+        sink_labels: labels,
         sinks: opened,
         handles,
     })

@@ -71,8 +71,18 @@ pub struct RouterStats {
     /// Events finished: every sink write ended (written, dropped, gave up, cancelled or shed),
     /// or nothing to write (filtered, skipped by the spam filter).
     pub finished: u64,
-    /// Per tenant (sink calls are counted once per sink).
+    /// Per tenant. Event outcomes (filtered, skipped, aggregated, dropped by rules or plugins)
+    /// count once per event; write outcomes (created, patched, dropped, …) once per sink write.
     pub tenants: BTreeMap<String, SinkStats>,
+    /// Per sink, labelled by its spec (`watch-cache` for the watch cache): the writes it was
+    /// given and how they ended, and the aggregate events among them.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub sinks: BTreeMap<String, SinkStats>,
+    /// Events dropped by a key-function plugin's fallback (`--plugin-fallback drop` / `fail`),
+    /// per plugin and policy (`drop`, `fail`); filled in at the end of a run from the plugins'
+    /// counters.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub dropped_by_plugin: BTreeMap<String, BTreeMap<String, u64>>,
     /// Writes the server rejected and `recordToSink` dropped, by reason
     /// ([`crate::sink::retry::rejection_reason`]: `AlreadyExists`, `NotFound`, …).
     pub rejected: BTreeMap<String, u64>,
@@ -106,6 +116,15 @@ impl RouterStats {
         self.reloads += other.reloads;
         for (name, s) in &other.tenants {
             self.tenant(name).add(s);
+        }
+        for (label, s) in &other.sinks {
+            self.sinks.entry(label.clone()).or_default().add(s);
+        }
+        for (plugin, reasons) in &other.dropped_by_plugin {
+            let mine = self.dropped_by_plugin.entry(plugin.clone()).or_default();
+            for (reason, n) in reasons {
+                *mine.entry(reason.clone()).or_default() += n;
+            }
         }
         for (reason, n) in &other.rejected {
             *self.rejected.entry(reason.clone()).or_default() += n;
@@ -400,6 +419,8 @@ struct Job {
     tenant: Arc<str>,
     seq: u64,
     sink: Arc<dyn EventSink>,
+    /// The sink's label in per-sink counts.
+    label: Arc<str>,
     /// The sink's delivery mode.
     delivery: DeliveryMode,
     /// The event's name, hashed: one event's writes go one at a time.
@@ -419,6 +440,7 @@ struct Done {
     tenant: Arc<str>,
     seq: u64,
     sink: usize,
+    label: Arc<str>,
     key: u64,
     aggregated: bool,
     outcome: WriteOutcome,
@@ -690,6 +712,12 @@ impl Partition {
             }
             let summaries = &mut self.summaries;
             let state_key = prepared.state_key();
+            let dropped_by_plugin = prepared.dropped();
+            // Counted once per event, however many sinks it goes to.
+            if aggregated {
+                self.stats.total.aggregated += 1;
+                self.tenant_counts.get(&tenant.name).aggregated += 1;
+            }
             let result = self.stages.finish_noting_skip(t, prepared, |event| {
                 if let (Some(now), true) = (now, seconds > 0) {
                     summaries.record(&tenant.name, seconds, event, now);
@@ -701,8 +729,13 @@ impl Partition {
                     xxhash_rust::xxh3::xxh3_64(event.metadata.name.as_bytes())
                 }
                 _ => {
-                    for _ in sinks {
-                        self.count(&tenant.name, aggregated, &WriteOutcome::Skipped);
+                    // Once per event: a key function's fallback drop, else a spam-filter skip.
+                    if dropped_by_plugin {
+                        self.stats.total.dropped_by_plugins += 1;
+                        self.tenant_counts.get(&tenant.name).dropped_by_plugins += 1;
+                    } else if !sinks.is_empty() {
+                        self.stats.total.skipped += 1;
+                        self.tenant_counts.get(&tenant.name).skipped += 1;
                     }
                     self.finish_unwritten(seq);
                     continue;
@@ -721,6 +754,7 @@ impl Partition {
                     tenant: tenant.name.clone(),
                     seq,
                     sink: sink.sink.clone(),
+                    label: tenant.sink_labels()[i].clone(),
                     delivery: sink.delivery.unwrap_or(default),
                     key,
                     result: result.expect("taken only for the last sink"),
@@ -755,11 +789,12 @@ impl Partition {
             self.tenant_counts.get(&tenant.name).suppressed_summaries += 1;
             let key = xxhash_rust::xxh3::xxh3_64(event.metadata.name.as_bytes());
             let result = EventCorrelateResult { skip: false, event: Some(Box::new(event)), patch: None };
-            for sink in tenant.sinks() {
+            for (sink, label) in tenant.sinks().iter().zip(tenant.sink_labels()) {
                 let job = Job {
                     tenant: tenant.name.clone(),
                     seq: 0,
                     sink: sink.sink.clone(),
+                    label: label.clone(),
                     delivery: sink.delivery.unwrap_or(self.options.delivery),
                     key,
                     result: result.clone(),
@@ -772,7 +807,9 @@ impl Partition {
         }
     }
 
-    fn count(&mut self, tenant: &Arc<str>, aggregated: bool, outcome: &WriteOutcome) {
+    /// Counts one write's outcome: in total, for its tenant and for its sink (`label`); the
+    /// sink's figures also count the aggregate events it was given.
+    fn count(&mut self, tenant: &Arc<str>, label: &Arc<str>, aggregated: bool, outcome: &WriteOutcome) {
         if let WriteOutcome::Dropped { error, .. } = outcome {
             *self.stats.rejected.entry(crate::sink::retry::rejection_reason(error)).or_default() += 1;
             if let SinkError::Status(status) = error
@@ -781,12 +818,14 @@ impl Partition {
                 self.stats.missing_namespace(namespace, 1);
             }
         }
-        let tenant = self.tenant_counts.get(tenant);
-        tenant.aggregated += u64::from(aggregated);
-        tenant.count(outcome);
-        let total = &mut self.stats.total;
-        total.aggregated += u64::from(aggregated);
-        total.count(outcome);
+        self.tenant_counts.get(tenant).count(outcome);
+        self.stats.total.count(outcome);
+        let sink = match self.stats.sinks.get_mut(&**label) {
+            Some(sink) => sink,
+            None => self.stats.sinks.entry(label.to_string()).or_default(),
+        };
+        sink.aggregated += u64::from(aggregated);
+        sink.count(outcome);
     }
 
     /// Starts `job` once its sink has room and no earlier write of the same event is in flight.
@@ -819,7 +858,7 @@ impl Partition {
     /// Starts a write; returns it when it ended at once (a synchronous sink), else keeps it in
     /// flight.
     fn start(&mut self, job: Job) -> Option<Done> {
-        let Job { tenant, seq, sink, delivery, key, result, state_key, aggregated, summary } = job;
+        let Job { tenant, seq, sink, label, delivery, key, result, state_key, aggregated, summary } = job;
         let gating = delivery == DeliveryMode::AtLeastOnce;
         let id = sink_id(&sink);
         let read = self.writes_read.clone();
@@ -832,6 +871,7 @@ impl Partition {
                 tenant,
                 seq,
                 sink: id,
+                label,
                 key,
                 aggregated,
                 outcome,
@@ -858,7 +898,7 @@ impl Partition {
         // end at once in turn.
         let mut ended = Some(done);
         while let Some(done) = ended.take() {
-            self.count(&done.tenant, done.aggregated, &done.outcome);
+            self.count(&done.tenant, &done.label, done.aggregated, &done.outcome);
             if let (false, Some(stored), Some(t)) = (done.summary, &done.stored, self.stages.position(&done.tenant)) {
                 let key = if stored.as_sent() { done.state_key } else { None };
                 self.stages.stage_mut(t).update_state_unless_stale(stored.event(), key);

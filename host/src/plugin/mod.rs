@@ -594,10 +594,14 @@ impl PluginRuntime {
         let exports: Vec<String> =
             component.component_type().exports(&compiler.engine).map(|(name, _)| name.to_string()).collect();
         let kind = kind_from_exports(&exports).map_err(|reason| PluginError::World { plugin: name.into(), reason })?;
-        let pre = compiler
-            .linker
-            .instantiate_pre(&component)
-            .map_err(|e| PluginError::Link { plugin: name.into(), reason: format!("{e:#}") })?;
+        let pre = compiler.linker.instantiate_pre(&component).map_err(|e| {
+            let imports: Vec<String> =
+                component.component_type().imports(&compiler.engine).map(|(name, _)| name.to_string()).collect();
+            PluginError::Link {
+                plugin: name.into(),
+                reason: forbidden_imports(&imports).unwrap_or_else(|| format!("{e:#}")),
+            }
+        })?;
         Ok(Arc::new(Plugin {
             name: name.into(),
             kind,
@@ -633,6 +637,41 @@ impl PluginRuntime {
         })?;
         self.load(name, &bytes, PluginOrigin::File(path.to_path_buf()))
     }
+}
+
+/// What the host does not offer, by WASI package, in plain words: the reason a component
+/// importing it cannot be linked.
+const FORBIDDEN: [(&str, &str); 6] = [
+    ("wasi:filesystem", "plugins have no file system"),
+    ("wasi:sockets", "plugins have no network"),
+    ("wasi:http", "plugins have no network"),
+    ("wasi:cli", "plugins have no environment, arguments, standard streams or exit"),
+    ("wasi:clocks", "plugins have no clock (events carry their times)"),
+    ("wasi:random", "plugins have no random source"),
+];
+
+/// The WASI imports among `imports` (a component's import names) in plain words, e.g.
+/// `imports wasi:filesystem/types@0.2.6: plugins have no file system`; `wasi:io` is named only
+/// when nothing else is (every other WASI interface pulls it in). `None` when no import is WASI.
+fn forbidden_imports(imports: &[String]) -> Option<String> {
+    let mut said: Vec<String> = FORBIDDEN
+        .iter()
+        .filter_map(|(package, words)| {
+            let used: Vec<&str> = imports.iter().filter(|i| i.starts_with(package)).map(String::as_str).collect();
+            (!used.is_empty()).then(|| format!("imports {}: {words}", used.join(", ")))
+        })
+        .collect();
+    if said.is_empty() {
+        let io: Vec<&str> = imports.iter().filter(|i| i.starts_with("wasi:")).map(String::as_str).collect();
+        if io.is_empty() {
+            return None;
+        }
+        said.push(format!("imports {}: plugins have no WASI streams or polling", io.join(", ")));
+    }
+    Some(format!(
+        "{}; build it without WASI (a Rust plugin: no std file, network, clock or random use)",
+        said.join("; ")
+    ))
 }
 
 /// The export of a key plugin's `*-projected` world that lists the key fields it reads.
@@ -738,6 +777,40 @@ mod kind_tests {
         assert_eq!(kind_from_exports(&names(&["spam-key", "spam-key-batch"])), Ok(PluginKind::SpamKey));
         assert!(kind_from_exports(&names(&["send-batch"])).unwrap_err().contains("older WIT"));
         assert!(kind_from_exports(&names(&["filter-batch", "watch-batch"])).unwrap_err().contains("several"));
+    }
+}
+
+#[cfg(test)]
+mod import_tests {
+    use super::*;
+
+    /// The imports of a Rust component that reads a file with `std::fs` (wasm32-wasip2): the
+    /// file system is named, in plain words, and `wasi:io/poll` (the first import wasmtime
+    /// could not link) is not.
+    #[test]
+    fn a_forbidden_import_is_named_in_plain_words() {
+        let imports: Vec<String> = [
+            "wasi:io/poll@0.2.6",
+            "wasi:io/error@0.2.6",
+            "wasi:io/streams@0.2.6",
+            "wasi:filesystem/types@0.2.6",
+            "wasi:filesystem/preopens@0.2.6",
+            "eventpipe:plugin/log@0.1.0",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let said = forbidden_imports(&imports).unwrap();
+        assert!(
+            said.starts_with(
+                "imports wasi:filesystem/types@0.2.6, wasi:filesystem/preopens@0.2.6: plugins have no file system"
+            ),
+            "{said}"
+        );
+        assert!(!said.contains("wasi:io"), "{said}");
+        let only_io = forbidden_imports(&imports[..1]).unwrap();
+        assert!(only_io.contains("wasi:io/poll@0.2.6"), "{only_io}");
+        assert_eq!(forbidden_imports(&imports[5..]), None, "the host's own imports are not forbidden");
     }
 }
 

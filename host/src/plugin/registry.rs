@@ -156,6 +156,15 @@ pub enum LookupError {
         /// The loaded name closest to `name`, when one is close (Jaro-Winkler ≥ 0.8).
         suggestion: Option<String>,
     },
+    /// The plugin's file was refused (and no version of that name serves): the reason, not a
+    /// misleading "no plugin named".
+    #[error("plugin `{name}` was refused: {reason}")]
+    Refused {
+        /// The name asked for.
+        name: String,
+        /// Why its file was refused.
+        reason: String,
+    },
     /// The plugin is of another kind.
     #[error(transparent)]
     WrongKind(#[from] WrongKind),
@@ -173,7 +182,7 @@ pub struct PluginRegistry {
     rejected: AtomicU64,
     /// Per name, the XXH3-64 digest of the content refused last (cleared when a version of
     /// that name goes live).
-    refused: Mutex<BTreeMap<String, u64>>,
+    refused: Mutex<BTreeMap<String, (u64, String)>>,
     /// Digests of the content compiled at [`Tier::Optimized`] in this process (so in
     /// wasmtime's cache): a hot reload of one of them skips the quick tier.
     optimized: Mutex<std::collections::HashSet<u64>>,
@@ -325,6 +334,9 @@ impl PluginRegistry {
 
     /// [`LookupError::NotFound`] for `name`, with the closest loaded name as a suggestion.
     fn not_found(&self, name: &str) -> LookupError {
+        if let Some((_, reason)) = self.refused().get(name) {
+            return LookupError::Refused { name: name.into(), reason: reason.clone() };
+        }
         let slots = self.slots.read().unwrap_or_else(|p| p.into_inner());
         let suggestion = slots
             .keys()
@@ -364,10 +376,8 @@ impl PluginRegistry {
         let mut names: Vec<String> = slots
             .iter()
             .filter(|(_, slot)| {
-                slot.load().is_some_and(|p| {
-                    p.kind() == kind
-                        && matches!(p.origin(), PluginOrigin::File(path) if in_dir(path))
-                })
+                slot.load()
+                    .is_some_and(|p| p.kind() == kind && matches!(p.origin(), PluginOrigin::File(path) if in_dir(path)))
             })
             .map(|(name, _)| name.clone())
             .collect();
@@ -457,7 +467,7 @@ impl PluginRegistry {
         if slot.as_ref().and_then(|s| s.load()).is_some_and(|p| p.digest() == digest) {
             return ReloadOutcome::Unchanged { name };
         }
-        if self.refused().get(&name) == Some(&digest) {
+        if self.refused().get(&name).is_some_and(|(d, _)| *d == digest) {
             return ReloadOutcome::StillRejected { name };
         }
         let tier = match hot {
@@ -551,11 +561,11 @@ impl PluginRegistry {
 
     /// Rejects content with `digest`, remembered so that the same content is not tried again.
     fn refuse(&self, name: &str, path: &Path, digest: u64, error: String) -> ReloadOutcome {
-        self.refused().insert(name.into(), digest);
+        self.refused().insert(name.into(), (digest, error.clone()));
         self.reject(name, path, error)
     }
 
-    fn refused(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, u64>> {
+    fn refused(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, (u64, String)>> {
         self.refused.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -745,6 +755,19 @@ mod tests {
         let mut bytes = embedded::BY_REASON.to_vec();
         bytes.extend_from_slice(&[0, 3, 1, b'x', b'y']);
         bytes
+    }
+
+    /// A name whose file was refused is looked up as refused, with the reason, never as "no
+    /// plugin named".
+    #[test]
+    fn a_lookup_of_a_refused_plugin_gives_the_refusal() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("escape.wasm"), b"\0asm not a component").unwrap();
+        let reg = registry(dir.path());
+        let err = reg.handle("escape", PluginKind::Filter, "t", PluginSettings::default()).unwrap_err();
+        let said = err.to_string();
+        assert!(matches!(err, LookupError::Refused { .. }), "{said}");
+        assert!(said.starts_with("plugin `escape` was refused: ") && !said.contains("no plugin named"), "{said}");
     }
 
     #[test]

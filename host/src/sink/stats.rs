@@ -23,6 +23,9 @@ pub struct SinkStats {
     pub filtered: u64,
     /// Dropped by declarative `drop` / `keep` rules ([`crate::tenant::rules`]).
     pub dropped_by_rules: u64,
+    /// Dropped because a key-function plugin failed under the `drop` or `fail` fallback policy
+    /// (`--plugin-fallback`): not written, and not a spam-filter skip.
+    pub dropped_by_plugins: u64,
     /// Let through the spam filter by a `spam_exempt` rule.
     pub spam_exempted: u64,
     /// "N suppressed" summary events sent ([`crate::pipeline::suppressed`]; each also counts as created,
@@ -51,6 +54,7 @@ impl SinkStats {
         self.aggregated += other.aggregated;
         self.filtered += other.filtered;
         self.dropped_by_rules += other.dropped_by_rules;
+        self.dropped_by_plugins += other.dropped_by_plugins;
         self.spam_exempted += other.spam_exempted;
         self.suppressed_summaries += other.suppressed_summaries;
         self.dropped += other.dropped;

@@ -96,6 +96,16 @@ fn event_line(i: usize, reason: &str) -> String {
         + "\n"
 }
 
+/// Waits until the sink file has `n` lines (the run flushes it every second or so): the events
+/// sent so far went through the plan they were sent under.
+fn written(out: &Path, n: usize) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::fs::read_to_string(out).map_or(0, |t| t.lines().count()) < n {
+        assert!(std::time::Instant::now() < deadline, "the sink never had {n} lines");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 /// Events `from..to`, every other one routine (`Pulled`, which the filter drops).
 fn batch(from: usize, to: usize) -> String {
     (from..to).map(|i| event_line(i, if i % 2 == 0 { "Pulled" } else { "Killing" })).collect()
@@ -113,9 +123,11 @@ fn removing_and_adding_a_drop_in_filter_while_running_detaches_and_attaches_it()
     ]);
     run.wait_for(&["tenant `default`", "filters=[quiet-normal]"]);
     run.send(&batch(0, 100));
+    written(&out, 50);
     std::fs::remove_file(plugins.join("quiet-normal.wasm")).unwrap();
     run.wait_for_next(&["tenant `default`", "filters=[]"]);
     run.send(&batch(100, 200));
+    written(&out, 150);
     let filter = std::fs::read(quiet_normal()).unwrap();
     let tmp = plugins.join(".quiet-normal.wasm.tmp");
     std::fs::write(&tmp, filter).unwrap();

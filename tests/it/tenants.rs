@@ -521,11 +521,11 @@ fn the_command_line_wins_over_the_configs_defaults_and_tenants_keep_their_own() 
     let file = config.display().to_string();
     assert_eq!(
         setting("own", "sinks", "sinks[0]")["origin"],
-        serde_json::json!({"from": "file", "at": format!("{file}:8")})
+        serde_json::json!({"from": "file", "at": format!("{file}:9")})
     );
     assert_eq!(
         setting("own", "rules", "burst")["origin"],
-        serde_json::json!({"from": "file", "at": format!("{file}:9")})
+        serde_json::json!({"from": "file", "at": format!("{file}:10")})
     );
     assert_eq!(setting("inherits", "sinks", "sinks[0]")["origin"], serde_json::json!({"from": "flag", "at": "--sink"}));
     assert_eq!(setting("default", "rules", "burst")["value"], "5");

@@ -169,3 +169,47 @@ fn skip(reason: &str) {
     assert!(std::env::var_os("CI").is_none(), "{reason}");
     eprintln!("SKIPPING {reason}");
 }
+
+/// `eventpipe plugins build DIR` builds a Rust plugin project with cargo alone (no separate
+/// install): the example filter, checked as a filter plugin.
+#[test]
+fn plugins_build_builds_the_rust_example_filter() {
+    let installed = Command::new("rustup").args(["target", "list", "--installed"]).output();
+    if installed.is_ok_and(|o| !String::from_utf8_lossy(&o.stdout).contains("wasm32-wasip2")) {
+        return skip("Rust: the wasm32-wasip2 target is not installed");
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("quiet-normal.wasm");
+    let mut build = Command::new(env!("CARGO_BIN_EXE_eventpipe"));
+    build.args(["plugins", "build"]).arg(root().join("examples/plugins/rust/filter")).arg("-o").arg(&out);
+    // Shared with the examples' build: already compiled there.
+    build.env("CARGO_TARGET_DIR", root().join("target/wasm-plugins"));
+    for var in ["RUSTFLAGS", "CARGO_ENCODED_RUSTFLAGS", "CARGO_BUILD_TARGET"] {
+        build.env_remove(var);
+    }
+    let said = ok(build.output().unwrap(), "eventpipe plugins build");
+    assert!(said.contains(&format!("built {}", out.display())), "{said}");
+    check(&out, "filter");
+}
+
+/// A Go older than 1.24 is refused before building, with a one-line fix.
+#[test]
+fn plugins_build_names_a_too_old_go_and_the_fix() {
+    let tmp = tempfile::tempdir().unwrap();
+    let go = tmp.path().join("go");
+    std::fs::write(&go, "#!/bin/sh\necho 'go version go1.22.3 linux/amd64'\n").unwrap();
+    std::fs::set_permissions(&go, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let project = tmp.path().join("project");
+    std::fs::create_dir(&project).unwrap();
+    std::fs::write(project.join("go.mod"), "module example.com/p\n\ngo 1.24\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_eventpipe"))
+        .args(["plugins", "build"])
+        .arg(&project)
+        .env("GO", &go)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("Go 1.24 or newer is needed for //go:wasmexport; found go1.22.3"), "{stderr}");
+}

@@ -1,7 +1,7 @@
 //! `eventpipe plugins …`: tools for plugin components.
 
-use std::path::PathBuf;
-use std::process::ExitCode;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
 
 use clap::Subcommand;
 use eventpipe::plugin::check::check;
@@ -20,6 +20,51 @@ pub enum PluginsCommand {
         limits: PluginArgs,
         #[command(flatten)]
         runtime: RuntimeArgs,
+    },
+    /// Build the plugin project in DIR (as `eventpipe new-plugin` makes them) into a component,
+    /// with the language's own toolchain and nothing else: Rust (`Cargo.toml`: cargo, target
+    /// wasm32-wasip2), Go (`go.mod`: Go 1.24 or newer), C (`build.sh`: clang and wasi-libc). The
+    /// C bindings and `component new` steps run inside eventpipe. Each toolchain is checked
+    /// first, with a one-line fix when it is missing or too old.
+    Build {
+        /// The project directory.
+        #[arg(default_value = ".")]
+        dir: PathBuf,
+        /// Where to write the component [default: DIR/NAME.wasm].
+        #[arg(short, long, value_name = "FILE")]
+        output: Option<PathBuf>,
+    },
+    /// The C bindings of a world (`W.h`, `W.c`, `W_component_type.o`), as `wit-bindgen c`; a
+    /// step of `build.sh`.
+    #[command(hide = true)]
+    CBindings {
+        /// The WIT directory.
+        #[arg(long)]
+        wit: PathBuf,
+        /// The world.
+        #[arg(long)]
+        world: String,
+        /// Where to write the files.
+        #[arg(long)]
+        out_dir: PathBuf,
+    },
+    /// A core module made a component, as `wasm-tools component new`; a step of `build.sh`.
+    #[command(hide = true)]
+    Component {
+        /// The core module.
+        core: PathBuf,
+        /// The component to write.
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Embed this WIT directory's world first (needs `--world`).
+        #[arg(long, requires = "world")]
+        wit: Option<PathBuf>,
+        /// The world to embed.
+        #[arg(long, requires = "wit")]
+        world: Option<String>,
+        /// Replace WASI preview 1 imports by deterministic stubs.
+        #[arg(long)]
+        stub_wasi: bool,
     },
 }
 
@@ -42,5 +87,144 @@ pub fn execute(command: PluginsCommand) -> anyhow::Result<ExitCode> {
                 }
             }
         }
+        PluginsCommand::Build { dir, output } => match build(&dir, output.as_deref()) {
+            Ok(file) => {
+                println!("built {}", file.display());
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(e) => {
+                eprintln!("eventpipe plugins build: {e}");
+                Ok(ExitCode::FAILURE)
+            }
+        },
+        PluginsCommand::CBindings { wit, world, out_dir } => {
+            for file in eventpipe_plugin_build::c_bindings(&wit, &world, &out_dir)? {
+                println!("{}", file.display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        PluginsCommand::Component { core, output, wit, world, stub_wasi } => {
+            let embed = wit.as_deref().zip(world.as_deref());
+            let options = eventpipe_plugin_build::ComponentOptions { stub_wasi };
+            eventpipe_plugin_build::componentize_file_with(&core, &output, embed, options)?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// Builds the project in `dir`; returns the component file written.
+///
+/// # Errors
+/// One line: a missing or too old toolchain with its fix, or the failed step.
+fn build(dir: &Path, output: Option<&Path>) -> anyhow::Result<PathBuf> {
+    if dir.join("Cargo.toml").is_file() {
+        build_rust(dir, output)
+    } else if dir.join("go.mod").is_file() {
+        let go = std::env::var("GO").unwrap_or_else(|_| "go".into());
+        check_go(&go)?;
+        build_sh(dir, output)
+    } else if dir.join("build.sh").is_file() {
+        if !Command::new(std::env::var("CC").unwrap_or_else(|_| "clang".into()))
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+        {
+            anyhow::bail!(
+                "clang is needed to build a C plugin (with wasi-libc): install clang and wasi-libc (Debian: apt install clang lld wasi-libc)"
+            );
+        }
+        build_sh(dir, output)
+    } else {
+        anyhow::bail!(
+            "{}: no Cargo.toml, go.mod or build.sh; JavaScript and Python projects build with their own tools (see their README.md)",
+            dir.display()
+        )
+    }
+}
+
+/// `cargo build --release --target wasm32-wasip2`, the component copied to `output` (default
+/// `DIR/NAME.wasm`, NAME the crate's name with dashes).
+fn build_rust(dir: &Path, output: Option<&Path>) -> anyhow::Result<PathBuf> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    if Command::new(&cargo).arg("--version").output().is_err() {
+        anyhow::bail!("cargo is needed to build a Rust plugin: install Rust from https://rustup.rs");
+    }
+    if let Ok(out) = Command::new("rustup").args(["target", "list", "--installed"]).output()
+        && out.status.success()
+        && !String::from_utf8_lossy(&out.stdout).lines().any(|l| l.trim() == "wasm32-wasip2")
+    {
+        anyhow::bail!("the wasm32-wasip2 target is needed: rustup target add wasm32-wasip2");
+    }
+    let out = Command::new(&cargo)
+        .current_dir(dir)
+        .args(["build", "--release", "--target", "wasm32-wasip2", "--message-format=json-render-diagnostics"])
+        .stderr(std::process::Stdio::inherit())
+        .output()?;
+    if !out.status.success() {
+        anyhow::bail!("cargo build failed ({})", out.status);
+    }
+    // The last `.wasm` artifact cargo reports is the plugin (a workspace member builds alone).
+    let built = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|m| m["reason"] == "compiler-artifact")
+        .flat_map(|m| m["filenames"].as_array().cloned().unwrap_or_default())
+        .filter_map(|f| f.as_str().map(PathBuf::from))
+        .filter(|f| f.extension().is_some_and(|x| x == "wasm"))
+        .last()
+        .ok_or_else(|| anyhow::anyhow!("cargo built no .wasm: is the crate a cdylib?"))?;
+    let name = built.file_stem().and_then(|s| s.to_str()).unwrap_or("plugin").replace('_', "-");
+    let target = output.map_or_else(|| dir.join(format!("{name}.wasm")), Path::to_path_buf);
+    std::fs::copy(&built, &target)?;
+    Ok(target)
+}
+
+/// Checks that `go` is Go 1.24 or newer (`//go:wasmexport` and `-buildmode=c-shared` on
+/// wasip1).
+fn check_go(go: &str) -> anyhow::Result<()> {
+    let out = Command::new(go).arg("version").output().map_err(|_| {
+        anyhow::anyhow!(
+            "Go 1.24 or newer is needed to build a Go plugin: install it from https://go.dev/dl (or set GO)"
+        )
+    })?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let version = text.split_whitespace().find(|w| w.starts_with("go1")).unwrap_or_default();
+    let minor: u32 =
+        version.trim_start_matches("go1.").split(['.', 'r', 'b']).next().and_then(|m| m.parse().ok()).unwrap_or(0);
+    if minor < 24 {
+        anyhow::bail!(
+            "Go 1.24 or newer is needed for //go:wasmexport; found {}: install a newer Go from https://go.dev/dl (or set GO)",
+            if version.is_empty() { "an unknown version" } else { version }
+        );
+    }
+    Ok(())
+}
+
+/// Runs the project's `build.sh` with its build steps done by this eventpipe, then moves the
+/// component it printed (`built NAME.wasm`) to `output` when given.
+fn build_sh(dir: &Path, output: Option<&Path>) -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    let out = Command::new("sh")
+        .current_dir(dir)
+        .arg("build.sh")
+        .env("PLUGIN_BUILD", format!("{} plugins", exe.display()))
+        .stderr(std::process::Stdio::inherit())
+        .output()?;
+    if !out.status.success() {
+        anyhow::bail!("build.sh failed ({})", out.status);
+    }
+    let said = String::from_utf8_lossy(&out.stdout);
+    let file = said
+        .lines()
+        .filter_map(|l| l.strip_prefix("built "))
+        .last()
+        .map(|f| dir.join(f.trim()))
+        .ok_or_else(|| anyhow::anyhow!("build.sh did not say what it built"))?;
+    match output {
+        Some(target) => {
+            std::fs::rename(&file, target).or_else(|_| std::fs::copy(&file, target).map(|_| ()))?;
+            Ok(target.to_path_buf())
+        }
+        None => Ok(file),
     }
 }

@@ -144,3 +144,26 @@ fn removing_and_adding_a_drop_in_filter_while_running_detaches_and_attaches_it()
     let expected: Vec<usize> = (0..300).filter(|i| (100..200).contains(i) || i % 2 == 1).collect();
     assert_eq!(names, expected, "nothing lost, in input order");
 }
+
+/// A watcher plugin in the plugins directory is attached to the Broadcaster without a flag or a
+/// config; `--watcher` takes control, and the drop-in one is named in one warning.
+#[test]
+fn a_watcher_dropped_into_the_plugins_directory_is_attached() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    std::fs::write(plugins.join("audit.wasm"), eventpipe::plugin::embedded::LOG).unwrap();
+    let (summary, _) = run_bundled(dir.path(), &[format!("--plugins={}", plugins.display())]);
+    let read = summary["read"].as_u64().unwrap();
+    let audit = &summary["watchers"]["audit"];
+    let count = |key: &str| audit[key].as_u64().unwrap_or_else(|| panic!("{key}: {summary}"));
+    assert!(count("seen") > 0, "the drop-in watcher is attached: {summary}");
+    assert_eq!(count("seen") + count("dropped") + count("failed"), read, "{summary}");
+
+    let (summary, stderr) =
+        run_bundled(dir.path(), &[format!("--plugins={}", plugins.display()), "--watcher=log".into()]);
+    assert!(summary["watchers"].get("audit").is_none(), "{summary}");
+    let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains("WARN") && l.contains("`audit`")).collect();
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    assert!(warnings[0].contains("--watcher audit"), "{}", warnings[0]);
+}

@@ -97,7 +97,7 @@ sinks = ["jsonl:{dir}/system.jsonl"]
 "#,
     );
     let text = std::fs::read_to_string(bundled_stream()).unwrap();
-    let (summary, stderr) = run(&[arg("config", config.display()), arg("sink", "jsonl:-")], text.as_bytes());
+    let (summary, stderr) = run(&[arg("config", config.display())], text.as_bytes());
     assert!(stderr.contains("tenant `platform`") && stderr.contains("tenant `default`"), "{stderr}");
 
     let events: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
@@ -156,10 +156,8 @@ rules = { aggregate_key = "misbehave", fallback = "drop", fuel_per_event = 10000
             input += &format!("{event}\n");
         }
     }
-    let (summary, stderr) = run(
-        &[arg("config", config.display()), arg("plugins", plugins.display()), arg("sink", "jsonl:-")],
-        input.as_bytes(),
-    );
+    let (summary, stderr) =
+        run(&[arg("config", config.display()), arg("plugins", plugins.display())], input.as_bytes());
     assert!(stderr.contains("plugin `misbehave` (aggregate-key) for tenant `risky` failed"), "{stderr}");
     let (a, b) = (sink_calls(&a_out), sink_calls(&b_out));
     // The default tenant: every event written (its own objects, under the spam burst).
@@ -199,6 +197,8 @@ fn a_tenant_filter_plugin_drops_what_its_config_names_before_correlation() {
         r#"
 [defaults]
 sinks = ["jsonl:{dir}/rest.jsonl"]
+# The plugins directory's filters would apply to the defaults too (drop-in): none here.
+filters = []
 
 [plugins.drop-reasons]
 reasons = "Pulled, Created,Started"
@@ -210,10 +210,7 @@ rules = { filters = ["drop-reasons"], sinks = ["jsonl:{dir}/quiet.jsonl"] }
 "#,
     );
     let text = std::fs::read_to_string(bundled_stream()).unwrap();
-    let (summary, _) = run(
-        &[arg("config", config.display()), arg("plugins", plugins.display()), arg("sink", "jsonl:-")],
-        text.as_bytes(),
-    );
+    let (summary, _) = run(&[arg("config", config.display()), arg("plugins", plugins.display())], text.as_bytes());
     let events: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let quiet = |e: &&Value| namespace(e) == "default" || namespace(e).starts_with("test");
     let noise = |e: &&&Value| ["Pulled", "Created", "Started"].contains(&e["reason"].as_str().unwrap());
@@ -333,7 +330,7 @@ keep = [{ kinds = ["Pod", "Node"] }]
 "#,
     );
     let text = std::fs::read_to_string(bundled_stream()).unwrap();
-    let (summary, _) = run(&[arg("config", config.display()), arg("sink", "jsonl:-")], text.as_bytes());
+    let (summary, _) = run(&[arg("config", config.display())], text.as_bytes());
     let events: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let quiet = |e: &&Value| namespace(e) == "default" || namespace(e).starts_with("test");
     let reason = |e: &Value| e["reason"].as_str().unwrap_or("").to_string();

@@ -170,8 +170,7 @@ fn build_rust(dir: &Path, output: Option<&Path>) -> anyhow::Result<PathBuf> {
         .filter(|m| m["reason"] == "compiler-artifact")
         .flat_map(|m| m["filenames"].as_array().cloned().unwrap_or_default())
         .filter_map(|f| f.as_str().map(PathBuf::from))
-        .filter(|f| f.extension().is_some_and(|x| x == "wasm"))
-        .last()
+        .rfind(|f| f.extension().is_some_and(|x| x == "wasm"))
         .ok_or_else(|| anyhow::anyhow!("cargo built no .wasm: is the crate a cdylib?"))?;
     let name = built.file_stem().and_then(|s| s.to_str()).unwrap_or("plugin").replace('_', "-");
     let target = output.map_or_else(|| dir.join(format!("{name}.wasm")), Path::to_path_buf);
@@ -217,7 +216,7 @@ fn build_sh(dir: &Path, output: Option<&Path>) -> anyhow::Result<PathBuf> {
     let file = said
         .lines()
         .filter_map(|l| l.strip_prefix("built "))
-        .last()
+        .next_back()
         .map(|f| dir.join(f.trim()))
         .ok_or_else(|| anyhow::anyhow!("build.sh did not say what it built"))?;
     match output {

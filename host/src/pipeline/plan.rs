@@ -240,6 +240,9 @@ pub struct TenantRules {
     pub command_line: BTreeSet<&'static str>,
 }
 
+/// Where each key of a tenant's rules came from, by config key.
+type Origins = BTreeMap<&'static str, Origin>;
+
 /// The layers one tenant's rules come from, as [`TenantRules::overlay`] reads them.
 struct Layers<'a> {
     /// The tenant's own `rules` (empty for `[defaults]`).
@@ -273,7 +276,7 @@ impl TenantRules {
     ///
     /// # Errors
     /// A sink spec that does not parse: `(key, message)`.
-    fn overlay(&self, layers: &Layers<'_>) -> Result<(Self, BTreeMap<&'static str, Origin>), (String, String)> {
+    fn overlay(&self, layers: &Layers<'_>) -> Result<(Self, Origins), (String, String)> {
         let Layers { own, defaults, prefix, config, directory_filters, directory } = *layers;
         let file = config.path.display().to_string();
         let at = |key: String| match config.key_line(&key) {

@@ -16,7 +16,9 @@
 //! ```
 //!
 //! Where to start:
-//! - [`run()`] runs the whole pipeline from [`RunOptions`] (what `eventpipe run` does);
+//! - [`run()`] runs the whole pipeline from [`RunOptions`] (what `eventpipe run` does): the
+//!   [`topology`] builds its pieces (role, checkpointer, sinks, plan and reloader, Broadcaster
+//!   and router, watchers, servers, source) and owns their start and shutdown order;
 //!   [`replay()`] runs one [`TenantStage`] over a recorded stream (`eventpipe replay`).
 //! - [`EventBroadcaster`] and [`EventRecorder`] are client-go's recording API:
 //!   `start_recording_to_sink` attaches the same tenant stage to any [`EventSink`] (whose
@@ -34,6 +36,11 @@
 //! Modules sit in layers; each imports only modules below it. From the top:
 //! - [`commands`]: the subcommands' bodies (`run`, `replay`, `test`, `bench`, `validate`,
 //!   `top`, `new-plugin`); `metrics`: the `/metrics` families.
+//! - [`topology`]: `eventpipe run`'s running topology: the [`topology::Role`] (single host,
+//!   publish tier, worker tier), the pieces built from the grouped [`RunOptions`] (source or
+//!   worker tier, Broadcaster and tenant router or publish tier, sinks and watch cache, plan and
+//!   reloader, watcher plugins, HTTP servers, checkpointer), and [`topology::RunningTopology`],
+//!   which drains them in order and produces the [`RunSummary`].
 //! - [`record`]: client-go's `tools/record` (EventRecorder, EventBroadcaster) and
 //!   `tools/events` (EventSeries).
 //! - [`pipeline`]: above the Broadcaster: tenant plans, the tenant stage, the router, "N
@@ -65,6 +72,7 @@ pub mod reload;
 pub mod sink;
 pub mod source;
 pub mod tenant;
+pub mod topology;
 pub mod watch_cache;
 pub mod watchers;
 

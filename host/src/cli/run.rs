@@ -12,7 +12,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Args;
-use eventpipe::commands::run::{RunOptions, run};
+use eventpipe::commands::run::{
+    DeliveryOptions, KubernetesOptions, LimitOptions, PluginOptions, RunOptions, ScaleOptions, ServingOptions,
+    SourceOptions, run,
+};
 use eventpipe::correlator::CorrelationClock;
 use eventpipe::delivery::{Delivery, DeliveryMode};
 use eventpipe::k8s::EventsApi;
@@ -230,60 +233,69 @@ pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
     let mut base = args.correlator.rules(&args.limits).rules(&registry)?;
     base.sinks = args.sink;
     let options = RunOptions {
-        source: args.source,
-        broadcaster: EventBroadcasterOptions { correlation_clock: args.clock, ..EventBroadcasterOptions::default() },
-        base,
-        config: args.config,
-        registry: Arc::new(registry),
-        watch: !args.no_watch,
-        kube: KubeOptions {
-            kubeconfig: args.kube.kubeconfig,
-            context: args.kube.context,
-            server: args.kube.kube_server,
+        source: SourceOptions { spec: args.source, follow: args.follow, counters: Arc::new(SourceCounters::default()) },
+        kubernetes: KubernetesOptions {
+            connection: KubeOptions {
+                kubeconfig: args.kube.kubeconfig,
+                context: args.kube.context,
+                server: args.kube.kube_server,
+            },
+            watch: WatchOptions {
+                field_selector: args.kube.field_selector,
+                label_selector: args.kube.label_selector,
+                api: args.kube.events_api,
+                replay_existing: args.kube.replay_existing,
+                ..WatchOptions::default()
+            },
+            events_api: args.kube.events_api,
         },
-        kube_watch: WatchOptions {
-            field_selector: args.kube.field_selector,
-            label_selector: args.kube.label_selector,
-            api: args.kube.events_api,
-            replay_existing: args.kube.replay_existing,
-            ..WatchOptions::default()
+        delivery: DeliveryOptions {
+            mode: Delivery::new(args.delivery, args.state_file).map_err(anyhow::Error::msg)?,
+            broadcaster: EventBroadcasterOptions {
+                correlation_clock: args.clock,
+                ..EventBroadcasterOptions::default()
+            },
         },
-        shutdown_timeout: Duration::from_secs(args.shutdown_timeout),
+        scale: ScaleOptions {
+            workers: match args.workers {
+                None | Some(0) => std::thread::available_parallelism().map_or(1, |n| n.get()),
+                Some(n) => n,
+            },
+            partition_key: args.partition_key,
+            worker: args.worker,
+            snapshot_interval: Duration::try_from_secs_f64(args.snapshot_interval)
+                .ok()
+                .filter(|d| !d.is_zero())
+                .context("--snapshot-interval: expected seconds > 0")?,
+        },
+        serving: ServingOptions { metrics: args.metrics, serve: args.serve, watch_cache: args.watch_cache.settings() },
+        plugins: PluginOptions {
+            base,
+            config: args.config,
+            registry: Arc::new(registry),
+            watch: !args.no_watch,
+            watchers: args.watcher,
+            shadows: args.shadow,
+            shadow_diffs: args.shadow_diffs,
+            shadow_diffs_max: args.shadow_diffs_max,
+        },
+        limits: LimitOptions {
+            max_in_flight: args.max_in_flight,
+            shutdown_timeout: Duration::from_secs(args.shutdown_timeout),
+        },
         shutdown: tokio_util::sync::CancellationToken::new(),
-        metrics: args.metrics,
-        serve: args.serve,
-        watch_cache: args.watch_cache.settings(),
-        follow: args.follow,
-        workers: match args.workers {
-            None | Some(0) => std::thread::available_parallelism().map_or(1, |n| n.get()),
-            Some(n) => n,
-        },
-        partition_key: args.partition_key,
-        max_in_flight: args.max_in_flight,
-        watchers: args.watcher,
-        delivery: Delivery::new(args.delivery, args.state_file).map_err(anyhow::Error::msg)?,
-        events_api: args.kube.events_api,
-        source_counters: Arc::new(SourceCounters::default()),
-        shadows: args.shadow,
-        shadow_diffs: args.shadow_diffs,
-        shadow_diffs_max: args.shadow_diffs_max,
-        worker: args.worker,
-        snapshot_interval: Duration::try_from_secs_f64(args.snapshot_interval)
-            .ok()
-            .filter(|d| !d.is_zero())
-            .context("--snapshot-interval: expected seconds > 0")?,
     };
     // A JSON-lines file (or stdin redirected from one) read to its end: a progress bar on a
     // terminal, fed by the source's live counters.
-    let file_len = match &options.source {
-        SourceSpec::JsonLinesFile(path) if !options.follow => {
+    let file_len = match &options.source.spec {
+        SourceSpec::JsonLinesFile(path) if !options.source.follow => {
             std::fs::metadata(path).ok().filter(|m| m.is_file()).map(|m| m.len())
         }
         SourceSpec::JsonLinesStdin => stdin_file_len(),
         _ => None,
     };
     let progress = file_len.and_then(|len| {
-        let counters = options.source_counters.clone();
+        let counters = options.source.counters.clone();
         Progress::start(len, "events", move || (counters.bytes_read(), counters.stats().read))
     });
     let runtime = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;

@@ -35,7 +35,7 @@
 //!
 //! Modules sit in layers; each imports only modules below it. From the top:
 //! - [`commands`]: the subcommands' bodies (`run`, `replay`, `test`, `bench`, `validate`,
-//!   `top`, `new-plugin`); `metrics`: the `/metrics` families.
+//!   `top`, `new-plugin`).
 //! - [`topology`]: `eventpipe run`'s running topology: the [`topology::Role`] (single host,
 //!   publish tier, worker tier), the pieces built from the grouped [`RunOptions`] (source or
 //!   worker tier, Broadcaster and tenant router or publish tier, sinks and watch cache, plan and
@@ -50,7 +50,8 @@
 //!   the apiserver-style watch cache, the sources.
 //! - [`correlator`], [`tenant`] (matching and drop/keep rules), [`partition`], [`broadcaster`],
 //!   [`delivery`], [`k8s`] (the API server connection), [`nats`], [`event`], [`clock`], and the
-//!   small ones ([`health`], [`logging`], [`reload`]): the ground floor.
+//!   small ones ([`health`], [`logging`], [`reload`], [`metrics`]: the `/metrics` families and
+//!   their server; each module above adds its own counters): the ground floor.
 
 pub mod broadcaster;
 pub mod clock;

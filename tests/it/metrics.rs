@@ -211,7 +211,7 @@ async fn counters_follow_known_activity() {
         s.add_plugin_stats("by-reason", "payments", &plugin);
         s.add_plugin_stats("by-reason", "payments", &plugin);
         s.add_watcher_dropped("tenant-router", "queue_full", 6);
-        s.config_reloads_rejected += 1;
+        s.add(&metrics::CONFIG_RELOADS, &[("result", "rejected")], 1);
     });
 
     let s = scrape(&metrics).await;

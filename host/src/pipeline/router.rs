@@ -910,3 +910,49 @@ impl Partition {
         }
     }
 }
+
+impl crate::metrics::Snapshot {
+    /// Adds the tenant router watcher's counters: per tenant routed, writes by verb, failures
+    /// by outcome, retries, spam skips, aggregations, filter-plugin drops, spam exemptions and
+    /// "N suppressed" summaries; drops per declarative rule; rejections per reason; `reloads`
+    /// as applied config reloads.
+    pub fn add_router(&mut self, stats: &RouterStats) {
+        use crate::metrics::{
+            AGGREGATED, CONFIG_RELOADS, FILTERED, RECORD_RETRIES, ROUTED, RULE_DROPPED, SINK_REJECTED, SINK_WRITES,
+            SPAM_EXEMPTED, SPAM_SKIPPED, SUPPRESSED_SUMMARIES, WRITE_FAILURES,
+        };
+        for (tenant, s) in &stats.tenants {
+            let tenant = tenant.as_str();
+            self.add(&ROUTED, &[("tenant", tenant)], s.received);
+            self.add(&SINK_WRITES, &[("tenant", tenant), ("verb", "create")], s.created);
+            self.add(&SINK_WRITES, &[("tenant", tenant), ("verb", "patch")], s.patched);
+            if s.series_counted > 0 {
+                self.add(&SINK_WRITES, &[("tenant", tenant), ("verb", "series_counted")], s.series_counted);
+            }
+            for (outcome, n) in
+                [("dropped", s.dropped), ("gave_up", s.gave_up), ("cancelled", s.cancelled), ("shed", s.shed)]
+            {
+                self.add(&WRITE_FAILURES, &[("tenant", tenant), ("outcome", outcome)], n);
+            }
+            for (family, n) in [
+                (&RECORD_RETRIES, s.retries),
+                (&SPAM_SKIPPED, s.skipped),
+                (&AGGREGATED, s.aggregated),
+                (&FILTERED, s.filtered),
+                (&SPAM_EXEMPTED, s.spam_exempted),
+                (&SUPPRESSED_SUMMARIES, s.suppressed_summaries),
+            ] {
+                self.add(family, &[("tenant", tenant)], n);
+            }
+        }
+        for (tenant, rules) in &stats.dropped_by_rule {
+            for (rule, n) in rules {
+                self.add(&RULE_DROPPED, &[("tenant", tenant), ("rule", rule)], *n);
+            }
+        }
+        for (reason, n) in &stats.rejected {
+            self.add(&SINK_REJECTED, &[("reason", reason)], *n);
+        }
+        self.add(&CONFIG_RELOADS, &[("result", "applied")], stats.reloads);
+    }
+}

@@ -767,3 +767,37 @@ mod slow_compile_tests {
         assert!(quiet.lock().unwrap().is_empty(), "a compile under the threshold says nothing");
     }
 }
+
+impl crate::metrics::Snapshot {
+    /// Adds one plugin use (its name, tenant and counters).
+    pub fn add_plugin(&mut self, handle: &PluginHandle) {
+        self.add_plugin_stats(handle.name(), handle.tenant(), &handle.stats().snapshot());
+    }
+
+    /// Adds plugin counters under (`plugin`, `tenant`): calls, events, fuel, time inside calls,
+    /// failures per reason ([`CallFailure::LABELS`]), fallbacks, drops, instances, memo hits
+    /// and misses.
+    pub fn add_plugin_stats(&mut self, plugin: &str, tenant: &str, s: &PluginStatsSnapshot) {
+        use crate::metrics::{
+            PLUGIN_CALL_SECONDS, PLUGIN_CALLS, PLUGIN_DROPS, PLUGIN_EVENTS, PLUGIN_FAILURES, PLUGIN_FALLBACKS,
+            PLUGIN_FUEL, PLUGIN_INSTANCES, PLUGIN_MEMO_HITS, PLUGIN_MEMO_MISSES,
+        };
+        let labels = [("plugin", plugin), ("tenant", tenant)];
+        for (family, n) in [
+            (&PLUGIN_CALLS, s.calls),
+            (&PLUGIN_EVENTS, s.events),
+            (&PLUGIN_FUEL, s.fuel_consumed),
+            (&PLUGIN_CALL_SECONDS, s.call_nanos),
+            (&PLUGIN_FALLBACKS, s.fallbacks),
+            (&PLUGIN_DROPS, s.drops),
+            (&PLUGIN_INSTANCES, s.instances),
+            (&PLUGIN_MEMO_HITS, s.memo_hits),
+            (&PLUGIN_MEMO_MISSES, s.memo_misses),
+        ] {
+            self.add(family, &labels, n);
+        }
+        for (reason, n) in CallFailure::LABELS.iter().zip(s.failures_by_reason) {
+            self.add(&PLUGIN_FAILURES, &[("plugin", plugin), ("tenant", tenant), ("reason", reason)], n);
+        }
+    }
+}

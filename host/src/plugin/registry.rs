@@ -536,6 +536,23 @@ pub fn plugin_name(path: &Path) -> Option<String> {
     (!stem.is_empty() && !stem.starts_with('.')).then(|| stem.to_string())
 }
 
+impl crate::metrics::Snapshot {
+    /// Adds the registry's swaps, tier-ups and refused files, and its shadows' comparisons.
+    pub fn add_registry(&mut self, registry: &PluginRegistry) {
+        use crate::metrics::{
+            PLUGIN_RELOADS_REJECTED, PLUGIN_SWAPS, PLUGIN_TIER_UPS, SHADOW_COMPARED, SHADOW_DIVERGENCES,
+        };
+        self.add(&PLUGIN_SWAPS, &[], registry.swaps());
+        self.add(&PLUGIN_TIER_UPS, &[], registry.tier_ups());
+        self.add(&PLUGIN_RELOADS_REJECTED, &[], registry.rejected());
+        for (name, shadow) in registry.shadows() {
+            let stats = shadow.stats();
+            self.add(&SHADOW_COMPARED, &[("plugin", &name)], stats.compared);
+            self.add(&SHADOW_DIVERGENCES, &[("plugin", &name)], stats.diverged);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

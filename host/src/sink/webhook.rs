@@ -741,6 +741,32 @@ impl Worker {
     }
 }
 
+impl crate::metrics::Snapshot {
+    /// Adds a webhook sink's counters under its name.
+    pub fn add_webhook(&mut self, sink: &WebhookSink) {
+        self.add_sink_stats(sink.name(), &sink.stats());
+    }
+
+    /// Adds queued-sink counters under `name`: events sent, acknowledged, retried, failed,
+    /// dropped for a full queue; the queue's depth and capacity (gauges, summed).
+    pub fn add_sink_stats(&mut self, name: &str, s: &WebhookStats) {
+        use crate::metrics::{
+            SINK_ACKED, SINK_DROPPED, SINK_FAILURES, SINK_QUEUE_CAPACITY, SINK_QUEUE_DEPTH, SINK_RETRIES, SINK_SENT,
+        };
+        for (family, n) in [
+            (&SINK_SENT, s.sent),
+            (&SINK_ACKED, s.acked),
+            (&SINK_RETRIES, s.retries),
+            (&SINK_FAILURES, s.failed),
+            (&SINK_QUEUE_DEPTH, s.queue_depth),
+            (&SINK_QUEUE_CAPACITY, s.queue_capacity),
+        ] {
+            self.add(family, &[("sink", name)], n);
+        }
+        self.add(&SINK_DROPPED, &[("sink", name), ("reason", "queue_full")], s.dropped);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1089,6 +1089,34 @@ async fn ingest_inner(shared: &Shared, headers: HeaderMap, body: Body) -> Result
     Ok(report)
 }
 
+impl crate::metrics::Snapshot {
+    /// Adds HTTP ingest's counters (`source`: the source's name, e.g. `http:127.0.0.1:8080`):
+    /// requests per status code, events accepted, error answers and bad documents per reason;
+    /// its bad documents and non-events also go under the source's bad input and non-events.
+    /// Its accepted events are counted in `eventpipe_events_in` by whoever counts the
+    /// Broadcaster's input, not here.
+    pub fn add_ingest(&mut self, source: &str, stats: &IngestStats) {
+        use crate::metrics::{BAD_INPUT, INGEST_ACCEPTED, INGEST_REJECTED, INGEST_REQUESTS, NON_EVENTS};
+        self.add(&BAD_INPUT, &[("source", source)], stats.bad_documents);
+        self.add(&NON_EVENTS, &[("source", source)], stats.non_events);
+        self.present(&INGEST_REQUESTS);
+        for (code, n) in &stats.by_status {
+            self.add(&INGEST_REQUESTS, &[("code", &code.to_string())], *n);
+        }
+        self.add(&INGEST_ACCEPTED, &[], stats.accepted);
+        for (reason, n) in [
+            ("unauthorized", stats.unauthorized),
+            ("too_large", stats.too_large),
+            ("unsupported_media_type", stats.unsupported_media_type),
+            ("bad_request", stats.bad_requests),
+            ("queue_full", stats.queue_full),
+            ("bad_document", stats.bad_documents),
+        ] {
+            self.add(&INGEST_REJECTED, &[("reason", reason)], n);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

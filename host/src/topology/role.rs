@@ -88,3 +88,45 @@ impl Role {
         matches!(self, Role::Worker { .. })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sinks(specs: &[&str]) -> Vec<SinkEntry> {
+        specs.iter().map(|s| s.parse().unwrap()).collect()
+    }
+
+    fn choose(source: &str, sink: &[&str], worker: Option<WorkerIndex>) -> Result<Role, String> {
+        Role::choose(&source.parse().unwrap(), &sinks(sink), worker, &Delivery::Wait).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_role_follows_the_nats_source_or_sink() {
+        assert_eq!(choose("jsonl:-", &["jsonl:-"], None), Ok(Role::SingleHost));
+        let publisher = choose("jsonl:-", &["nats:nats://127.0.0.1:4222"], None).unwrap();
+        assert!(publisher.publishes() && !publisher.works(), "{publisher:?}");
+        let worker =
+            choose("nats:nats://127.0.0.1:4222", &["jsonl:-"], Some(WorkerIndex { index: 1, count: 3 })).unwrap();
+        assert!(worker.works() && !worker.publishes(), "{worker:?}");
+        assert!(matches!(worker, Role::Worker { index: WorkerIndex { index: 1, count: 3 }, .. }), "{worker:?}");
+        let all = choose("nats:nats://127.0.0.1:4222", &["jsonl:-"], None).unwrap();
+        assert!(matches!(all, Role::Worker { index: WorkerIndex { index: 0, count: 1 }, .. }), "{all:?}");
+    }
+
+    #[test]
+    fn inconsistent_scale_outs_are_refused() {
+        let beside = choose("jsonl:-", &["nats:nats://127.0.0.1:4222", "jsonl:-"], None).unwrap_err();
+        assert!(beside.contains("only --sink"), "{beside}");
+        let worker = choose("jsonl:-", &["jsonl:-"], Some(WorkerIndex { index: 0, count: 2 })).unwrap_err();
+        assert!(worker.contains("--worker needs a nats: source"), "{worker}");
+        let both = choose("nats:nats://127.0.0.1:4222", &["nats:nats://127.0.0.1:4222"], None).unwrap_err();
+        assert!(both.contains("give one of them"), "{both}");
+        let state = Delivery::AtLeastOnce { state_file: "state.json".into() };
+        let at_least_once =
+            Role::choose(&"nats:nats://127.0.0.1:4222".parse().unwrap(), &sinks(&["jsonl:-"]), None, &state)
+                .unwrap_err()
+                .to_string();
+        assert!(at_least_once.contains("at-least-once does not apply"), "{at_least_once}");
+    }
+}

@@ -95,7 +95,7 @@ pub async fn build(options: RunOptions) -> Result<RunningTopology, RunError> {
             source.counters.clone(),
             scale_counters.clone(),
         ),
-        _ => Feed::Source(SourceFeed {
+        _ => Feed::Source(Box::new(SourceFeed {
             spec: source.spec.clone(),
             kube: client,
             watch: kube_watch,
@@ -104,7 +104,7 @@ pub async fn build(options: RunOptions) -> Result<RunningTopology, RunError> {
             follow: source.follow,
             counters: source.counters.clone(),
             ingest_counters: Arc::new(IngestCounters::default()),
-        }),
+        })),
     };
     // Prometheus: every piece registers its live counters, read at every scrape.
     let servers = Servers::build(sinks.watch_cache.clone(), serving.serve.is_some());

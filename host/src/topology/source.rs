@@ -51,7 +51,7 @@ pub(super) struct WorkerFeed {
 /// What feeds the pipeline.
 pub(super) enum Feed {
     /// A source into the Broadcaster.
-    Source(SourceFeed),
+    Source(Box<SourceFeed>),
     /// The worker tier's partitions.
     Worker(Box<WorkerFeed>),
 }
@@ -122,6 +122,7 @@ impl Feed {
                 Ok(stats)
             }
             Feed::Source(s) => {
+                let s = *s;
                 let source = s.spec.build(SourceContext {
                     kube: s.kube,
                     watch: s.watch,

@@ -831,7 +831,10 @@ fn the_plain_manifests_roll_out_one_writer_and_govern_their_stateful_sets() {
         assert_eq!(args[0], "run");
         for arg in &args[1..] {
             let flag = arg.split('=').next().unwrap();
-            assert!(help.contains(&format!("{flag} ")) || help.contains(&format!("{flag}\n")), "`eventpipe run` has no {flag}");
+            assert!(
+                help.contains(&format!("{flag} ")) || help.contains(&format!("{flag}\n")),
+                "`eventpipe run` has no {flag}"
+            );
         }
     }
     assert_eq!((deployments, sets), (2, 1));

@@ -134,10 +134,17 @@ fn cli_md(tree: &[Cmd]) -> String {
     md
 }
 
-/// A JSON Schema type in a few words: `string`, `integer or null`, `[Matcher]`, `Rules`.
+/// The name a schema definition is shown under: the config's own words, without the parser's
+/// `Raw` prefix (`RawRules` → `Rules`).
+fn def_name(reference: &str) -> &str {
+    let name = reference.rsplit('/').next().unwrap();
+    name.strip_prefix("Raw").unwrap_or(name)
+}
+
+/// A JSON Schema type in a few words: `string`, `integer or null`, `list of string`, `Rules`.
 fn schema_type(s: &serde_json::Value) -> String {
     if let Some(r) = s.get("$ref").and_then(|r| r.as_str()) {
-        return format!("[`{0}`](#{1})", r.rsplit('/').next().unwrap(), r.rsplit('/').next().unwrap().to_lowercase());
+        return format!("[`{0}`](#{1})", def_name(r), def_name(r).to_lowercase());
     }
     for key in ["anyOf", "oneOf"] {
         if let Some(list) = s.get(key).and_then(|l| l.as_array()) {
@@ -150,18 +157,22 @@ fn schema_type(s: &serde_json::Value) -> String {
     if let Some(c) = s.get("const") {
         return format!("`{c}`");
     }
-    match s.get("type") {
-        Some(serde_json::Value::String(t)) if t == "array" => match s.get("items") {
+    let one = |t: &str| match t {
+        "array" => match s.get("items") {
             Some(items) => format!("list of {}", schema_type(items)),
             None => "list".into(),
         },
-        Some(serde_json::Value::String(t))
-            if t == "object" && s.get("additionalProperties").is_some_and(|a| a.is_object()) =>
-        {
-            format!("map of {}", schema_type(&s["additionalProperties"]))
+        "object" => match s.get("additionalProperties").filter(|a| a.is_object()) {
+            Some(values) => format!("map of {}", schema_type(values)),
+            None => "table".into(),
+        },
+        t => t.to_string(),
+    };
+    match s.get("type") {
+        Some(serde_json::Value::String(t)) => one(t),
+        Some(serde_json::Value::Array(ts)) => {
+            ts.iter().filter_map(|t| t.as_str()).map(one).collect::<Vec<_>>().join(" or ")
         }
-        Some(serde_json::Value::String(t)) => t.clone(),
-        Some(serde_json::Value::Array(ts)) => ts.iter().filter_map(|t| t.as_str()).collect::<Vec<_>>().join(" or "),
         _ => "any".into(),
     }
 }
@@ -198,7 +209,7 @@ fn config_md(schema: &serde_json::Value) -> String {
     properties_table(&mut md, schema);
     let defs = schema.get("$defs").or_else(|| schema.get("definitions")).and_then(|d| d.as_object());
     for (name, def) in defs.into_iter().flatten() {
-        md.push_str(&format!("\n## {name}\n\n"));
+        md.push_str(&format!("\n## {}\n\n", def_name(name)));
         if let Some(d) = def.get("description").and_then(|d| d.as_str()) {
             md.push_str(&format!("{}\n\n", one_line(d)));
         }

@@ -11,7 +11,7 @@
 //!   exists and only long flags that subcommand's `--help` lists. A block whose info string
 //!   carries `ignore` (` ```toml,ignore `, ` ```sh,ignore `) is skipped: only for a snippet that
 //!   is deliberately partial.
-//! - `links_*`: every relative link of the guide points at a file that exists.
+//! - `links_*`: every relative link of the guide points at a file, and a heading, that exists.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -269,10 +269,11 @@ fn reference_lists_every_subcommand_and_flag_of_run() {
     }
     let run = tree.iter().find(|c| c.path == ["run"]).unwrap();
     assert!(run.flags.contains("--source") && run.flags.contains("--sink") && run.flags.contains("--log-format"));
-    // Every long flag of `run` is somewhere in the guide, beyond the generated reference.
+    // Every long flag of `run` is somewhere in the chapters under docs/, beyond the generated
+    // reference.
     let guide: String = guide_files()
         .iter()
-        .filter(|p| !p.ends_with("reference/cli.md"))
+        .filter(|p| p.starts_with(repo().join("docs")) && !p.ends_with("reference/cli.md"))
         .map(|p| std::fs::read_to_string(p).unwrap())
         .collect();
     let missing: Vec<&String> = run
@@ -521,8 +522,39 @@ fn snippets_checker_catches_a_wrong_flag_and_a_bad_config() {
 const PAGES_IN_FLIGHT: [&str; 4] =
     ["plugins-directory.md", "security.md", "plugins-supply-chain.md", "kubectl-and-validate.md"];
 
+/// GitHub's anchor of a heading: lower case, punctuation other than `-` and `_` removed, spaces
+/// as `-`.
+fn slug(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || ['-', '_', ' '].contains(c))
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// The anchors of a Markdown file's headings (a repeated one gets `-1`, `-2`, … as on GitHub).
+fn anchors(text: &str) -> BTreeSet<String> {
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    let mut out = BTreeSet::new();
+    let mut in_code = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            in_code = !in_code;
+        } else if !in_code && line.starts_with('#') {
+            let base = slug(line.trim_start_matches('#'));
+            let n = seen.entry(base.clone()).or_insert(0);
+            out.insert(if *n == 0 { base.clone() } else { format!("{base}-{n}") });
+            *n += 1;
+        }
+    }
+    out
+}
+
 #[test]
-fn links_point_at_files_that_exist() {
+fn links_point_at_files_and_headings_that_exist() {
+    assert_eq!(slug(" `eventpipe run`: source → tenant stages → sinks"), "eventpipe-run-source--tenant-stages--sinks");
     let mut broken = Vec::new();
     for file in guide_files() {
         let text = std::fs::read_to_string(&file).unwrap();
@@ -541,17 +573,27 @@ fn links_point_at_files_that_exist() {
                 let Some(close) = after.find(')') else { break };
                 let target = &after[..close];
                 rest = &after[close..];
-                if target.contains("://") || target.starts_with('#') || target.starts_with("mailto:") {
+                if target.contains("://") || target.starts_with("mailto:") {
                     continue;
                 }
-                let target_file = target.split('#').next().unwrap();
-                let resolved = file.parent().unwrap().join(target_file);
+                let (target_file, anchor) = target.split_once('#').unwrap_or((target, ""));
+                let resolved =
+                    if target_file.is_empty() { file.clone() } else { file.parent().unwrap().join(target_file) };
                 let in_flight = PAGES_IN_FLIGHT.iter().any(|p| resolved.ends_with(p));
-                if !resolved.exists() && !in_flight {
-                    broken.push(format!("{}:{}: {target}", file.strip_prefix(repo()).unwrap().display(), i + 1));
+                let at = format!("{}:{}: {target}", file.strip_prefix(repo()).unwrap().display(), i + 1);
+                if in_flight {
+                    continue;
+                }
+                if !resolved.exists() {
+                    broken.push(at);
+                } else if !anchor.is_empty() && resolved.extension().is_some_and(|e| e == "md") {
+                    let headings = anchors(&std::fs::read_to_string(&resolved).unwrap());
+                    if !headings.contains(anchor) {
+                        broken.push(format!("{at} (no such heading)"));
+                    }
                 }
             }
         }
     }
-    assert!(broken.is_empty(), "links to files that do not exist:\n{}", broken.join("\n"));
+    assert!(broken.is_empty(), "links to files or headings that do not exist:\n{}", broken.join("\n"));
 }

@@ -4,8 +4,10 @@
 //!   `docs/reference/config.md` with `docs/reference/config.schema.json` (`eventpipe config
 //!   schema`) are generated from the built binary. A checked-in copy that differs from what the
 //!   binary prints fails; `EVENTPIPE_BLESS=1 cargo test -p eventpipe --test it docs::reference`
-//!   rewrites them (the one regeneration command, idempotent: the help is rendered at a fixed
-//!   width, `COLUMNS=100`, and subcommands are listed from the help itself, nested ones included).
+//!   rewrites them (the one regeneration command, idempotent). The help does not depend on the
+//!   terminal: clap is built without `wrap_help` (the same bytes at any `COLUMNS`, tested), the
+//!   output is a pipe (no colours), and `COLUMNS=100` is set should wrapping ever be turned on.
+//!   Subcommands are listed from the help itself, nested ones (`plugins check`) included.
 //! - `snippets_*`: every ` ```toml ` block goes through the config parser (`Config::parse`),
 //!   and every line of a ` ```sh ` block that starts with `eventpipe` names a subcommand that
 //!   exists and only long flags that subcommand's `--help` lists. A block whose info string
@@ -27,9 +29,14 @@ fn bless() -> bool {
 
 /// `eventpipe ARGS…` at a fixed help width; its standard output.
 fn eventpipe(args: &[&str]) -> String {
+    eventpipe_at(args, "100")
+}
+
+/// `eventpipe ARGS…` with `COLUMNS` set to `columns`; its standard output.
+fn eventpipe_at(args: &[&str], columns: &str) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_eventpipe"))
         .args(args)
-        .env("COLUMNS", "100")
+        .env("COLUMNS", columns)
         .env_remove("RUST_LOG")
         .output()
         .unwrap();
@@ -268,6 +275,9 @@ fn reference_lists_every_subcommand_and_flag_of_run() {
         assert!(paths.contains(expected), "no `eventpipe {expected}` in {paths:?}");
     }
     let run = tree.iter().find(|c| c.path == ["run"]).unwrap();
+    // The reference does not depend on the width of the terminal that regenerates it.
+    assert_eq!(eventpipe_at(&["run", "--help"], "40"), run.help);
+    assert_eq!(eventpipe_at(&["run", "--help"], "250"), run.help);
     assert!(run.flags.contains("--source") && run.flags.contains("--sink") && run.flags.contains("--log-format"));
     // Every long flag of `run` is somewhere in the chapters under docs/, beyond the generated
     // reference.

@@ -9,7 +9,9 @@
 //! uses (and the same rules as `examples/kubernetes/eventpipe.yaml`); the probes ask
 //! `/healthz` and `/readyz` on the metrics port that `--metrics 0.0.0.0:PORT` serves; every
 //! flag of the container's arguments is one `eventpipe run` has; the tenant config loads; the
-//! StatefulSet, ServiceMonitor and plugin-source toggles.
+//! StatefulSet (with its headless governing Service), ServiceMonitor and plugin-source toggles;
+//! every value of `values.yaml` changes what the chart renders; the plain manifests of
+//! `examples/kubernetes/` roll out one writer and govern their StatefulSets.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -609,7 +611,7 @@ fn kind_statefulset_keeps_the_state_file_on_a_claim_of_its_own() {
     assert!(!kinds(&docs).contains("Deployment"));
     let set = find(&docs, "StatefulSet");
     assert_eq!(set["spec"]["replicas"], 1);
-    assert_eq!(set["spec"]["serviceName"], "ep-eventpipe");
+    assert_eq!(set["spec"]["serviceName"], "ep-eventpipe-headless");
     assert!(set["spec"]["strategy"].is_null());
     let args = args(set);
     assert!(args.contains(&"--delivery=at-least-once".to_string()));
@@ -785,7 +787,14 @@ fn a_stateful_set_names_a_service_that_selects_its_pods() {
         .iter()
         .find(|d| d["kind"] == "Service" && d["metadata"]["name"] == set["spec"]["serviceName"])
         .expect("the StatefulSet's serviceName is a Service of the chart");
+    assert_eq!(service["spec"]["clusterIP"], "None", "the governing Service is headless");
     assert_eq!(service["spec"]["selector"], set["spec"]["selector"]["matchLabels"]);
+    // Without ports, so that the ServiceMonitor scrapes the pod once, through the metrics Service.
+    assert!(service["spec"]["ports"].is_null());
+    let metrics = docs.iter().find(|d| d["kind"] == "Service" && d["metadata"]["name"] == "ep-eventpipe").unwrap();
+    assert_eq!(metrics["spec"]["ports"][0]["name"], "metrics");
+    // A Deployment has no governing Service.
+    assert_eq!(render(json!({})).iter().filter(|d| d["kind"] == "Service").count(), 1);
 }
 
 /// The plain manifests of `examples/kubernetes/`: one writer per rollout, every StatefulSet

@@ -68,7 +68,7 @@ const WEBHOOK_TARGET: f64 = 20_000.0;
 /// Target of run's wall time over replay's.
 const RATIO_TARGET: f64 = 0.6;
 /// Cores' round trips up to this many nanoseconds are taken as cores under one last-level cache
-/// (between the ~60 and ~350 ns seen on the machine of `docs/benchmarks.md`).
+/// (between the ~60 and ~350 ns seen on the machine of `docs/performance.md`).
 const SHARED_CACHE_NS: f64 = 150.0;
 /// How long each at-least-once run lives before it is killed.
 const KILL_EVERY: Duration = Duration::from_secs(2);
@@ -296,7 +296,7 @@ fn interleaved<C, T>(runs: usize, cases: &[C], mut measure: impl FnMut(&C) -> T)
 /// that moment: two threads hand a counter back and forth, each spinning until it is its turn,
 /// so that each holds a core of its own (the median of 5 series of 20,000 trips). On a virtual
 /// machine it tells whether the virtual cores share a last-level cache just then: on the 2-core
-/// machine of `docs/benchmarks.md` it was ~60 ns when they did and ~350 ns when they did not,
+/// machine of `docs/performance.md` it was ~60 ns when they did and ~350 ns when they did not,
 /// and `run`'s time followed it. `None` with fewer than 2 cores (the threads would take turns on
 /// one).
 fn core_round_trip_ns(cores: usize) -> Option<f64> {
@@ -546,7 +546,7 @@ fn run_against_replay(bench: &Bench, table: &mut Table) -> bool {
     // CPU seconds over single-core replay's, pair by pair: what each costs beyond replay's work.
     // Replay on every core does the same work as on one, so its ratio is the price of handing
     // data between cores on this machine at this moment (it varies with where the virtual
-    // cores land: 1.0–1.4 on the 2-core machine of `docs/benchmarks.md`).
+    // cores land: 1.0–1.4 on the 2-core machine of `docs/performance.md`).
     let cpu: Vec<Option<Vec<f64>>> = finished.iter().map(|f| f.iter().map(|f| f.cpu).collect()).collect();
     if let Some(single) = &cpu[single] {
         for (i, label) in [(0, "run (default)"), (every, "replay, every core")] {

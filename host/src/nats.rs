@@ -1,7 +1,8 @@
 //! NATS JetStream, the engine eventpipe scales out on (the only broker code, through the
 //! official `async-nats` client): the `nats:` target of `--sink` (publish tier) and `--source`
-//! (worker tier), the stream, the subjects, the durable pull consumers of the partitions and the
-//! KV bucket of correlator snapshots. What runs on them is in [`crate::pipeline::scale`].
+//! (worker tier), the stream, the subjects, the durable pull consumers of the partitions, the
+//! object store of correlator snapshots and the KV bucket of the key seed. What runs on them is
+//! in [`crate::pipeline::scale`].
 //!
 //! # Layout
 //! - **Stream** `NAME` (default `EVENTS`): subjects `<prefix>.*.*`, limits retention (kept
@@ -76,7 +77,7 @@ pub struct NatsTarget {
     pub partitions: Option<u32>,
     /// The consumers' name prefix.
     pub durable: String,
-    /// The KV bucket of snapshots.
+    /// The name of the object store of snapshots and of the KV bucket of the key seed.
     pub bucket: String,
     /// Redelivery after this long without an acknowledgement.
     pub ack_wait: Duration,

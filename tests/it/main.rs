@@ -6,6 +6,7 @@ mod broadcaster_vectors;
 mod correlator_properties;
 mod correlator_vectors;
 mod delivery;
+mod docs;
 mod events_v1_series_vectors;
 mod example_plugins;
 mod guest_sdk;

@@ -327,7 +327,7 @@ fn replay_survives_a_misbehaving_plugin_and_fail_policy_sets_the_exit_status() {
     assert_eq!(code, 3, "fail policy: {log}");
 }
 
-/// A user aggregate-key plugin that ignores `source.host` (README, "Plugins"): ten distinct
+/// A user aggregate-key plugin that ignores `source.host` (`docs/plugins.md`): ten distinct
 /// messages about one pod from two nodes aggregate with it, and not with the default.
 #[test]
 fn a_user_plugin_overrides_the_default_key_function() {

@@ -96,8 +96,8 @@ pub struct RunArgs {
     /// p mod N = I (`I/N`, or a StatefulSet pod name `NAME-I/N`) [default: 0/1, all].
     #[arg(long, value_name = "I/N", help_heading = "Partitions")]
     worker: Option<eventpipe::pipeline::scale::WorkerIndex>,
-    /// Seconds between correlator snapshots: a `nats:` worker's partitions into the stream's KV
-    /// bucket, an at-least-once run's into `--state-file` (also at the end). What a crash
+    /// Seconds between correlator snapshots: a `nats:` worker's partitions into the stream's
+    /// object store, an at-least-once run's into `--state-file` (also at the end). What a crash
     /// writes again is bounded by it.
     #[arg(long, value_name = "SECONDS", default_value_t = 5.0, help_heading = "Partitions")]
     snapshot_interval: f64,

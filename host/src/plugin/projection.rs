@@ -9,7 +9,7 @@
 //!   the declared fields alone ([`ProjectedKeys`]). A plugin of a plain key world reads all 13.
 //!
 //! Measured against the earlier design (every event lowered as a whole `event` record) and a
-//! resource with a getter per field: see the README's plugin section.
+//! resource with a getter per field: see `docs/performance.md`, "The plugin boundary".
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};

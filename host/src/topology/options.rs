@@ -83,7 +83,7 @@ pub struct ScaleOptions {
     pub partition_key: PartitionKey,
     /// With a `nats:` source: which partitions this worker takes (`None`: `0/1`, all).
     pub worker: Option<WorkerIndex>,
-    /// How often correlator state is snapshotted: a worker's partitions into the KV bucket, a
+    /// How often correlator state is snapshotted: a worker's partitions into the object store, a
     /// single host's (at-least-once) into the state file; also at the end.
     pub snapshot_interval: Duration,
 }

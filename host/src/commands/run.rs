@@ -101,9 +101,11 @@ pub enum RunError {
     /// The source could not be opened or read.
     #[error(transparent)]
     Source(#[from] SourceError),
-    /// The metrics address could not be bound.
-    #[error("metrics {addr}: {error}")]
-    Metrics {
+    /// The address of `--metrics` or `--serve` could not be served.
+    #[error("{flag} {addr}: {error}")]
+    Listen {
+        /// The flag that gave the address (`--metrics`, `--serve`).
+        flag: &'static str,
         /// The address.
         addr: std::net::SocketAddr,
         /// The I/O error.
@@ -630,13 +632,14 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
     };
     let serve_addr = serve_addr.filter(|addr| addr.port() == 0 || Some(*addr) != http_listen);
     for (addr, read_api) in metrics_addr.map(|a| (a, false)).into_iter().chain(serve_addr.map(|a| (a, true))) {
-        let fail = |error: std::io::Error| RunError::Metrics { addr, error };
+        let flag = if read_api { "--serve" } else { "--metrics" };
+        let fail = |error: std::io::Error| RunError::Listen { flag, addr, error };
         // With the ingest token set, the server asks for it too; the read API beyond loopback
         // needs it, as HTTP ingest does.
         let token =
             crate::source::http::BearerToken::from_env().map_err(|e| fail(std::io::Error::other(e.to_string())))?;
         if read_api {
-            crate::source::http::check_bind(addr, token.as_ref())
+            crate::source::http::check_bind(crate::source::http::EVENTS_API_SERVER, addr, token.as_ref())
                 .map_err(|e| fail(std::io::Error::other(e.to_string())))?;
         }
         let listener = tokio::net::TcpListener::bind(addr).await.map_err(fail)?;

@@ -154,7 +154,8 @@ fn check_source(source: &SourceSpec) -> Result<(), String> {
         SourceSpec::JsonLinesFile(path) => std::fs::File::open(path).map(|_| ()).map_err(|e| e.to_string()),
         SourceSpec::Http(addr) => {
             let token = crate::source::http::BearerToken::from_env().map_err(|e| e.to_string())?;
-            crate::source::http::check_bind(*addr, token.as_ref()).map_err(|e| e.to_string())
+            crate::source::http::check_bind(crate::source::http::INGEST_SERVER, *addr, token.as_ref())
+                .map_err(|e| e.to_string())
         }
         SourceSpec::JsonLinesStdin | SourceSpec::Kubernetes(_) | SourceSpec::Nats(_) => Ok(()),
     }

@@ -139,6 +139,27 @@ fn bad_lines_are_counted_and_skipped_without_losing_the_others() {
     assert_eq!(by_object(&noisy_events), by_object(&clean_events));
 }
 
+/// Each event of the bundled stream has its own name, `<involvedObject.name>.<hex>` as
+/// client-go's recorder names it, so that with `--serve` the watch cache refuses no create as a
+/// duplicate (`409 AlreadyExists`) and no sink write is dropped.
+#[test]
+fn the_bundled_stream_names_each_event_once_and_serve_drops_nothing() {
+    let text = std::fs::read_to_string(bundled_stream()).unwrap();
+    let mut names = std::collections::HashSet::new();
+    for line in text.lines() {
+        let event: Value = serde_json::from_str(line).unwrap();
+        let name = event["metadata"]["name"].as_str().unwrap();
+        let (object, hex) = name.rsplit_once('.').unwrap();
+        assert_eq!(object, event["involvedObject"]["name"].as_str().unwrap_or(""), "{name}");
+        assert!(u64::from_str_radix(hex, 16).is_ok(), "{name}");
+        let key = (event["metadata"]["namespace"].as_str().unwrap().to_string(), name.to_string());
+        assert!(names.insert(key), "{name} is used twice");
+    }
+    let (summary, _) = run(&bundled_stream(), &["--serve=127.0.0.1:0", "--no-watch"]);
+    assert_eq!(n(&summary, "read"), 13_860);
+    assert_eq!((n(&summary, "dropped"), n(&summary, "gave_up")), (0, 0), "{summary}");
+}
+
 /// A server beyond loopback without a token is refused, and the message names the flag that
 /// asked for it: `--serve` for the events API, `--source http:…` for HTTP ingest.
 #[test]

@@ -34,8 +34,9 @@ use crate::event::{Event, Time};
 /// `Accept` parameters that ask for a Table, with the `apiVersion` the Table is served as.
 const TABLE_VERSIONS: [(&str, &str); 2] = [("v1", "meta.k8s.io/v1"), ("v1beta1", "meta.k8s.io/v1beta1")];
 
-/// The columns of a core/v1 Event Table, in order: `(name, priority, format)`, as the
-/// apiserver's `eventColumnDefinitions`. Every column is of type `string`.
+/// The columns of a core/v1 Event Table, in order: `(name, priority, format, description)`, as
+/// the apiserver's `eventColumnDefinitions` (the descriptions are ours). Every column is of type
+/// `string`; priority 1 columns are the ones kubectl shows only with `-o wide`.
 pub const COLUMNS: [(&str, u8, &str, &str); 10] = [
     ("Last Seen", 0, "", "How long ago the event was last seen (lastTimestamp)."),
     ("Type", 0, "", "The type of the event: Normal or Warning."),

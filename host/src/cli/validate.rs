@@ -33,6 +33,11 @@ pub struct ValidateArgs {
     /// A watcher plugin, as `run --watcher` takes it. Repeatable.
     #[arg(long, value_name = "NAME|FILE.wasm[,KEY=VALUE…]")]
     watcher: Vec<WatcherSpec>,
+    /// How problems are printed: `text` (one line each on stderr, `FILE:LINE:COLUMN: KEY:
+    /// MESSAGE`) or `json` (for CI: one JSON array on stdout of `{"file", "line", "column",
+    /// "key", "message"}`, `[]` when all is well). The exit status is 1 on any problem either way.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
     #[command(flatten, next_help_heading = "Correlator")]
     correlator: CorrelatorArgs,
     #[command(flatten, next_help_heading = "Plugins")]
@@ -41,7 +46,17 @@ pub struct ValidateArgs {
     runtime: RuntimeArgs,
 }
 
-/// Lists every problem on stderr and exits 1, or prints what was checked and exits 0.
+/// `validate --format`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Format {
+    /// Lines for people.
+    Text,
+    /// A JSON array for programs.
+    Json,
+}
+
+/// Lists every problem (on stderr, or as JSON on stdout) and exits 1, or says what was checked
+/// and exits 0.
 pub fn execute(args: ValidateArgs) -> anyhow::Result<ExitCode> {
     let plugins_dir = super::plugins_dir(args.plugins.as_deref());
     let mut registry = args.runtime.registry(args.limits.settings())?;
@@ -63,6 +78,10 @@ pub fn execute(args: ValidateArgs) -> anyhow::Result<ExitCode> {
         watchers: &args.watcher,
         source: args.source.as_ref(),
     });
+    if args.format == Format::Json {
+        println!("{}", serde_json::to_string_pretty(&report.problems)?);
+        return Ok(if report.ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE });
+    }
     if report.ok() {
         println!(
             "eventpipe validate: ok ({} tenant(s), {} sink(s), {} watcher plugin(s), {} plugin(s) loaded)",

@@ -114,10 +114,12 @@ const PRIVATE_HEADERS: &[header::HeaderName] = &[header::AUTHORIZATION, header::
 pub enum IngestError {
     /// A non-loopback address without a bearer token.
     #[error(
-        "refusing to serve HTTP ingest on {addr} without a bearer token: set {TOKEN_ENV} (or the configured token), \
+        "refusing to serve {server} on {addr} without a bearer token: set {TOKEN_ENV} (or the configured token), \
          or bind a loopback address such as 127.0.0.1"
     )]
     TokenRequired {
+        /// The server, with the flag that asked for it ([`INGEST_SERVER`], [`EVENTS_API_SERVER`]).
+        server: &'static str,
         /// The address asked for.
         addr: SocketAddr,
     },
@@ -214,12 +216,18 @@ impl Default for IngestConfig {
     }
 }
 
-/// Checks the rule "a non-loopback address needs a token".
+/// HTTP ingest, as [`IngestError::TokenRequired`] names it.
+pub const INGEST_SERVER: &str = "HTTP ingest (--source http:ADDR)";
+/// The read API of `run --serve`, as [`IngestError::TokenRequired`] names it.
+pub const EVENTS_API_SERVER: &str = "the events API (--serve ADDR)";
+
+/// Checks the rule "a non-loopback address needs a token" for `server` (named in the error with
+/// its flag: [`INGEST_SERVER`], [`EVENTS_API_SERVER`]).
 ///
 /// # Errors
 /// [`IngestError::TokenRequired`] for a non-loopback `addr` without `token`.
-pub fn check_bind(addr: SocketAddr, token: Option<&BearerToken>) -> Result<(), IngestError> {
-    if addr.ip().is_loopback() || token.is_some() { Ok(()) } else { Err(IngestError::TokenRequired { addr }) }
+pub fn check_bind(server: &'static str, addr: SocketAddr, token: Option<&BearerToken>) -> Result<(), IngestError> {
+    if addr.ip().is_loopback() || token.is_some() { Ok(()) } else { Err(IngestError::TokenRequired { server, addr }) }
 }
 
 /// Which route an event came through.
@@ -484,7 +492,7 @@ impl Ingest {
     /// binding); [`IngestError::Bind`] when the address cannot be bound.
     pub async fn bind(&self) -> Result<TcpListener, IngestError> {
         let addr = self.shared.config.listen;
-        check_bind(addr, self.shared.config.token.as_ref())?;
+        check_bind(INGEST_SERVER, addr, self.shared.config.token.as_ref())?;
         TcpListener::bind(addr).await.map_err(|source| IngestError::Bind { addr, source })
     }
 
@@ -501,7 +509,7 @@ impl Ingest {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), IngestError> {
         let addr = listener.local_addr().map_err(IngestError::Serve)?;
-        check_bind(addr, self.shared.config.token.as_ref())?;
+        check_bind(INGEST_SERVER, addr, self.shared.config.token.as_ref())?;
         tracing::info!(%addr, auth = self.shared.config.token.is_some(), "HTTP ingest listening");
         axum::serve(listener, self.router_with(extra))
             .with_graceful_shutdown(shutdown)
@@ -1133,8 +1141,8 @@ mod tests {
             ("10.0.0.1:80", false),
         ] {
             let addr: SocketAddr = addr.parse().unwrap();
-            assert_eq!(check_bind(addr, None).is_ok(), ok_without, "{addr}");
-            assert!(check_bind(addr, Some(&token)).is_ok(), "{addr}");
+            assert_eq!(check_bind(INGEST_SERVER, addr, None).is_ok(), ok_without, "{addr}");
+            assert!(check_bind(INGEST_SERVER, addr, Some(&token)).is_ok(), "{addr}");
         }
     }
 

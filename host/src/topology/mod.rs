@@ -60,9 +60,11 @@ pub enum RunError {
     /// The source could not be opened or read.
     #[error(transparent)]
     Source(#[from] SourceError),
-    /// The metrics address could not be bound.
-    #[error("metrics {addr}: {error}")]
-    Metrics {
+    /// The address of `--metrics` or `--serve` could not be served.
+    #[error("{flag} {addr}: {error}")]
+    Listen {
+        /// The flag that gave the address (`--metrics`, `--serve`).
+        flag: &'static str,
         /// The address.
         addr: std::net::SocketAddr,
         /// The I/O error.

@@ -57,7 +57,7 @@ impl Servers {
     /// not when it is the HTTP `source`'s own fixed address: that server serves it all).
     ///
     /// # Errors
-    /// [`RunError::Metrics`] when an address cannot be bound, or a read API beyond loopback
+    /// [`RunError::Listen`] when an address cannot be bound, or a read API beyond loopback
     /// lacks the ingest token.
     pub async fn start(
         &self,
@@ -96,13 +96,14 @@ impl Servers {
     /// Binds `addr` and serves `/metrics` and the probes on it, and the read API too with
     /// `read_api`.
     async fn serve(&self, addr: SocketAddr, read_api: bool) -> Result<(), RunError> {
-        let fail = |error: std::io::Error| RunError::Metrics { addr, error };
+        let flag = if read_api { "--serve" } else { "--metrics" };
+        let fail = |error: std::io::Error| RunError::Listen { flag, addr, error };
         // With the ingest token set, the server asks for it too; the read API beyond loopback
         // needs it, as HTTP ingest does.
         let token =
             crate::source::http::BearerToken::from_env().map_err(|e| fail(std::io::Error::other(e.to_string())))?;
         if read_api {
-            crate::source::http::check_bind(addr, token.as_ref())
+            crate::source::http::check_bind(crate::source::http::EVENTS_API_SERVER, addr, token.as_ref())
                 .map_err(|e| fail(std::io::Error::other(e.to_string())))?;
         }
         let listener = tokio::net::TcpListener::bind(addr).await.map_err(fail)?;

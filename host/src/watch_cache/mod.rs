@@ -70,6 +70,7 @@
 
 pub mod api;
 pub mod selector;
+pub mod table;
 pub mod window;
 
 use std::collections::{BTreeMap, HashMap};
@@ -375,6 +376,11 @@ impl WatchCache {
     /// Its configuration.
     pub fn config(&self) -> &WatchCacheConfig {
         &self.config
+    }
+
+    /// The time on the cache's clock: what the read API's Table ages count to.
+    pub fn now(&self) -> DateTime<Utc> {
+        self.clock.now()
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {

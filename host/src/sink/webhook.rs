@@ -1051,6 +1051,32 @@ mod tests {
     }
 
     #[test]
+    fn retry_after_is_seconds_or_an_http_date() {
+        let now = chrono::DateTime::parse_from_rfc3339("2026-11-27T14:00:00Z").unwrap().to_utc();
+        assert_eq!(parse_retry_after(" 120 ", now), Some(Duration::from_secs(120)));
+        assert_eq!(parse_retry_after("Fri, 27 Nov 2026 14:00:30 GMT", now), Some(Duration::from_secs(30)));
+        assert_eq!(parse_retry_after("Fri, 27 Nov 2026 13:00:00 GMT", now), Some(Duration::ZERO), "in the past");
+        assert_eq!(parse_retry_after("soon", now), None);
+    }
+
+    #[tokio::test]
+    async fn batches_close_at_max_batch_bytes() {
+        let (url, requests) = acknowledging_receiver().await;
+        let one = serde_json::to_vec(&SinkCall::new(Verb::Create, &event("e.00"), &[]).unwrap()).unwrap().len();
+        // Room for three items and the commas between them, not four.
+        let config = WebhookConfig { max_batch_bytes: 4 * one + 2, ..WebhookConfig::new("w", url) };
+        let sink = WebhookSink::new(config).unwrap();
+        let mut acks = Vec::new();
+        for i in 0..12 {
+            acks.push(sink.submit(Verb::Create, &event(&format!("e.{i:02}")), &[]).await.unwrap());
+        }
+        for ack in acks {
+            ack.await.unwrap();
+        }
+        assert_eq!((requests.load(Ordering::SeqCst), sink.stats().acked), (4, 12));
+    }
+
+    #[test]
     fn backoff_is_exponential_capped_jittered_and_honours_retry_after() {
         let backoff = Backoff {
             base: Duration::from_millis(100),

@@ -30,6 +30,7 @@
 //! | `eventpipe_sink_sent_total`, `_acked_total`, `_retries_total`, `_failures_total` | `sink` | webhook sinks |
 //! | `eventpipe_sink_dropped_total` | `sink`, `reason` (`queue_full`) | webhook sinks, at-most-once |
 //! | `eventpipe_sink_queue_depth`, `eventpipe_sink_queue_capacity` (gauges) | `sink` | webhook sinks, events |
+//! | `eventpipe_sink_concurrency_limit`, `eventpipe_sink_requests_in_flight` (gauges) | `sink` | webhook sinks, requests |
 //! | `eventpipe_plugin_calls_total`, `_events_total`, `_fuel_consumed_total`, `_fallbacks_total`, `_drops_total`, `_instances_total`, `_memo_hits_total`, `_memo_misses_total` | `plugin`, `tenant` | `PluginStats` |
 //! | `eventpipe_plugin_call_seconds_total` | `plugin`, `tenant` | time inside plugin calls |
 //! | `eventpipe_plugin_failures_total` | `plugin`, `tenant`, `reason` (`trap`, `out_of_fuel`, `memory_limit`, `garbage`, …) | `PluginStats` |
@@ -290,6 +291,8 @@ impl Snapshot {
         e.queue_depth += s.queue_depth;
         e.max_queue_depth = e.max_queue_depth.max(s.max_queue_depth);
         e.queue_capacity += s.queue_capacity;
+        e.concurrency_limit += s.concurrency_limit;
+        e.requests_in_flight += s.requests_in_flight;
     }
 
     /// Adds `n` events read from `source`.
@@ -586,6 +589,10 @@ impl Collector for SnapshotCollector {
             Gauge,
             sink(|s| s.queue_capacity),
         )?;
+        let limit = "Requests a sink may have in flight now (the adaptive concurrency limit).";
+        family(&mut e, "eventpipe_sink_concurrency_limit", limit, Gauge, sink(|s| s.concurrency_limit))?;
+        let in_flight = "Requests a sink has in flight now.";
+        family(&mut e, "eventpipe_sink_requests_in_flight", in_flight, Gauge, sink(|s| s.requests_in_flight))?;
 
         let plugin = |f: fn(&PluginStatsSnapshot) -> u64| {
             s.plugins.iter().map(move |((p, t), st)| (l2("plugin", p, "tenant", t), f(st))).collect::<Vec<_>>()

@@ -157,9 +157,10 @@ async fn server_errors_then_recovery_every_event_arrives_and_the_queue_stays_bou
     assert!(stats.max_queue_depth <= 8, "the queue never exceeds its capacity: {stats:?}");
     assert_eq!(stats.max_queue_depth, 8, "60 concurrent callers fill it: {stats:?}");
     assert_eq!(stats.queue_depth, 0);
-    // Every request of a retried batch carried the same id.
+    // Every request of a retried batch carried the same id: fewer ids than requests.
     let ids = server.batch_ids.lock().unwrap().clone();
-    assert!(ids.windows(2).any(|w| w[0] == w[1]), "{ids:?}");
+    let distinct: std::collections::BTreeSet<&String> = ids.iter().collect();
+    assert!(distinct.len() < ids.len(), "{ids:?}");
 }
 
 #[tokio::test]
@@ -340,7 +341,11 @@ struct Ordered {
     attempts: Mutex<BTreeMap<String, Vec<(std::time::Instant, bool)>>>,
 }
 
-async fn ordered_hook(State(server): State<Arc<Ordered>>, headers: HeaderMap, body: String) -> axum::response::Response {
+async fn ordered_hook(
+    State(server): State<Arc<Ordered>>,
+    headers: HeaderMap,
+    body: String,
+) -> axum::response::Response {
     use axum::response::IntoResponse;
     let id = headers[BATCH_ID_HEADER].to_str().unwrap().to_string();
     let throttle = server.throttled.load(Ordering::SeqCst);
@@ -446,7 +451,8 @@ async fn adaptive_concurrency_rises_against_a_steady_endpoint() {
 
 #[tokio::test]
 async fn a_429_storm_loses_nothing_and_retry_after_is_waited_out() {
-    let (server, addr) = start_ordered(Ordered { max_pause_ms: 5, throttled: AtomicU64::new(12), ..Ordered::default() }).await;
+    let (server, addr) =
+        start_ordered(Ordered { max_pause_ms: 5, throttled: AtomicU64::new(12), ..Ordered::default() }).await;
     let mut cfg = WebhookConfig {
         queue_capacity: 4096,
         max_batch: 10,

@@ -11,17 +11,33 @@
 //!
 //! # Queue and batching
 //! Calls are queued (at most [`WebhookConfig::queue_capacity`] events, counting those being
-//! delivered: the queue depth never exceeds it) and one worker task sends them in order: a batch
-//! closes at [`WebhookConfig::max_batch`] events, [`WebhookConfig::max_batch_delay`] after its
-//! first event, or once no event arrived for [`WebhookConfig::batch_quiet`], whichever comes
-//! first. One batch is in flight at a time; the next one fills meanwhile.
+//! delivered: the queue depth never exceeds it) and one batcher task takes them in order: a
+//! batch closes at [`WebhookConfig::max_batch`] events, at [`WebhookConfig::max_batch_bytes`]
+//! bytes of items, [`WebhookConfig::max_batch_delay`] after its first event, or once no event
+//! arrived for [`WebhookConfig::batch_quiet`], whichever comes first.
 //!
-//! The quiet close matters because callers wait for acknowledgements: the tenant router writes
-//! one event's create and patches one at a time, each after the previous one was acknowledged,
-//! so a write that waits for an earlier one cannot join the batch that earlier one is in. Held
-//! open for the whole `max_batch_delay`, every batch of such writes would cost that delay: 600
-//! repeats of one event, each a patch after the one before, took 60 s. Under load, events keep
-//! arriving and batches still fill to `max_batch`.
+//! The quiet close matters because callers wait for acknowledgements: a write that waits for an
+//! earlier one cannot join the batch that earlier one is in. Held open for the whole
+//! `max_batch_delay`, every batch of such writes would cost that delay: 600 repeats of one
+//! event, each a patch after the one before, took 60 s. Under load, events keep arriving and
+//! batches still fill.
+//!
+//! # Concurrency
+//! Several batches are in flight at once, each request holding a permit of a
+//! [`Controller`] ([`WebhookConfig::concurrency`]): a fixed number, or by default a limit that
+//! adapts to the endpoint as Vector's Adaptive Request Concurrency does
+//! ([`super::concurrency`]). The batcher waits for a permit before it fills a batch, so batches
+//! grow while every permit is taken. A retry takes a permit again; a batch waiting out its
+//! back-off holds none.
+//!
+//! # Order
+//! One object's writes (keyed by the event's namespace and name) reach the endpoint in call
+//! order: a call whose object has a write in a batch still in flight is held until that batch
+//! ended, then joins a later batch, in order; a call may join the batch being filled with its
+//! object's earlier writes. So the sink [keeps order](EventSink::keeps_order) and the tenant
+//! router hands it an event's next write before the earlier one is acknowledged. After a batch
+//! fails for good with [`Delivery::AtLeastOnce`], the calls held behind it fail with its error
+//! rather than overtake writes that are to be submitted again.
 //!
 //! # Delivery
 //! - [`Delivery::AtLeastOnce`] (default): a call waits for room in the queue, then for its
@@ -42,7 +58,7 @@
 //! Transport errors, timeouts ([`WebhookConfig::request_timeout`] covers the whole exchange),
 //! `408`, `429` and `5xx` are retried with exponential back-off and full jitter: before attempt
 //! `n + 1`, a pause uniform in `[0, min(cap, base × 2^(n−1)))`, at least the server's
-//! `Retry-After` (seconds; still capped at `cap`). Any other status (`3xx`, `4xx`) is permanent:
+//! `Retry-After` (seconds or an HTTP-date; still capped at `cap`). Any other status (`3xx`, `4xx`) is permanent:
 //! the batch's calls fail with a [`SinkError::Status`] carrying the code, which `recordToSink`
 //! drops as it drops an apiserver rejection.
 //!
@@ -221,7 +237,7 @@ pub struct WebhookConfig {
     pub url: String,
     /// Sent as `Authorization: Bearer …` when set.
     pub bearer_token: Option<String>,
-    /// Events queued or in flight at most (default 1024).
+    /// Events queued or in flight at most (default 8192).
     pub queue_capacity: usize,
     /// Events per batch at most (default 1000).
     pub max_batch: usize,

@@ -92,7 +92,7 @@ fn main() {
     let app = Router::new().route("/hook", post(answer)).with_state(endpoint.clone());
     runtime.spawn(async move { axum::serve(listener, app).await.unwrap() });
 
-    println!("webhook_latency: {} against an endpoint answering after {latency_ms} ms", stream.display());
+    println!("webhook_latency: examples/data/occurrences.jsonl against an endpoint answering after {latency_ms} ms");
     let mut default_rate = 0.0;
     for (label, options) in [
         ("concurrency=1,max_batch=100", ",concurrency=1,max_batch=100"),

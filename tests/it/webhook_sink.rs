@@ -487,3 +487,40 @@ async fn a_429_storm_loses_nothing_and_retry_after_is_waited_out() {
     }
     assert!(waited >= 1, "some throttled batch was retried");
 }
+
+/// Through `eventpipe run`: one event repeated 20 times (its create, then 19 patches) to an
+/// endpoint that answers after 100 ms. The tenant router hands the webhook an event's next write
+/// before the earlier one is acknowledged, so the repeats share requests instead of costing
+/// one round trip each, and they still arrive in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_events_writes_share_requests_and_stay_in_order_through_run() {
+    let (server, addr) = start(Vec::new()).await;
+    *server.always.lock().unwrap() = Some(Mode::Slow(Duration::from_millis(100)));
+    let dir = tempfile::tempdir().unwrap();
+    let stream =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/data/occurrences.jsonl")).unwrap();
+    let line = stream.lines().next().unwrap();
+    let source = dir.path().join("events.jsonl");
+    std::fs::write(&source, format!("{line}\n").repeat(20)).unwrap();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_eventpipe"))
+            .args(["run", "--no-watch"])
+            .arg(format!("--source=jsonl:{}", source.display()))
+            .arg(format!("--sink=webhook:http://{addr}/hook"))
+            .current_dir(dir.path())
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let received = server.received.lock().unwrap().clone();
+    let verbs: Vec<&str> = received.iter().map(|(v, _, _)| v.as_str()).collect();
+    assert_eq!(verbs.len(), 20, "{verbs:?}");
+    assert_eq!(verbs[0], "create");
+    assert!(verbs[1..].iter().all(|v| *v == "patch"), "{verbs:?}");
+    let counts: Vec<u64> = received[1..].iter().map(|(_, _, patch)| patch["count"].as_u64().unwrap()).collect();
+    assert_eq!(counts, (2..=20).collect::<Vec<_>>(), "the patches arrived in order");
+    let requests = server.requests.load(Ordering::SeqCst);
+    assert!(requests <= 6, "20 writes of one event in {requests} requests (one each when the router waits)");
+}

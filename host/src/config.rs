@@ -599,7 +599,8 @@ struct RawRules {
     #[schemars(with = "Option<FallbackName>")]
     fallback: Option<Spanned<String>>,
     /// Sinks, as `--sink` takes them (`jsonl:PATH`, `jsonl:-`, `k8s`, `k8s:NAMESPACE`,
-    /// `plugin:NAME`, `webhook:URL`, each optionally followed by `,delivery=MODE`).
+    /// `plugin:NAME`, `webhook:URL`, each optionally followed by `,delivery=MODE`; a webhook
+    /// also by `,concurrency=adaptive|N`, `,max_batch=N`, `,max_batch_bytes=N`).
     #[schemars(with = "Option<Vec<String>>")]
     sinks: Option<Spanned<Vec<Spanned<String>>>>,
     /// What `run --workers` shards this tenant's events by.

@@ -36,6 +36,7 @@
 //! | `eventpipe_sink_sent_total`, `_acked_total`, `_retries_total`, `_failures_total` | `sink` | webhook sinks |
 //! | `eventpipe_sink_dropped_total` | `sink`, `reason` (`queue_full`) | webhook sinks, at-most-once |
 //! | `eventpipe_sink_queue_depth`, `eventpipe_sink_queue_capacity` (gauges) | `sink` | webhook sinks, events |
+//! | `eventpipe_sink_concurrency_limit`, `eventpipe_sink_requests_in_flight` (gauges) | `sink` | webhook sinks, requests |
 //! | `eventpipe_plugin_calls_total`, `_events_total`, `_fuel_consumed_total`, `_fallbacks_total`, `_drops_total`, `_instances_total`, `_memo_hits_total`, `_memo_misses_total` | `plugin`, `tenant` | `PluginStats` |
 //! | `eventpipe_plugin_call_seconds_total` | `plugin`, `tenant` | time inside plugin calls |
 //! | `eventpipe_plugin_failures_total` | `plugin`, `tenant`, `reason` (`trap`, `out_of_fuel`, `memory_limit`, `garbage`, …) | `PluginStats` |
@@ -190,6 +191,14 @@ pub const SINK_DROPPED: Family = counter("eventpipe_sink_dropped", "Events a sin
 pub const SINK_QUEUE_DEPTH: Family = gauge("eventpipe_sink_queue_depth", "Events queued or in flight in a sink, now.");
 /// `eventpipe_sink_queue_capacity` (`sink`).
 pub const SINK_QUEUE_CAPACITY: Family = gauge("eventpipe_sink_queue_capacity", "A sink's queue capacity, events.");
+/// `eventpipe_sink_concurrency_limit` (`sink`).
+pub const SINK_CONCURRENCY_LIMIT: Family = gauge(
+    "eventpipe_sink_concurrency_limit",
+    "Requests a sink may have in flight now (the adaptive concurrency limit).",
+);
+/// `eventpipe_sink_requests_in_flight` (`sink`).
+pub const SINK_REQUESTS_IN_FLIGHT: Family =
+    gauge("eventpipe_sink_requests_in_flight", "Requests a sink has in flight now.");
 /// `eventpipe_plugin_calls` (`plugin`, `tenant`).
 pub const PLUGIN_CALLS: Family = counter("eventpipe_plugin_calls", "Calls into a plugin.");
 /// `eventpipe_plugin_events` (`plugin`, `tenant`).
@@ -312,6 +321,8 @@ pub const FAMILIES: &[&Family] = &[
     &SINK_DROPPED,
     &SINK_QUEUE_DEPTH,
     &SINK_QUEUE_CAPACITY,
+    &SINK_CONCURRENCY_LIMIT,
+    &SINK_REQUESTS_IN_FLIGHT,
     &PLUGIN_CALLS,
     &PLUGIN_EVENTS,
     &PLUGIN_FUEL,

@@ -248,6 +248,8 @@ async fn counters_follow_known_activity() {
     assert_eq!(s.get("eventpipe_sink_dropped_total", &[("sink", "audit-hook"), ("reason", "queue_full")]), 0.0);
     assert_eq!(s.get("eventpipe_sink_queue_depth", &hook), 0.0);
     assert_eq!(s.get("eventpipe_sink_queue_capacity", &hook), 32.0);
+    assert!(s.get("eventpipe_sink_concurrency_limit", &hook) >= 1.0, "adaptive, from 1");
+    assert_eq!(s.get("eventpipe_sink_requests_in_flight", &hook), 0.0);
 
     let p = [("plugin", "by-reason"), ("tenant", "payments")];
     assert_eq!(s.get("eventpipe_plugin_calls_total", &p), 24.0);
@@ -378,6 +380,8 @@ async fn a_run_exposes_its_webhook_sinks_on_metrics() {
     stop(run);
     assert_eq!(s.types["eventpipe_sink_queue_capacity"], "gauge");
     assert!(s.get("eventpipe_sink_queue_capacity", &sink) > 0.0);
+    assert_eq!(s.types["eventpipe_sink_concurrency_limit"], "gauge");
+    assert!(s.get("eventpipe_sink_concurrency_limit", &sink) >= 1.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -43,7 +43,8 @@ pub struct RunArgs {
     follow: bool,
 
     /// `jsonl:PATH` or `jsonl:-` (stdout): one `{"verb","event","patch"}` line per sink call;
-    /// `k8s` / `k8s:NAMESPACE`: the Kubernetes Events API; `webhook:URL`: batched JSON POSTs;
+    /// `k8s` / `k8s:NAMESPACE`: the Kubernetes Events API; `webhook:URL`: batched JSON POSTs
+    /// (options `,concurrency=adaptive|N`, `,max_batch=N`, `,max_batch_bytes=N`; docs/webhook.md);
     /// `plugin:NAME` or `plugin:FILE.wasm`: a sink plugin. `,delivery=MODE` after any of them
     /// gives that sink its own delivery mode. Repeatable. The sinks of tenants whose config names
     /// none; required unless the config's `[defaults]` gives `sinks`.

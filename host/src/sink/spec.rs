@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use super::concurrency::Concurrency;
 use crate::delivery::DeliveryMode;
 
 /// Where sink calls go: `jsonl:PATH`, `jsonl:-` (stdout), `plugin:NAME` / `plugin:FILE.wasm`
@@ -89,7 +90,8 @@ pub fn redact_url(url: &str) -> String {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "{0:?}: expected a sink: jsonl:PATH, jsonl:-, k8s, k8s:NAMESPACE, plugin:NAME, plugin:FILE.wasm, webhook:URL or nats:nats://HOST:PORT[?…], \
-     optionally followed by ,delivery=at-most-once|wait|at-least-once"
+     optionally followed by ,delivery=at-most-once|wait|at-least-once (and, for a webhook, \
+     ,concurrency=adaptive|N ,max_batch=N ,max_batch_bytes=N)"
 )]
 pub struct SinkSpecError(String);
 
@@ -113,10 +115,58 @@ impl std::str::FromStr for SinkSpec {
     }
 }
 
-/// A sink as a tenant names it: where its calls go and, optionally, its own delivery mode
-/// (`SPEC[,delivery=MODE]`, e.g. `webhook:https://hooks.example/e,delivery=at-most-once`), as
-/// `--sink` and the config's `sinks` take it. Without a mode the sink follows the run's
-/// `--delivery`.
+/// A webhook's own options, given after its URL (`webhook:URL,concurrency=8,max_batch_bytes=65536`);
+/// `None`: the default ([`crate::sink::webhook::WebhookConfig::new`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WebhookOptions {
+    /// `concurrency=adaptive|N`: requests in flight ([`Concurrency`]).
+    pub concurrency: Option<Concurrency>,
+    /// `max_batch=N`: events per batch at most (≥ 1).
+    pub max_batch: Option<usize>,
+    /// `max_batch_bytes=N`: bytes per batch at most (≥ 1).
+    pub max_batch_bytes: Option<usize>,
+}
+
+impl WebhookOptions {
+    /// Whether no option is given.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// Takes `key=value` when `key` is one of the options; `None` when it is not one of them,
+    /// `Some(Err)` when its value is not valid.
+    fn set(&mut self, key: &str, value: &str) -> Option<Result<(), ()>> {
+        let count = |v: &str| v.parse::<usize>().ok().filter(|n| *n > 0).ok_or(());
+        Some(match key {
+            "concurrency" => value.parse().map(|c| self.concurrency = Some(c)).map_err(|_| ()),
+            "max_batch" => count(value).map(|n| self.max_batch = Some(n)),
+            "max_batch_bytes" => count(value).map(|n| self.max_batch_bytes = Some(n)),
+            _ => return None,
+        })
+    }
+}
+
+/// As given: `,concurrency=…,max_batch=…,max_batch_bytes=…` for those set.
+impl std::fmt::Display for WebhookOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(c) = self.concurrency {
+            write!(f, ",concurrency={c}")?;
+        }
+        if let Some(n) = self.max_batch {
+            write!(f, ",max_batch={n}")?;
+        }
+        if let Some(n) = self.max_batch_bytes {
+            write!(f, ",max_batch_bytes={n}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A sink as a tenant names it: where its calls go, optionally its own delivery mode
+/// (`SPEC[,delivery=MODE]`, e.g. `webhook:https://hooks.example/e,delivery=at-most-once`), and
+/// for a webhook its options ([`WebhookOptions`]), as `--sink` and the config's `sinks` take it.
+/// The `,key=value` options follow the spec in any order. Without a mode the sink follows the
+/// run's `--delivery`.
 ///
 /// What a mode means for one sink, in the tenant router:
 /// - `at-least-once`: the at-least-once source position waits for this sink's acknowledgements;
@@ -130,38 +180,55 @@ pub struct SinkEntry {
     pub spec: SinkSpec,
     /// Its delivery mode; `None`: the run's.
     pub delivery: Option<DeliveryMode>,
+    /// A webhook's options (always empty for other sinks).
+    pub webhook: WebhookOptions,
 }
 
 impl From<SinkSpec> for SinkEntry {
     fn from(spec: SinkSpec) -> Self {
-        Self { spec, delivery: None }
+        Self { spec, delivery: None, webhook: WebhookOptions::default() }
     }
 }
 
 impl std::fmt::Display for SinkEntry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.delivery {
-            Some(mode) => {
-                let mode = clap::ValueEnum::to_possible_value(&mode).expect("no mode is skipped");
-                write!(f, "{},delivery={}", self.spec, mode.get_name())
-            }
-            None => self.spec.fmt(f),
+        write!(f, "{}{}", self.spec, self.webhook)?;
+        if let Some(mode) = self.delivery {
+            let mode = clap::ValueEnum::to_possible_value(&mode).expect("no mode is skipped");
+            write!(f, ",delivery={}", mode.get_name())?;
         }
+        Ok(())
     }
 }
 
 impl std::str::FromStr for SinkEntry {
     type Err = SinkSpecError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.rsplit_once(",delivery=") {
-            Some((spec, mode)) => Ok(Self {
-                spec: spec.parse()?,
-                delivery: Some(
-                    <DeliveryMode as clap::ValueEnum>::from_str(mode, false).map_err(|_| SinkSpecError(s.into()))?,
-                ),
-            }),
-            None => Ok(Self { spec: s.parse()?, delivery: None }),
+        let error = || SinkSpecError(s.into());
+        let mut rest = s;
+        let mut delivery = None;
+        let mut webhook = WebhookOptions::default();
+        // Options are taken from the end while they are `key=value` with a known key, so a URL
+        // whose query holds commas keeps them.
+        while let Some((head, option)) = rest.rsplit_once(',') {
+            let Some((key, value)) = option.split_once('=') else { break };
+            if key == "delivery" {
+                let mode = <DeliveryMode as clap::ValueEnum>::from_str(value, false).map_err(|_| error())?;
+                delivery = Some(mode);
+            } else {
+                match webhook.set(key, value) {
+                    None => break,
+                    Some(Ok(())) => {}
+                    Some(Err(())) => return Err(error()),
+                }
+            }
+            rest = head;
         }
+        let spec: SinkSpec = rest.parse()?;
+        if !webhook.is_empty() && !matches!(spec, SinkSpec::Webhook(_)) {
+            return Err(error());
+        }
+        Ok(Self { spec, delivery, webhook })
     }
 }
 
@@ -189,5 +256,23 @@ mod tests {
         assert_eq!((plain.spec, plain.delivery), (SinkSpec::JsonLinesStdout, None));
         let err = "jsonl:-,delivery=sometimes".parse::<SinkEntry>().unwrap_err().to_string();
         assert!(err.contains("delivery=at-most-once|wait|at-least-once"), "{err}");
+    }
+
+    #[test]
+    fn a_webhook_entry_takes_its_options_in_any_order() {
+        let e: SinkEntry =
+            "webhook:http://h/x?a=1,b=2,max_batch_bytes=65536,delivery=wait,concurrency=8".parse().unwrap();
+        assert_eq!(e.spec, SinkSpec::Webhook("http://h/x?a=1,b=2".into()), "an unknown key stays in the URL");
+        assert_eq!(e.delivery, Some(DeliveryMode::Wait));
+        assert_eq!(
+            e.webhook,
+            WebhookOptions { concurrency: Some(Concurrency::Fixed(8)), max_batch: None, max_batch_bytes: Some(65536) }
+        );
+        assert_eq!(e.to_string(), "webhook:http://h/x?a=***,concurrency=8,max_batch_bytes=65536,delivery=wait");
+        let adaptive: SinkEntry = "webhook:https://h/e,concurrency=adaptive,max_batch=50".parse().unwrap();
+        assert_eq!((adaptive.webhook.concurrency, adaptive.webhook.max_batch), (Some(Concurrency::Adaptive), Some(50)));
+        for bad in ["webhook:http://h/e,concurrency=0", "webhook:http://h/e,max_batch=x", "jsonl:-,concurrency=4"] {
+            assert!(bad.parse::<SinkEntry>().is_err(), "{bad}");
+        }
     }
 }

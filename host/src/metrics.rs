@@ -32,6 +32,7 @@
 //! | `eventpipe_sink_queue_depth`, `eventpipe_sink_queue_capacity` (gauges) | `sink` | webhook sinks, events |
 //! | `eventpipe_plugin_calls_total`, `_events_total`, `_fuel_consumed_total`, `_fallbacks_total`, `_drops_total`, `_instances_total`, `_memo_hits_total`, `_memo_misses_total` | `plugin`, `tenant` | `PluginStats` |
 //! | `eventpipe_plugin_call_seconds_total` | `plugin`, `tenant` | time inside plugin calls |
+//! | `eventpipe_plugin_quarantines_total`, `eventpipe_plugin_quarantined` (gauge) | `plugin`, `tenant` | circuit breaker ([`crate::plugin::breaker`]) |
 //! | `eventpipe_plugin_failures_total` | `plugin`, `tenant`, `reason` (`trap`, `out_of_fuel`, `memory_limit`, `garbage`, …) | `PluginStats` |
 //! | `eventpipe_plugin_swaps_total`, `eventpipe_plugin_tier_ups_total`, `eventpipe_plugin_reloads_rejected_total` | — | plugin registry |
 //! | `eventpipe_config_reloads_total` | `result` (`applied`, `rejected`) | tenant config reloads |
@@ -200,7 +201,7 @@ impl Snapshot {
 
     /// Adds one plugin use (its name, tenant and counters).
     pub fn add_plugin(&mut self, handle: &PluginHandle) {
-        self.add_plugin_stats(handle.name(), handle.tenant(), &handle.stats().snapshot());
+        self.add_plugin_stats(handle.name(), handle.tenant(), &handle.snapshot());
     }
 
     /// Adds plugin counters under (`plugin`, `tenant`).
@@ -219,6 +220,8 @@ impl Snapshot {
         e.memo_hits += s.memo_hits;
         e.memo_misses += s.memo_misses;
         e.call_nanos += s.call_nanos;
+        e.quarantines += s.quarantines;
+        e.quarantined = e.quarantined.max(s.quarantined);
     }
 
     /// Adds the registry's swaps and refused files.
@@ -646,6 +649,20 @@ impl Collector for SnapshotCollector {
             "Events a pure key plugin's memo passed to the plugin.",
             Counter,
             plugin(|s| s.memo_misses),
+        )?;
+        family(
+            &mut e,
+            "eventpipe_plugin_quarantines",
+            "Times the plugin's circuit breaker quarantined it after repeated failures.",
+            Counter,
+            plugin(|s| s.quarantines),
+        )?;
+        family(
+            &mut e,
+            "eventpipe_plugin_quarantined",
+            "1 while the plugin is quarantined (its fallback used without calling it), else 0.",
+            Gauge,
+            plugin(|s| s.quarantined),
         )?;
 
         family(

@@ -235,6 +235,9 @@ pub struct RunOptions {
     /// How often correlator state is snapshotted: a worker's partitions into the KV bucket, a
     /// single host's (at-least-once) into the state file; also at the end.
     pub snapshot_interval: std::time::Duration,
+    /// Timeouts and connection cap of every HTTP server of the run (ingest, `--serve`,
+    /// `--metrics`).
+    pub http_limits: crate::http_server::ServerLimits,
 }
 
 /// Prints a line about what is live (stderr, always) and logs it.
@@ -284,6 +287,7 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         shadow_diffs_max,
         worker,
         snapshot_interval,
+        http_limits,
     } = options;
     // Scale-out: a `nats:` sink is the publish tier (alone), a `nats:` source the worker tier.
     let publish_to = base.sinks.iter().find_map(|s| match &s.spec {
@@ -663,7 +667,7 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         };
         let stop = metrics_stop.clone();
         tokio::spawn(async move {
-            let _ = axum::serve(listener, app).with_graceful_shutdown(stop.cancelled_owned()).await;
+            let _ = crate::http_server::serve(listener, app, http_limits, stop.cancelled_owned()).await;
         });
     }
     // Every COMMIT_INTERVAL: at-least-once saves the acknowledged position (flushing the sinks
@@ -743,6 +747,7 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         extra_routes: served(),
         counters: source_counters,
         ingest_counters,
+        http_limits,
     });
     let summary = match built {
         Ok(source) => {

@@ -127,6 +127,10 @@ impl<T: Clone> BatchKeyFn<T> {
             Ok(answers) => return answers,
             // Removed with no embedded default: the built-in function is the default.
             Err(CallFailure::Unloaded) => return events.iter().map(|e| Answer::Builtin(builtin(e))).collect(),
+            // Quarantined: the fallback policy, without calling it (nor counting failures).
+            Err(CallFailure::Quarantined) => {
+                return events.iter().map(|e| Answer::Policy(self.apply_policy(e, builtin))).collect();
+            }
             Err(failure) if events.len() == 1 => {
                 return vec![Answer::Policy(self.fall_back(events[0], failure, builtin))];
             }

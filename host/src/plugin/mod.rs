@@ -15,10 +15,12 @@
 //! goes to the plugin with only the inputs it has not answered yet.
 
 pub mod bindings;
+pub mod breaker;
 mod call;
 pub mod check;
 mod convert;
 pub mod embedded;
+pub mod file;
 pub mod filter;
 pub mod functions;
 mod memo;
@@ -290,6 +292,7 @@ pub struct PluginStats {
     memo_hits: AtomicU64,
     memo_misses: AtomicU64,
     call_nanos: AtomicU64,
+    quarantines: AtomicU64,
 }
 
 /// A copy of [`PluginStats`] at one moment.
@@ -318,6 +321,11 @@ pub struct PluginStatsSnapshot {
     pub memo_misses: u64,
     /// Nanoseconds spent inside calls (lowering the arguments, running, lifting the results).
     pub call_nanos: u64,
+    /// Times a failure of this use quarantined the plugin ([`breaker`]).
+    pub quarantines: u64,
+    /// 1 while the plugin is quarantined, else 0 (a gauge; filled in from the slot by
+    /// [`PluginHandle::snapshot`]).
+    pub quarantined: u64,
 }
 
 impl PluginStats {
@@ -336,6 +344,8 @@ impl PluginStats {
             memo_hits: get(&self.memo_hits),
             memo_misses: get(&self.memo_misses),
             call_nanos: get(&self.call_nanos),
+            quarantines: get(&self.quarantines),
+            quarantined: 0,
         }
     }
 }
@@ -621,12 +631,13 @@ impl PluginRuntime {
         }))
     }
 
-    /// Reads and loads the component file `path` as plugin `name`.
+    /// Reads (a regular file of at most [`file::DEFAULT_MAX_PLUGIN_BYTES`], see [`file`]) and
+    /// loads the component file `path` as plugin `name`.
     ///
     /// # Errors
     /// [`PluginError::Read`] when the file cannot be read; otherwise as [`load`](Self::load).
     pub fn load_file(&self, name: &str, path: &std::path::Path) -> Result<Arc<Plugin>, PluginError> {
-        let bytes = std::fs::read(path).map_err(|e| PluginError::Read {
+        let bytes = file::read_plugin_file(path, file::DEFAULT_MAX_PLUGIN_BYTES).map_err(|e| PluginError::Read {
             plugin: name.into(),
             path: path.to_path_buf(),
             reason: e.to_string(),

@@ -150,7 +150,7 @@ impl SinkSet {
                 OpenSink::Jsonl(Arc::new(JsonLinesSink::new(Box::new(file))))
             }
             SinkSpec::Webhook(url) => {
-                let mut config = WebhookConfig::new(spec.to_string(), url.clone());
+                let mut config = WebhookConfig::new(spec.to_string(), url.expose());
                 if at_most_once {
                     config.delivery = super::webhook::Delivery::AtMostOnce;
                 }

@@ -431,12 +431,11 @@ impl PluginRegistry {
             Err(e) if e.is_not_found() => return self.revert(&name),
             Err(e @ ReadError::NotRegular { identity, .. }) => {
                 // Remembered by the file's identity: the next event for the same FIFO or
-                // device is not logged again.
+                // device is not reported again (the caller reports this refusal once).
                 let digest = xxhash_rust::xxh3::xxh3_64(&[identity.0.to_le_bytes(), identity.1.to_le_bytes()].concat());
                 if self.refused().get(&name) == Some(&digest) {
                     return ReloadOutcome::StillRejected { name };
                 }
-                tracing::warn!(plugin = %name, path = %path.display(), error = %e, "plugin file refused");
                 return self.refuse(&name, path, digest, e.to_string());
             }
             Err(e) => return self.reject(&name, path, e.to_string()),

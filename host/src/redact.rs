@@ -70,8 +70,12 @@ fn is_secret_key(key: &str) -> bool {
 /// `text` with its user information and secret parameters' values redacted.
 fn redact(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
-    // After `scheme://` (or from the start, for text that has none: `KIND:user:pw@host`).
-    let (head, rest) = text.split_at(text.find("://").map_or(0, |at| at + 3));
+    // After `scheme://`, or for text without one (`KIND:user:pw@host`) after `KIND:`.
+    let head_end = match text.find("://") {
+        Some(at) => at + 3,
+        None => text.find(':').filter(|&at| text.find('@').is_some_and(|a| at < a)).map_or(0, |at| at + 1),
+    };
+    let (head, rest) = text.split_at(head_end);
     out.push_str(head);
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (authority, rest) = rest.split_at(end);

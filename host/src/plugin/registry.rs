@@ -233,8 +233,8 @@ impl PluginRegistry {
 
     /// Adds the plugins directory `dir` and loads every `*.wasm` in it (in name order); a file
     /// that fails is reported in the outcomes and left out, as is anything that is not a
-    /// regular file (a FIFO, a device, a socket: refused with a warning, see
-    /// [`super::file`]). A missing directory is an error.
+    /// regular file (a FIFO, a device, a socket: a [`ReloadOutcome::Rejected`] saying what it
+    /// is, see [`super::file`]). A missing directory is an error.
     ///
     /// # Errors
     /// The I/O error of listing `dir`.

@@ -5,7 +5,10 @@
 //! every batch (and the bisection of each failed batch), once per batch: a 60k-event run took
 //! 70× as long. The breaker, one per [`PluginSlot`](super::PluginSlot) (so per plugin name,
 //! shared by every tenant using it), counts consecutive failed calls:
-//! - **Closed** (normal): [`TRIP_FAILURES`] failed calls on a single event in a row (traps,
+//! - **Closed** (normal): a batch on which the plugin failed for every event it was tried on
+//!   alone (the bisection's "keeps failing" cut-off: three events, no call of the batch
+//!   succeeding) opens it at once; so do [`TRIP_FAILURES`] failed calls on a single event in a
+//!   row (traps,
 //!   fuel, memory limit; not guest errors or garbage answers, which cost no more than a good
 //!   call), the first of them at most [`TRIP_WINDOW`] ago, open it. Any successful call resets
 //!   the count. A failed call on a batch is not counted: it is bisected down to the events that
@@ -23,9 +26,10 @@
 //! Each quarantine is logged once (a warning) and counted (`eventpipe_plugin_quarantines_total`;
 //! `eventpipe_plugin_quarantined` is 1 while the plugin is quarantined).
 //!
-//! The defaults: 5 failures, because the bisection of a batch on which the plugin fails for
-//! every event stops after three single events fail: an always-failing plugin is quarantined
-//! within its second batch, while a plugin failing on a few events is interrupted by successes;
+//! The defaults: an always-failing plugin is quarantined at the end of its first batch (what it
+//! wastes is that batch's bisection, about twice the batch's fuel budget); 5 single-event
+//! failures for uses that call one event at a time (sinks), while a plugin failing on a few
+//! events is interrupted by successes;
 //! within 10 s, so that rare failures spread over a long run never add up; 1 s first backoff,
 //! short enough that a plugin failing on one bad burst is back within a second; doubling to
 //! 60 s, so a plugin failing for good costs one failed call a minute.
@@ -140,6 +144,17 @@ impl Breaker {
         Tripped::For(backoff)
     }
 
+    /// Quarantines the plugin at once (the bisection of a batch found it failing on every event
+    /// it tried, none succeeding); nothing if it is quarantined already.
+    pub fn trip(&self, now: Instant) -> Tripped {
+        let mut state = self.state();
+        if state.open_until.is_some_and(|until| now < until) {
+            return Tripped::No;
+        }
+        self.failing.store(true, Ordering::Release);
+        self.open(&mut state, now)
+    }
+
     /// Closes the breaker and forgets the backoff (a new version is serving).
     pub fn reset(&self) {
         let mut state = self.state();
@@ -195,6 +210,8 @@ mod tests {
         assert_eq!(breaker.failed(t, true), Tripped::For(INITIAL_BACKOFF));
         breaker.reset();
         assert!(breaker.allows(t), "a new version lifts the quarantine");
+        assert_eq!(breaker.trip(t), Tripped::For(INITIAL_BACKOFF), "a batch that failed for good trips it at once");
+        assert_eq!(breaker.trip(t), Tripped::No, "already quarantined");
     }
 
     #[test]

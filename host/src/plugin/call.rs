@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use wasmtime::component::{ComponentNamedList, Func, Lift, Lower};
 use wasmtime::{Store, Trap};
 
-use super::breaker::{TRIP_FAILURES, Tripped};
+use super::breaker::Tripped;
 use super::state::{MemoryLimitExceeded, OutputFn};
 use super::{Plugin, PluginHandle, PluginKind, PluginState};
 
@@ -182,6 +182,29 @@ where
         }
     }
 
+    /// Quarantines the plugin at once ([`super::breaker::Breaker::trip`]): a batch's bisection
+    /// found it failing on every event it tried (`failure` the last one).
+    pub(crate) fn keeps_failing(&self, failure: &CallFailure) {
+        if !failure.trips_breaker() {
+            return;
+        }
+        if let Tripped::For(backoff) = self.handle.slot().breaker().trip(std::time::Instant::now()) {
+            self.quarantined(backoff, failure);
+        }
+    }
+
+    /// Counts and logs (once) a quarantine of `backoff` that `failure` caused.
+    fn quarantined(&self, backoff: std::time::Duration, failure: &CallFailure) {
+        self.handle.stats().quarantines.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            plugin = self.handle.name(),
+            tenant = %self.handle.tenant(),
+            %failure,
+            backoff_seconds = backoff.as_secs_f64(),
+            "plugin quarantined: its fallback is used without calling it",
+        );
+    }
+
     fn instantiate(&self, plugin: Arc<Plugin>) -> Result<Live<P, R>, CallFailure> {
         let settings = self.handle.settings();
         let state = PluginState::new(
@@ -275,14 +298,7 @@ where
                 if failure.trips_breaker()
                     && let Tripped::For(backoff) = breaker.failed(std::time::Instant::now(), events <= 1)
                 {
-                    stats.quarantines.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(
-                        plugin = self.handle.name(),
-                        tenant = %self.handle.tenant(),
-                        %failure,
-                        backoff_seconds = backoff.as_secs_f64(),
-                        "plugin quarantined after {TRIP_FAILURES} events failed in a row: its fallback is used without calling it",
-                    );
+                    self.quarantined(backoff, &failure);
                 }
                 Err(failure)
             }

@@ -59,6 +59,7 @@ impl WasmFilter {
             Err(failure) => failure,
         };
         let handle = self.call.handle();
+        let first_failure = failure.clone();
         let mut systematic = 0;
         let verdicts = bisect(
             events,
@@ -80,6 +81,7 @@ impl WasmFilter {
                 events = systematic,
                 "plugin keeps failing; the rest of the batch falls back without calling it"
             );
+            self.call.keeps_failing(&first_failure);
         }
         verdicts
     }

@@ -137,6 +137,7 @@ impl<T: Clone> BatchKeyFn<T> {
             Err(failure) => failure,
         };
         tracing::debug!(plugin = self.caller.handle().name(), events = events.len(), %failure, "batch call failed; bisecting it");
+        let first_failure = failure.clone();
         let mut systematic = 0;
         let answers = bisect(
             events,
@@ -154,6 +155,7 @@ impl<T: Clone> BatchKeyFn<T> {
                 events = systematic,
                 "plugin keeps failing; the rest of the batch falls back without calling it"
             );
+            self.caller.keeps_failing(&first_failure);
         }
         answers
     }

@@ -27,7 +27,7 @@
 //! `eventpipe_plugin_quarantined` is 1 while the plugin is quarantined).
 //!
 //! The defaults: an always-failing plugin is quarantined at the end of its first batch (what it
-//! wastes is that batch's bisection, about twice the batch's fuel budget); 5 single-event
+//! wastes is that batch's call and three single events); 5 single-event
 //! failures for uses that call one event at a time (sinks), while a plugin failing on a few
 //! events is interrupted by successes;
 //! within 10 s, so that rare failures spread over a long run never add up; 1 s first backoff,

@@ -314,9 +314,11 @@ pub const MAX_ISOLATED_FAILURES: usize = 3;
 /// One plugin call on a slice of events: a value per event, or why not.
 type TryCall<'f, 'e, T> = dyn FnMut(&[&'e crate::event::Event]) -> Result<Vec<T>, CallFailure> + 'f;
 
-/// Finds the events a failed batch call failed on, by calling the plugin on each half of it,
-/// down to single events, so that only an event that fails alone takes the fallback: with k
-/// failing events among n, at most about 2·k·log2(n) more calls. `failure` is the batch call's.
+/// Finds the events a failed batch call failed on, by calling the plugin on its first event
+/// alone (up to [`MAX_ISOLATED_FAILURES`] of them while each fails), then on each half of the
+/// rest, down to single events, so that only an event that fails alone takes the fallback:
+/// with k failing events among n, at most about 2·k·log2(n) + 3 more calls. `failure` is the
+/// batch call's.
 ///
 /// `try_call` answers one value per event of a slice; `fall_back` is given each event that
 /// failed alone, with its failure (it reports and applies the policy); `systematic` is given
@@ -373,6 +375,24 @@ pub(crate) fn bisect<'e, T>(
         single_failures: 0,
         out: Vec::with_capacity(events.len()),
     };
-    search.failed(events, failure);
+    if events.len() == 1 {
+        search.failed(events, failure);
+        return search.out;
+    }
+    // The first events alone, before halving: a plugin failing on every event is cut off after
+    // a few single calls instead of the halves, which (for a plugin that runs out of fuel) burn
+    // the batch's budget a second time. The values are the same either way: the cut-off comes
+    // exactly when the first MAX_ISOLATED_FAILURES events each fail alone.
+    let probes = events.len().min(MAX_ISOLATED_FAILURES);
+    let mut probed = 0;
+    while probed < probes && !search.succeeded {
+        search.call(&events[probed..=probed]);
+        probed += 1;
+    }
+    match &events[probed..] {
+        [] => {}
+        rest @ [_] => search.call(rest),
+        rest => search.failed(rest, failure),
+    }
     search.out
 }

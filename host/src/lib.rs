@@ -50,8 +50,9 @@
 //!   the apiserver-style watch cache, the sources.
 //! - [`correlator`], [`tenant`] (matching and drop/keep rules), [`partition`], [`broadcaster`],
 //!   [`delivery`], [`k8s`] (the API server connection), [`nats`], [`event`], [`clock`], and the
-//!   small ones ([`health`], [`logging`], [`reload`], [`metrics`]: the `/metrics` families and
-//!   their server; each module above adds its own counters): the ground floor.
+//!   small ones ([`health`], [`http_server`], [`logging`], [`redact`], [`reload`], [`metrics`]:
+//!   the `/metrics` families and their server; each module above adds its own counters): the
+//!   ground floor.
 
 pub mod broadcaster;
 pub mod clock;
@@ -61,6 +62,7 @@ pub mod correlator;
 pub mod delivery;
 pub mod event;
 pub mod health;
+pub mod http_server;
 pub mod k8s;
 pub mod logging;
 pub mod metrics;
@@ -69,6 +71,7 @@ pub mod partition;
 pub mod pipeline;
 pub mod plugin;
 pub mod record;
+pub mod redact;
 pub mod reload;
 pub mod sink;
 pub mod source;

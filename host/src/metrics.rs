@@ -39,6 +39,7 @@
 //! | `eventpipe_sink_concurrency_limit`, `eventpipe_sink_requests_in_flight` (gauges) | `sink` | webhook sinks, requests |
 //! | `eventpipe_plugin_calls_total`, `_events_total`, `_fuel_consumed_total`, `_fallbacks_total`, `_drops_total`, `_instances_total`, `_memo_hits_total`, `_memo_misses_total` | `plugin`, `tenant` | `PluginStats` |
 //! | `eventpipe_plugin_call_seconds_total` | `plugin`, `tenant` | time inside plugin calls |
+//! | `eventpipe_plugin_quarantines_total`, `eventpipe_plugin_quarantined` (gauge) | `plugin`, `tenant` | circuit breaker ([`crate::plugin::breaker`]) |
 //! | `eventpipe_plugin_failures_total` | `plugin`, `tenant`, `reason` (`trap`, `out_of_fuel`, `memory_limit`, `garbage`, …) | `PluginStats` |
 //! | `eventpipe_plugin_swaps_total`, `eventpipe_plugin_tier_ups_total`, `eventpipe_plugin_reloads_rejected_total` | — | plugin registry |
 //! | `eventpipe_config_reloads_total` | `result` (`applied`, `rejected`) | tenant config reloads |
@@ -225,6 +226,16 @@ pub const PLUGIN_MEMO_HITS: Family =
 /// `eventpipe_plugin_memo_misses` (`plugin`, `tenant`).
 pub const PLUGIN_MEMO_MISSES: Family =
     counter("eventpipe_plugin_memo_misses", "Events a pure key plugin's memo passed to the plugin.");
+/// `eventpipe_plugin_quarantines` (`plugin`, `tenant`).
+pub const PLUGIN_QUARANTINES: Family = counter(
+    "eventpipe_plugin_quarantines",
+    "Times the plugin's circuit breaker quarantined it after repeated failures.",
+);
+/// `eventpipe_plugin_quarantined` (`plugin`, `tenant`).
+pub const PLUGIN_QUARANTINED: Family = gauge(
+    "eventpipe_plugin_quarantined",
+    "1 while the plugin is quarantined (its fallback used without calling it), else 0.",
+);
 /// `eventpipe_snapshots` (`outcome`).
 pub const SNAPSHOTS: Family = counter(
     "eventpipe_snapshots",
@@ -333,6 +344,8 @@ pub const FAMILIES: &[&Family] = &[
     &PLUGIN_INSTANCES,
     &PLUGIN_MEMO_HITS,
     &PLUGIN_MEMO_MISSES,
+    &PLUGIN_QUARANTINES,
+    &PLUGIN_QUARANTINED,
     &SNAPSHOTS,
     &NATS_PUBLISHED,
     &NATS_DUPLICATES,

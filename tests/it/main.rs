@@ -20,6 +20,7 @@ mod nats;
 mod new_plugin;
 mod plugin_failures;
 mod recorder_vectors;
+mod redaction;
 mod replay_cli;
 mod router;
 mod run_cli;

@@ -203,6 +203,8 @@ async fn counters_follow_known_activity() {
         memo_hits: 700,
         memo_misses: 300,
         call_nanos: 1_500_000_000,
+        quarantines: 1,
+        quarantined: 1,
     };
     metrics.add_source(move |s| {
         s.add_router(&router_stats);
@@ -258,6 +260,8 @@ async fn counters_follow_known_activity() {
     assert_eq!(s.get("eventpipe_plugin_memo_hits_total", &p), 1400.0);
     assert_eq!(s.get("eventpipe_plugin_memo_misses_total", &p), 600.0);
     assert_eq!(s.get("eventpipe_plugin_call_seconds_total", &p), 3.0, "nanoseconds inside calls, as seconds");
+    assert_eq!(s.get("eventpipe_plugin_quarantines_total", &p), 2.0, "quarantines add up");
+    assert_eq!(s.get("eventpipe_plugin_quarantined", &p), 1.0, "a gauge: quarantined or not");
     let reason = |r| [("plugin", "by-reason"), ("tenant", "payments"), ("reason", r)];
     assert_eq!(s.get("eventpipe_plugin_failures_total", &reason("out_of_fuel")), 4.0);
     assert_eq!(s.get("eventpipe_plugin_failures_total", &reason("trap")), 2.0);

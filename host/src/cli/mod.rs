@@ -73,12 +73,16 @@ pub struct RuntimeArgs {
     /// Compile every plugin at start instead of using the compilation cache.
     #[arg(long, conflicts_with = "compile_cache")]
     no_compile_cache: bool,
+    /// The largest plugin file read from the plugins directory, bytes; a larger one is refused
+    /// (as are FIFOs, devices and sockets).
+    #[arg(long, value_name = "BYTES", default_value_t = eventpipe::plugin::file::DEFAULT_MAX_PLUGIN_BYTES)]
+    max_plugin_bytes: u64,
 }
 
 impl RuntimeArgs {
     /// A plugin registry (the embedded plugins) whose loads are validated with `settings`.
     fn registry(&self, settings: PluginSettings) -> anyhow::Result<PluginRegistry> {
-        Ok(PluginRegistry::new(self.runtime()?)?.with_validation(settings))
+        Ok(PluginRegistry::new(self.runtime()?)?.with_validation(settings).with_max_plugin_bytes(self.max_plugin_bytes))
     }
 
     /// The plugin runtime: with wasmtime's compilation cache unless `--no-compile-cache` (or

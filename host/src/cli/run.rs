@@ -144,9 +144,43 @@ pub struct RunArgs {
     serve: Option<SocketAddr>,
     #[command(flatten, next_help_heading = "Watch cache (--serve)")]
     watch_cache: WatchCacheArgs,
+    #[command(flatten, next_help_heading = "HTTP servers (http source, --serve, --metrics)")]
+    http: HttpServerArgs,
     /// Print the summary as one JSON object on stderr instead of a sentence.
     #[arg(long, help_heading = "Output")]
     summary_json: bool,
+}
+
+/// Limits of every HTTP server of the run (see `eventpipe::http_server`).
+#[derive(Args, Debug, Clone)]
+pub struct HttpServerArgs {
+    /// Time a client has to send a complete request head, seconds; also how long an idle
+    /// keep-alive connection stays open.
+    #[arg(long, value_name = "SECONDS", default_value_t = eventpipe::http_server::DEFAULT_HEADER_READ_TIMEOUT.as_secs_f64())]
+    http_header_timeout: f64,
+    /// Time a client has to send a complete request body, seconds (from its head).
+    #[arg(long, value_name = "SECONDS", default_value_t = eventpipe::http_server::DEFAULT_BODY_TIMEOUT.as_secs_f64())]
+    http_body_timeout: f64,
+    /// Open connections per server at most; at the cap the oldest connection that has not
+    /// sent a complete request is closed to make room.
+    #[arg(long, value_name = "N", default_value_t = eventpipe::http_server::DEFAULT_MAX_CONNECTIONS)]
+    http_max_connections: usize,
+}
+
+impl HttpServerArgs {
+    fn limits(&self) -> anyhow::Result<eventpipe::http_server::ServerLimits> {
+        let seconds = |flag: &str, s: f64| {
+            Duration::try_from_secs_f64(s)
+                .ok()
+                .filter(|d| !d.is_zero())
+                .with_context(|| format!("--{flag}: expected seconds > 0"))
+        };
+        Ok(eventpipe::http_server::ServerLimits {
+            header_read_timeout: seconds("http-header-timeout", self.http_header_timeout)?,
+            body_timeout: seconds("http-body-timeout", self.http_body_timeout)?,
+            max_connections: self.http_max_connections.max(1),
+        })
+    }
 }
 
 /// The watch cache behind `--serve` (see `eventpipe::watch_cache`). Each flag wins over the
@@ -269,7 +303,12 @@ pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
                 .filter(|d| !d.is_zero())
                 .context("--snapshot-interval: expected seconds > 0")?,
         },
-        serving: ServingOptions { metrics: args.metrics, serve: args.serve, watch_cache: args.watch_cache.settings() },
+        serving: ServingOptions {
+            metrics: args.metrics,
+            serve: args.serve,
+            watch_cache: args.watch_cache.settings(),
+            http_limits: args.http.limits()?,
+        },
         plugins: PluginOptions {
             base,
             config: args.config,

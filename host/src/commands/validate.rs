@@ -232,7 +232,7 @@ fn check_sink(spec: &SinkSpec, registry: &PluginRegistry) -> Result<(), String> 
     match spec {
         SinkSpec::JsonLinesFile(path) => existing_parent(path),
         SinkSpec::JsonLinesStdout | SinkSpec::Kubernetes(_) | SinkSpec::Nats(_) => Ok(()),
-        SinkSpec::Webhook(url) => crate::sink::webhook::check_url(url).map_err(|e| e.to_string()),
+        SinkSpec::Webhook(url) => crate::sink::webhook::check_url(url.expose()).map_err(|e| e.to_string()),
         SinkSpec::Plugin(name) => check_plugin(name, PluginKind::Sink, registry),
     }
 }

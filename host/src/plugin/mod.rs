@@ -15,10 +15,12 @@
 //! goes to the plugin with only the inputs it has not answered yet.
 
 pub mod bindings;
+pub mod breaker;
 mod call;
 pub mod check;
 mod convert;
 pub mod embedded;
+pub mod file;
 pub mod filter;
 pub mod functions;
 mod memo;
@@ -290,6 +292,7 @@ pub struct PluginStats {
     memo_hits: AtomicU64,
     memo_misses: AtomicU64,
     call_nanos: AtomicU64,
+    quarantines: AtomicU64,
 }
 
 /// A copy of [`PluginStats`] at one moment.
@@ -318,6 +321,11 @@ pub struct PluginStatsSnapshot {
     pub memo_misses: u64,
     /// Nanoseconds spent inside calls (lowering the arguments, running, lifting the results).
     pub call_nanos: u64,
+    /// Times a failure of this use quarantined the plugin ([`breaker`]).
+    pub quarantines: u64,
+    /// 1 while the plugin is quarantined, else 0 (a gauge; filled in from the slot by
+    /// [`PluginHandle::snapshot`]).
+    pub quarantined: u64,
 }
 
 impl PluginStats {
@@ -336,6 +344,8 @@ impl PluginStats {
             memo_hits: get(&self.memo_hits),
             memo_misses: get(&self.memo_misses),
             call_nanos: get(&self.call_nanos),
+            quarantines: get(&self.quarantines),
+            quarantined: 0,
         }
     }
 }
@@ -621,12 +631,13 @@ impl PluginRuntime {
         }))
     }
 
-    /// Reads and loads the component file `path` as plugin `name`.
+    /// Reads (a regular file of at most [`file::DEFAULT_MAX_PLUGIN_BYTES`], see [`file`]) and
+    /// loads the component file `path` as plugin `name`.
     ///
     /// # Errors
     /// [`PluginError::Read`] when the file cannot be read; otherwise as [`load`](Self::load).
     pub fn load_file(&self, name: &str, path: &std::path::Path) -> Result<Arc<Plugin>, PluginError> {
-        let bytes = std::fs::read(path).map_err(|e| PluginError::Read {
+        let bytes = file::read_plugin_file(path, file::DEFAULT_MAX_PLUGIN_BYTES).map_err(|e| PluginError::Read {
             plugin: name.into(),
             path: path.to_path_buf(),
             reason: e.to_string(),
@@ -771,16 +782,17 @@ mod slow_compile_tests {
 impl crate::metrics::Snapshot {
     /// Adds one plugin use (its name, tenant and counters).
     pub fn add_plugin(&mut self, handle: &PluginHandle) {
-        self.add_plugin_stats(handle.name(), handle.tenant(), &handle.stats().snapshot());
+        self.add_plugin_stats(handle.name(), handle.tenant(), &handle.snapshot());
     }
 
     /// Adds plugin counters under (`plugin`, `tenant`): calls, events, fuel, time inside calls,
     /// failures per reason ([`CallFailure::LABELS`]), fallbacks, drops, instances, memo hits
-    /// and misses.
+    /// and misses, quarantines; and whether it is quarantined (a gauge: the largest of its uses).
     pub fn add_plugin_stats(&mut self, plugin: &str, tenant: &str, s: &PluginStatsSnapshot) {
         use crate::metrics::{
             PLUGIN_CALL_SECONDS, PLUGIN_CALLS, PLUGIN_DROPS, PLUGIN_EVENTS, PLUGIN_FAILURES, PLUGIN_FALLBACKS,
-            PLUGIN_FUEL, PLUGIN_INSTANCES, PLUGIN_MEMO_HITS, PLUGIN_MEMO_MISSES,
+            PLUGIN_FUEL, PLUGIN_INSTANCES, PLUGIN_MEMO_HITS, PLUGIN_MEMO_MISSES, PLUGIN_QUARANTINED,
+            PLUGIN_QUARANTINES,
         };
         let labels = [("plugin", plugin), ("tenant", tenant)];
         for (family, n) in [
@@ -793,9 +805,12 @@ impl crate::metrics::Snapshot {
             (&PLUGIN_INSTANCES, s.instances),
             (&PLUGIN_MEMO_HITS, s.memo_hits),
             (&PLUGIN_MEMO_MISSES, s.memo_misses),
+            (&PLUGIN_QUARANTINES, s.quarantines),
         ] {
             self.add(family, &labels, n);
         }
+        let quarantined = self.get(&PLUGIN_QUARANTINED, &labels).unwrap_or(0).max(s.quarantined);
+        self.set(&PLUGIN_QUARANTINED, &labels, quarantined);
         for (reason, n) in CallFailure::LABELS.iter().zip(s.failures_by_reason) {
             self.add(&PLUGIN_FAILURES, &[("plugin", plugin), ("tenant", tenant), ("reason", reason)], n);
         }

@@ -91,6 +91,11 @@ impl ProjectedFilter {
         self.batch.error(event, failure)
     }
 
+    /// Quarantines the plugin: a batch's bisection found it failing on every event it tried.
+    pub(crate) fn keeps_failing(&self, failure: &CallFailure) {
+        self.batch.keeps_failing(failure);
+    }
+
     /// One `filter-batch` call on `events`: a verdict per event, or why not. Packs the fields
     /// the current version declared; when a hot reload swapped the version between asking and
     /// calling, asks the new version and calls again (once).
@@ -200,6 +205,11 @@ impl ProjectedKeys {
     /// The error for `failure` on `event`, counted in the handle's stats.
     pub(crate) fn error(&self, event: String, failure: CallFailure) -> super::call::PluginCallError {
         self.batch.error(event, failure)
+    }
+
+    /// Quarantines the plugin: a batch's bisection found it failing on every event it tried.
+    pub(crate) fn keeps_failing(&self, failure: &CallFailure) {
+        self.batch.keeps_failing(failure);
     }
 
     /// What the slot's current version declared, with its version number: all 13 fields for a

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use super::check::validate;
+use super::file::{DEFAULT_MAX_PLUGIN_BYTES, ReadError, read_plugin_file};
 use super::shadow::{Shadow, ShadowLog};
 use super::{
     Plugin, PluginError, PluginHandle, PluginKind, PluginOrigin, PluginRuntime, PluginSettings, PluginSlot, Tier,
@@ -178,6 +179,8 @@ pub struct PluginRegistry {
     /// wasmtime's cache): a hot reload of one of them skips the quick tier.
     optimized: Mutex<std::collections::HashSet<u64>>,
     tier_ups: AtomicU64,
+    /// The largest plugin file read, bytes (`--max-plugin-bytes`).
+    max_plugin_bytes: u64,
 }
 
 impl PluginRegistry {
@@ -203,7 +206,21 @@ impl PluginRegistry {
             refused: Mutex::new(BTreeMap::new()),
             optimized: Mutex::new(optimized),
             tier_ups: AtomicU64::new(0),
+            max_plugin_bytes: DEFAULT_MAX_PLUGIN_BYTES,
         })
+    }
+
+    /// Reads plugin files of at most `max_bytes` bytes (`--max-plugin-bytes`; default
+    /// [`DEFAULT_MAX_PLUGIN_BYTES`]); a larger one is refused. Set it before
+    /// [`with_dir`](Self::with_dir).
+    pub fn with_max_plugin_bytes(mut self, max_bytes: u64) -> Self {
+        self.max_plugin_bytes = max_bytes;
+        self
+    }
+
+    /// The largest plugin file read, bytes.
+    pub fn max_plugin_bytes(&self) -> u64 {
+        self.max_plugin_bytes
     }
 
     /// Validates new versions (the call on a sample event before a version may serve) with
@@ -215,14 +232,16 @@ impl PluginRegistry {
     }
 
     /// Adds the plugins directory `dir` and loads every `*.wasm` in it (in name order); a file
-    /// that fails is reported in the outcomes and left out. A missing directory is an error.
+    /// that fails is reported in the outcomes and left out, as is anything that is not a
+    /// regular file (a FIFO, a device, a socket: a [`ReloadOutcome::Rejected`] saying what it
+    /// is, see [`super::file`]). A missing directory is an error.
     ///
     /// # Errors
     /// The I/O error of listing `dir`.
     pub fn with_dir(mut self, dir: &Path) -> std::io::Result<(Self, Vec<ReloadOutcome>)> {
         let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
             .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "wasm") && p.is_file())
+            .filter(|p| p.extension().is_some_and(|x| x == "wasm"))
             .collect();
         files.sort();
         self.dir = Some(dir.to_path_buf());
@@ -290,10 +309,10 @@ impl PluginRegistry {
                 self.rejected.fetch_add(1, Ordering::Relaxed);
                 ReloadOutcome::Rejected { name: name.clone(), path: path.to_path_buf(), error, kept: true }
             };
-            let bytes = match std::fs::read(path) {
+            let bytes = match read_plugin_file(path, self.max_plugin_bytes) {
                 Ok(bytes) => bytes,
                 Err(e) => {
-                    outcomes.push(refused(format!("cannot read: {e}")));
+                    outcomes.push(refused(e.to_string()));
                     continue;
                 }
             };
@@ -407,10 +426,19 @@ impl PluginRegistry {
     /// is done, or `None` (optimized at once).
     fn reload(&self, path: &Path, hot: Option<(&Arc<Self>, TierUpListener)>) -> ReloadOutcome {
         let Some(name) = plugin_name(path) else { return ReloadOutcome::Ignored };
-        let bytes = match std::fs::read(path) {
+        let bytes = match read_plugin_file(path, self.max_plugin_bytes) {
             Ok(bytes) => bytes,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return self.revert(&name),
-            Err(e) => return self.reject(&name, path, format!("cannot read: {e}")),
+            Err(e) if e.is_not_found() => return self.revert(&name),
+            Err(e @ ReadError::NotRegular { identity, .. }) => {
+                // Remembered by the file's identity: the next event for the same FIFO or
+                // device is not reported again (the caller reports this refusal once).
+                let digest = xxhash_rust::xxh3::xxh3_64(&[identity.0.to_le_bytes(), identity.1.to_le_bytes()].concat());
+                if self.refused().get(&name) == Some(&digest) {
+                    return ReloadOutcome::StillRejected { name };
+                }
+                return self.refuse(&name, path, digest, e.to_string());
+            }
+            Err(e) => return self.reject(&name, path, e.to_string()),
         };
         let digest = xxhash_rust::xxh3::xxh3_64(&bytes);
         let slot = self.slot(&name);

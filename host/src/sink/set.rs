@@ -153,7 +153,7 @@ impl SinkSet {
                 OpenSink::Jsonl(Arc::new(JsonLinesSink::new(Box::new(file))))
             }
             SinkSpec::Webhook(url) => {
-                let mut config = WebhookConfig::new(spec.to_string(), url.clone());
+                let mut config = WebhookConfig::new(spec.to_string(), url.expose());
                 let options = entry.webhook;
                 config.concurrency = options.concurrency.unwrap_or(config.concurrency);
                 config.max_batch = options.max_batch.unwrap_or(config.max_batch);

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use super::concurrency::Concurrency;
 use crate::delivery::DeliveryMode;
+use crate::redact::RedactedUrl;
 
 /// Where sink calls go: `jsonl:PATH`, `jsonl:-` (stdout), `plugin:NAME` / `plugin:FILE.wasm`
 /// (a sink plugin, embedded or from a file, writing to stdout), or `k8s` / `k8s:NAMESPACE` (the
@@ -19,8 +20,9 @@ pub enum SinkSpec {
     Plugin(String),
     /// The Kubernetes Events API; `""`: every event to its own namespace.
     Kubernetes(String),
-    /// A webhook: batched JSON POSTs to this URL (`webhook:http://…` / `webhook:https://…`).
-    Webhook(String),
+    /// A webhook: batched JSON POSTs to this URL (`webhook:http://…` / `webhook:https://…`),
+    /// shown redacted.
+    Webhook(RedactedUrl),
     /// The publish tier of a scale-out ([`crate::pipeline::scale`]): each decoded event, after tenant
     /// routing and before correlation, published to a JetStream stream
     /// (`nats:nats://HOST:PORT[?stream=NAME&partitions=P…]`, [`crate::nats::NatsTarget`]).
@@ -28,8 +30,8 @@ pub enum SinkSpec {
     Nats(Box<crate::nats::NatsTarget>),
 }
 
-/// As written, except that a webhook URL's credentials are redacted (`redact_url`): this is
-/// what logs, errors and metric labels show. [`SinkSpec::identity`] is the full text.
+/// As written, except that a URL's credentials are redacted ([`RedactedUrl`]): this is what
+/// logs, errors and metric labels show. [`SinkSpec::identity`] is the full text.
 impl std::fmt::Display for SinkSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -38,7 +40,7 @@ impl std::fmt::Display for SinkSpec {
             SinkSpec::Plugin(name) => write!(f, "plugin:{name}"),
             SinkSpec::Kubernetes(ns) if ns.is_empty() => f.write_str("k8s"),
             SinkSpec::Kubernetes(ns) => write!(f, "k8s:{ns}"),
-            SinkSpec::Webhook(url) => write!(f, "webhook:{}", redact_url(url)),
+            SinkSpec::Webhook(url) => write!(f, "webhook:{url}"),
             SinkSpec::Nats(target) => target.fmt(f),
         }
     }
@@ -48,52 +50,22 @@ impl SinkSpec {
     /// The spec as written, secrets included: what tells two sinks apart. Never log it.
     pub fn identity(&self) -> String {
         match self {
-            SinkSpec::Webhook(url) => format!("webhook:{url}"),
+            SinkSpec::Webhook(url) => format!("webhook:{}", url.expose()),
             SinkSpec::Nats(target) => format!("nats:{}", target.url),
             other => other.to_string(),
         }
     }
 }
 
-/// `url` with its secrets replaced by `***`: the user information (`user:password@`) and the
-/// value of every query parameter (`?token=***&a=***`), e.g.
-/// `https://***@hooks.example/e?token=***`.
-pub fn redact_url(url: &str) -> String {
-    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    let authority = match authority.rsplit_once('@') {
-        Some((_, host)) => format!("***@{host}"),
-        None => authority.to_string(),
-    };
-    let (path, query) = match tail.split_once('?') {
-        Some((path, query)) => (path, Some(query.split('#').next().unwrap_or_default())),
-        None => (tail.split('#').next().unwrap_or_default(), None),
-    };
-    let mut out = if scheme.is_empty() { authority } else { format!("{scheme}://{authority}") };
-    out.push_str(path);
-    if let Some(query) = query {
-        out.push('?');
-        let params: Vec<String> = query
-            .split('&')
-            .map(|p| match p.split_once('=') {
-                Some((k, _)) => format!("{k}=***"),
-                None => p.to_string(),
-            })
-            .collect();
-        out.push_str(&params.join("&"));
-    }
-    out
-}
-
-/// A `--sink` value that is not one of the sink forms.
+/// A `--sink` value that is not one of the sink forms (shown redacted: it may hold a URL with
+/// credentials).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "{0:?}: expected a sink: jsonl:PATH, jsonl:-, k8s, k8s:NAMESPACE, plugin:NAME, plugin:FILE.wasm, webhook:URL or nats:nats://HOST:PORT[?…], \
+    "\"{0}{1}\": expected a sink: jsonl:PATH, jsonl:-, k8s, k8s:NAMESPACE, plugin:NAME, plugin:FILE.wasm, webhook:URL or nats:nats://HOST:PORT[?…], \
      optionally followed by ,delivery=at-most-once|wait|at-least-once (and, for a webhook, \
      ,concurrency=adaptive|N ,max_batch=N ,max_batch_bytes=N)"
 )]
-pub struct SinkSpecError(String);
+pub struct SinkSpecError(RedactedUrl, String);
 
 impl std::str::FromStr for SinkSpec {
     type Err = SinkSpecError;
@@ -105,12 +77,12 @@ impl std::str::FromStr for SinkSpec {
             Some(("jsonl", path)) if !path.is_empty() => Ok(SinkSpec::JsonLinesFile(path.into())),
             Some(("plugin", name)) if !name.is_empty() => Ok(SinkSpec::Plugin(name.into())),
             Some(("webhook", url)) if url.starts_with("http://") || url.starts_with("https://") => {
-                Ok(SinkSpec::Webhook(url.into()))
+                Ok(SinkSpec::Webhook(RedactedUrl::new(url)))
             }
             Some(("nats", target)) => {
-                target.parse().map(|t| SinkSpec::Nats(Box::new(t))).map_err(|_| SinkSpecError(s.into()))
+                target.parse().map(|t| SinkSpec::Nats(Box::new(t))).map_err(|_| SinkSpecError(s.into(), String::new()))
             }
-            _ => Err(SinkSpecError(s.into())),
+            _ => Err(SinkSpecError(s.into(), String::new())),
         }
     }
 }
@@ -204,7 +176,8 @@ impl std::fmt::Display for SinkEntry {
 impl std::str::FromStr for SinkEntry {
     type Err = SinkSpecError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let error = || SinkSpecError(s.into());
+        // The error shows the spec redacted and the option that is wrong as given.
+        let error = |head: &str, option: &str| SinkSpecError(head.into(), format!(",{option}"));
         let mut rest = s;
         let mut delivery = None;
         let mut webhook = WebhookOptions::default();
@@ -213,22 +186,54 @@ impl std::str::FromStr for SinkEntry {
         while let Some((head, option)) = rest.rsplit_once(',') {
             let Some((key, value)) = option.split_once('=') else { break };
             if key == "delivery" {
-                let mode = <DeliveryMode as clap::ValueEnum>::from_str(value, false).map_err(|_| error())?;
+                let mode =
+                    <DeliveryMode as clap::ValueEnum>::from_str(value, false).map_err(|_| error(head, option))?;
                 delivery = Some(mode);
             } else {
                 match webhook.set(key, value) {
                     None => break,
                     Some(Ok(())) => {}
-                    Some(Err(())) => return Err(error()),
+                    Some(Err(())) => return Err(error(head, option)),
                 }
             }
             rest = head;
         }
         let spec: SinkSpec = rest.parse()?;
         if !webhook.is_empty() && !matches!(spec, SinkSpec::Webhook(_)) {
-            return Err(error());
+            return Err(SinkSpecError(rest.into(), webhook.to_string()));
         }
         Ok(Self { spec, delivery, webhook })
+    }
+}
+
+/// Parses `--sink` values for clap without clap's own "invalid value '…'" message, which
+/// would show the value as given, credentials included: the error shows it redacted.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SinkEntryParser;
+
+impl clap::builder::TypedValueParser for SinkEntryParser {
+    type Value = SinkEntry;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<SinkEntry, clap::Error> {
+        let flag = arg.map_or_else(|| "--sink".to_string(), |a| format!("--{}", a.get_id()));
+        let fail = |message: String| {
+            clap::Error::raw(clap::error::ErrorKind::ValueValidation, format!("invalid value for {flag}: {message}\n"))
+                .with_cmd(cmd)
+        };
+        let text = value.to_str().ok_or_else(|| fail("not UTF-8".into()))?;
+        text.parse().map_err(|e: SinkSpecError| fail(e.to_string()))
+    }
+}
+
+impl clap::builder::ValueParserFactory for SinkEntry {
+    type Parser = SinkEntryParser;
+    fn value_parser() -> SinkEntryParser {
+        SinkEntryParser
     }
 }
 
@@ -239,9 +244,9 @@ mod tests {
     #[test]
     fn webhook_secrets_are_redacted_in_what_is_shown_but_not_in_the_identity() {
         let spec: SinkSpec = "webhook:https://bob:s3cret@hooks.example:8443/e/v1?token=abc&x=1#frag".parse().unwrap();
-        assert_eq!(spec.to_string(), "webhook:https://***@hooks.example:8443/e/v1?token=***&x=***");
+        assert_eq!(spec.to_string(), "webhook:https://REDACTED@hooks.example:8443/e/v1?token=REDACTED&x=1#frag");
         assert!(spec.identity().contains("bob:s3cret@") && spec.identity().contains("token=abc"));
-        assert_eq!(redact_url("http://127.0.0.1:9/x"), "http://127.0.0.1:9/x", "nothing secret, nothing changed");
+        assert!(!format!("{spec:?}").contains("s3cret") && !format!("{spec:?}").contains("abc"), "{spec:?}");
         let jsonl: SinkSpec = "jsonl:out.jsonl".parse().unwrap();
         assert_eq!(jsonl.to_string(), jsonl.identity());
     }
@@ -251,11 +256,25 @@ mod tests {
         let e: SinkEntry = "webhook:http://h/x?a=1,delivery=at-most-once".parse().unwrap();
         assert_eq!(e.spec, SinkSpec::Webhook("http://h/x?a=1".into()));
         assert_eq!(e.delivery, Some(DeliveryMode::AtMostOnce));
-        assert_eq!(e.to_string(), "webhook:http://h/x?a=***,delivery=at-most-once", "shown redacted");
+        let e: SinkEntry = "webhook:http://h/x?key=1,delivery=at-most-once".parse().unwrap();
+        assert_eq!(e.to_string(), "webhook:http://h/x?key=REDACTED,delivery=at-most-once", "shown redacted");
         let plain: SinkEntry = "jsonl:-".parse().unwrap();
         assert_eq!((plain.spec, plain.delivery), (SinkSpec::JsonLinesStdout, None));
         let err = "jsonl:-,delivery=sometimes".parse::<SinkEntry>().unwrap_err().to_string();
         assert!(err.contains("delivery=at-most-once|wait|at-least-once"), "{err}");
+        // Whatever is wrong, what the error shows of the value is redacted.
+        for bad in [
+            "webhook:http://alice:S3cr3tPw@h/e?token=TOK,delivery=bogus",
+            "ftp://user:pw@h/x",
+            "webhook:ftp://user:pw@h/x",
+            "nats:nats://user:pw@h:4222?token=TOK&stream=",
+        ] {
+            let err = bad.parse::<SinkEntry>().unwrap_err().to_string();
+            assert!(
+                err.contains("REDACTED") && !err.contains("S3cr3tPw") && !err.contains("TOK") && !err.contains(":pw@"),
+                "{err}"
+            );
+        }
     }
 
     #[test]

@@ -113,10 +113,10 @@ const MAX_ANSWER_BYTES: usize = 64 << 10;
 #[derive(Debug, thiserror::Error)]
 pub enum WebhookError {
     /// The URL is not an absolute `http` or `https` URL.
-    #[error("webhook URL {url:?}: {reason}")]
+    #[error("webhook URL \"{url}\": {reason}")]
     Url {
-        /// The URL as given.
-        url: String,
+        /// The URL as given (shown redacted).
+        url: crate::redact::RedactedUrl,
         /// What is wrong with it.
         reason: String,
     },
@@ -145,7 +145,7 @@ pub fn check_url(url: &str) -> Result<(), WebhookError> {
 /// The URI without credentials, whether it is `https`, and the credentials as HTTP Basic
 /// authentication (as curl does: they leave the URI, which the connection pool logs).
 fn parse_url(url: &str) -> Result<(hyper::Uri, bool, Option<HeaderValue>), WebhookError> {
-    let url_error = |reason: &str| WebhookError::Url { url: super::spec::redact_url(url), reason: reason.into() };
+    let url_error = |reason: &str| WebhookError::Url { url: url.into(), reason: reason.into() };
     let uri: hyper::Uri = url.parse().map_err(|e: hyper::http::uri::InvalidUri| url_error(&e.to_string()))?;
     let https = match uri.scheme_str() {
         Some("https") => true,

@@ -201,6 +201,8 @@ pub struct IngestConfig {
     /// [`DEFAULT_CREATED_CACHE_ENTRIES`]; least recently used leave first; 0: every patch is
     /// `404`).
     pub created_cache_entries: usize,
+    /// Header and body timeouts, connection cap ([`crate::http_server`]).
+    pub server: crate::http_server::ServerLimits,
 }
 
 impl Default for IngestConfig {
@@ -212,6 +214,7 @@ impl Default for IngestConfig {
             enqueue_timeout: DEFAULT_ENQUEUE_TIMEOUT,
             retry_after_seconds: 1,
             created_cache_entries: DEFAULT_CREATED_CACHE_ENTRIES,
+            server: crate::http_server::ServerLimits::default(),
         }
     }
 }
@@ -497,7 +500,8 @@ impl Ingest {
     }
 
     /// Serves [`router_with(extra)`](Self::router_with) on `listener` until `shutdown`
-    /// completes, then finishes the requests in flight.
+    /// completes, then finishes the requests in flight; with [`IngestConfig::server`]'s limits
+    /// ([`crate::http_server::serve`]).
     ///
     /// # Errors
     /// [`IngestError::TokenRequired`] when `listener` is on a non-loopback address and no token
@@ -511,8 +515,7 @@ impl Ingest {
         let addr = listener.local_addr().map_err(IngestError::Serve)?;
         check_bind(INGEST_SERVER, addr, self.shared.config.token.as_ref())?;
         tracing::info!(%addr, auth = self.shared.config.token.is_some(), "HTTP ingest listening");
-        axum::serve(listener, self.router_with(extra))
-            .with_graceful_shutdown(shutdown)
+        crate::http_server::serve(listener, self.router_with(extra), self.shared.config.server, shutdown)
             .await
             .map_err(IngestError::Serve)
     }

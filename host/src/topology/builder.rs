@@ -104,10 +104,11 @@ pub async fn build(options: RunOptions) -> Result<RunningTopology, RunError> {
             follow: source.follow,
             counters: source.counters.clone(),
             ingest_counters: Arc::new(IngestCounters::default()),
+            http_limits: serving.http_limits,
         })),
     };
     // Prometheus: every piece registers its live counters, read at every scrape.
-    let servers = Servers::build(sinks.watch_cache.clone(), serving.serve.is_some());
+    let servers = Servers::build(sinks.watch_cache.clone(), serving.serve.is_some(), serving.http_limits);
     sinks.register(&servers.metrics);
     feed.register(&servers.metrics);
     tier.register(&servers.metrics, source.spec.to_string(), &scale_counters);

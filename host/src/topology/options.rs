@@ -103,6 +103,9 @@ pub struct ServingOptions {
     /// results) as given on the command line; the config's `[watch_cache]` fills the gaps, the
     /// defaults the rest.
     pub watch_cache: WatchCacheSettings,
+    /// Timeouts and connection cap of every HTTP server of the run (ingest, `--serve`,
+    /// `--metrics`).
+    pub http_limits: crate::http_server::ServerLimits,
 }
 
 /// The tenants' rules and the plugins.

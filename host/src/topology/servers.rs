@@ -24,6 +24,8 @@ pub(super) struct Servers {
     watch_cache: Option<Arc<WatchCache>>,
     /// Whether the read API is served (`--serve`).
     read_api: bool,
+    /// Timeouts and connection cap of each server.
+    limits: crate::http_server::ServerLimits,
     /// Fires when the run returns: the servers end, the watch cache closes.
     stop: CancellationToken,
     _stop_on_return: DropGuard,
@@ -31,13 +33,18 @@ pub(super) struct Servers {
 
 impl Servers {
     /// An empty registry and a readiness that is not ready; `read_api`: `--serve` is given.
-    pub fn build(watch_cache: Option<Arc<WatchCache>>, read_api: bool) -> Self {
+    pub fn build(
+        watch_cache: Option<Arc<WatchCache>>,
+        read_api: bool,
+        limits: crate::http_server::ServerLimits,
+    ) -> Self {
         let stop = CancellationToken::new();
         Servers {
             metrics: Arc::new(Metrics::new()),
             readiness: Readiness::new(),
             watch_cache,
             read_api,
+            limits,
             _stop_on_return: stop.clone().drop_guard(),
             stop,
         }
@@ -128,9 +135,9 @@ impl Servers {
         } else {
             app
         };
-        let stop = self.stop.clone();
+        let (stop, limits) = (self.stop.clone(), self.limits);
         tokio::spawn(async move {
-            let _ = axum::serve(listener, app).with_graceful_shutdown(stop.cancelled_owned()).await;
+            let _ = crate::http_server::serve(listener, app, limits, stop.cancelled_owned()).await;
         });
         Ok(())
     }

@@ -38,6 +38,8 @@ pub(super) struct SourceFeed {
     pub counters: Arc<SourceCounters>,
     /// HTTP ingest's counters.
     pub ingest_counters: Arc<IngestCounters>,
+    /// Timeouts and connection cap of HTTP ingest's server.
+    pub http_limits: crate::http_server::ServerLimits,
 }
 
 /// The worker tier in place of a source.
@@ -132,6 +134,7 @@ impl Feed {
                     extra_routes: routes,
                     counters: s.counters,
                     ingest_counters: s.ingest_counters,
+                    http_limits: s.http_limits,
                 })?;
                 readiness.set(true);
                 let not_ready_at_shutdown = {

@@ -34,6 +34,7 @@
 //! | `eventpipe_plugin_call_seconds_total` | `plugin`, `tenant` | time inside plugin calls |
 //! | `eventpipe_plugin_failures_total` | `plugin`, `tenant`, `reason` (`trap`, `out_of_fuel`, `memory_limit`, `garbage`, …) | `PluginStats` |
 //! | `eventpipe_plugin_swaps_total`, `eventpipe_plugin_tier_ups_total`, `eventpipe_plugin_reloads_rejected_total` | — | plugin registry |
+//! | `eventpipe_plugin_pin_mismatches_total` | — | plugin versions refused for a digest other than their pin (also among the rejected reloads) |
 //! | `eventpipe_config_reloads_total` | `result` (`applied`, `rejected`) | tenant config reloads |
 //! | `eventpipe_snapshots_total` | `outcome` (`stored`, `restored`, `refused`, `failed`) | correlator snapshots ([`crate::pipeline::scale`], a single host's state file) |
 //! | `eventpipe_nats_published_total`, `eventpipe_nats_duplicates_total`, `eventpipe_nats_publish_retries_total` | — | the NATS publish tier |
@@ -125,6 +126,8 @@ pub struct Snapshot {
     pub plugin_tier_ups: u64,
     /// Plugin files refused by hot reload.
     pub plugin_reloads_rejected: u64,
+    /// Plugin versions refused for a digest other than their pin.
+    pub plugin_pin_mismatches: u64,
     /// Tenant config versions taken after the first.
     pub config_reloads_applied: u64,
     /// Tenant config versions refused.
@@ -226,6 +229,7 @@ impl Snapshot {
         self.plugin_swaps += registry.swaps();
         self.plugin_tier_ups += registry.tier_ups();
         self.plugin_reloads_rejected += registry.rejected();
+        self.plugin_pin_mismatches += registry.pin_mismatches();
         for (name, shadow) in registry.shadows() {
             let stats = shadow.stats();
             add(&mut self.shadow_compared, name.clone(), stats.compared);
@@ -696,6 +700,13 @@ impl Collector for SnapshotCollector {
             "Plugin files refused by hot reload.",
             Counter,
             [(NoLabels, s.plugin_reloads_rejected)],
+        )?;
+        family(
+            &mut e,
+            "eventpipe_plugin_pin_mismatches",
+            "Plugin versions refused because their SHA-256 digest is not their pin.",
+            Counter,
+            [(NoLabels, s.plugin_pin_mismatches)],
         )?;
         family(
             &mut e,

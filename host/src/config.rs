@@ -43,6 +43,14 @@
 //! # tenant stage; default 65536, rounded down to a power of two).
 //! [plugins.by-reason]
 //! memo_max_entries = 16384
+//! # `digest` is the host's: the plugin is pinned to the SHA-256 of its component bytes; a file
+//! # (or embedded default) of another digest is refused. `eventpipe plugins lock` writes these.
+//! [plugins.my-filter-pinned]
+//! digest = "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+//! # `source` is the host's: the plugin is pulled at start from an OCI registry (a Wasm OCI
+//! # artifact, by its manifest digest), verified, cached, and loaded under this name.
+//! [plugins.shared-filter]
+//! source = "oci://registry.example.com/eventpipe/shared-filter:1.0@sha256:60303ae22b998861bce3b28f33eec1be758a213c86c93c076dbe9f558c11c752"
 //!
 //! [[tenants]]                          # first match wins, in file order
 //! name = "payments"
@@ -90,7 +98,8 @@
 //!   tenant's `match` has no `name`. A tenant's list replaces the `[defaults]` one (`drop = []`
 //!   clears it).
 //! - `pure` in a `[plugins.NAME]` table is `true` or `false` (or the string `"true"` / `"false"`);
-//!   `memo_max_entries` an integer from 2 to 16,777,216.
+//!   `memo_max_entries` an integer from 2 to 16,777,216; `digest` is `sha256:` and 64 hex
+//!   digits; `source` an `oci://HOST[:PORT]/REPO[:TAG]@sha256:HEX` reference.
 //! - In `[watch_cache]`, `budget_seconds` and `bookmark_interval_seconds` are positive numbers;
 //!   the other keys non-negative integers.
 //! - Each sink is a sink spec as `--sink` takes it (`jsonl:PATH`, `jsonl:-`, `plugin:NAME`, `k8s`,
@@ -114,7 +123,9 @@ use serde::de::{self, Deserializer, Visitor};
 use toml::Spanned;
 
 use crate::broadcaster::FullChannelBehavior;
+use crate::oci::OciReference;
 use crate::partition::PartitionKey;
+use crate::plugin::pin::{DIGEST_KEY, SOURCE_KEY, Sha256Digest};
 use crate::plugin::{FallbackPolicy, MEMO_MAX_ENTRIES_KEY, PURE_KEY, parse_memo_max_entries};
 pub use crate::tenant::DEFAULT_TENANT;
 use crate::tenant::rules::EventRule;
@@ -306,8 +317,14 @@ pub struct Config {
     pub defaults: Rules,
     /// The tenants, in file order (the order they are tried in).
     pub tenants: Vec<TenantConfig>,
-    /// `[plugins.NAME]` tables: plugin name → its key/value config.
+    /// `[plugins.NAME]` tables: plugin name → its key/value config (without the pin).
     pub plugin_config: BTreeMap<String, BTreeMap<String, String>>,
+    /// The `digest` keys of `[plugins.NAME]` tables: plugin name → the digest it is pinned to
+    /// ([`crate::plugin::pin`]). Read at start only.
+    pub pins: BTreeMap<String, Sha256Digest>,
+    /// The `source` keys of `[plugins.NAME]` tables: plugin name → the OCI reference (with its
+    /// manifest digest) it is pulled from at start ([`crate::oci`]).
+    pub sources: BTreeMap<String, OciReference>,
     /// `[[watchers]]` tables: watcher plugins attached to the Broadcaster at start.
     pub watchers: Vec<WatcherSpec>,
     /// `[shadow]`: plugin name → a candidate component run beside it ([`crate::plugin::shadow`]);
@@ -434,6 +451,43 @@ impl Config {
 //
 // These types are also the source of the config's JSON Schema ([`json_schema`]): their doc
 // comments are its descriptions.
+
+/// `text` (the config file at `path`) with `digest = "sha256:…"` set in the `[plugins.NAME]`
+/// table of each of `pins` (plugin name → digest), as a lock file records what was resolved:
+/// tables are added where missing, every other key, comment and table is kept as it was.
+///
+/// # Errors
+/// [`ConfigError`] when `text` is not a valid config, or a `plugins` or `plugins.NAME` key
+/// holds something other than a table.
+pub fn with_pins_written(
+    text: &str,
+    path: &Path,
+    pins: &BTreeMap<String, Sha256Digest>,
+) -> Result<String, ConfigError> {
+    Config::parse(text, path)?;
+    let not_a_table = |key: String| ConfigError {
+        path: path.to_path_buf(),
+        line: None,
+        column: None,
+        key,
+        message: "expected a table".into(),
+    };
+    let mut doc: toml_edit::DocumentMut = text.parse().map_err(|_| not_a_table(String::new()))?;
+    let plugins = doc.entry("plugins").or_insert_with(|| {
+        let mut table = toml_edit::Table::new();
+        table.set_implicit(true);
+        toml_edit::Item::Table(table)
+    });
+    let plugins = plugins.as_table_like_mut().ok_or_else(|| not_a_table("plugins".into()))?;
+    for (name, digest) in pins {
+        let table = plugins.entry(name).or_insert(toml_edit::Item::Table(toml_edit::Table::new()));
+        let table = table.as_table_like_mut().ok_or_else(|| not_a_table(format!("plugins.{name}")))?;
+        table.insert(DIGEST_KEY, toml_edit::value(digest.to_string()));
+    }
+    let written = doc.to_string();
+    Config::parse(&written, path)?;
+    Ok(written)
+}
 
 /// An eventpipe tenant config (TOML): `[defaults]`, `[plugins.NAME]`, `[[tenants]]`,
 /// `[[watchers]]`.
@@ -817,7 +871,33 @@ impl Ctx<'_> {
         }
 
         let mut plugin_config = BTreeMap::new();
-        for (plugin, table) in raw.plugins {
+        let mut pins = BTreeMap::new();
+        let mut sources = BTreeMap::new();
+        for (plugin, mut table) in raw.plugins {
+            if let Some(digest) = table.remove(DIGEST_KEY) {
+                match digest.get_ref().0.parse::<Sha256Digest>() {
+                    Ok(pin) => {
+                        pins.insert(plugin.clone(), pin);
+                    }
+                    Err(e) => {
+                        problems.push(ctx.error(digest.span(), format!("plugins.{plugin}.{DIGEST_KEY}"), e.to_string()))
+                    }
+                }
+            }
+            if let Some(source) = table.remove(SOURCE_KEY) {
+                let key = format!("plugins.{plugin}.{SOURCE_KEY}");
+                match source.get_ref().0.parse::<OciReference>() {
+                    Ok(reference) if reference.digest().is_none() => problems.push(ctx.error(
+                        source.span(),
+                        key,
+                        "expected the manifest's digest: oci://…@sha256:HEX",
+                    )),
+                    Ok(reference) => {
+                        sources.insert(plugin.clone(), reference);
+                    }
+                    Err(e) => problems.push(ctx.error(source.span(), key, e.to_string())),
+                }
+            }
             if let Some(pure) = table.get(PURE_KEY)
                 && !matches!(pure.get_ref().0.as_str(), "true" | "false")
             {
@@ -880,6 +960,8 @@ impl Ctx<'_> {
             defaults,
             tenants,
             plugin_config,
+            pins,
+            sources,
             watchers,
             shadows,
             shadow_diffs,
@@ -1549,6 +1631,46 @@ mod tests {
             "plugins.p.memo_max_entries",
             "expected an integer, got `many`",
         );
+    }
+
+    #[test]
+    fn digest_is_a_pin_and_not_plugin_config() {
+        let pin = "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+        let config = parse(&format!("[plugins.p]\nx = 1\ndigest = \"{pin}\"\n")).unwrap();
+        assert_eq!(config.pins["p"].to_string(), pin);
+        assert_eq!(config.plugin_config["p"], BTreeMap::from([("x".to_string(), "1".to_string())]));
+        assert_err("[plugins.p]\ndigest = \"sha256:9f86\"\n", 2, "plugins.p.digest", "expected `sha256:` and 64 hex");
+    }
+
+    #[test]
+    fn source_is_an_oci_reference_with_a_manifest_digest() {
+        let d = Sha256Digest::of(b"m");
+        let config = parse(&format!("[plugins.p]\nsource = \"oci://127.0.0.1:5000/x/p:v1@{d}\"\n")).unwrap();
+        assert_eq!(config.sources["p"].digest(), Some(&d));
+        assert!(config.plugin_config["p"].is_empty(), "not passed to the plugin");
+        let no_digest = "[plugins.p]\nsource = \"oci://127.0.0.1:5000/x/p:v1\"\n";
+        assert_err(no_digest, 2, "plugins.p.source", "expected the manifest's digest");
+        assert_err("[plugins.p]\nsource = \"https://h/x\"\n", 2, "plugins.p.source", "expected oci://");
+    }
+
+    #[test]
+    fn pins_are_written_into_the_file_keeping_the_rest() {
+        let text = "# tenants\n[defaults]\nmax_events = 5 # five\n\n[plugins.a]\nx = \"1\"\ndigest = \"sha256:00\"\n";
+        let path = Path::new("eventpipe.toml");
+        let pins =
+            BTreeMap::from([("a".to_string(), Sha256Digest::of(b"a")), ("b".to_string(), Sha256Digest::of(b"b"))]);
+        assert!(with_pins_written(text, path, &pins).is_err(), "an invalid config is not rewritten");
+        let text = text.replace("sha256:00", &Sha256Digest::of(b"old").to_string());
+        let written = with_pins_written(&text, path, &pins).unwrap();
+        assert!(
+            written.starts_with("# tenants\n[defaults]\nmax_events = 5 # five\n\n[plugins.a]\nx = \"1\"\n"),
+            "{written}"
+        );
+        assert_eq!(Config::parse(&written, path).unwrap().pins, pins);
+        assert_eq!(Config::parse(&written, path).unwrap().plugin_config["a"]["x"], "1");
+        assert_eq!(with_pins_written(&written, path, &pins).unwrap(), written, "writing the same pins changes nothing");
+        let fresh = with_pins_written("", path, &pins).unwrap();
+        assert_eq!(Config::parse(&fresh, path).unwrap().pins, pins, "{fresh}");
     }
 
     #[test]

@@ -45,9 +45,9 @@
 //!   `tools/events` (EventSeries).
 //! - [`pipeline`]: above the Broadcaster: tenant plans, the tenant stage, the router, "N
 //!   suppressed" summaries, the scale-out tiers.
-//! - [`config`], [`watchers`], [`sink`], [`plugin`], [`watch_cache`], [`source`]: the tenant
-//!   config file, Broadcaster watchers, EventSinks, the Wasm runtime (the only wasmtime user),
-//!   the apiserver-style watch cache, the sources.
+//! - [`config`], [`watchers`], [`sink`], [`oci`], [`plugin`], [`watch_cache`], [`source`]: the
+//!   tenant config file, Broadcaster watchers, EventSinks, plugins in OCI registries, the Wasm
+//!   runtime (the only wasmtime user), the apiserver-style watch cache, the sources.
 //! - [`correlator`], [`tenant`] (matching and drop/keep rules), [`partition`], [`broadcaster`],
 //!   [`delivery`], [`k8s`] (the API server connection), [`nats`], [`event`], [`clock`], and the
 //!   small ones ([`health`], [`http_server`], [`logging`], [`redact`], [`reload`], [`metrics`]:
@@ -67,6 +67,7 @@ pub mod k8s;
 pub mod logging;
 pub mod metrics;
 pub mod nats;
+pub mod oci;
 pub mod partition;
 pub mod pipeline;
 pub mod plugin;

@@ -42,6 +42,7 @@
 //! | `eventpipe_plugin_quarantines_total`, `eventpipe_plugin_quarantined` (gauge) | `plugin`, `tenant` | circuit breaker ([`crate::plugin::breaker`]) |
 //! | `eventpipe_plugin_failures_total` | `plugin`, `tenant`, `reason` (`trap`, `out_of_fuel`, `memory_limit`, `garbage`, …) | `PluginStats` |
 //! | `eventpipe_plugin_swaps_total`, `eventpipe_plugin_tier_ups_total`, `eventpipe_plugin_reloads_rejected_total` | — | plugin registry |
+//! | `eventpipe_plugin_pin_mismatches_total` | — | plugin versions refused for a digest other than their pin (also among the rejected reloads) |
 //! | `eventpipe_config_reloads_total` | `result` (`applied`, `rejected`) | tenant config reloads |
 //! | `eventpipe_snapshots_total` | `outcome` (`stored`, `restored`, `refused`, `failed`) | correlator snapshots ([`crate::pipeline::scale`], a single host's state file) |
 //! | `eventpipe_nats_published_total`, `eventpipe_nats_duplicates_total`, `eventpipe_nats_publish_retries_total` | — | the NATS publish tier |
@@ -261,6 +262,9 @@ pub const PLUGIN_TIER_UPS: Family = single(
 /// `eventpipe_plugin_reloads_rejected`.
 pub const PLUGIN_RELOADS_REJECTED: Family =
     single("eventpipe_plugin_reloads_rejected", "Plugin files refused by hot reload.");
+/// `eventpipe_plugin_pin_mismatches`.
+pub const PLUGIN_PIN_MISMATCHES: Family =
+    single("eventpipe_plugin_pin_mismatches", "Plugin versions refused because their SHA-256 digest is not their pin.");
 /// `eventpipe_config_reloads` (`result`: `applied`, `rejected`).
 pub const CONFIG_RELOADS: Family = Family {
     always: &[&[("result", "applied")], &[("result", "rejected")]],
@@ -353,6 +357,7 @@ pub const FAMILIES: &[&Family] = &[
     &PLUGIN_SWAPS,
     &PLUGIN_TIER_UPS,
     &PLUGIN_RELOADS_REJECTED,
+    &PLUGIN_PIN_MISMATCHES,
     &CONFIG_RELOADS,
     &INGEST_REQUESTS,
     &INGEST_ACCEPTED,

@@ -18,6 +18,8 @@ mod memo;
 mod metrics;
 mod nats;
 mod new_plugin;
+mod oci;
+mod pins;
 mod plugin_failures;
 mod recorder_vectors;
 mod redaction;

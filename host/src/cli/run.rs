@@ -27,7 +27,7 @@ use eventpipe::source::k8s::WatchOptions;
 use eventpipe::source::{SourceCounters, SourceSpec};
 use eventpipe::watchers::WatcherSpec;
 
-use super::{CorrelatorArgs, PluginArgs, RuntimeArgs};
+use super::{CorrelatorArgs, OciArgs, PinArgs, PluginArgs, RuntimeArgs};
 
 /// `eventpipe run` flags, grouped in `--help` by what they set.
 #[derive(Args, Debug)]
@@ -126,6 +126,10 @@ pub struct RunArgs {
     limits: PluginArgs,
     #[command(flatten, next_help_heading = "Plugins")]
     runtime: RuntimeArgs,
+    #[command(flatten, next_help_heading = "Plugins")]
+    pins: PinArgs,
+    #[command(flatten, next_help_heading = "Plugins")]
+    oci: OciArgs,
 
     #[command(flatten, next_help_heading = "Kubernetes")]
     kube: KubeArgs,
@@ -264,7 +268,10 @@ struct KubeArgs {
 /// Runs the pipeline: exit 3 when a plugin failed under `--plugin-fallback fail`, 4 when events
 /// were abandoned (see [`eventpipe::commands::run::RunSummary::abandoned_any`]), else 0.
 pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let registry = super::registry_with_dir(&args.runtime, &args.limits, args.plugins.as_deref(), "eventpipe")?;
+    let mut pins = args.pins.pins(args.config.as_deref())?;
+    let pulled = args.oci.pull(args.config.as_deref(), &mut pins)?;
+    let registry =
+        super::pinned_registry(&args.runtime, &args.limits, args.plugins.as_deref(), pins, &pulled, "eventpipe")?;
     let mut base = args.correlator.rules(&args.limits).rules(&registry)?;
     base.sinks = args.sink;
     let options = RunOptions {

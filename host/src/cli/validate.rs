@@ -11,7 +11,7 @@ use eventpipe::sink::SinkEntry;
 use eventpipe::source::SourceSpec;
 use eventpipe::watchers::WatcherSpec;
 
-use super::{CorrelatorArgs, PluginArgs, RuntimeArgs};
+use super::{CorrelatorArgs, OciArgs, PinArgs, PluginArgs, RuntimeArgs};
 
 /// `eventpipe validate` flags: those of `run` that say what would run.
 #[derive(Args, Debug)]
@@ -44,6 +44,10 @@ pub struct ValidateArgs {
     limits: PluginArgs,
     #[command(flatten, next_help_heading = "Plugins")]
     runtime: RuntimeArgs,
+    #[command(flatten, next_help_heading = "Plugins")]
+    pins: PinArgs,
+    #[command(flatten, next_help_heading = "Plugins")]
+    oci: OciArgs,
 }
 
 /// `validate --format`.
@@ -59,7 +63,20 @@ enum Format {
 /// and exits 0.
 pub fn execute(args: ValidateArgs) -> anyhow::Result<ExitCode> {
     let plugins_dir = super::plugins_dir(args.plugins.as_deref());
-    let mut registry = args.runtime.registry(args.limits.settings())?;
+    // A config that does not parse is listed below, with the other problems.
+    let mut pins = args.pins.pins(args.config.as_deref()).unwrap_or_default();
+    let mut pull_problems = Vec::new();
+    let parsed = args.config.as_deref().filter(|c| eventpipe::Config::load(c).is_ok());
+    let pulled = args.oci.pull(parsed, &mut pins).unwrap_or_else(|e| {
+        pull_problems.push(format!("{e:#}"));
+        Vec::new()
+    });
+    let mut registry = args.runtime.registry(args.limits.settings())?.with_pins(pins);
+    for file in &pulled {
+        if let outcome @ ReloadOutcome::Rejected { .. } = registry.reload_file(file) {
+            pull_problems.push(outcome.to_string());
+        }
+    }
     let mut refused_plugins = Vec::new();
     if let Some(dir) = &plugins_dir {
         let (loaded, outcomes) =
@@ -67,6 +84,13 @@ pub fn execute(args: ValidateArgs) -> anyhow::Result<ExitCode> {
         registry = loaded;
         refused_plugins =
             outcomes.iter().filter(|o| matches!(o, ReloadOutcome::Rejected { .. })).map(ToString::to_string).collect();
+    }
+    // A file refused for its pin is listed above already.
+    refused_plugins.extend(pull_problems);
+    if let Err(e) = registry.verify_pins()
+        && !refused_plugins.iter().any(|r| r.starts_with(&format!("plugin `{}` ", e.name())))
+    {
+        refused_plugins.push(e.to_string());
     }
     let mut base = args.correlator.rules(&args.limits).rules(&registry)?;
     base.sinks = args.sink;

@@ -24,6 +24,7 @@ pub mod file;
 pub mod filter;
 pub mod functions;
 mod memo;
+pub mod pin;
 mod projection;
 pub mod registry;
 pub mod shadow;
@@ -629,6 +630,23 @@ impl PluginRuntime {
                 && exports.iter().any(|e| e == KEY_FIELDS_EXPORT)
                 && exports.iter().any(|e| e == LOCAL_KEY_FIELD_EXPORT),
         }))
+    }
+
+    /// The names component `bytes` (plugin `name`, for errors) imports and exports at its top
+    /// level, e.g. `eventpipe:plugin/host@0.1.0`: what the Wasm OCI artifact's config lists
+    /// (`component.imports` / `component.exports`, as wasm-pkg-tools writes them). Compiles it at
+    /// [`Tier::Quick`] (through the compilation cache).
+    ///
+    /// # Errors
+    /// [`PluginError::Compile`] when `bytes` are not a component.
+    pub fn component_names(&self, name: &str, bytes: &[u8]) -> Result<(Vec<String>, Vec<String>), PluginError> {
+        let engine = &self.quick.engine;
+        let component = Component::new(engine, bytes)
+            .map_err(|e| PluginError::Compile { plugin: name.into(), reason: one_line(&format!("{e:#}")) })?;
+        let ty = component.component_type();
+        let imports = ty.imports(engine).map(|(n, _)| n.to_string()).collect();
+        let exports = ty.exports(engine).map(|(n, _)| n.to_string()).collect();
+        Ok((imports, exports))
     }
 
     /// Reads (a regular file of at most [`file::DEFAULT_MAX_PLUGIN_BYTES`], see [`file`]) and

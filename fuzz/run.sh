@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzes one target with AFL++ through afl.rs, on the stable toolchain: builds it instrumented,
 # then runs afl-fuzz (one core) from the seeds, with the dictionary, keeping its state in
-# out/TARGET/ (a second run resumes it). See "Fuzzing" in the root README.md.
+# out/TARGET/ (a second run resumes it). See "Fuzzing" in docs/development.md.
 #
 # Usage: fuzz/run.sh decode|ingest_body [SECONDS]   (without SECONDS: until Ctrl-C)
 # Needs: cargo install cargo-afl --locked (once; it builds AFL++ too).

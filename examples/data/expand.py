@@ -25,7 +25,10 @@ occurrences.jsonl each Event of count N (count, deprecatedCount or
                   series.count; missing/0 = 1) becomes min(N, CAP)
                   core/v1 Events with count 1, as client-go's EventRecorder
                   would emit them, spread evenly from first to last timestamp,
-                  merged into one stream ordered by occurrence time (stable).
+                  merged into one stream ordered by occurrence time (stable);
+                  each is named "<involvedObject.name>.<hex unix nanos>" as the
+                  recorder names it, the hex raised by one while that
+                  (namespace, name) is taken, so that every name is unique.
 """
 import calendar
 import json
@@ -113,12 +116,21 @@ def span(v):
     return first, last
 
 
-def occurrence(v, t):
+def occurrence(v, t, used):
+    """The occurrence of event v at time t (unix nanos). Its name is client-go's
+    "<involvedObject.name>.<hex unix nanos>", unique in the stream as a recorder's are: when
+    (namespace, name) is taken (same object name, same time), the hex goes up by one until it
+    is free. `used` holds the (namespace, name) pairs given so far."""
     io = v["involvedObject"]
     md = v.get("metadata") or {}
     ts = rfc3339(t)
-    e = {"metadata": {"name": f"{io.get('name', '')}.{t:x}", "namespace": md.get("namespace") or "default"},
-         "involvedObject": io}
+    namespace = md.get("namespace") or "default"
+    unique = t
+    while (namespace, f"{io.get('name', '')}.{unique:x}") in used:
+        unique += 1
+    name = f"{io.get('name', '')}.{unique:x}"
+    used.add((namespace, name))
+    e = {"metadata": {"name": name, "namespace": namespace}, "involvedObject": io}
     for k in ("reason", "message"):  # omitempty in core/v1
         if v.get(k):
             e[k] = v[k]
@@ -180,9 +192,11 @@ def main(src_dir, out_dir):
         first, last = span(v)
         occ.extend((first if n == 1 else first + (last - first) * i // (n - 1), idx, i) for i in range(n))
     occ.sort()
+    used = set()
     with open(os.path.join(out_dir, "occurrences.jsonl"), "w", encoding="utf-8", newline="\n") as f:
         for t, idx, _ in occ:
-            f.write(json.dumps(occurrence(events[idx][3], t), separators=(",", ":"), ensure_ascii=False) + "\n")
+            e = occurrence(events[idx][3], t, used)
+            f.write(json.dumps(e, separators=(",", ":"), ensure_ascii=False) + "\n")
     print(f"{len(events)} events, {len(occ)} occurrences (cap {CAP})", file=sys.stderr)
 
 

@@ -26,6 +26,14 @@
 //!    position further on, and every input event must be in the output at least once (lost
 //!    events are listed; duplicates are counted). The killed runs read the stream played
 //!    several times over, so that an uninterrupted run would last three kill periods.
+//! 4. **Circuit breaker**: the first 60,000 events of the stream with every reason set to
+//!    `Loop`, on which the `misbehave` test plugin (`tests/plugins/misbehave`) runs out of fuel,
+//!    run with it as the aggregate-key plugin and without it (the built-in key), pair by pair;
+//!    the ratio with / without (target ≤ 2: the breaker quarantines the plugin and its fallback
+//!    serves without calling it). Built for `wasm32-wasip2` with cargo on first use.
+//!
+//! `EVENTPIPE_BENCH_ONLY=breaker` (or `webhook`, `replay`, `sigkill`, comma-separated) runs
+//! only those figures.
 //!
 //! ```sh
 //! cargo bench -p eventpipe --bench pipeline                        # the default stream
@@ -68,7 +76,7 @@ const WEBHOOK_TARGET: f64 = 20_000.0;
 /// Target of run's wall time over replay's.
 const RATIO_TARGET: f64 = 0.6;
 /// Cores' round trips up to this many nanoseconds are taken as cores under one last-level cache
-/// (between the ~60 and ~350 ns seen on the machine of `docs/benchmarks.md`).
+/// (between the ~60 and ~350 ns seen on the machine of `docs/performance.md`).
 const SHARED_CACHE_NS: f64 = 150.0;
 /// How long each at-least-once run lives before it is killed.
 const KILL_EVERY: Duration = Duration::from_secs(2);
@@ -82,21 +90,97 @@ const MAX_STALLS: usize = 5;
 const WRITE_EVERY_EVENT: [&str; 4] = ["--burst", "1000000000", "--max-events", "1000000000"];
 /// Lost events listed one by one at most (all are counted).
 const LOST_SHOWN: usize = 50;
+/// Events of the circuit-breaker figure.
+const BREAKER_EVENTS: usize = 60_000;
+/// Target of the run with an always-out-of-fuel plugin over the run without it.
+const BREAKER_TARGET: f64 = 2.0;
 
 fn main() {
     let bench = Bench::new();
     println!("{bench}");
     bench.warm_up();
+    let only = std::env::var("EVENTPIPE_BENCH_ONLY").unwrap_or_default();
+    let wanted = |figure: &str| only.is_empty() || only.split(',').any(|f| f.trim() == figure);
     let mut table = Table::default();
-    let webhook_ok = webhook_throughput(&bench, &mut table);
-    let ratio_ok = run_against_replay(&bench, &mut table);
+    let webhook_ok = wanted("webhook").then(|| webhook_throughput(&bench, &mut table));
+    let ratio_ok = wanted("replay").then(|| run_against_replay(&bench, &mut table));
+    let breaker_ok = wanted("breaker").then(|| circuit_breaker(&bench, &mut table));
     table.print();
     println!();
-    target(&format!("webhook sink, default flags: events/s ≥ {WEBHOOK_TARGET:.0}"), webhook_ok);
-    target(&format!("run (default) / replay and run (--workers 0) / replay ≤ {RATIO_TARGET}"), ratio_ok);
-    println!();
-    let survived = at_least_once_under_sigkill(&bench);
-    target("at-least-once under SIGKILL: nothing lost, every restart made progress", survived);
+    if let Some(ok) = webhook_ok {
+        target(&format!("webhook sink, default flags: events/s ≥ {WEBHOOK_TARGET:.0}"), ok);
+    }
+    if let Some(ok) = ratio_ok {
+        target(&format!("run (default) / replay and run (--workers 0) / replay ≤ {RATIO_TARGET}"), ok);
+    }
+    if let Some(ok) = breaker_ok {
+        target(&format!("run with an always-out-of-fuel plugin / without it ≤ {BREAKER_TARGET}"), ok);
+    }
+    if wanted("sigkill") {
+        println!();
+        let survived = at_least_once_under_sigkill(&bench);
+        target("at-least-once under SIGKILL: nothing lost, every restart made progress", survived);
+    }
+}
+
+/// The `misbehave` test plugin's component, built for wasm32-wasip2 into
+/// `target/wasm-plugins` (where the tests build it too).
+fn misbehave_plugin() -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let target = root.join("target").join("wasm-plugins");
+    let mut build = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    build
+        .current_dir(root.join("plugins"))
+        .args([
+            "build",
+            "--release",
+            "--locked",
+            "--target",
+            "wasm32-wasip2",
+            "-p",
+            "fixture-misbehave",
+            "--target-dir",
+        ])
+        .arg(&target);
+    for var in ["RUSTFLAGS", "CARGO_ENCODED_RUSTFLAGS", "CARGO_BUILD_TARGET", "CARGO_TARGET_DIR"] {
+        build.env_remove(var);
+    }
+    assert!(build.status().expect("cargo runs").success(), "building the misbehave plugin failed");
+    target.join("wasm32-wasip2").join("release").join("misbehave.wasm")
+}
+
+/// Figure 4: `run` on [`BREAKER_EVENTS`] events whose reason is `Loop`, with the `misbehave`
+/// plugin as the aggregate key (out of fuel on every event) and without it; the ratio of the
+/// pairs' wall times. Whether the median ratio is within [`BREAKER_TARGET`].
+fn circuit_breaker(bench: &Bench, table: &mut Table) -> bool {
+    let plugin = misbehave_plugin();
+    let stream = bench.path("loop.jsonl");
+    let mut out = BufWriter::new(std::fs::File::create(&stream).expect("the loop stream"));
+    let input = BufReader::new(std::fs::File::open(&bench.stream).expect("the stream"));
+    for line in input.lines().map_while(Result::ok).take(BREAKER_EVENTS) {
+        let mut value: serde_json::Value = serde_json::from_str(&line).expect("a JSON line");
+        let event = if value.get("event").is_some() { &mut value["event"] } else { &mut value };
+        event["reason"] = "Loop".into();
+        writeln!(out, "{value}").expect("writing the loop stream");
+    }
+    out.flush().expect("writing the loop stream");
+    let run = |with_plugin: &bool| {
+        let mut command = bench.eventpipe(["run", "--summary-json", "--sink=jsonl:/dev/null"]);
+        command.arg(format!("--source=jsonl:{}", stream.display()));
+        if *with_plugin {
+            command.arg(format!("--aggregate-key-plugin={}", plugin.display()));
+        }
+        timed(command)
+    };
+    run(&true); // compiled into the cache before anything is timed
+    let samples = interleaved(bench.runs, &[false, true], run);
+    let wall = |runs: &[Finished]| runs.iter().map(|r| r.wall.as_secs_f64()).collect::<Vec<_>>();
+    let (without, with) = (wall(&samples[0]), wall(&samples[1]));
+    let ratios: Vec<f64> = with.iter().zip(&without).map(|(w, b)| w / b).collect();
+    table.add(format!("breaker: run, {BREAKER_EVENTS} events, built-in key"), "s", &without);
+    table.add("breaker: run, always-out-of-fuel plugin", "s", &with);
+    table.add("breaker: with / without (pairs)", "ratio", &ratios);
+    median_of(&ratios) <= BREAKER_TARGET
 }
 
 fn target(what: &str, met: bool) {
@@ -296,7 +380,7 @@ fn interleaved<C, T>(runs: usize, cases: &[C], mut measure: impl FnMut(&C) -> T)
 /// that moment: two threads hand a counter back and forth, each spinning until it is its turn,
 /// so that each holds a core of its own (the median of 5 series of 20,000 trips). On a virtual
 /// machine it tells whether the virtual cores share a last-level cache just then: on the 2-core
-/// machine of `docs/benchmarks.md` it was ~60 ns when they did and ~350 ns when they did not,
+/// machine of `docs/performance.md` it was ~60 ns when they did and ~350 ns when they did not,
 /// and `run`'s time followed it. `None` with fewer than 2 cores (the threads would take turns on
 /// one).
 fn core_round_trip_ns(cores: usize) -> Option<f64> {
@@ -546,7 +630,7 @@ fn run_against_replay(bench: &Bench, table: &mut Table) -> bool {
     // CPU seconds over single-core replay's, pair by pair: what each costs beyond replay's work.
     // Replay on every core does the same work as on one, so its ratio is the price of handing
     // data between cores on this machine at this moment (it varies with where the virtual
-    // cores land: 1.0–1.4 on the 2-core machine of `docs/benchmarks.md`).
+    // cores land: 1.0–1.4 on the 2-core machine of `docs/performance.md`).
     let cpu: Vec<Option<Vec<f64>>> = finished.iter().map(|f| f.iter().map(|f| f.cpu).collect()).collect();
     if let Some(single) = &cpu[single] {
         for (i, label) in [(0, "run (default)"), (every, "replay, every core")] {

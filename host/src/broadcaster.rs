@@ -919,6 +919,13 @@ impl<I> Drop for Park<'_, I> {
     }
 }
 
+impl crate::metrics::Snapshot {
+    /// Adds the Broadcaster's incoming-queue drops (watcher `incoming`, reason `queue_full`).
+    pub fn add_broadcaster<T: Clone + Send + 'static>(&mut self, broadcaster: &Broadcaster<T>) {
+        self.add_watcher_dropped("incoming", "queue_full", broadcaster.incoming_dropped());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;

@@ -43,6 +43,14 @@
 //! # tenant stage; default 65536, rounded down to a power of two).
 //! [plugins.by-reason]
 //! memo_max_entries = 16384
+//! # `digest` is the host's: the plugin is pinned to the SHA-256 of its component bytes; a file
+//! # (or embedded default) of another digest is refused. `eventpipe plugins lock` writes these.
+//! [plugins.my-filter-pinned]
+//! digest = "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+//! # `source` is the host's: the plugin is pulled at start from an OCI registry (a Wasm OCI
+//! # artifact, by its manifest digest), verified, cached, and loaded under this name.
+//! [plugins.shared-filter]
+//! source = "oci://registry.example.com/eventpipe/shared-filter:1.0@sha256:60303ae22b998861bce3b28f33eec1be758a213c86c93c076dbe9f558c11c752"
 //!
 //! [[tenants]]                          # first match wins, in file order
 //! name = "payments"
@@ -90,7 +98,8 @@
 //!   tenant's `match` has no `name`. A tenant's list replaces the `[defaults]` one (`drop = []`
 //!   clears it).
 //! - `pure` in a `[plugins.NAME]` table is `true` or `false` (or the string `"true"` / `"false"`);
-//!   `memo_max_entries` an integer from 2 to 16,777,216.
+//!   `memo_max_entries` an integer from 2 to 16,777,216; `digest` is `sha256:` and 64 hex
+//!   digits; `source` an `oci://HOST[:PORT]/REPO[:TAG]@sha256:HEX` reference.
 //! - In `[watch_cache]`, `budget_seconds` and `bookmark_interval_seconds` are positive numbers;
 //!   the other keys non-negative integers.
 //! - Each sink is a sink spec as `--sink` takes it (`jsonl:PATH`, `jsonl:-`, `plugin:NAME`, `k8s`,
@@ -114,7 +123,9 @@ use serde::de::{self, Deserializer, Visitor};
 use toml::Spanned;
 
 use crate::broadcaster::FullChannelBehavior;
+use crate::oci::OciReference;
 use crate::partition::PartitionKey;
+use crate::plugin::pin::{DIGEST_KEY, SOURCE_KEY, Sha256Digest};
 use crate::plugin::{FallbackPolicy, MEMO_MAX_ENTRIES_KEY, PURE_KEY, parse_memo_max_entries};
 pub use crate::tenant::DEFAULT_TENANT;
 use crate::tenant::rules::EventRule;
@@ -142,6 +153,19 @@ pub struct ConfigError {
     pub key: String,
     /// What is wrong.
     pub message: String,
+}
+
+impl ConfigError {
+    /// The file at `path` cannot be read (`error`; or it is not UTF-8): no line, no key.
+    pub fn unreadable(path: &Path, error: &std::io::Error) -> Self {
+        ConfigError {
+            path: path.to_path_buf(),
+            line: None,
+            column: None,
+            key: String::new(),
+            message: format!("cannot read: {error}"),
+        }
+    }
 }
 
 impl fmt::Display for ConfigError {
@@ -299,8 +323,14 @@ pub struct Config {
     pub defaults: Rules,
     /// The tenants, in file order (the order they are tried in).
     pub tenants: Vec<TenantConfig>,
-    /// `[plugins.NAME]` tables: plugin name → its key/value config.
+    /// `[plugins.NAME]` tables: plugin name → its key/value config (without the pin).
     pub plugin_config: BTreeMap<String, BTreeMap<String, String>>,
+    /// The `digest` keys of `[plugins.NAME]` tables: plugin name → the digest it is pinned to
+    /// ([`crate::plugin::pin`]). Read at start only.
+    pub pins: BTreeMap<String, Sha256Digest>,
+    /// The `source` keys of `[plugins.NAME]` tables: plugin name → the OCI reference (with its
+    /// manifest digest) it is pulled from at start ([`crate::oci`]).
+    pub sources: BTreeMap<String, OciReference>,
     /// `[[watchers]]` tables: watcher plugins attached to the Broadcaster at start.
     pub watchers: Vec<WatcherSpec>,
     /// `[shadow]`: plugin name → a candidate component run beside it ([`crate::plugin::shadow`]);
@@ -322,141 +352,55 @@ impl Config {
     ///
     /// # Errors
     /// [`ConfigError`] for a TOML syntax error, a wrong type, an unknown key or any rule of the
-    /// format broken (see the module documentation); the first one found.
+    /// format broken (see the module documentation); the first one found ([`Config::check`]
+    /// finds them all).
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        match Self::check(text, path) {
+            (Some(config), problems) if problems.is_empty() => Ok(config),
+            (_, mut problems) => Err(problems.swap_remove(0)),
+        }
+    }
+
+    /// Every problem of `text`, in file-section order, as `eventpipe validate` lists them:
+    ///
+    /// 1. TOML syntax errors (each with its line and column; the parser recovers after each).
+    ///    When there is one, nothing else is checked: the rest would be read from a guess.
+    /// 2. Types and unknown keys (an unknown key with `did you mean …?` when a known key of that
+    ///    table is close): each is noted, taken out of the document, and the document read
+    ///    again, until it reads. A missing required key ends this step.
+    /// 3. The rules of the format (module documentation), per key: one problem per key at
+    ///    most, every key checked.
+    ///
+    /// Returns the config when steps 1 and 2 pass (without the parts step 3 refused, so that
+    /// the caller can go on checking, e.g. that the plugins it names exist), and the problems
+    /// (none: the config is valid).
+    pub fn check(text: &str, path: &Path) -> (Option<Config>, Vec<ConfigError>) {
         let ctx = Ctx { text, path };
-        let deserializer = toml::Deserializer::parse(text).map_err(|e| ctx.toml_error(&e, String::new()))?;
-        let raw: RawFile = serde_path_to_error::deserialize(deserializer).map_err(|e| {
-            let key = key_path(e.path(), e.inner().message());
-            ctx.toml_error(e.inner(), key)
-        })?;
-
-        let defaults = ctx.rules(&raw.defaults, "defaults")?;
-        let mut tenants: Vec<TenantConfig> = Vec::with_capacity(raw.tenants.len());
-        let mut first_line: BTreeMap<&str, usize> = BTreeMap::new();
-        for (i, tenant) in raw.tenants.iter().enumerate() {
-            let prefix = format!("tenants[{i}]");
-            let t = tenant.get_ref();
-            let name = t.name.get_ref();
-            let name_err = |message: String| ctx.error(t.name.span(), format!("{prefix}.name"), message);
-            if name.is_empty() {
-                return Err(name_err("tenant name must not be empty".into()));
-            }
-            if name == DEFAULT_TENANT {
-                return Err(name_err(format!(
-                    "tenant name `{DEFAULT_TENANT}` is reserved for the [defaults] rules; choose another name"
-                )));
-            }
-            if let Some(line) = first_line.insert(name, ctx.line(t.name.span())) {
-                return Err(name_err(format!("duplicate tenant name `{name}` (first defined on line {line})")));
-            }
-            let matcher = ctx.matcher(t.matcher.as_ref(), tenant.span(), &format!("{prefix}.match"))?;
-            let own = ctx.rules(&t.rules, &format!("{prefix}.rules"))?;
-            let rules = own.clone().merge(&defaults, t.rules.filters.is_some());
-            tenants.push(TenantConfig { name: name.clone(), matcher, rules, own });
+        let (mut table, syntax) = toml::de::DeTable::parse_recoverable(text);
+        if !syntax.is_empty() {
+            let mut errors: Vec<ConfigError> = syntax.iter().map(|e| ctx.toml_error(e, String::new())).collect();
+            errors.sort_by_key(|e| (e.line, e.column));
+            return (None, errors);
         }
-
-        let mut plugin_config = BTreeMap::new();
-        for (plugin, table) in raw.plugins {
-            if let Some(pure) = table.get(PURE_KEY)
-                && !matches!(pure.get_ref().0.as_str(), "true" | "false")
-            {
-                return Err(ctx.error(
-                    pure.span(),
-                    format!("plugins.{plugin}.{PURE_KEY}"),
-                    format!("expected `true` or `false`, got `{}`", pure.get_ref().0),
-                ));
-            }
-            if let Some(max) = table.get(MEMO_MAX_ENTRIES_KEY)
-                && let Err(why) = parse_memo_max_entries(&max.get_ref().0)
-            {
-                return Err(ctx.error(max.span(), format!("plugins.{plugin}.{MEMO_MAX_ENTRIES_KEY}"), why));
-            }
-            plugin_config.insert(plugin, table.into_iter().map(|(k, v)| (k, v.into_inner().0)).collect());
-        }
-        let mut watchers = Vec::with_capacity(raw.watchers.len());
-        for (i, w) in raw.watchers.iter().enumerate() {
-            let w = w.get_ref();
-            let mut spec = WatcherSpec::new(w.plugin.get_ref().clone());
-            if spec.plugin.is_empty() {
-                return Err(ctx.error(w.plugin.span(), format!("watchers[{i}].plugin"), "must not be empty"));
-            }
-            if let Some(n) = w.queue_length {
-                spec.queue_length = n;
-            }
-            if let Some(b) = &w.full_channel_behavior {
-                spec.full_channel_behavior = match b.get_ref().as_str() {
-                    "drop" => FullChannelBehavior::DropIfChannelFull,
-                    "wait" => FullChannelBehavior::WaitIfChannelFull,
-                    other => {
-                        return Err(ctx.error(
-                            b.span(),
-                            format!("watchers[{i}].full_channel_behavior"),
-                            format!("expected `drop` or `wait`, got `{other}`"),
-                        ));
-                    }
-                };
-            }
-            if let Some(on) = &w.on {
-                spec.on = match on.get_ref().as_str() {
-                    "input" => crate::watchers::WatchOn::Input,
-                    "results" => crate::watchers::WatchOn::Results,
-                    other => {
-                        return Err(ctx.error(
-                            on.span(),
-                            format!("watchers[{i}].on"),
-                            format!("expected `input` or `results`, got `{other}`"),
-                        ));
-                    }
-                };
-            }
-            spec.resource_version = w.resource_version;
-            watchers.push(spec);
-        }
-        let here = |file: &str| {
-            let file = PathBuf::from(file);
-            match path.parent() {
-                Some(dir) if file.is_relative() => dir.join(file),
-                _ => file,
+        let mut problems = Vec::new();
+        let raw = loop {
+            let deserializer = toml::Deserializer::from(table.clone());
+            let e = match serde_path_to_error::deserialize::<_, RawFile>(deserializer) {
+                Ok(raw) => break raw,
+                Err(e) => e,
+            };
+            let (key, at) = error_key(e.path(), e.inner().message());
+            let mut error = ctx.toml_error(e.inner(), key);
+            error.message = with_suggestion(&error.message);
+            let missing = error.message.starts_with("missing field");
+            problems.push(error);
+            // Take the offending key out and read again; a missing key cannot be taken out.
+            if missing || problems.len() > MAX_PROBLEMS || !remove_at(table.get_mut(), &at) {
+                return (None, problems);
             }
         };
-        let shadows = raw.shadow.iter().map(|(name, file)| (name.clone(), here(file))).collect();
-        let shadow_diffs = raw.shadow_diffs.as_deref().map(here);
-        let cache = &raw.watch_cache;
-        for (key, value) in
-            [("budget_seconds", &cache.budget_seconds), ("bookmark_interval_seconds", &cache.bookmark_interval_seconds)]
-        {
-            if let Some(v) = value
-                && !(v.get_ref().is_finite() && *v.get_ref() > 0.0)
-            {
-                return Err(ctx.error(
-                    v.span(),
-                    format!("watch_cache.{key}"),
-                    format!("expected a positive number of seconds, got {}", v.get_ref()),
-                ));
-            }
-        }
-        let watch_cache = crate::watch_cache::WatchCacheSettings {
-            size: cache.size,
-            age_seconds: cache.age_seconds,
-            objects: cache.objects,
-            event_ttl_seconds: cache.event_ttl_seconds,
-            queue_length: cache.queue_length,
-            budget_seconds: cache.budget_seconds.as_ref().map(|v| *v.get_ref()),
-            bookmark_interval_seconds: cache.bookmark_interval_seconds.as_ref().map(|v| *v.get_ref()),
-        };
-        Ok(Config {
-            path: path.to_path_buf(),
-            defaults,
-            tenants,
-            plugin_config,
-            watchers,
-            shadows,
-            shadow_diffs,
-            shadow_diffs_max: raw.shadow_diffs_max,
-            watch_cache,
-            key_lines: ctx.key_lines(),
-        })
+        let config = ctx.build(raw, &mut problems);
+        (Some(config), problems)
     }
 
     /// The 1-based line of rules key `key` (`defaults.burst`, `tenants[0].rules.sinks`), if the
@@ -471,13 +415,7 @@ impl Config {
     /// [`ConfigError`] without a line when the file cannot be read (or is not UTF-8); otherwise
     /// as [`Config::parse`].
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-            path: path.to_path_buf(),
-            line: None,
-            column: None,
-            key: String::new(),
-            message: format!("cannot read: {e}"),
-        })?;
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::unreadable(path, &e))?;
         Config::parse(&text, path)
     }
 
@@ -527,6 +465,43 @@ impl Config {
 //
 // These types are also the source of the config's JSON Schema ([`json_schema`]): their doc
 // comments are its descriptions.
+
+/// `text` (the config file at `path`) with `digest = "sha256:…"` set in the `[plugins.NAME]`
+/// table of each of `pins` (plugin name → digest), as a lock file records what was resolved:
+/// tables are added where missing, every other key, comment and table is kept as it was.
+///
+/// # Errors
+/// [`ConfigError`] when `text` is not a valid config, or a `plugins` or `plugins.NAME` key
+/// holds something other than a table.
+pub fn with_pins_written(
+    text: &str,
+    path: &Path,
+    pins: &BTreeMap<String, Sha256Digest>,
+) -> Result<String, ConfigError> {
+    Config::parse(text, path)?;
+    let not_a_table = |key: String| ConfigError {
+        path: path.to_path_buf(),
+        line: None,
+        column: None,
+        key,
+        message: "expected a table".into(),
+    };
+    let mut doc: toml_edit::DocumentMut = text.parse().map_err(|_| not_a_table(String::new()))?;
+    let plugins = doc.entry("plugins").or_insert_with(|| {
+        let mut table = toml_edit::Table::new();
+        table.set_implicit(true);
+        toml_edit::Item::Table(table)
+    });
+    let plugins = plugins.as_table_like_mut().ok_or_else(|| not_a_table("plugins".into()))?;
+    for (name, digest) in pins {
+        let table = plugins.entry(name).or_insert(toml_edit::Item::Table(toml_edit::Table::new()));
+        let table = table.as_table_like_mut().ok_or_else(|| not_a_table(format!("plugins.{name}")))?;
+        table.insert(DIGEST_KEY, toml_edit::value(digest.to_string()));
+    }
+    let written = doc.to_string();
+    Config::parse(&written, path)?;
+    Ok(written)
+}
 
 /// An eventpipe tenant config (TOML): `[defaults]`, `[plugins.NAME]`, `[[tenants]]`,
 /// `[[watchers]]`.
@@ -692,7 +667,8 @@ struct RawRules {
     #[schemars(with = "Option<FallbackName>")]
     fallback: Option<Spanned<String>>,
     /// Sinks, as `--sink` takes them (`jsonl:PATH`, `jsonl:-`, `k8s`, `k8s:NAMESPACE`,
-    /// `plugin:NAME`, `webhook:URL`, each optionally followed by `,delivery=MODE`).
+    /// `plugin:NAME`, `webhook:URL`, each optionally followed by `,delivery=MODE`; a webhook
+    /// also by `,concurrency=adaptive|N`, `,max_batch=N`, `,max_batch_bytes=N`).
     #[schemars(with = "Option<Vec<String>>")]
     sinks: Option<Spanned<Vec<Spanned<String>>>>,
     /// What `run --workers` shards this tenant's events by.
@@ -867,6 +843,187 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// The config of a file that read (`raw`), checking every rule of the format; each problem
+    /// goes to `problems` and leaves its part out (a tenant, a `[plugins.NAME]` table, a watcher,
+    /// a `[watch_cache]` key), so that the rest is still checked.
+    fn build(&self, raw: RawFile, problems: &mut Vec<ConfigError>) -> Config {
+        let ctx = self;
+        let path = self.path;
+        let defaults = ctx.rules(&raw.defaults, "defaults").unwrap_or_else(|e| {
+            problems.extend(e);
+            Rules::default()
+        });
+        let mut tenants: Vec<TenantConfig> = Vec::with_capacity(raw.tenants.len());
+        let mut first_line: BTreeMap<&str, usize> = BTreeMap::new();
+        for (i, tenant) in raw.tenants.iter().enumerate() {
+            let prefix = format!("tenants[{i}]");
+            let t = tenant.get_ref();
+            let name = t.name.get_ref();
+            let name_err = |message: String| ctx.error(t.name.span(), format!("{prefix}.name"), message);
+            let mut ok = true;
+            if name.is_empty() {
+                problems.push(name_err("tenant name must not be empty".into()));
+                ok = false;
+            } else if name == DEFAULT_TENANT {
+                problems.push(name_err(format!(
+                    "tenant name `{DEFAULT_TENANT}` is reserved for the [defaults] rules; choose another name"
+                )));
+                ok = false;
+            } else if let Some(line) = first_line.insert(name, ctx.line(t.name.span())) {
+                problems.push(name_err(format!("duplicate tenant name `{name}` (first defined on line {line})")));
+                ok = false;
+            }
+            let matcher = ctx
+                .matcher(t.matcher.as_ref(), tenant.span(), &format!("{prefix}.match"))
+                .map_err(|e| problems.push(e))
+                .ok();
+            let rules = ctx.rules(&t.rules, &format!("{prefix}.rules")).map_err(|e| problems.extend(e)).ok();
+            if let (true, Some(matcher), Some(own)) = (ok, matcher, rules) {
+                let rules = own.clone().merge(&defaults, t.rules.filters.is_some());
+                tenants.push(TenantConfig { name: name.clone(), matcher, rules, own });
+            }
+        }
+
+        let mut plugin_config = BTreeMap::new();
+        let mut pins = BTreeMap::new();
+        let mut sources = BTreeMap::new();
+        for (plugin, mut table) in raw.plugins {
+            if let Some(digest) = table.remove(DIGEST_KEY) {
+                match digest.get_ref().0.parse::<Sha256Digest>() {
+                    Ok(pin) => {
+                        pins.insert(plugin.clone(), pin);
+                    }
+                    Err(e) => {
+                        problems.push(ctx.error(digest.span(), format!("plugins.{plugin}.{DIGEST_KEY}"), e.to_string()))
+                    }
+                }
+            }
+            if let Some(source) = table.remove(SOURCE_KEY) {
+                let key = format!("plugins.{plugin}.{SOURCE_KEY}");
+                match source.get_ref().0.parse::<OciReference>() {
+                    Ok(reference) if reference.digest().is_none() => problems.push(ctx.error(
+                        source.span(),
+                        key,
+                        "expected the manifest's digest: oci://…@sha256:HEX",
+                    )),
+                    Ok(reference) => {
+                        sources.insert(plugin.clone(), reference);
+                    }
+                    Err(e) => problems.push(ctx.error(source.span(), key, e.to_string())),
+                }
+            }
+            if let Some(pure) = table.get(PURE_KEY)
+                && !matches!(pure.get_ref().0.as_str(), "true" | "false")
+            {
+                problems.push(ctx.error(
+                    pure.span(),
+                    format!("plugins.{plugin}.{PURE_KEY}"),
+                    format!("expected `true` or `false`, got `{}`", pure.get_ref().0),
+                ));
+                continue;
+            }
+            if let Some(max) = table.get(MEMO_MAX_ENTRIES_KEY)
+                && let Err(why) = parse_memo_max_entries(&max.get_ref().0)
+            {
+                problems.push(ctx.error(max.span(), format!("plugins.{plugin}.{MEMO_MAX_ENTRIES_KEY}"), why));
+                continue;
+            }
+            plugin_config.insert(plugin, table.into_iter().map(|(k, v)| (k, v.into_inner().0)).collect());
+        }
+        let mut watchers = Vec::with_capacity(raw.watchers.len());
+        for (i, w) in raw.watchers.iter().enumerate() {
+            match ctx.watcher(w.get_ref(), i) {
+                Ok(spec) => watchers.push(spec),
+                Err(e) => problems.push(e),
+            }
+        }
+        let here = |file: &str| {
+            let file = PathBuf::from(file);
+            match path.parent() {
+                Some(dir) if file.is_relative() => dir.join(file),
+                _ => file,
+            }
+        };
+        let shadows = raw.shadow.iter().map(|(name, file)| (name.clone(), here(file))).collect();
+        let shadow_diffs = raw.shadow_diffs.as_deref().map(here);
+        let cache = &raw.watch_cache;
+        let mut seconds = |key: &str, value: &Option<Spanned<f64>>| match value {
+            Some(v) if !(v.get_ref().is_finite() && *v.get_ref() > 0.0) => {
+                problems.push(ctx.error(
+                    v.span(),
+                    format!("watch_cache.{key}"),
+                    format!("expected a positive number of seconds, got {}", v.get_ref()),
+                ));
+                None
+            }
+            v => v.as_ref().map(|v| *v.get_ref()),
+        };
+        let budget_seconds = seconds("budget_seconds", &cache.budget_seconds);
+        let bookmark_interval_seconds = seconds("bookmark_interval_seconds", &cache.bookmark_interval_seconds);
+        let watch_cache = crate::watch_cache::WatchCacheSettings {
+            size: cache.size,
+            age_seconds: cache.age_seconds,
+            objects: cache.objects,
+            event_ttl_seconds: cache.event_ttl_seconds,
+            queue_length: cache.queue_length,
+            budget_seconds,
+            bookmark_interval_seconds,
+        };
+        Config {
+            path: path.to_path_buf(),
+            defaults,
+            tenants,
+            plugin_config,
+            pins,
+            sources,
+            watchers,
+            shadows,
+            shadow_diffs,
+            shadow_diffs_max: raw.shadow_diffs_max,
+            watch_cache,
+            key_lines: ctx.key_lines(),
+        }
+    }
+
+    /// A `[[watchers]]` entry (the `i`th).
+    fn watcher(&self, w: &RawWatcher, i: usize) -> Result<WatcherSpec, ConfigError> {
+        let mut spec = WatcherSpec::new(w.plugin.get_ref().clone());
+        if spec.plugin.is_empty() {
+            return Err(self.error(w.plugin.span(), format!("watchers[{i}].plugin"), "must not be empty"));
+        }
+        if let Some(n) = w.queue_length {
+            spec.queue_length = n;
+        }
+        if let Some(b) = &w.full_channel_behavior {
+            spec.full_channel_behavior = match b.get_ref().as_str() {
+                "drop" => FullChannelBehavior::DropIfChannelFull,
+                "wait" => FullChannelBehavior::WaitIfChannelFull,
+                other => {
+                    return Err(self.error(
+                        b.span(),
+                        format!("watchers[{i}].full_channel_behavior"),
+                        format!("expected `drop` or `wait`, got `{other}`"),
+                    ));
+                }
+            };
+        }
+        if let Some(on) = &w.on {
+            spec.on = match on.get_ref().as_str() {
+                "input" => crate::watchers::WatchOn::Input,
+                "results" => crate::watchers::WatchOn::Results,
+                other => {
+                    return Err(self.error(
+                        on.span(),
+                        format!("watchers[{i}].on"),
+                        format!("expected `input` or `results`, got `{other}`"),
+                    ));
+                }
+            };
+        }
+        spec.resource_version = w.resource_version;
+        Ok(spec)
+    }
+
     /// 1-based line and column (in characters) of byte `offset`.
     fn line_col(&self, offset: usize) -> (usize, usize) {
         let mut offset = offset.min(self.text.len());
@@ -938,68 +1095,84 @@ impl Ctx<'_> {
         Ok(PluginRef { name: name.get_ref().clone(), line: self.line(name.span()), key })
     }
 
-    fn rules(&self, raw: &RawRules, prefix: &str) -> Result<Rules, ConfigError> {
+    /// A `[defaults]` or tenant `rules` table, every key checked; `Err`: each key's problem.
+    fn rules(&self, raw: &RawRules, prefix: &str) -> Result<Rules, Vec<ConfigError>> {
+        let mut problems = Vec::new();
         let key = |k: &str| format!("{prefix}.{k}");
-        let plugin =
-            |name: &Option<Spanned<String>>, k: &str| name.as_ref().map(|n| self.plugin(n, key(k), false)).transpose();
+        let mut plugin = |name: &Option<Spanned<String>>, k: &str| {
+            name.as_ref().and_then(|n| self.plugin(n, key(k), false).map_err(|e| problems.push(e)).ok())
+        };
+        let aggregate_key = plugin(&raw.aggregate_key, "aggregate_key");
+        let message_combiner = plugin(&raw.message_combiner, "message_combiner");
+        let spam_key = plugin(&raw.spam_key, "spam_key");
         let filters = raw
             .filters
             .iter()
             .flatten()
             .enumerate()
-            .map(|(i, f)| self.plugin(f, format!("{prefix}.filters[{i}]"), true))
-            .collect::<Result<_, _>>()?;
+            .filter_map(|(i, f)| {
+                self.plugin(f, format!("{prefix}.filters[{i}]"), true).map_err(|e| problems.push(e)).ok()
+            })
+            .collect();
         if let Some(qps) = &raw.qps
             && qps.get_ref().is_nan()
         {
-            return Err(self.error(qps.span(), key("qps"), "must be a number, not nan"));
+            problems.push(self.error(qps.span(), key("qps"), "must be a number, not nan"));
         }
-        let fallback = raw
-            .fallback
-            .as_ref()
-            .map(|f| f.get_ref().parse::<FallbackPolicy>().map_err(|e| self.error(f.span(), key("fallback"), e)))
-            .transpose()?;
-        let partition_key = raw
-            .partition_key
-            .as_ref()
-            .map(|p| {
-                <PartitionKey as clap::ValueEnum>::from_str(p.get_ref(), false).map_err(|_| {
-                    self.error(
+        let fallback = raw.fallback.as_ref().and_then(|f| {
+            f.get_ref()
+                .parse::<FallbackPolicy>()
+                .map_err(|e| problems.push(self.error(f.span(), key("fallback"), e)))
+                .ok()
+        });
+        let partition_key = raw.partition_key.as_ref().and_then(|p| {
+            <PartitionKey as clap::ValueEnum>::from_str(p.get_ref(), false)
+                .map_err(|_| {
+                    problems.push(self.error(
                         p.span(),
                         key("partition_key"),
                         format!("expected `source-object` or `namespace`, got `{}`", p.get_ref()),
-                    )
+                    ))
                 })
-            })
-            .transpose()?;
-        let sinks = raw
-            .sinks
-            .as_ref()
-            .map(|sinks| {
-                if sinks.get_ref().is_empty() {
-                    return Err(self.error(
-                        sinks.span(),
-                        key("sinks"),
-                        "an empty list sends events nowhere; give at least one sink or remove the key",
-                    ));
-                }
-                sinks
-                    .get_ref()
-                    .iter()
-                    .enumerate()
-                    .map(|(i, s)| match s.get_ref().parse::<crate::sink::SinkEntry>() {
-                        Ok(_) => Ok(s.get_ref().clone()),
-                        Err(e) => {
-                            Err(self.error(s.span(), format!("{prefix}.sinks[{i}]"), format!("invalid sink {e}")))
-                        }
-                    })
-                    .collect()
-            })
-            .transpose()?;
+                .ok()
+        });
+        let sinks = raw.sinks.as_ref().map(|sinks| {
+            if sinks.get_ref().is_empty() {
+                problems.push(self.error(
+                    sinks.span(),
+                    key("sinks"),
+                    "an empty list sends events nowhere; give at least one sink or remove the key",
+                ));
+            }
+            sinks
+                .get_ref()
+                .iter()
+                .enumerate()
+                .filter_map(|(i, s)| match s.get_ref().parse::<crate::sink::SinkEntry>() {
+                    Ok(_) => Some(s.get_ref().clone()),
+                    Err(e) => {
+                        problems.push(self.error(
+                            s.span(),
+                            format!("{prefix}.sinks[{i}]"),
+                            format!("invalid sink {e}"),
+                        ));
+                        None
+                    }
+                })
+                .collect()
+        });
+        let mut list =
+            |list: &str, value| self.event_rules(value, prefix, list).map_err(|e| problems.push(e)).ok().flatten();
+        let drop = list("drop", raw.drop.as_ref());
+        let keep = list("keep", raw.keep.as_ref());
+        let spam_exempt = list("spam_exempt", raw.spam_exempt.as_ref());
+        if !problems.is_empty() {
+            return Err(problems);
+        }
         Ok(Rules {
-            aggregate_key: plugin(&raw.aggregate_key, "aggregate_key")?,
-            message_combiner: plugin(&raw.message_combiner, "message_combiner")?,
-            spam_key: plugin(&raw.spam_key, "spam_key")?,
+            aggregate_key,
+            message_combiner,
+            spam_key,
             filters,
             filters_listed: raw.filters.is_some(),
             max_events: raw.max_events,
@@ -1012,9 +1185,9 @@ impl Ctx<'_> {
             fallback,
             sinks,
             partition_key,
-            drop: self.event_rules(raw.drop.as_ref(), prefix, "drop")?,
-            keep: self.event_rules(raw.keep.as_ref(), prefix, "keep")?,
-            spam_exempt: self.event_rules(raw.spam_exempt.as_ref(), prefix, "spam_exempt")?,
+            drop,
+            keep,
+            spam_exempt,
             suppressed_summary_seconds: raw.suppressed_summary_seconds,
         })
     }
@@ -1146,10 +1319,121 @@ fn key_path(path: &serde_path_to_error::Path, message: &str) -> String {
     out
 }
 
+/// Problems [`Config::check`] lists at most from the reading step (each one costs a new read of
+/// the document).
+const MAX_PROBLEMS: usize = 100;
+
+/// One step of a key path into the TOML document.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Step {
+    Key(String),
+    Index(usize),
+}
+
+/// The key path of a deserialisation error (as [`key_path`]) and the steps to the offending
+/// value (for an unknown field, the field itself).
+fn error_key(path: &serde_path_to_error::Path, message: &str) -> (String, Vec<Step>) {
+    let mut steps = Vec::new();
+    for segment in path {
+        match segment {
+            serde_path_to_error::Segment::Seq { index } => steps.push(Step::Index(*index)),
+            serde_path_to_error::Segment::Map { key } | serde_path_to_error::Segment::Enum { variant: key } => {
+                if !key.starts_with("$__serde_spanned_private") {
+                    steps.push(Step::Key(key.clone()));
+                }
+            }
+            serde_path_to_error::Segment::Unknown => steps.push(Step::Key("?".into())),
+        }
+    }
+    if let Some(rest) = message.strip_prefix("unknown field `")
+        && let Some((field, _)) = rest.split_once('`')
+        && steps.last() != Some(&Step::Key(field.to_string()))
+    {
+        steps.push(Step::Key(field.to_string()));
+    }
+    (key_path(path, message), steps)
+}
+
+/// Takes the value at `steps` out of `table`; `false` when there is none.
+fn remove_at(table: &mut toml::de::DeTable<'_>, steps: &[Step]) -> bool {
+    let Some((last, parents)) = steps.split_last() else { return false };
+    let mut value: Option<&mut toml::de::DeValue<'_>> = None;
+    for step in parents {
+        let next = match (value, step) {
+            (None, Step::Key(k)) => table.get_mut(k.as_str()),
+            (Some(toml::de::DeValue::Table(t)), Step::Key(k)) => t.get_mut(k.as_str()),
+            (Some(toml::de::DeValue::Array(a)), Step::Index(i)) => a.get_mut(*i),
+            _ => None,
+        };
+        let Some(next) = next else { return false };
+        value = Some(next.get_mut());
+    }
+    match (value, last) {
+        (None, Step::Key(k)) => table.remove(k.as_str()).is_some(),
+        (Some(toml::de::DeValue::Table(t)), Step::Key(k)) => t.remove(k.as_str()).is_some(),
+        (Some(toml::de::DeValue::Array(a)), Step::Index(i)) if *i < a.len() => {
+            let mut kept = toml::de::DeArray::new();
+            for (j, item) in a.iter().enumerate() {
+                if j != *i {
+                    kept.push(item.clone());
+                }
+            }
+            *a = kept;
+            true
+        }
+        _ => false,
+    }
+}
+
+/// For an unknown field close to one the table has (serde's `unknown field `x`, expected one of
+/// `a`, `b``; by Jaro-Winkler similarity ≥ 0.8, as plugin names are suggested), `unknown field
+/// `x`; did you mean `a`?` instead of the list; otherwise `message`.
+fn with_suggestion(message: &str) -> String {
+    let Some(rest) = message.strip_prefix("unknown field `") else { return message.to_string() };
+    let Some((field, expected)) = rest.split_once('`') else { return message.to_string() };
+    let best = expected
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(|known| (strsim::jaro_winkler(field, known), known))
+        .filter(|(score, _)| *score >= 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0));
+    match best {
+        Some((_, known)) => format!("unknown field `{field}`; did you mean `{known}`?"),
+        None => message.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::event::Event;
+
+    #[test]
+    fn check_lists_every_problem_of_a_file() {
+        let text = "[defaults]\nburst = \"many\"\nmax_evnts = 5\nqps = nan\nfallback = \"nope\"\n\n[[tenants]]\nname = \"default\"\nmatch = { namespaces = [\"a\"] }\n\n[[watchers]]\nplugin = \"log\"\non = \"everything\"\n";
+        let (config, problems) = Config::check(text, Path::new("t.toml"));
+        let found: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            found,
+            [
+                "t.toml:2:9: defaults.burst: invalid type: string \"many\", expected i64",
+                "t.toml:3:1: defaults.max_evnts: unknown field `max_evnts`; did you mean `max_events`?",
+                "t.toml:4:7: defaults.qps: must be a number, not nan",
+                "t.toml:5:12: defaults.fallback: unknown fallback policy \"nope\" (expected builtin, drop or fail)",
+                "t.toml:8:8: tenants[0].name: tenant name `default` is reserved for the [defaults] rules; choose another name",
+                "t.toml:13:6: watchers[0].on: expected `input` or `results`, got `everything`",
+            ]
+        );
+        // What passed is still there for further checks.
+        assert!(config.is_some_and(|c| c.tenants.is_empty() && c.watchers.is_empty()));
+        // The first problem is what `parse` reports.
+        assert_eq!(Config::parse(text, Path::new("t.toml")).unwrap_err().to_string(), found[0]);
+        // A syntax error stops there, every one listed in file order.
+        let (config, problems) = Config::check("a = \nb = [1\nc = 2\n", Path::new("t.toml"));
+        assert!(config.is_none() && problems.len() >= 2, "{problems:?}");
+        assert!(problems.windows(2).all(|p| p[0].line <= p[1].line), "{problems:?}");
+    }
 
     /// The example in this module's documentation, so that it cannot go stale.
     fn doc_example() -> String {
@@ -1393,6 +1677,46 @@ mod tests {
             "plugins.p.memo_max_entries",
             "expected an integer, got `many`",
         );
+    }
+
+    #[test]
+    fn digest_is_a_pin_and_not_plugin_config() {
+        let pin = "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+        let config = parse(&format!("[plugins.p]\nx = 1\ndigest = \"{pin}\"\n")).unwrap();
+        assert_eq!(config.pins["p"].to_string(), pin);
+        assert_eq!(config.plugin_config["p"], BTreeMap::from([("x".to_string(), "1".to_string())]));
+        assert_err("[plugins.p]\ndigest = \"sha256:9f86\"\n", 2, "plugins.p.digest", "expected `sha256:` and 64 hex");
+    }
+
+    #[test]
+    fn source_is_an_oci_reference_with_a_manifest_digest() {
+        let d = Sha256Digest::of(b"m");
+        let config = parse(&format!("[plugins.p]\nsource = \"oci://127.0.0.1:5000/x/p:v1@{d}\"\n")).unwrap();
+        assert_eq!(config.sources["p"].digest(), Some(&d));
+        assert!(config.plugin_config["p"].is_empty(), "not passed to the plugin");
+        let no_digest = "[plugins.p]\nsource = \"oci://127.0.0.1:5000/x/p:v1\"\n";
+        assert_err(no_digest, 2, "plugins.p.source", "expected the manifest's digest");
+        assert_err("[plugins.p]\nsource = \"https://h/x\"\n", 2, "plugins.p.source", "expected oci://");
+    }
+
+    #[test]
+    fn pins_are_written_into_the_file_keeping_the_rest() {
+        let text = "# tenants\n[defaults]\nmax_events = 5 # five\n\n[plugins.a]\nx = \"1\"\ndigest = \"sha256:00\"\n";
+        let path = Path::new("eventpipe.toml");
+        let pins =
+            BTreeMap::from([("a".to_string(), Sha256Digest::of(b"a")), ("b".to_string(), Sha256Digest::of(b"b"))]);
+        assert!(with_pins_written(text, path, &pins).is_err(), "an invalid config is not rewritten");
+        let text = text.replace("sha256:00", &Sha256Digest::of(b"old").to_string());
+        let written = with_pins_written(&text, path, &pins).unwrap();
+        assert!(
+            written.starts_with("# tenants\n[defaults]\nmax_events = 5 # five\n\n[plugins.a]\nx = \"1\"\n"),
+            "{written}"
+        );
+        assert_eq!(Config::parse(&written, path).unwrap().pins, pins);
+        assert_eq!(Config::parse(&written, path).unwrap().plugin_config["a"]["x"], "1");
+        assert_eq!(with_pins_written(&written, path, &pins).unwrap(), written, "writing the same pins changes nothing");
+        let fresh = with_pins_written("", path, &pins).unwrap();
+        assert_eq!(Config::parse(&fresh, path).unwrap().pins, pins, "{fresh}");
     }
 
     #[test]

@@ -16,7 +16,9 @@
 //! ```
 //!
 //! Where to start:
-//! - [`run()`] runs the whole pipeline from [`RunOptions`] (what `eventpipe run` does);
+//! - [`run()`] runs the whole pipeline from [`RunOptions`] (what `eventpipe run` does): the
+//!   [`topology`] builds its pieces (role, checkpointer, sinks, plan and reloader, Broadcaster
+//!   and router, watchers, servers, source) and owns their start and shutdown order;
 //!   [`replay()`] runs one [`TenantStage`] over a recorded stream (`eventpipe replay`).
 //! - [`EventBroadcaster`] and [`EventRecorder`] are client-go's recording API:
 //!   `start_recording_to_sink` attaches the same tenant stage to any [`EventSink`] (whose
@@ -33,17 +35,24 @@
 //!
 //! Modules sit in layers; each imports only modules below it. From the top:
 //! - [`commands`]: the subcommands' bodies (`run`, `replay`, `test`, `bench`, `validate`,
-//!   `top`, `new-plugin`); `metrics`: the `/metrics` families.
+//!   `top`, `new-plugin`).
+//! - [`topology`]: `eventpipe run`'s running topology: the [`topology::Role`] (single host,
+//!   publish tier, worker tier), the pieces built from the grouped [`RunOptions`] (source or
+//!   worker tier, Broadcaster and tenant router or publish tier, sinks and watch cache, plan and
+//!   reloader, watcher plugins, HTTP servers, checkpointer), and [`topology::RunningTopology`],
+//!   which drains them in order and produces the [`RunSummary`].
 //! - [`record`]: client-go's `tools/record` (EventRecorder, EventBroadcaster) and
 //!   `tools/events` (EventSeries).
 //! - [`pipeline`]: above the Broadcaster: tenant plans, the tenant stage, the router, "N
 //!   suppressed" summaries, the scale-out tiers.
-//! - [`config`], [`watchers`], [`sink`], [`plugin`], [`watch_cache`], [`source`]: the tenant
-//!   config file, Broadcaster watchers, EventSinks, the Wasm runtime (the only wasmtime user),
-//!   the apiserver-style watch cache, the sources.
+//! - [`config`], [`watchers`], [`sink`], [`oci`], [`plugin`], [`watch_cache`], [`source`]: the
+//!   tenant config file, Broadcaster watchers, EventSinks, plugins in OCI registries, the Wasm
+//!   runtime (the only wasmtime user), the apiserver-style watch cache, the sources.
 //! - [`correlator`], [`tenant`] (matching and drop/keep rules), [`partition`], [`broadcaster`],
 //!   [`delivery`], [`k8s`] (the API server connection), [`nats`], [`event`], [`clock`], and the
-//!   small ones ([`health`], [`logging`], [`reload`]): the ground floor.
+//!   small ones ([`health`], [`http_server`], [`logging`], [`redact`], [`reload`], [`metrics`]:
+//!   the `/metrics` families and their server; each module above adds its own counters): the
+//!   ground floor.
 
 pub mod broadcaster;
 pub mod clock;
@@ -53,18 +62,22 @@ pub mod correlator;
 pub mod delivery;
 pub mod event;
 pub mod health;
+pub mod http_server;
 pub mod k8s;
 pub mod logging;
 pub mod metrics;
 pub mod nats;
+pub mod oci;
 pub mod partition;
 pub mod pipeline;
 pub mod plugin;
 pub mod record;
+pub mod redact;
 pub mod reload;
 pub mod sink;
 pub mod source;
 pub mod tenant;
+pub mod topology;
 pub mod watch_cache;
 pub mod watchers;
 

@@ -86,9 +86,21 @@ fn main() -> ExitCode {
         }
     };
     result.unwrap_or_else(|e| {
+        // A reader that closed its end early (`eventpipe replay … | head`) ends the command
+        // quietly with 0, as other Unix tools' output to a pipe ends.
+        if closed_stdout(&e) {
+            return ExitCode::SUCCESS;
+        }
         eprintln!("eventpipe: {}", error_chain(&e));
         ExitCode::FAILURE
     })
+}
+
+/// Whether `error` is a write to a pipe whose reader has gone (`EPIPE`; Rust ignores `SIGPIPE`).
+fn closed_stdout(error: &anyhow::Error) -> bool {
+    error
+        .chain()
+        .any(|cause| cause.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe))
 }
 
 /// The error and its causes, `: `-separated, leaving out a cause whose text the message already

@@ -9,6 +9,12 @@
 //! for one tenant). A series whose source goes away (a tenant removed by a config reload) may
 //! go down: Prometheus treats that as a counter reset.
 //!
+//! This module sits low in the layers: it knows the families (the table [`FAMILIES`]: name,
+//! help, kind, the series always shown) and how to serve them, not whose counters they are.
+//! Each counting module adds its own to a [`Snapshot`] (`Snapshot::add_router` beside
+//! `RouterStats`, `Snapshot::add_webhook` beside the webhook sink, …), and each piece of the
+//! running topology ([`crate::topology`]) registers its source.
+//!
 //! # Families (OpenMetrics names; counters end in `_total`)
 //!
 //! | family | labels | from |
@@ -31,10 +37,13 @@
 //! | `eventpipe_sink_sent_total`, `_acked_total`, `_retries_total`, `_failures_total` | `sink` | webhook sinks |
 //! | `eventpipe_sink_dropped_total` | `sink`, `reason` (`queue_full`) | webhook sinks, at-most-once |
 //! | `eventpipe_sink_queue_depth`, `eventpipe_sink_queue_capacity` (gauges) | `sink` | webhook sinks, events |
+//! | `eventpipe_sink_concurrency_limit`, `eventpipe_sink_requests_in_flight` (gauges) | `sink` | webhook sinks, requests |
 //! | `eventpipe_plugin_calls_total`, `_events_total`, `_fuel_consumed_total`, `_fallbacks_total`, `_drops_total`, `_instances_total`, `_memo_hits_total`, `_memo_misses_total` | `plugin`, `tenant` | `PluginStats` |
 //! | `eventpipe_plugin_call_seconds_total` | `plugin`, `tenant` | time inside plugin calls |
+//! | `eventpipe_plugin_quarantines_total`, `eventpipe_plugin_quarantined` (gauge) | `plugin`, `tenant` | circuit breaker ([`crate::plugin::breaker`]) |
 //! | `eventpipe_plugin_failures_total` | `plugin`, `tenant`, `reason` (`trap`, `out_of_fuel`, `memory_limit`, `garbage`, …) | `PluginStats` |
 //! | `eventpipe_plugin_swaps_total`, `eventpipe_plugin_tier_ups_total`, `eventpipe_plugin_reloads_rejected_total` | — | plugin registry |
+//! | `eventpipe_plugin_pin_mismatches_total` | — | plugin versions refused for a digest other than their pin (also among the rejected reloads) |
 //! | `eventpipe_config_reloads_total` | `result` (`applied`, `rejected`) | tenant config reloads |
 //! | `eventpipe_snapshots_total` | `outcome` (`stored`, `restored`, `refused`, `failed`) | correlator snapshots ([`crate::pipeline::scale`], a single host's state file) |
 //! | `eventpipe_nats_published_total`, `eventpipe_nats_duplicates_total`, `eventpipe_nats_publish_retries_total` | — | the NATS publish tier |
@@ -58,16 +67,6 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 
-use crate::broadcaster::Broadcaster;
-use crate::event::SharedEvent;
-use crate::pipeline::router::RouterStats;
-use crate::plugin::registry::PluginRegistry;
-use crate::plugin::{CallFailure, PluginHandle, PluginStatsSnapshot};
-use crate::sink::webhook::{WebhookSink, WebhookStats};
-use crate::source::SourceStats;
-use crate::source::http::IngestStats;
-use crate::watch_cache::WatchCacheStats;
-
 /// The `Content-Type` of `GET /metrics` (OpenMetrics text 1.0.0, which Prometheus scrapes).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
@@ -79,242 +78,350 @@ pub enum MetricsError {
     Encode(#[from] std::fmt::Error),
 }
 
-/// Every counter at one scrape; sources add to it. Maps are keyed by label values.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Snapshot {
-    /// Events in, by source (`jsonl`, `http`, `kubernetes`, …).
-    pub events_in: BTreeMap<String, u64>,
-    /// Input lines or documents that could not be decoded, by source.
-    pub bad_input: BTreeMap<String, u64>,
-    /// Input documents that are not events (watch bookmarks, `ERROR` envelopes), by source.
-    pub non_events: BTreeMap<String, u64>,
-    /// Events given to each tenant.
-    pub routed: BTreeMap<String, u64>,
-    /// Successful sink writes by (tenant, verb: `create` / `patch`).
-    pub writes: BTreeMap<(String, String), u64>,
-    /// `recordToSink` failures by (tenant, outcome: `dropped` / `gave_up` / `cancelled` / `shed`).
-    pub write_failures: BTreeMap<(String, String), u64>,
-    /// `recordToSink` retries by tenant.
-    pub record_retries: BTreeMap<String, u64>,
-    /// Write outcomes by (sink label, outcome).
-    pub sink_outcomes: BTreeMap<(String, String), u64>,
-    /// Spam-filter skips by tenant.
-    pub spam_skipped: BTreeMap<String, u64>,
-    /// Writes the server rejected and `recordToSink` dropped, by reason.
-    pub rejected: BTreeMap<String, u64>,
-    /// Aggregated events by tenant.
-    pub aggregated: BTreeMap<String, u64>,
-    /// Events dropped by filter plugins, by tenant.
-    pub filtered: BTreeMap<String, u64>,
-    /// Events dropped by declarative rules, by (tenant, rule).
-    pub rule_dropped: BTreeMap<(String, String), u64>,
-    /// Events a `spam_exempt` rule let through the spam filter, by tenant.
-    pub spam_exempted: BTreeMap<String, u64>,
-    /// "N suppressed" summary events, by tenant.
-    pub suppressed_summaries: BTreeMap<String, u64>,
-    /// Events a shadow plugin's candidate was compared on, by plugin.
-    pub shadow_compared: BTreeMap<String, u64>,
-    /// Events on which it answered otherwise than the serving version, by plugin.
-    pub shadow_diverged: BTreeMap<String, u64>,
-    /// Events dropped by Broadcaster queues, by (watcher, reason).
-    pub watcher_dropped: BTreeMap<(String, String), u64>,
-    /// Webhook (and other queued) sinks by name.
-    pub sinks: BTreeMap<String, WebhookStats>,
-    /// Plugin uses by (plugin, tenant).
-    pub plugins: BTreeMap<(String, String), PluginStatsSnapshot>,
-    /// Plugin versions swapped in (or reverted) by hot reload.
-    pub plugin_swaps: u64,
-    /// Hot-reloaded versions moved from the quick tier to their optimized build.
-    pub plugin_tier_ups: u64,
-    /// Plugin files refused by hot reload.
-    pub plugin_reloads_rejected: u64,
-    /// Tenant config versions taken after the first.
-    pub config_reloads_applied: u64,
-    /// Tenant config versions refused.
-    pub config_reloads_rejected: u64,
-    /// HTTP ingest counters.
-    pub ingest: Option<IngestStats>,
-    /// The watch cache (`--serve`, or watcher plugins of the results), when the run has one.
-    pub watch_cache: Option<WatchCacheStats>,
-    /// Correlator snapshots by outcome (`stored`, `restored`, `refused`, `failed`).
-    pub snapshots: BTreeMap<String, u64>,
-    /// Events JetStream acknowledged (the NATS publish tier), of them duplicates by message id,
-    /// and publications tried again.
-    pub nats_published: u64,
-    /// See [`nats_published`](Self::nats_published).
-    pub nats_duplicates: u64,
-    /// See [`nats_published`](Self::nats_published).
-    pub nats_publish_retries: u64,
+/// What a family's samples are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A counter (its samples end in `_total`).
+    Counter,
+    /// A gauge (a value now).
+    Gauge,
+    /// A counter of nanoseconds, exposed in seconds.
+    Nanoseconds,
 }
 
-fn add<K: Ord>(map: &mut BTreeMap<K, u64>, key: K, n: u64) {
-    *map.entry(key).or_default() += n;
+/// A label set of the table: (label, value) pairs.
+pub type StaticLabels = &'static [(&'static str, &'static str)];
+
+/// One family of the exposition.
+#[derive(Debug)]
+pub struct Family {
+    /// Its OpenMetrics name (a counter's samples add `_total`).
+    pub name: &'static str,
+    /// Its `# HELP` text.
+    pub help: &'static str,
+    /// Counter, gauge or seconds.
+    pub kind: Kind,
+    /// The series shown even when nothing added to them (at 0).
+    pub always: &'static [StaticLabels],
+    /// Described only once something added to it (HTTP ingest, the watch cache: only runs that
+    /// have them).
+    pub when_present: bool,
+}
+
+const fn counter(name: &'static str, help: &'static str) -> Family {
+    Family { name, help, kind: Kind::Counter, always: &[], when_present: false }
+}
+
+const fn gauge(name: &'static str, help: &'static str) -> Family {
+    Family { name, help, kind: Kind::Gauge, always: &[], when_present: false }
+}
+
+/// A counter with one series and no labels, shown at 0 until counted.
+const fn single(name: &'static str, help: &'static str) -> Family {
+    Family { always: &[&[]], ..counter(name, help) }
+}
+
+/// A family of the HTTP ingest or the watch cache: described only when the run has one.
+const fn present(family: Family) -> Family {
+    Family { when_present: true, ..family }
+}
+
+/// `eventpipe_events_in` (`source`).
+pub const EVENTS_IN: Family = counter("eventpipe_events_in", "Events read or accepted, per source.");
+/// `eventpipe_source_bad_input` (`source`).
+pub const BAD_INPUT: Family =
+    counter("eventpipe_source_bad_input", "Input lines or documents that could not be decoded, per source.");
+/// `eventpipe_source_non_events` (`source`).
+pub const NON_EVENTS: Family = counter(
+    "eventpipe_source_non_events",
+    "Input documents that are not events (watch bookmarks, ERROR envelopes), per source.",
+);
+/// `eventpipe_events_routed` (`tenant`).
+pub const ROUTED: Family = counter("eventpipe_events_routed", "Events given to each tenant.");
+/// `eventpipe_sink_writes` (`tenant`, `verb`).
+pub const SINK_WRITES: Family =
+    counter("eventpipe_sink_writes", "Events written by sink call verb (create, patch), per tenant.");
+/// `eventpipe_sink_outcomes` (`sink`, `outcome`).
+pub const SINK_OUTCOMES: Family = counter(
+    "eventpipe_sink_outcomes",
+    "Sink write outcomes, per sink (its spec) and outcome; the tenant families count each event once.",
+);
+/// `eventpipe_sink_write_failures` (`tenant`, `outcome`).
+pub const WRITE_FAILURES: Family = counter(
+    "eventpipe_sink_write_failures",
+    "Events recordToSink gave up on, by outcome (dropped, gave_up, cancelled, shed), per tenant.",
+);
+/// `eventpipe_record_retries` (`tenant`).
+pub const RECORD_RETRIES: Family =
+    counter("eventpipe_record_retries", "recordToSink attempts beyond the first, per tenant.");
+/// `eventpipe_sink_rejected` (`reason`).
+pub const SINK_REJECTED: Family = counter(
+    "eventpipe_sink_rejected",
+    "Writes the server rejected and recordToSink dropped, per reason (AlreadyExists, NotFound, NamespaceTerminating, …).",
+);
+/// `eventpipe_spam_skipped` (`tenant`).
+pub const SPAM_SKIPPED: Family = counter("eventpipe_spam_skipped", "Events skipped by the spam filter, per tenant.");
+/// `eventpipe_aggregated` (`tenant`).
+pub const AGGREGATED: Family = counter("eventpipe_aggregated", "Events replaced by an aggregate event, per tenant.");
+/// `eventpipe_filtered` (`tenant`).
+pub const FILTERED: Family = counter("eventpipe_filtered", "Events dropped by filter plugins, per tenant.");
+/// `eventpipe_rule_dropped` (`tenant`, `rule`).
+pub const RULE_DROPPED: Family =
+    counter("eventpipe_rule_dropped", "Events dropped by declarative drop / keep rules, per tenant and rule.");
+/// `eventpipe_spam_exempted` (`tenant`).
+pub const SPAM_EXEMPTED: Family =
+    counter("eventpipe_spam_exempted", "Events a spam_exempt rule let through the spam filter, per tenant.");
+/// `eventpipe_suppressed_summaries` (`tenant`).
+pub const SUPPRESSED_SUMMARIES: Family =
+    counter("eventpipe_suppressed_summaries", "\"N events suppressed\" summary events sent, per tenant.");
+/// `eventpipe_shadow_compared` (`plugin`).
+pub const SHADOW_COMPARED: Family =
+    counter("eventpipe_shadow_compared", "Events a shadow plugin's candidate was compared on, per plugin.");
+/// `eventpipe_shadow_divergences` (`plugin`).
+pub const SHADOW_DIVERGENCES: Family = counter(
+    "eventpipe_shadow_divergences",
+    "Events on which a shadow plugin's candidate answered otherwise than the serving version, per plugin.",
+);
+/// `eventpipe_watcher_dropped` (`watcher`, `reason`).
+pub const WATCHER_DROPPED: Family =
+    counter("eventpipe_watcher_dropped", "Events dropped by Broadcaster queues, per watcher and reason.");
+/// `eventpipe_sink_sent` (`sink`).
+pub const SINK_SENT: Family = counter("eventpipe_sink_sent", "Events sent by queued sinks (once per event).");
+/// `eventpipe_sink_acked` (`sink`).
+pub const SINK_ACKED: Family = counter("eventpipe_sink_acked", "Events acknowledged by the sink's endpoint.");
+/// `eventpipe_sink_retries` (`sink`).
+pub const SINK_RETRIES: Family = counter("eventpipe_sink_retries", "Sink requests beyond the first of a batch.");
+/// `eventpipe_sink_failures` (`sink`).
+pub const SINK_FAILURES: Family = counter("eventpipe_sink_failures", "Events whose batch failed for good.");
+/// `eventpipe_sink_dropped` (`sink`, `reason`).
+pub const SINK_DROPPED: Family = counter("eventpipe_sink_dropped", "Events a sink refused, per reason.");
+/// `eventpipe_sink_queue_depth` (`sink`).
+pub const SINK_QUEUE_DEPTH: Family = gauge("eventpipe_sink_queue_depth", "Events queued or in flight in a sink, now.");
+/// `eventpipe_sink_queue_capacity` (`sink`).
+pub const SINK_QUEUE_CAPACITY: Family = gauge("eventpipe_sink_queue_capacity", "A sink's queue capacity, events.");
+/// `eventpipe_sink_concurrency_limit` (`sink`).
+pub const SINK_CONCURRENCY_LIMIT: Family = gauge(
+    "eventpipe_sink_concurrency_limit",
+    "Requests a sink may have in flight now (the adaptive concurrency limit).",
+);
+/// `eventpipe_sink_requests_in_flight` (`sink`).
+pub const SINK_REQUESTS_IN_FLIGHT: Family =
+    gauge("eventpipe_sink_requests_in_flight", "Requests a sink has in flight now.");
+/// `eventpipe_plugin_calls` (`plugin`, `tenant`).
+pub const PLUGIN_CALLS: Family = counter("eventpipe_plugin_calls", "Calls into a plugin.");
+/// `eventpipe_plugin_events` (`plugin`, `tenant`).
+pub const PLUGIN_EVENTS: Family = counter("eventpipe_plugin_events", "Events passed to a plugin.");
+/// `eventpipe_plugin_fuel_consumed` (`plugin`, `tenant`).
+pub const PLUGIN_FUEL: Family = counter("eventpipe_plugin_fuel_consumed", "Fuel consumed by successful plugin calls.");
+/// `eventpipe_plugin_call_seconds` (`plugin`, `tenant`).
+pub const PLUGIN_CALL_SECONDS: Family = Family {
+    kind: Kind::Nanoseconds,
+    ..counter("eventpipe_plugin_call_seconds", "Time inside plugin calls (lowering, running, lifting), seconds.")
+};
+/// `eventpipe_plugin_failures` (`plugin`, `tenant`, `reason`).
+pub const PLUGIN_FAILURES: Family = counter("eventpipe_plugin_failures", "Failed plugin calls, per reason.");
+/// `eventpipe_plugin_fallbacks` (`plugin`, `tenant`).
+pub const PLUGIN_FALLBACKS: Family =
+    counter("eventpipe_plugin_fallbacks", "Events handled by the built-in function after a plugin failure.");
+/// `eventpipe_plugin_drops` (`plugin`, `tenant`).
+pub const PLUGIN_DROPS: Family = counter("eventpipe_plugin_drops", "Events dropped after a plugin failure.");
+/// `eventpipe_plugin_instances` (`plugin`, `tenant`).
+pub const PLUGIN_INSTANCES: Family = counter("eventpipe_plugin_instances", "Plugin instances created.");
+/// `eventpipe_plugin_memo_hits` (`plugin`, `tenant`).
+pub const PLUGIN_MEMO_HITS: Family =
+    counter("eventpipe_plugin_memo_hits", "Events a pure key plugin's memo answered without calling it.");
+/// `eventpipe_plugin_memo_misses` (`plugin`, `tenant`).
+pub const PLUGIN_MEMO_MISSES: Family =
+    counter("eventpipe_plugin_memo_misses", "Events a pure key plugin's memo passed to the plugin.");
+/// `eventpipe_plugin_quarantines` (`plugin`, `tenant`).
+pub const PLUGIN_QUARANTINES: Family = counter(
+    "eventpipe_plugin_quarantines",
+    "Times the plugin's circuit breaker quarantined it after repeated failures.",
+);
+/// `eventpipe_plugin_quarantined` (`plugin`, `tenant`).
+pub const PLUGIN_QUARANTINED: Family = gauge(
+    "eventpipe_plugin_quarantined",
+    "1 while the plugin is quarantined (its fallback used without calling it), else 0.",
+);
+/// `eventpipe_snapshots` (`outcome`).
+pub const SNAPSHOTS: Family = counter(
+    "eventpipe_snapshots",
+    "Correlator snapshots stored, restored, refused (other version, seed, partitioning or options: started fresh) and failed.",
+);
+/// `eventpipe_nats_published`.
+pub const NATS_PUBLISHED: Family =
+    single("eventpipe_nats_published", "Events JetStream acknowledged (NATS publish tier).");
+/// `eventpipe_nats_duplicates`.
+pub const NATS_DUPLICATES: Family =
+    single("eventpipe_nats_duplicates", "Published events JetStream recognised as duplicates by Nats-Msg-Id.");
+/// `eventpipe_nats_publish_retries`.
+pub const NATS_PUBLISH_RETRIES: Family =
+    single("eventpipe_nats_publish_retries", "Publications to JetStream tried again.");
+/// `eventpipe_plugin_swaps`.
+pub const PLUGIN_SWAPS: Family =
+    single("eventpipe_plugin_swaps", "Plugin versions swapped in or reverted by hot reload.");
+/// `eventpipe_plugin_tier_ups`.
+pub const PLUGIN_TIER_UPS: Family = single(
+    "eventpipe_plugin_tier_ups",
+    "Hot-reloaded plugin versions moved from the quick tier to their optimized build.",
+);
+/// `eventpipe_plugin_reloads_rejected`.
+pub const PLUGIN_RELOADS_REJECTED: Family =
+    single("eventpipe_plugin_reloads_rejected", "Plugin files refused by hot reload.");
+/// `eventpipe_plugin_pin_mismatches`.
+pub const PLUGIN_PIN_MISMATCHES: Family =
+    single("eventpipe_plugin_pin_mismatches", "Plugin versions refused because their SHA-256 digest is not their pin.");
+/// `eventpipe_config_reloads` (`result`: `applied`, `rejected`).
+pub const CONFIG_RELOADS: Family = Family {
+    always: &[&[("result", "applied")], &[("result", "rejected")]],
+    ..counter("eventpipe_config_reloads", "Tenant config versions applied or rejected.")
+};
+/// `eventpipe_ingest_requests` (`code`).
+pub const INGEST_REQUESTS: Family =
+    present(counter("eventpipe_ingest_requests", "HTTP ingest requests answered, per status code."));
+/// `eventpipe_ingest_accepted`.
+pub const INGEST_ACCEPTED: Family =
+    present(single("eventpipe_ingest_accepted", "Events HTTP ingest put on the Broadcaster's queue."));
+/// `eventpipe_ingest_rejected` (`reason`).
+pub const INGEST_REJECTED: Family =
+    present(counter("eventpipe_ingest_rejected", "HTTP ingest error answers and bad documents, per reason."));
+/// `eventpipe_watch_cache_resource_version`.
+pub const WATCH_CACHE_RESOURCE_VERSION: Family =
+    present(gauge("eventpipe_watch_cache_resource_version", "The watch cache's newest resourceVersion."));
+/// `eventpipe_watch_cache_objects`.
+pub const WATCH_CACHE_OBJECTS: Family =
+    present(gauge("eventpipe_watch_cache_objects", "Events the watch cache holds."));
+/// `eventpipe_watch_cache_window_changes`.
+pub const WATCH_CACHE_WINDOW: Family =
+    present(gauge("eventpipe_watch_cache_window_changes", "Changes in the watch cache's window."));
+/// `eventpipe_watch_cache_watches`.
+pub const WATCH_CACHE_WATCHES: Family =
+    present(gauge("eventpipe_watch_cache_watches", "Watches of the watch cache open now."));
+/// `eventpipe_watch_cache_changes`.
+pub const WATCH_CACHE_CHANGES: Family = present(counter(
+    "eventpipe_watch_cache_changes",
+    "Changes made in the watch cache (creates, patches, updates, deletions).",
+));
+/// `eventpipe_watch_cache_deleted` (`reason`: `ttl`, `max_objects`).
+pub const WATCH_CACHE_DELETED: Family =
+    present(counter("eventpipe_watch_cache_deleted", "Events the watch cache deleted, per reason (ttl, max_objects)."));
+/// `eventpipe_watch_cache_watches_cut_off`.
+pub const WATCH_CACHE_CUT_OFF: Family = present(counter(
+    "eventpipe_watch_cache_watches_cut_off",
+    "Watches cut off because their queue stayed full for the budget.",
+));
+/// `eventpipe_watch_cache_expired_requests`.
+pub const WATCH_CACHE_EXPIRED: Family = present(counter(
+    "eventpipe_watch_cache_expired_requests",
+    "Lists and watches answered 410 Expired (their resourceVersion left the window).",
+));
+
+/// Every family, in the order of the exposition.
+pub const FAMILIES: &[&Family] = &[
+    &EVENTS_IN,
+    &BAD_INPUT,
+    &NON_EVENTS,
+    &ROUTED,
+    &SINK_WRITES,
+    &SINK_OUTCOMES,
+    &WRITE_FAILURES,
+    &RECORD_RETRIES,
+    &SINK_REJECTED,
+    &SPAM_SKIPPED,
+    &AGGREGATED,
+    &FILTERED,
+    &RULE_DROPPED,
+    &SPAM_EXEMPTED,
+    &SUPPRESSED_SUMMARIES,
+    &SHADOW_COMPARED,
+    &SHADOW_DIVERGENCES,
+    &WATCHER_DROPPED,
+    &SINK_SENT,
+    &SINK_ACKED,
+    &SINK_RETRIES,
+    &SINK_FAILURES,
+    &SINK_DROPPED,
+    &SINK_QUEUE_DEPTH,
+    &SINK_QUEUE_CAPACITY,
+    &SINK_CONCURRENCY_LIMIT,
+    &SINK_REQUESTS_IN_FLIGHT,
+    &PLUGIN_CALLS,
+    &PLUGIN_EVENTS,
+    &PLUGIN_FUEL,
+    &PLUGIN_CALL_SECONDS,
+    &PLUGIN_FAILURES,
+    &PLUGIN_FALLBACKS,
+    &PLUGIN_DROPS,
+    &PLUGIN_INSTANCES,
+    &PLUGIN_MEMO_HITS,
+    &PLUGIN_MEMO_MISSES,
+    &PLUGIN_QUARANTINES,
+    &PLUGIN_QUARANTINED,
+    &SNAPSHOTS,
+    &NATS_PUBLISHED,
+    &NATS_DUPLICATES,
+    &NATS_PUBLISH_RETRIES,
+    &PLUGIN_SWAPS,
+    &PLUGIN_TIER_UPS,
+    &PLUGIN_RELOADS_REJECTED,
+    &PLUGIN_PIN_MISMATCHES,
+    &CONFIG_RELOADS,
+    &INGEST_REQUESTS,
+    &INGEST_ACCEPTED,
+    &INGEST_REJECTED,
+    &WATCH_CACHE_RESOURCE_VERSION,
+    &WATCH_CACHE_OBJECTS,
+    &WATCH_CACHE_WINDOW,
+    &WATCH_CACHE_WATCHES,
+    &WATCH_CACHE_CHANGES,
+    &WATCH_CACHE_DELETED,
+    &WATCH_CACHE_CUT_OFF,
+    &WATCH_CACHE_EXPIRED,
+];
+
+/// A series' labels, in the family's label order.
+type Labels = Vec<(&'static str, String)>;
+
+/// Every counter at one scrape; sources add to it: per family name, the value of each series.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Snapshot {
+    families: BTreeMap<&'static str, BTreeMap<Labels, u64>>,
+}
+
+fn labels(pairs: &[(&'static str, &str)]) -> Labels {
+    pairs.iter().map(|(k, v)| (*k, (*v).to_string())).collect()
 }
 
 impl Snapshot {
-    /// Adds a scale-out's counters ([`crate::pipeline::scale::ScaleStats`]): snapshots by outcome and the
-    /// publish tier's publications.
-    pub fn add_scale(&mut self, s: &crate::pipeline::scale::ScaleStats) {
-        for (outcome, n) in [
-            ("stored", s.snapshots),
-            ("restored", s.snapshots_restored),
-            ("refused", s.snapshots_refused),
-            ("failed", s.snapshot_failures),
-        ] {
-            add(&mut self.snapshots, outcome.to_string(), n);
-        }
-        self.nats_published += s.published;
-        self.nats_duplicates += s.duplicates;
-        self.nats_publish_retries += s.publish_retries;
+    /// Adds `n` to `family`'s series with `labels` (its labels in the family's order).
+    pub fn add(&mut self, family: &Family, labels_: &[(&'static str, &str)], n: u64) {
+        *self.families.entry(family.name).or_default().entry(labels(labels_)).or_default() += n;
     }
 
-    /// Adds the tenant router watcher's counters: per tenant routed, writes by verb, failures
-    /// by outcome, retries, spam skips, aggregations, filter-plugin drops and spam exemptions;
-    /// drops per declarative rule; `reloads` as applied config reloads.
-    pub fn add_router(&mut self, stats: &RouterStats) {
-        for (tenant, s) in &stats.tenants {
-            add(&mut self.routed, tenant.clone(), s.received);
-            add(&mut self.writes, (tenant.clone(), "create".into()), s.created);
-            add(&mut self.writes, (tenant.clone(), "patch".into()), s.patched);
-            if s.series_counted > 0 {
-                add(&mut self.writes, (tenant.clone(), "series_counted".into()), s.series_counted);
-            }
-            add(&mut self.write_failures, (tenant.clone(), "dropped".into()), s.dropped);
-            add(&mut self.write_failures, (tenant.clone(), "gave_up".into()), s.gave_up);
-            add(&mut self.write_failures, (tenant.clone(), "cancelled".into()), s.cancelled);
-            add(&mut self.write_failures, (tenant.clone(), "shed".into()), s.shed);
-            add(&mut self.record_retries, tenant.clone(), s.retries);
-            add(&mut self.spam_skipped, tenant.clone(), s.skipped);
-            add(&mut self.aggregated, tenant.clone(), s.aggregated);
-            add(&mut self.filtered, tenant.clone(), s.filtered);
-            add(&mut self.spam_exempted, tenant.clone(), s.spam_exempted);
-            add(&mut self.suppressed_summaries, tenant.clone(), s.suppressed_summaries);
-        }
-        for (tenant, rules) in &stats.dropped_by_rule {
-            for (rule, n) in rules {
-                add(&mut self.rule_dropped, (tenant.clone(), rule.clone()), *n);
-            }
-        }
-        for (reason, n) in &stats.rejected {
-            add(&mut self.rejected, reason.clone(), *n);
-        }
-        for (sink, s) in &stats.sinks {
-            for (outcome, n) in [
-                ("create", s.created),
-                ("patch", s.patched),
-                ("dropped", s.dropped),
-                ("gave_up", s.gave_up),
-                ("cancelled", s.cancelled),
-                ("shed", s.shed),
-            ] {
-                add(&mut self.sink_outcomes, (sink.clone(), outcome.into()), n);
-            }
-        }
-        self.config_reloads_applied += stats.reloads;
+    /// Sets `family`'s series with `labels` to `n` (a gauge or count of the run's one watch
+    /// cache).
+    pub fn set(&mut self, family: &Family, labels_: &[(&'static str, &str)], n: u64) {
+        self.families.entry(family.name).or_default().insert(labels(labels_), n);
     }
 
-    /// Adds one plugin use (its name, tenant and counters).
-    pub fn add_plugin(&mut self, handle: &PluginHandle) {
-        self.add_plugin_stats(handle.name(), handle.tenant(), &handle.stats().snapshot());
+    /// Marks `family` as present (described) even without a series.
+    pub fn present(&mut self, family: &Family) {
+        self.families.entry(family.name).or_default();
     }
 
-    /// Adds plugin counters under (`plugin`, `tenant`).
-    pub fn add_plugin_stats(&mut self, plugin: &str, tenant: &str, s: &PluginStatsSnapshot) {
-        let e = self.plugins.entry((plugin.into(), tenant.into())).or_default();
-        e.calls += s.calls;
-        e.events += s.events;
-        e.fuel_consumed += s.fuel_consumed;
-        e.failures += s.failures;
-        for (sum, n) in e.failures_by_reason.iter_mut().zip(s.failures_by_reason) {
-            *sum += n;
-        }
-        e.fallbacks += s.fallbacks;
-        e.drops += s.drops;
-        e.instances += s.instances;
-        e.memo_hits += s.memo_hits;
-        e.memo_misses += s.memo_misses;
-        e.call_nanos += s.call_nanos;
-    }
-
-    /// Adds the registry's swaps and refused files.
-    pub fn add_registry(&mut self, registry: &PluginRegistry) {
-        self.plugin_swaps += registry.swaps();
-        self.plugin_tier_ups += registry.tier_ups();
-        self.plugin_reloads_rejected += registry.rejected();
-        for (name, shadow) in registry.shadows() {
-            let stats = shadow.stats();
-            add(&mut self.shadow_compared, name.clone(), stats.compared);
-            add(&mut self.shadow_diverged, name, stats.diverged);
-        }
-    }
-
-    /// Adds the Broadcaster's incoming-queue drops (watcher `incoming`, reason `queue_full`).
-    pub fn add_broadcaster(&mut self, broadcaster: &Broadcaster<SharedEvent>) {
-        self.add_watcher_dropped("incoming", "queue_full", broadcaster.incoming_dropped());
-    }
-
-    /// Adds `n` events dropped by `watcher` for `reason`.
-    pub fn add_watcher_dropped(&mut self, watcher: &str, reason: &str, n: u64) {
-        add(&mut self.watcher_dropped, (watcher.into(), reason.into()), n);
-    }
-
-    /// Adds HTTP ingest's counters (`source`: the source's name, e.g. `http:127.0.0.1:8080`);
-    /// its bad documents and non-events also go under [`bad_input`](Self::bad_input) and
-    /// [`non_events`](Self::non_events) for `source`. Its accepted events are counted in
-    /// `events_in` by whoever counts the Broadcaster's input, not here.
-    pub fn add_ingest(&mut self, source: &str, stats: &IngestStats) {
-        add(&mut self.bad_input, source.into(), stats.bad_documents);
-        add(&mut self.non_events, source.into(), stats.non_events);
-        let sum = self.ingest.get_or_insert_with(IngestStats::default);
-        sum.requests += stats.requests;
-        for (code, n) in &stats.by_status {
-            add(&mut sum.by_status, *code, *n);
-        }
-        sum.accepted += stats.accepted;
-        sum.bad_documents += stats.bad_documents;
-        sum.non_events += stats.non_events;
-        sum.patch_not_found += stats.patch_not_found;
-        sum.unauthorized += stats.unauthorized;
-        sum.too_large += stats.too_large;
-        sum.unsupported_media_type += stats.unsupported_media_type;
-        sum.bad_requests += stats.bad_requests;
-        sum.queue_full += stats.queue_full;
-    }
-
-    /// Adds a JSON-lines or Kubernetes source's bad lines and non-events under `source`.
-    pub fn add_source(&mut self, source: &str, stats: &SourceStats) {
-        add(&mut self.bad_input, source.into(), stats.bad_lines);
-        add(&mut self.non_events, source.into(), stats.non_events);
-    }
-
-    /// Adds a webhook sink's counters under its name.
-    pub fn add_webhook(&mut self, sink: &WebhookSink) {
-        self.add_sink_stats(sink.name(), &sink.stats());
-    }
-
-    /// Adds queued-sink counters under `name`.
-    pub fn add_sink_stats(&mut self, name: &str, s: &WebhookStats) {
-        let e = self.sinks.entry(name.into()).or_default();
-        e.enqueued += s.enqueued;
-        e.sent += s.sent;
-        e.acked += s.acked;
-        e.requests += s.requests;
-        e.retries += s.retries;
-        e.failed += s.failed;
-        e.dropped += s.dropped;
-        e.queue_depth += s.queue_depth;
-        e.max_queue_depth = e.max_queue_depth.max(s.max_queue_depth);
-        e.queue_capacity += s.queue_capacity;
+    /// The value of `family`'s series with `labels`, if anything added to it.
+    pub fn get(&self, family: &Family, labels_: &[(&'static str, &str)]) -> Option<u64> {
+        self.families.get(family.name).and_then(|series| series.get(&labels(labels_))).copied()
     }
 
     /// Adds `n` events read from `source`.
     pub fn add_events_in(&mut self, source: &str, n: u64) {
-        add(&mut self.events_in, source.into(), n);
+        self.add(&EVENTS_IN, &[("source", source)], n);
     }
 
-    /// Sets the watch cache's state and counts (a run has one cache at most).
-    pub fn add_watch_cache(&mut self, stats: WatchCacheStats) {
-        self.watch_cache = Some(stats);
+    /// Adds `n` events dropped by `watcher` for `reason`.
+    pub fn add_watcher_dropped(&mut self, watcher: &str, reason: &str, n: u64) {
+        self.add(&WATCHER_DROPPED, &[("watcher", watcher), ("reason", reason)], n);
     }
 }
 
@@ -403,417 +510,43 @@ pub async fn handler(State(metrics): State<Arc<Metrics>>) -> Response {
 #[derive(Debug)]
 struct SnapshotCollector(Arc<Sources>);
 
-/// Writes one family: its descriptor, then one sample per entry.
-fn family<'a, L: prometheus_client::encoding::EncodeLabelSet + 'a>(
+/// Writes one family: its descriptor, then its series (those always shown, at 0 when nothing
+/// added to them, and every other one added).
+fn encode_family(
     encoder: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    metric_type: MetricType,
-    samples: impl IntoIterator<Item = (L, u64)>,
+    family: &Family,
+    added: Option<&BTreeMap<Labels, u64>>,
 ) -> Result<(), std::fmt::Error> {
-    let mut family = encoder.encode_descriptor(name, help, None, metric_type)?;
-    for (labels, value) in samples {
-        let encoder = family.encode_family(&labels)?;
-        match metric_type {
-            MetricType::Gauge => ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX)).encode(encoder)?,
-            _ => ConstCounter::new(value).encode(encoder)?,
+    let metric_type = match family.kind {
+        Kind::Gauge => MetricType::Gauge,
+        Kind::Counter | Kind::Nanoseconds => MetricType::Counter,
+    };
+    let mut series: BTreeMap<Labels, u64> = family.always.iter().map(|l| (labels(l), 0)).collect();
+    for (l, n) in added.into_iter().flatten() {
+        *series.entry(l.clone()).or_default() += n;
+    }
+    let mut descriptor = encoder.encode_descriptor(family.name, family.help, None, metric_type)?;
+    for (labels, value) in &series {
+        let encoder = descriptor.encode_family(labels)?;
+        match family.kind {
+            Kind::Gauge => ConstGauge::new(i64::try_from(*value).unwrap_or(i64::MAX)).encode(encoder)?,
+            Kind::Counter => ConstCounter::new(*value).encode(encoder)?,
+            Kind::Nanoseconds => ConstCounter::new(*value as f64 / 1e9).encode(encoder)?,
         }
     }
     Ok(())
 }
 
-fn per<'a>(map: &'a BTreeMap<String, u64>, key: &'static str) -> Vec<([(&'static str, &'a str); 1], u64)> {
-    map.iter().map(|(k, v)| (l1(key, k), *v)).collect()
-}
-
-fn per2<'a>(
-    map: &'a BTreeMap<(String, String), u64>,
-    k1: &'static str,
-    k2: &'static str,
-) -> Vec<([(&'static str, &'a str); 2], u64)> {
-    map.iter().map(|((a, b), v)| (l2(k1, a, k2, b), *v)).collect()
-}
-
-fn l1<'a>(k: &'static str, v: &'a str) -> [(&'static str, &'a str); 1] {
-    [(k, v)]
-}
-
-fn l2<'a>(k1: &'static str, v1: &'a str, k2: &'static str, v2: &'a str) -> [(&'static str, &'a str); 2] {
-    [(k1, v1), (k2, v2)]
-}
-
 impl Collector for SnapshotCollector {
-    fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        use MetricType::{Counter, Gauge};
-        let s = self.0.snapshot();
-        family(
-            &mut e,
-            "eventpipe_events_in",
-            "Events read or accepted, per source.",
-            Counter,
-            per(&s.events_in, "source"),
-        )?;
-        family(
-            &mut e,
-            "eventpipe_source_bad_input",
-            "Input lines or documents that could not be decoded, per source.",
-            Counter,
-            per(&s.bad_input, "source"),
-        )?;
-        family(
-            &mut e,
-            "eventpipe_source_non_events",
-            "Input documents that are not events (watch bookmarks, ERROR envelopes), per source.",
-            Counter,
-            per(&s.non_events, "source"),
-        )?;
-        family(&mut e, "eventpipe_events_routed", "Events given to each tenant.", Counter, per(&s.routed, "tenant"))?;
-        family(
-            &mut e,
-            "eventpipe_sink_writes",
-            "Events written by sink call verb (create, patch), per tenant.",
-            Counter,
-            per2(&s.writes, "tenant", "verb"),
-        )?;
-        family(
-            &mut e,
-            "eventpipe_sink_write_failures",
-            "Events recordToSink gave up on, by outcome (dropped, gave_up, cancelled, shed), per tenant.",
-            Counter,
-            per2(&s.write_failures, "tenant", "outcome"),
-        )?;
-        family(
-            &mut e,
-            "eventpipe_record_retries",
-            "recordToSink attempts beyond the first, per tenant.",
-            Counter,
-            per(&s.record_retries, "tenant"),
-        )?;
-        family(
-            &mut e,
-            "eventpipe_sink_outcomes",
-            "Sink write outcomes, per sink (its spec) and outcome; the tenant families count each event once.",
-            Counter,
-            per2(&s.sink_outcomes, "sink", "outcome"),
-        )?;
-        family(
-            &mut e,
-            "eventpipe_sink_rejected",
-            "Writes the server rejected and recordToSink dropped, per reason (AlreadyExists, NotFound, NamespaceTerminating, …).",
-            Counter,
-            per(&s.rejected, "reason"),
-        )?;
-        family(
-            &mut e,
-            "eventpipe_spam_skipped",
-            "Events skipped by the spam filter, per tenant.",
-            Counter,
-            per(&s.spam_skipped, "tenant"),
-        )?;
-        family(
-            &mut e,
-            "eventpipe_aggregated",
-            "Events replaced by an aggregate event, per tenant.",
-            Counter,
-            per(&s.aggregated, "tenant"),
-        )?;
-        family(
-            &mut e,
-            "eventpipe_filtered",
-            "Events dropped by filter plugins, per tenant.",
-            Counter,
-            per(&s.filtered, "tenant"),
-        )?;
-        family(
-            &mut e,
-            "eventpipe_rule_dropped",
-            "Events dropped by declarative drop / keep rules, per tenant and rule.",
-            Counter,
-            per2(&s.rule_dropped, "tenant", "rule"),
-        )?;
-        family(
-            &mut e,
-            "eventpipe_spam_exempted",
-            "Events a spam_exempt rule let through the spam filter, per tenant.",
-            Counter,
-            per(&s.spam_exempted, "tenant"),
-        )?;
-        family(
-            &mut e,
-            "eventpipe_suppressed_summaries",
-            "\"N events suppressed\" summary events sent, per tenant.",
-            Counter,
-            per(&s.suppressed_summaries, "tenant"),
-        )?;
-        family(
-            &mut e,
-            "eventpipe_shadow_compared",
-            "Events a shadow plugin's candidate was compared on, per plugin.",
-            Counter,
-            per(&s.shadow_compared, "plugin"),
-        )?;
-        family(
-            &mut e,
-            "eventpipe_shadow_divergences",
-            "Events on which a shadow plugin's candidate answered otherwise than the serving version, per plugin.",
-            Counter,
-            per(&s.shadow_diverged, "plugin"),
-        )?;
-        family(
-            &mut e,
-            "eventpipe_watcher_dropped",
-            "Events dropped by Broadcaster queues, per watcher and reason.",
-            Counter,
-            per2(&s.watcher_dropped, "watcher", "reason"),
-        )?;
-
-        let sink =
-            |f: fn(&WebhookStats) -> u64| s.sinks.iter().map(move |(n, st)| (l1("sink", n), f(st))).collect::<Vec<_>>();
-        family(
-            &mut e,
-            "eventpipe_sink_sent",
-            "Events sent by queued sinks (once per event).",
-            Counter,
-            sink(|s| s.sent),
-        )?;
-        family(
-            &mut e,
-            "eventpipe_sink_acked",
-            "Events acknowledged by the sink's endpoint.",
-            Counter,
-            sink(|s| s.acked),
-        )?;
-        family(
-            &mut e,
-            "eventpipe_sink_retries",
-            "Sink requests beyond the first of a batch.",
-            Counter,
-            sink(|s| s.retries),
-        )?;
-        family(&mut e, "eventpipe_sink_failures", "Events whose batch failed for good.", Counter, sink(|s| s.failed))?;
-        let dropped =
-            s.sinks.iter().map(|(n, st)| (l2("sink", n, "reason", "queue_full"), st.dropped)).collect::<Vec<_>>();
-        family(&mut e, "eventpipe_sink_dropped", "Events a sink refused, per reason.", Counter, dropped)?;
-        family(
-            &mut e,
-            "eventpipe_sink_queue_depth",
-            "Events queued or in flight in a sink, now.",
-            Gauge,
-            sink(|s| s.queue_depth),
-        )?;
-        family(
-            &mut e,
-            "eventpipe_sink_queue_capacity",
-            "A sink's queue capacity, events.",
-            Gauge,
-            sink(|s| s.queue_capacity),
-        )?;
-
-        let plugin = |f: fn(&PluginStatsSnapshot) -> u64| {
-            s.plugins.iter().map(move |((p, t), st)| (l2("plugin", p, "tenant", t), f(st))).collect::<Vec<_>>()
-        };
-        family(&mut e, "eventpipe_plugin_calls", "Calls into a plugin.", Counter, plugin(|s| s.calls))?;
-        family(&mut e, "eventpipe_plugin_events", "Events passed to a plugin.", Counter, plugin(|s| s.events))?;
-        family(
-            &mut e,
-            "eventpipe_plugin_fuel_consumed",
-            "Fuel consumed by successful plugin calls.",
-            Counter,
-            plugin(|s| s.fuel_consumed),
-        )?;
-        {
-            let mut family = e.encode_descriptor(
-                "eventpipe_plugin_call_seconds",
-                "Time inside plugin calls (lowering, running, lifting), seconds.",
-                None,
-                Counter,
-            )?;
-            for ((p, t), st) in &s.plugins {
-                let labels = l2("plugin", p, "tenant", t);
-                ConstCounter::new(st.call_nanos as f64 / 1e9).encode(family.encode_family(&labels)?)?;
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let snapshot = self.0.snapshot();
+        for family in FAMILIES {
+            let added = snapshot.families.get(family.name);
+            if family.when_present && added.is_none() {
+                continue;
             }
+            encode_family(&mut encoder, family, added)?;
         }
-        let failures = s.plugins.iter().flat_map(|((p, t), st)| {
-            CallFailure::LABELS
-                .iter()
-                .zip(st.failures_by_reason)
-                .map(move |(reason, n)| ([("plugin", p.as_str()), ("tenant", t.as_str()), ("reason", *reason)], n))
-        });
-        family(&mut e, "eventpipe_plugin_failures", "Failed plugin calls, per reason.", Counter, failures)?;
-        family(
-            &mut e,
-            "eventpipe_plugin_fallbacks",
-            "Events handled by the built-in function after a plugin failure.",
-            Counter,
-            plugin(|s| s.fallbacks),
-        )?;
-        family(
-            &mut e,
-            "eventpipe_plugin_drops",
-            "Events dropped after a plugin failure.",
-            Counter,
-            plugin(|s| s.drops),
-        )?;
-        family(&mut e, "eventpipe_plugin_instances", "Plugin instances created.", Counter, plugin(|s| s.instances))?;
-        family(
-            &mut e,
-            "eventpipe_plugin_memo_hits",
-            "Events a pure key plugin's memo answered without calling it.",
-            Counter,
-            plugin(|s| s.memo_hits),
-        )?;
-        family(
-            &mut e,
-            "eventpipe_plugin_memo_misses",
-            "Events a pure key plugin's memo passed to the plugin.",
-            Counter,
-            plugin(|s| s.memo_misses),
-        )?;
-
-        family(
-            &mut e,
-            "eventpipe_snapshots",
-            "Correlator snapshots stored, restored, refused (other version, seed, partitioning or options: started fresh) and failed.",
-            Counter,
-            per(&s.snapshots, "outcome"),
-        )?;
-        family(
-            &mut e,
-            "eventpipe_nats_published",
-            "Events JetStream acknowledged (NATS publish tier).",
-            Counter,
-            [(NoLabels, s.nats_published)],
-        )?;
-        family(
-            &mut e,
-            "eventpipe_nats_duplicates",
-            "Published events JetStream recognised as duplicates by Nats-Msg-Id.",
-            Counter,
-            [(NoLabels, s.nats_duplicates)],
-        )?;
-        family(
-            &mut e,
-            "eventpipe_nats_publish_retries",
-            "Publications to JetStream tried again.",
-            Counter,
-            [(NoLabels, s.nats_publish_retries)],
-        )?;
-        family(
-            &mut e,
-            "eventpipe_plugin_swaps",
-            "Plugin versions swapped in or reverted by hot reload.",
-            Counter,
-            [(NoLabels, s.plugin_swaps)],
-        )?;
-        family(
-            &mut e,
-            "eventpipe_plugin_tier_ups",
-            "Hot-reloaded plugin versions moved from the quick tier to their optimized build.",
-            Counter,
-            [(NoLabels, s.plugin_tier_ups)],
-        )?;
-        family(
-            &mut e,
-            "eventpipe_plugin_reloads_rejected",
-            "Plugin files refused by hot reload.",
-            Counter,
-            [(NoLabels, s.plugin_reloads_rejected)],
-        )?;
-        family(
-            &mut e,
-            "eventpipe_config_reloads",
-            "Tenant config versions applied or rejected.",
-            Counter,
-            [
-                (l1("result", "applied"), s.config_reloads_applied),
-                (l1("result", "rejected"), s.config_reloads_rejected),
-            ],
-        )?;
-        if let Some(i) = s.ingest {
-            let codes: Vec<String> = i.by_status.keys().map(u16::to_string).collect();
-            family(
-                &mut e,
-                "eventpipe_ingest_requests",
-                "HTTP ingest requests answered, per status code.",
-                Counter,
-                codes.iter().zip(i.by_status.values()).map(|(code, n)| (l1("code", code), *n)),
-            )?;
-            family(
-                &mut e,
-                "eventpipe_ingest_accepted",
-                "Events HTTP ingest put on the Broadcaster's queue.",
-                Counter,
-                [(NoLabels, i.accepted)],
-            )?;
-            let rejected = [
-                ("unauthorized", i.unauthorized),
-                ("too_large", i.too_large),
-                ("unsupported_media_type", i.unsupported_media_type),
-                ("bad_request", i.bad_requests),
-                ("queue_full", i.queue_full),
-                ("bad_document", i.bad_documents),
-            ];
-            family(
-                &mut e,
-                "eventpipe_ingest_rejected",
-                "HTTP ingest error answers and bad documents, per reason.",
-                Counter,
-                rejected.map(|(r, n)| (l1("reason", r), n)),
-            )?;
-        }
-        if let Some(c) = s.watch_cache {
-            let gauges = [
-                (
-                    "eventpipe_watch_cache_resource_version",
-                    "The watch cache's newest resourceVersion.",
-                    c.resource_version,
-                ),
-                ("eventpipe_watch_cache_objects", "Events the watch cache holds.", c.objects as u64),
-                ("eventpipe_watch_cache_window_changes", "Changes in the watch cache's window.", c.window as u64),
-                ("eventpipe_watch_cache_watches", "Watches of the watch cache open now.", c.watchers),
-            ];
-            for (name, help, value) in gauges {
-                family(&mut e, name, help, Gauge, [(NoLabels, value)])?;
-            }
-            family(
-                &mut e,
-                "eventpipe_watch_cache_changes",
-                "Changes made in the watch cache (creates, patches, updates, deletions).",
-                Counter,
-                [(NoLabels, c.changes)],
-            )?;
-            family(
-                &mut e,
-                "eventpipe_watch_cache_deleted",
-                "Events the watch cache deleted, per reason (ttl, max_objects).",
-                Counter,
-                [(l1("reason", "ttl"), c.expired_ttl), (l1("reason", "max_objects"), c.evicted)],
-            )?;
-            family(
-                &mut e,
-                "eventpipe_watch_cache_watches_cut_off",
-                "Watches cut off because their queue stayed full for the budget.",
-                Counter,
-                [(NoLabels, c.cut_off)],
-            )?;
-            family(
-                &mut e,
-                "eventpipe_watch_cache_expired_requests",
-                "Lists and watches answered 410 Expired (their resourceVersion left the window).",
-                Counter,
-                [(NoLabels, c.too_old)],
-            )?;
-        }
-        Ok(())
-    }
-}
-
-/// The empty label set.
-#[derive(Debug, Clone, Copy)]
-struct NoLabels;
-
-impl prometheus_client::encoding::EncodeLabelSet for NoLabels {
-    fn encode(&self, _encoder: &mut prometheus_client::encoding::LabelSetEncoder) -> Result<(), std::fmt::Error> {
         Ok(())
     }
 }

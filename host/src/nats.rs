@@ -1,7 +1,8 @@
 //! NATS JetStream, the engine eventpipe scales out on (the only broker code, through the
 //! official `async-nats` client): the `nats:` target of `--sink` (publish tier) and `--source`
-//! (worker tier), the stream, the subjects, the durable pull consumers of the partitions and the
-//! KV bucket of correlator snapshots. What runs on them is in [`crate::pipeline::scale`].
+//! (worker tier), the stream, the subjects, the durable pull consumers of the partitions, the
+//! object store of correlator snapshots and the KV bucket of the key seed. What runs on them is
+//! in [`crate::pipeline::scale`].
 //!
 //! # Layout
 //! - **Stream** `NAME` (default `EVENTS`): subjects `<prefix>.*.*`, limits retention (kept
@@ -76,7 +77,7 @@ pub struct NatsTarget {
     pub partitions: Option<u32>,
     /// The consumers' name prefix.
     pub durable: String,
-    /// The KV bucket of snapshots.
+    /// The name of the object store of snapshots and of the KV bucket of the key seed.
     pub bucket: String,
     /// Redelivery after this long without an acknowledgement.
     pub ack_wait: Duration,
@@ -101,7 +102,7 @@ impl std::str::FromStr for NatsTarget {
     type Err = NatsTargetError;
     /// Parses the part after `nats:` (`nats://HOST:PORT?…`; `tls://` too).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let fail = |m: String| NatsTargetError(format!("nats:{}: {m}", redact(s)));
+        let fail = |m: String| NatsTargetError(format!("nats:{}: {m}", crate::redact::RedactedUrl::new(s)));
         if !(s.starts_with("nats://") || s.starts_with("tls://")) {
             return Err(fail("expected nats://HOST:PORT[?stream=NAME&partitions=P…]".into()));
         }
@@ -186,7 +187,7 @@ impl std::str::FromStr for NatsTarget {
 /// The target with its URL's credentials redacted, and its stream (what logs show).
 impl std::fmt::Display for NatsTarget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "nats:{}?stream={}", redact(&self.url), self.stream)
+        write!(f, "nats:{}?stream={}", crate::redact::RedactedUrl::new(self.url.as_str()), self.stream)
     }
 }
 
@@ -356,16 +357,6 @@ impl NatsTarget {
     }
 }
 
-/// `url` without its query and with its user information (`user:password@`, a token) as `***`.
-fn redact(url: &str) -> String {
-    let url = url.split('?').next().unwrap_or_default();
-    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
-    match rest.rsplit_once('@') {
-        Some((_, host)) => format!("{scheme}://***@{host}"),
-        None => url.to_string(),
-    }
-}
-
 /// `tenant` as one subject token: characters other than `A-Z a-z 0-9 _ -` become `_` (dots,
 /// spaces and wildcards cannot be in a token); empty becomes `_`.
 pub fn subject_token(tenant: &str) -> String {
@@ -460,7 +451,7 @@ mod tests {
         let t: NatsTarget = "nats://u:secret@127.0.0.1:4222?stream=EV&partitions=8&ack_wait=2.5".parse().unwrap();
         assert_eq!((t.stream.as_str(), t.partitions, t.prefix.as_str()), ("EV", Some(8), "events"));
         assert_eq!((t.ack_wait, t.bucket.as_str()), (Duration::from_millis(2500), "EV_correlator"));
-        assert_eq!(t.to_string(), "nats:nats://***@127.0.0.1:4222?stream=EV");
+        assert_eq!(t.to_string(), "nats:nats://REDACTED@127.0.0.1:4222?stream=EV");
         assert_eq!(t.subject("pay.ments *", 3), "events.pay_ments__.3");
         for bad in
             ["http://x", "nats://h?partitions=0", "nats://h?stream=a.b", "nats://h?what=1", "nats://h?ack_wait=-1"]

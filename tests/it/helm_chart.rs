@@ -9,7 +9,9 @@
 //! uses (and the same rules as `examples/kubernetes/eventpipe.yaml`); the probes ask
 //! `/healthz` and `/readyz` on the metrics port that `--metrics 0.0.0.0:PORT` serves; every
 //! flag of the container's arguments is one `eventpipe run` has; the tenant config loads; the
-//! StatefulSet, ServiceMonitor and plugin-source toggles.
+//! StatefulSet (with its headless governing Service), ServiceMonitor and plugin-source toggles;
+//! every value of `values.yaml` changes what the chart renders; the plain manifests of
+//! `examples/kubernetes/` roll out one writer and govern their StatefulSets.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -626,7 +628,7 @@ fn kind_statefulset_keeps_the_state_file_on_a_claim_of_its_own() {
     assert!(!kinds(&docs).contains("Deployment"));
     let set = find(&docs, "StatefulSet");
     assert_eq!(set["spec"]["replicas"], 1);
-    assert_eq!(set["spec"]["serviceName"], "ep-eventpipe");
+    assert_eq!(set["spec"]["serviceName"], "ep-eventpipe-headless");
     assert!(set["spec"]["strategy"].is_null());
     let args = args(set);
     assert!(args.contains(&"--delivery=at-least-once".to_string()));
@@ -718,4 +720,148 @@ fn the_values_schema_is_json_and_names_the_toggles() {
         serde_json::from_str(&std::fs::read_to_string(chart_dir().join("values.schema.json")).unwrap()).unwrap();
     assert_eq!(schema["properties"]["kind"]["enum"], json!(["Deployment", "StatefulSet"]));
     assert_eq!(schema["properties"]["delivery"]["enum"], json!(["wait", "at-most-once", "at-least-once"]));
+}
+
+/// Every leaf of `v` (a scalar, a list, or an empty map), as its path of keys.
+fn leaves(v: &Value, path: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
+    match v {
+        Value::Object(map) if !map.is_empty() => {
+            for (k, child) in map {
+                path.push(k.clone());
+                leaves(child, path, out);
+                path.pop();
+            }
+        }
+        _ => out.push(path.clone()),
+    }
+}
+
+/// `v` changed, keeping its type: a string gets a suffix, a number grows, a boolean flips, a
+/// list and a map get one more entry.
+fn changed(v: &Value) -> Value {
+    match v {
+        Value::String(s) => Value::String(format!("{s}x")),
+        Value::Number(n) => json!(n.as_i64().unwrap_or(0) + 1),
+        Value::Bool(b) => Value::Bool(!b),
+        Value::Array(items) => {
+            let mut items = items.clone();
+            items.push(json!("x"));
+            Value::Array(items)
+        }
+        Value::Object(map) => {
+            let mut map = map.clone();
+            map.insert("x".into(), json!("y"));
+            Value::Object(map)
+        }
+        Value::Null => json!("x"),
+    }
+}
+
+#[test]
+fn every_value_takes_effect() {
+    let defaults: Value =
+        serde_norway::from_str(&std::fs::read_to_string(chart_dir().join("values.yaml")).unwrap()).unwrap();
+    let mut paths = Vec::new();
+    leaves(&defaults, &mut Vec::new(), &mut paths);
+    assert!(paths.len() > 30, "{paths:?}");
+    // Some values matter only with others set: try each in these contexts.
+    let contexts = [
+        json!({}),
+        json!({"kind": "StatefulSet", "delivery": "at-least-once"}),
+        json!({
+            "delivery": "at-least-once",
+            "plugins": {"image": "registry.example/plugins:1"},
+            "metrics": {"serviceMonitor": {"enabled": true}},
+            "ingestToken": {"existingSecret": "ep-token"},
+        }),
+    ];
+    let mut dead = Vec::new();
+    for path in &paths {
+        let takes_effect = contexts.iter().any(|context| {
+            let mut values = defaults.clone();
+            merge(&mut values, context);
+            let current = path.iter().fold(&values, |v, k| &v[k.as_str()]);
+            let mut over = changed(current);
+            for k in path.iter().rev() {
+                over = json!({ k.as_str(): over });
+            }
+            let mut changed_context = context.clone();
+            merge(&mut changed_context, &over);
+            render(context.clone()) != render(changed_context)
+        });
+        if !takes_effect {
+            dead.push(path.join("."));
+        }
+    }
+    assert!(dead.is_empty(), "values that change nothing the chart renders: {dead:?}");
+}
+
+#[test]
+fn a_stateful_set_names_a_service_that_selects_its_pods() {
+    let docs = render(json!({"kind": "StatefulSet"}));
+    let set = find(&docs, "StatefulSet");
+    let service = docs
+        .iter()
+        .find(|d| d["kind"] == "Service" && d["metadata"]["name"] == set["spec"]["serviceName"])
+        .expect("the StatefulSet's serviceName is a Service of the chart");
+    assert_eq!(service["spec"]["clusterIP"], "None", "the governing Service is headless");
+    assert_eq!(service["spec"]["selector"], set["spec"]["selector"]["matchLabels"]);
+    // Without ports, so that the ServiceMonitor scrapes the pod once, through the metrics Service.
+    assert!(service["spec"]["ports"].is_null());
+    let metrics = docs.iter().find(|d| d["kind"] == "Service" && d["metadata"]["name"] == "ep-eventpipe").unwrap();
+    assert_eq!(metrics["spec"]["ports"][0]["name"], "metrics");
+    // A Deployment has no governing Service.
+    assert_eq!(render(json!({})).iter().filter(|d| d["kind"] == "Service").count(), 1);
+}
+
+/// The plain manifests of `examples/kubernetes/`: one writer per rollout, every StatefulSet
+/// governed by a headless Service that selects its pods, and only flags `eventpipe run` has.
+#[test]
+fn the_plain_manifests_roll_out_one_writer_and_govern_their_stateful_sets() {
+    let dir = chart_dir().join("../..");
+    let mut docs = Vec::new();
+    for file in ["eventpipe.yaml", "scale-out.yaml"] {
+        docs.extend(documents(&std::fs::read_to_string(dir.join(file)).unwrap()));
+    }
+    let help = std::process::Command::new(env!("CARGO_BIN_EXE_eventpipe")).args(["run", "--help"]).output().unwrap();
+    let help = String::from_utf8(help.stdout).unwrap();
+    let (mut deployments, mut sets) = (0, 0);
+    for doc in &docs {
+        let kind = doc["kind"].as_str().unwrap();
+        if kind != "Deployment" && kind != "StatefulSet" {
+            continue;
+        }
+        let name = doc["metadata"]["name"].as_str().unwrap();
+        if kind == "Deployment" {
+            deployments += 1;
+            assert_eq!(doc["spec"]["strategy"]["type"], "Recreate", "Deployment {name}: two writers in a rollout");
+        } else {
+            sets += 1;
+            let service_name = &doc["spec"]["serviceName"];
+            let service = docs
+                .iter()
+                .find(|d| d["kind"] == "Service" && &d["metadata"]["name"] == service_name)
+                .unwrap_or_else(|| panic!("StatefulSet {name}: no Service {service_name}"));
+            assert_eq!(service["spec"]["clusterIP"], "None", "Service {service_name} is headless");
+            assert_eq!(service["metadata"]["namespace"], doc["metadata"]["namespace"]);
+            let labels = &doc["spec"]["template"]["metadata"]["labels"];
+            for (k, v) in service["spec"]["selector"].as_object().unwrap() {
+                assert_eq!(&labels[k.as_str()], v, "Service {service_name} selects the pods of {name}");
+            }
+        }
+        assert!(doc["spec"]["replicas"].as_i64().is_some(), "{name}: replicas");
+        let c = container(doc);
+        assert_eq!(c["image"], "eventpipe:0.1.0", "{name}: the image examples/kubernetes/Dockerfile builds");
+        assert_eq!(c["imagePullPolicy"], "IfNotPresent", "{name}: a loaded image is used as it is");
+        let args = args(doc);
+        assert_eq!(args[0], "run");
+        for arg in &args[1..] {
+            let flag = arg.split('=').next().unwrap();
+            assert!(
+                help.contains(&format!("{flag} ")) || help.contains(&format!("{flag}\n")),
+                "`eventpipe run` has no {flag}"
+            );
+        }
+    }
+    assert_eq!((deployments, sets), (2, 1));
 }

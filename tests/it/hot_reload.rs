@@ -246,3 +246,90 @@ fn a_broken_plugin_file_and_a_broken_config_are_refused_while_the_old_ones_keep_
     assert_eq!(said("rejected, previous version kept"), 1, "each refusal is printed once: {stderr:?}");
     assert_eq!(said("config rejected"), 2, "each refusal is printed once: {stderr:?}");
 }
+
+/// The peak resident memory of process `pid`, bytes (`VmHWM` in `/proc/PID/status`).
+#[cfg(target_os = "linux")]
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kb = status.lines().find_map(|l| l.strip_prefix("VmHWM:")).map(|v| v.trim().trim_end_matches(" kB"));
+    kb.and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(0) * 1024
+}
+
+#[cfg(target_os = "linux")]
+fn mkfifo(path: &Path) {
+    assert!(Command::new("mkfifo").arg(path).status().unwrap().success(), "mkfifo {}", path.display());
+}
+
+#[cfg(target_os = "linux")]
+impl Running {
+    /// As [`wait_for`](Self::wait_for), killing the process (and failing) as soon as its peak
+    /// memory passes `max_rss` bytes.
+    fn wait_for_within(&mut self, parts: &[&str], max_rss: u64) -> String {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let rss = peak_rss(self.child.id());
+            if rss > max_rss {
+                let _ = self.child.kill();
+                panic!("peak memory {} MiB > {} MiB while waiting for {parts:?}", rss >> 20, max_rss >> 20);
+            }
+            if let Some(line) = self.seen.iter().find(|l| parts.iter().all(|p| l.contains(p))) {
+                return line.clone();
+            }
+            assert!(Instant::now() < deadline, "no line with {parts:?} on stderr; saw:\n{}", self.seen.join("\n"));
+            if let Ok(line) = self.stderr.recv_timeout(Duration::from_millis(50)) {
+                self.seen.push(line);
+            }
+        }
+    }
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn fifos_and_device_links_in_the_plugins_directory_are_refused_once_and_never_stop_the_reloads() {
+    const MAX_RSS: u64 = 200 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let TaggerRun { mut run, plugins, base, out, .. } = TaggerRun::start(dir.path(), &[]);
+    // The FIFO first: before the fix it blocked the reload thread for good (and the device
+    // link would then never be read, so memory stays safe either way).
+    mkfifo(&plugins.join("fifo.wasm"));
+    let refused = run.wait_for_within(&["plugin `fifo`", "is a FIFO, not a regular file"], MAX_RSS);
+    assert!(refused.contains("fifo.wasm"), "{refused}");
+    std::os::unix::fs::symlink("/dev/zero", plugins.join("zero.wasm")).unwrap();
+    run.wait_for_within(&["plugin `zero`", "/dev/zero is a character device, not a regular file"], MAX_RSS);
+    // Events still flow, and a valid plugin renamed in afterwards goes live.
+    run.send(&(0..10).map(event_line).collect::<String>());
+    let bytes = tagger_version(&base, 1);
+    install(&plugins, "tagger", &bytes, true);
+    run.wait_for_within(&["plugin `tagger`", &digest(&bytes), "is live"], MAX_RSS);
+    // Touching the special files again reports nothing new.
+    let _ = Command::new("touch").arg("-h").arg(plugins.join("zero.wasm")).status();
+    std::fs::rename(plugins.join("fifo.wasm"), plugins.join("fifo2.wasm")).unwrap();
+    std::fs::rename(plugins.join("fifo2.wasm"), plugins.join("fifo.wasm")).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let peak = peak_rss(run.child.id());
+    assert!(peak < MAX_RSS, "peak memory {} MiB", peak >> 20);
+    run.send(&(10..20).map(event_line).collect::<String>());
+    let (summary, stderr) = run.finish();
+    assert_eq!(lines(&out).len(), 20, "{summary}");
+    let said = |needle: &str| stderr.iter().filter(|l| l.contains(needle)).count();
+    assert_eq!(said("is a FIFO, not a regular file"), 1, "refused once: {stderr:?}");
+    assert_eq!(said("is a character device, not a regular file"), 1, "refused once: {stderr:?}");
+
+    // At start-up the same files are refused with one line each, and the run goes on.
+    let (plugins, out) = (dir.path().join("plugins-at-start"), dir.path().join("out2.jsonl"));
+    std::fs::create_dir(&plugins).unwrap();
+    mkfifo(&plugins.join("fifo.wasm"));
+    std::os::unix::fs::symlink("/dev/zero", plugins.join("zero.wasm")).unwrap();
+    std::fs::write(plugins.join("big.wasm"), vec![0u8; 2048]).unwrap();
+    let mut run = Running::start(&[
+        arg("sink", format!("jsonl:{}", out.display())),
+        arg("plugins", &plugins),
+        "--max-plugin-bytes=1024".into(),
+    ]);
+    run.wait_for_within(&["plugin `fifo`", "is a FIFO, not a regular file"], MAX_RSS);
+    run.wait_for_within(&["plugin `zero`", "is a character device, not a regular file"], MAX_RSS);
+    run.wait_for_within(&["plugin `big`", "larger than the limit of 1024 bytes"], MAX_RSS);
+    run.send(&event_line(0));
+    let (summary, _) = run.finish();
+    assert_eq!(lines(&out).len(), 1, "{summary}");
+}

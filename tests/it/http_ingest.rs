@@ -516,3 +516,151 @@ async fn real_loopback_server_with_a_token_and_concurrent_bad_requests() {
     stop.send(()).unwrap();
     server.await.unwrap().unwrap();
 }
+
+/// Reads from `stream` until the server closes it (or resets it); the bytes read. Fails the
+/// test if it stays open past `within`.
+async fn closed_within(stream: &mut tokio::net::TcpStream, within: Duration) -> Vec<u8> {
+    use tokio::io::AsyncReadExt;
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(within, async {
+        let mut buf = [0u8; 1024];
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await;
+    assert!(read.is_ok(), "the connection was still open after {within:?}; read so far: {got:?}");
+    got
+}
+
+/// A slowloris — 300 connections from this process, each sending one byte of a request head a
+/// second — against a server capped at 100 connections: `/healthz` and an authorised ingest
+/// POST still answer within 3 s; a head sent slower than the header timeout, a body slower than
+/// the body timeout, and an unauthorised body are cut off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_clients_cannot_starve_probes_or_authorised_ingest() {
+    use tokio::io::AsyncWriteExt;
+    let limits = eventpipe::http_server::ServerLimits {
+        header_read_timeout: Duration::from_secs(2),
+        body_timeout: Duration::from_secs(2),
+        max_connections: 100,
+    };
+    let token = BearerToken::new("s3cret-token").unwrap();
+    let config = IngestConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        token: Some(token),
+        server: limits,
+        ..IngestConfig::default()
+    };
+    let (ingest, mut rx) = ingest(config, 256);
+    let listener = ingest.bind().await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let probes = eventpipe::health::router(eventpipe::health::Readiness::new());
+    let server = tokio::spawn({
+        let ingest = ingest.clone();
+        async move { ingest.serve(listener, probes, async move { stopped.await.unwrap_or(()) }).await }
+    });
+
+    // The slowloris: 300 connections at a time for 8 s, each closed one opened again.
+    let slowloris = tokio::spawn(async move {
+        let mut conns = Vec::new();
+        for _ in 0..300 {
+            conns.push((tokio::net::TcpStream::connect(addr).await.ok(), 0usize));
+        }
+        let head = b"POST /ingest HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(8);
+        while tokio::time::Instant::now() < deadline {
+            for (conn, sent) in &mut conns {
+                let alive = match conn {
+                    Some(c) => c.write_all(&[head[(*sent).min(head.len() - 1)]]).await.is_ok(),
+                    None => false,
+                };
+                if alive {
+                    *sent += 1;
+                } else {
+                    (*conn, *sent) = (tokio::net::TcpStream::connect(addr).await.ok(), 0);
+                }
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let auth = ("authorization", "Bearer s3cret-token");
+    for round in 0..3 {
+        let healthz = tokio::time::timeout(Duration::from_secs(3), http(addr, "GET", "/healthz", &[], Vec::new()));
+        assert_eq!(healthz.await.expect("/healthz answers within 3 s").0, 200, "round {round}");
+        let mut event: Value = serde_json::from_str(CLIENT_GO_CREATE).unwrap();
+        event["metadata"]["name"] = json!(format!("under-load.{round}"));
+        let headers = [("content-type", "application/json"), auth];
+        let post = http(addr, "POST", EVENTS, &headers, event.to_string().into());
+        let (code, body) = tokio::time::timeout(Duration::from_secs(3), post).await.expect("ingest answers within 3 s");
+        assert_eq!(code, 201, "round {round}: {body}");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    slowloris.await.unwrap();
+    assert_eq!(rx.try_recv().unwrap().event.metadata.name, "under-load.0");
+
+    // A head slower than the header timeout: closed.
+    let mut slow_head = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let started = std::time::Instant::now();
+    let writer = async {
+        for b in b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaa" {
+            if slow_head.write_all(&[*b]).await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(400)).await;
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(3), writer).await;
+    closed_within(&mut slow_head, Duration::from_secs(3)).await;
+    assert!(started.elapsed() < Duration::from_secs(6), "closed at the header timeout: {:?}", started.elapsed());
+
+    // An authorised body slower than the body timeout: cut off.
+    let mut slow_body = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = "POST /ingest HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer s3cret-token\r\n\
+                Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n";
+    slow_body.write_all(head.as_bytes()).await.unwrap();
+    let started = std::time::Instant::now();
+    let writer = async {
+        loop {
+            if slow_body.write_all(b" ").await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(3), writer).await;
+    closed_within(&mut slow_body, Duration::from_secs(3)).await;
+    assert!(started.elapsed() < Duration::from_secs(6), "cut off at the body timeout: {:?}", started.elapsed());
+
+    // No token: refused on the head, before any of the announced body is sent.
+    let mut no_token = tokio::net::TcpStream::connect(addr).await.unwrap();
+    no_token
+        .write_all(
+            b"POST /ingest HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let answer = tokio::time::timeout(Duration::from_secs(3), async {
+        use tokio::io::AsyncReadExt;
+        let mut got = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+            match no_token.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+        got
+    })
+    .await
+    .expect("answered without the body");
+    assert!(answer.starts_with(b"HTTP/1.1 401"), "{}", String::from_utf8_lossy(&answer));
+
+    stop.send(()).unwrap();
+    server.await.unwrap().unwrap();
+}

@@ -203,6 +203,8 @@ async fn counters_follow_known_activity() {
         memo_hits: 700,
         memo_misses: 300,
         call_nanos: 1_500_000_000,
+        quarantines: 1,
+        quarantined: 1,
     };
     metrics.add_source(move |s| {
         s.add_router(&router_stats);
@@ -211,7 +213,7 @@ async fn counters_follow_known_activity() {
         s.add_plugin_stats("by-reason", "payments", &plugin);
         s.add_plugin_stats("by-reason", "payments", &plugin);
         s.add_watcher_dropped("tenant-router", "queue_full", 6);
-        s.config_reloads_rejected += 1;
+        s.add(&metrics::CONFIG_RELOADS, &[("result", "rejected")], 1);
     });
 
     let s = scrape(&metrics).await;
@@ -248,6 +250,8 @@ async fn counters_follow_known_activity() {
     assert_eq!(s.get("eventpipe_sink_dropped_total", &[("sink", "audit-hook"), ("reason", "queue_full")]), 0.0);
     assert_eq!(s.get("eventpipe_sink_queue_depth", &hook), 0.0);
     assert_eq!(s.get("eventpipe_sink_queue_capacity", &hook), 32.0);
+    assert!(s.get("eventpipe_sink_concurrency_limit", &hook) >= 1.0, "adaptive, from 1");
+    assert_eq!(s.get("eventpipe_sink_requests_in_flight", &hook), 0.0);
 
     let p = [("plugin", "by-reason"), ("tenant", "payments")];
     assert_eq!(s.get("eventpipe_plugin_calls_total", &p), 24.0);
@@ -256,6 +260,8 @@ async fn counters_follow_known_activity() {
     assert_eq!(s.get("eventpipe_plugin_memo_hits_total", &p), 1400.0);
     assert_eq!(s.get("eventpipe_plugin_memo_misses_total", &p), 600.0);
     assert_eq!(s.get("eventpipe_plugin_call_seconds_total", &p), 3.0, "nanoseconds inside calls, as seconds");
+    assert_eq!(s.get("eventpipe_plugin_quarantines_total", &p), 2.0, "quarantines add up");
+    assert_eq!(s.get("eventpipe_plugin_quarantined", &p), 1.0, "a gauge: quarantined or not");
     let reason = |r| [("plugin", "by-reason"), ("tenant", "payments"), ("reason", r)];
     assert_eq!(s.get("eventpipe_plugin_failures_total", &reason("out_of_fuel")), 4.0);
     assert_eq!(s.get("eventpipe_plugin_failures_total", &reason("trap")), 2.0);
@@ -378,6 +384,8 @@ async fn a_run_exposes_its_webhook_sinks_on_metrics() {
     stop(run);
     assert_eq!(s.types["eventpipe_sink_queue_capacity"], "gauge");
     assert!(s.get("eventpipe_sink_queue_capacity", &sink) > 0.0);
+    assert_eq!(s.types["eventpipe_sink_concurrency_limit"], "gauge");
+    assert!(s.get("eventpipe_sink_concurrency_limit", &sink) >= 1.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

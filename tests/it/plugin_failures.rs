@@ -142,11 +142,55 @@ fn a_plugin_failing_on_every_event_is_not_called_for_the_rest_of_the_batch() {
     });
     assert!(keys.iter().zip(&events).all(|(k, e)| *k == Some(ByReason.aggregate_key(e))));
     let stats = plugin.stats().snapshot();
-    // The batch of 50, then the first half at each level (25, 12, 6, 3), then single events and
-    // a pair until three single events failed with no call succeeding.
-    assert_eq!(stats.calls, 9, "bisected, then cut off: {stats:?}");
+    // The batch of 50, then its first three events alone: three single events failed with no
+    // call succeeding.
+    assert_eq!(stats.calls, 4, "probed, then cut off: {stats:?}");
     assert_eq!(stats.fallbacks, 50);
     assert!(log.contains("plugin keeps failing; the rest of the batch falls back without calling it"), "{log}");
+}
+
+/// The circuit breaker: a plugin running out of fuel on every event is quarantined once a
+/// batch's bisection found it failing on every event it tried, then not called until its
+/// backoff (1 s) passes; a failed trial quarantines it again; a new version lifts the quarantine.
+#[test]
+fn a_plugin_failing_on_every_event_is_quarantined_until_a_new_version() {
+    let plugin = load("misbehave", PluginSettings::default());
+    let key_fn = WasmAggregateKeyFunc::new(plugin.clone()).unwrap();
+    let looping: Vec<Event> = (0..50).map(|i| event(&format!("p{i}"), "Loop", "n", "m")).collect();
+    let good: Vec<Event> = (0..50).map(|i| event(&format!("g{i}"), "Started", "n", "m")).collect();
+    let keys = |events: &[Event]| {
+        let refs: Vec<&Event> = events.iter().collect();
+        let mut keys = Vec::new();
+        let ((), log) = capture_logs(|| key_fn.aggregate_keys(&refs, &mut keys));
+        assert!(keys.iter().zip(events).all(|(k, e)| *k == Some(ByReason.aggregate_key(e))), "the fallback's keys");
+        log
+    };
+    let quarantined = |log: &str| log.matches("plugin quarantined: its fallback is used without calling it").count();
+    // First batch: its first 3 events failed alone with no call succeeding (4 calls):
+    // quarantined. The second batch falls back without a call.
+    let log = keys(&looping) + &keys(&looping);
+    let stats = plugin.snapshot();
+    assert_eq!((stats.calls, stats.quarantines, stats.quarantined), (4, 1, 1), "{stats:?}");
+    assert_eq!(quarantined(&log), 1, "logged once:\n{log}");
+    // Quarantined: nothing is called, good events or not; nothing is logged.
+    let log = keys(&looping) + &keys(&good);
+    let now = plugin.snapshot();
+    assert_eq!((now.calls, now.failures, now.fallbacks - stats.fallbacks), (4, stats.failures, 100), "{now:?}");
+    assert!(!log.contains("WARN"), "{log}");
+    // After the 1 s backoff one trial call is made; it fails: quarantined again.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let log = keys(&looping);
+    let now = plugin.snapshot();
+    assert_eq!((now.calls, now.quarantines, now.quarantined), (5, 2, 1), "{now:?}");
+    assert_eq!(quarantined(&log), 1, "{log}");
+    // A new version (a hot reload's swap) lifts it at once.
+    let runtime = PluginRuntime::new(Metering::Fuel).unwrap();
+    let next = runtime.load_file("misbehave", &common::fixture_plugin("misbehave")).unwrap();
+    plugin.slot().swap(Some(next)).unwrap();
+    assert_eq!(plugin.snapshot().quarantined, 0);
+    keys(&good);
+    let now = plugin.snapshot();
+    assert_eq!((now.calls, now.quarantined), (6, 0), "the new version is called: {now:?}");
 }
 
 /// A failed input is not memoized: it goes to the plugin again next time, while the inputs the
@@ -327,7 +371,7 @@ fn replay_survives_a_misbehaving_plugin_and_fail_policy_sets_the_exit_status() {
     assert_eq!(code, 3, "fail policy: {log}");
 }
 
-/// A user aggregate-key plugin that ignores `source.host` (README, "Plugins"): ten distinct
+/// A user aggregate-key plugin that ignores `source.host` (`docs/plugins.md`): ten distinct
 /// messages about one pod from two nodes aggregate with it, and not with the default.
 #[test]
 fn a_user_plugin_overrides_the_default_key_function() {

@@ -164,6 +164,53 @@ fn malformed_lines_get_an_error_line_in_place_and_exit_status_2() {
     assert_eq!(out[4]["event"]["count"], 3);
 }
 
+/// A line with two faults (a misplaced `}` closes the document early, so it fails to decode and
+/// the rest of the line is text after it), and a line holding a good event followed by text: one
+/// error line each, in place; the output keeps one line per input line.
+#[test]
+fn a_line_with_several_faults_gets_one_error_line() {
+    let good = std::fs::read_to_string(common::fixture("replay/burst30.in.jsonl")).unwrap();
+    let lines: Vec<&str> = good.lines().take(2).collect();
+    let two_faults = lines[1].replacen(r#""involvedObject":{"#, r#""involvedObject":}{"#, 1);
+    let then_text = format!("{} trailing", lines[1]);
+    let input = format!("{}\n{two_faults}\n{then_text}\n{}\n", lines[0], lines[1]);
+    let (out, code) = replay(&[], input.as_bytes());
+    assert_eq!(code, 2);
+    let out: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(out.len(), 4, "one output line per input line: {out:#?}");
+    for (i, line) in [(1, 2), (2, 3)] {
+        let error = out[i]["error"].as_str().unwrap_or_else(|| panic!("an error line: {}", out[i]));
+        assert!(error.starts_with(&format!("line {line}:")), "{error}");
+    }
+    assert!(out[1]["error"].as_str().unwrap().contains("; then unexpected text after a complete document"));
+    // The event of the line with text after it was not correlated: the last line is the
+    // second occurrence.
+    assert_eq!(out[3]["event"]["count"], 2, "{}", out[3]);
+}
+
+/// `eventpipe replay … | head -1`: the reader closes the pipe after one line; replay ends
+/// quietly (no "Broken pipe" message) with status 0, as other Unix tools do.
+#[test]
+fn a_closed_stdout_ends_the_replay_quietly() {
+    let stream =
+        std::fs::File::open(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/data/occurrences.jsonl"))
+            .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_eventpipe"))
+        .arg("replay")
+        .stdin(stream)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("eventpipe runs");
+    let mut first = [0u8; 1];
+    child.stdout.take().unwrap().read_exact(&mut first).unwrap();
+    // The read end is dropped here: every later write fails with EPIPE.
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.to_lowercase().contains("broken pipe"), "{stderr}");
+}
+
 /// One event as a replay line, its message `m`.
 const LINE_WITH_MESSAGE_M: &str = r#"{"clock":"2025-01-01T00:00:00Z","event":{"metadata":{"name":"a.1","namespace":"ns"},"involvedObject":{"kind":"Pod","namespace":"ns","name":"a"},"reason":"Started","message":"m","source":{"component":"kubelet"},"count":1}}"#;
 

@@ -139,6 +139,64 @@ fn bad_lines_are_counted_and_skipped_without_losing_the_others() {
     assert_eq!(by_object(&noisy_events), by_object(&clean_events));
 }
 
+/// Each event of the bundled stream has its own name, `<involvedObject.name>.<hex>` as
+/// client-go's recorder names it, so that with `--serve` the watch cache refuses no create as a
+/// duplicate (`409 AlreadyExists`) and no sink write is dropped.
+#[test]
+fn the_bundled_stream_names_each_event_once_and_serve_drops_nothing() {
+    let text = std::fs::read_to_string(bundled_stream()).unwrap();
+    let mut names = std::collections::HashSet::new();
+    for line in text.lines() {
+        let event: Value = serde_json::from_str(line).unwrap();
+        let name = event["metadata"]["name"].as_str().unwrap();
+        let (object, hex) = name.rsplit_once('.').unwrap();
+        assert_eq!(object, event["involvedObject"]["name"].as_str().unwrap_or(""), "{name}");
+        assert!(u64::from_str_radix(hex, 16).is_ok(), "{name}");
+        let key = (event["metadata"]["namespace"].as_str().unwrap().to_string(), name.to_string());
+        assert!(names.insert(key), "{name} is used twice");
+    }
+    let (summary, _) = run(&bundled_stream(), &["--serve=127.0.0.1:0", "--no-watch"]);
+    assert_eq!(n(&summary, "read"), 13_860);
+    assert_eq!((n(&summary, "dropped"), n(&summary, "gave_up")), (0, 0), "{summary}");
+}
+
+/// A server beyond loopback without a token is refused, and the message names the flag that
+/// asked for it: `--serve` for the events API, `--source http:…` for HTTP ingest.
+#[test]
+fn a_refused_server_names_its_own_flag() {
+    for (args, flag) in [
+        (&["--source=jsonl:-", "--serve=0.0.0.0:0"][..], "--serve"),
+        (&["--source=http:0.0.0.0:0"][..], "--source http:"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_eventpipe"))
+            .args(["run", "--no-watch", "--sink=jsonl:/dev/null"])
+            .args(args)
+            .env("EVENTPIPE_INGEST_TOKEN", "")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}: {stderr}");
+        assert!(stderr.contains("without a bearer token") && stderr.contains(flag), "{args:?}: {stderr}");
+        assert!(!stderr.contains("metrics"), "{args:?}: {stderr}");
+    }
+}
+
+/// A line with two faults (a misplaced `}` closes the document early, so it fails to decode and
+/// the rest of the line is text after it) is one bad line.
+#[test]
+fn a_line_with_several_faults_counts_once_in_bad_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(bundled_stream()).unwrap();
+    let good: Vec<&str> = text.lines().take(3).collect();
+    let two_faults = good[1].replacen(r#""involvedObject":{"#, r#""involvedObject":}{"#, 1);
+    assert_ne!(two_faults, good[1]);
+    let file = dir.path().join("noisy.jsonl");
+    std::fs::write(&file, [good[0], two_faults.as_str(), good[2]].join("\n") + "\n").unwrap();
+    let (summary, _) = run(&file, &[]);
+    assert_eq!((n(&summary, "read"), n(&summary, "bad_lines")), (2, 1), "{summary}");
+}
+
 #[test]
 fn a_huge_line_is_skipped_in_bounded_memory_and_the_next_line_is_read() {
     let text = std::fs::read_to_string(bundled_stream()).unwrap();

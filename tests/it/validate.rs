@@ -199,3 +199,62 @@ fn every_problem_of_one_tenant_is_listed() {
     }
     assert!(stderr.contains("4 problem(s)"), "{stderr}");
 }
+
+/// A type error, an unknown key (with the key it most likely meant) and a misspelt plugin are
+/// all named in one run, each at its line; `--format json` gives the same as objects for CI.
+#[test]
+fn a_type_error_an_unknown_key_and_a_misspelt_plugin_are_all_listed_in_one_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("eventpipe.toml");
+    std::fs::write(
+        &config,
+        "[defaults]\nsinks = [\"jsonl:-\"]\nburst = \"many\"\nmax_evnts = 5\naggregate_key = \"by-reasn\"\n",
+    )
+    .unwrap();
+    let (ok, _, stderr) = validate(&[format!("--config={}", config.display())]);
+    assert!(!ok);
+    for needle in [
+        "eventpipe.toml:3:9: defaults.burst: invalid type: string \"many\", expected i64",
+        "eventpipe.toml:4:1: defaults.max_evnts: unknown field `max_evnts`",
+        "did you mean `max_events`?",
+        "eventpipe.toml:5: defaults.aggregate_key: no plugin named `by-reasn`",
+    ] {
+        assert!(stderr.contains(needle), "{needle} missing:\n{stderr}");
+    }
+    assert!(stderr.contains("3 problem(s)"), "{stderr}");
+
+    let (ok, stdout, stderr) = validate(&[format!("--config={}", config.display()), "--format=json".into()]);
+    assert!(!ok, "{stderr}");
+    let problems: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let problems = problems.as_array().unwrap();
+    let at: Vec<_> = problems.iter().map(|p| (p["line"].as_u64(), p["column"].as_u64(), p["key"].as_str())).collect();
+    assert_eq!(
+        at,
+        [
+            (Some(3), Some(9), Some("defaults.burst")),
+            (Some(4), Some(1), Some("defaults.max_evnts")),
+            (Some(5), None, Some("defaults.aggregate_key")),
+        ],
+        "{stdout}"
+    );
+    assert!(problems.iter().all(|p| p["file"].as_str().unwrap().ends_with("eventpipe.toml")), "{stdout}");
+    assert!(problems[2]["message"].as_str().unwrap().contains("did you mean `by-reason`?"), "{stdout}");
+
+    // All well: an empty array and status 0.
+    std::fs::write(&config, "[defaults]\nsinks = [\"jsonl:-\"]\n").unwrap();
+    let (ok, stdout, stderr) = validate(&[format!("--config={}", config.display()), "--format=json".into()]);
+    assert!(ok, "{stderr}");
+    assert_eq!(stdout.trim(), "[]");
+}
+
+/// Every TOML syntax error is listed with its line and column, not only the first.
+#[test]
+fn every_syntax_error_is_listed_with_its_position() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("eventpipe.toml");
+    std::fs::write(&config, "[defaults]\nburst = \nmax_events = 3\n\n[[tenants]\nname = \"t\"\n").unwrap();
+    let (ok, _, stderr) = validate(&[format!("--config={}", config.display())]);
+    assert!(!ok);
+    assert!(stderr.contains("eventpipe.toml:2:"), "{stderr}");
+    assert!(stderr.contains("eventpipe.toml:5:"), "{stderr}");
+}

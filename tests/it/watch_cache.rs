@@ -436,3 +436,127 @@ fn kubectl_gets_and_watches_the_correlated_events() {
     let _ = watch.kill();
     let _ = watch.wait();
 }
+
+/// One occurrence of `object`'s `reason` in `ns` (container `app`), recorded `ago` before now:
+/// the ages kubectl prints come from the wall clock, as an apiserver's.
+fn occurrence_ago(ns: &str, object: &str, reason: &str, type_: &str, ago: chrono::TimeDelta) -> Value {
+    let time = (chrono::Utc::now() - ago).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    json!({
+        "kind": "Event", "apiVersion": "v1",
+        "metadata": {"name": format!("{object}.{}", ago.num_seconds()), "namespace": ns},
+        "involvedObject": {"kind": "Pod", "namespace": ns, "name": object, "fieldPath": "spec.containers{app}"},
+        "reason": reason, "message": format!("{reason} of {object}"), "type": type_,
+        "source": {"component": "kubelet", "host": "node-1"},
+        "firstTimestamp": time, "lastTimestamp": time, "count": 1,
+    })
+}
+
+/// The columns of a line kubectl prints (cells are separated by at least two spaces).
+fn columns(line: &str) -> Vec<String> {
+    line.split("  ").map(str::trim).filter(|c| !c.is_empty()).map(String::from).collect()
+}
+
+/// `kubectl get events` prints the apiserver's columns from the Table `--serve` answers: LAST
+/// SEEN, TYPE, REASON, OBJECT, MESSAGE (with `-A` NAMESPACE first), the wide ones with
+/// `-o wide`, sorted with `--sort-by=.lastTimestamp`, and each change with `-w`.
+#[test]
+fn kubectl_prints_the_apiservers_event_columns() {
+    let kubectl = match kubectl() {
+        Ok(path) => path,
+        Err(reason) if std::env::var_os("CI").is_some() => panic!("kubectl: {reason}"),
+        Err(reason) => {
+            println!("skipped: {reason}");
+            return;
+        }
+    };
+    let served = start(&[], false);
+    let hours = chrono::TimeDelta::hours;
+    // `a-web` is listed first (by name) but was seen last: `--sort-by` puts it last.
+    ingest(
+        &served,
+        &[
+            occurrence_ago("shop", "z-db", "Pulled", "Normal", hours(40)),
+            occurrence_ago("shop", "a-web", "BackOff", "Warning", hours(30)),
+            occurrence_ago("shop", "a-web", "BackOff", "Warning", hours(20)),
+        ],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let config = kubeconfig(&served, dir.path());
+    let kubectl_cmd = || {
+        let mut cmd = Command::new(&kubectl);
+        cmd.arg("--kubeconfig").arg(&config).arg("--cache-dir").arg(dir.path().join("cache"));
+        cmd.env("HOME", dir.path());
+        cmd
+    };
+    let get = |args: &[&str]| -> Vec<Vec<String>> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let out = kubectl_cmd().arg("get").arg("events").args(args).output().unwrap();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            let text = String::from_utf8(out.stdout).unwrap();
+            let lines: Vec<Vec<String>> = text.lines().map(columns).collect();
+            // Both events, the repeat aggregated (its Last Seen the second occurrence's).
+            if lines.len() == 3 && text.contains("20h") {
+                return lines;
+            }
+            assert!(Instant::now() < deadline, "kubectl never listed both: {text}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+
+    let all = get(&["-A"]);
+    assert_eq!(all[0], ["NAMESPACE", "LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]);
+    assert_eq!(all[1], ["shop", "20h", "Warning", "BackOff", "pod/a-web", "BackOff of a-web"]);
+    assert_eq!(all[2], ["shop", "40h", "Normal", "Pulled", "pod/z-db", "Pulled of z-db"]);
+
+    let wide = get(&["-n", "shop", "-o", "wide"]);
+    assert_eq!(
+        wide[0],
+        ["LAST SEEN", "TYPE", "REASON", "OBJECT", "SUBOBJECT", "SOURCE", "MESSAGE", "FIRST SEEN", "COUNT", "NAME"]
+    );
+    let wide_web = [
+        "20h",
+        "Warning",
+        "BackOff",
+        "pod/a-web",
+        "spec.containers{app}",
+        "kubelet, node-1",
+        "BackOff of a-web",
+        "30h",
+        "2",
+        "a-web.108000",
+    ];
+    assert_eq!(wide[1], wide_web);
+
+    let sorted = get(&["-A", "--sort-by=.lastTimestamp"]);
+    assert_eq!((sorted[1][4].as_str(), sorted[2][4].as_str()), ("pod/z-db", "pod/a-web"), "{sorted:?}");
+
+    // `-w`: the header and the current rows, then each change as a row.
+    let mut watch = kubectl_cmd()
+        .args(["get", "events", "-n", "shop", "-w"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let lines = {
+        let stdout = watch.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)) {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        rx
+    };
+    let next = || columns(&lines.recv_timeout(Duration::from_secs(30)).expect("kubectl prints the next line"));
+    assert_eq!(next(), ["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]);
+    assert_eq!(next(), ["20h", "Warning", "BackOff", "pod/a-web", "BackOff of a-web"]);
+    assert_eq!(next(), ["40h", "Normal", "Pulled", "pod/z-db", "Pulled of z-db"]);
+    ingest(&served, &[occurrence_ago("shop", "a-web", "BackOff", "Warning", hours(10))]);
+    assert_eq!(next(), ["10h", "Warning", "BackOff", "pod/a-web", "BackOff of a-web"]);
+    let _ = watch.kill();
+    let _ = watch.wait();
+}

@@ -13,11 +13,13 @@ pub mod test;
 pub mod top;
 pub mod validate;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Args;
 use eventpipe::pipeline::plan::{BuiltinSpamKey, CommandLineRules};
+use eventpipe::plugin::pin::{Sha256Digest, parse_pin_flag};
 use eventpipe::plugin::registry::{PluginRegistry, ReloadOutcome};
 use eventpipe::plugin::{
     DEFAULT_FUEL_PER_EVENT, DEFAULT_MEMORY_LIMIT_BYTES, FallbackPolicy, Metering, PluginRuntime, PluginSettings,
@@ -84,12 +86,16 @@ pub struct RuntimeArgs {
     /// Compile every plugin at start instead of using the compilation cache.
     #[arg(long, conflicts_with = "compile_cache")]
     no_compile_cache: bool,
+    /// The largest plugin file read from the plugins directory, bytes; a larger one is refused
+    /// (as are FIFOs, devices and sockets).
+    #[arg(long, value_name = "BYTES", default_value_t = eventpipe::plugin::file::DEFAULT_MAX_PLUGIN_BYTES)]
+    max_plugin_bytes: u64,
 }
 
 impl RuntimeArgs {
     /// A plugin registry (the embedded plugins) whose loads are validated with `settings`.
     fn registry(&self, settings: PluginSettings) -> anyhow::Result<PluginRegistry> {
-        Ok(PluginRegistry::new(self.runtime()?)?.with_validation(settings))
+        Ok(PluginRegistry::new(self.runtime()?)?.with_validation(settings).with_max_plugin_bytes(self.max_plugin_bytes))
     }
 
     /// The plugin runtime: with wasmtime's compilation cache unless `--no-compile-cache` (or
@@ -128,10 +134,110 @@ fn registry_with_dir(
     dir: Option<&Path>,
     command: &str,
 ) -> anyhow::Result<PluginRegistry> {
-    let registry = runtime.registry(limits.settings())?;
-    match plugins_dir(dir) {
-        Some(dir) => with_plugins_dir(registry, &dir, command),
-        None => Ok(registry),
+    pinned_registry(runtime, limits, dir, BTreeMap::new(), &[], command)
+}
+
+/// As [`registry_with_dir`], with plugin names pinned to digests ([`PinArgs::pins`]) and
+/// component `files` loaded before the plugins directory (plugins pulled from OCI registries,
+/// [`OciArgs::pull`]): a plugin whose bytes do not match its pin, or a file that does not load,
+/// is an error naming it (and both digests).
+fn pinned_registry(
+    runtime: &RuntimeArgs,
+    limits: &PluginArgs,
+    dir: Option<&Path>,
+    pins: BTreeMap<String, Sha256Digest>,
+    files: &[PathBuf],
+    command: &str,
+) -> anyhow::Result<PluginRegistry> {
+    let registry = runtime.registry(limits.settings())?.with_pins(pins);
+    for file in files {
+        if let outcome @ ReloadOutcome::Rejected { .. } = registry.reload_file(file) {
+            anyhow::bail!("{outcome}");
+        }
+    }
+    let registry = match plugins_dir(dir) {
+        Some(dir) => with_plugins_dir(registry, &dir, command)?,
+        None => registry,
+    };
+    registry.verify_pins()?;
+    Ok(registry)
+}
+
+/// Plugins pulled from OCI registries at start (`source = "oci://…"` in `[plugins.NAME]`).
+#[derive(Args, Debug, Clone)]
+pub struct OciArgs {
+    /// Where plugins pulled from OCI registries are kept, content-addressed by digest
+    /// [default: $XDG_CACHE_HOME/eventpipe/oci, else ~/.cache/eventpipe/oci].
+    #[arg(long, value_name = "DIR")]
+    oci_cache: Option<PathBuf>,
+    /// Plain HTTP to any OCI registry (not only loopback ones).
+    #[arg(long)]
+    oci_insecure: bool,
+}
+
+impl OciArgs {
+    /// Pulls (or reads from the cache) every plugin `config` names by `source`, verified, and
+    /// adds its pin (the layer's digest) to `pins` unless the config pins it already. Returns
+    /// the component files to load, `CACHE/plugins/MANIFEST-HEX/NAME.wasm`.
+    ///
+    /// # Errors
+    /// A config that cannot be read, a registry error, or content that does not verify.
+    fn pull(&self, config: Option<&Path>, pins: &mut BTreeMap<String, Sha256Digest>) -> anyhow::Result<Vec<PathBuf>> {
+        let Some(config) = config else { return Ok(Vec::new()) };
+        let sources = eventpipe::Config::load(config)?.sources;
+        if sources.is_empty() {
+            return Ok(Vec::new());
+        }
+        let cache = match &self.oci_cache {
+            Some(dir) => dir.clone(),
+            None => std::env::var_os("XDG_CACHE_HOME")
+                .map(PathBuf::from)
+                .or_else(|| std::env::home_dir().map(|h| h.join(".cache")))
+                .context("no OCI cache directory (give --oci-cache DIR)")?
+                .join("eventpipe")
+                .join("oci"),
+        };
+        let options = eventpipe::oci::OciOptions { insecure: self.oci_insecure, ..Default::default() };
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let mut files = Vec::new();
+        for (name, reference) in sources {
+            let pulled = runtime
+                .block_on(eventpipe::oci::pull_cached(&reference, &cache, &options))
+                .with_context(|| format!("plugin `{name}`"))?;
+            let manifest = reference.digest().expect("a config source has a digest").hex().to_string();
+            let file = cache.join("plugins").join(manifest).join(format!("{name}.wasm"));
+            if std::fs::read(&file).ok().as_deref() != Some(pulled.bytes.as_slice()) {
+                eventpipe::oci::write_atomically(&file, &pulled.bytes)?;
+            }
+            pins.entry(name).or_insert(pulled.layer);
+            files.push(file);
+        }
+        Ok(files)
+    }
+}
+
+/// Pinned plugins ([`eventpipe::plugin::pin`]).
+#[derive(Args, Debug, Clone)]
+pub struct PinArgs {
+    /// Pin plugin NAME to the SHA-256 digest of its component bytes: any other version of it
+    /// is refused, at start and on hot reload. Repeatable; wins over the config's `digest` of
+    /// `[plugins.NAME]`.
+    #[arg(long, value_name = "NAME=sha256:HEX", value_parser = parse_pin_flag)]
+    plugin_digest: Vec<(String, Sha256Digest)>,
+}
+
+impl PinArgs {
+    /// The pins: the `digest` keys of `config`'s `[plugins.NAME]` tables, then the flags.
+    ///
+    /// # Errors
+    /// The config's error when it cannot be read or parsed.
+    fn pins(&self, config: Option<&Path>) -> anyhow::Result<BTreeMap<String, Sha256Digest>> {
+        let mut pins = match config {
+            Some(path) => eventpipe::Config::load(path)?.pins,
+            None => BTreeMap::new(),
+        };
+        pins.extend(self.plugin_digest.iter().cloned());
+        Ok(pins)
     }
 }
 

@@ -12,7 +12,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Args;
-use eventpipe::commands::run::{RunOptions, run};
+use eventpipe::commands::run::{
+    DeliveryOptions, KubernetesOptions, LimitOptions, PluginOptions, RunOptions, ScaleOptions, ServingOptions,
+    SourceOptions, run,
+};
 use eventpipe::correlator::CorrelationClock;
 use eventpipe::delivery::{Delivery, DeliveryMode};
 use eventpipe::k8s::EventsApi;
@@ -24,7 +27,7 @@ use eventpipe::source::k8s::WatchOptions;
 use eventpipe::source::{SourceCounters, SourceSpec};
 use eventpipe::watchers::WatcherSpec;
 
-use super::{CorrelatorArgs, PluginArgs, RuntimeArgs};
+use super::{CorrelatorArgs, OciArgs, PinArgs, PluginArgs, RuntimeArgs};
 
 /// `eventpipe run` flags, grouped in `--help` by what they set.
 #[derive(Args, Debug)]
@@ -40,7 +43,8 @@ pub struct RunArgs {
     follow: bool,
 
     /// `jsonl:PATH` or `jsonl:-` (stdout): one `{"verb","event","patch"}` line per sink call;
-    /// `k8s` / `k8s:NAMESPACE`: the Kubernetes Events API; `webhook:URL`: batched JSON POSTs;
+    /// `k8s` / `k8s:NAMESPACE`: the Kubernetes Events API; `webhook:URL`: batched JSON POSTs
+    /// (options `,concurrency=adaptive|N`, `,max_batch=N`, `,max_batch_bytes=N`; docs/webhook.md);
     /// `plugin:NAME` or `plugin:FILE.wasm`: a sink plugin. `,delivery=MODE` after any of them
     /// gives that sink its own delivery mode. Repeatable. The sinks of tenants whose config names
     /// none; required unless the config's `[defaults]` gives `sinks`.
@@ -98,8 +102,8 @@ pub struct RunArgs {
     /// p mod N = I (`I/N`, or a StatefulSet pod name `NAME-I/N`) [default: 0/1, all].
     #[arg(long, value_name = "I/N", help_heading = "Partitions")]
     worker: Option<eventpipe::pipeline::scale::WorkerIndex>,
-    /// Seconds between correlator snapshots: a `nats:` worker's partitions into the stream's KV
-    /// bucket, an at-least-once run's into `--state-file` (also at the end). What a crash
+    /// Seconds between correlator snapshots: a `nats:` worker's partitions into the stream's
+    /// object store, an at-least-once run's into `--state-file` (also at the end). What a crash
     /// writes again is bounded by it.
     #[arg(long, value_name = "SECONDS", default_value_t = 5.0, help_heading = "Partitions")]
     snapshot_interval: f64,
@@ -127,6 +131,10 @@ pub struct RunArgs {
     limits: PluginArgs,
     #[command(flatten, next_help_heading = "Plugins")]
     runtime: RuntimeArgs,
+    #[command(flatten, next_help_heading = "Plugins")]
+    pins: PinArgs,
+    #[command(flatten, next_help_heading = "Plugins")]
+    oci: OciArgs,
 
     #[command(flatten, next_help_heading = "Kubernetes")]
     kube: KubeArgs,
@@ -145,9 +153,43 @@ pub struct RunArgs {
     serve: Option<SocketAddr>,
     #[command(flatten, next_help_heading = "Watch cache (--serve)")]
     watch_cache: WatchCacheArgs,
+    #[command(flatten, next_help_heading = "HTTP servers (http source, --serve, --metrics)")]
+    http: HttpServerArgs,
     /// Print the summary as one JSON object on stderr instead of a sentence.
     #[arg(long, help_heading = "Output")]
     summary_json: bool,
+}
+
+/// Limits of every HTTP server of the run (see `eventpipe::http_server`).
+#[derive(Args, Debug, Clone)]
+pub struct HttpServerArgs {
+    /// Time a client has to send a complete request head, seconds; also how long an idle
+    /// keep-alive connection stays open.
+    #[arg(long, value_name = "SECONDS", default_value_t = eventpipe::http_server::DEFAULT_HEADER_READ_TIMEOUT.as_secs_f64())]
+    http_header_timeout: f64,
+    /// Time a client has to send a complete request body, seconds (from its head).
+    #[arg(long, value_name = "SECONDS", default_value_t = eventpipe::http_server::DEFAULT_BODY_TIMEOUT.as_secs_f64())]
+    http_body_timeout: f64,
+    /// Open connections per server at most; at the cap the oldest connection that has not
+    /// sent a complete request is closed to make room.
+    #[arg(long, value_name = "N", default_value_t = eventpipe::http_server::DEFAULT_MAX_CONNECTIONS)]
+    http_max_connections: usize,
+}
+
+impl HttpServerArgs {
+    fn limits(&self) -> anyhow::Result<eventpipe::http_server::ServerLimits> {
+        let seconds = |flag: &str, s: f64| {
+            Duration::try_from_secs_f64(s)
+                .ok()
+                .filter(|d| !d.is_zero())
+                .with_context(|| format!("--{flag}: expected seconds > 0"))
+        };
+        Ok(eventpipe::http_server::ServerLimits {
+            header_read_timeout: seconds("http-header-timeout", self.http_header_timeout)?,
+            body_timeout: seconds("http-body-timeout", self.http_body_timeout)?,
+            max_connections: self.http_max_connections.max(1),
+        })
+    }
 }
 
 /// The watch cache behind `--serve` (see `eventpipe::watch_cache`). Each flag wins over the
@@ -231,66 +273,83 @@ struct KubeArgs {
 /// Runs the pipeline: exit 3 when a plugin failed under `--plugin-fallback fail`, 4 when events
 /// were abandoned (see [`eventpipe::commands::run::RunSummary::abandoned_any`]), else 0.
 pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let registry = super::registry_with_dir(&args.runtime, &args.limits, args.plugins.as_deref(), "eventpipe")?;
+    let mut pins = args.pins.pins(args.config.as_deref())?;
+    let pulled = args.oci.pull(args.config.as_deref(), &mut pins)?;
+    let registry =
+        super::pinned_registry(&args.runtime, &args.limits, args.plugins.as_deref(), pins, &pulled, "eventpipe")?;
     let mut rules = args.correlator.rules(&args.limits);
     rules.filters = args.filter;
     let mut base = rules.rules(&registry)?;
     base.sinks = args.sink;
     let options = RunOptions {
-        source: args.source,
-        broadcaster: EventBroadcasterOptions { correlation_clock: args.clock, ..EventBroadcasterOptions::default() },
-        base,
-        config: args.config,
-        registry: Arc::new(registry),
-        watch: !args.no_watch,
-        kube: KubeOptions {
-            kubeconfig: args.kube.kubeconfig,
-            context: args.kube.context,
-            server: args.kube.kube_server,
+        source: SourceOptions { spec: args.source, follow: args.follow, counters: Arc::new(SourceCounters::default()) },
+        kubernetes: KubernetesOptions {
+            connection: KubeOptions {
+                kubeconfig: args.kube.kubeconfig,
+                context: args.kube.context,
+                server: args.kube.kube_server,
+            },
+            watch: WatchOptions {
+                field_selector: args.kube.field_selector,
+                label_selector: args.kube.label_selector,
+                api: args.kube.events_api,
+                replay_existing: args.kube.replay_existing,
+                ..WatchOptions::default()
+            },
+            events_api: args.kube.events_api,
         },
-        kube_watch: WatchOptions {
-            field_selector: args.kube.field_selector,
-            label_selector: args.kube.label_selector,
-            api: args.kube.events_api,
-            replay_existing: args.kube.replay_existing,
-            ..WatchOptions::default()
+        delivery: DeliveryOptions {
+            mode: Delivery::new(args.delivery, args.state_file).map_err(anyhow::Error::msg)?,
+            broadcaster: EventBroadcasterOptions {
+                correlation_clock: args.clock,
+                ..EventBroadcasterOptions::default()
+            },
         },
-        shutdown_timeout: Duration::from_secs(args.shutdown_timeout),
+        scale: ScaleOptions {
+            workers: match args.workers {
+                None | Some(0) => std::thread::available_parallelism().map_or(1, |n| n.get()),
+                Some(n) => n,
+            },
+            partition_key: args.partition_key,
+            worker: args.worker,
+            snapshot_interval: Duration::try_from_secs_f64(args.snapshot_interval)
+                .ok()
+                .filter(|d| !d.is_zero())
+                .context("--snapshot-interval: expected seconds > 0")?,
+        },
+        serving: ServingOptions {
+            metrics: args.metrics,
+            serve: args.serve,
+            watch_cache: args.watch_cache.settings(),
+            http_limits: args.http.limits()?,
+        },
+        plugins: PluginOptions {
+            base,
+            config: args.config,
+            registry: Arc::new(registry),
+            watch: !args.no_watch,
+            watchers: args.watcher,
+            shadows: args.shadow,
+            shadow_diffs: args.shadow_diffs,
+            shadow_diffs_max: args.shadow_diffs_max,
+        },
+        limits: LimitOptions {
+            max_in_flight: args.max_in_flight,
+            shutdown_timeout: Duration::from_secs(args.shutdown_timeout),
+        },
         shutdown: tokio_util::sync::CancellationToken::new(),
-        metrics: args.metrics,
-        serve: args.serve,
-        watch_cache: args.watch_cache.settings(),
-        follow: args.follow,
-        workers: match args.workers {
-            None | Some(0) => std::thread::available_parallelism().map_or(1, |n| n.get()),
-            Some(n) => n,
-        },
-        partition_key: args.partition_key,
-        max_in_flight: args.max_in_flight,
-        watchers: args.watcher,
-        delivery: Delivery::new(args.delivery, args.state_file).map_err(anyhow::Error::msg)?,
-        events_api: args.kube.events_api,
-        source_counters: Arc::new(SourceCounters::default()),
-        shadows: args.shadow,
-        shadow_diffs: args.shadow_diffs,
-        shadow_diffs_max: args.shadow_diffs_max,
-        worker: args.worker,
-        snapshot_interval: Duration::try_from_secs_f64(args.snapshot_interval)
-            .ok()
-            .filter(|d| !d.is_zero())
-            .context("--snapshot-interval: expected seconds > 0")?,
     };
     // A JSON-lines file (or stdin redirected from one) read to its end: a progress bar on a
     // terminal, fed by the source's live counters.
-    let file_len = match &options.source {
-        SourceSpec::JsonLinesFile(path) if !options.follow => {
+    let file_len = match &options.source.spec {
+        SourceSpec::JsonLinesFile(path) if !options.source.follow => {
             std::fs::metadata(path).ok().filter(|m| m.is_file()).map(|m| m.len())
         }
         SourceSpec::JsonLinesStdin => stdin_file_len(),
         _ => None,
     };
     let progress = file_len.and_then(|len| {
-        let counters = options.source_counters.clone();
+        let counters = options.source.counters.clone();
         Progress::start(len, "events", move || (counters.bytes_read(), counters.stats().read))
     });
     let runtime = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;

@@ -11,7 +11,7 @@ use eventpipe::sink::SinkEntry;
 use eventpipe::source::SourceSpec;
 use eventpipe::watchers::WatcherSpec;
 
-use super::{CorrelatorArgs, PluginArgs, RuntimeArgs};
+use super::{CorrelatorArgs, OciArgs, PinArgs, PluginArgs, RuntimeArgs};
 
 /// `eventpipe validate` flags: those of `run` that say what would run.
 #[derive(Args, Debug)]
@@ -33,18 +33,50 @@ pub struct ValidateArgs {
     /// A watcher plugin, as `run --watcher` takes it. Repeatable.
     #[arg(long, value_name = "NAME|FILE.wasm[,KEY=VALUE…]")]
     watcher: Vec<WatcherSpec>,
+    /// How problems are printed: `text` (one line each on stderr, `FILE:LINE:COLUMN: KEY:
+    /// MESSAGE`) or `json` (for CI: one JSON array on stdout of `{"file", "line", "column",
+    /// "key", "message"}`, `[]` when all is well). The exit status is 1 on any problem either way.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
     #[command(flatten, next_help_heading = "Correlator")]
     correlator: CorrelatorArgs,
     #[command(flatten, next_help_heading = "Plugins")]
     limits: PluginArgs,
     #[command(flatten, next_help_heading = "Plugins")]
     runtime: RuntimeArgs,
+    #[command(flatten, next_help_heading = "Plugins")]
+    pins: PinArgs,
+    #[command(flatten, next_help_heading = "Plugins")]
+    oci: OciArgs,
 }
 
-/// Lists every problem on stderr and exits 1, or prints what was checked and exits 0.
+/// `validate --format`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Format {
+    /// Lines for people.
+    Text,
+    /// A JSON array for programs.
+    Json,
+}
+
+/// Lists every problem (on stderr, or as JSON on stdout) and exits 1, or says what was checked
+/// and exits 0.
 pub fn execute(args: ValidateArgs) -> anyhow::Result<ExitCode> {
     let plugins_dir = super::plugins_dir(args.plugins.as_deref());
-    let mut registry = args.runtime.registry(args.limits.settings())?;
+    // A config that does not parse is listed below, with the other problems.
+    let mut pins = args.pins.pins(args.config.as_deref()).unwrap_or_default();
+    let mut pull_problems = Vec::new();
+    let parsed = args.config.as_deref().filter(|c| eventpipe::Config::load(c).is_ok());
+    let pulled = args.oci.pull(parsed, &mut pins).unwrap_or_else(|e| {
+        pull_problems.push(format!("{e:#}"));
+        Vec::new()
+    });
+    let mut registry = args.runtime.registry(args.limits.settings())?.with_pins(pins);
+    for file in &pulled {
+        if let outcome @ ReloadOutcome::Rejected { .. } = registry.reload_file(file) {
+            pull_problems.push(outcome.to_string());
+        }
+    }
     let mut refused_plugins = Vec::new();
     if let Some(dir) = &plugins_dir {
         let (loaded, outcomes) =
@@ -52,6 +84,13 @@ pub fn execute(args: ValidateArgs) -> anyhow::Result<ExitCode> {
         registry = loaded;
         refused_plugins =
             outcomes.iter().filter(|o| matches!(o, ReloadOutcome::Rejected { .. })).map(ToString::to_string).collect();
+    }
+    // A file refused for its pin is listed above already.
+    refused_plugins.extend(pull_problems);
+    if let Err(e) = registry.verify_pins()
+        && !refused_plugins.iter().any(|r| r.starts_with(&format!("plugin `{}` ", e.name())))
+    {
+        refused_plugins.push(e.to_string());
     }
     let mut base = args.correlator.rules(&args.limits).rules(&registry)?;
     base.sinks = args.sink;
@@ -63,6 +102,10 @@ pub fn execute(args: ValidateArgs) -> anyhow::Result<ExitCode> {
         watchers: &args.watcher,
         source: args.source.as_ref(),
     });
+    if args.format == Format::Json {
+        println!("{}", serde_json::to_string_pretty(&report.problems)?);
+        return Ok(if report.ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE });
+    }
     if report.ok() {
         println!(
             "eventpipe validate: ok ({} tenant(s), {} sink(s), {} watcher plugin(s), {} plugin(s) loaded)",

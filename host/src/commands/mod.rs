@@ -1,6 +1,6 @@
 //! The bodies of the `eventpipe` subcommands, as library functions the command line (`cli/`)
 //! calls: [`run`] (`eventpipe run`), [`replay`] (`eventpipe replay`), [`golden`]
-//! (`eventpipe test`), [`bench`] (`eventpipe bench`), [`validate`] (`eventpipe validate`),
+//! (`eventpipe test`), [`bench`](mod@bench) (`eventpipe bench`), [`validate`] (`eventpipe validate`),
 //! [`top`] (`eventpipe top`) and [`scaffold`] (`eventpipe new-plugin`).
 
 pub mod bench;

@@ -116,7 +116,9 @@ fn read(mut input: impl BufRead, to: &mpsc::SyncSender<Vec<Result<Decoded, Decod
         }
         let text = line.bytes.strip_suffix(b"\n").unwrap_or(&line.bytes);
         // Bytes that are not UTF-8 are read as Go reads them (U+FFFD each).
+        let start = pending.len();
         decoder.push_bytes(text, |item| pending.push(item));
+        one_outcome_per_bad_line(&mut pending, start);
         if pending.len() >= PREPARE_BATCH_SIZE {
             let full = std::mem::replace(&mut pending, Vec::with_capacity(PREPARE_BATCH_SIZE));
             if to.send(full).is_err() {
@@ -129,6 +131,23 @@ fn read(mut input: impl BufRead, to: &mpsc::SyncSender<Vec<Result<Decoded, Decod
         let _ = to.send(pending);
     }
     Ok(())
+}
+
+/// A line the decoder found wrong is one error line of output, as Go's `json.Unmarshal` of the
+/// line fails as a whole: events that line also held (a document followed by text on the same
+/// line) are dropped, so that the output stays one line per input line. `pending[start..]` are
+/// the items of the line just pushed (and of earlier lines it completed, which are kept); the
+/// decoder gives at most one error per line.
+fn one_outcome_per_bad_line(pending: &mut Vec<Result<Decoded, DecodeError>>, start: usize) {
+    let bad: Vec<u64> = pending[start..].iter().filter_map(|item| item.as_ref().err().map(|e| e.line)).collect();
+    if bad.is_empty() {
+        return;
+    }
+    let mut index = 0;
+    pending.retain(|item| {
+        index += 1;
+        index <= start || !matches!(item, Ok(decoded) if bad.contains(&decoded.line()))
+    });
 }
 
 /// Step 2: correlates one batch, in order, calling `update_state` after each written result

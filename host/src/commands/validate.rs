@@ -8,8 +8,8 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::config::Config;
-use crate::pipeline::plan::{TenantPlan, TenantRules};
+use crate::config::{Config, ConfigError};
+use crate::pipeline::plan::{PlanError, TenantPlan, TenantRules};
 use crate::plugin::PluginKind;
 use crate::plugin::registry::PluginRegistry;
 use crate::sink::{SinkEntry, SinkSpec};
@@ -33,11 +33,94 @@ pub struct ValidateOptions<'a> {
     pub source: Option<&'a SourceSpec>,
 }
 
-/// What validation found: every problem, one line each, and what was checked.
+/// One problem: where (the file, 1-based line and column, the config key path; each when known)
+/// and what. Displays as `FILE:LINE:COLUMN: KEY: MESSAGE`, leaving out what is unknown (e.g.
+/// `eventpipe.toml:7:12: tenants[0].rules.filters[0]: no plugin named …`); serialises (for
+/// `validate --format json`) as `{"file", "line", "column", "key", "message"}`, `null` for what
+/// is unknown and `""` for no key.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Problem {
+    /// The file the problem is in (the config file, a plugin file), when it is in one.
+    pub file: Option<String>,
+    /// 1-based line in `file`.
+    pub line: Option<usize>,
+    /// 1-based column (in characters) in `line`.
+    pub column: Option<usize>,
+    /// The config key path, e.g. `tenants[1].rules.burst`; empty when not about a key.
+    pub key: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl Problem {
+    /// A problem that is only a message (a plugin file refused, a source that cannot be read).
+    pub fn message(message: impl Into<String>) -> Self {
+        Problem { message: message.into(), ..Problem::default() }
+    }
+
+    /// A plan's problem: its `FILE:LINE` location (or `FILE`, or `command line`) split into its
+    /// parts.
+    fn of_plan(error: &PlanError) -> Self {
+        let (location, key, message) = match error {
+            PlanError::Plugin { location, key, error } => (location, key, error.to_string()),
+            PlanError::Rule { location, key, message } => (location, key, message.clone()),
+            PlanError::Sink(e) => return Problem::message(e.to_string()),
+        };
+        let problem = Problem { key: key.clone(), message, ..Problem::default() };
+        if location == "command line" {
+            return problem.with_place("command line");
+        }
+        match location.rsplit_once(':').map(|(file, line)| (file, line.parse::<usize>())) {
+            Some((file, Ok(line))) => Problem { file: Some(file.to_string()), line: Some(line), ..problem },
+            _ => Problem { file: Some(location.clone()), ..problem },
+        }
+    }
+
+    /// A problem named by where it comes from when that is not a file (`command line`).
+    fn with_place(mut self, place: &str) -> Self {
+        self.key = if self.key.is_empty() { place.to_string() } else { format!("{place}: {}", self.key) };
+        self
+    }
+}
+
+impl From<ConfigError> for Problem {
+    fn from(e: ConfigError) -> Self {
+        Problem {
+            file: Some(e.path.display().to_string()),
+            line: e.line,
+            column: e.column,
+            key: e.key,
+            message: e.message,
+        }
+    }
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(file) = &self.file {
+            f.write_str(file)?;
+            if let Some(line) = self.line {
+                write!(f, ":{line}")?;
+                if let Some(column) = self.column {
+                    write!(f, ":{column}")?;
+                }
+            }
+            f.write_str(": ")?;
+        }
+        if !self.key.is_empty() {
+            write!(f, "{}: ", self.key)?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
+/// What validation found: every problem, and what was checked.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ValidateReport {
-    /// One line per problem, e.g. `eventpipe.toml:7: tenants[0].rules.filters[0]: no plugin named …`.
-    pub problems: Vec<String>,
+    /// Every problem, in the order found: the plugins directory's, the config file's (syntax,
+    /// then types and unknown keys, then the rules of the format), the plan's (plugins that do
+    /// not exist or are of the wrong kind), the sinks', the watchers', the source's.
+    pub problems: Vec<Problem>,
     /// Tenants checked (with `[defaults]`).
     pub tenants: usize,
     /// Distinct sinks checked.
@@ -55,26 +138,37 @@ impl ValidateReport {
 
 /// Checks what `options` names and lists every problem found.
 pub fn validate(options: &ValidateOptions<'_>) -> ValidateReport {
-    let mut report = ValidateReport { problems: options.refused_plugins.clone(), ..ValidateReport::default() };
-    let config = match options.config.map(Config::load).transpose() {
-        Ok(config) => config,
-        Err(e) => {
-            report.problems.push(e.to_string());
-            return report;
+    let mut report = ValidateReport {
+        problems: options.refused_plugins.iter().map(Problem::message).collect(),
+        ..ValidateReport::default()
+    };
+    let config = match options.config {
+        None => None,
+        Some(path) => {
+            let (config, problems) = match std::fs::read_to_string(path) {
+                Ok(text) => Config::check(&text, path),
+                Err(e) => (None, vec![ConfigError::unreadable(path, &e)]),
+            };
+            report.problems.extend(problems.into_iter().map(Problem::from));
+            // A file that did not read: what it would configure is unknown.
+            match config {
+                Some(config) => Some(config),
+                None => return report,
+            }
         }
     };
     report.tenants = config.as_ref().map_or(1, |c| c.tenants.len() + 1);
     // A problem of `[defaults]` is every inheriting tenant's too: listed once.
     for problem in TenantPlan::problems(options.base, config.as_ref(), options.registry) {
-        let problem = problem.to_string();
+        let problem = Problem::of_plan(&problem);
         if !report.problems.contains(&problem) {
             report.problems.push(problem);
         }
     }
 
     // Sinks: the command line's, `[defaults]`' and every tenant's, each once.
-    let mut sinks: Vec<(String, SinkEntry)> =
-        options.base.sinks.iter().map(|s| ("command line".to_string(), s.clone())).collect();
+    let mut sinks: Vec<(Problem, SinkEntry)> =
+        options.base.sinks.iter().map(|s| (Problem::default().with_place("command line"), s.clone())).collect();
     if let Some(config) = &config {
         let file = config.path.display().to_string();
         let rules = std::iter::once(("defaults".to_string(), &config.defaults))
@@ -83,7 +177,8 @@ pub fn validate(options: &ValidateOptions<'_>) -> ValidateReport {
             for spec in rules.sinks.iter().flatten() {
                 // The config checked that every sink parses.
                 if let Ok(entry) = spec.parse::<SinkEntry>() {
-                    sinks.push((format!("{file}: {key}.sinks"), entry));
+                    let place = Problem { file: Some(file.clone()), key: format!("{key}.sinks"), ..Problem::default() };
+                    sinks.push((place, entry));
                 }
             }
         }
@@ -93,7 +188,7 @@ pub fn validate(options: &ValidateOptions<'_>) -> ValidateReport {
     report.sinks = sinks.len();
     for (place, entry) in &sinks {
         if let Err(message) = check_sink(&entry.spec, options.registry) {
-            report.problems.push(format!("{place}: sink {}: {message}", entry.spec));
+            report.problems.push(Problem { message: format!("sink {}: {message}", entry.spec), ..place.clone() });
         }
     }
 
@@ -101,14 +196,14 @@ pub fn validate(options: &ValidateOptions<'_>) -> ValidateReport {
     report.watchers = watchers.len();
     for w in watchers {
         if let Err(message) = check_plugin(&w.plugin, PluginKind::Watcher, options.registry) {
-            report.problems.push(format!("watcher plugin {}: {message}", w.plugin));
+            report.problems.push(Problem::message(format!("watcher plugin {}: {message}", w.plugin)));
         }
     }
 
     if let Some(source) = options.source
         && let Err(message) = check_source(source)
     {
-        report.problems.push(format!("source {source}: {message}"));
+        report.problems.push(Problem::message(format!("source {source}: {message}")));
     }
     report
 }
@@ -137,7 +232,7 @@ fn check_sink(spec: &SinkSpec, registry: &PluginRegistry) -> Result<(), String> 
     match spec {
         SinkSpec::JsonLinesFile(path) => existing_parent(path),
         SinkSpec::JsonLinesStdout | SinkSpec::Kubernetes(_) | SinkSpec::Nats(_) => Ok(()),
-        SinkSpec::Webhook(url) => crate::sink::webhook::check_url(url).map_err(|e| e.to_string()),
+        SinkSpec::Webhook(url) => crate::sink::webhook::check_url(url.expose()).map_err(|e| e.to_string()),
         SinkSpec::Plugin(name) => check_plugin(name, PluginKind::Sink, registry),
     }
 }
@@ -154,7 +249,8 @@ fn check_source(source: &SourceSpec) -> Result<(), String> {
         SourceSpec::JsonLinesFile(path) => std::fs::File::open(path).map(|_| ()).map_err(|e| e.to_string()),
         SourceSpec::Http(addr) => {
             let token = crate::source::http::BearerToken::from_env().map_err(|e| e.to_string())?;
-            crate::source::http::check_bind(*addr, token.as_ref()).map_err(|e| e.to_string())
+            crate::source::http::check_bind(crate::source::http::INGEST_SERVER, *addr, token.as_ref())
+                .map_err(|e| e.to_string())
         }
         SourceSpec::JsonLinesStdin | SourceSpec::Kubernetes(_) | SourceSpec::Nats(_) => Ok(()),
     }

@@ -13,7 +13,10 @@
 //! # Sink writes
 //! Each sink has a window of up to `max_in_flight` writes in flight. Events with different names
 //! may be in flight together; one event's writes (its create, then its patches) go one at a
-//! time, in order. `update_state` follows each successful write; a write that completes after a
+//! time, in order — except to a sink that keeps them in order itself
+//! ([`EventSink::keeps_order`], the webhook), which gets them as they come, so that one event's
+//! repeats share its requests; such a sink's window is at least what it bounds itself
+//! ([`EventSink::max_in_flight`]) unless `max_in_flight` is 1. `update_state` follows each successful write; a write that completes after a
 //! newer occurrence of the same event was correlated does not roll the EventLogger back
 //! ([`crate::pipeline::stage::TenantStage::update_state_unless_stale`]). A write that completes at once
 //! (the JSON-lines and plugin sinks) is accounted for before the next event is correlated,
@@ -828,15 +831,20 @@ impl Partition {
         sink.count(outcome);
     }
 
-    /// Starts `job` once its sink has room and no earlier write of the same event is in flight.
+    /// Starts `job` once its sink has room and no earlier write of the same event is in flight
+    /// (or, for a sink that keeps one event's writes in order itself, at once).
     async fn submit(&mut self, job: Job) {
         let id = sink_id(&job.sink);
+        let max_in_flight = match self.options.max_in_flight {
+            1 => 1,
+            n => n.max(job.sink.max_in_flight().unwrap_or(0)),
+        };
+        let pipelined = max_in_flight > 1 && job.sink.keeps_order();
         let window = self.windows.entry(id).or_default();
-        if window.busy.contains(&job.key) {
+        if !pipelined && window.busy.contains(&job.key) {
             window.waiting.entry(job.key).or_default().push_back(job);
             return;
         }
-        let max_in_flight = self.options.max_in_flight;
         let full = move |w: &SinkWindow| w.in_flight >= max_in_flight;
         if job.delivery == DeliveryMode::AtMostOnce && full(window) {
             self.tenant_counts.get(&job.tenant).shed += 1;
@@ -863,7 +871,9 @@ impl Partition {
         let id = sink_id(&sink);
         let read = self.writes_read.clone();
         let window = self.windows.entry(id).or_default();
-        window.busy.insert(key);
+        if !sink.keeps_order() {
+            window.busy.insert(key);
+        }
         let mut write: Write = Box::pin(async move {
             let (retry, cancel) = &*read;
             let (outcome, stored) = sink.write(result, retry, cancel).await;
@@ -948,5 +958,63 @@ impl Partition {
             self.remaining.remove(&seq);
             self.stats.finished += 1;
         }
+    }
+}
+
+impl crate::metrics::Snapshot {
+    /// Adds the tenant router watcher's counters: per tenant routed, writes by verb, failures
+    /// by outcome, retries, spam skips, aggregations, filter-plugin drops, spam exemptions and
+    /// "N suppressed" summaries; drops per declarative rule; rejections per reason; write
+    /// outcomes per sink; `reloads` as applied config reloads.
+    pub fn add_router(&mut self, stats: &RouterStats) {
+        use crate::metrics::{
+            AGGREGATED, CONFIG_RELOADS, FILTERED, RECORD_RETRIES, ROUTED, RULE_DROPPED, SINK_OUTCOMES, SINK_REJECTED,
+            SINK_WRITES, SPAM_EXEMPTED, SPAM_SKIPPED, SUPPRESSED_SUMMARIES, WRITE_FAILURES,
+        };
+        for (tenant, s) in &stats.tenants {
+            let tenant = tenant.as_str();
+            self.add(&ROUTED, &[("tenant", tenant)], s.received);
+            self.add(&SINK_WRITES, &[("tenant", tenant), ("verb", "create")], s.created);
+            self.add(&SINK_WRITES, &[("tenant", tenant), ("verb", "patch")], s.patched);
+            if s.series_counted > 0 {
+                self.add(&SINK_WRITES, &[("tenant", tenant), ("verb", "series_counted")], s.series_counted);
+            }
+            for (outcome, n) in
+                [("dropped", s.dropped), ("gave_up", s.gave_up), ("cancelled", s.cancelled), ("shed", s.shed)]
+            {
+                self.add(&WRITE_FAILURES, &[("tenant", tenant), ("outcome", outcome)], n);
+            }
+            for (family, n) in [
+                (&RECORD_RETRIES, s.retries),
+                (&SPAM_SKIPPED, s.skipped),
+                (&AGGREGATED, s.aggregated),
+                (&FILTERED, s.filtered),
+                (&SPAM_EXEMPTED, s.spam_exempted),
+                (&SUPPRESSED_SUMMARIES, s.suppressed_summaries),
+            ] {
+                self.add(family, &[("tenant", tenant)], n);
+            }
+        }
+        for (tenant, rules) in &stats.dropped_by_rule {
+            for (rule, n) in rules {
+                self.add(&RULE_DROPPED, &[("tenant", tenant), ("rule", rule)], *n);
+            }
+        }
+        for (reason, n) in &stats.rejected {
+            self.add(&SINK_REJECTED, &[("reason", reason)], *n);
+        }
+        for (sink, s) in &stats.sinks {
+            for (outcome, n) in [
+                ("create", s.created),
+                ("patch", s.patched),
+                ("dropped", s.dropped),
+                ("gave_up", s.gave_up),
+                ("cancelled", s.cancelled),
+                ("shed", s.shed),
+            ] {
+                self.add(&SINK_OUTCOMES, &[("sink", sink), ("outcome", outcome)], n);
+            }
+        }
+        self.add(&CONFIG_RELOADS, &[("result", "applied")], stats.reloads);
     }
 }

@@ -782,6 +782,25 @@ fn announce(line: &str) {
 /// The live stats of a run, shared (a publisher's and a worker's partitions count into it).
 pub type LiveStats = Arc<Mutex<RouterStats>>;
 
+impl crate::metrics::Snapshot {
+    /// Adds a scale-out's counters ([`ScaleStats`]): snapshots by outcome and the publish
+    /// tier's publications.
+    pub fn add_scale(&mut self, s: &ScaleStats) {
+        use crate::metrics::{NATS_DUPLICATES, NATS_PUBLISH_RETRIES, NATS_PUBLISHED, SNAPSHOTS};
+        for (outcome, n) in [
+            ("stored", s.snapshots),
+            ("restored", s.snapshots_restored),
+            ("refused", s.snapshots_refused),
+            ("failed", s.snapshot_failures),
+        ] {
+            self.add(&SNAPSHOTS, &[("outcome", outcome)], n);
+        }
+        self.add(&NATS_PUBLISHED, &[], s.published);
+        self.add(&NATS_DUPLICATES, &[], s.duplicates);
+        self.add(&NATS_PUBLISH_RETRIES, &[], s.publish_retries);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use wasmtime::component::{ComponentNamedList, Func, Lift, Lower};
 use wasmtime::{Store, Trap};
 
+use super::breaker::Tripped;
 use super::state::{MemoryLimitExceeded, OutputFn};
 use super::{Plugin, PluginHandle, PluginKind, PluginState};
 
@@ -38,6 +39,10 @@ pub enum CallFailure {
     /// The plugin's file was removed and no embedded default of that name exists: callers use
     /// the built-in function (not counted as a failure).
     Unloaded,
+    /// The plugin is quarantined after repeated failures ([`super::breaker`]): not called;
+    /// callers apply the fallback policy (key functions and filters do not count it as a
+    /// failure).
+    Quarantined,
 }
 
 impl fmt::Display for CallFailure {
@@ -50,13 +55,14 @@ impl fmt::Display for CallFailure {
             CallFailure::GuestError(m) => write!(f, "returned an error: {m}"),
             CallFailure::Garbage(m) => write!(f, "returned garbage: {m}"),
             CallFailure::Unloaded => write!(f, "is not loaded (its file was removed)"),
+            CallFailure::Quarantined => write!(f, "is quarantined after repeated failures"),
         }
     }
 }
 
 impl CallFailure {
     /// A short label for metrics: `out_of_fuel`, `memory_limit`, `trap`, `instantiate`,
-    /// `guest_error`, `garbage`, `unloaded`.
+    /// `guest_error`, `garbage`, `unloaded`, `quarantined`.
     pub fn label(&self) -> &'static str {
         match self {
             CallFailure::OutOfFuel { .. } => "out_of_fuel",
@@ -66,12 +72,13 @@ impl CallFailure {
             CallFailure::GuestError(_) => "guest_error",
             CallFailure::Garbage(_) => "garbage",
             CallFailure::Unloaded => "unloaded",
+            CallFailure::Quarantined => "quarantined",
         }
     }
 
     /// Every [`label`](Self::label), in the order of [`PluginStatsSnapshot::failures_by_reason`](super::PluginStatsSnapshot::failures_by_reason).
-    pub const LABELS: [&'static str; 7] =
-        ["out_of_fuel", "memory_limit", "trap", "instantiate", "guest_error", "garbage", "unloaded"];
+    pub const LABELS: [&'static str; 8] =
+        ["out_of_fuel", "memory_limit", "trap", "instantiate", "guest_error", "garbage", "unloaded", "quarantined"];
 
     /// The index of this failure's label in [`LABELS`](Self::LABELS).
     pub fn index(&self) -> usize {
@@ -83,7 +90,14 @@ impl CallFailure {
             CallFailure::GuestError(_) => 4,
             CallFailure::Garbage(_) => 5,
             CallFailure::Unloaded => 6,
+            CallFailure::Quarantined => 7,
         }
+    }
+
+    /// Whether the circuit breaker counts it: a failure that ran the guest to a limit or a
+    /// trap (costly), not an answer the guest gave.
+    fn trips_breaker(&self) -> bool {
+        matches!(self, CallFailure::OutOfFuel { .. } | CallFailure::MemoryLimit(_) | CallFailure::Trap(_))
     }
 
     fn from_wasmtime(e: &wasmtime::Error, budget: u64) -> Self {
@@ -168,6 +182,29 @@ where
         }
     }
 
+    /// Quarantines the plugin at once ([`super::breaker::Breaker::trip`]): a batch's bisection
+    /// found it failing on every event it tried (`failure` the last one).
+    pub(crate) fn keeps_failing(&self, failure: &CallFailure) {
+        if !failure.trips_breaker() {
+            return;
+        }
+        if let Tripped::For(backoff) = self.handle.slot().breaker().trip(std::time::Instant::now()) {
+            self.quarantined(backoff, failure);
+        }
+    }
+
+    /// Counts and logs (once) a quarantine of `backoff` that `failure` caused.
+    fn quarantined(&self, backoff: std::time::Duration, failure: &CallFailure) {
+        self.handle.stats().quarantines.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            plugin = self.handle.name(),
+            tenant = %self.handle.tenant(),
+            %failure,
+            backoff_seconds = backoff.as_secs_f64(),
+            "plugin quarantined: its fallback is used without calling it",
+        );
+    }
+
     fn instantiate(&self, plugin: Arc<Plugin>) -> Result<Live<P, R>, CallFailure> {
         let settings = self.handle.settings();
         let state = PluginState::new(
@@ -224,6 +261,10 @@ where
             *guard = None;
             return Err(CallFailure::Unloaded);
         };
+        let breaker = self.handle.slot().breaker();
+        if !breaker.allows(std::time::Instant::now()) {
+            return Err(CallFailure::Quarantined);
+        }
         if !guard.as_ref().is_some_and(|live| Arc::ptr_eq(&live.plugin, &current)) {
             *guard = None;
             *guard = Some(self.instantiate(current)?);
@@ -245,6 +286,7 @@ where
         stats.call_nanos.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         match outcome {
             Ok(r) => {
+                breaker.succeeded();
                 let fuel = if fuel_on { budget.saturating_sub(live.store.get_fuel().unwrap_or(0)) } else { 0 };
                 stats.fuel_consumed.fetch_add(fuel, Ordering::Relaxed);
                 let cost = CallCost { fuel, peak_memory_bytes: live.store.data().peak_memory_bytes() };
@@ -252,7 +294,13 @@ where
             }
             Err(e) => {
                 *guard = None; // a trapped instance cannot be entered again
-                Err(CallFailure::from_wasmtime(&e, budget))
+                let failure = CallFailure::from_wasmtime(&e, budget);
+                if failure.trips_breaker()
+                    && let Tripped::For(backoff) = breaker.failed(std::time::Instant::now(), events <= 1)
+                {
+                    self.quarantined(backoff, &failure);
+                }
+                Err(failure)
             }
         }
     }
@@ -266,9 +314,11 @@ pub const MAX_ISOLATED_FAILURES: usize = 3;
 /// One plugin call on a slice of events: a value per event, or why not.
 type TryCall<'f, 'e, T> = dyn FnMut(&[&'e crate::event::Event]) -> Result<Vec<T>, CallFailure> + 'f;
 
-/// Finds the events a failed batch call failed on, by calling the plugin on each half of it,
-/// down to single events, so that only an event that fails alone takes the fallback: with k
-/// failing events among n, at most about 2·k·log2(n) more calls. `failure` is the batch call's.
+/// Finds the events a failed batch call failed on, by calling the plugin on its first event
+/// alone (up to [`MAX_ISOLATED_FAILURES`] of them while each fails), then on each half of the
+/// rest, down to single events, so that only an event that fails alone takes the fallback:
+/// with k failing events among n, at most about 2·k·log2(n) + 3 more calls. `failure` is the
+/// batch call's.
 ///
 /// `try_call` answers one value per event of a slice; `fall_back` is given each event that
 /// failed alone, with its failure (it reports and applies the policy); `systematic` is given
@@ -311,6 +361,8 @@ pub(crate) fn bisect<'e, T>(
                     self.succeeded = true;
                     self.out.extend(values);
                 }
+                // Quarantined meanwhile ([`super::breaker`]): not a failure of these events.
+                Err(CallFailure::Quarantined) => self.out.extend(events.iter().map(|e| (self.systematic)(e))),
                 Err(failure) => self.failed(events, failure),
             }
         }
@@ -323,6 +375,24 @@ pub(crate) fn bisect<'e, T>(
         single_failures: 0,
         out: Vec::with_capacity(events.len()),
     };
-    search.failed(events, failure);
+    if events.len() == 1 {
+        search.failed(events, failure);
+        return search.out;
+    }
+    // The first events alone, before halving: a plugin failing on every event is cut off after
+    // a few single calls instead of the halves, which (for a plugin that runs out of fuel) burn
+    // the batch's budget a second time. The values are the same either way: the cut-off comes
+    // exactly when the first MAX_ISOLATED_FAILURES events each fail alone.
+    let probes = events.len().min(MAX_ISOLATED_FAILURES);
+    let mut probed = 0;
+    while probed < probes && !search.succeeded {
+        search.call(&events[probed..=probed]);
+        probed += 1;
+    }
+    match &events[probed..] {
+        [] => {}
+        rest @ [_] => search.call(rest),
+        rest => search.failed(rest, failure),
+    }
     search.out
 }

@@ -54,9 +54,12 @@ impl WasmFilter {
         let failure = match self.try_filter(events) {
             Ok(verdicts) => return verdicts,
             Err(CallFailure::Unloaded) => return vec![Verdict::Keep; events.len()],
+            // Quarantined: the fallback policy, without calling it (nor counting failures).
+            Err(CallFailure::Quarantined) => return events.iter().map(|_| self.fall_back()).collect(),
             Err(failure) => failure,
         };
         let handle = self.call.handle();
+        let first_failure = failure.clone();
         let mut systematic = 0;
         let verdicts = bisect(
             events,
@@ -78,6 +81,7 @@ impl WasmFilter {
                 events = systematic,
                 "plugin keeps failing; the rest of the batch falls back without calling it"
             );
+            self.call.keeps_failing(&first_failure);
         }
         verdicts
     }

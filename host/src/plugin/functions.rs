@@ -127,12 +127,17 @@ impl<T: Clone> BatchKeyFn<T> {
             Ok(answers) => return answers,
             // Removed with no embedded default: the built-in function is the default.
             Err(CallFailure::Unloaded) => return events.iter().map(|e| Answer::Builtin(builtin(e))).collect(),
+            // Quarantined: the fallback policy, without calling it (nor counting failures).
+            Err(CallFailure::Quarantined) => {
+                return events.iter().map(|e| Answer::Policy(self.apply_policy(e, builtin))).collect();
+            }
             Err(failure) if events.len() == 1 => {
                 return vec![Answer::Policy(self.fall_back(events[0], failure, builtin))];
             }
             Err(failure) => failure,
         };
         tracing::debug!(plugin = self.caller.handle().name(), events = events.len(), %failure, "batch call failed; bisecting it");
+        let first_failure = failure.clone();
         let mut systematic = 0;
         let answers = bisect(
             events,
@@ -150,6 +155,7 @@ impl<T: Clone> BatchKeyFn<T> {
                 events = systematic,
                 "plugin keeps failing; the rest of the batch falls back without calling it"
             );
+            self.caller.keeps_failing(&first_failure);
         }
         answers
     }

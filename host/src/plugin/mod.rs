@@ -15,13 +15,16 @@
 //! goes to the plugin with only the inputs it has not answered yet.
 
 pub mod bindings;
+pub mod breaker;
 mod call;
 pub mod check;
 mod convert;
 pub mod embedded;
+pub mod file;
 pub mod filter;
 pub mod functions;
 mod memo;
+pub mod pin;
 mod projection;
 pub mod registry;
 pub mod shadow;
@@ -290,6 +293,7 @@ pub struct PluginStats {
     memo_hits: AtomicU64,
     memo_misses: AtomicU64,
     call_nanos: AtomicU64,
+    quarantines: AtomicU64,
 }
 
 /// A copy of [`PluginStats`] at one moment.
@@ -318,6 +322,11 @@ pub struct PluginStatsSnapshot {
     pub memo_misses: u64,
     /// Nanoseconds spent inside calls (lowering the arguments, running, lifting the results).
     pub call_nanos: u64,
+    /// Times a failure of this use quarantined the plugin ([`breaker`]).
+    pub quarantines: u64,
+    /// 1 while the plugin is quarantined, else 0 (a gauge; filled in from the slot by
+    /// [`PluginHandle::snapshot`]).
+    pub quarantined: u64,
 }
 
 impl PluginStats {
@@ -336,6 +345,8 @@ impl PluginStats {
             memo_hits: get(&self.memo_hits),
             memo_misses: get(&self.memo_misses),
             call_nanos: get(&self.call_nanos),
+            quarantines: get(&self.quarantines),
+            quarantined: 0,
         }
     }
 }
@@ -625,12 +636,30 @@ impl PluginRuntime {
         }))
     }
 
-    /// Reads and loads the component file `path` as plugin `name`.
+    /// The names component `bytes` (plugin `name`, for errors) imports and exports at its top
+    /// level, e.g. `eventpipe:plugin/host@0.1.0`: what the Wasm OCI artifact's config lists
+    /// (`component.imports` / `component.exports`, as wasm-pkg-tools writes them). Compiles it at
+    /// [`Tier::Quick`] (through the compilation cache).
+    ///
+    /// # Errors
+    /// [`PluginError::Compile`] when `bytes` are not a component.
+    pub fn component_names(&self, name: &str, bytes: &[u8]) -> Result<(Vec<String>, Vec<String>), PluginError> {
+        let engine = &self.quick.engine;
+        let component = Component::new(engine, bytes)
+            .map_err(|e| PluginError::Compile { plugin: name.into(), reason: one_line(&format!("{e:#}")) })?;
+        let ty = component.component_type();
+        let imports = ty.imports(engine).map(|(n, _)| n.to_string()).collect();
+        let exports = ty.exports(engine).map(|(n, _)| n.to_string()).collect();
+        Ok((imports, exports))
+    }
+
+    /// Reads (a regular file of at most [`file::DEFAULT_MAX_PLUGIN_BYTES`], see [`file`]) and
+    /// loads the component file `path` as plugin `name`.
     ///
     /// # Errors
     /// [`PluginError::Read`] when the file cannot be read; otherwise as [`load`](Self::load).
     pub fn load_file(&self, name: &str, path: &std::path::Path) -> Result<Arc<Plugin>, PluginError> {
-        let bytes = std::fs::read(path).map_err(|e| PluginError::Read {
+        let bytes = file::read_plugin_file(path, file::DEFAULT_MAX_PLUGIN_BYTES).map_err(|e| PluginError::Read {
             plugin: name.into(),
             path: path.to_path_buf(),
             reason: e.to_string(),
@@ -838,5 +867,43 @@ mod slow_compile_tests {
             log.lock().unwrap().push(l)
         }));
         assert!(quiet.lock().unwrap().is_empty(), "a compile under the threshold says nothing");
+    }
+}
+
+impl crate::metrics::Snapshot {
+    /// Adds one plugin use (its name, tenant and counters).
+    pub fn add_plugin(&mut self, handle: &PluginHandle) {
+        self.add_plugin_stats(handle.name(), handle.tenant(), &handle.snapshot());
+    }
+
+    /// Adds plugin counters under (`plugin`, `tenant`): calls, events, fuel, time inside calls,
+    /// failures per reason ([`CallFailure::LABELS`]), fallbacks, drops, instances, memo hits
+    /// and misses, quarantines; and whether it is quarantined (a gauge: the largest of its uses).
+    pub fn add_plugin_stats(&mut self, plugin: &str, tenant: &str, s: &PluginStatsSnapshot) {
+        use crate::metrics::{
+            PLUGIN_CALL_SECONDS, PLUGIN_CALLS, PLUGIN_DROPS, PLUGIN_EVENTS, PLUGIN_FAILURES, PLUGIN_FALLBACKS,
+            PLUGIN_FUEL, PLUGIN_INSTANCES, PLUGIN_MEMO_HITS, PLUGIN_MEMO_MISSES, PLUGIN_QUARANTINED,
+            PLUGIN_QUARANTINES,
+        };
+        let labels = [("plugin", plugin), ("tenant", tenant)];
+        for (family, n) in [
+            (&PLUGIN_CALLS, s.calls),
+            (&PLUGIN_EVENTS, s.events),
+            (&PLUGIN_FUEL, s.fuel_consumed),
+            (&PLUGIN_CALL_SECONDS, s.call_nanos),
+            (&PLUGIN_FALLBACKS, s.fallbacks),
+            (&PLUGIN_DROPS, s.drops),
+            (&PLUGIN_INSTANCES, s.instances),
+            (&PLUGIN_MEMO_HITS, s.memo_hits),
+            (&PLUGIN_MEMO_MISSES, s.memo_misses),
+            (&PLUGIN_QUARANTINES, s.quarantines),
+        ] {
+            self.add(family, &labels, n);
+        }
+        let quarantined = self.get(&PLUGIN_QUARANTINED, &labels).unwrap_or(0).max(s.quarantined);
+        self.set(&PLUGIN_QUARANTINED, &labels, quarantined);
+        for (reason, n) in CallFailure::LABELS.iter().zip(s.failures_by_reason) {
+            self.add(&PLUGIN_FAILURES, &[("plugin", plugin), ("tenant", tenant), ("reason", reason)], n);
+        }
     }
 }

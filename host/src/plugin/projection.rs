@@ -9,7 +9,7 @@
 //!   the declared fields alone ([`ProjectedKeys`]). A plugin of a plain key world reads all 13.
 //!
 //! Measured against the earlier design (every event lowered as a whole `event` record) and a
-//! resource with a getter per field: see the README's plugin section.
+//! resource with a getter per field: see `docs/performance.md`, "The plugin boundary".
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
@@ -89,6 +89,11 @@ impl ProjectedFilter {
     /// The error for `failure` on `event`, counted in the handle's stats.
     pub(crate) fn error(&self, event: String, failure: CallFailure) -> super::call::PluginCallError {
         self.batch.error(event, failure)
+    }
+
+    /// Quarantines the plugin: a batch's bisection found it failing on every event it tried.
+    pub(crate) fn keeps_failing(&self, failure: &CallFailure) {
+        self.batch.keeps_failing(failure);
     }
 
     /// One `filter-batch` call on `events`: a verdict per event, or why not. Packs the fields
@@ -200,6 +205,11 @@ impl ProjectedKeys {
     /// The error for `failure` on `event`, counted in the handle's stats.
     pub(crate) fn error(&self, event: String, failure: CallFailure) -> super::call::PluginCallError {
         self.batch.error(event, failure)
+    }
+
+    /// Quarantines the plugin: a batch's bisection found it failing on every event it tried.
+    pub(crate) fn keeps_failing(&self, failure: &CallFailure) {
+        self.batch.keeps_failing(failure);
     }
 
     /// What the slot's current version declared, with its version number: all 13 fields for a

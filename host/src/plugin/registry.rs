@@ -14,6 +14,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use super::check::validate;
+use super::file::{DEFAULT_MAX_PLUGIN_BYTES, ReadError, read_plugin_file};
+use super::pin::{PinError, Sha256Digest};
 use super::shadow::{Shadow, ShadowLog};
 use super::{
     Plugin, PluginError, PluginHandle, PluginKind, PluginOrigin, PluginRuntime, PluginSettings, PluginSlot, Tier,
@@ -187,6 +189,14 @@ pub struct PluginRegistry {
     /// wasmtime's cache): a hot reload of one of them skips the quick tier.
     optimized: Mutex<std::collections::HashSet<u64>>,
     tier_ups: AtomicU64,
+    /// The largest plugin file read, bytes (`--max-plugin-bytes`).
+    max_plugin_bytes: u64,
+    /// Pinned names and the digest of the only bytes each may load ([`super::pin`]).
+    pins: BTreeMap<String, Sha256Digest>,
+    /// Per pinned name, the last refusal for a digest mismatch (cleared when a version of that
+    /// name goes live or its file is removed).
+    pin_refusals: Mutex<BTreeMap<String, PinError>>,
+    pin_mismatches: AtomicU64,
 }
 
 impl PluginRegistry {
@@ -212,7 +222,24 @@ impl PluginRegistry {
             refused: Mutex::new(BTreeMap::new()),
             optimized: Mutex::new(optimized),
             tier_ups: AtomicU64::new(0),
+            max_plugin_bytes: DEFAULT_MAX_PLUGIN_BYTES,
+            pins: BTreeMap::new(),
+            pin_refusals: Mutex::new(BTreeMap::new()),
+            pin_mismatches: AtomicU64::new(0),
         })
+    }
+
+    /// Reads plugin files of at most `max_bytes` bytes (`--max-plugin-bytes`; default
+    /// [`DEFAULT_MAX_PLUGIN_BYTES`]); a larger one is refused. Set it before
+    /// [`with_dir`](Self::with_dir).
+    pub fn with_max_plugin_bytes(mut self, max_bytes: u64) -> Self {
+        self.max_plugin_bytes = max_bytes;
+        self
+    }
+
+    /// The largest plugin file read, bytes.
+    pub fn max_plugin_bytes(&self) -> u64 {
+        self.max_plugin_bytes
     }
 
     /// Validates new versions (the call on a sample event before a version may serve) with
@@ -223,15 +250,73 @@ impl PluginRegistry {
         self
     }
 
+    /// Pins plugin names to the SHA-256 digest of their component bytes (plugin name → digest):
+    /// from now on a version of a pinned name whose bytes have another digest is refused, as a
+    /// file that does not compile is (counted in [`pin_mismatches`](Self::pin_mismatches) too).
+    /// Give the pins before [`with_dir`](Self::with_dir), then call
+    /// [`verify_pins`](Self::verify_pins).
+    pub fn with_pins(mut self, pins: BTreeMap<String, Sha256Digest>) -> Self {
+        self.pins = pins;
+        self
+    }
+
+    /// The pins given to [`with_pins`](Self::with_pins).
+    pub fn pins(&self) -> &BTreeMap<String, Sha256Digest> {
+        &self.pins
+    }
+
+    /// Whether every pinned name serves bytes of its digest: a file refused for its digest, an
+    /// embedded default of another digest serving a pinned name, or a pinned name no plugin
+    /// has is an error (what `run` exits on at start).
+    ///
+    /// # Errors
+    /// The first [`PinError`] in name order: [`PinError::Mismatch`] (naming the plugin and
+    /// both digests) or [`PinError::Missing`].
+    pub fn verify_pins(&self) -> Result<(), PinError> {
+        for (name, pinned) in &self.pins {
+            if let Some(refusal) = self.pin_refusals().get(name) {
+                return Err(refusal.clone());
+            }
+            let serving = self.slot(name).and_then(|s| s.load()).ok_or_else(|| PinError::Missing(name.clone()))?;
+            // A file was checked when it loaded; an embedded default never was.
+            if *serving.origin() == PluginOrigin::Embedded
+                && let Some((_, bytes)) = embedded::ALL.iter().find(|(n, _)| n == name)
+            {
+                let actual = Sha256Digest::of(bytes);
+                if actual != *pinned {
+                    return Err(PinError::Mismatch {
+                        name: name.clone(),
+                        from: "the embedded default".into(),
+                        pinned: pinned.clone(),
+                        actual,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Versions refused so far because their bytes did not match their name's pin (also counted
+    /// in [`rejected`](Self::rejected)).
+    pub fn pin_mismatches(&self) -> u64 {
+        self.pin_mismatches.load(Ordering::Relaxed)
+    }
+
+    fn pin_refusals(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, PinError>> {
+        self.pin_refusals.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Adds the plugins directory `dir` and loads every `*.wasm` in it (in name order); a file
-    /// that fails is reported in the outcomes and left out. A missing directory is an error.
+    /// that fails is reported in the outcomes and left out, as is anything that is not a
+    /// regular file (a FIFO, a device, a socket: a [`ReloadOutcome::Rejected`] saying what it
+    /// is, see [`super::file`]). A missing directory is an error.
     ///
     /// # Errors
     /// The I/O error of listing `dir`.
     pub fn with_dir(mut self, dir: &Path) -> std::io::Result<(Self, Vec<ReloadOutcome>)> {
         let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
             .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "wasm") && p.is_file())
+            .filter(|p| p.extension().is_some_and(|x| x == "wasm"))
             .collect();
         files.sort();
         self.dir = Some(dir.to_path_buf());
@@ -299,10 +384,10 @@ impl PluginRegistry {
                 self.rejected.fetch_add(1, Ordering::Relaxed);
                 ReloadOutcome::Rejected { name: name.clone(), path: path.to_path_buf(), error, kept: true }
             };
-            let bytes = match std::fs::read(path) {
+            let bytes = match read_plugin_file(path, self.max_plugin_bytes) {
                 Ok(bytes) => bytes,
                 Err(e) => {
-                    outcomes.push(refused(format!("cannot read: {e}")));
+                    outcomes.push(refused(e.to_string()));
                     continue;
                 }
             };
@@ -457,10 +542,19 @@ impl PluginRegistry {
     /// is done, or `None` (optimized at once).
     fn reload(&self, path: &Path, hot: Option<(&Arc<Self>, TierUpListener)>) -> ReloadOutcome {
         let Some(name) = plugin_name(path) else { return ReloadOutcome::Ignored };
-        let bytes = match std::fs::read(path) {
+        let bytes = match read_plugin_file(path, self.max_plugin_bytes) {
             Ok(bytes) => bytes,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return self.revert(&name),
-            Err(e) => return self.reject(&name, path, format!("cannot read: {e}")),
+            Err(e) if e.is_not_found() => return self.revert(&name),
+            Err(e @ ReadError::NotRegular { identity, .. }) => {
+                // Remembered by the file's identity: the next event for the same FIFO or
+                // device is not reported again (the caller reports this refusal once).
+                let digest = xxhash_rust::xxh3::xxh3_64(&[identity.0.to_le_bytes(), identity.1.to_le_bytes()].concat());
+                if self.refused().get(&name).is_some_and(|(d, _)| *d == digest) {
+                    return ReloadOutcome::StillRejected { name };
+                }
+                return self.refuse(&name, path, digest, e.to_string());
+            }
+            Err(e) => return self.reject(&name, path, e.to_string()),
         };
         let digest = xxhash_rust::xxh3::xxh3_64(&bytes);
         let slot = self.slot(&name);
@@ -469,6 +563,17 @@ impl PluginRegistry {
         }
         if self.refused().get(&name).is_some_and(|(d, _)| *d == digest) {
             return ReloadOutcome::StillRejected { name };
+        }
+        if let Some(pinned) = self.pins.get(&name) {
+            let actual = Sha256Digest::of(&bytes);
+            if actual != *pinned {
+                self.pin_mismatches.fetch_add(1, Ordering::Relaxed);
+                let error = format!("pinned to {pinned}, but its bytes are {actual}");
+                let from = path.display().to_string();
+                let refusal = PinError::Mismatch { name: name.clone(), from, pinned: pinned.clone(), actual };
+                self.pin_refusals().insert(name.clone(), refusal);
+                return self.refuse(&name, path, digest, error);
+            }
         }
         let tier = match hot {
             Some(_) if !self.optimized_digests().contains(&digest) => Tier::Quick,
@@ -496,6 +601,7 @@ impl PluginRegistry {
             }
         }
         self.refused().remove(&live.name);
+        self.pin_refusals().remove(&live.name);
         if tier == Tier::Optimized {
             self.optimized_digests().insert(digest);
         } else if let Some((registry, on_tier_up)) = hot {
@@ -546,6 +652,7 @@ impl PluginRegistry {
 
     fn revert(&self, name: &str) -> ReloadOutcome {
         self.refused().remove(name);
+        self.pin_refusals().remove(name);
         let Some(slot) = self.slot(name) else { return ReloadOutcome::Ignored };
         let default = self.embedded.get(name).cloned();
         if let (Some(current), Some(default)) = (slot.load(), &default)
@@ -584,6 +691,25 @@ pub fn plugin_name(path: &Path) -> Option<String> {
     }
     let stem = path.file_stem()?.to_str()?;
     (!stem.is_empty() && !stem.starts_with('.')).then(|| stem.to_string())
+}
+
+impl crate::metrics::Snapshot {
+    /// Adds the registry's swaps, tier-ups and refused files, and its shadows' comparisons.
+    pub fn add_registry(&mut self, registry: &PluginRegistry) {
+        use crate::metrics::{
+            PLUGIN_PIN_MISMATCHES, PLUGIN_RELOADS_REJECTED, PLUGIN_SWAPS, PLUGIN_TIER_UPS, SHADOW_COMPARED,
+            SHADOW_DIVERGENCES,
+        };
+        self.add(&PLUGIN_SWAPS, &[], registry.swaps());
+        self.add(&PLUGIN_TIER_UPS, &[], registry.tier_ups());
+        self.add(&PLUGIN_RELOADS_REJECTED, &[], registry.rejected());
+        self.add(&PLUGIN_PIN_MISMATCHES, &[], registry.pin_mismatches());
+        for (name, shadow) in registry.shadows() {
+            let stats = shadow.stats();
+            self.add(&SHADOW_COMPARED, &[("plugin", &name)], stats.compared);
+            self.add(&SHADOW_DIVERGENCES, &[("plugin", &name)], stats.diverged);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -748,6 +874,55 @@ mod tests {
         assert!(Arc::ptr_eq(&slot.load().unwrap(), &newer));
         assert!(slot.replace(&newer, optimized.clone()));
         assert!(Arc::ptr_eq(&slot.load().unwrap(), &optimized));
+    }
+
+    #[test]
+    fn a_pinned_name_takes_only_bytes_of_its_digest_and_keeps_serving_otherwise() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("by-reason.wasm");
+        let variant = variant_of_by_reason();
+        std::fs::write(&path, &variant).unwrap();
+        let pins = |bytes: &[u8]| BTreeMap::from([("by-reason".to_string(), Sha256Digest::of(bytes))]);
+        let load = |pinned: &[u8]| {
+            PluginRegistry::new(PluginRuntime::new(Metering::Fuel).unwrap())
+                .unwrap()
+                .with_pins(pins(pinned))
+                .with_dir(dir.path())
+                .unwrap()
+        };
+        // Pinned to the embedded default's bytes: the file is refused, naming both digests.
+        let (reg, outcomes) = load(embedded::BY_REASON);
+        assert!(matches!(&outcomes[..], [ReloadOutcome::Rejected { .. }]), "{outcomes:?}");
+        let err = reg.verify_pins().unwrap_err();
+        let (pinned, actual) = (Sha256Digest::of(embedded::BY_REASON), Sha256Digest::of(&variant));
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "plugin `by-reason` from {} refused: pinned to {pinned}, but its bytes are {actual}",
+                path.display()
+            )
+        );
+        assert_eq!((reg.pin_mismatches(), reg.rejected()), (1, 1));
+
+        // Pinned to the file's own bytes: it serves; other bytes later are refused and it serves on.
+        let (reg, outcomes) = load(&variant);
+        assert!(matches!(&outcomes[..], [ReloadOutcome::Live(_)]), "{outcomes:?}");
+        reg.verify_pins().unwrap();
+        let serving = reg.slot("by-reason").unwrap().load().unwrap().version();
+        std::fs::write(&path, embedded::BY_REASON).unwrap();
+        let outcome = reg.reload_file(&path);
+        assert!(matches!(outcome, ReloadOutcome::Rejected { kept: true, .. }), "{outcome}");
+        assert!(outcome.to_string().contains(&format!("pinned to {actual}, but its bytes are {pinned}")), "{outcome}");
+        assert_eq!(reg.slot("by-reason").unwrap().load().unwrap().version(), serving);
+        assert_eq!((reg.pin_mismatches(), reg.swaps()), (1, 1), "the file's own swap at start only");
+
+        // A pin of an embedded default with other bytes, or of a name nothing has, fails the check.
+        let reg = PluginRegistry::new(PluginRuntime::new(Metering::Fuel).unwrap()).unwrap().with_pins(pins(&variant));
+        assert!(
+            matches!(reg.verify_pins(), Err(PinError::Mismatch { ref from, .. }) if from == "the embedded default")
+        );
+        let reg = reg.with_pins(BTreeMap::from([("nope".into(), actual)]));
+        assert_eq!(reg.verify_pins(), Err(PinError::Missing("nope".into())));
     }
 
     /// `by-reason` with one extra custom section: new bytes, the same plugin.

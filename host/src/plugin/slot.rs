@@ -19,6 +19,7 @@ pub struct PluginSlot {
     current: ArcSwapOption<Plugin>,
     swaps: AtomicU64,
     shadow: ArcSwapOption<super::shadow::Shadow>,
+    breaker: super::breaker::Breaker,
 }
 
 impl fmt::Debug for PluginSlot {
@@ -53,6 +54,7 @@ impl PluginSlot {
             current: ArcSwapOption::new(Some(plugin)),
             swaps: AtomicU64::new(0),
             shadow: ArcSwapOption::empty(),
+            breaker: super::breaker::Breaker::default(),
         })
     }
 
@@ -73,7 +75,8 @@ impl PluginSlot {
     }
 
     /// Atomically replaces the serving version with `plugin` (or unloads it with `None`) and
-    /// returns the previous one. Calls in flight finish on the previous version.
+    /// returns the previous one. Calls in flight finish on the previous version. A quarantine
+    /// ([`super::breaker`]) is lifted: the new version gets its chance.
     ///
     /// # Errors
     /// [`KindChanged`] when `plugin` is not of the slot's kind; the slot is unchanged.
@@ -84,7 +87,9 @@ impl PluginSlot {
             return Err(KindChanged { plugin: self.name.to_string(), slot: self.kind, new: p.kind });
         }
         self.swaps.fetch_add(1, Ordering::Relaxed);
-        Ok(self.current.swap(plugin))
+        let previous = self.current.swap(plugin);
+        self.breaker.reset();
+        Ok(previous)
     }
 
     /// Replaces `current` by `new` if `current` still serves (the same compiled version, not an
@@ -116,6 +121,11 @@ impl PluginSlot {
     /// The candidate set beside this plugin, if any.
     pub fn shadow(&self) -> Option<Arc<super::shadow::Shadow>> {
         self.shadow.load_full()
+    }
+
+    /// The plugin's circuit breaker ([`super::breaker`]).
+    pub fn breaker(&self) -> &super::breaker::Breaker {
+        &self.breaker
     }
 
     /// How many times the slot's version was replaced or unloaded.
@@ -174,6 +184,13 @@ impl PluginHandle {
     /// The counters of this use.
     pub fn stats(&self) -> &PluginStats {
         &self.stats
+    }
+
+    /// The counters of this use now, with whether the plugin is quarantined now
+    /// ([`super::breaker`]).
+    pub fn snapshot(&self) -> super::PluginStatsSnapshot {
+        let quarantined = self.slot.breaker.is_quarantined(std::time::Instant::now());
+        super::PluginStatsSnapshot { quarantined: u64::from(quarantined), ..self.stats.snapshot() }
     }
 }
 

@@ -40,6 +40,11 @@ enum PatchJson<'a> {
 }
 
 impl<'a> SinkCall<'a> {
+    /// The event the call writes.
+    pub(crate) fn event(&self) -> &'a Event {
+        self.event
+    }
+
     /// The call `verb` on `event` with the patch body `patch` (empty: none).
     ///
     /// # Errors

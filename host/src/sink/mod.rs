@@ -1,6 +1,7 @@
 //! Where correlated events go: the [`EventSink`] trait (client-go `record.EventSink`), the
 //! `recordToSink` retry loop ([`retry`]) and the built-in sinks.
 
+pub mod concurrency;
 pub mod jsonl;
 pub mod k8s;
 pub mod plugin;
@@ -146,6 +147,20 @@ pub trait EventSink: Send + Sync {
             SinkPatch::Observed(p) => self.patch(event, &p.to_json()).await,
             SinkPatch::Bytes(bytes) => self.patch(event, bytes).await,
         }
+    }
+
+    /// Whether the sink delivers one event's writes in the order they were called, even while
+    /// earlier ones are still in flight (the webhook sink: [`webhook`]). The tenant router then
+    /// starts an event's next write without waiting for the one before to end, so that one
+    /// event's repeats share requests; other sinks (default `false`) get them one at a time.
+    fn keeps_order(&self) -> bool {
+        false
+    }
+
+    /// Writes in flight this sink bounds by itself (the webhook sink's queue capacity), when it
+    /// does; the tenant router's window for it is then at least this many.
+    fn max_in_flight(&self) -> Option<usize> {
+        None
     }
 
     /// Writes one correlated result and returns how that ended, with the event as the sink

@@ -125,7 +125,10 @@ impl SinkSet {
         let at_most_once = entry.delivery == Some(DeliveryMode::AtMostOnce);
         let key = match spec {
             SinkSpec::Plugin(name) => format!("{spec}@{tenant}:{name}"),
-            SinkSpec::Webhook(_) if at_most_once => format!("{},delivery=at-most-once", spec.identity()),
+            SinkSpec::Webhook(_) if at_most_once => {
+                format!("{}{},delivery=at-most-once", spec.identity(), entry.webhook)
+            }
+            SinkSpec::Webhook(_) => format!("{}{}", spec.identity(), entry.webhook),
             _ => spec.identity(),
         };
         let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
@@ -150,7 +153,11 @@ impl SinkSet {
                 OpenSink::Jsonl(Arc::new(JsonLinesSink::new(Box::new(file))))
             }
             SinkSpec::Webhook(url) => {
-                let mut config = WebhookConfig::new(spec.to_string(), url.clone());
+                let mut config = WebhookConfig::new(spec.to_string(), url.expose());
+                let options = entry.webhook;
+                config.concurrency = options.concurrency.unwrap_or(config.concurrency);
+                config.max_batch = options.max_batch.unwrap_or(config.max_batch);
+                config.max_batch_bytes = options.max_batch_bytes.unwrap_or(config.max_batch_bytes);
                 if at_most_once {
                     config.delivery = super::webhook::Delivery::AtMostOnce;
                 }

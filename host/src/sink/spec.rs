@@ -2,7 +2,9 @@
 
 use std::path::PathBuf;
 
+use super::concurrency::Concurrency;
 use crate::delivery::DeliveryMode;
+use crate::redact::RedactedUrl;
 
 /// Where sink calls go: `jsonl:PATH`, `jsonl:-` (stdout), `plugin:NAME` / `plugin:FILE.wasm`
 /// (a sink plugin, embedded or from a file, writing to stdout), or `k8s` / `k8s:NAMESPACE` (the
@@ -18,8 +20,9 @@ pub enum SinkSpec {
     Plugin(String),
     /// The Kubernetes Events API; `""`: every event to its own namespace.
     Kubernetes(String),
-    /// A webhook: batched JSON POSTs to this URL (`webhook:http://…` / `webhook:https://…`).
-    Webhook(String),
+    /// A webhook: batched JSON POSTs to this URL (`webhook:http://…` / `webhook:https://…`),
+    /// shown redacted.
+    Webhook(RedactedUrl),
     /// The publish tier of a scale-out ([`crate::pipeline::scale`]): each decoded event, after tenant
     /// routing and before correlation, published to a JetStream stream
     /// (`nats:nats://HOST:PORT[?stream=NAME&partitions=P…]`, [`crate::nats::NatsTarget`]).
@@ -27,8 +30,8 @@ pub enum SinkSpec {
     Nats(Box<crate::nats::NatsTarget>),
 }
 
-/// As written, except that a webhook URL's credentials are redacted (`redact_url`): this is
-/// what logs, errors and metric labels show. [`SinkSpec::identity`] is the full text.
+/// As written, except that a URL's credentials are redacted ([`RedactedUrl`]): this is what
+/// logs, errors and metric labels show. [`SinkSpec::identity`] is the full text.
 impl std::fmt::Display for SinkSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -37,7 +40,7 @@ impl std::fmt::Display for SinkSpec {
             SinkSpec::Plugin(name) => write!(f, "plugin:{name}"),
             SinkSpec::Kubernetes(ns) if ns.is_empty() => f.write_str("k8s"),
             SinkSpec::Kubernetes(ns) => write!(f, "k8s:{ns}"),
-            SinkSpec::Webhook(url) => write!(f, "webhook:{}", redact_url(url)),
+            SinkSpec::Webhook(url) => write!(f, "webhook:{url}"),
             SinkSpec::Nats(target) => target.fmt(f),
         }
     }
@@ -47,51 +50,22 @@ impl SinkSpec {
     /// The spec as written, secrets included: what tells two sinks apart. Never log it.
     pub fn identity(&self) -> String {
         match self {
-            SinkSpec::Webhook(url) => format!("webhook:{url}"),
+            SinkSpec::Webhook(url) => format!("webhook:{}", url.expose()),
             SinkSpec::Nats(target) => format!("nats:{}", target.url),
             other => other.to_string(),
         }
     }
 }
 
-/// `url` with its secrets replaced by `***`: the user information (`user:password@`) and the
-/// value of every query parameter (`?token=***&a=***`), e.g.
-/// `https://***@hooks.example/e?token=***`.
-pub fn redact_url(url: &str) -> String {
-    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    let authority = match authority.rsplit_once('@') {
-        Some((_, host)) => format!("***@{host}"),
-        None => authority.to_string(),
-    };
-    let (path, query) = match tail.split_once('?') {
-        Some((path, query)) => (path, Some(query.split('#').next().unwrap_or_default())),
-        None => (tail.split('#').next().unwrap_or_default(), None),
-    };
-    let mut out = if scheme.is_empty() { authority } else { format!("{scheme}://{authority}") };
-    out.push_str(path);
-    if let Some(query) = query {
-        out.push('?');
-        let params: Vec<String> = query
-            .split('&')
-            .map(|p| match p.split_once('=') {
-                Some((k, _)) => format!("{k}=***"),
-                None => p.to_string(),
-            })
-            .collect();
-        out.push_str(&params.join("&"));
-    }
-    out
-}
-
-/// A `--sink` value that is not one of the sink forms.
+/// A `--sink` value that is not one of the sink forms (shown redacted: it may hold a URL with
+/// credentials).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "{0:?}: expected a sink: jsonl:PATH, jsonl:-, k8s, k8s:NAMESPACE, plugin:NAME, plugin:FILE.wasm, webhook:URL or nats:nats://HOST:PORT[?…], \
-     optionally followed by ,delivery=at-most-once|wait|at-least-once"
+    "\"{0}{1}\": expected a sink: jsonl:PATH, jsonl:-, k8s, k8s:NAMESPACE, plugin:NAME, plugin:FILE.wasm, webhook:URL or nats:nats://HOST:PORT[?…], \
+     optionally followed by ,delivery=at-most-once|wait|at-least-once (and, for a webhook, \
+     ,concurrency=adaptive|N ,max_batch=N ,max_batch_bytes=N)"
 )]
-pub struct SinkSpecError(String);
+pub struct SinkSpecError(RedactedUrl, String);
 
 impl std::str::FromStr for SinkSpec {
     type Err = SinkSpecError;
@@ -103,20 +77,68 @@ impl std::str::FromStr for SinkSpec {
             Some(("jsonl", path)) if !path.is_empty() => Ok(SinkSpec::JsonLinesFile(path.into())),
             Some(("plugin", name)) if !name.is_empty() => Ok(SinkSpec::Plugin(name.into())),
             Some(("webhook", url)) if url.starts_with("http://") || url.starts_with("https://") => {
-                Ok(SinkSpec::Webhook(url.into()))
+                Ok(SinkSpec::Webhook(RedactedUrl::new(url)))
             }
             Some(("nats", target)) => {
-                target.parse().map(|t| SinkSpec::Nats(Box::new(t))).map_err(|_| SinkSpecError(s.into()))
+                target.parse().map(|t| SinkSpec::Nats(Box::new(t))).map_err(|_| SinkSpecError(s.into(), String::new()))
             }
-            _ => Err(SinkSpecError(s.into())),
+            _ => Err(SinkSpecError(s.into(), String::new())),
         }
     }
 }
 
-/// A sink as a tenant names it: where its calls go and, optionally, its own delivery mode
-/// (`SPEC[,delivery=MODE]`, e.g. `webhook:https://hooks.example/e,delivery=at-most-once`), as
-/// `--sink` and the config's `sinks` take it. Without a mode the sink follows the run's
-/// `--delivery`.
+/// A webhook's own options, given after its URL (`webhook:URL,concurrency=8,max_batch_bytes=65536`);
+/// `None`: the default ([`crate::sink::webhook::WebhookConfig::new`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WebhookOptions {
+    /// `concurrency=adaptive|N`: requests in flight ([`Concurrency`]).
+    pub concurrency: Option<Concurrency>,
+    /// `max_batch=N`: events per batch at most (≥ 1).
+    pub max_batch: Option<usize>,
+    /// `max_batch_bytes=N`: bytes per batch at most (≥ 1).
+    pub max_batch_bytes: Option<usize>,
+}
+
+impl WebhookOptions {
+    /// Whether no option is given.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// Takes `key=value` when `key` is one of the options; `None` when it is not one of them,
+    /// `Some(Err)` when its value is not valid.
+    fn set(&mut self, key: &str, value: &str) -> Option<Result<(), ()>> {
+        let count = |v: &str| v.parse::<usize>().ok().filter(|n| *n > 0).ok_or(());
+        Some(match key {
+            "concurrency" => value.parse().map(|c| self.concurrency = Some(c)).map_err(|_| ()),
+            "max_batch" => count(value).map(|n| self.max_batch = Some(n)),
+            "max_batch_bytes" => count(value).map(|n| self.max_batch_bytes = Some(n)),
+            _ => return None,
+        })
+    }
+}
+
+/// As given: `,concurrency=…,max_batch=…,max_batch_bytes=…` for those set.
+impl std::fmt::Display for WebhookOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(c) = self.concurrency {
+            write!(f, ",concurrency={c}")?;
+        }
+        if let Some(n) = self.max_batch {
+            write!(f, ",max_batch={n}")?;
+        }
+        if let Some(n) = self.max_batch_bytes {
+            write!(f, ",max_batch_bytes={n}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A sink as a tenant names it: where its calls go, optionally its own delivery mode
+/// (`SPEC[,delivery=MODE]`, e.g. `webhook:https://hooks.example/e,delivery=at-most-once`), and
+/// for a webhook its options ([`WebhookOptions`]), as `--sink` and the config's `sinks` take it.
+/// The `,key=value` options follow the spec in any order. Without a mode the sink follows the
+/// run's `--delivery`.
 ///
 /// What a mode means for one sink, in the tenant router:
 /// - `at-least-once`: the at-least-once source position waits for this sink's acknowledgements;
@@ -130,38 +152,88 @@ pub struct SinkEntry {
     pub spec: SinkSpec,
     /// Its delivery mode; `None`: the run's.
     pub delivery: Option<DeliveryMode>,
+    /// A webhook's options (always empty for other sinks).
+    pub webhook: WebhookOptions,
 }
 
 impl From<SinkSpec> for SinkEntry {
     fn from(spec: SinkSpec) -> Self {
-        Self { spec, delivery: None }
+        Self { spec, delivery: None, webhook: WebhookOptions::default() }
     }
 }
 
 impl std::fmt::Display for SinkEntry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.delivery {
-            Some(mode) => {
-                let mode = clap::ValueEnum::to_possible_value(&mode).expect("no mode is skipped");
-                write!(f, "{},delivery={}", self.spec, mode.get_name())
-            }
-            None => self.spec.fmt(f),
+        write!(f, "{}{}", self.spec, self.webhook)?;
+        if let Some(mode) = self.delivery {
+            let mode = clap::ValueEnum::to_possible_value(&mode).expect("no mode is skipped");
+            write!(f, ",delivery={}", mode.get_name())?;
         }
+        Ok(())
     }
 }
 
 impl std::str::FromStr for SinkEntry {
     type Err = SinkSpecError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.rsplit_once(",delivery=") {
-            Some((spec, mode)) => Ok(Self {
-                spec: spec.parse()?,
-                delivery: Some(
-                    <DeliveryMode as clap::ValueEnum>::from_str(mode, false).map_err(|_| SinkSpecError(s.into()))?,
-                ),
-            }),
-            None => Ok(Self { spec: s.parse()?, delivery: None }),
+        // The error shows the spec redacted and the option that is wrong as given.
+        let error = |head: &str, option: &str| SinkSpecError(head.into(), format!(",{option}"));
+        let mut rest = s;
+        let mut delivery = None;
+        let mut webhook = WebhookOptions::default();
+        // Options are taken from the end while they are `key=value` with a known key, so a URL
+        // whose query holds commas keeps them.
+        while let Some((head, option)) = rest.rsplit_once(',') {
+            let Some((key, value)) = option.split_once('=') else { break };
+            if key == "delivery" {
+                let mode =
+                    <DeliveryMode as clap::ValueEnum>::from_str(value, false).map_err(|_| error(head, option))?;
+                delivery = Some(mode);
+            } else {
+                match webhook.set(key, value) {
+                    None => break,
+                    Some(Ok(())) => {}
+                    Some(Err(())) => return Err(error(head, option)),
+                }
+            }
+            rest = head;
         }
+        let spec: SinkSpec = rest.parse()?;
+        if !webhook.is_empty() && !matches!(spec, SinkSpec::Webhook(_)) {
+            return Err(SinkSpecError(rest.into(), webhook.to_string()));
+        }
+        Ok(Self { spec, delivery, webhook })
+    }
+}
+
+/// Parses `--sink` values for clap without clap's own "invalid value '…'" message, which
+/// would show the value as given, credentials included: the error shows it redacted.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SinkEntryParser;
+
+impl clap::builder::TypedValueParser for SinkEntryParser {
+    type Value = SinkEntry;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<SinkEntry, clap::Error> {
+        let flag = arg.map_or_else(|| "--sink".to_string(), |a| format!("--{}", a.get_id()));
+        let fail = |message: String| {
+            clap::Error::raw(clap::error::ErrorKind::ValueValidation, format!("invalid value for {flag}: {message}\n"))
+                .with_cmd(cmd)
+        };
+        let text = value.to_str().ok_or_else(|| fail("not UTF-8".into()))?;
+        text.parse().map_err(|e: SinkSpecError| fail(e.to_string()))
+    }
+}
+
+impl clap::builder::ValueParserFactory for SinkEntry {
+    type Parser = SinkEntryParser;
+    fn value_parser() -> SinkEntryParser {
+        SinkEntryParser
     }
 }
 
@@ -172,9 +244,9 @@ mod tests {
     #[test]
     fn webhook_secrets_are_redacted_in_what_is_shown_but_not_in_the_identity() {
         let spec: SinkSpec = "webhook:https://bob:s3cret@hooks.example:8443/e/v1?token=abc&x=1#frag".parse().unwrap();
-        assert_eq!(spec.to_string(), "webhook:https://***@hooks.example:8443/e/v1?token=***&x=***");
+        assert_eq!(spec.to_string(), "webhook:https://REDACTED@hooks.example:8443/e/v1?token=REDACTED&x=1#frag");
         assert!(spec.identity().contains("bob:s3cret@") && spec.identity().contains("token=abc"));
-        assert_eq!(redact_url("http://127.0.0.1:9/x"), "http://127.0.0.1:9/x", "nothing secret, nothing changed");
+        assert!(!format!("{spec:?}").contains("s3cret") && !format!("{spec:?}").contains("abc"), "{spec:?}");
         let jsonl: SinkSpec = "jsonl:out.jsonl".parse().unwrap();
         assert_eq!(jsonl.to_string(), jsonl.identity());
     }
@@ -184,10 +256,46 @@ mod tests {
         let e: SinkEntry = "webhook:http://h/x?a=1,delivery=at-most-once".parse().unwrap();
         assert_eq!(e.spec, SinkSpec::Webhook("http://h/x?a=1".into()));
         assert_eq!(e.delivery, Some(DeliveryMode::AtMostOnce));
-        assert_eq!(e.to_string(), "webhook:http://h/x?a=***,delivery=at-most-once", "shown redacted");
+        let e: SinkEntry = "webhook:http://h/x?key=1,delivery=at-most-once".parse().unwrap();
+        assert_eq!(e.to_string(), "webhook:http://h/x?key=REDACTED,delivery=at-most-once", "shown redacted");
         let plain: SinkEntry = "jsonl:-".parse().unwrap();
         assert_eq!((plain.spec, plain.delivery), (SinkSpec::JsonLinesStdout, None));
         let err = "jsonl:-,delivery=sometimes".parse::<SinkEntry>().unwrap_err().to_string();
         assert!(err.contains("delivery=at-most-once|wait|at-least-once"), "{err}");
+        // Whatever is wrong, what the error shows of the value is redacted.
+        for bad in [
+            "webhook:http://alice:S3cr3tPw@h/e?token=TOK,delivery=bogus",
+            "ftp://user:pw@h/x",
+            "webhook:ftp://user:pw@h/x",
+            "nats:nats://user:pw@h:4222?token=TOK&stream=",
+        ] {
+            let err = bad.parse::<SinkEntry>().unwrap_err().to_string();
+            assert!(
+                err.contains("REDACTED") && !err.contains("S3cr3tPw") && !err.contains("TOK") && !err.contains(":pw@"),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_webhook_entry_takes_its_options_in_any_order() {
+        let e: SinkEntry =
+            "webhook:http://h/x?a=1,b=2,max_batch_bytes=65536,delivery=wait,concurrency=8".parse().unwrap();
+        assert_eq!(e.spec, SinkSpec::Webhook("http://h/x?a=1,b=2".into()), "an unknown key stays in the URL");
+        assert_eq!(e.delivery, Some(DeliveryMode::Wait));
+        assert_eq!(
+            e.webhook,
+            WebhookOptions { concurrency: Some(Concurrency::Fixed(8)), max_batch: None, max_batch_bytes: Some(65536) }
+        );
+        assert_eq!(
+            e.to_string(),
+            "webhook:http://h/x?a=1,b=2,concurrency=8,max_batch_bytes=65536,delivery=wait",
+            "options in a fixed order; parameters that are not secrets shown as given"
+        );
+        let adaptive: SinkEntry = "webhook:https://h/e,concurrency=adaptive,max_batch=50".parse().unwrap();
+        assert_eq!((adaptive.webhook.concurrency, adaptive.webhook.max_batch), (Some(Concurrency::Adaptive), Some(50)));
+        for bad in ["webhook:http://h/e,concurrency=0", "webhook:http://h/e,max_batch=x", "jsonl:-,concurrency=4"] {
+            assert!(bad.parse::<SinkEntry>().is_err(), "{bad}");
+        }
     }
 }

@@ -11,17 +11,33 @@
 //!
 //! # Queue and batching
 //! Calls are queued (at most [`WebhookConfig::queue_capacity`] events, counting those being
-//! delivered: the queue depth never exceeds it) and one worker task sends them in order: a batch
-//! closes at [`WebhookConfig::max_batch`] events, [`WebhookConfig::max_batch_delay`] after its
-//! first event, or once no event arrived for [`WebhookConfig::batch_quiet`], whichever comes
-//! first. One batch is in flight at a time; the next one fills meanwhile.
+//! delivered: the queue depth never exceeds it) and one batcher task takes them in order: a
+//! batch closes at [`WebhookConfig::max_batch`] events, at [`WebhookConfig::max_batch_bytes`]
+//! bytes of items, [`WebhookConfig::max_batch_delay`] after its first event, or once no event
+//! arrived for [`WebhookConfig::batch_quiet`], whichever comes first.
 //!
-//! The quiet close matters because callers wait for acknowledgements: the tenant router writes
-//! one event's create and patches one at a time, each after the previous one was acknowledged,
-//! so a write that waits for an earlier one cannot join the batch that earlier one is in. Held
-//! open for the whole `max_batch_delay`, every batch of such writes would cost that delay: 600
-//! repeats of one event, each a patch after the one before, took 60 s. Under load, events keep
-//! arriving and batches still fill to `max_batch`.
+//! The quiet close matters because callers wait for acknowledgements: a write that waits for an
+//! earlier one cannot join the batch that earlier one is in. Held open for the whole
+//! `max_batch_delay`, every batch of such writes would cost that delay: 600 repeats of one
+//! event, each a patch after the one before, took 60 s. Under load, events keep arriving and
+//! batches still fill.
+//!
+//! # Concurrency
+//! Several batches are in flight at once, each request holding a permit of a
+//! [`Controller`] ([`WebhookConfig::concurrency`]): a fixed number, or by default a limit that
+//! adapts to the endpoint as Vector's Adaptive Request Concurrency does
+//! ([`super::concurrency`]). The batcher waits for a permit before it fills a batch, so batches
+//! grow while every permit is taken. A retry takes a permit again; a batch waiting out its
+//! back-off holds none.
+//!
+//! # Order
+//! One object's writes (keyed by the event's namespace and name) reach the endpoint in call
+//! order: a call whose object has a write in a batch still in flight is held until that batch
+//! ended, then joins a later batch, in order; a call may join the batch being filled with its
+//! object's earlier writes. So the sink [keeps order](EventSink::keeps_order) and the tenant
+//! router hands it an event's next write before the earlier one is acknowledged. After a batch
+//! fails for good with [`Delivery::AtLeastOnce`], the calls held behind it fail with its error
+//! rather than overtake writes that are to be submitted again.
 //!
 //! # Delivery
 //! - [`Delivery::AtLeastOnce`] (default): a call waits for room in the queue, then for its
@@ -42,7 +58,7 @@
 //! Transport errors, timeouts ([`WebhookConfig::request_timeout`] covers the whole exchange),
 //! `408`, `429` and `5xx` are retried with exponential back-off and full jitter: before attempt
 //! `n + 1`, a pause uniform in `[0, min(cap, base × 2^(n−1)))`, at least the server's
-//! `Retry-After` (seconds; still capped at `cap`). Any other status (`3xx`, `4xx`) is permanent:
+//! `Retry-After` (seconds or an HTTP-date; still capped at `cap`). Any other status (`3xx`, `4xx`) is permanent:
 //! the batch's calls fail with a [`SinkError::Status`] carrying the code, which `recordToSink`
 //! drops as it drops an apiserver rejection.
 //!
@@ -51,6 +67,8 @@
 //! the system's root certificates (or a given `rustls::ClientConfig`) — the stack the Kubernetes
 //! client already brings, so no second HTTP stack and no C toolchain.
 
+use std::collections::{HashMap, VecDeque};
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -66,15 +84,18 @@ use hyper_util::rt::TokioExecutor;
 use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
+use super::concurrency::{AdaptiveSettings, Concurrency, Controller, Permit, Response};
 use super::jsonl::SinkCall;
 use super::retry::Verb;
 use super::{EventSink, SinkError, SinkPatch, StatusError, Stored};
 use crate::event::Event;
 
 /// Default queue capacity, events.
-pub const DEFAULT_QUEUE_CAPACITY: usize = 1024;
+pub const DEFAULT_QUEUE_CAPACITY: usize = 8192;
 /// Default largest batch, events.
-pub const DEFAULT_MAX_BATCH: usize = 100;
+pub const DEFAULT_MAX_BATCH: usize = 1000;
+/// Default largest batch, bytes of its items' JSON (1 MiB).
+pub const DEFAULT_MAX_BATCH_BYTES: usize = 1 << 20;
 /// Default wait for a batch to fill after its first event.
 pub const DEFAULT_MAX_BATCH_DELAY: Duration = Duration::from_millis(100);
 /// Default quiet time (no event arriving) that closes a batch before its delay is up.
@@ -92,10 +113,10 @@ const MAX_ANSWER_BYTES: usize = 64 << 10;
 #[derive(Debug, thiserror::Error)]
 pub enum WebhookError {
     /// The URL is not an absolute `http` or `https` URL.
-    #[error("webhook URL {url:?}: {reason}")]
+    #[error("webhook URL \"{url}\": {reason}")]
     Url {
-        /// The URL as given.
-        url: String,
+        /// The URL as given (shown redacted).
+        url: crate::redact::RedactedUrl,
         /// What is wrong with it.
         reason: String,
     },
@@ -124,7 +145,7 @@ pub fn check_url(url: &str) -> Result<(), WebhookError> {
 /// The URI without credentials, whether it is `https`, and the credentials as HTTP Basic
 /// authentication (as curl does: they leave the URI, which the connection pool logs).
 fn parse_url(url: &str) -> Result<(hyper::Uri, bool, Option<HeaderValue>), WebhookError> {
-    let url_error = |reason: &str| WebhookError::Url { url: super::spec::redact_url(url), reason: reason.into() };
+    let url_error = |reason: &str| WebhookError::Url { url: url.into(), reason: reason.into() };
     let uri: hyper::Uri = url.parse().map_err(|e: hyper::http::uri::InvalidUri| url_error(&e.to_string()))?;
     let https = match uri.scheme_str() {
         Some("https") => true,
@@ -216,10 +237,17 @@ pub struct WebhookConfig {
     pub url: String,
     /// Sent as `Authorization: Bearer …` when set.
     pub bearer_token: Option<String>,
-    /// Events queued or in flight at most (default 1024).
+    /// Events queued or in flight at most (default 8192).
     pub queue_capacity: usize,
-    /// Events per batch at most (default 100).
+    /// Events per batch at most (default 1000).
     pub max_batch: usize,
+    /// Bytes per batch at most, counting its items' JSON and the commas between them (default
+    /// 1 MiB); a single larger item is sent alone.
+    pub max_batch_bytes: usize,
+    /// Requests in flight at once (default [`Concurrency::Adaptive`]).
+    pub concurrency: Concurrency,
+    /// Tuning of the adaptive concurrency controller.
+    pub adaptive: AdaptiveSettings,
     /// Wait for a batch to fill after its first event (default 100 ms).
     pub max_batch_delay: Duration,
     /// A batch closes earlier once no event arrived for this long (default 1 ms): the callers
@@ -244,6 +272,9 @@ impl WebhookConfig {
             bearer_token: None,
             queue_capacity: DEFAULT_QUEUE_CAPACITY,
             max_batch: DEFAULT_MAX_BATCH,
+            max_batch_bytes: DEFAULT_MAX_BATCH_BYTES,
+            concurrency: Concurrency::Adaptive,
+            adaptive: AdaptiveSettings::default(),
             max_batch_delay: DEFAULT_MAX_BATCH_DELAY,
             batch_quiet: DEFAULT_BATCH_QUIET,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
@@ -277,6 +308,10 @@ pub struct WebhookStats {
     pub max_queue_depth: u64,
     /// The configured capacity.
     pub queue_capacity: u64,
+    /// Requests allowed in flight now (the adaptive controller's limit, or the fixed number).
+    pub concurrency_limit: u64,
+    /// Requests in flight now.
+    pub requests_in_flight: u64,
 }
 
 #[derive(Debug, Default)]
@@ -291,9 +326,11 @@ struct Counters {
     max_queue_depth: AtomicU64,
 }
 
-/// A queued call: its JSON, its place in the queue, and who waits for the outcome.
+/// A queued call: its JSON, its object's key, its place in the queue, and who waits for the
+/// outcome.
 struct Item {
     json: Vec<u8>,
+    key: u64,
     ack: Option<oneshot::Sender<Result<(), SinkError>>>,
     _slot: OwnedSemaphorePermit,
 }
@@ -326,6 +363,7 @@ pub struct WebhookSink {
     slots: Arc<Semaphore>,
     tx: mpsc::UnboundedSender<Item>,
     counters: Arc<Counters>,
+    controller: Arc<Controller>,
     closing: CancellationToken,
     abort: CancellationToken,
     worker: Mutex<Option<tokio::task::JoinHandle<()>>>,
@@ -352,6 +390,9 @@ impl WebhookSink {
         }
         if config.max_batch == 0 {
             return Err(WebhookError::Config("max_batch must be at least 1"));
+        }
+        if config.max_batch_bytes == 0 {
+            return Err(WebhookError::Config("max_batch_bytes must be at least 1"));
         }
         if config.request_timeout.is_zero() {
             return Err(WebhookError::Config("request_timeout must be positive"));
@@ -384,20 +425,34 @@ impl WebhookSink {
         let counters = Arc::new(Counters::default());
         let closing = CancellationToken::new();
         let abort = CancellationToken::new();
-        let worker = Worker {
+        let controller = Controller::new(config.concurrency, config.adaptive);
+        let shared = Arc::new(Shared {
             name: config.name.clone(),
             uri,
             auth,
             client,
-            max_batch: config.max_batch,
-            max_batch_delay: config.max_batch_delay,
-            batch_quiet: config.batch_quiet,
             request_timeout: config.request_timeout,
             backoff: config.backoff,
             delivery: config.delivery,
             counters: counters.clone(),
-            closing: closing.clone(),
+            controller: controller.clone(),
             abort: abort.clone(),
+        });
+        let (done_tx, done_rx) = mpsc::unbounded_channel();
+        let worker = Worker {
+            shared,
+            max_batch: config.max_batch,
+            max_batch_bytes: config.max_batch_bytes,
+            max_batch_delay: config.max_batch_delay,
+            batch_quiet: config.batch_quiet,
+            closing: closing.clone(),
+            in_flight: HashMap::new(),
+            held: HashMap::new(),
+            ready: VecDeque::new(),
+            deliveries: 0,
+            done_tx,
+            done_rx,
+            queue_closed: false,
         };
         let handle = tokio::spawn(worker.run(rx));
         Ok(Self {
@@ -407,6 +462,7 @@ impl WebhookSink {
             slots: Arc::new(Semaphore::new(config.queue_capacity)),
             tx,
             counters,
+            controller,
             closing,
             abort,
             worker: Mutex::new(Some(handle)),
@@ -433,6 +489,8 @@ impl WebhookSink {
             queue_depth: (self.capacity - self.slots.available_permits()) as u64,
             max_queue_depth: get(&c.max_queue_depth),
             queue_capacity: self.capacity as u64,
+            concurrency_limit: self.controller.limit() as u64,
+            requests_in_flight: self.controller.in_flight() as u64,
         }
     }
 
@@ -482,7 +540,8 @@ impl WebhookSink {
         let depth = (self.capacity - self.slots.available_permits()) as u64;
         self.counters.max_queue_depth.fetch_max(depth, Ordering::Relaxed);
         let (ack_tx, ack_rx) = oneshot::channel();
-        self.tx.send(Item { json, ack: Some(ack_tx), _slot: slot }).map_err(|_| shut())?;
+        let key = object_key(call.event());
+        self.tx.send(Item { json, key, ack: Some(ack_tx), _slot: slot }).map_err(|_| shut())?;
         self.counters.enqueued.fetch_add(1, Ordering::Relaxed);
         Ok(Ack(ack_rx))
     }
@@ -526,6 +585,14 @@ impl Drop for WebhookSink {
 
 #[async_trait]
 impl EventSink for WebhookSink {
+    fn keeps_order(&self) -> bool {
+        true
+    }
+
+    fn max_in_flight(&self) -> Option<usize> {
+        Some(self.capacity)
+    }
+
     async fn create(&self, event: &Event) -> Result<Stored, SinkError> {
         self.call(SinkCall::new(Verb::Create, event, &[])?).await
     }
@@ -545,6 +612,15 @@ impl EventSink for WebhookSink {
     }
 }
 
+/// The key that keeps one object's writes in order: a hash of the event's namespace and name
+/// (two objects of one hash are merely kept in order with each other).
+fn object_key(event: &Event) -> u64 {
+    let mut hasher = std::hash::DefaultHasher::new();
+    event.metadata.namespace.hash(&mut hasher);
+    event.metadata.name.hash(&mut hasher);
+    hasher.finish()
+}
+
 /// How one attempt ended.
 enum Attempt {
     Acked,
@@ -553,129 +629,311 @@ enum Attempt {
         error: String,
         safe: bool,
         retry_after: Option<Duration>,
+        /// `429` or `503`: the endpoint asks for fewer requests.
+        back_pressure: bool,
     },
     Permanent(StatusError),
 }
 
-struct Worker {
+/// What every batch delivery needs, shared by the batcher and the delivery tasks.
+struct Shared {
     name: String,
     uri: hyper::Uri,
     auth: Option<HeaderValue>,
     client: HttpClient,
-    max_batch: usize,
-    max_batch_delay: Duration,
-    batch_quiet: Duration,
     request_timeout: Duration,
     backoff: Backoff,
     delivery: Delivery,
     counters: Arc<Counters>,
-    closing: CancellationToken,
+    controller: Arc<Controller>,
     abort: CancellationToken,
 }
 
+/// A batch delivery that ended: the object keys it held and whether it failed for good.
+struct Finished {
+    keys: Vec<u64>,
+    failed: Option<SinkError>,
+}
+
+/// A batch being filled.
+#[derive(Default)]
+struct Batch {
+    items: Vec<Item>,
+    bytes: usize,
+}
+
+/// What [`Worker::next`] found.
+enum Next {
+    Item(Item),
+    /// Nothing arrived before the deadline, or the sink is closing and nothing is queued.
+    Idle,
+    /// Nothing more will come: closing (or dropped) with nothing queued, held or in flight.
+    End,
+}
+
+/// The batcher: takes calls in order, fills batches, and starts each batch's delivery once the
+/// controller gives a permit, keeping each object's writes in order (see the module docs).
+struct Worker {
+    shared: Arc<Shared>,
+    max_batch: usize,
+    max_batch_bytes: usize,
+    max_batch_delay: Duration,
+    batch_quiet: Duration,
+    closing: CancellationToken,
+    /// Sent batches not yet finished, per object key.
+    in_flight: HashMap<u64, usize>,
+    /// Calls waiting for their object's batch in flight to finish, in call order.
+    held: HashMap<u64, VecDeque<Item>>,
+    /// Calls released from `held` (or cut off a full batch), taken before the queue.
+    ready: VecDeque<Item>,
+    deliveries: usize,
+    done_tx: mpsc::UnboundedSender<Finished>,
+    done_rx: mpsc::UnboundedReceiver<Finished>,
+    queue_closed: bool,
+}
+
 impl Worker {
-    async fn run(self, mut rx: mpsc::UnboundedReceiver<Item>) {
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Item>) {
         loop {
-            let first = tokio::select! {
-                biased;
-                item = rx.recv() => item,
-                _ = self.closing.cancelled() => rx.try_recv().ok(),
+            let first = loop {
+                match self.next(&mut rx, None).await {
+                    Next::Item(item) => {
+                        if let Some(item) = self.admit(item) {
+                            break item;
+                        }
+                    }
+                    Next::Idle => {}
+                    Next::End => return,
+                }
             };
-            let Some(first) = first else { break };
-            let batch = self.fill(vec![first], &mut rx).await;
-            self.deliver(batch).await;
+            let permit = self.permit().await;
+            let batch = self.fill(first, &mut rx).await;
+            let mut keys: Vec<u64> = batch.items.iter().map(|i| i.key).collect();
+            keys.sort_unstable();
+            keys.dedup();
+            for key in &keys {
+                *self.in_flight.entry(*key).or_default() += 1;
+            }
+            self.deliveries += 1;
+            let shared = self.shared.clone();
+            let done = self.done_tx.clone();
+            tokio::spawn(async move {
+                let failed = deliver(&shared, batch.items, permit).await;
+                let _ = done.send(Finished { keys, failed });
+            });
         }
     }
 
-    /// Adds calls to `batch` until it holds `max_batch`, `max_batch_delay` has passed since its
-    /// first call, or no call arrived for `batch_quiet`; once closing, only what is queued.
-    async fn fill(&self, mut batch: Vec<Item>, rx: &mut mpsc::UnboundedReceiver<Item>) -> Vec<Item> {
-        let deadline = tokio::time::Instant::now() + self.max_batch_delay;
-        while batch.len() < self.max_batch {
-            match rx.try_recv() {
-                Ok(item) => {
-                    batch.push(item);
-                    continue;
-                }
-                Err(mpsc::error::TryRecvError::Disconnected) => break,
-                Err(mpsc::error::TryRecvError::Empty) if self.closing.is_cancelled() => break,
-                Err(mpsc::error::TryRecvError::Empty) => {}
-            }
-            let quiet = (tokio::time::Instant::now() + self.batch_quiet).min(deadline);
+    /// Waits for a request permit, accounting for finished deliveries meanwhile.
+    async fn permit(&mut self) -> Permit {
+        let controller = self.shared.controller.clone();
+        let acquire = controller.acquire();
+        tokio::pin!(acquire);
+        loop {
             tokio::select! {
                 biased;
-                item = rx.recv() => match item {
-                    Some(item) => batch.push(item),
-                    None => break,
-                },
-                _ = tokio::time::sleep_until(quiet) => break,
-                _ = self.closing.cancelled() => {}
+                Some(finished) = self.done_rx.recv() => self.finished(finished),
+                permit = &mut acquire => return permit,
             }
+        }
+    }
+
+    /// The next call: one released from `held` first, then the queue; accounts for finished
+    /// deliveries while it waits, until `until` (none: for good).
+    async fn next(&mut self, rx: &mut mpsc::UnboundedReceiver<Item>, until: Option<tokio::time::Instant>) -> Next {
+        loop {
+            if let Some(item) = self.ready.pop_front() {
+                return Next::Item(item);
+            }
+            match rx.try_recv() {
+                Ok(item) => return Next::Item(item),
+                Err(mpsc::error::TryRecvError::Disconnected) => self.queue_closed = true,
+                Err(mpsc::error::TryRecvError::Empty) => {}
+            }
+            let closing = self.closing.is_cancelled() || self.queue_closed;
+            if closing && until.is_some() {
+                return Next::Idle;
+            }
+            if closing && self.deliveries == 0 && self.held.is_empty() {
+                return Next::End;
+            }
+            let sleep = tokio::time::sleep_until(until.unwrap_or_else(tokio::time::Instant::now));
+            tokio::select! {
+                biased;
+                Some(finished) = self.done_rx.recv() => self.finished(finished),
+                item = rx.recv(), if !closing => match item {
+                    Some(item) => return Next::Item(item),
+                    None => self.queue_closed = true,
+                },
+                _ = sleep, if until.is_some() => return Next::Idle,
+                _ = self.closing.cancelled(), if !closing => {}
+            }
+        }
+    }
+
+    /// `item` when it may join the batch being filled; `None` when it was held because a batch
+    /// in flight (or a call held before it) carries a write of the same object.
+    fn admit(&mut self, item: Item) -> Option<Item> {
+        if self.in_flight.contains_key(&item.key) || self.held.contains_key(&item.key) {
+            self.held.entry(item.key).or_default().push_back(item);
+            return None;
+        }
+        Some(item)
+    }
+
+    /// A delivery ended: its objects' held calls are released in order; after a batch failed
+    /// for good with [`Delivery::AtLeastOnce`] they fail with it instead, since the failed
+    /// writes are to be submitted again and must not be overtaken.
+    fn finished(&mut self, finished: Finished) {
+        self.deliveries -= 1;
+        for key in finished.keys {
+            let Some(count) = self.in_flight.get_mut(&key) else { continue };
+            *count -= 1;
+            if *count > 0 {
+                continue;
+            }
+            self.in_flight.remove(&key);
+            let Some(held) = self.held.remove(&key) else { continue };
+            match &finished.failed {
+                Some(error) if self.shared.delivery == Delivery::AtLeastOnce => {
+                    self.shared.counters.failed.fetch_add(held.len() as u64, Ordering::Relaxed);
+                    for item in held {
+                        if let Some(ack) = item.ack {
+                            let _ = ack.send(Err(error.clone()));
+                        }
+                    }
+                }
+                _ => self.ready.extend(held),
+            }
+        }
+    }
+
+    /// Fills a batch from `first` until it holds `max_batch` calls or `max_batch_bytes` of them,
+    /// `max_batch_delay` has passed, or no call arrived for `batch_quiet`; once closing, only
+    /// what is queued.
+    async fn fill(&mut self, first: Item, rx: &mut mpsc::UnboundedReceiver<Item>) -> Batch {
+        let deadline = tokio::time::Instant::now() + self.max_batch_delay;
+        let mut batch = Batch { bytes: first.json.len(), items: vec![first] };
+        while batch.items.len() < self.max_batch && batch.bytes < self.max_batch_bytes {
+            let quiet = (tokio::time::Instant::now() + self.batch_quiet).min(deadline);
+            let item = match self.next(rx, Some(quiet)).await {
+                Next::Item(item) => item,
+                Next::Idle | Next::End => break,
+            };
+            let Some(item) = self.admit(item) else { continue };
+            if batch.bytes + 1 + item.json.len() > self.max_batch_bytes {
+                self.ready.push_front(item); // the first of the next batch
+                break;
+            }
+            batch.bytes += 1 + item.json.len();
+            batch.items.push(item);
         }
         batch
     }
+}
 
-    async fn deliver(&self, batch: Vec<Item>) {
-        let n = batch.len() as u64;
-        let mut body = Vec::with_capacity(batch.iter().map(|i| i.json.len() + 1).sum::<usize>() + 12);
-        body.extend_from_slice(b"{\"items\":[");
-        for (i, item) in batch.iter().enumerate() {
-            if i > 0 {
-                body.push(b',');
-            }
-            body.extend_from_slice(&item.json);
+/// Sends one batch until acknowledged, failed for good, or aborted; each attempt holds a permit
+/// of the controller (`permit` for the first). Answers the batch's calls and returns the error
+/// it failed with, if it did.
+async fn deliver(shared: &Shared, batch: Vec<Item>, permit: Permit) -> Option<SinkError> {
+    let n = batch.len() as u64;
+    let mut body = Vec::with_capacity(batch.iter().map(|i| i.json.len() + 1).sum::<usize>() + 12);
+    body.extend_from_slice(b"{\"items\":[");
+    for (i, item) in batch.iter().enumerate() {
+        if i > 0 {
+            body.push(b',');
         }
-        body.extend_from_slice(b"]}");
-        let body = Bytes::from(body);
-        let id = uuid::Uuid::new_v4().to_string();
-        self.counters.sent.fetch_add(n, Ordering::Relaxed);
-        let mut attempts = 0u32;
-        let outcome = loop {
-            attempts += 1;
-            self.counters.requests.fetch_add(1, Ordering::Relaxed);
-            if attempts > 1 {
-                self.counters.retries.fetch_add(1, Ordering::Relaxed);
-            }
-            let attempt = tokio::select! {
+        body.extend_from_slice(&item.json);
+    }
+    body.extend_from_slice(b"]}");
+    let body = Bytes::from(body);
+    let id = uuid::Uuid::new_v4().to_string();
+    shared.counters.sent.fetch_add(n, Ordering::Relaxed);
+    let mut attempts = 0u32;
+    let mut permit = Some(permit);
+    let shut = |detail: String| {
+        Err(SinkError::Transport(format!(
+            "webhook {}: shut down before the batch was acknowledged{detail}",
+            shared.name
+        )))
+    };
+    let outcome = loop {
+        attempts += 1;
+        let mut held = match permit.take() {
+            Some(p) => p,
+            None => tokio::select! {
                 biased;
-                _ = self.abort.cancelled() => break Err(SinkError::Transport(format!("webhook {}: shut down before the batch was acknowledged", self.name))),
-                a = self.attempt(body.clone(), &id) => a,
-            };
-            let (error, safe, retry_after) = match attempt {
-                Attempt::Acked => break Ok(()),
-                Attempt::Permanent(status) => break Err(SinkError::Status(status)),
-                Attempt::Retry { error, safe, retry_after } => (error, safe, retry_after),
-            };
-            let exhausted = self.backoff.max_attempts.is_some_and(|max| attempts >= max);
-            if exhausted || (self.delivery == Delivery::AtMostOnce && !safe) {
-                break Err(SinkError::Transport(format!(
-                    "webhook {}: batch of {n} not acknowledged after {attempts} attempt(s): {error}",
-                    self.name
-                )));
+                _ = shared.abort.cancelled() => break shut(String::new()),
+                p = shared.controller.acquire() => p,
+            },
+        };
+        shared.counters.requests.fetch_add(1, Ordering::Relaxed);
+        if attempts > 1 {
+            shared.counters.retries.fetch_add(1, Ordering::Relaxed);
+        }
+        held.start();
+        let attempt = tokio::select! {
+            biased;
+            _ = shared.abort.cancelled() => break shut(String::new()),
+            a = shared.attempt(body.clone(), &id) => a,
+        };
+        let (error, safe, retry_after) = match attempt {
+            Attempt::Acked => {
+                held.done(Response::Answered);
+                break Ok(());
             }
-            tracing::debug!(webhook = %self.name, attempts, %error, "webhook batch failed, retrying");
-            tokio::select! {
-                biased;
-                _ = self.abort.cancelled() => break Err(SinkError::Transport(format!("webhook {}: shut down before the batch was acknowledged ({error})", self.name))),
-                _ = tokio::time::sleep(self.backoff.delay(attempts, retry_after)) => {}
+            Attempt::Permanent(status) => {
+                held.done(Response::Answered);
+                break Err(SinkError::Status(status));
+            }
+            Attempt::Retry { error, safe, retry_after, back_pressure } => {
+                held.done(if back_pressure { Response::BackPressure } else { Response::Failed });
+                (error, safe, retry_after)
             }
         };
-        match &outcome {
-            Ok(()) => {
-                self.counters.acked.fetch_add(n, Ordering::Relaxed);
-            }
-            Err(error) => {
-                self.counters.failed.fetch_add(n, Ordering::Relaxed);
-                tracing::warn!(webhook = %self.name, events = n, attempts, %error, "webhook batch failed");
-            }
+        let exhausted = shared.backoff.max_attempts.is_some_and(|max| attempts >= max);
+        if exhausted || (shared.delivery == Delivery::AtMostOnce && !safe) {
+            break Err(SinkError::Transport(format!(
+                "webhook {}: batch of {n} not acknowledged after {attempts} attempt(s): {error}",
+                shared.name
+            )));
         }
-        for item in batch {
-            if let Some(ack) = item.ack {
-                let _ = ack.send(outcome.clone());
-            }
+        tracing::debug!(webhook = %shared.name, attempts, %error, "webhook batch failed, retrying");
+        tokio::select! {
+            biased;
+            _ = shared.abort.cancelled() => break shut(format!(" ({error})")),
+            _ = tokio::time::sleep(shared.backoff.delay(attempts, retry_after)) => {}
+        }
+    };
+    match &outcome {
+        Ok(()) => {
+            shared.counters.acked.fetch_add(n, Ordering::Relaxed);
+        }
+        Err(error) => {
+            shared.counters.failed.fetch_add(n, Ordering::Relaxed);
+            tracing::warn!(webhook = %shared.name, events = n, attempts, %error, "webhook batch failed");
         }
     }
+    for item in batch {
+        if let Some(ack) = item.ack {
+            let _ = ack.send(outcome.clone());
+        }
+    }
+    outcome.err()
+}
 
+/// A `Retry-After` value: delay-seconds or an HTTP-date (RFC 9110 §10.2.3), as a wait from
+/// `now`; a date in the past is no wait.
+fn parse_retry_after(value: &str, now: chrono::DateTime<chrono::Utc>) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(seconds) = value.parse::<u64>() {
+        return Some(Duration::from_secs(seconds));
+    }
+    let date = chrono::DateTime::parse_from_rfc2822(value).ok()?;
+    Some((date.with_timezone(&chrono::Utc) - now).to_std().unwrap_or_default())
+}
+
+impl Shared {
     async fn attempt(&self, body: Bytes, id: &str) -> Attempt {
         let mut request = Request::post(self.uri.clone())
             .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
@@ -706,6 +964,7 @@ impl Worker {
                     error: format!("no answer within {:?}", self.request_timeout),
                     safe: false,
                     retry_after: None,
+                    back_pressure: false,
                 };
             }
             Ok(Err(e)) => {
@@ -713,7 +972,7 @@ impl Worker {
                     .map(ToString::to_string)
                     .collect::<Vec<_>>()
                     .join(": ");
-                return Attempt::Retry { error, safe: e.is_connect(), retry_after: None };
+                return Attempt::Retry { error, safe: e.is_connect(), retry_after: None, back_pressure: false };
             }
             Ok(Ok(answer)) => answer,
         };
@@ -725,12 +984,10 @@ impl Worker {
         let error = format!("{status}: {text}");
         let code = status.as_u16();
         if code == 408 || code == 429 || status.is_server_error() {
-            let retry_after = parts
-                .headers
-                .get(RETRY_AFTER)
-                .and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok())
-                .map(Duration::from_secs);
-            return Attempt::Retry { error, safe: code == 429 || code == 503, retry_after };
+            let retry_after =
+                parts.headers.get(RETRY_AFTER).and_then(|v| parse_retry_after(v.to_str().ok()?, chrono::Utc::now()));
+            let back_pressure = code == 429 || code == 503;
+            return Attempt::Retry { error, safe: back_pressure, retry_after, back_pressure };
         }
         Attempt::Permanent(StatusError {
             code,
@@ -738,6 +995,36 @@ impl Worker {
             message: format!("webhook {} answered {error}", self.name),
             causes: Vec::new(),
         })
+    }
+}
+
+impl crate::metrics::Snapshot {
+    /// Adds a webhook sink's counters under its name.
+    pub fn add_webhook(&mut self, sink: &WebhookSink) {
+        self.add_sink_stats(sink.name(), &sink.stats());
+    }
+
+    /// Adds queued-sink counters under `name`: events sent, acknowledged, retried, failed,
+    /// dropped for a full queue; the queue's depth and capacity, the concurrency limit and the
+    /// requests in flight (gauges, summed).
+    pub fn add_sink_stats(&mut self, name: &str, s: &WebhookStats) {
+        use crate::metrics::{
+            SINK_ACKED, SINK_CONCURRENCY_LIMIT, SINK_DROPPED, SINK_FAILURES, SINK_QUEUE_CAPACITY, SINK_QUEUE_DEPTH,
+            SINK_REQUESTS_IN_FLIGHT, SINK_RETRIES, SINK_SENT,
+        };
+        for (family, n) in [
+            (&SINK_SENT, s.sent),
+            (&SINK_ACKED, s.acked),
+            (&SINK_RETRIES, s.retries),
+            (&SINK_FAILURES, s.failed),
+            (&SINK_QUEUE_DEPTH, s.queue_depth),
+            (&SINK_QUEUE_CAPACITY, s.queue_capacity),
+            (&SINK_CONCURRENCY_LIMIT, s.concurrency_limit),
+            (&SINK_REQUESTS_IN_FLIGHT, s.requests_in_flight),
+        ] {
+            self.add(family, &[("sink", name)], n);
+        }
+        self.add(&SINK_DROPPED, &[("sink", name), ("reason", "queue_full")], s.dropped);
     }
 }
 
@@ -807,6 +1094,32 @@ mod tests {
             ack.await.unwrap();
         }
         assert_eq!((requests.load(Ordering::SeqCst), sink.stats().acked), (1, 20));
+    }
+
+    #[test]
+    fn retry_after_is_seconds_or_an_http_date() {
+        let now = chrono::DateTime::parse_from_rfc3339("2026-11-27T14:00:00Z").unwrap().to_utc();
+        assert_eq!(parse_retry_after(" 120 ", now), Some(Duration::from_secs(120)));
+        assert_eq!(parse_retry_after("Fri, 27 Nov 2026 14:00:30 GMT", now), Some(Duration::from_secs(30)));
+        assert_eq!(parse_retry_after("Fri, 27 Nov 2026 13:00:00 GMT", now), Some(Duration::ZERO), "in the past");
+        assert_eq!(parse_retry_after("soon", now), None);
+    }
+
+    #[tokio::test]
+    async fn batches_close_at_max_batch_bytes() {
+        let (url, requests) = acknowledging_receiver().await;
+        let one = serde_json::to_vec(&SinkCall::new(Verb::Create, &event("e.00"), &[]).unwrap()).unwrap().len();
+        // Room for three items and the commas between them, not four.
+        let config = WebhookConfig { max_batch_bytes: 4 * one + 2, ..WebhookConfig::new("w", url) };
+        let sink = WebhookSink::new(config).unwrap();
+        let mut acks = Vec::new();
+        for i in 0..12 {
+            acks.push(sink.submit(Verb::Create, &event(&format!("e.{i:02}")), &[]).await.unwrap());
+        }
+        for ack in acks {
+            ack.await.unwrap();
+        }
+        assert_eq!((requests.load(Ordering::SeqCst), sink.stats().acked), (4, 12));
     }
 
     #[test]

@@ -36,7 +36,10 @@
 //! A document starts at `{` or `[` and ends where its brackets balance; a small scanner tracks
 //! bracket depth outside strings (honouring `\` escapes), so a one-line document is parsed
 //! straight from the line and a multi-line one is buffered until it closes. Blank lines are
-//! skipped. A malformed document costs one [`DecodeError`] and never the documents after it:
+//! skipped. A malformed document costs one [`DecodeError`] and never the documents after it, and
+//! a line costs at most one: the faults found on one line (a document that fails and the text
+//! after where it seemed to close; bad items of a one-line list) are joined into one error, so
+//! that a bad line counts once.
 //! - A line that does not start a document (`not json`) is an error for that line.
 //! - A complete document that fails to parse is an error naming the line it starts on; the
 //!   message gives the exact position and a short excerpt.
@@ -283,8 +286,29 @@ impl Decoder {
     }
 
     /// Scans `line[pos..]` with no document open: each complete document on it is decoded, and
-    /// one left open is buffered.
-    fn scan_fresh(&mut self, line: &str, mut pos: usize, emit: Emit) {
+    /// one left open is buffered. A line costs at most one error: when several things on it are
+    /// wrong (a malformed document and the text after the point where it seemed to close), their
+    /// messages are joined into one error, emitted after the line's other items, so that a bad
+    /// line counts once (`bad_lines`) and `replay` writes one error line for it.
+    fn scan_fresh(&mut self, line: &str, pos: usize, emit: Emit) {
+        let this_line = self.line;
+        let mut error: Option<DecodeError> = None;
+        let mut one_error = |item: Result<Decoded, DecodeError>| match (item, &mut error) {
+            (Err(e), None) if e.line == this_line => error = Some(e),
+            (Err(e), Some(first)) if e.line == this_line => {
+                first.message.push_str("; then ");
+                first.message.push_str(&e.message);
+            }
+            (item, _) => emit(item),
+        };
+        self.scan_documents(line, pos, &mut one_error);
+        if let Some(error) = error {
+            emit(Err(error));
+        }
+    }
+
+    /// [`scan_fresh`](Self::scan_fresh) without the one-error-per-line rule.
+    fn scan_documents(&mut self, line: &str, mut pos: usize, emit: Emit) {
         let bytes = line.as_bytes();
         loop {
             pos = skip_whitespace(bytes, pos);
@@ -304,7 +328,7 @@ impl Decoder {
                 if let Some(fixed) = go_strings::replace_unpaired(rest) {
                     // As Go reads them (U+FFFD); the same length, so positions hold.
                     let line = format!("{}{fixed}", &line[..pos]);
-                    return self.scan_fresh(&line, pos, emit);
+                    return self.scan_documents(&line, pos, emit);
                 }
                 if let Ok(top) = parse_top(rest) {
                     return decode_top(&Doc { text: rest, origin }, top, emit);
@@ -1911,10 +1935,13 @@ mod tests {
         assert_eq!(error_lines(&errors), [3, 4]);
         assert!(errors[0].message.starts_with("in `items[1]`: invalid type: string \"three\""), "{}", errors[0]);
         assert!(errors[1].message.starts_with("in `items[2]`: not an event"), "{}", errors[1]);
+        // On one line, the bad items are one error (one bad line) naming each.
         let (items, errors) = decode_str(r#"[["Event", "v1"], 7, {"involvedObject": {}}]"#);
-        assert_eq!(items.len(), 1);
-        assert_eq!(errors[0].message, r#"in array element [0]: expected a JSON object, found `["Event", "v1"]`"#);
-        assert_eq!(errors[1].message, "in array element [1]: expected a JSON object, found `7`");
+        assert_eq!((items.len(), errors.len()), (1, 1));
+        assert_eq!(
+            errors[0].message,
+            r#"in array element [0]: expected a JSON object, found `["Event", "v1"]`; then in array element [1]: expected a JSON object, found `7`"#
+        );
     }
 
     #[test]
@@ -2024,6 +2051,18 @@ mod tests {
             "{}",
             errors[0]
         );
+    }
+
+    #[test]
+    fn a_line_with_several_faults_is_one_error() {
+        // A misplaced `}` closes the document early (it then fails to decode) and leaves the
+        // rest of the line as text after it: two faults, one line, one error.
+        let broken = r#"{"metadata":{"name":"a"},"involvedObject":"kind":"Pod"},"reason":"x"}"#;
+        let (items, errors) = decode_str(&format!("{broken}\n{SUMO_ADDED}\n[1, 2] x\n"));
+        assert_eq!(lines_of(&items), [2]);
+        assert_eq!(error_lines(&errors), [1, 3], "{errors:?}");
+        assert!(errors[0].message.contains("expected struct ObjectReference"), "{}", errors[0]);
+        assert!(errors[0].message.contains("; then unexpected text after a complete document"), "{}", errors[0]);
     }
 
     #[test]

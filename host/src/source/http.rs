@@ -114,10 +114,12 @@ const PRIVATE_HEADERS: &[header::HeaderName] = &[header::AUTHORIZATION, header::
 pub enum IngestError {
     /// A non-loopback address without a bearer token.
     #[error(
-        "refusing to serve HTTP ingest on {addr} without a bearer token: set {TOKEN_ENV} (or the configured token), \
+        "refusing to serve {server} on {addr} without a bearer token: set {TOKEN_ENV} (or the configured token), \
          or bind a loopback address such as 127.0.0.1"
     )]
     TokenRequired {
+        /// The server, with the flag that asked for it ([`INGEST_SERVER`], [`EVENTS_API_SERVER`]).
+        server: &'static str,
         /// The address asked for.
         addr: SocketAddr,
     },
@@ -199,6 +201,8 @@ pub struct IngestConfig {
     /// [`DEFAULT_CREATED_CACHE_ENTRIES`]; least recently used leave first; 0: every patch is
     /// `404`).
     pub created_cache_entries: usize,
+    /// Header and body timeouts, connection cap ([`crate::http_server`]).
+    pub server: crate::http_server::ServerLimits,
 }
 
 impl Default for IngestConfig {
@@ -210,16 +214,23 @@ impl Default for IngestConfig {
             enqueue_timeout: DEFAULT_ENQUEUE_TIMEOUT,
             retry_after_seconds: 1,
             created_cache_entries: DEFAULT_CREATED_CACHE_ENTRIES,
+            server: crate::http_server::ServerLimits::default(),
         }
     }
 }
 
-/// Checks the rule "a non-loopback address needs a token".
+/// HTTP ingest, as [`IngestError::TokenRequired`] names it.
+pub const INGEST_SERVER: &str = "HTTP ingest (--source http:ADDR)";
+/// The read API of `run --serve`, as [`IngestError::TokenRequired`] names it.
+pub const EVENTS_API_SERVER: &str = "the events API (--serve ADDR)";
+
+/// Checks the rule "a non-loopback address needs a token" for `server` (named in the error with
+/// its flag: [`INGEST_SERVER`], [`EVENTS_API_SERVER`]).
 ///
 /// # Errors
 /// [`IngestError::TokenRequired`] for a non-loopback `addr` without `token`.
-pub fn check_bind(addr: SocketAddr, token: Option<&BearerToken>) -> Result<(), IngestError> {
-    if addr.ip().is_loopback() || token.is_some() { Ok(()) } else { Err(IngestError::TokenRequired { addr }) }
+pub fn check_bind(server: &'static str, addr: SocketAddr, token: Option<&BearerToken>) -> Result<(), IngestError> {
+    if addr.ip().is_loopback() || token.is_some() { Ok(()) } else { Err(IngestError::TokenRequired { server, addr }) }
 }
 
 /// Which route an event came through.
@@ -484,12 +495,13 @@ impl Ingest {
     /// binding); [`IngestError::Bind`] when the address cannot be bound.
     pub async fn bind(&self) -> Result<TcpListener, IngestError> {
         let addr = self.shared.config.listen;
-        check_bind(addr, self.shared.config.token.as_ref())?;
+        check_bind(INGEST_SERVER, addr, self.shared.config.token.as_ref())?;
         TcpListener::bind(addr).await.map_err(|source| IngestError::Bind { addr, source })
     }
 
     /// Serves [`router_with(extra)`](Self::router_with) on `listener` until `shutdown`
-    /// completes, then finishes the requests in flight.
+    /// completes, then finishes the requests in flight; with [`IngestConfig::server`]'s limits
+    /// ([`crate::http_server::serve`]).
     ///
     /// # Errors
     /// [`IngestError::TokenRequired`] when `listener` is on a non-loopback address and no token
@@ -501,10 +513,9 @@ impl Ingest {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), IngestError> {
         let addr = listener.local_addr().map_err(IngestError::Serve)?;
-        check_bind(addr, self.shared.config.token.as_ref())?;
+        check_bind(INGEST_SERVER, addr, self.shared.config.token.as_ref())?;
         tracing::info!(%addr, auth = self.shared.config.token.is_some(), "HTTP ingest listening");
-        axum::serve(listener, self.router_with(extra))
-            .with_graceful_shutdown(shutdown)
+        crate::http_server::serve(listener, self.router_with(extra), self.shared.config.server, shutdown)
             .await
             .map_err(IngestError::Serve)
     }
@@ -1089,6 +1100,34 @@ async fn ingest_inner(shared: &Shared, headers: HeaderMap, body: Body) -> Result
     Ok(report)
 }
 
+impl crate::metrics::Snapshot {
+    /// Adds HTTP ingest's counters (`source`: the source's name, e.g. `http:127.0.0.1:8080`):
+    /// requests per status code, events accepted, error answers and bad documents per reason;
+    /// its bad documents and non-events also go under the source's bad input and non-events.
+    /// Its accepted events are counted in `eventpipe_events_in` by whoever counts the
+    /// Broadcaster's input, not here.
+    pub fn add_ingest(&mut self, source: &str, stats: &IngestStats) {
+        use crate::metrics::{BAD_INPUT, INGEST_ACCEPTED, INGEST_REJECTED, INGEST_REQUESTS, NON_EVENTS};
+        self.add(&BAD_INPUT, &[("source", source)], stats.bad_documents);
+        self.add(&NON_EVENTS, &[("source", source)], stats.non_events);
+        self.present(&INGEST_REQUESTS);
+        for (code, n) in &stats.by_status {
+            self.add(&INGEST_REQUESTS, &[("code", &code.to_string())], *n);
+        }
+        self.add(&INGEST_ACCEPTED, &[], stats.accepted);
+        for (reason, n) in [
+            ("unauthorized", stats.unauthorized),
+            ("too_large", stats.too_large),
+            ("unsupported_media_type", stats.unsupported_media_type),
+            ("bad_request", stats.bad_requests),
+            ("queue_full", stats.queue_full),
+            ("bad_document", stats.bad_documents),
+        ] {
+            self.add(&INGEST_REJECTED, &[("reason", reason)], n);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1105,8 +1144,8 @@ mod tests {
             ("10.0.0.1:80", false),
         ] {
             let addr: SocketAddr = addr.parse().unwrap();
-            assert_eq!(check_bind(addr, None).is_ok(), ok_without, "{addr}");
-            assert!(check_bind(addr, Some(&token)).is_ok(), "{addr}");
+            assert_eq!(check_bind(INGEST_SERVER, addr, None).is_ok(), ok_without, "{addr}");
+            assert!(check_bind(INGEST_SERVER, addr, Some(&token)).is_ok(), "{addr}");
         }
     }
 

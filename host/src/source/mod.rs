@@ -129,3 +129,11 @@ impl Source {
         }
     }
 }
+
+impl crate::metrics::Snapshot {
+    /// Adds a JSON-lines or Kubernetes source's bad lines and non-events under `source`.
+    pub fn add_source(&mut self, source: &str, stats: &SourceStats) {
+        self.add(&crate::metrics::BAD_INPUT, &[("source", source)], stats.bad_lines);
+        self.add(&crate::metrics::NON_EVENTS, &[("source", source)], stats.non_events);
+    }
+}

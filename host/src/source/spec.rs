@@ -87,6 +87,8 @@ pub struct SourceContext {
     pub counters: Arc<SourceCounters>,
     /// Counted into while an HTTP source runs (requests by status, documents).
     pub ingest_counters: Arc<IngestCounters>,
+    /// The HTTP source's timeouts and connection cap.
+    pub http_limits: crate::http_server::ServerLimits,
 }
 
 impl SourceSpec {
@@ -138,7 +140,7 @@ impl SourceSpec {
                 });
             }
             SourceSpec::Http(addr) => Source::Http(HttpSource {
-                config: IngestConfig { listen: *addr, ..IngestConfig::default() },
+                config: IngestConfig { listen: *addr, server: cx.http_limits, ..IngestConfig::default() },
                 extra_routes: cx.extra_routes,
                 counters: cx.ingest_counters,
             }),

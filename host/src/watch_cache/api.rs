@@ -28,11 +28,19 @@
 //! `k8s.io/initial-events-end: "true"`; `timeoutSeconds` ends the watch after that long. Each
 //! watcher's selectors give `ADDED` / `MODIFIED` / `DELETED` transitions (see [`super`]).
 //!
+//! **Tables**: a list, a get or a watch whose `Accept` asks for a `Table` (as `kubectl get`
+//! does: `application/json;as=Table;v=v1;g=meta.k8s.io`, or `v1beta1`) is answered with the
+//! apiserver's Table of Events ([`super::table`]: the columns `kubectl get events` prints, and
+//! with `-o wide`), the list's `metadata` (`resourceVersion`, `continue`, `remainingItemCount`)
+//! on it, and each row's object as `includeObject` asks (`Metadata` by default, `Object`,
+//! `None`). A Table watch sends each change as a Table of one row (its `metadata.resourceVersion`
+//! the event's), a bookmark as a Table with no row; `ERROR` events stay `Status` objects.
+//!
 //! Errors are Kubernetes `Status` objects ([`ApiStatus`]): `400 BadRequest` for a bad selector or
 //! parameter, `404 NotFound`, `410 Expired`, `504 Timeout`. Authentication is the server's
 //! (`run` puts these routes behind the ingest bearer token and refuses a non-loopback address
-//! without one). Only JSON is served: a request for protobuf or a `Table` gets JSON, which
-//! kubectl and client-go accept.
+//! without one). Only JSON is served: a request for protobuf gets JSON, which kubectl and
+//! client-go accept.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -42,11 +50,12 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, RawQuery, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use base64::Engine;
 
+use super::table::{self, IncludeObject};
 use super::{Frame, Predicate, Start, TooOld, Version, WatchCache};
 use crate::source::http::ApiStatus;
 
@@ -178,52 +187,99 @@ fn resource_version(query: &HashMap<String, String>) -> Result<Option<u64>, Stri
     }
 }
 
-async fn all_events(State(cache): State<Arc<WatchCache>>, RawQuery(q): RawQuery) -> Response {
-    list_or_watch(cache, None, parse_query(q.as_deref()), false).await
+async fn all_events(State(cache): State<Arc<WatchCache>>, headers: HeaderMap, RawQuery(q): RawQuery) -> Response {
+    list_or_watch(cache, None, &headers, parse_query(q.as_deref()), false).await
 }
 
 async fn namespaced_events(
     State(cache): State<Arc<WatchCache>>,
     Path(ns): Path<String>,
+    headers: HeaderMap,
     RawQuery(q): RawQuery,
 ) -> Response {
-    list_or_watch(cache, Some(ns), parse_query(q.as_deref()), false).await
+    list_or_watch(cache, Some(ns), &headers, parse_query(q.as_deref()), false).await
 }
 
-async fn watch_all(State(cache): State<Arc<WatchCache>>, RawQuery(q): RawQuery) -> Response {
-    list_or_watch(cache, None, parse_query(q.as_deref()), true).await
+async fn watch_all(State(cache): State<Arc<WatchCache>>, headers: HeaderMap, RawQuery(q): RawQuery) -> Response {
+    list_or_watch(cache, None, &headers, parse_query(q.as_deref()), true).await
 }
 
 async fn watch_namespaced(
     State(cache): State<Arc<WatchCache>>,
     Path(ns): Path<String>,
+    headers: HeaderMap,
     RawQuery(q): RawQuery,
 ) -> Response {
-    list_or_watch(cache, Some(ns), parse_query(q.as_deref()), true).await
+    list_or_watch(cache, Some(ns), &headers, parse_query(q.as_deref()), true).await
 }
 
-async fn one_event(State(cache): State<Arc<WatchCache>>, Path((ns, name)): Path<(String, String)>) -> Response {
-    match cache.get(&ns, &name) {
-        Some(version) => json(StatusCode::OK, version.json().to_vec()),
-        None => ApiStatus::failure(StatusCode::NOT_FOUND, "NotFound", format!("events \"{name}\" not found"))
-            .into_response(),
+async fn one_event(
+    State(cache): State<Arc<WatchCache>>,
+    Path((ns, name)): Path<(String, String)>,
+    headers: HeaderMap,
+    RawQuery(q): RawQuery,
+) -> Response {
+    let shape = match Shape::of(&headers, &parse_query(q.as_deref())) {
+        Ok(shape) => shape,
+        Err(message) => return bad_request(message),
+    };
+    let Some(version) = cache.get(&ns, &name) else {
+        return ApiStatus::failure(StatusCode::NOT_FOUND, "NotFound", format!("events \"{name}\" not found"))
+            .into_response();
+    };
+    match shape {
+        Shape::Object => json(StatusCode::OK, version.json().to_vec()),
+        Shape::Table { api_version, include } => {
+            let mut metadata = serde_json::Map::new();
+            metadata.insert("resourceVersion".into(), version.rv.to_string().into());
+            let row = table::row(&version.event, &version.json(), include, api_version, cache.now());
+            table_response(api_version, table::table(api_version, &metadata, vec![row]))
+        }
     }
+}
+
+/// What an answer holds: the objects themselves, or a Table of them.
+#[derive(Debug, Clone, Copy)]
+enum Shape {
+    Object,
+    Table { api_version: &'static str, include: IncludeObject },
+}
+
+impl Shape {
+    /// From the `Accept` header and `includeObject`; `Err`: the `400` message.
+    fn of(headers: &HeaderMap, query: &HashMap<String, String>) -> Result<Self, String> {
+        let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+        match table::table_version(accept) {
+            None => Ok(Shape::Object),
+            Some(api_version) => {
+                let include = IncludeObject::parse(query.get("includeObject").map(String::as_str))?;
+                Ok(Shape::Table { api_version, include })
+            }
+        }
+    }
+}
+
+fn table_response(api_version: &str, body: Vec<u8>) -> Response {
+    let content_type = HeaderValue::from_str(&table::content_type(api_version)).expect("a valid header value");
+    (StatusCode::OK, [(header::CONTENT_TYPE, content_type)], body).into_response()
 }
 
 async fn list_or_watch(
     cache: Arc<WatchCache>,
     namespace: Option<String>,
+    headers: &HeaderMap,
     query: HashMap<String, String>,
     watch: bool,
 ) -> Response {
-    let (predicate, rv) = match (predicate(namespace, &query), resource_version(&query)) {
-        (Ok(predicate), Ok(rv)) => (predicate, rv),
-        (Err(message), _) | (_, Err(message)) => return bad_request(message),
-    };
+    let (predicate, rv, shape) =
+        match (predicate(namespace, &query), resource_version(&query), Shape::of(headers, &query)) {
+            (Ok(predicate), Ok(rv), Ok(shape)) => (predicate, rv, shape),
+            (Err(message), _, _) | (_, Err(message), _) | (_, _, Err(message)) => return bad_request(message),
+        };
     if watch || flag(&query, "watch") {
-        serve_watch(&cache, predicate, rv, &query)
+        serve_watch(&cache, predicate, rv, &query, shape)
     } else {
-        serve_list(&cache, predicate, rv, &query).await
+        serve_list(&cache, predicate, rv, &query, shape).await
     }
 }
 
@@ -257,6 +313,7 @@ async fn serve_list(
     predicate: Predicate,
     rv: Option<u64>,
     query: &HashMap<String, String>,
+    shape: Shape,
 ) -> Response {
     let limit = match query.get("limit").map(|l| l.parse::<usize>()) {
         None => None,
@@ -324,6 +381,11 @@ async fn serve_list(
         metadata.insert("continue".into(), token.into());
         metadata.insert("remainingItemCount".into(), remaining.into());
     }
+    if let Shape::Table { api_version, include } = shape {
+        let now = cache.now();
+        let rows = items.iter().map(|v| table::row(&v.event, &v.json(), include, api_version, now)).collect();
+        return table_response(api_version, table::table(api_version, &metadata, rows));
+    }
     let mut body = Vec::with_capacity(64 + items.len() * 1024);
     body.extend_from_slice(br#"{"kind":"EventList","apiVersion":"v1","metadata":"#);
     serde_json::to_writer(&mut body, &metadata).expect("serialisable");
@@ -338,18 +400,37 @@ async fn serve_list(
     json(StatusCode::OK, body)
 }
 
-/// One watch event as a line of the watch stream.
-fn encode_frame(frame: &Frame) -> Bytes {
+/// One watch event as a line of the watch stream; with a Table `shape`, its object is a Table of
+/// one row (no row for a bookmark), at `now` (the cache's clock).
+fn encode_frame(frame: &Frame, shape: Shape, now: impl FnOnce() -> chrono::DateTime<chrono::Utc>) -> Bytes {
     let mut line = Vec::with_capacity(1024);
-    match frame {
-        Frame::Event(served) => {
+    match (frame, shape) {
+        (Frame::Event(served), Shape::Table { api_version, include }) => {
+            let version = &served.object;
+            let mut metadata = serde_json::Map::new();
+            metadata.insert("resourceVersion".into(), version.rv.to_string().into());
+            let row = table::row(&version.event, &version.json(), include, api_version, now());
+            line.extend_from_slice(br#"{"type":""#);
+            line.extend_from_slice(served.type_.as_str().as_bytes());
+            line.extend_from_slice(br#"","object":"#);
+            line.extend_from_slice(&table::table(api_version, &metadata, vec![row]));
+            line.push(b'}');
+        }
+        (Frame::Bookmark { rv, .. }, Shape::Table { api_version, .. }) => {
+            let mut metadata = serde_json::Map::new();
+            metadata.insert("resourceVersion".into(), rv.to_string().into());
+            line.extend_from_slice(br#"{"type":"BOOKMARK","object":"#);
+            line.extend_from_slice(&table::table(api_version, &metadata, Vec::new()));
+            line.push(b'}');
+        }
+        (Frame::Event(served), Shape::Object) => {
             line.extend_from_slice(br#"{"type":""#);
             line.extend_from_slice(served.type_.as_str().as_bytes());
             line.extend_from_slice(br#"","object":"#);
             line.extend_from_slice(&served.object.json());
             line.push(b'}');
         }
-        Frame::Bookmark { rv, initial_events_end } => {
+        (Frame::Bookmark { rv, initial_events_end }, Shape::Object) => {
             let mut event =
                 crate::event::Event { kind: "Event".into(), api_version: "v1".into(), ..Default::default() };
             event.metadata.resource_version = compact_str::ToCompactString::to_compact_string(rv);
@@ -360,7 +441,7 @@ fn encode_frame(frame: &Frame) -> Bytes {
             serde_json::to_writer(&mut line, &event).expect("serialisable");
             line.push(b'}');
         }
-        Frame::Expired(TooOld { asked, oldest }) => {
+        (Frame::Expired(TooOld { asked, oldest }), _) => {
             let status = ApiStatus::failure(
                 StatusCode::GONE,
                 "Expired",
@@ -380,6 +461,7 @@ fn serve_watch(
     predicate: Predicate,
     rv: Option<u64>,
     query: &HashMap<String, String>,
+    shape: Shape,
 ) -> Response {
     let timeout = match query.get("timeoutSeconds").map(|t| t.parse::<u64>()) {
         None => None,
@@ -398,25 +480,35 @@ fn serve_watch(
         Err(too_old) => {
             // As the apiserver: a watch that cannot start is still a `200` watch, whose one
             // event is the error.
-            let line = encode_frame(&Frame::Expired(too_old));
-            return watch_response(Body::from(line));
+            let line = encode_frame(&Frame::Expired(too_old), shape, chrono::Utc::now);
+            return watch_response(Body::from(line), shape);
         }
     };
     let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
-    let stream = futures_util::stream::unfold(frames, move |mut frames| async move {
-        let frame = match deadline {
-            Some(deadline) => tokio::time::timeout_at(deadline, frames.recv()).await.ok().flatten(),
-            None => frames.recv().await,
-        }?;
-        Some((Ok::<_, Infallible>(encode_frame(&frame)), frames))
+    let cache = Arc::clone(cache);
+    let stream = futures_util::stream::unfold(frames, move |mut frames| {
+        let cache = Arc::clone(&cache);
+        async move {
+            let frame = match deadline {
+                Some(deadline) => tokio::time::timeout_at(deadline, frames.recv()).await.ok().flatten(),
+                None => frames.recv().await,
+            }?;
+            Some((Ok::<_, Infallible>(encode_frame(&frame, shape, || cache.now())), frames))
+        }
     });
-    watch_response(Body::from_stream(stream))
+    watch_response(Body::from_stream(stream), shape)
 }
 
-fn watch_response(body: Body) -> Response {
+fn watch_response(body: Body, shape: Shape) -> Response {
     let mut response = Response::new(body);
     let headers = response.headers_mut();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    let content_type = match shape {
+        Shape::Object => HeaderValue::from_static("application/json"),
+        Shape::Table { api_version, .. } => {
+            HeaderValue::from_str(&table::content_type(api_version)).expect("a valid header value")
+        }
+    };
+    headers.insert(header::CONTENT_TYPE, content_type);
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache, private"));
     response
 }

@@ -70,6 +70,7 @@
 
 pub mod api;
 pub mod selector;
+pub mod table;
 pub mod window;
 
 use std::collections::{BTreeMap, HashMap};
@@ -375,6 +376,11 @@ impl WatchCache {
     /// Its configuration.
     pub fn config(&self) -> &WatchCacheConfig {
         &self.config
+    }
+
+    /// The time on the cache's clock: what the read API's Table ages count to.
+    pub fn now(&self) -> DateTime<Utc> {
+        self.clock.now()
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -935,6 +941,31 @@ async fn pump(
                 return End::Expired(too_old);
             }
         }
+    }
+}
+
+impl crate::metrics::Snapshot {
+    /// Sets the watch cache's state and counts (a run has one cache at most): its newest
+    /// resourceVersion, events held, changes in the window, watches open (gauges); changes
+    /// made, events deleted per reason, watches cut off, requests answered `410 Expired`.
+    pub fn add_watch_cache(&mut self, c: WatchCacheStats) {
+        use crate::metrics::{
+            WATCH_CACHE_CHANGES, WATCH_CACHE_CUT_OFF, WATCH_CACHE_DELETED, WATCH_CACHE_EXPIRED, WATCH_CACHE_OBJECTS,
+            WATCH_CACHE_RESOURCE_VERSION, WATCH_CACHE_WATCHES, WATCH_CACHE_WINDOW,
+        };
+        for (family, n) in [
+            (&WATCH_CACHE_RESOURCE_VERSION, c.resource_version),
+            (&WATCH_CACHE_OBJECTS, c.objects as u64),
+            (&WATCH_CACHE_WINDOW, c.window as u64),
+            (&WATCH_CACHE_WATCHES, c.watchers),
+            (&WATCH_CACHE_CHANGES, c.changes),
+            (&WATCH_CACHE_CUT_OFF, c.cut_off),
+            (&WATCH_CACHE_EXPIRED, c.too_old),
+        ] {
+            self.set(family, &[], n);
+        }
+        self.set(&WATCH_CACHE_DELETED, &[("reason", "ttl")], c.expired_ttl);
+        self.set(&WATCH_CACHE_DELETED, &[("reason", "max_objects")], c.evicted);
     }
 }
 

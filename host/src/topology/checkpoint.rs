@@ -1,0 +1,252 @@
+//! The checkpointer: at-least-once delivery's saved position (restored at start, saved while
+//! the run goes and at its end) and a single host's correlator snapshots in the state file;
+//! without at-least-once, the periodic sink flush.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::correlator::snapshot::TenantSnapshot;
+use crate::delivery::{Committer, Delivery, Position, Progress, SavedCorrelator, SavedState, SeenVersions};
+use crate::pipeline::router::RouterSnapshots;
+use crate::pipeline::scale::ScaleCounters;
+use crate::sink::set::SinkSet;
+use crate::source::SourceSpec;
+
+use super::{Role, RunError, announce};
+
+/// How often at-least-once saves the source position, and other runs flush their sinks.
+const COMMIT_INTERVAL: std::time::Duration = crate::sink::jsonl::FLUSH_INTERVAL;
+
+/// What the last run left: where to resume and the correlator state to start from.
+pub(super) struct Restored {
+    /// At-least-once (or the publish tier, whose message ids come from the positions): the
+    /// progress this run makes.
+    pub progress: Option<Arc<Progress>>,
+    /// Where the source resumes.
+    pub resume: Option<Position>,
+    /// A Kubernetes source's versions already sent.
+    pub seen: SeenVersions,
+    /// Per router partition, the correlator state restored (empty: fresh).
+    pub restore: Vec<Vec<TenantSnapshot>>,
+}
+
+impl Restored {
+    /// Loads the state file of at-least-once `delivery` (a position of another source than
+    /// `source` is ignored) and checks its correlator snapshot against `workers` partitions,
+    /// counting a restore or a refusal in `counters`.
+    ///
+    /// # Errors
+    /// [`RunError::Delivery`] for at-least-once from stdin or a state file that cannot be read.
+    pub fn load(
+        delivery: &Delivery,
+        source: &SourceSpec,
+        role: &Role,
+        workers: usize,
+        counters: &ScaleCounters,
+    ) -> Result<Self, RunError> {
+        let source_name = source.to_string();
+        let (progress, saved) = match delivery {
+            Delivery::AtLeastOnce { state_file } => {
+                if *source == SourceSpec::JsonLinesStdin {
+                    return Err(RunError::Delivery(
+                        "at-least-once needs a file or k8s source (stdin cannot resume)".into(),
+                    ));
+                }
+                let saved = SavedState::load(state_file).map_err(|e| RunError::Delivery(e.to_string()))?;
+                let saved = saved.filter(|s| s.source == source_name);
+                if let Some(s) = &saved {
+                    announce(&format!(
+                        "resuming {source_name} from {:?}, {} event version(s) known ({})",
+                        s.position,
+                        s.seen.len(),
+                        state_file.display()
+                    ));
+                }
+                (Some(Arc::new(Progress::default())), saved)
+            }
+            _ => (None, None),
+        };
+        // A publisher derives message ids from the source's positions, at-least-once or not.
+        let progress = progress.or_else(|| role.publishes().then(|| Arc::new(Progress::default())));
+        // A single host's correlator snapshot: restored, the source resuming from its position.
+        let mut restore = Vec::new();
+        let (resume, seen) = match saved {
+            Some(s) => {
+                let mut position = s.position;
+                if let Some(correlator) = s.correlator {
+                    match decode_saved(&correlator, workers.max(1)) {
+                        Ok(partitions) => {
+                            announce(&format!(
+                                "correlator state of {} partition(s) restored; resuming from its position {:?}",
+                                partitions.len(),
+                                correlator.position
+                            ));
+                            position = correlator.position;
+                            restore = partitions;
+                            counters.restored();
+                        }
+                        Err(why) => {
+                            counters.refused();
+                            announce(&format!("correlator snapshot in the state file refused, starting fresh: {why}"));
+                        }
+                    }
+                }
+                (Some(position), s.seen)
+            }
+            None => (None, SeenVersions::default()),
+        };
+        Ok(Restored { progress, resume, seen, restore })
+    }
+}
+
+/// The single-host correlator snapshot of a state file, per router partition (each checked:
+/// format version, key seed — adopted by the process —, and `workers` partitions).
+///
+/// # Errors
+/// Why it cannot be used (the run then starts fresh from the saved position).
+fn decode_saved(saved: &SavedCorrelator, workers: usize) -> Result<Vec<Vec<TenantSnapshot>>, String> {
+    use base64::Engine;
+    if saved.partitions.len() != workers {
+        return Err(format!(
+            "it holds {} router partition(s), this run has --workers {workers}",
+            saved.partitions.len()
+        ));
+    }
+    saved
+        .partitions
+        .iter()
+        .enumerate()
+        .map(|(i, text)| {
+            let bytes = base64::engine::general_purpose::STANDARD.decode(text).map_err(|e| e.to_string())?;
+            let snapshot = crate::correlator::snapshot::PartitionSnapshot::decode(&bytes).map_err(|e| e.to_string())?;
+            snapshot.check(i as u32, workers as u32).map_err(|e| e.to_string())?;
+            Ok(snapshot.tenants)
+        })
+        .collect()
+}
+
+/// The checkpointer piece: saves the acknowledged position (at-least-once) or flushes the
+/// sinks, every [`COMMIT_INTERVAL`] and once at the end.
+pub(super) struct Checkpointer {
+    committer: Option<Arc<Committer>>,
+    sinks: Arc<SinkSet>,
+    periodic: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Checkpointer {
+    /// With at-least-once `delivery` (and its `progress`), a committer of `source`'s position
+    /// into the state file; otherwise only the flush of `sinks`.
+    pub fn build(
+        delivery: &Delivery,
+        source: &SourceSpec,
+        progress: Option<&Arc<Progress>>,
+        seen: SeenVersions,
+        sinks: Arc<SinkSet>,
+    ) -> Self {
+        let committer = match (delivery, progress) {
+            (Delivery::AtLeastOnce { state_file }, Some(progress)) => {
+                Some(Arc::new(Committer::new(state_file.clone(), source.to_string(), progress.clone(), seen)))
+            }
+            _ => None,
+        };
+        Checkpointer { committer, sinks, periodic: None }
+    }
+
+    /// Whether the position is saved (at-least-once).
+    pub fn saves_position(&self) -> bool {
+        self.committer.is_some()
+    }
+
+    /// A single host (at-least-once) snapshots its correlator state into the state file, every
+    /// `interval`, starting from `restore`; the stores are counted in `counters`.
+    pub fn snapshots(
+        &self,
+        role: &Role,
+        interval: std::time::Duration,
+        restore: Vec<Vec<TenantSnapshot>>,
+        workers: usize,
+        counters: &Arc<ScaleCounters>,
+    ) -> Option<RouterSnapshots> {
+        let committer = match (&self.committer, role) {
+            (Some(committer), Role::SingleHost) => committer.clone(),
+            _ => return None,
+        };
+        let counters = counters.clone();
+        let partitions = workers.max(1) as u32;
+        Some(RouterSnapshots {
+            interval,
+            restore,
+            taken: Arc::new(move |finished, states| {
+                let started = std::time::Instant::now();
+                let encoded: Vec<String> = states
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, tenants)| {
+                        use base64::Engine;
+                        let snapshot = crate::correlator::snapshot::PartitionSnapshot {
+                            key_seed: crate::correlator::keys::key_seed(),
+                            partition: i as u32,
+                            partitions,
+                            sequence: finished,
+                            taken_at_ms: chrono::Utc::now().timestamp_millis(),
+                            tenants,
+                        };
+                        base64::engine::general_purpose::STANDARD.encode(snapshot.encode())
+                    })
+                    .collect();
+                counters.stored(encoded.iter().map(String::len).sum(), started.elapsed());
+                committer.snapshot_taken(finished, encoded);
+            }),
+            refused: Arc::new(AtomicU64::new(0)),
+        })
+    }
+
+    /// Every [`COMMIT_INTERVAL`] until `shutdown`: at-least-once saves the acknowledged position
+    /// (flushing the sinks first); otherwise the sinks are flushed, so their output shows while
+    /// the run goes on.
+    pub fn start(&mut self, shutdown: &CancellationToken) {
+        let (c, s, stop) = (self.committer.clone(), self.sinks.clone(), shutdown.child_token());
+        self.periodic = Some(tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = tokio::time::sleep(COMMIT_INTERVAL) => {}
+                }
+                match &c {
+                    Some(c) => commit(c, &s, false),
+                    None => {
+                        if let Err((spec, error)) = s.flush() {
+                            tracing::error!(sink = spec, %error, "could not flush the sink");
+                        }
+                    }
+                }
+            }
+        }));
+    }
+
+    /// The last checkpoint, once the pipeline drained: stops the periodic one, saves what the
+    /// drain finished and flushes the sinks.
+    ///
+    /// # Errors
+    /// [`RunError::Sink`] when a sink cannot be flushed.
+    pub fn finish(self) -> Result<(), RunError> {
+        if let Some(periodic) = &self.periodic {
+            periodic.abort();
+        }
+        if let Some(committer) = &self.committer {
+            commit(committer, &self.sinks, true); // what the drain finished
+        }
+        self.sinks.flush().map_err(|(spec, error)| RunError::Sink { spec, error })
+    }
+}
+
+/// Flushes the sinks and saves the newest finished position (`now`: even if a large state file
+/// was written very recently); errors are logged (the next commit tries again).
+fn commit(committer: &Committer, sinks: &SinkSet, now: bool) {
+    let flush = || sinks.flush().map_err(|(spec, e)| format!("flushing sink {spec}: {e}"));
+    if let Err(error) = committer.commit(flush, now) {
+        tracing::error!(%error, "could not save the source position");
+    }
+}

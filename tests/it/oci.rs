@@ -1,0 +1,158 @@
+//! Plugins in an OCI registry, against a real one: the CNCF distribution registry (Debian's
+//! `docker-registry`) on a loopback port. `plugins push` then `plugins pull` gives back the
+//! same bytes; a pull by a wrong digest fails; a config's `source = "oci://…@sha256:…"` is
+//! pulled at start, verified, cached and runs (from the cache once the registry is gone).
+//! Skipped when `docker-registry` is not installed, unless `CI` is set.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use eventpipe::plugin::embedded::BY_REASON;
+use eventpipe::plugin::pin::Sha256Digest;
+
+/// A `docker-registry serve` on 127.0.0.1, stopped on drop.
+struct Registry {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The registry binary, or `None` (the test is skipped) when it is not installed and `CI` is
+/// not set.
+fn registry_binary() -> Option<PathBuf> {
+    let found = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
+        .chain([PathBuf::from("/usr/bin")])
+        .map(|dir| dir.join("docker-registry"))
+        .find(|bin| bin.is_file());
+    if found.is_none() {
+        assert!(std::env::var_os("CI").is_none(), "docker-registry is not installed (.ci/run installs it)");
+        eprintln!("skipped: docker-registry is not installed (apt-get install docker-registry)");
+    }
+    found
+}
+
+impl Registry {
+    fn start(bin: &Path, dir: &Path) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let addr = format!("127.0.0.1:{port}");
+        let config = dir.join("registry.yml");
+        let storage = dir.join("storage");
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {addr}\n",
+                storage.display()
+            ),
+        )
+        .unwrap();
+        let child = Command::new(bin).arg("serve").arg(&config).stdout(Stdio::null()).spawn().unwrap();
+        let registry = Self { child, addr };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            use std::io::{Read, Write};
+            if let Ok(mut conn) = std::net::TcpStream::connect(&registry.addr) {
+                let _ = write!(conn, "GET /v2/ HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n", registry.addr);
+                let mut answer = String::new();
+                let _ = conn.read_to_string(&mut answer);
+                if answer.starts_with("HTTP/1.1 200") {
+                    return registry;
+                }
+            }
+            assert!(Instant::now() < deadline, "the registry did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+fn eventpipe(args: &[String]) -> Output {
+    // No credentials of the machine's user: an empty docker config directory.
+    let empty = tempfile::tempdir().unwrap();
+    Command::new(env!("CARGO_BIN_EXE_eventpipe")).args(args).env("DOCKER_CONFIG", empty.path()).output().unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn plugins_go_through_a_registry_unchanged_and_a_config_source_runs() {
+    let Some(bin) = registry_binary() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let registry = Registry::start(&bin, dir.path());
+    // by-reason with a custom section: a component of its own digest, the same plugin.
+    let mut component = BY_REASON.to_vec();
+    component.extend_from_slice(&[0, 4, 3, b'o', b'c', b'i']);
+    let file = dir.path().join("by-reason.wasm");
+    std::fs::write(&file, &component).unwrap();
+    let cache = format!("--compile-cache={}", dir.path().join("cache").display());
+
+    let tagged = format!("oci://{}/eventpipe/by-reason:v1", registry.addr);
+    let out = eventpipe(&["plugins".into(), "push".into(), file.display().to_string(), tagged.clone(), cache.clone()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let pinned = text(&out.stdout).trim().to_string();
+    assert!(pinned.starts_with(&format!("{tagged}@sha256:")), "{pinned}");
+
+    // By tag and by digest: the same bytes, named after the repository or --name.
+    let plugins = dir.path().join("plugins");
+    for (reference, name) in [(&tagged, None), (&pinned, Some("again"))] {
+        let mut args =
+            vec!["plugins".into(), "pull".into(), reference.clone(), format!("--plugins={}", plugins.display())];
+        args.extend(name.map(|n| format!("--name={n}")));
+        let out = eventpipe(&args);
+        assert!(out.status.success(), "{reference}: {}", text(&out.stderr));
+        let pulled = std::fs::read(plugins.join(format!("{}.wasm", name.unwrap_or("by-reason")))).unwrap();
+        assert!(pulled == component, "{reference}: other bytes came back");
+    }
+    assert_eq!(std::fs::read_dir(&plugins).unwrap().count(), 2, "no temporary file is left");
+
+    // A digest that is not the manifest's: refused, nothing written.
+    let wrong = format!("{tagged}@{}", Sha256Digest::of(b"another manifest"));
+    let out = eventpipe(&[
+        "plugins".into(),
+        "pull".into(),
+        wrong,
+        format!("--plugins={}", dir.path().join("none").display()),
+    ]);
+    assert!(!out.status.success());
+    assert!(!dir.path().join("none").join("by-reason.wasm").exists());
+
+    // A config naming the plugin by source: pulled at start, verified, and it runs; then from
+    // the cache with the registry gone.
+    let config = dir.path().join("eventpipe.toml");
+    std::fs::write(&config, format!("[plugins.by-reason]\nsource = \"{pinned}\"\n")).unwrap();
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(&input, "{\"metadata\":{\"name\":\"p.1\",\"namespace\":\"n\"},\"involvedObject\":{\"kind\":\"Pod\",\"namespace\":\"n\",\"name\":\"p\"},\"reason\":\"Started\",\"message\":\"m\",\"type\":\"Normal\",\"source\":{\"component\":\"kubelet\"},\"count\":1}\n").unwrap();
+    let run = |what: &str| {
+        let _ = std::fs::remove_file(dir.path().join("out.jsonl"));
+        let out = eventpipe(&[
+            "run".into(),
+            format!("--source=jsonl:{}", input.display()),
+            format!("--sink=jsonl:{}", dir.path().join("out.jsonl").display()),
+            format!("--config={}", config.display()),
+            format!("--oci-cache={}", dir.path().join("oci").display()),
+            cache.clone(),
+        ]);
+        let stderr = text(&out.stderr);
+        assert!(out.status.success(), "{what}: {stderr}");
+        let live = format!("digest {:016x}", xxhash_rust::xxh3::xxh3_64(&component));
+        assert!(
+            stderr.lines().any(|l| l.contains("plugin `by-reason`") && l.contains(&live) && l.contains("is live")),
+            "{what}: the pulled plugin serves: {stderr}"
+        );
+        assert_eq!(std::fs::read_to_string(dir.path().join("out.jsonl")).unwrap().lines().count(), 1, "{what}");
+    };
+    run("pulled");
+    let layer = dir.path().join("oci").join("blobs").join("sha256").join(Sha256Digest::of(&component).hex());
+    assert!(std::fs::read(&layer).unwrap() == component, "the cache holds the layer by its digest");
+    drop(registry);
+    run("cached");
+}

@@ -287,7 +287,11 @@ mod tests {
             e.webhook,
             WebhookOptions { concurrency: Some(Concurrency::Fixed(8)), max_batch: None, max_batch_bytes: Some(65536) }
         );
-        assert_eq!(e.to_string(), "webhook:http://h/x?a=***,concurrency=8,max_batch_bytes=65536,delivery=wait");
+        assert_eq!(
+            e.to_string(),
+            "webhook:http://h/x?a=1,b=2,concurrency=8,max_batch_bytes=65536,delivery=wait",
+            "options in a fixed order; parameters that are not secrets shown as given"
+        );
         let adaptive: SinkEntry = "webhook:https://h/e,concurrency=adaptive,max_batch=50".parse().unwrap();
         assert_eq!((adaptive.webhook.concurrency, adaptive.webhook.max_batch), (Some(Concurrency::Adaptive), Some(50)));
         for bad in ["webhook:http://h/e,concurrency=0", "webhook:http://h/e,max_batch=x", "jsonl:-,concurrency=4"] {

@@ -8,7 +8,7 @@
 //!   token, as in `nats://TOKEN@host`);
 //! - the value of every query (and fragment) parameter whose key looks like a secret: it
 //!   contains `token`, `password`, `passwd`, `pwd`, `secret`, `key`, `sig`, `auth`,
-//!   `credential` or `session`, in any case (`?token=abc&x=1` → `?token=REDACTED&x=1`).
+//!   `credential` or `sess` (as in `PHPSESSID`), in any case (`?token=abc&x=1` → `?token=REDACTED&x=1`).
 //!
 //! The full text is only reachable through [`RedactedUrl::expose`], for the code that connects.
 
@@ -19,7 +19,7 @@ pub const REDACTED: &str = "REDACTED";
 
 /// Substrings of a query parameter's key (lowercased) that mark its value as secret.
 const SECRET_KEYS: [&str; 10] =
-    ["token", "password", "passwd", "pwd", "secret", "key", "sig", "auth", "credential", "session"];
+    ["token", "password", "passwd", "pwd", "secret", "key", "sig", "auth", "credential", "sess"];
 
 /// A URL or `KIND:URL` target holding credentials; see the module documentation.
 #[derive(Clone, PartialEq, Eq, Hash)]

@@ -132,6 +132,16 @@ fn identity(_: &Metadata) -> (u64, u64) {
     (0, 0)
 }
 
+/// `NAME` for a `NAME.wasm` path; `None` for other files (and for hidden / temporary names
+/// such as `.NAME.wasm.tmp`).
+pub fn plugin_name(path: &Path) -> Option<String> {
+    if path.extension()? != "wasm" {
+        return None;
+    }
+    let stem = path.file_stem()?.to_str()?;
+    (!stem.is_empty() && !stem.starts_with('.')).then(|| stem.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -113,7 +113,7 @@ pub fn digests_of_dir(dir: &std::path::Path) -> std::io::Result<std::collections
     let mut digests = std::collections::BTreeMap::new();
     for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();
-        let Some(name) = super::registry::plugin_name(&path) else { continue };
+        let Some(name) = super::file::plugin_name(&path) else { continue };
         // Not a FIFO, device or socket: those would block or never end.
         if !std::fs::metadata(&path).is_ok_and(|m| m.is_file()) {
             continue;

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use super::check::validate;
+pub use super::file::plugin_name;
 use super::file::{DEFAULT_MAX_PLUGIN_BYTES, ReadError, read_plugin_file};
 use super::pin::{PinError, Sha256Digest};
 use super::shadow::{Shadow, ShadowLog};
@@ -681,16 +682,6 @@ impl PluginRegistry {
         let kept = self.slot(name).is_some_and(|s| s.load().is_some());
         ReloadOutcome::Rejected { name: name.into(), path: path.to_path_buf(), error, kept }
     }
-}
-
-/// `NAME` for a `NAME.wasm` path; `None` for other files (and for hidden / temporary names
-/// such as `.NAME.wasm.tmp`).
-pub fn plugin_name(path: &Path) -> Option<String> {
-    if path.extension()? != "wasm" {
-        return None;
-    }
-    let stem = path.file_stem()?.to_str()?;
-    (!stem.is_empty() && !stem.starts_with('.')).then(|| stem.to_string())
 }
 
 impl crate::metrics::Snapshot {

@@ -168,20 +168,35 @@ impl ConfigError {
     }
 }
 
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.path.display())?;
-        if let Some(line) = self.line {
+/// Writes a problem as compilers do: `FILE[:LINE[:COLUMN]]: [KEY: ]MESSAGE`, each part only
+/// where given (`line` and `column` 1-based; a column only after a line). The form of
+/// [`ConfigError`] and of `eventpipe validate`'s lines.
+pub fn write_located(
+    f: &mut fmt::Formatter<'_>,
+    file: Option<&dyn fmt::Display>,
+    (line, column): (Option<usize>, Option<usize>),
+    key: &str,
+    message: &str,
+) -> fmt::Result {
+    if let Some(file) = file {
+        write!(f, "{file}")?;
+        if let Some(line) = line {
             write!(f, ":{line}")?;
-            if let Some(column) = self.column {
+            if let Some(column) = column {
                 write!(f, ":{column}")?;
             }
         }
         f.write_str(": ")?;
-        if !self.key.is_empty() {
-            write!(f, "{}: ", self.key)?;
-        }
-        f.write_str(&self.message)
+    }
+    if !key.is_empty() {
+        write!(f, "{key}: ")?;
+    }
+    f.write_str(message)
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write_located(f, Some(&self.path.display()), (self.line, self.column), &self.key, &self.message)
     }
 }
 

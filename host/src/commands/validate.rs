@@ -97,20 +97,8 @@ impl From<ConfigError> for Problem {
 
 impl std::fmt::Display for Problem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if let Some(file) = &self.file {
-            f.write_str(file)?;
-            if let Some(line) = self.line {
-                write!(f, ":{line}")?;
-                if let Some(column) = self.column {
-                    write!(f, ":{column}")?;
-                }
-            }
-            f.write_str(": ")?;
-        }
-        if !self.key.is_empty() {
-            write!(f, "{}: ", self.key)?;
-        }
-        f.write_str(&self.message)
+        let file = self.file.as_ref().map(|file| file as &dyn std::fmt::Display);
+        crate::config::write_located(f, file, (self.line, self.column), &self.key, &self.message)
     }
 }
 

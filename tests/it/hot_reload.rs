@@ -221,7 +221,9 @@ fn plugin_swaps_under_load_lose_nothing_and_take_effect_in_order() {
 #[test]
 fn a_broken_plugin_file_and_a_broken_config_are_refused_while_the_old_ones_keep_serving() {
     let dir = tempfile::tempdir().unwrap();
-    let TaggerRun { mut run, plugins, config, out, .. } = TaggerRun::start(dir.path(), &[]);
+    let TaggerRun { mut run, plugins, config, out, .. } = TaggerRun::start(dir.path(), &["--metrics=127.0.0.1:0"]);
+    let metrics = run.wait_for(&["metrics on http://"]);
+    let addr = metrics.split_once("http://").unwrap().1.trim_end_matches("/metrics").to_string();
     run.send(&(0..10).map(event_line).collect::<String>());
 
     install(&plugins, "tagger", b"\0asm this is not a component", true);
@@ -233,6 +235,9 @@ fn a_broken_plugin_file_and_a_broken_config_are_refused_while_the_old_ones_keep_
     std::fs::write(&config, "[defaults]\nmessage_combiner = \"no-such-plugin\"\n").unwrap();
     let refused = run.wait_for(&["config rejected", "no plugin named `no-such-plugin`"]);
     assert!(refused.contains("eventpipe.toml:2"), "{refused}");
+    let scrape = get(&addr, "/metrics");
+    let rejected = scrape.lines().find(|l| l.starts_with("eventpipe_config_reloads_total{result=\"rejected\"}"));
+    assert_eq!(rejected.and_then(|l| l.rsplit(' ').next()), Some("2"), "both configs counted:\n{scrape}");
 
     run.send(&(10..20).map(event_line).collect::<String>());
     let (summary, stderr) = run.finish();
@@ -245,6 +250,16 @@ fn a_broken_plugin_file_and_a_broken_config_are_refused_while_the_old_ones_keep_
     let said = |needle: &str| stderr.iter().filter(|l| l.contains(needle)).count();
     assert_eq!(said("rejected, previous version kept"), 1, "each refusal is printed once: {stderr:?}");
     assert_eq!(said("config rejected"), 2, "each refusal is printed once: {stderr:?}");
+}
+
+/// The body of `GET PATH` from the HTTP server at `addr` (HOST:PORT).
+fn get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut conn = std::net::TcpStream::connect(addr).unwrap();
+    write!(conn, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut response = String::new();
+    conn.read_to_string(&mut response).unwrap();
+    response.split_once("\r\n\r\n").map(|(_, body)| body.to_string()).unwrap_or(response)
 }
 
 /// The peak resident memory of process `pid`, bytes (`VmHWM` in `/proc/PID/status`).

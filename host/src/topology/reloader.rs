@@ -148,11 +148,14 @@ impl Plans {
         })
     }
 
-    /// Registers the registry's counters (swaps, refusals, shadows) and those of the current
-    /// plan's plugins on `metrics`.
+    /// Registers the registry's counters (swaps, refusals, shadows), the config versions
+    /// refused (`eventpipe_config_reloads_total{result="rejected"}`) and the counters of the
+    /// current plan's plugins on `metrics`.
     pub fn register(&self, metrics: &Metrics) {
         let (registry, plans) = (self.registry.clone(), self.latest.clone());
+        let rejected_configs = self.rejected_configs.clone();
         metrics.add_source(move |s| {
+            s.add(&crate::metrics::CONFIG_RELOADS, &[("result", "rejected")], rejected_configs.load(Ordering::Relaxed));
             s.add_registry(&registry);
             for handle in plans.borrow().handles() {
                 s.add_plugin(handle);

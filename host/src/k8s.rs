@@ -66,7 +66,9 @@ pub async fn connect(options: &KubeOptions) -> Result<kube::Client, ConnectError
         None => kube::Config::infer().await.map_err(|e| ConnectError::Config(e.to_string()))?,
     };
     if let Some(server) = &options.server {
-        config.cluster_url = server.parse().map_err(|e| ConnectError::Config(format!("server {server:?}: {e}")))?;
+        config.cluster_url = server.parse().map_err(|e| {
+            ConnectError::Config(format!("server {}: {e}", crate::redact::RedactedUrl::new(server.as_str())))
+        })?;
     }
     client(config)
 }
@@ -102,7 +104,9 @@ fn client(config: kube::Config) -> Result<kube::Client, ConnectError> {
     connector.set_reset_reader_on_write(config.reset_reader_on_write);
     let http_client: hyper_util::client::legacy::Client<_, kube::client::Body> =
         hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build(connector);
-    let reporter = Arc::new(UnreachableReporter { server: config.cluster_url.to_string(), last: Mutex::new(None) });
+    // Shown in errors and logs: credentials in the URL (user information, a token parameter) redacted.
+    let server = crate::redact::RedactedUrl::new(config.cluster_url.to_string()).to_string();
+    let reporter = Arc::new(UnreachableReporter { server, last: Mutex::new(None) });
     let service = ServiceBuilder::new()
         .layer(config.base_uri_layer())
         .option_layer(
@@ -121,7 +125,7 @@ fn client(config: kube::Config) -> Result<kube::Client, ConnectError> {
 #[derive(Debug, thiserror::Error)]
 #[error("cannot reach the Kubernetes API at {server}: {reason}")]
 pub struct Unreachable {
-    /// The API server URL.
+    /// The API server URL, credentials redacted ([`crate::redact::RedactedUrl`]).
     pub server: String,
     /// Why, from the error's source chain: `TLS: <the rustls error>` when the handshake failed,
     /// else the chain's messages, e.g. `tcp connect error: Connection refused (os error 111)`.

@@ -58,3 +58,22 @@ fn sink_targets_with_credentials_are_redacted_in_every_error_of_run_and_validate
         }
     }
 }
+
+#[test]
+fn an_api_server_url_with_credentials_is_redacted_where_it_cannot_be_reached() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    let event = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/data/events.jsonl")).unwrap();
+    std::fs::write(&input, event.lines().next().unwrap()).unwrap();
+    // Port 1 refuses the connection: the k8s sink's first write logs that the API server cannot
+    // be reached, naming it.
+    let args = [
+        format!("--source=jsonl:{}", input.display()),
+        "--sink=k8s".into(),
+        "--kube-server=http://alice:S3cr3tPw@127.0.0.1:1/?token=TOK".into(),
+        "--shutdown-timeout=2".into(),
+    ];
+    let (_, printed) = eventpipe("run", &args);
+    assert!(printed.contains("cannot reach the Kubernetes API"), "{printed}");
+    assert_redacted("run --kube-server", &printed);
+}

@@ -46,6 +46,12 @@ pub trait BatchEncoding: std::fmt::Debug + Send + Sync + 'static {
     /// fails the batch for good.
     fn retryable(&self, status: StatusCode) -> bool;
 
+    /// What an error answer's body says, for errors and logs (by default the body as text;
+    /// cut to 512 bytes by the caller).
+    fn error_text(&self, answer: &[u8]) -> String {
+        String::from_utf8_lossy(answer).into_owned()
+    }
+
     /// What the body of a `2xx` answer says about refused items (nothing by default).
     fn accepted(&self, _answer: &[u8]) -> Accepted {
         Accepted::default()

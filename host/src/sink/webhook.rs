@@ -1000,7 +1000,8 @@ impl Shared {
         if status.is_success() {
             return Attempt::Acked(self.encoding.accepted(&answer));
         }
-        let text = String::from_utf8_lossy(&answer[..answer.len().min(ERROR_BODY_BYTES)]).into_owned();
+        let text = self.encoding.error_text(&answer);
+        let text = text.get(..text.floor_char_boundary(ERROR_BODY_BYTES)).unwrap_or(&text);
         let error = format!("{status}: {text}");
         let code = status.as_u16();
         if self.encoding.retryable(status) {

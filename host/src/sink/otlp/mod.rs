@@ -82,6 +82,15 @@ impl BatchEncoding for OtlpLogs {
         matches!(status.as_u16(), 429 | 502 | 503 | 504)
     }
 
+    /// An OTLP/HTTP error answer is a protobuf `google.rpc.Status`: its message, or the body
+    /// as text when it is not one.
+    fn error_text(&self, answer: &[u8]) -> String {
+        match RpcStatus::decode(answer) {
+            Ok(status) if !status.message.is_empty() => status.message,
+            _ => String::from_utf8_lossy(answer).into_owned(),
+        }
+    }
+
     /// The `ExportLogsServiceResponse`'s partial success; an answer that does not decode
     /// (an endpoint answering something else with `2xx`) refuses nothing.
     fn accepted(&self, answer: &[u8]) -> Accepted {
@@ -91,6 +100,18 @@ impl BatchEncoding for OtlpLogs {
             message: p.error_message,
         })
     }
+}
+
+/// The fields of `google.rpc.Status` (google/rpc/status.proto) an error answer is read for;
+/// `opentelemetry-proto` does not carry that message.
+#[derive(Clone, PartialEq, prost::Message)]
+struct RpcStatus {
+    /// `code`: a gRPC status code.
+    #[prost(int32, tag = "1")]
+    code: i32,
+    /// `message`: the developer-facing error message.
+    #[prost(string, tag = "2")]
+    message: String,
 }
 
 /// `url` with [`DEFAULT_PATH`] when it has no path or only `/` (`http://collector:4318` →
@@ -165,5 +186,8 @@ mod tests {
         assert_eq!(OtlpLogs.accepted(b""), Accepted::default());
         assert!(OtlpLogs.retryable(StatusCode::SERVICE_UNAVAILABLE) && !OtlpLogs.retryable(StatusCode::BAD_REQUEST));
         assert!(!OtlpLogs.retryable(StatusCode::INTERNAL_SERVER_ERROR));
+        let status = RpcStatus { code: 3, message: "invalid severity".into() }.encode_to_vec();
+        assert_eq!(OtlpLogs.error_text(&status), "invalid severity");
+        assert_eq!(OtlpLogs.error_text(b"plain text"), "plain text");
     }
 }

@@ -248,8 +248,8 @@ pub struct WebhookConfig {
     pub queue_capacity: usize,
     /// Events per batch at most (default 1000).
     pub max_batch: usize,
-    /// Bytes per batch at most, counting its items' JSON and the commas between them (default
-    /// 1 MiB); a single larger item is sent alone.
+    /// Bytes per batch at most, counting its items' encodings (JSON, protobuf) and one byte
+    /// between each two (a JSON item's comma) (default 1 MiB); a single larger item is sent alone.
     pub max_batch_bytes: usize,
     /// Requests in flight at once (default [`Concurrency::Adaptive`]).
     pub concurrency: Concurrency,
@@ -340,10 +340,10 @@ struct Counters {
     max_queue_depth: AtomicU64,
 }
 
-/// A queued call: its JSON, its object's key, its place in the queue, and who waits for the
+/// A queued call: its encoding (JSON item, OTLP record), its object's key, its place in the queue, and who waits for the
 /// outcome.
 struct Item {
-    json: Vec<u8>,
+    encoded: Vec<u8>,
     key: u64,
     ack: Option<oneshot::Sender<Result<(), SinkError>>>,
     _slot: OwnedSemaphorePermit,
@@ -527,7 +527,7 @@ impl WebhookSink {
 
     /// [`submit`](Self::submit) with the patch in the form it has.
     async fn enqueue(&self, verb: Verb, event: &Event, patch: SinkPatch<'_>) -> Result<Ack, SinkError> {
-        let json = self.encoding.encode(verb, event, patch)?;
+        let encoded = self.encoding.encode(verb, event, patch)?;
         let kind = self.encoding.kind();
         let shut = || SinkError::Transport(format!("{kind} {} is shut down", self.name));
         if self.closing.is_cancelled() {
@@ -559,7 +559,7 @@ impl WebhookSink {
         self.counters.max_queue_depth.fetch_max(depth, Ordering::Relaxed);
         let (ack_tx, ack_rx) = oneshot::channel();
         let key = object_key(event);
-        self.tx.send(Item { json, key, ack: Some(ack_tx), _slot: slot }).map_err(|_| shut())?;
+        self.tx.send(Item { encoded, key, ack: Some(ack_tx), _slot: slot }).map_err(|_| shut())?;
         self.counters.enqueued.fetch_add(1, Ordering::Relaxed);
         Ok(Ack(ack_rx))
     }
@@ -832,7 +832,7 @@ impl Worker {
     /// what is queued.
     async fn fill(&mut self, first: Item, rx: &mut mpsc::UnboundedReceiver<Item>) -> Batch {
         let deadline = tokio::time::Instant::now() + self.max_batch_delay;
-        let mut batch = Batch { bytes: first.json.len(), items: vec![first] };
+        let mut batch = Batch { bytes: first.encoded.len(), items: vec![first] };
         while batch.items.len() < self.max_batch && batch.bytes < self.max_batch_bytes {
             let quiet = (tokio::time::Instant::now() + self.batch_quiet).min(deadline);
             let item = match self.next(rx, Some(quiet)).await {
@@ -840,11 +840,11 @@ impl Worker {
                 Next::Idle | Next::End => break,
             };
             let Some(item) = self.admit(item) else { continue };
-            if batch.bytes + 1 + item.json.len() > self.max_batch_bytes {
+            if batch.bytes + 1 + item.encoded.len() > self.max_batch_bytes {
                 self.ready.push_front(item); // the first of the next batch
                 break;
             }
-            batch.bytes += 1 + item.json.len();
+            batch.bytes += 1 + item.encoded.len();
             batch.items.push(item);
         }
         batch
@@ -856,7 +856,7 @@ impl Worker {
 /// it failed with, if it did.
 async fn deliver(shared: &Shared, batch: Vec<Item>, permit: Permit) -> Option<SinkError> {
     let n = batch.len() as u64;
-    let items: Vec<&[u8]> = batch.iter().map(|i| i.json.as_slice()).collect();
+    let items: Vec<&[u8]> = batch.iter().map(|i| i.encoded.as_slice()).collect();
     let body = Bytes::from(shared.encoding.body(&items));
     drop(items);
     let kind = shared.encoding.kind();

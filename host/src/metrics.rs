@@ -35,9 +35,12 @@
 //! | `eventpipe_shadow_compared_total`, `eventpipe_shadow_divergences_total` | `plugin` | shadow plugins ([`crate::plugin::shadow`]) |
 //! | `eventpipe_watcher_dropped_total` | `watcher`, `reason` | Broadcaster queue drops |
 //! | `eventpipe_sink_sent_total`, `_acked_total`, `_retries_total`, `_failures_total` | `sink` | webhook sinks |
+//! | `eventpipe_sink_partially_rejected_total` | `sink` | webhook and OTLP sinks: events an acknowledged batch refused (OTLP partial success) |
 //! | `eventpipe_sink_dropped_total` | `sink`, `reason` (`queue_full`) | webhook sinks, at-most-once |
 //! | `eventpipe_sink_queue_depth`, `eventpipe_sink_queue_capacity` (gauges) | `sink` | webhook sinks, events |
 //! | `eventpipe_sink_concurrency_limit`, `eventpipe_sink_requests_in_flight` (gauges) | `sink` | webhook sinks, requests |
+//! | `eventpipe_events_total` | `tenant`, `type`, `involved_object_namespace`, `involved_object_kind`, `reason` | the opt-in `metrics` sink: sink writes of correlated events, capped ([`crate::sink::event_metrics`]) |
+//! | `eventpipe_events_folded_total` | `tenant` | writes the cap counted under `other` |
 //! | `eventpipe_plugin_calls_total`, `_events_total`, `_fuel_consumed_total`, `_fallbacks_total`, `_drops_total`, `_instances_total`, `_memo_hits_total`, `_memo_misses_total` | `plugin`, `tenant` | `PluginStats` |
 //! | `eventpipe_plugin_call_seconds_total` | `plugin`, `tenant` | time inside plugin calls |
 //! | `eventpipe_plugin_quarantines_total`, `eventpipe_plugin_quarantined` (gauge) | `plugin`, `tenant` | circuit breaker ([`crate::plugin::breaker`]) |
@@ -193,6 +196,11 @@ pub const SINK_ACKED: Family = counter("eventpipe_sink_acked", "Events acknowled
 pub const SINK_RETRIES: Family = counter("eventpipe_sink_retries", "Sink requests beyond the first of a batch.");
 /// `eventpipe_sink_failures` (`sink`).
 pub const SINK_FAILURES: Family = counter("eventpipe_sink_failures", "Events whose batch failed for good.");
+/// `eventpipe_sink_partially_rejected` (`sink`).
+pub const SINK_PARTIAL_REJECTED: Family = counter(
+    "eventpipe_sink_partially_rejected",
+    "Events in batches the endpoint acknowledged but said it refused (OTLP partial success), not retried.",
+);
 /// `eventpipe_sink_dropped` (`sink`, `reason`).
 pub const SINK_DROPPED: Family = counter("eventpipe_sink_dropped", "Events a sink refused, per reason.");
 /// `eventpipe_sink_queue_depth` (`sink`).
@@ -207,6 +215,18 @@ pub const SINK_CONCURRENCY_LIMIT: Family = gauge(
 /// `eventpipe_sink_requests_in_flight` (`sink`).
 pub const SINK_REQUESTS_IN_FLIGHT: Family =
     gauge("eventpipe_sink_requests_in_flight", "Requests a sink has in flight now.");
+/// `eventpipe_events` (`tenant`, `type`, `involved_object_namespace`, `involved_object_kind`,
+/// `reason`): the `metrics` sink's counts ([`crate::sink::event_metrics`]).
+pub const EVENTS: Family = present(counter(
+    "eventpipe_events",
+    "Sink writes (create, patch) of correlated events, per tenant, type, involved object namespace and kind, and \
+     reason; series past the cap are counted under \"other\".",
+));
+/// `eventpipe_events_folded` (`tenant`).
+pub const EVENTS_FOLDED: Family = present(counter(
+    "eventpipe_events_folded",
+    "Sink writes counted under the \"other\" series of eventpipe_events_total because its series cap was reached.",
+));
 /// `eventpipe_plugin_calls` (`plugin`, `tenant`).
 pub const PLUGIN_CALLS: Family = counter("eventpipe_plugin_calls", "Calls into a plugin.");
 /// `eventpipe_plugin_events` (`plugin`, `tenant`).
@@ -340,11 +360,14 @@ pub const FAMILIES: &[&Family] = &[
     &SINK_ACKED,
     &SINK_RETRIES,
     &SINK_FAILURES,
+    &SINK_PARTIAL_REJECTED,
     &SINK_DROPPED,
     &SINK_QUEUE_DEPTH,
     &SINK_QUEUE_CAPACITY,
     &SINK_CONCURRENCY_LIMIT,
     &SINK_REQUESTS_IN_FLIGHT,
+    &EVENTS,
+    &EVENTS_FOLDED,
     &PLUGIN_CALLS,
     &PLUGIN_EVENTS,
     &PLUGIN_FUEL,

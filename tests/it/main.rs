@@ -19,6 +19,7 @@ mod metrics;
 mod nats;
 mod new_plugin;
 mod oci;
+mod otlp_sink;
 mod pins;
 mod plugin_failures;
 mod plugins_directory;

@@ -683,3 +683,89 @@ async fn readyz_follows_the_readiness_flag_and_healthz_always_answers() {
     let head = router.clone().oneshot(Request::head(HEALTHZ).body(Body::empty()).unwrap()).await.unwrap();
     assert_eq!(head.status(), StatusCode::OK);
 }
+
+/// A small stream for the `metrics` sink: four objects in three namespaces, one event twice
+/// (its repeat is a patch): five writes.
+fn small_stream(dir: &std::path::Path) -> std::path::PathBuf {
+    let event = |name: &str, ns: &str, kind: &str, object: &str, reason: &str, type_: &str| {
+        serde_json::json!({
+            "metadata": {"name": name, "namespace": ns},
+            "involvedObject": {"kind": kind, "namespace": ns, "name": object},
+            "reason": reason, "message": format!("{reason} {object}"), "type": type_, "count": 1,
+            "source": {"component": "kubelet"},
+            "firstTimestamp": "2026-11-27T14:00:00Z", "lastTimestamp": "2026-11-27T14:00:00Z",
+        })
+        .to_string()
+    };
+    let lines = [
+        event("web-1.a", "shop", "Pod", "web-1", "Pulled", "Normal"),
+        event("web-1.a", "shop", "Pod", "web-1", "Pulled", "Normal"),
+        event("web-2.b", "shop", "Pod", "web-2", "BackOff", "Warning"),
+        event("api.c", "web", "Deployment", "api", "ScalingReplicaSet", "Normal"),
+        event("n1.d", "kube-system", "Node", "n1", "NodeReady", "Normal"),
+    ];
+    let path = dir.join("small.jsonl");
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    path
+}
+
+/// `eventpipe_events_total` series of `s`, by (type, namespace, kind, reason), summed over tenants.
+fn event_series(s: &Scrape) -> BTreeMap<[String; 4], f64> {
+    let mut out = BTreeMap::new();
+    for (labels, n) in s.samples.get("eventpipe_events_total").into_iter().flatten() {
+        let label = |k: &str| labels.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone()).unwrap();
+        let key = [label("type"), label("involved_object_namespace"), label("involved_object_kind"), label("reason")];
+        *out.entry(key).or_default() += n;
+    }
+    out
+}
+
+async fn run_small_stream_with(sink: &str) -> Scrape {
+    let dir = tempfile::tempdir().unwrap();
+    let source = small_stream(dir.path());
+    let (run, metrics_addr) = spawn_run(
+        &[
+            "--no-watch".into(),
+            "--follow".into(),
+            "--metrics=127.0.0.1:0".into(),
+            format!("--source=jsonl:{}", source.display()),
+            format!("--sink={sink}"),
+        ],
+        "metrics on http://",
+    );
+    let s = scrape_until(&metrics_addr, |s| event_series(s).values().sum::<f64>() >= 5.0).await;
+    stop(run);
+    s
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metrics_sink_counts_each_write_by_type_namespace_kind_and_reason() {
+    let s = run_small_stream_with("metrics").await;
+    let key = |t: &str, ns: &str, kind: &str, reason: &str| [t.into(), ns.into(), kind.into(), reason.into()];
+    let expected = BTreeMap::from([
+        (key("Normal", "shop", "Pod", "Pulled"), 2.0),
+        (key("Warning", "shop", "Pod", "BackOff"), 1.0),
+        (key("Normal", "web", "Deployment", "ScalingReplicaSet"), 1.0),
+        (key("Normal", "kube-system", "Node", "NodeReady"), 1.0),
+    ]);
+    assert_eq!(event_series(&s), expected, "one per write: the repeat's patch counted too");
+    let tenants: Vec<&String> = s.samples["eventpipe_events_total"]
+        .keys()
+        .flat_map(|labels| labels.iter().filter(|(k, _)| k == "tenant").map(|(_, v)| v))
+        .collect();
+    assert!(!tenants.is_empty() && !tenants[0].is_empty(), "series carry their tenant");
+    assert_eq!(s.get("eventpipe_events_folded_total", &[("tenant", tenants[0])]), 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metrics_sinks_series_cap_folds_new_label_sets_into_other_and_counts_them() {
+    let s = run_small_stream_with("metrics,max_series=2").await;
+    let series = event_series(&s);
+    let other: [String; 4] = ["other".into(), "other".into(), "other".into(), "other".into()];
+    let folded = series.get(&other).copied().unwrap_or(0.0);
+    assert_eq!(series.len(), 3, "two label sets and other: {series:?}");
+    assert_eq!(series.values().sum::<f64>(), 5.0, "every write counted once");
+    assert!(folded >= 1.0, "{series:?}");
+    let folded_total: f64 = s.samples["eventpipe_events_folded_total"].values().sum();
+    assert_eq!(folded_total, folded, "what the cap folded is counted");
+}

@@ -219,8 +219,10 @@ fn check_plugin(plugin: &str, kind: PluginKind, registry: &PluginRegistry) -> Re
 fn check_sink(spec: &SinkSpec, registry: &PluginRegistry) -> Result<(), String> {
     match spec {
         SinkSpec::JsonLinesFile(path) => existing_parent(path),
-        SinkSpec::JsonLinesStdout | SinkSpec::Kubernetes(_) | SinkSpec::Nats(_) => Ok(()),
-        SinkSpec::Webhook(url) => crate::sink::webhook::check_url(url.expose()).map_err(|e| e.to_string()),
+        SinkSpec::JsonLinesStdout | SinkSpec::Kubernetes(_) | SinkSpec::Nats(_) | SinkSpec::Metrics { .. } => Ok(()),
+        SinkSpec::Webhook(url) | SinkSpec::Otlp(url) => {
+            crate::sink::webhook::check_url(url.expose()).map_err(|e| e.to_string())
+        }
         SinkSpec::Plugin(name) => check_plugin(name, PluginKind::Sink, registry),
     }
 }

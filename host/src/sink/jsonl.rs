@@ -40,11 +40,6 @@ enum PatchJson<'a> {
 }
 
 impl<'a> SinkCall<'a> {
-    /// The event the call writes.
-    pub(crate) fn event(&self) -> &'a Event {
-        self.event
-    }
-
     /// The call `verb` on `event` with the patch body `patch` (empty: none).
     ///
     /// # Errors
@@ -66,9 +61,18 @@ impl<'a> SinkCall<'a> {
     /// # Errors
     /// As [`SinkCall::new`] for [`SinkPatch::Bytes`].
     pub(crate) fn patch(event: &'a Event, patch: SinkPatch<'a>) -> Result<Self, SinkError> {
+        Self::with(Verb::Patch, event, patch)
+    }
+
+    /// The call `verb` on `event` with `patch` in the form it has ([`SinkPatch`]; empty bytes:
+    /// none).
+    ///
+    /// # Errors
+    /// As [`SinkCall::new`] for [`SinkPatch::Bytes`].
+    pub(crate) fn with(verb: Verb, event: &'a Event, patch: SinkPatch<'a>) -> Result<Self, SinkError> {
         match patch {
-            SinkPatch::Observed(p) => Ok(Self { verb: Verb::Patch, event, patch: Some(PatchJson::Observed(p)) }),
-            SinkPatch::Bytes(bytes) => Self::new(Verb::Patch, event, bytes),
+            SinkPatch::Observed(p) => Ok(Self { verb, event, patch: Some(PatchJson::Observed(p)) }),
+            SinkPatch::Bytes(bytes) => Self::new(verb, event, bytes),
         }
     }
 }

@@ -1,9 +1,15 @@
 //! Where correlated events go: the [`EventSink`] trait (client-go `record.EventSink`), the
-//! `recordToSink` retry loop ([`retry`]) and the built-in sinks.
+//! `recordToSink` retry loop ([`retry`]) and the built-in sinks: JSON lines ([`jsonl`]), the
+//! Kubernetes API ([`k8s`], [`series`]), sink plugins ([`plugin`]), webhooks ([`webhook`]),
+//! OTLP logs ([`otlp`], the webhook's batching with another [`encoding`]) and event counters
+//! ([`event_metrics`]).
 
 pub mod concurrency;
+pub mod encoding;
+pub mod event_metrics;
 pub mod jsonl;
 pub mod k8s;
+pub mod otlp;
 pub mod plugin;
 pub mod retry;
 pub mod series;

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use super::event_metrics::{DEFAULT_MAX_SERIES, EventCounts, EventMetricsSink};
 use super::jsonl::JsonLinesSink;
 use super::k8s::KubernetesSink;
 use super::plugin::PluginSink;
@@ -34,7 +35,10 @@ enum OpenSink {
     Kubernetes(Arc<KubernetesSink>),
     /// The events.k8s.io API, recording series.
     KubernetesSeries(Arc<SeriesSink>),
+    /// A webhook or an OTLP logs sink (the same batching sink, another encoding).
     Webhook(Arc<WebhookSink>),
+    /// A tenant's `metrics` sink.
+    Metrics(Arc<EventMetricsSink>),
 }
 
 impl OpenSink {
@@ -45,6 +49,7 @@ impl OpenSink {
             OpenSink::Kubernetes(s) => s.clone(),
             OpenSink::KubernetesSeries(s) => s.clone(),
             OpenSink::Webhook(s) => s.clone(),
+            OpenSink::Metrics(s) => s.clone(),
         }
     }
 
@@ -54,6 +59,7 @@ impl OpenSink {
             OpenSink::Plugin(s) => s.flush(),
             // Every call of these returned only once the server acknowledged it.
             OpenSink::Kubernetes(_) | OpenSink::KubernetesSeries(_) | OpenSink::Webhook(_) => Ok(()),
+            OpenSink::Metrics(_) => Ok(()),
         }
     }
 }
@@ -69,6 +75,8 @@ pub struct SinkSet {
     events_api: EventsApi,
     append: bool,
     tap: Option<Arc<super::watch_cache::WatchCacheSink>>,
+    /// The `metrics` sinks' table, made when the first is opened.
+    event_counts: Mutex<Option<Arc<EventCounts>>>,
 }
 
 impl std::fmt::Debug for SinkSet {
@@ -83,7 +91,14 @@ impl SinkSet {
     /// `append`: JSON-lines files are appended to instead of truncated (at-least-once: what was
     /// delivered before a restart stays).
     pub fn new(kube: Option<kube::Client>, append: bool) -> Self {
-        Self { open: Mutex::default(), kube, events_api: EventsApi::CoreV1, append, tap: None }
+        Self {
+            open: Mutex::default(),
+            kube,
+            events_api: EventsApi::CoreV1,
+            append,
+            tap: None,
+            event_counts: Mutex::default(),
+        }
     }
 
     /// The same set, with every tenant's writes going to `cache` too: [`TenantPlan`] adds
@@ -125,10 +140,11 @@ impl SinkSet {
         let at_most_once = entry.delivery == Some(DeliveryMode::AtMostOnce);
         let key = match spec {
             SinkSpec::Plugin(name) => format!("{spec}@{tenant}:{name}"),
-            SinkSpec::Webhook(_) if at_most_once => {
+            SinkSpec::Webhook(_) | SinkSpec::Otlp(_) if at_most_once => {
                 format!("{}{},delivery=at-most-once", spec.identity(), entry.webhook)
             }
-            SinkSpec::Webhook(_) => format!("{}{}", spec.identity(), entry.webhook),
+            SinkSpec::Webhook(_) | SinkSpec::Otlp(_) => format!("{}{}", spec.identity(), entry.webhook),
+            SinkSpec::Metrics { .. } => format!("metrics@{tenant}"),
             _ => spec.identity(),
         };
         let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
@@ -152,8 +168,11 @@ impl SinkSet {
                 .map_err(|e| fail(e.to_string()))?;
                 OpenSink::Jsonl(Arc::new(JsonLinesSink::new(Box::new(file))))
             }
-            SinkSpec::Webhook(url) => {
-                let mut config = WebhookConfig::new(spec.to_string(), url.expose());
+            SinkSpec::Webhook(url) | SinkSpec::Otlp(url) => {
+                let mut config = match spec {
+                    SinkSpec::Otlp(_) => super::otlp::config(spec.to_string(), url.expose()),
+                    _ => WebhookConfig::new(spec.to_string(), url.expose()),
+                };
                 let options = entry.webhook;
                 config.concurrency = options.concurrency.unwrap_or(config.concurrency);
                 config.max_batch = options.max_batch.unwrap_or(config.max_batch);
@@ -162,6 +181,15 @@ impl SinkSet {
                     config.delivery = super::webhook::Delivery::AtMostOnce;
                 }
                 OpenSink::Webhook(Arc::new(WebhookSink::new(config).map_err(|e| fail(e.to_string()))?))
+            }
+            SinkSpec::Metrics { max_series } => {
+                let counts = self
+                    .event_counts
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get_or_insert_with(|| EventCounts::new(max_series.unwrap_or(DEFAULT_MAX_SERIES)))
+                    .clone();
+                OpenSink::Metrics(Arc::new(EventMetricsSink::new(tenant, counts)))
             }
             SinkSpec::Kubernetes(namespace) => {
                 let client = self.kube.clone().ok_or_else(|| fail("no Kubernetes connection".into()))?;
@@ -199,7 +227,12 @@ impl SinkSet {
         Ok(shared)
     }
 
-    /// The webhook sinks opened so far (for their metrics).
+    /// The `metrics` sinks' table, once one was opened (for `/metrics`).
+    pub fn event_counts(&self) -> Option<Arc<EventCounts>> {
+        self.event_counts.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The webhook and OTLP sinks opened so far (for their metrics).
     pub fn webhooks(&self) -> Vec<Arc<WebhookSink>> {
         self.each(|s| match s {
             OpenSink::Webhook(w) => Some(w.clone()),

@@ -7,9 +7,10 @@ use crate::delivery::DeliveryMode;
 use crate::redact::RedactedUrl;
 
 /// Where sink calls go: `jsonl:PATH`, `jsonl:-` (stdout), `plugin:NAME` / `plugin:FILE.wasm`
-/// (a sink plugin, embedded or from a file, writing to stdout), or `k8s` / `k8s:NAMESPACE` (the
+/// (a sink plugin, embedded or from a file, writing to stdout), `k8s` / `k8s:NAMESPACE` (the
 /// Kubernetes Events API; with a namespace, events of other namespaces are refused as client-go's
-/// namespaced sink does).
+/// namespaced sink does), `webhook:URL`, `otlp:URL` (OTLP/HTTP log records) or `metrics`
+/// (counters on `/metrics`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SinkSpec {
     /// One JSON line per sink call, to a file (created or truncated).
@@ -23,6 +24,15 @@ pub enum SinkSpec {
     /// A webhook: batched JSON POSTs to this URL (`webhook:http://…` / `webhook:https://…`),
     /// shown redacted.
     Webhook(RedactedUrl),
+    /// OTLP/HTTP logs: one log record per call, batched protobuf POSTs to this URL
+    /// (`otlp:http://HOST:PORT[/v1/logs]`, [`crate::sink::otlp`]), shown redacted.
+    Otlp(RedactedUrl),
+    /// Event metrics: each call counted by tenant, type, involved object namespace and kind,
+    /// and reason on `/metrics` (`metrics[,max_series=N]`, [`crate::sink::event_metrics`]).
+    Metrics {
+        /// `max_series=N`: the series cap (≥ 1); `None`: the default (1000).
+        max_series: Option<usize>,
+    },
     /// The publish tier of a scale-out ([`crate::pipeline::scale`]): each decoded event, after tenant
     /// routing and before correlation, published to a JetStream stream
     /// (`nats:nats://HOST:PORT[?stream=NAME&partitions=P…]`, [`crate::nats::NatsTarget`]).
@@ -41,6 +51,9 @@ impl std::fmt::Display for SinkSpec {
             SinkSpec::Kubernetes(ns) if ns.is_empty() => f.write_str("k8s"),
             SinkSpec::Kubernetes(ns) => write!(f, "k8s:{ns}"),
             SinkSpec::Webhook(url) => write!(f, "webhook:{url}"),
+            SinkSpec::Otlp(url) => write!(f, "otlp:{url}"),
+            SinkSpec::Metrics { max_series: None } => f.write_str("metrics"),
+            SinkSpec::Metrics { max_series: Some(n) } => write!(f, "metrics,max_series={n}"),
             SinkSpec::Nats(target) => target.fmt(f),
         }
     }
@@ -51,6 +64,7 @@ impl SinkSpec {
     pub fn identity(&self) -> String {
         match self {
             SinkSpec::Webhook(url) => format!("webhook:{}", url.expose()),
+            SinkSpec::Otlp(url) => format!("otlp:{}", url.expose()),
             SinkSpec::Nats(target) => format!("nats:{}", target.url),
             other => other.to_string(),
         }
@@ -61,9 +75,9 @@ impl SinkSpec {
 /// credentials).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "\"{0}{1}\": expected a sink: jsonl:PATH, jsonl:-, k8s, k8s:NAMESPACE, plugin:NAME, plugin:FILE.wasm, webhook:URL or nats:nats://HOST:PORT[?…], \
-     optionally followed by ,delivery=at-most-once|wait|at-least-once (and, for a webhook, \
-     ,concurrency=adaptive|N ,max_batch=N ,max_batch_bytes=N)"
+    "\"{0}{1}\": expected a sink: jsonl:PATH, jsonl:-, k8s, k8s:NAMESPACE, plugin:NAME, plugin:FILE.wasm, webhook:URL, otlp:URL, metrics or \
+     nats:nats://HOST:PORT[?…], optionally followed by ,delivery=at-most-once|wait|at-least-once (and, for a webhook or \
+     otlp, ,concurrency=adaptive|N ,max_batch=N ,max_batch_bytes=N; for metrics, ,max_series=N)"
 )]
 pub struct SinkSpecError(RedactedUrl, String);
 
@@ -79,6 +93,10 @@ impl std::str::FromStr for SinkSpec {
             Some(("webhook", url)) if url.starts_with("http://") || url.starts_with("https://") => {
                 Ok(SinkSpec::Webhook(RedactedUrl::new(url)))
             }
+            Some(("otlp", url)) if url.starts_with("http://") || url.starts_with("https://") => {
+                Ok(SinkSpec::Otlp(RedactedUrl::new(url)))
+            }
+            None if s == "metrics" => Ok(SinkSpec::Metrics { max_series: None }),
             Some(("nats", target)) => {
                 target.parse().map(|t| SinkSpec::Nats(Box::new(t))).map_err(|_| SinkSpecError(s.into(), String::new()))
             }
@@ -87,8 +105,9 @@ impl std::str::FromStr for SinkSpec {
     }
 }
 
-/// A webhook's own options, given after its URL (`webhook:URL,concurrency=8,max_batch_bytes=65536`);
-/// `None`: the default ([`crate::sink::webhook::WebhookConfig::new`]).
+/// A webhook's (or an OTLP sink's) own options, given after its URL
+/// (`webhook:URL,concurrency=8,max_batch_bytes=65536`); `None`: the default
+/// ([`crate::sink::webhook::WebhookConfig::new`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct WebhookOptions {
     /// `concurrency=adaptive|N`: requests in flight ([`Concurrency`]).
@@ -152,7 +171,7 @@ pub struct SinkEntry {
     pub spec: SinkSpec,
     /// Its delivery mode; `None`: the run's.
     pub delivery: Option<DeliveryMode>,
-    /// A webhook's options (always empty for other sinks).
+    /// A webhook's or OTLP sink's options (always empty for other sinks).
     pub webhook: WebhookOptions,
 }
 
@@ -181,6 +200,7 @@ impl std::str::FromStr for SinkEntry {
         let mut rest = s;
         let mut delivery = None;
         let mut webhook = WebhookOptions::default();
+        let mut max_series = None;
         // Options are taken from the end while they are `key=value` with a known key, so a URL
         // whose query holds commas keeps them.
         while let Some((head, option)) = rest.rsplit_once(',') {
@@ -189,6 +209,9 @@ impl std::str::FromStr for SinkEntry {
                 let mode =
                     <DeliveryMode as clap::ValueEnum>::from_str(value, false).map_err(|_| error(head, option))?;
                 delivery = Some(mode);
+            } else if key == "max_series" {
+                let n = value.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| error(head, option))?;
+                max_series = Some(n);
             } else {
                 match webhook.set(key, value) {
                     None => break,
@@ -198,9 +221,15 @@ impl std::str::FromStr for SinkEntry {
             }
             rest = head;
         }
-        let spec: SinkSpec = rest.parse()?;
-        if !webhook.is_empty() && !matches!(spec, SinkSpec::Webhook(_)) {
+        let mut spec: SinkSpec = rest.parse()?;
+        if !webhook.is_empty() && !matches!(spec, SinkSpec::Webhook(_) | SinkSpec::Otlp(_)) {
             return Err(SinkSpecError(rest.into(), webhook.to_string()));
+        }
+        if let Some(n) = max_series {
+            match &mut spec {
+                SinkSpec::Metrics { max_series } => *max_series = Some(n),
+                _ => return Err(SinkSpecError(rest.into(), format!(",max_series={n}"))),
+            }
         }
         Ok(Self { spec, delivery, webhook })
     }
@@ -294,7 +323,22 @@ mod tests {
         );
         let adaptive: SinkEntry = "webhook:https://h/e,concurrency=adaptive,max_batch=50".parse().unwrap();
         assert_eq!((adaptive.webhook.concurrency, adaptive.webhook.max_batch), (Some(Concurrency::Adaptive), Some(50)));
-        for bad in ["webhook:http://h/e,concurrency=0", "webhook:http://h/e,max_batch=x", "jsonl:-,concurrency=4"] {
+        let otlp: SinkEntry = "otlp:http://c:4318,max_batch=100,delivery=at-most-once".parse().unwrap();
+        assert_eq!(otlp.spec, SinkSpec::Otlp("http://c:4318".into()));
+        assert_eq!((otlp.webhook.max_batch, otlp.delivery), (Some(100), Some(DeliveryMode::AtMostOnce)));
+        let metrics: SinkEntry = "metrics,max_series=50".parse().unwrap();
+        assert_eq!(metrics.spec, SinkSpec::Metrics { max_series: Some(50) });
+        assert_eq!(metrics.to_string(), "metrics,max_series=50");
+        assert_eq!("metrics".parse::<SinkSpec>().unwrap(), SinkSpec::Metrics { max_series: None });
+        for bad in [
+            "webhook:http://h/e,concurrency=0",
+            "webhook:http://h/e,max_batch=x",
+            "jsonl:-,concurrency=4",
+            "metrics,max_series=0",
+            "jsonl:-,max_series=5",
+            "metrics,max_batch=5",
+            "otlp:grpc://c:4317",
+        ] {
             assert!(bad.parse::<SinkEntry>().is_err(), "{bad}");
         }
     }

@@ -9,6 +9,10 @@
 //! — the items are the lines the JSON-lines sink writes, in call order. Every attempt of one batch
 //! carries the same `X-Eventpipe-Batch-Id` (a UUID) so that a receiver can drop duplicates.
 //!
+//! What goes on the wire is the sink's [`BatchEncoding`] ([`WebhookConfig::encoding`]): these
+//! JSON items by default ([`JsonItems`]); the OTLP logs sink ([`super::otlp`]) is this same sink
+//! with OTLP/HTTP protobuf log records, its own retryable statuses and partial successes.
+//!
 //! # Queue and batching
 //! Calls are queued (at most [`WebhookConfig::queue_capacity`] events, counting those being
 //! delivered: the queue depth never exceeds it) and one batcher task takes them in order: a
@@ -56,11 +60,14 @@
 //!
 //! # Retries
 //! Transport errors, timeouts ([`WebhookConfig::request_timeout`] covers the whole exchange),
-//! `408`, `429` and `5xx` are retried with exponential back-off and full jitter: before attempt
+//! and the statuses the encoding calls retryable ([`BatchEncoding::retryable`]; JSON items:
+//! `408`, `429` and `5xx`) are retried with exponential back-off and full jitter: before attempt
 //! `n + 1`, a pause uniform in `[0, min(cap, base × 2^(n−1)))`, at least the server's
 //! `Retry-After` (seconds or an HTTP-date; still capped at `cap`). Any other status (`3xx`, `4xx`) is permanent:
 //! the batch's calls fail with a [`SinkError::Status`] carrying the code, which `recordToSink`
-//! drops as it drops an apiserver rejection.
+//! drops as it drops an apiserver rejection. A `2xx` answer acknowledges the whole batch; items
+//! it says it refused ([`BatchEncoding::accepted`], OTLP's partial success) are counted in
+//! `rejected` and logged, not retried.
 //!
 //! # Transport
 //! hyper 1 through hyper-util's pooled client, TLS through rustls with the `ring` provider and
@@ -85,7 +92,7 @@ use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::concurrency::{AdaptiveSettings, Concurrency, Controller, Permit, Response};
-use super::jsonl::SinkCall;
+pub use super::encoding::{Accepted, BatchEncoding, JsonItems};
 use super::retry::Verb;
 use super::{EventSink, SinkError, SinkPatch, StatusError, Stored};
 use crate::event::Event;
@@ -241,8 +248,8 @@ pub struct WebhookConfig {
     pub queue_capacity: usize,
     /// Events per batch at most (default 1000).
     pub max_batch: usize,
-    /// Bytes per batch at most, counting its items' JSON and the commas between them (default
-    /// 1 MiB); a single larger item is sent alone.
+    /// Bytes per batch at most, counting its items' encodings (JSON, protobuf) and one byte
+    /// between each two (a JSON item's comma) (default 1 MiB); a single larger item is sent alone.
     pub max_batch_bytes: usize,
     /// Requests in flight at once (default [`Concurrency::Adaptive`]).
     pub concurrency: Concurrency,
@@ -261,6 +268,8 @@ pub struct WebhookConfig {
     pub delivery: Delivery,
     /// TLS settings for `https` (default: rustls + ring with the system's roots).
     pub tls: Option<rustls::ClientConfig>,
+    /// What the requests carry (default [`JsonItems`]).
+    pub encoding: Arc<dyn BatchEncoding>,
 }
 
 impl WebhookConfig {
@@ -281,6 +290,7 @@ impl WebhookConfig {
             backoff: Backoff::default(),
             delivery: Delivery::AtLeastOnce,
             tls: None,
+            encoding: Arc::new(JsonItems),
         }
     }
 }
@@ -302,6 +312,9 @@ pub struct WebhookStats {
     pub failed: u64,
     /// Events refused because the queue was full ([`Delivery::AtMostOnce`]).
     pub dropped: u64,
+    /// Events in acknowledged batches that the endpoint said it refused (OTLP partial success:
+    /// `rejected_log_records`); also counted in `acked`.
+    pub rejected: u64,
     /// Events queued or in flight now (≤ `queue_capacity`).
     pub queue_depth: u64,
     /// The largest queue depth seen.
@@ -323,13 +336,14 @@ struct Counters {
     retries: AtomicU64,
     failed: AtomicU64,
     dropped: AtomicU64,
+    rejected: AtomicU64,
     max_queue_depth: AtomicU64,
 }
 
-/// A queued call: its JSON, its object's key, its place in the queue, and who waits for the
+/// A queued call: its encoding (JSON item, OTLP record), its object's key, its place in the queue, and who waits for the
 /// outcome.
 struct Item {
-    json: Vec<u8>,
+    encoded: Vec<u8>,
     key: u64,
     ack: Option<oneshot::Sender<Result<(), SinkError>>>,
     _slot: OwnedSemaphorePermit,
@@ -358,6 +372,7 @@ type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes
 /// its worker task when built).
 pub struct WebhookSink {
     name: String,
+    encoding: Arc<dyn BatchEncoding>,
     delivery: Delivery,
     capacity: usize,
     slots: Arc<Semaphore>,
@@ -428,6 +443,7 @@ impl WebhookSink {
         let controller = Controller::new(config.concurrency, config.adaptive);
         let shared = Arc::new(Shared {
             name: config.name.clone(),
+            encoding: config.encoding.clone(),
             uri,
             auth,
             client,
@@ -457,6 +473,7 @@ impl WebhookSink {
         let handle = tokio::spawn(worker.run(rx));
         Ok(Self {
             name: config.name,
+            encoding: config.encoding,
             delivery: config.delivery,
             capacity: config.queue_capacity,
             slots: Arc::new(Semaphore::new(config.queue_capacity)),
@@ -486,6 +503,7 @@ impl WebhookSink {
             retries: get(&c.retries),
             failed: get(&c.failed),
             dropped: get(&c.dropped),
+            rejected: get(&c.rejected),
             queue_depth: (self.capacity - self.slots.available_permits()) as u64,
             max_queue_depth: get(&c.max_queue_depth),
             queue_capacity: self.capacity as u64,
@@ -504,14 +522,14 @@ impl WebhookSink {
     /// after [`shutdown`](Self::shutdown); [`SinkError::Status`] `503 QueueFull` when an
     /// [`Delivery::AtMostOnce`] queue is full (the event is dropped and counted).
     pub async fn submit(&self, verb: Verb, event: &Event, patch: &[u8]) -> Result<Ack, SinkError> {
-        self.enqueue(&SinkCall::new(verb, event, patch)?).await
+        self.enqueue(verb, event, SinkPatch::Bytes(patch)).await
     }
 
-    /// [`submit`](Self::submit) of one call already put together.
-    async fn enqueue(&self, call: &SinkCall<'_>) -> Result<Ack, SinkError> {
-        let json =
-            serde_json::to_vec(call).map_err(|e| SinkError::RequestConstruction(format!("encoding the event: {e}")))?;
-        let shut = || SinkError::Transport(format!("webhook {} is shut down", self.name));
+    /// [`submit`](Self::submit) with the patch in the form it has.
+    async fn enqueue(&self, verb: Verb, event: &Event, patch: SinkPatch<'_>) -> Result<Ack, SinkError> {
+        let encoded = self.encoding.encode(verb, event, patch)?;
+        let kind = self.encoding.kind();
+        let shut = || SinkError::Transport(format!("{kind} {} is shut down", self.name));
         if self.closing.is_cancelled() {
             return Err(shut());
         }
@@ -529,7 +547,7 @@ impl WebhookSink {
                         code: 503,
                         reason: "QueueFull".into(),
                         message: format!(
-                            "webhook {} queue is full ({} events): event dropped",
+                            "{kind} {} queue is full ({} events): event dropped",
                             self.name, self.capacity
                         ),
                         causes: Vec::new(),
@@ -540,14 +558,14 @@ impl WebhookSink {
         let depth = (self.capacity - self.slots.available_permits()) as u64;
         self.counters.max_queue_depth.fetch_max(depth, Ordering::Relaxed);
         let (ack_tx, ack_rx) = oneshot::channel();
-        let key = object_key(call.event());
-        self.tx.send(Item { json, key, ack: Some(ack_tx), _slot: slot }).map_err(|_| shut())?;
+        let key = object_key(event);
+        self.tx.send(Item { encoded, key, ack: Some(ack_tx), _slot: slot }).map_err(|_| shut())?;
         self.counters.enqueued.fetch_add(1, Ordering::Relaxed);
         Ok(Ack(ack_rx))
     }
 
-    async fn call(&self, call: SinkCall<'_>) -> Result<Stored, SinkError> {
-        let ack = self.enqueue(&call).await?;
+    async fn call(&self, verb: Verb, event: &Event, patch: SinkPatch<'_>) -> Result<Stored, SinkError> {
+        let ack = self.enqueue(verb, event, patch).await?;
         if self.delivery == Delivery::AtLeastOnce {
             ack.await?;
         }
@@ -594,11 +612,11 @@ impl EventSink for WebhookSink {
     }
 
     async fn create(&self, event: &Event) -> Result<Stored, SinkError> {
-        self.call(SinkCall::new(Verb::Create, event, &[])?).await
+        self.call(Verb::Create, event, SinkPatch::Bytes(&[])).await
     }
 
     async fn update(&self, _event: &Event) -> Result<Stored, SinkError> {
-        Err(SinkError::RequestConstruction("the webhook sink sends creates and patches only".into()))
+        Err(SinkError::RequestConstruction(format!("the {} sink sends creates and patches only", self.encoding.kind())))
     }
 
     async fn patch(&self, event: &Event, patch: &[u8]) -> Result<Stored, SinkError> {
@@ -608,7 +626,7 @@ impl EventSink for WebhookSink {
     /// The EventLogger's patch is serialised into the batch item itself (no JSON bytes made,
     /// then checked and copied).
     async fn patch_observed(&self, event: &Event, patch: SinkPatch<'_>) -> Result<Stored, SinkError> {
-        self.call(SinkCall::patch(event, patch)?).await
+        self.call(Verb::Patch, event, patch).await
     }
 }
 
@@ -623,7 +641,7 @@ fn object_key(event: &Event) -> u64 {
 
 /// How one attempt ended.
 enum Attempt {
-    Acked,
+    Acked(Accepted),
     /// Worth another attempt; `safe`: the server surely did not process the batch.
     Retry {
         error: String,
@@ -638,6 +656,7 @@ enum Attempt {
 /// What every batch delivery needs, shared by the batcher and the delivery tasks.
 struct Shared {
     name: String,
+    encoding: Arc<dyn BatchEncoding>,
     uri: hyper::Uri,
     auth: Option<HeaderValue>,
     client: HttpClient,
@@ -813,7 +832,7 @@ impl Worker {
     /// what is queued.
     async fn fill(&mut self, first: Item, rx: &mut mpsc::UnboundedReceiver<Item>) -> Batch {
         let deadline = tokio::time::Instant::now() + self.max_batch_delay;
-        let mut batch = Batch { bytes: first.json.len(), items: vec![first] };
+        let mut batch = Batch { bytes: first.encoded.len(), items: vec![first] };
         while batch.items.len() < self.max_batch && batch.bytes < self.max_batch_bytes {
             let quiet = (tokio::time::Instant::now() + self.batch_quiet).min(deadline);
             let item = match self.next(rx, Some(quiet)).await {
@@ -821,11 +840,11 @@ impl Worker {
                 Next::Idle | Next::End => break,
             };
             let Some(item) = self.admit(item) else { continue };
-            if batch.bytes + 1 + item.json.len() > self.max_batch_bytes {
+            if batch.bytes + 1 + item.encoded.len() > self.max_batch_bytes {
                 self.ready.push_front(item); // the first of the next batch
                 break;
             }
-            batch.bytes += 1 + item.json.len();
+            batch.bytes += 1 + item.encoded.len();
             batch.items.push(item);
         }
         batch
@@ -837,23 +856,17 @@ impl Worker {
 /// it failed with, if it did.
 async fn deliver(shared: &Shared, batch: Vec<Item>, permit: Permit) -> Option<SinkError> {
     let n = batch.len() as u64;
-    let mut body = Vec::with_capacity(batch.iter().map(|i| i.json.len() + 1).sum::<usize>() + 12);
-    body.extend_from_slice(b"{\"items\":[");
-    for (i, item) in batch.iter().enumerate() {
-        if i > 0 {
-            body.push(b',');
-        }
-        body.extend_from_slice(&item.json);
-    }
-    body.extend_from_slice(b"]}");
-    let body = Bytes::from(body);
+    let items: Vec<&[u8]> = batch.iter().map(|i| i.encoded.as_slice()).collect();
+    let body = Bytes::from(shared.encoding.body(&items));
+    drop(items);
+    let kind = shared.encoding.kind();
     let id = uuid::Uuid::new_v4().to_string();
     shared.counters.sent.fetch_add(n, Ordering::Relaxed);
     let mut attempts = 0u32;
     let mut permit = Some(permit);
     let shut = |detail: String| {
         Err(SinkError::Transport(format!(
-            "webhook {}: shut down before the batch was acknowledged{detail}",
+            "{kind} {}: shut down before the batch was acknowledged{detail}",
             shared.name
         )))
     };
@@ -878,8 +891,15 @@ async fn deliver(shared: &Shared, batch: Vec<Item>, permit: Permit) -> Option<Si
             a = shared.attempt(body.clone(), &id) => a,
         };
         let (error, safe, retry_after) = match attempt {
-            Attempt::Acked => {
+            Attempt::Acked(accepted) => {
                 held.done(Response::Answered);
+                if accepted.rejected > 0 {
+                    shared.counters.rejected.fetch_add(accepted.rejected, Ordering::Relaxed);
+                    tracing::warn!(
+                        sink = %shared.name, events = n, rejected = accepted.rejected, message = %accepted.message,
+                        "{kind} endpoint accepted the batch but refused some of it (partial success; not retried)"
+                    );
+                }
                 break Ok(());
             }
             Attempt::Permanent(status) => {
@@ -894,11 +914,11 @@ async fn deliver(shared: &Shared, batch: Vec<Item>, permit: Permit) -> Option<Si
         let exhausted = shared.backoff.max_attempts.is_some_and(|max| attempts >= max);
         if exhausted || (shared.delivery == Delivery::AtMostOnce && !safe) {
             break Err(SinkError::Transport(format!(
-                "webhook {}: batch of {n} not acknowledged after {attempts} attempt(s): {error}",
+                "{kind} {}: batch of {n} not acknowledged after {attempts} attempt(s): {error}",
                 shared.name
             )));
         }
-        tracing::debug!(webhook = %shared.name, attempts, %error, "webhook batch failed, retrying");
+        tracing::debug!(sink = %shared.name, attempts, %error, "{kind} batch failed, retrying");
         tokio::select! {
             biased;
             _ = shared.abort.cancelled() => break shut(format!(" ({error})")),
@@ -911,7 +931,7 @@ async fn deliver(shared: &Shared, batch: Vec<Item>, permit: Permit) -> Option<Si
         }
         Err(error) => {
             shared.counters.failed.fetch_add(n, Ordering::Relaxed);
-            tracing::warn!(webhook = %shared.name, events = n, attempts, %error, "webhook batch failed");
+            tracing::warn!(sink = %shared.name, events = n, attempts, %error, "{kind} batch failed");
         }
     }
     for item in batch {
@@ -936,7 +956,7 @@ fn parse_retry_after(value: &str, now: chrono::DateTime<chrono::Utc>) -> Option<
 impl Shared {
     async fn attempt(&self, body: Bytes, id: &str) -> Attempt {
         let mut request = Request::post(self.uri.clone())
-            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+            .header(CONTENT_TYPE, HeaderValue::from_static(self.encoding.content_type()))
             .header(BATCH_ID_HEADER, id);
         if let Some(auth) = &self.auth {
             request = request.header(AUTHORIZATION, auth.clone());
@@ -978,12 +998,13 @@ impl Shared {
         };
         let status = parts.status;
         if status.is_success() {
-            return Attempt::Acked;
+            return Attempt::Acked(self.encoding.accepted(&answer));
         }
-        let text = String::from_utf8_lossy(&answer[..answer.len().min(ERROR_BODY_BYTES)]).into_owned();
+        let text = self.encoding.error_text(&answer);
+        let text = text.get(..text.floor_char_boundary(ERROR_BODY_BYTES)).unwrap_or(&text);
         let error = format!("{status}: {text}");
         let code = status.as_u16();
-        if code == 408 || code == 429 || status.is_server_error() {
+        if self.encoding.retryable(status) {
             let retry_after =
                 parts.headers.get(RETRY_AFTER).and_then(|v| parse_retry_after(v.to_str().ok()?, chrono::Utc::now()));
             let back_pressure = code == 429 || code == 503;
@@ -992,7 +1013,7 @@ impl Shared {
         Attempt::Permanent(StatusError {
             code,
             reason: status.canonical_reason().unwrap_or("").replace(' ', ""),
-            message: format!("webhook {} answered {error}", self.name),
+            message: format!("{} {} answered {error}", self.encoding.kind(), self.name),
             causes: Vec::new(),
         })
     }
@@ -1005,18 +1026,19 @@ impl crate::metrics::Snapshot {
     }
 
     /// Adds queued-sink counters under `name`: events sent, acknowledged, retried, failed,
-    /// dropped for a full queue; the queue's depth and capacity, the concurrency limit and the
+    /// dropped for a full queue, refused in an acknowledged batch; the queue's depth and capacity, the concurrency limit and the
     /// requests in flight (gauges, summed).
     pub fn add_sink_stats(&mut self, name: &str, s: &WebhookStats) {
         use crate::metrics::{
-            SINK_ACKED, SINK_CONCURRENCY_LIMIT, SINK_DROPPED, SINK_FAILURES, SINK_QUEUE_CAPACITY, SINK_QUEUE_DEPTH,
-            SINK_REQUESTS_IN_FLIGHT, SINK_RETRIES, SINK_SENT,
+            SINK_ACKED, SINK_CONCURRENCY_LIMIT, SINK_DROPPED, SINK_FAILURES, SINK_PARTIAL_REJECTED,
+            SINK_QUEUE_CAPACITY, SINK_QUEUE_DEPTH, SINK_REQUESTS_IN_FLIGHT, SINK_RETRIES, SINK_SENT,
         };
         for (family, n) in [
             (&SINK_SENT, s.sent),
             (&SINK_ACKED, s.acked),
             (&SINK_RETRIES, s.retries),
             (&SINK_FAILURES, s.failed),
+            (&SINK_PARTIAL_REJECTED, s.rejected),
             (&SINK_QUEUE_DEPTH, s.queue_depth),
             (&SINK_QUEUE_CAPACITY, s.queue_capacity),
             (&SINK_CONCURRENCY_LIMIT, s.concurrency_limit),
@@ -1108,7 +1130,7 @@ mod tests {
     #[tokio::test]
     async fn batches_close_at_max_batch_bytes() {
         let (url, requests) = acknowledging_receiver().await;
-        let one = serde_json::to_vec(&SinkCall::new(Verb::Create, &event("e.00"), &[]).unwrap()).unwrap().len();
+        let one = JsonItems.encode(Verb::Create, &event("e.00"), SinkPatch::Bytes(&[])).unwrap().len();
         // Room for three items and the commas between them, not four.
         let config = WebhookConfig { max_batch_bytes: 4 * one + 2, ..WebhookConfig::new("w", url) };
         let sink = WebhookSink::new(config).unwrap();

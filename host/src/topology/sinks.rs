@@ -82,8 +82,8 @@ impl Sinks {
         Ok(Sinks { set: Arc::new(set), watch_cache })
     }
 
-    /// Registers the counters of the sinks (webhook queues, sink plugins) and of the watch
-    /// cache on `metrics`.
+    /// Registers the counters of the sinks (webhook and OTLP queues, sink plugins, the
+    /// `metrics` sinks' event counts) and of the watch cache on `metrics`.
     pub fn register(&self, metrics: &Metrics) {
         let (sinks, cache) = (self.set.clone(), self.watch_cache.clone());
         metrics.add_source(move |s| {
@@ -92,6 +92,9 @@ impl Sinks {
             }
             for webhook in sinks.webhooks() {
                 s.add_webhook(&webhook);
+            }
+            if let Some(counts) = sinks.event_counts() {
+                s.add_event_counts(&counts);
             }
             for handle in sinks.plugin_handles() {
                 s.add_plugin(&handle);

@@ -75,7 +75,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, Request, State};
+use axum::extract::{Path, RawQuery, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -286,6 +286,7 @@ pub struct IngestCounters {
     bad_documents: AtomicU64,
     non_events: AtomicU64,
     patch_not_found: AtomicU64,
+    already_exists: AtomicU64,
     unauthorized: AtomicU64,
     too_large: AtomicU64,
     unsupported_media_type: AtomicU64,
@@ -309,6 +310,8 @@ pub struct IngestStats {
     /// Patches and updates of events not created here (or forgotten) answered `404` (each
     /// followed by a create from client-go).
     pub patch_not_found: u64,
+    /// Creates of a name created here before answered `409 AlreadyExists`.
+    pub already_exists: u64,
     /// `401` answers.
     pub unauthorized: u64,
     /// `413` answers.
@@ -332,6 +335,7 @@ impl IngestCounters {
             bad_documents: get(&self.bad_documents),
             non_events: get(&self.non_events),
             patch_not_found: get(&self.patch_not_found),
+            already_exists: get(&self.already_exists),
             unauthorized: get(&self.unauthorized),
             too_large: get(&self.too_large),
             unsupported_media_type: get(&self.unsupported_media_type),
@@ -594,7 +598,10 @@ pub struct StatusDetails {
     /// The object's name, when the failure is about one.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub name: String,
-    /// The resource (`"events"`).
+    /// The API group of `kind` (`"meta.k8s.io"` for request options), when there is one.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub group: String,
+    /// The resource (`"events"`), or the kind refused (`"ListOptions"`).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub kind: String,
     /// One entry per problem (for `/ingest`: per bad line, `field` = `"line N"`).
@@ -631,7 +638,8 @@ impl ApiStatus {
         }
     }
 
-    fn with_details(mut self, details: StatusDetails) -> Self {
+    /// The same failure with `details`.
+    pub fn with_details(mut self, details: StatusDetails) -> Self {
         self.details = Some(details);
         self
     }
@@ -797,14 +805,36 @@ fn generate_name_suffix() -> String {
 }
 
 /// `POST /api/v1/namespaces/{ns}/events`.
-async fn create(State(shared): State<SharedState>, Path(ns): Path<String>, headers: HeaderMap, body: Body) -> Response {
-    match create_inner(&shared, ns, headers, body).await {
+async fn create(
+    State(shared): State<SharedState>,
+    Path(ns): Path<String>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    match create_inner(&shared, ns, query.as_deref(), headers, body).await {
         Ok(r) | Err(r) => r,
     }
 }
 
-async fn create_inner(shared: &Shared, ns: String, headers: HeaderMap, body: Body) -> Result<Response, Response> {
+/// The write options of `query` (`kind`: `CreateOptions`, `PatchOptions`, `UpdateOptions`):
+/// whether it is a dry run, or the apiserver's `422` (counted as a bad request).
+fn write_options(shared: &Shared, kind: &str, query: Option<&str>) -> Result<bool, Response> {
+    super::request_options::write_options(kind, &super::request_options::query_pairs(query)).map_err(|status| {
+        bump(&shared.counters.bad_requests);
+        status.into_response()
+    })
+}
+
+async fn create_inner(
+    shared: &Shared,
+    ns: String,
+    query: Option<&str>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, Response> {
     let fail = |s: ApiStatus| s.into_response();
+    let dry_run = write_options(shared, "CreateOptions", query)?;
     check_media_type(shared, &headers, &["application/json"]).map_err(|s| fail(*s))?;
     let bytes = read_body(shared, &headers, body).await.map_err(fail)?;
     let mut event: Event = go_strings::from_slice(&bytes)
@@ -853,36 +883,74 @@ async fn create_inner(shared: &Shared, ns: String, headers: HeaderMap, body: Bod
         event.metadata.uid = uuid::Uuid::new_v4().to_string().into();
     }
     event.metadata.creation_timestamp.get_or_insert_with(chrono::Utc::now);
-    enqueue_one(shared, event, &headers, IngestRoute::Create, StatusCode::CREATED).await
+    enqueue_one(shared, event, &headers, IngestRoute::Create, StatusCode::CREATED, dry_run).await
 }
 
 /// Puts one event of a create, patch or update on the queue and answers `code` with it; once
-/// it is accepted, it is remembered as created (for later patches).
+/// it is accepted, it is remembered as created (for later patches). A create of a name
+/// remembered is `409 AlreadyExists`, as the apiserver answers (client-go's `recordToSink`
+/// drops the event, as it would there). A `dry_run` is answered the same, and neither queued
+/// nor remembered.
 async fn enqueue_one(
     shared: &Shared,
     event: Event,
     headers: &HeaderMap,
     route: IngestRoute,
     code: StatusCode,
+    dry_run: bool,
 ) -> Result<Response, Response> {
     let fail = |s: ApiStatus| s.into_response();
     let answer = json_response(code, &event);
     let key = (event.metadata.namespace.to_string(), event.metadata.name.to_string());
     let remembered = event.clone();
+    if route == IngestRoute::Create
+        && let Some(created) = &shared.created
+    {
+        let mut created = created.lock().unwrap_or_else(|p| p.into_inner());
+        if created.contains(&key) {
+            drop(created);
+            bump(&shared.counters.already_exists);
+            let name = key.1;
+            return Err(fail(
+                ApiStatus::failure(StatusCode::CONFLICT, "AlreadyExists", format!("events \"{name}\" already exists"))
+                    .with_details(StatusDetails { name, kind: "events".into(), ..StatusDetails::default() }),
+            ));
+        }
+        if !dry_run {
+            // Reserved now, so that a second create of the name racing this one is refused.
+            created.put(key.clone(), remembered.clone());
+        }
+    }
+    if dry_run {
+        return Ok(answer);
+    }
     let item = Ingested { event, headers: forwarded_headers(headers), route, watch_type: None };
+    let forget = || {
+        if route == IngestRoute::Create
+            && let Some(created) = &shared.created
+        {
+            created.lock().unwrap_or_else(|p| p.into_inner()).pop(&key);
+        }
+    };
     match tokio::time::timeout(shared.config.enqueue_timeout, shared.queue.push_all(vec![item])).await {
         Ok(Ok(())) => {
             bump(&shared.counters.accepted);
             if let Some(created) = &shared.created {
-                created.lock().unwrap_or_else(|p| p.into_inner()).put(key, remembered);
+                created.lock().unwrap_or_else(|p| p.into_inner()).put(key.clone(), remembered);
             }
             Ok(answer)
         }
-        Ok(Err(_)) => Err(fail(queue_unavailable(shared, "the event queue is closed (shutting down)".into()))),
-        Err(_) => Err(fail(queue_unavailable(
-            shared,
-            format!("the event queue stayed full for {:?}; retry later", shared.config.enqueue_timeout),
-        ))),
+        Ok(Err(_)) => {
+            forget();
+            Err(fail(queue_unavailable(shared, "the event queue is closed (shutting down)".into())))
+        }
+        Err(_) => {
+            forget();
+            Err(fail(queue_unavailable(
+                shared,
+                format!("the event queue stayed full for {:?}; retry later", shared.config.enqueue_timeout),
+            )))
+        }
     }
 }
 
@@ -898,10 +966,11 @@ async fn patch_or_update(
     State(shared): State<SharedState>,
     method: axum::http::Method,
     Path((ns, name)): Path<(String, String)>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    match patch_or_update_inner(&shared, method, ns, name, headers, body).await {
+    match patch_or_update_inner(&shared, method, (ns, name), query.as_deref(), headers, body).await {
         Ok(r) | Err(r) => r,
     }
 }
@@ -909,17 +978,17 @@ async fn patch_or_update(
 async fn patch_or_update_inner(
     shared: &Shared,
     method: axum::http::Method,
-    ns: String,
-    name: String,
+    key: (String, String),
+    query: Option<&str>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, Response> {
     let fail = |s: ApiStatus| s.into_response();
     let patching = method == axum::http::Method::PATCH;
+    let dry_run = write_options(shared, if patching { "PatchOptions" } else { "UpdateOptions" }, query)?;
     let accepted: &[&str] = if patching { PATCH_MEDIA_TYPES } else { &["application/json"] };
     check_media_type(shared, &headers, accepted).map_err(|s| fail(*s))?;
     let bytes = read_body(shared, &headers, body).await.map_err(fail)?;
-    let key = (ns, name);
     let known = shared.created.as_ref().and_then(|c| c.lock().unwrap_or_else(|p| p.into_inner()).get(&key).cloned());
     let Some(known) = known else {
         bump(&shared.counters.patch_not_found);
@@ -966,7 +1035,7 @@ async fn patch_or_update_inner(
     event.kind = "Event".into();
     event.api_version = "v1".into();
     let route = if patching { IngestRoute::Patch } else { IngestRoute::Update };
-    enqueue_one(shared, event, &headers, route, StatusCode::OK).await
+    enqueue_one(shared, event, &headers, route, StatusCode::OK, dry_run).await
 }
 
 /// One bad line of an `/ingest` body.

@@ -359,9 +359,11 @@ async fn back_pressure_answers_503_with_retry_after_and_batches_are_all_or_nothi
     assert_eq!(status.reason, "ServiceUnavailable");
     assert_eq!(status.details.unwrap().retry_after_seconds, Some(1));
     assert!(status.message.contains("accepted 0 of 2 events; retry from line 1"), "{}", status.message);
-    // Fill the last slot, then a create waits and is refused.
-    assert_eq!(send(&router, create_request(CLIENT_GO_CREATE)).await.0, StatusCode::CREATED);
-    let (code, headers, _) = send(&router, create_request(CLIENT_GO_CREATE)).await;
+    // Fill the last slot, then a create waits and is refused (other names: a create of a name
+    // that exists is 409).
+    let named = |suffix: &str| CLIENT_GO_CREATE.replace("17f0c9d2a5b3e4c1", suffix);
+    assert_eq!(send(&router, create_request(&named("2"))).await.0, StatusCode::CREATED);
+    let (code, headers, _) = send(&router, create_request(&named("3"))).await;
     assert_eq!((code, &headers[header::RETRY_AFTER]), (StatusCode::SERVICE_UNAVAILABLE, &"1".parse().unwrap()));
     let mut received = 0;
     while rx.try_recv().is_ok() {
@@ -369,6 +371,8 @@ async fn back_pressure_answers_503_with_retry_after_and_batches_are_all_or_nothi
     }
     assert_eq!(received, 2, "only the accepted creates were queued");
     assert_eq!(ingest.stats().queue_full, 2);
+    // The refused create did not take its name: tried again once there is room, it is created.
+    assert_eq!(send(&router, create_request(&named("3"))).await.0, StatusCode::CREATED);
 }
 
 #[tokio::test]

@@ -20,7 +20,16 @@
 //! `uid` and `creationTimestamp` filled when missing. A body namespace that differs from the
 //! path's is `400 BadRequest` ("the namespace of the provided object does not match the
 //! namespace sent on the request", as the apiserver); a body that is not an Event, or another
-//! `kind`/`apiVersion`, is `400`; no name and no `generateName` is `422 Invalid`.
+//! `kind`/`apiVersion`, is `400`; no name and no `generateName` is `422 Invalid`. A create of
+//! a name created here and still remembered (see below) is `409 AlreadyExists`, as the
+//! apiserver answers a create of an existing name; client-go's `recordToSink` drops the event
+//! on it (as on any `StatusError`), so a recorder ends as it would against the apiserver.
+//!
+//! **Request options** are checked first, as the apiserver's handlers do
+//! ([`super::request_options`]): a `dryRun` other than `All`, a `fieldManager` over 128 bytes
+//! or with a character that is not printable, a `fieldValidation` other than `Ignore`, `Warn`,
+//! `Strict` is the `422 Invalid` of `CreateOptions` / `PatchOptions` / `UpdateOptions`.
+//! `dryRun=All` is answered as the write would be, and nothing is queued or remembered.
 //!
 //! **Patch and update apply to the events created here.** The server remembers the events it
 //! created (answered `201`), by namespace and name, in a bounded LRU cache
@@ -43,9 +52,10 @@
 //! with these reasons: `400 BadRequest` (malformed body, namespace mismatch, a batch in which
 //! nothing could be decoded — one `details.causes` entry per bad line), `401 Unauthorized`
 //! (with `WWW-Authenticate: Bearer`), `404 NotFound` (unknown path, patch/update of an event not
-//! created here), `405
-//! MethodNotAllowed`, `413 RequestEntityTooLarge` (body over [`IngestConfig::max_body_bytes`]),
-//! `415 UnsupportedMediaType`, `422 Invalid`, `503 ServiceUnavailable` (queue full or closed).
+//! created here), `405 MethodNotAllowed`, `409 AlreadyExists` (a create of a name created
+//! here), `413 RequestEntityTooLarge` (body over [`IngestConfig::max_body_bytes`]),
+//! `415 UnsupportedMediaType`, `422 Invalid` (no name; bad request options),
+//! `503 ServiceUnavailable` (queue full or closed).
 //! A batch with some good and some bad documents is a partial success: `200`, the good events
 //! accepted, the bad lines listed.
 //!
@@ -1191,6 +1201,7 @@ impl crate::metrics::Snapshot {
             ("bad_request", stats.bad_requests),
             ("queue_full", stats.queue_full),
             ("bad_document", stats.bad_documents),
+            ("already_exists", stats.already_exists),
         ] {
             self.add(&INGEST_REJECTED, &[("reason", reason)], n);
         }

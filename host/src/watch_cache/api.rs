@@ -64,8 +64,8 @@ use super::table::{self, IncludeObject};
 use super::{Frame, Predicate, Start, TooOld, Version, WatchCache};
 use crate::source::http::ApiStatus;
 
-/// How long a list or watch at a resourceVersion newer than the cache's waits for it (the
-/// apiserver's `blockTimeout`).
+/// How long a list at a resourceVersion newer than the cache's waits for it (the apiserver's
+/// `blockTimeout`); a watch there is `410` at once (see [`WatchCache::cursor`]).
 const FUTURE_RV_WAIT: Duration = Duration::from_secs(3);
 
 /// The read API's routes over `cache` (no fallback: merged into the run's server, whose

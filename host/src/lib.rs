@@ -26,7 +26,8 @@
 //! - [`EventCorrelator`] is client-go's correlator (aggregator → logger → spam filter), with
 //!   its key functions pluggable ([`correlator`]).
 //! - [`watch_cache`] is the apiserver's Cacher for what eventpipe wrote: the correlated Events
-//!   with resourceVersions, a [`watch_cache::window::Window`] of changes that watchers resume from, and the
+//!   with resourceVersions (which continue across restarts: [`watch_cache::resource_version`]),
+//!   a [`watch_cache::window::Window`] of changes that watchers resume from, and the
 //!   Kubernetes read API (`run --serve`) that kubectl and informers read.
 //! - [`TenantPlan`] is what tenants run: rules from the command line ([`CommandLineRules`]) and
 //!   the [`Config`], plugins from the [`PluginRegistry`], sinks from [`SinkSpec`]s.

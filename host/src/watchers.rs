@@ -223,10 +223,13 @@ pub fn attach(
 }
 
 /// Attaches the `watcher` plugin `handle` to the results of `cache` (see the module docs),
-/// starting after `spec.resource_version` (or now).
+/// starting after `spec.resource_version` (or now). A resourceVersion the cache cannot serve —
+/// one of an earlier run (a run's resourceVersions start above every earlier one), one that
+/// left the window, or one ahead of the newest — starts it at the oldest result kept instead
+/// (at a run's start: every result of the run), logged.
 ///
 /// # Errors
-/// [`TooOld`] when that resourceVersion has left the window.
+/// [`TooOld`] only if the window moved on while it attached.
 ///
 /// # Panics
 /// When `handle` is not a watcher plugin (check its kind first).
@@ -236,7 +239,18 @@ pub fn attach_results(
     spec: &WatcherSpec,
 ) -> Result<PluginWatcher, TooOld> {
     let start = spec.resource_version.map_or(Start::Now, Start::After);
-    let (_, mut cursor) = cache.cursor(start, Predicate::default())?;
+    let (_, mut cursor) = match cache.cursor(start, Predicate::default()) {
+        Ok(started) => started,
+        Err(TooOld { asked, oldest }) => {
+            tracing::info!(
+                asked,
+                oldest,
+                "watcher plugin: resource_version {asked} is not in the watch cache (an earlier run's, gone, or \
+                 ahead); starting after the oldest kept, {oldest}"
+            );
+            cache.cursor(Start::After(oldest), Predicate::default())?
+        }
+    };
     let plugin = Arc::new(WasmWatcher::new(handle.clone()).expect("a watcher plugin"));
     let counters = Arc::new(WatcherCounters::default());
     counters.resource_version.store(cursor.resource_version(), Ordering::Relaxed);

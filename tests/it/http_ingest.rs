@@ -359,9 +359,11 @@ async fn back_pressure_answers_503_with_retry_after_and_batches_are_all_or_nothi
     assert_eq!(status.reason, "ServiceUnavailable");
     assert_eq!(status.details.unwrap().retry_after_seconds, Some(1));
     assert!(status.message.contains("accepted 0 of 2 events; retry from line 1"), "{}", status.message);
-    // Fill the last slot, then a create waits and is refused.
-    assert_eq!(send(&router, create_request(CLIENT_GO_CREATE)).await.0, StatusCode::CREATED);
-    let (code, headers, _) = send(&router, create_request(CLIENT_GO_CREATE)).await;
+    // Fill the last slot, then a create waits and is refused (other names: a create of a name
+    // that exists is 409).
+    let named = |suffix: &str| CLIENT_GO_CREATE.replace("17f0c9d2a5b3e4c1", suffix);
+    assert_eq!(send(&router, create_request(&named("2"))).await.0, StatusCode::CREATED);
+    let (code, headers, _) = send(&router, create_request(&named("3"))).await;
     assert_eq!((code, &headers[header::RETRY_AFTER]), (StatusCode::SERVICE_UNAVAILABLE, &"1".parse().unwrap()));
     let mut received = 0;
     while rx.try_recv().is_ok() {
@@ -369,6 +371,8 @@ async fn back_pressure_answers_503_with_retry_after_and_batches_are_all_or_nothi
     }
     assert_eq!(received, 2, "only the accepted creates were queued");
     assert_eq!(ingest.stats().queue_full, 2);
+    // The refused create did not take its name: tried again once there is room, it is created.
+    assert_eq!(send(&router, create_request(&named("3"))).await.0, StatusCode::CREATED);
 }
 
 #[tokio::test]
@@ -663,4 +667,71 @@ async fn slow_clients_cannot_starve_probes_or_authorised_ingest() {
 
     stop.send(()).unwrap();
     server.await.unwrap().unwrap();
+}
+
+/// As the apiserver: a second create of a name that exists is `409 AlreadyExists` (client-go's
+/// `recordToSink` drops it, as there); a dry run is answered but neither forwarded nor
+/// remembered; bad `dryRun` / `fieldManager` / `fieldValidation` values are the `422 Invalid`
+/// of the request's options, before anything is stored.
+#[tokio::test]
+async fn duplicate_creates_dry_runs_and_bad_write_options_are_answered_as_the_apiserver() {
+    let (ingest, mut rx) = ingest(IngestConfig::default(), 16);
+    let router = ingest.router();
+    let (code, _, _) = send(&router, create_request(CLIENT_GO_CREATE)).await;
+    assert_eq!(code, StatusCode::CREATED);
+    rx.try_recv().expect("the first create is forwarded");
+
+    let (code, _, body) = send(&router, create_request(CLIENT_GO_CREATE)).await;
+    assert_eq!(code, StatusCode::CONFLICT, "{body}");
+    let status = status_of(&body);
+    assert_eq!(status.reason, "AlreadyExists");
+    assert_eq!(status.message, r#"events "nginx-7c5ddbdf54-x8f2k.17f0c9d2a5b3e4c1" already exists"#);
+    let details = status.details.unwrap();
+    assert_eq!((details.name.as_str(), details.kind.as_str()), ("nginx-7c5ddbdf54-x8f2k.17f0c9d2a5b3e4c1", "events"));
+    assert!(rx.try_recv().is_err(), "the duplicate is not forwarded");
+
+    // A dry run: the answer a create would get, nothing forwarded, the name still free.
+    let other = CLIENT_GO_CREATE.replace("17f0c9d2a5b3e4c1", "17f0c9d2a5b3e4c2");
+    let dry = request(Method::POST, &format!("{EVENTS}?dryRun=All"), Some("application/json"), other.clone());
+    let (code, _, body) = send(&router, dry).await;
+    assert_eq!(code, StatusCode::CREATED, "{body}");
+    assert_eq!(body["metadata"]["name"], "nginx-7c5ddbdf54-x8f2k.17f0c9d2a5b3e4c2");
+    assert!(rx.try_recv().is_err(), "a dry run is not forwarded");
+    let (code, _, _) = send(&router, create_request(&other)).await;
+    assert_eq!(code, StatusCode::CREATED, "the dry run did not take the name");
+    rx.try_recv().unwrap();
+
+    for (method, path, content_type, kind, field) in [
+        (Method::POST, format!("{EVENTS}?dryRun=Bogus"), "application/json", "CreateOptions", "dryRun"),
+        (
+            Method::PATCH,
+            format!("{EVENTS}/nginx-7c5ddbdf54-x8f2k.17f0c9d2a5b3e4c1?fieldValidation=Loud"),
+            "application/strategic-merge-patch+json",
+            "PatchOptions",
+            "fieldValidation",
+        ),
+        (
+            Method::PUT,
+            format!("{EVENTS}/nginx-7c5ddbdf54-x8f2k.17f0c9d2a5b3e4c1?fieldManager={}", "m".repeat(129)),
+            "application/json",
+            "UpdateOptions",
+            "fieldManager",
+        ),
+    ] {
+        let body = if method == Method::PATCH { r#"{"count":2}"#.to_string() } else { CLIENT_GO_CREATE.to_string() };
+        let (code, _, answer) = send(&router, request(method.clone(), &path, Some(content_type), body)).await;
+        assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY, "{method} {path}: {answer}");
+        let status = status_of(&answer);
+        assert_eq!(status.reason, "Invalid");
+        assert!(
+            status.message.starts_with(&format!(r#"{kind}.meta.k8s.io "" is invalid: {field}: "#)),
+            "{}",
+            status.message
+        );
+        let details = status.details.unwrap();
+        assert_eq!((details.group.as_str(), details.kind.as_str()), ("meta.k8s.io", kind));
+        assert_eq!(details.causes[0].field, field);
+    }
+    assert!(rx.try_recv().is_err(), "nothing refused was forwarded");
+    assert_eq!(ingest.stats().already_exists, 1);
 }

@@ -1061,9 +1061,12 @@ fn a_restart_watching_several_namespaces_sends_what_changed_in_each() {
 type Store = Arc<Mutex<std::collections::BTreeMap<String, Value>>>;
 
 /// A handler that stores what it is sent, as the apiserver does for events of any API group:
-/// `POST` on a collection creates (`409 AlreadyExists` when the name is taken), `PATCH` merges a
-/// JSON object into the stored one (`404` when missing; an empty body is `400`, "EOF", as a
-/// real apiserver answers an empty strategic-merge patch), `PUT` creates or replaces.
+/// `POST` on a collection creates (`409 AlreadyExists` when the name is taken; the server's own
+/// `uid`, whatever the body says), `PATCH` merges a JSON object into the stored one (`404` when
+/// missing; an empty body is `400`, "EOF", as a real apiserver answers an empty
+/// strategic-merge patch), `PUT` creates or replaces — with a `uid` or `resourceVersion` in the
+/// body taken as preconditions (`409 Conflict` unless they are the stored object's), as the
+/// apiserver's update handler does.
 fn storing_handler(store: Store) -> Box<Handler> {
     fn merge(target: &mut Value, patch: &Value) {
         match (target.as_object_mut(), patch.as_object()) {
@@ -1083,16 +1086,16 @@ fn storing_handler(store: Store) -> Box<Handler> {
     Box::new(move |req: &Seen| {
         let path = req.target.split('?').next().unwrap().to_string();
         let mut store = store.lock().unwrap();
-        let stamp = |store: &mut std::collections::BTreeMap<String, Value>, mut e: Value, key: &str| {
-            let mut n = rv.lock().unwrap();
-            *n += 1;
-            e["metadata"]["resourceVersion"] = json!(n.to_string());
-            if e["metadata"]["uid"].is_null() {
-                e["metadata"]["uid"] = json!(format!("uid-{n}"));
-            }
-            store.insert(key.to_string(), e.clone());
-            e
-        };
+        // `uid`: the stored object's (an update), or `None`: a new one (a create).
+        let stamp =
+            |store: &mut std::collections::BTreeMap<String, Value>, mut e: Value, key: &str, uid: Option<Value>| {
+                let mut n = rv.lock().unwrap();
+                *n += 1;
+                e["metadata"]["resourceVersion"] = json!(n.to_string());
+                e["metadata"]["uid"] = uid.unwrap_or_else(|| json!(format!("uid-{n}")));
+                store.insert(key.to_string(), e.clone());
+                e
+            };
         match req.method.as_str() {
             "POST" => {
                 let body = req.json();
@@ -1101,19 +1104,39 @@ fn storing_handler(store: Store) -> Box<Handler> {
                 if store.contains_key(&key) {
                     return Answer::status(409, "AlreadyExists", &format!("events \"{name}\" already exists"));
                 }
-                Answer::json(201, stamp(&mut store, body, &key))
+                Answer::json(201, stamp(&mut store, body, &key, None))
             }
             "PATCH" if req.body.is_empty() => Answer::status(400, "BadRequest", "EOF"),
             "PATCH" => match store.get(&path).cloned() {
                 None => Answer::status(404, "NotFound", "events not found"),
                 Some(mut stored) => {
+                    let uid = stored["metadata"]["uid"].clone();
                     merge(&mut stored, &req.json());
-                    Answer::json(200, stamp(&mut store, stored, &path))
+                    Answer::json(200, stamp(&mut store, stored, &path, Some(uid)))
                 }
             },
             "PUT" => {
-                let code = if store.contains_key(&path) { 200 } else { 201 };
-                Answer::json(code, stamp(&mut store, req.json(), &path))
+                let body = req.json();
+                let stored = store.get(&path);
+                let held = |field: &str| stored.and_then(|s| s["metadata"][field].as_str()).unwrap_or("").to_string();
+                let given = |field: &str| body["metadata"][field].as_str().unwrap_or("").to_string();
+                if !given("uid").is_empty() && given("uid") != held("uid") {
+                    let message = format!(
+                        "Operation cannot be fulfilled on events \"{}\": Precondition failed: UID in precondition: {}, UID in object meta: {}",
+                        given("name"),
+                        given("uid"),
+                        held("uid")
+                    );
+                    return Answer::status(409, "Conflict", &message);
+                }
+                if !given("resourceVersion").is_empty() && given("resourceVersion") != held("resourceVersion") {
+                    return Answer::status(409, "Conflict", "the object has been modified");
+                }
+                let (code, uid) = match stored {
+                    Some(s) => (200, Some(s["metadata"]["uid"].clone())),
+                    None => (201, None),
+                };
+                Answer::json(code, stamp(&mut store, body, &path, uid))
             }
             _ => Answer::status(405, "MethodNotAllowed", "no"),
         }
@@ -1165,9 +1188,11 @@ fn http_call(addr: &str, method: &str, path: &str, content_type: &str, body: &st
 
 /// A client-go recorder's calls (`recordToSink`: create, then strategic-merge patches of
 /// `count`, `lastTimestamp`, `message` for repeats; an aggregate event's update with a new
-/// message; an event with count > 1 created after a 404) sent through `--source http` with
-/// `--sink k8s` leave the API server with the same events as the same calls sent straight to it.
-/// eventpipe answers the patches itself (no 404 round trip) and never sends an empty patch.
+/// message; an event with count > 1 never seen, patched (404) then created; a create of a name
+/// that exists) sent through `--source http` with `--sink k8s` get the answers the API server
+/// gives and leave it with the same events as the same calls sent straight to it. eventpipe
+/// answers the patches itself (no 404 round trip), never sends an empty patch, and never sends
+/// the `uid` its ingest assigned as a precondition of the whole-event `PUT`.
 #[test]
 fn a_client_go_recorder_writing_through_http_ingest_leaves_the_same_events_as_writing_directly() {
     let events = "/api/v1/namespaces/ns/events";
@@ -1203,17 +1228,20 @@ fn a_client_go_recorder_writing_through_http_ingest_leaves_the_same_events_as_wr
             smp,
             repeat(2, "2025-01-01T00:00:12Z", "(combined from similar events): probe failed 2"),
         ),
+        ("PATCH", format!("{events}/d.1"), smp, repeat(4, "2025-01-01T00:00:09Z", "started")),
         ("POST", events.into(), "application/json", typed_body(&d)),
+        ("POST", events.into(), "application/json", typed_body(&a)),
     ];
 
     // Straight to the API server.
     let direct: Store = Arc::default();
     let api = FakeApi::start(storing_handler(direct.clone()));
     let addr = api.url.trim_start_matches("http://").to_string();
-    for (method, path, content_type, body) in &calls {
-        let (code, answer) = http_call(&addr, method, path, content_type, body);
-        assert!((200..300).contains(&code), "{method} {path}: {code} {answer}");
-    }
+    let codes: Vec<u16> = calls
+        .iter()
+        .map(|(method, path, content_type, body)| http_call(&addr, method, path, content_type, body).0)
+        .collect();
+    assert_eq!(codes, [201, 200, 201, 200, 201, 200, 404, 201, 409]);
 
     // Through eventpipe.
     let through: Store = Arc::default();
@@ -1221,9 +1249,9 @@ fn a_client_go_recorder_writing_through_http_ingest_leaves_the_same_events_as_wr
     let (child, _stderr, ingest) =
         run_http_ingest_with(&["--sink=k8s", &format!("--kube-server={}", api.url), "--workers=1"]);
     let mut child = Running(child);
-    for (method, path, content_type, body) in &calls {
+    for ((method, path, content_type, body), direct_code) in calls.iter().zip(&codes) {
         let (code, answer) = http_call(&ingest, method, path, content_type, body);
-        assert!((200..300).contains(&code), "{method} {path} through ingest: {code} {answer}");
+        assert_eq!(code, *direct_code, "{method} {path} through ingest: {answer}");
     }
     assert!(child.terminate().success());
 

@@ -141,7 +141,8 @@ async fn counters_follow_known_activity() {
     let ingest = Ingest::new(IngestConfig::default(), tx);
     let router = ingest.router();
     let event = r#"{"metadata":{"name":"a.1"},"involvedObject":{"kind":"Pod","name":"a"}}"#;
-    for body in [event, event, "{nope"] {
+    let other = r#"{"metadata":{"name":"a.2"},"involvedObject":{"kind":"Pod","name":"a"}}"#;
+    for body in [event, other, "{nope"] {
         let req = Request::post("/api/v1/namespaces/ns/events")
             .header(header::CONTENT_TYPE, "application/json")
             .body(Body::from(body))

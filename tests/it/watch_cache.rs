@@ -36,10 +36,15 @@ impl Drop for Served {
 
 /// Starts the run; `token`: with `$EVENTPIPE_INGEST_TOKEN` set (every request then needs it).
 fn start(extra: &[&str], token: bool) -> Served {
+    start_serving("127.0.0.1:0", extra, token)
+}
+
+/// [`start`] with the events API on `serve`.
+fn start_serving(serve: &str, extra: &[&str], token: bool) -> Served {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.jsonl");
     let mut run = Command::new(env!("CARGO_BIN_EXE_eventpipe"))
-        .args(["run", "--source", "http:127.0.0.1:0", "--serve", "127.0.0.1:0", "--no-watch"])
+        .args(["run", "--source", "http:127.0.0.1:0", "--serve", serve, "--no-watch"])
         .arg("--sink")
         .arg(format!("jsonl:{}", out.display()))
         .args(extra)
@@ -238,6 +243,113 @@ async fn kube_runtime_watcher_lists_and_watches_through_a_restart_and_a_410() {
     let event = kube::Api::<KubeEvent>::namespaced(client, "shop").get("web-0.1").await.unwrap();
     let rv: u64 = event.metadata.resource_version.unwrap().parse().unwrap();
     assert!(rv > 10, "{rv}");
+}
+
+/// The resourceVersion of a list of everything now.
+async fn list_rv(api: &kube::Api<KubeEvent>) -> u64 {
+    api.list(&Default::default()).await.unwrap().metadata.resource_version.unwrap().parse().unwrap()
+}
+
+/// A restarted `--serve` (at-least-once, with a state file) has resourceVersions above the old
+/// process's, so a `kube::runtime::watcher` that reconnects with its old resourceVersion gets
+/// `410`, lists again, and ends with exactly the new process's cache — here, where the old
+/// process made more changes than the new one, it used to wait on bookmarks with its stale
+/// store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_serve_continues_its_resource_versions_and_a_reconnecting_watcher_relists() {
+    let state_dir = tempfile::tempdir().unwrap();
+    let state = state_dir.path().join("state.json");
+    let state_arg = state.to_str().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let serve = format!("127.0.0.1:{port}");
+    let args = ["--delivery", "at-least-once", "--state-file", state_arg];
+
+    let old = start_serving(&serve, &args, true);
+    let jobs: Vec<Value> = (1..=6).map(|i| occurrence("ci", &format!("job-{i}"), "Completed", "Normal", i)).collect();
+    ingest(&old, &jobs);
+    let all: kube::Api<KubeEvent> = kube::Api::all(client(&old));
+    wait_for_counts(&all, &[("job-6.6", 1), ("job-1.1", 1)]).await;
+    let mut stream = watcher(all.clone(), watcher::Config::default().timeout(1)).boxed();
+    let mut seen = Seen::default();
+    until(&mut stream, &mut seen, |s| s.lists == 1 && s.state.len() == 6).await;
+    let old_rv = list_rv(&all).await;
+    drop(old);
+    let mark: u64 = std::fs::read_to_string(format!("{state_arg}.resource-version")).unwrap().trim().parse().unwrap();
+    assert!(mark >= old_rv, "the high-water mark {mark} covers {old_rv}");
+
+    let new = start_serving(&serve, &args, true);
+    let fresh = list_rv(&all).await;
+    assert!(fresh > old_rv, "the new process starts above the old one: {fresh} vs {old_rv}");
+    ingest(
+        &new,
+        &[occurrence("ci", "build-1", "Started", "Normal", 30), occurrence("ci", "build-2", "Started", "Normal", 31)],
+    );
+    let now = wait_for_counts(&all, &[("build-1.30", 1), ("build-2.31", 1)]).await;
+    let event = kube::Api::<KubeEvent>::namespaced(client(&new), "ci").get("build-1.30").await.unwrap();
+    assert!(event.metadata.resource_version.unwrap().parse::<u64>().unwrap() > old_rv);
+
+    until(&mut stream, &mut seen, |s| s.lists == 2 && s.state == now).await;
+    assert!(seen.errors.iter().any(|e| e.contains("410") || e.contains("too old")), "{seen:?}");
+    assert_eq!(seen.state, counts(&all).await, "the watcher's store is the new process's cache");
+}
+
+/// A watch from a resourceVersion the cache does not have — ahead of its head, or from before
+/// the process — is one `ERROR` event with the apiserver's `410 Expired` Status; a list ahead of
+/// the head waits, then is the Cacher's `504` "Too large resource version"; a bad
+/// `resourceVersionMatch` is the `422` of the ListOptions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unservable_resource_versions_get_the_apiservers_answers() {
+    let served = start(&[], false);
+    let body: String = [occurrence("a", "x", "Started", "Normal", 1)].iter().map(|e| format!("{e}\n")).collect();
+    let answer = http(
+        &served.ingest,
+        &format!(
+            "POST /ingest HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-ndjson\r\nContent-Length: {}\r\n\
+             Connection: close\r\n\r\n{body}",
+            body.len()
+        ),
+    );
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let get = |path: &str| http(&served.serve, &format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let head: u64 = loop {
+        let list = get("/api/v1/events");
+        let json: Value = serde_json::from_str(list.split("\r\n\r\n").nth(1).unwrap_or("")).unwrap_or(Value::Null);
+        if json["items"].as_array().is_some_and(|i| i.len() == 1) {
+            break json["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
+        }
+        assert!(Instant::now() < deadline, "{list}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    for rv in [head + 1000, 1] {
+        let answer = get(&format!("/api/v1/events?watch=true&resourceVersion={rv}&timeoutSeconds=3"));
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        let line = answer.lines().find(|l| l.contains("\"type\"")).unwrap_or_else(|| panic!("no event: {answer}"));
+        let event: Value = serde_json::from_str(line.trim()).unwrap();
+        assert_eq!(event["type"], "ERROR", "{line}");
+        assert_eq!(
+            (event["object"]["code"].as_u64(), event["object"]["reason"].as_str()),
+            (Some(410), Some("Expired"))
+        );
+        let message = event["object"]["message"].as_str().unwrap();
+        assert!(message.starts_with(&format!("too old resource version: {rv} (")), "{message}");
+    }
+    let started = Instant::now();
+    let answer = get(&format!("/api/v1/events?resourceVersion={}", head + 1000));
+    assert!(started.elapsed() >= Duration::from_secs(3), "waits for the version first");
+    assert!(answer.starts_with("HTTP/1.1 504"), "{answer}");
+    let status: Value = serde_json::from_str(answer.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    assert_eq!(status["reason"], "Timeout");
+    assert_eq!(status["message"], format!("Timeout: Too large resource version: {}, current: {head}", head + 1000));
+    assert_eq!(status["details"]["causes"][0]["reason"], "ResourceVersionTooLarge");
+    assert_eq!(status["details"]["retryAfterSeconds"], 1);
+    let answer = get("/api/v1/events?resourceVersion=5&resourceVersionMatch=Bogus");
+    assert!(answer.starts_with("HTTP/1.1 422"), "{answer}");
+    assert!(
+        answer
+            .contains(r#"ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Unsupported value: \"Bogus\""#),
+        "{answer}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

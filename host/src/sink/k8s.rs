@@ -151,13 +151,19 @@ impl EventSink for KubernetesSink {
     /// An empty `patch` (client-go's for a count > 1 event its correlator never saw) is not
     /// sent: a real apiserver answers an empty strategic-merge patch `400 BadRequest` ("EOF")
     /// and the update is lost. The whole event is written instead with `PUT` and no
-    /// `resourceVersion`, which creates it or replaces it (events allow create-on-update and
-    /// unconditional update). A divergence from client-go, on purpose.
+    /// `resourceVersion` and no `uid`, which creates it or replaces it (events allow
+    /// create-on-update and unconditional update). Neither may stay: the apiserver takes a
+    /// `uid` in a `PUT` body as a precondition (`rest.defaultUpdatedObjectInfo.Preconditions`)
+    /// and a `resourceVersion` as optimistic concurrency, and the event's are not this
+    /// server's — HTTP ingest assigns its own `uid`, another cluster's events carry theirs —
+    /// so it would answer `409 Conflict` ("Precondition failed: UID in precondition") and the
+    /// update would be lost. A divergence from client-go, on purpose.
     async fn patch(&self, event: &Event, patch: &[u8]) -> Result<Stored, SinkError> {
         self.check_namespace(event)?;
         let stored = if patch.is_empty() {
             let mut whole = event.clone();
             whole.metadata.resource_version.clear();
+            whole.metadata.uid.clear();
             self.call(Method::PUT, self.path(&whole, true), "application/json", self.body(&whole)?).await
         } else {
             self.call(Method::PATCH, self.path(event, true), STRATEGIC_MERGE_PATCH, patch.to_vec()).await

@@ -20,7 +20,16 @@
 //! `uid` and `creationTimestamp` filled when missing. A body namespace that differs from the
 //! path's is `400 BadRequest` ("the namespace of the provided object does not match the
 //! namespace sent on the request", as the apiserver); a body that is not an Event, or another
-//! `kind`/`apiVersion`, is `400`; no name and no `generateName` is `422 Invalid`.
+//! `kind`/`apiVersion`, is `400`; no name and no `generateName` is `422 Invalid`. A create of
+//! a name created here and still remembered (see below) is `409 AlreadyExists`, as the
+//! apiserver answers a create of an existing name; client-go's `recordToSink` drops the event
+//! on it (as on any `StatusError`), so a recorder ends as it would against the apiserver.
+//!
+//! **Request options** are checked first, as the apiserver's handlers do
+//! ([`super::request_options`]): a `dryRun` other than `All`, a `fieldManager` over 128 bytes
+//! or with a character that is not printable, a `fieldValidation` other than `Ignore`, `Warn`,
+//! `Strict` is the `422 Invalid` of `CreateOptions` / `PatchOptions` / `UpdateOptions`.
+//! `dryRun=All` is answered as the write would be, and nothing is queued or remembered.
 //!
 //! **Patch and update apply to the events created here.** The server remembers the events it
 //! created (answered `201`), by namespace and name, in a bounded LRU cache
@@ -43,9 +52,10 @@
 //! with these reasons: `400 BadRequest` (malformed body, namespace mismatch, a batch in which
 //! nothing could be decoded — one `details.causes` entry per bad line), `401 Unauthorized`
 //! (with `WWW-Authenticate: Bearer`), `404 NotFound` (unknown path, patch/update of an event not
-//! created here), `405
-//! MethodNotAllowed`, `413 RequestEntityTooLarge` (body over [`IngestConfig::max_body_bytes`]),
-//! `415 UnsupportedMediaType`, `422 Invalid`, `503 ServiceUnavailable` (queue full or closed).
+//! created here), `405 MethodNotAllowed`, `409 AlreadyExists` (a create of a name created
+//! here), `413 RequestEntityTooLarge` (body over [`IngestConfig::max_body_bytes`]),
+//! `415 UnsupportedMediaType`, `422 Invalid` (no name; bad request options),
+//! `503 ServiceUnavailable` (queue full or closed).
 //! A batch with some good and some bad documents is a partial success: `200`, the good events
 //! accepted, the bad lines listed.
 //!
@@ -75,7 +85,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, Request, State};
+use axum::extract::{Path, RawQuery, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -286,6 +296,7 @@ pub struct IngestCounters {
     bad_documents: AtomicU64,
     non_events: AtomicU64,
     patch_not_found: AtomicU64,
+    already_exists: AtomicU64,
     unauthorized: AtomicU64,
     too_large: AtomicU64,
     unsupported_media_type: AtomicU64,
@@ -309,6 +320,8 @@ pub struct IngestStats {
     /// Patches and updates of events not created here (or forgotten) answered `404` (each
     /// followed by a create from client-go).
     pub patch_not_found: u64,
+    /// Creates of a name created here before answered `409 AlreadyExists`.
+    pub already_exists: u64,
     /// `401` answers.
     pub unauthorized: u64,
     /// `413` answers.
@@ -332,6 +345,7 @@ impl IngestCounters {
             bad_documents: get(&self.bad_documents),
             non_events: get(&self.non_events),
             patch_not_found: get(&self.patch_not_found),
+            already_exists: get(&self.already_exists),
             unauthorized: get(&self.unauthorized),
             too_large: get(&self.too_large),
             unsupported_media_type: get(&self.unsupported_media_type),
@@ -594,7 +608,10 @@ pub struct StatusDetails {
     /// The object's name, when the failure is about one.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub name: String,
-    /// The resource (`"events"`).
+    /// The API group of `kind` (`"meta.k8s.io"` for request options), when there is one.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub group: String,
+    /// The resource (`"events"`), or the kind refused (`"ListOptions"`).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub kind: String,
     /// One entry per problem (for `/ingest`: per bad line, `field` = `"line N"`).
@@ -631,7 +648,8 @@ impl ApiStatus {
         }
     }
 
-    fn with_details(mut self, details: StatusDetails) -> Self {
+    /// The same failure with `details`.
+    pub fn with_details(mut self, details: StatusDetails) -> Self {
         self.details = Some(details);
         self
     }
@@ -797,14 +815,36 @@ fn generate_name_suffix() -> String {
 }
 
 /// `POST /api/v1/namespaces/{ns}/events`.
-async fn create(State(shared): State<SharedState>, Path(ns): Path<String>, headers: HeaderMap, body: Body) -> Response {
-    match create_inner(&shared, ns, headers, body).await {
+async fn create(
+    State(shared): State<SharedState>,
+    Path(ns): Path<String>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    match create_inner(&shared, ns, query.as_deref(), headers, body).await {
         Ok(r) | Err(r) => r,
     }
 }
 
-async fn create_inner(shared: &Shared, ns: String, headers: HeaderMap, body: Body) -> Result<Response, Response> {
+/// The write options of `query` (`kind`: `CreateOptions`, `PatchOptions`, `UpdateOptions`):
+/// whether it is a dry run, or the apiserver's `422` (counted as a bad request).
+fn write_options(shared: &Shared, kind: &str, query: Option<&str>) -> Result<bool, Response> {
+    super::request_options::write_options(kind, &super::request_options::query_pairs(query)).map_err(|status| {
+        bump(&shared.counters.bad_requests);
+        status.into_response()
+    })
+}
+
+async fn create_inner(
+    shared: &Shared,
+    ns: String,
+    query: Option<&str>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, Response> {
     let fail = |s: ApiStatus| s.into_response();
+    let dry_run = write_options(shared, "CreateOptions", query)?;
     check_media_type(shared, &headers, &["application/json"]).map_err(|s| fail(*s))?;
     let bytes = read_body(shared, &headers, body).await.map_err(fail)?;
     let mut event: Event = go_strings::from_slice(&bytes)
@@ -853,36 +893,74 @@ async fn create_inner(shared: &Shared, ns: String, headers: HeaderMap, body: Bod
         event.metadata.uid = uuid::Uuid::new_v4().to_string().into();
     }
     event.metadata.creation_timestamp.get_or_insert_with(chrono::Utc::now);
-    enqueue_one(shared, event, &headers, IngestRoute::Create, StatusCode::CREATED).await
+    enqueue_one(shared, event, &headers, IngestRoute::Create, StatusCode::CREATED, dry_run).await
 }
 
 /// Puts one event of a create, patch or update on the queue and answers `code` with it; once
-/// it is accepted, it is remembered as created (for later patches).
+/// it is accepted, it is remembered as created (for later patches). A create of a name
+/// remembered is `409 AlreadyExists`, as the apiserver answers (client-go's `recordToSink`
+/// drops the event, as it would there). A `dry_run` is answered the same, and neither queued
+/// nor remembered.
 async fn enqueue_one(
     shared: &Shared,
     event: Event,
     headers: &HeaderMap,
     route: IngestRoute,
     code: StatusCode,
+    dry_run: bool,
 ) -> Result<Response, Response> {
     let fail = |s: ApiStatus| s.into_response();
     let answer = json_response(code, &event);
     let key = (event.metadata.namespace.to_string(), event.metadata.name.to_string());
     let remembered = event.clone();
+    if route == IngestRoute::Create
+        && let Some(created) = &shared.created
+    {
+        let mut created = created.lock().unwrap_or_else(|p| p.into_inner());
+        if created.contains(&key) {
+            drop(created);
+            bump(&shared.counters.already_exists);
+            let name = key.1;
+            return Err(fail(
+                ApiStatus::failure(StatusCode::CONFLICT, "AlreadyExists", format!("events \"{name}\" already exists"))
+                    .with_details(StatusDetails { name, kind: "events".into(), ..StatusDetails::default() }),
+            ));
+        }
+        if !dry_run {
+            // Reserved now, so that a second create of the name racing this one is refused.
+            created.put(key.clone(), remembered.clone());
+        }
+    }
+    if dry_run {
+        return Ok(answer);
+    }
     let item = Ingested { event, headers: forwarded_headers(headers), route, watch_type: None };
+    let forget = || {
+        if route == IngestRoute::Create
+            && let Some(created) = &shared.created
+        {
+            created.lock().unwrap_or_else(|p| p.into_inner()).pop(&key);
+        }
+    };
     match tokio::time::timeout(shared.config.enqueue_timeout, shared.queue.push_all(vec![item])).await {
         Ok(Ok(())) => {
             bump(&shared.counters.accepted);
             if let Some(created) = &shared.created {
-                created.lock().unwrap_or_else(|p| p.into_inner()).put(key, remembered);
+                created.lock().unwrap_or_else(|p| p.into_inner()).put(key.clone(), remembered);
             }
             Ok(answer)
         }
-        Ok(Err(_)) => Err(fail(queue_unavailable(shared, "the event queue is closed (shutting down)".into()))),
-        Err(_) => Err(fail(queue_unavailable(
-            shared,
-            format!("the event queue stayed full for {:?}; retry later", shared.config.enqueue_timeout),
-        ))),
+        Ok(Err(_)) => {
+            forget();
+            Err(fail(queue_unavailable(shared, "the event queue is closed (shutting down)".into())))
+        }
+        Err(_) => {
+            forget();
+            Err(fail(queue_unavailable(
+                shared,
+                format!("the event queue stayed full for {:?}; retry later", shared.config.enqueue_timeout),
+            )))
+        }
     }
 }
 
@@ -898,10 +976,11 @@ async fn patch_or_update(
     State(shared): State<SharedState>,
     method: axum::http::Method,
     Path((ns, name)): Path<(String, String)>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    match patch_or_update_inner(&shared, method, ns, name, headers, body).await {
+    match patch_or_update_inner(&shared, method, (ns, name), query.as_deref(), headers, body).await {
         Ok(r) | Err(r) => r,
     }
 }
@@ -909,17 +988,17 @@ async fn patch_or_update(
 async fn patch_or_update_inner(
     shared: &Shared,
     method: axum::http::Method,
-    ns: String,
-    name: String,
+    key: (String, String),
+    query: Option<&str>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, Response> {
     let fail = |s: ApiStatus| s.into_response();
     let patching = method == axum::http::Method::PATCH;
+    let dry_run = write_options(shared, if patching { "PatchOptions" } else { "UpdateOptions" }, query)?;
     let accepted: &[&str] = if patching { PATCH_MEDIA_TYPES } else { &["application/json"] };
     check_media_type(shared, &headers, accepted).map_err(|s| fail(*s))?;
     let bytes = read_body(shared, &headers, body).await.map_err(fail)?;
-    let key = (ns, name);
     let known = shared.created.as_ref().and_then(|c| c.lock().unwrap_or_else(|p| p.into_inner()).get(&key).cloned());
     let Some(known) = known else {
         bump(&shared.counters.patch_not_found);
@@ -966,7 +1045,7 @@ async fn patch_or_update_inner(
     event.kind = "Event".into();
     event.api_version = "v1".into();
     let route = if patching { IngestRoute::Patch } else { IngestRoute::Update };
-    enqueue_one(shared, event, &headers, route, StatusCode::OK).await
+    enqueue_one(shared, event, &headers, route, StatusCode::OK, dry_run).await
 }
 
 /// One bad line of an `/ingest` body.
@@ -1122,6 +1201,7 @@ impl crate::metrics::Snapshot {
             ("bad_request", stats.bad_requests),
             ("queue_full", stats.queue_full),
             ("bad_document", stats.bad_documents),
+            ("already_exists", stats.already_exists),
         ] {
             self.add(&INGEST_REJECTED, &[("reason", reason)], n);
         }

@@ -16,6 +16,7 @@ pub mod http;
 pub mod jsonl;
 pub mod k8s;
 pub mod lines;
+pub mod request_options;
 mod spec;
 
 use std::sync::atomic::{AtomicU64, Ordering};

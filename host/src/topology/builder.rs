@@ -6,8 +6,10 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
+use crate::delivery::Delivery;
 use crate::pipeline::scale::{Connected, ScaleCounters};
 use crate::source::http::IngestCounters;
+use crate::watch_cache::resource_version::{HighWaterMark, sidecar_path};
 
 use super::checkpoint::{Checkpointer, Restored};
 use super::options::RunOptions;
@@ -63,6 +65,10 @@ pub async fn build(options: RunOptions) -> Result<RunningTopology, RunError> {
         serving.watch_cache,
         &watcher_specs,
         config.as_ref(),
+        match &delivery.mode {
+            Delivery::AtLeastOnce { state_file } => Some(HighWaterMark::new(sidecar_path(state_file))),
+            _ => None,
+        },
     )?;
     let location = (plugins.config.as_deref(), config.as_ref());
     let attached: Vec<String> = watcher_specs.iter().map(crate::watchers::spec_plugin_name).collect();

@@ -11,6 +11,7 @@ use crate::pipeline::plan::TenantRules;
 use crate::sink::SinkSpec;
 use crate::sink::set::SinkSet;
 use crate::source::SourceSpec;
+use crate::watch_cache::resource_version::HighWaterMark;
 use crate::watch_cache::{WatchCache, WatchCacheSettings};
 use crate::watchers::{WatchOn, WatcherSpec};
 
@@ -47,7 +48,9 @@ impl Sinks {
     /// The watch cache (on with `serve` or a watcher of the results among `watchers` and the
     /// config's; bounds from `settings`, then the config's `[watch_cache]`, then the defaults)
     /// and a sink set writing through `client` to `events_api`; `append`: file sinks append
-    /// (a resumed at-least-once run).
+    /// (a resumed at-least-once run). The cache's resourceVersions continue above an earlier
+    /// run's ([`WatchCache::continuing`]), with the high-water mark kept in `mark` (at-least-once:
+    /// beside the state file).
     ///
     /// # Errors
     /// [`RunError::WatchCache`] for a watch cache setting out of range.
@@ -59,23 +62,25 @@ impl Sinks {
         settings: WatchCacheSettings,
         watchers: &[WatcherSpec],
         config: Option<&Config>,
+        mark: Option<HighWaterMark>,
     ) -> Result<Self, RunError> {
         let results_watchers =
             watchers.iter().chain(config.iter().flat_map(|c| &c.watchers)).any(|w| w.on == WatchOn::Results);
         let watch_cache_config =
             settings.or(config.map(|c| c.watch_cache).unwrap_or_default()).resolve().map_err(RunError::WatchCache)?;
-        let watch_cache =
-            (serve || results_watchers).then(|| WatchCache::new(watch_cache_config, crate::clock::system()));
+        let watch_cache = (serve || results_watchers)
+            .then(|| WatchCache::continuing(watch_cache_config, crate::clock::system(), mark));
         let mut set = SinkSet::new(client, append).with_events_api(events_api);
         if let Some(cache) = &watch_cache {
             let c = cache.config();
             announce(&format!(
                 "watch cache on: every tenant's writes also go to it; window {} changes / {} s, at most {} events, \
-                 event TTL {} s",
+                 event TTL {} s; resourceVersions from {}",
                 c.window_size,
                 c.window_age.as_secs(),
                 c.max_objects,
-                c.event_ttl.as_secs()
+                c.event_ttl.as_secs(),
+                cache.resource_version() + 1
             ));
             set = set.with_watch_cache(cache.clone());
         }

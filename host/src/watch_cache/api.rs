@@ -16,14 +16,19 @@
 //! resourceVersion (rebuilt from the window), so the pages form one consistent list, or answer
 //! `410 Expired` once it has left the window. `resourceVersionMatch=Exact` lists the state at
 //! `resourceVersion` the same way. A `resourceVersion` newer than the cache's waits up to 3 s for
-//! it, then answers `504 Timeout` ("Too large resource version"), as the apiserver.
+//! it, then answers `504 Timeout` ("Timeout: Too large resource version: N, current: M", a
+//! `ResourceVersionTooLarge` cause, `retryAfterSeconds: 1`), as the apiserver's Cacher
+//! (`storage.NewTooLargeResourceVersionError`); client-go's reflector then lists from `""`.
+//! A `resourceVersionMatch` other than `Exact` / `NotOlderThan`, or one without a
+//! `resourceVersion`, is `422 Invalid` ([`crate::source::request_options::list_options`]).
 //!
 //! **Watches** answer `200` with newline-delimited watch events (`{"type":"ADDED","object":{…}}`):
 //! `resourceVersion` unset or `"0"` first sends an `ADDED` for every selected event held now,
 //! then the changes; `resourceVersion=N` sends every change after `N` (replayed from the
-//! window, then live; no gap, no duplicate), or — when `N` has left the window — one `ERROR`
-//! event with a `410 Expired` Status ("too old resource version: N (M)"), after which clients
-//! re-list. `allowWatchBookmarks=true` adds a `BOOKMARK` every bookmark interval;
+//! window, then live; no gap, no duplicate), or — when `N` has left the window, or is ahead of
+//! the newest (a version of an earlier process: the cache's versions only grow, across
+//! restarts too) — one `ERROR` event with a `410 Expired` Status ("too old resource version:
+//! N (M)"), after which clients re-list. `allowWatchBookmarks=true` adds a `BOOKMARK` every bookmark interval;
 //! `sendInitialEvents=true` (a watch-list) ends the initial events with a bookmark annotated
 //! `k8s.io/initial-events-end: "true"`; `timeoutSeconds` ends the watch after that long. Each
 //! watcher's selectors give `ADDED` / `MODIFIED` / `DELETED` transitions (see [`super`]).
@@ -59,8 +64,8 @@ use super::table::{self, IncludeObject};
 use super::{Frame, Predicate, Start, TooOld, Version, WatchCache};
 use crate::source::http::ApiStatus;
 
-/// How long a list or watch at a resourceVersion newer than the cache's waits for it (the
-/// apiserver's `blockTimeout`).
+/// How long a list at a resourceVersion newer than the cache's waits for it (the apiserver's
+/// `blockTimeout`); a watch there is `410` at once (see [`WatchCache::cursor`]).
 const FUTURE_RV_WAIT: Duration = Duration::from_secs(3);
 
 /// The read API's routes over `cache` (no fallback: merged into the run's server, whose
@@ -123,39 +128,9 @@ async fn version() -> Response {
     json(StatusCode::OK, body.to_string().into_bytes())
 }
 
-/// The query parameters, percent-decoded (`+` is a space, as in a form).
+/// The query parameters, percent-decoded; the last of a repeated name wins.
 fn parse_query(raw: Option<&str>) -> HashMap<String, String> {
-    fn decode(s: &str) -> String {
-        let bytes = s.as_bytes();
-        let mut out = Vec::with_capacity(bytes.len());
-        let mut i = 0;
-        while i < bytes.len() {
-            match bytes[i] {
-                b'+' => out.push(b' '),
-                b'%' if i + 2 < bytes.len() => {
-                    let hex = |b: u8| (b as char).to_digit(16);
-                    match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                        (Some(hi), Some(lo)) => {
-                            out.push((hi * 16 + lo) as u8);
-                            i += 2;
-                        }
-                        _ => out.push(b'%'),
-                    }
-                }
-                b => out.push(b),
-            }
-            i += 1;
-        }
-        String::from_utf8_lossy(&out).into_owned()
-    }
-    raw.unwrap_or("")
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            (decode(k), decode(v))
-        })
-        .collect()
+    crate::source::request_options::query_pairs(raw).into_iter().collect()
 }
 
 fn bad_request(message: impl Into<String>) -> Response {
@@ -271,12 +246,17 @@ async fn list_or_watch(
     query: HashMap<String, String>,
     watch: bool,
 ) -> Response {
+    let watching = watch || flag(&query, "watch");
+    let pairs: Vec<(String, String)> = query.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    if let Err(status) = crate::source::request_options::list_options(&pairs, watching) {
+        return status.into_response();
+    }
     let (predicate, rv, shape) =
         match (predicate(namespace, &query), resource_version(&query), Shape::of(headers, &query)) {
             (Ok(predicate), Ok(rv), Ok(shape)) => (predicate, rv, shape),
             (Err(message), _, _) | (_, Err(message), _) | (_, _, Err(message)) => return bad_request(message),
         };
-    if watch || flag(&query, "watch") {
+    if watching {
         serve_watch(&cache, predicate, rv, &query, shape)
     } else {
         serve_list(&cache, predicate, rv, &query, shape).await
@@ -335,7 +315,8 @@ async fn serve_list(
                 let mut status = ApiStatus::failure(
                     StatusCode::GATEWAY_TIMEOUT,
                     "Timeout",
-                    format!("Too large resource version: {rv}, current: {}", cache.resource_version()),
+                    // storage.NewTooLargeResourceVersionError: errors.NewTimeoutError's message.
+                    format!("Timeout: Too large resource version: {rv}, current: {}", cache.resource_version()),
                 );
                 status.details = Some(crate::source::http::StatusDetails {
                     causes: vec![crate::source::http::StatusCause {

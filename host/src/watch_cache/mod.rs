@@ -28,12 +28,14 @@
 //! # Resource versions and the window
 //!
 //! Every change — a create, a patch, an update, or a deletion — gets the next resourceVersion
-//! (1, 2, 3, … as decimal strings; one counter for the whole cache, as etcd's revision) and
+//! (decimal strings; one counter for the whole cache, as etcd's revision, which a run starts
+//! above every version an earlier process issued: see [`resource_version`]) and
 //! enters a bounded [`Window`] (`--watch-cache-size` changes, at most `--watch-cache-age`
 //! old). A watcher that starts at resourceVersion N gets every change after N from the window,
 //! then the live ones, with no gap and no duplicate (the apiserver's `initEvents` then the
-//! dispatch loop); a watcher whose N has left the window gets [`TooOld`], answered
-//! `410 Gone` (reason `Expired`, "too old resource version"), and re-lists.
+//! dispatch loop); a watcher whose N has left the window — or is ahead of the newest, which
+//! this cache never issued — gets [`TooOld`], answered `410 Gone` (reason `Expired`, "too old
+//! resource version"), and re-lists.
 //!
 //! # Memory bound
 //!
@@ -60,15 +62,18 @@
 //! client, which resumes from the last resourceVersion it saw, finds it in the window.
 //!
 //! # Divergences from the apiserver
-//! - resourceVersions are this process's own: they start at 1 with each run (an informer that
-//!   reconnects to a restarted eventpipe gets `410` for a version from before and re-lists).
+//! - The objects do not outlive the process: a run starts empty, its resourceVersions above
+//!   the previous run's ([`resource_version`]), so an informer that reconnects with a version
+//!   from before gets `410` and re-lists.
 //! - Objects leave by TTL or by the object bound, not by a client's `DELETE` (the API is read
 //!   only); patch bodies are applied as JSON merge patches, which is what a strategic-merge
 //!   patch of an Event's scalar fields amounts to.
-//! - A watch at a resourceVersion newer than the cache's newest starts there without waiting
-//!   (the apiserver waits up to 3 s for it, then answers `504`).
+//! - A watch at a resourceVersion newer than the cache's newest is answered `410 Expired` at
+//!   once (the apiserver's watch waits for etcd to get there; this cache's head never will).
+//!   A list at such a version waits 3 s and answers `504`, as the apiserver's Cacher.
 
 pub mod api;
+pub mod resource_version;
 pub mod selector;
 pub mod table;
 pub mod window;
@@ -334,6 +339,9 @@ struct State {
     /// the object bound delete from the front).
     by_rv: BTreeMap<u64, Key>,
     window: Window<Change>,
+    /// The high-water mark file and the ceiling saved in it: no resourceVersion above the
+    /// ceiling is issued before a higher one is saved (`None`: no file, or it failed).
+    ceiling: Option<(resource_version::HighWaterMark, u64)>,
 }
 
 /// The watch cache (see the module docs). Shared as `Arc<WatchCache>` between the sink that
@@ -357,16 +365,53 @@ impl std::fmt::Debug for WatchCache {
 }
 
 impl WatchCache {
-    /// An empty cache with `config`, reading time (TTL, window age) from `clock`.
+    /// An empty cache with `config`, reading time (TTL, window age) from `clock`, whose
+    /// resourceVersions start at 1 (tests and benches; a run uses [`continuing`](Self::continuing)).
     pub fn new(config: WatchCacheConfig, clock: SharedClock) -> Arc<Self> {
-        let window = Window::new(config.window_size, Some(config.window_age));
-        let state = State { objects: BTreeMap::new(), by_rv: BTreeMap::new(), window };
+        Self::starting_after(config, clock, 0, None)
+    }
+
+    /// An empty cache whose resourceVersions continue above every one an earlier process can
+    /// have issued ([`resource_version`]): above the wall-clock floor at start, and above the
+    /// ceiling saved in `mark` (the sidecar of the state file) when there is one; the new
+    /// ceiling is saved before the first change. A mark that cannot be read or written is
+    /// warned about and the cache goes on from the time floor alone: a run never fails for it.
+    pub fn continuing(
+        config: WatchCacheConfig,
+        clock: SharedClock,
+        mark: Option<resource_version::HighWaterMark>,
+    ) -> Arc<Self> {
+        let saved = mark.as_ref().and_then(|m| {
+            m.load()
+                .inspect_err(|e| tracing::warn!(file = %m.path().display(), %e, "watch cache: ignoring the resourceVersion high-water mark"))
+                .ok()
+                .flatten()
+        });
+        let after = resource_version::start_after(clock.now(), saved);
+        let cache = Self::starting_after(config, clock, after, None);
+        if let Some(mark) = mark {
+            let mut state = cache.lock();
+            state.ceiling = Some((mark, after));
+            cache.reserve(&mut state, after + 1);
+        }
+        cache
+    }
+
+    /// An empty cache whose first change gets resourceVersion `after + 1`.
+    fn starting_after(
+        config: WatchCacheConfig,
+        clock: SharedClock,
+        after: u64,
+        ceiling: Option<(resource_version::HighWaterMark, u64)>,
+    ) -> Arc<Self> {
+        let window = Window::starting_after(after, config.window_size, Some(config.window_age));
+        let state = State { objects: BTreeMap::new(), by_rv: BTreeMap::new(), window, ceiling };
         let closed = tokio_util::sync::CancellationToken::new();
         Arc::new(Self {
             config,
             clock,
             state: Mutex::new(state),
-            head: watch::channel(0).0,
+            head: watch::channel(after).0,
             counters: Counters::default(),
             streams_closed: closed.child_token(),
             closed,
@@ -426,6 +471,7 @@ impl WatchCache {
         now: DateTime<Utc>,
     ) -> Arc<Version> {
         let rv = state.window.head() + 1;
+        self.reserve(state, rv);
         let version = Version::new(rv, event, now);
         let key = version.key();
         if let Some(prev) = &prev {
@@ -441,6 +487,25 @@ impl WatchCache {
         debug_assert_eq!(pushed, rv);
         self.counters.changes.fetch_add(1, Ordering::Relaxed);
         version
+    }
+
+    /// Before `rv` is issued: when it is above the saved ceiling, saves `rv +`
+    /// [`resource_version::RESERVE`] as the new one (under the lock: once per that many
+    /// changes). A failed save is warned about once and the mark dropped (the time floor
+    /// still holds).
+    fn reserve(&self, state: &mut State, rv: u64) {
+        let Some((mark, ceiling)) = &mut state.ceiling else { return };
+        if rv <= *ceiling {
+            return;
+        }
+        let next = rv.saturating_add(resource_version::RESERVE);
+        match mark.store(next) {
+            Ok(()) => *ceiling = next,
+            Err(e) => {
+                tracing::warn!(file = %mark.path().display(), %e, "watch cache: cannot save the resourceVersion high-water mark; restarts rely on the clock alone");
+                state.ceiling = None;
+            }
+        }
     }
 
     /// Deletes what is past its TTL and what is over the object bound (oldest change first),
@@ -588,7 +653,8 @@ impl WatchCache {
     /// current state first when `start` is [`Start::State`].
     ///
     /// # Errors
-    /// [`TooOld`] for [`Start::After`] a resourceVersion that has left the window (`410`).
+    /// [`TooOld`] for [`Start::After`] a resourceVersion that has left the window, or one ahead
+    /// of the newest (never issued here: from before a restart of another history); `410`.
     pub fn cursor(self: &Arc<Self>, start: Start, predicate: Predicate) -> Result<(Vec<Served>, Cursor), TooOld> {
         let state = self.lock();
         let head = state.window.head();
@@ -604,7 +670,14 @@ impl WatchCache {
                 (initial, head)
             }
             Start::After(rv) => {
-                if let Err(too_old) = state.window.since(rv) {
+                // Ahead of the head: a version this cache never issued (its versions only grow,
+                // across restarts too), from another history; the client must list again.
+                let refused = match state.window.since(rv) {
+                    Err(too_old) => Some(too_old),
+                    Ok(_) if rv > head => Some(TooOld { asked: rv, oldest: state.window.oldest() }),
+                    Ok(_) => None,
+                };
+                if let Some(too_old) = refused {
                     self.counters.too_old.fetch_add(1, Ordering::Relaxed);
                     return Err(too_old);
                 }

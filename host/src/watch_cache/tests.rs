@@ -323,3 +323,45 @@ fn settings_take_the_flags_then_the_config_then_the_defaults() {
     let error = bad.resolve().unwrap_err();
     assert!(error.contains("--watch-bookmark-interval") && error.contains("positive number of seconds"), "{error}");
 }
+
+#[test]
+fn a_continuing_cache_starts_above_the_clock_and_the_saved_mark_and_keeps_the_mark_ahead() {
+    let dir = tempfile::tempdir().unwrap();
+    let mark = resource_version::HighWaterMark::new(dir.path().join("state.json.resource-version"));
+    let clock = crate::clock::system();
+    // No mark yet: the time floor (microseconds since the epoch), saved with a reserve.
+    let first = WatchCache::continuing(config(10), clock.clone(), Some(mark.clone()));
+    let floor = first.resource_version();
+    assert!(floor > 1_700_000_000_000_000, "{floor}");
+    assert_eq!(mark.load().unwrap(), Some(floor + 1 + resource_version::RESERVE));
+    let stored = first.create(&event("a", "x.1", "A")).unwrap();
+    assert_eq!(stored.metadata.resource_version.parse::<u64>().unwrap(), floor + 1);
+
+    // A mark far ahead of the clock (a clock stepped back): the next process starts above it.
+    let ahead = floor + (1 << 40);
+    mark.store(ahead).unwrap();
+    let second = WatchCache::continuing(config(10), clock.clone(), Some(mark.clone()));
+    assert_eq!(second.resource_version(), ahead);
+    second.create(&event("a", "x.1", "A")).unwrap();
+    assert_eq!(second.resource_version(), ahead + 1);
+    assert_eq!(mark.load().unwrap(), Some(ahead + 1 + resource_version::RESERVE));
+    // A version of the first process is older than anything the second has: 410.
+    assert!(matches!(second.cursor(Start::After(floor + 1), Predicate::default()), Err(TooOld { .. })));
+
+    // A mark that cannot be read is ignored: the clock alone.
+    std::fs::write(mark.path(), "garbage").unwrap();
+    let third = WatchCache::continuing(config(10), clock, Some(mark.clone()));
+    assert!(third.resource_version() >= floor && third.resource_version() < ahead);
+}
+
+#[test]
+fn a_watch_from_ahead_of_the_head_is_too_old_at_once() {
+    let cache = cache(10);
+    cache.create(&event("a", "x.1", "A")).unwrap();
+    cache.create(&event("a", "x.2", "A")).unwrap();
+    assert!(cache.cursor(Start::After(2), Predicate::default()).is_ok(), "at the head: fine");
+    let refused = cache.cursor(Start::After(3), Predicate::default()).unwrap_err();
+    assert_eq!(refused, TooOld { asked: 3, oldest: 0 });
+    assert_eq!(refused.to_string(), "too old resource version: 3 (oldest retained: 0)");
+    assert_eq!(cache.stats().too_old, 1);
+}

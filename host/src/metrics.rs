@@ -54,6 +54,7 @@
 //! | `eventpipe_config_reloads_total` | `result` (`applied`, `rejected`) | tenant config reloads |
 //! | `eventpipe_snapshots_total` | `outcome` (`stored`, `restored`, `refused`, `failed`) | correlator snapshots ([`crate::pipeline::scale`], a single host's state file) |
 //! | `eventpipe_nats_published_total`, `eventpipe_nats_duplicates_total`, `eventpipe_nats_publish_retries_total` | — | the NATS publish tier |
+//! | `eventpipe_nats_worker_partitions` (gauge) | — | a NATS worker's partitions (workers only) |
 //! | `eventpipe_ingest_requests_total` | — | HTTP ingest |
 //! | `eventpipe_ingest_rejected_total` | `reason` | HTTP ingest error answers and bad documents |
 //! | `eventpipe_watch_cache_resource_version`, `_objects`, `_window_changes`, `_watches` (gauges) | — | the watch cache ([`crate::watch_cache`]): its newest resourceVersion, events held, changes in the window, watches open |
@@ -303,6 +304,11 @@ pub const NATS_DUPLICATES: Family =
 /// `eventpipe_nats_publish_retries`.
 pub const NATS_PUBLISH_RETRIES: Family =
     single("eventpipe_nats_publish_retries", "Publications to JetStream tried again.");
+/// `eventpipe_nats_worker_partitions` (a gauge, workers only).
+pub const NATS_WORKER_PARTITIONS: Family = present(gauge(
+    "eventpipe_nats_worker_partitions",
+    "Partitions of the stream this worker consumes (0: more workers than partitions, the worker idles).",
+));
 /// `eventpipe_plugin_swaps`.
 pub const PLUGIN_SWAPS: Family =
     single("eventpipe_plugin_swaps", "Plugin versions swapped in or reverted by hot reload.");
@@ -411,6 +417,7 @@ pub const FAMILIES: &[&Family] = &[
     &NATS_PUBLISHED,
     &NATS_DUPLICATES,
     &NATS_PUBLISH_RETRIES,
+    &NATS_WORKER_PARTITIONS,
     &PLUGIN_SWAPS,
     &PLUGIN_TIER_UPS,
     &PLUGIN_RELOADS_REJECTED,

@@ -84,6 +84,8 @@ pub struct ScaleCounters {
     skipped_redelivered: AtomicU64,
     last_snapshot_bytes: AtomicU64,
     last_snapshot_micros: AtomicU64,
+    /// A worker's partitions, plus one (0: not a worker, or not started).
+    worker_partitions: AtomicU64,
 }
 
 /// What [`ScaleCounters`] hold, as the summary shows them.
@@ -437,6 +439,7 @@ pub async fn run_worker(
     shutdown: CancellationToken,
 ) -> SourceStats {
     let mine = o.worker.partitions(connected.partitions);
+    o.scale.worker_partitions.store(mine.len() as u64 + 1, Ordering::Relaxed);
     let connected = Arc::new(connected);
     let mut inputs = Vec::with_capacity(mine.len());
     let mut feeders = Vec::with_capacity(mine.len());
@@ -783,8 +786,16 @@ fn announce(line: &str) {
 pub type LiveStats = Arc<Mutex<RouterStats>>;
 
 impl crate::metrics::Snapshot {
-    /// Adds a scale-out's counters ([`ScaleStats`]): snapshots by outcome and the publish
-    /// tier's publications.
+    /// Sets the partitions a worker consumes (`eventpipe_nats_worker_partitions`; nothing when
+    /// the run is not a worker).
+    pub fn add_worker_partitions(&mut self, counters: &ScaleCounters) {
+        if let Some(n) = counters.worker_partitions.load(Ordering::Relaxed).checked_sub(1) {
+            self.set(&crate::metrics::NATS_WORKER_PARTITIONS, &[], n);
+        }
+    }
+
+    /// Adds the scale-out counters: snapshots per outcome, the publish tier's publications,
+    /// duplicates and retries.
     pub fn add_scale(&mut self, s: &ScaleStats) {
         use crate::metrics::{NATS_DUPLICATES, NATS_PUBLISH_RETRIES, NATS_PUBLISHED, SNAPSHOTS};
         for (outcome, n) in [

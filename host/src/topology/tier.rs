@@ -134,6 +134,7 @@ impl Tier {
             s.add_router(&stats);
             s.add_acknowledgements(&acks);
             s.add_scale(&scale.stats());
+            s.add_worker_partitions(&scale);
             s.add_broadcaster(&broadcaster);
         });
     }

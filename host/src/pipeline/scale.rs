@@ -115,6 +115,11 @@ pub struct ScaleStats {
 }
 
 impl ScaleCounters {
+    /// A worker started on `partitions` partitions (`eventpipe_nats_worker_partitions`).
+    pub fn worker_started(&self, partitions: usize) {
+        self.worker_partitions.store(partitions as u64 + 1, Ordering::Relaxed);
+    }
+
     /// The counters now.
     pub fn stats(&self) -> ScaleStats {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
@@ -439,7 +444,7 @@ pub async fn run_worker(
     shutdown: CancellationToken,
 ) -> SourceStats {
     let mine = o.worker.partitions(connected.partitions);
-    o.scale.worker_partitions.store(mine.len() as u64 + 1, Ordering::Relaxed);
+    o.scale.worker_started(mine.len());
     let connected = Arc::new(connected);
     let mut inputs = Vec::with_capacity(mine.len());
     let mut feeders = Vec::with_capacity(mine.len());
@@ -815,6 +820,25 @@ impl crate::metrics::Snapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_worker_exposes_its_partitions_even_when_it_has_none() {
+        let counters = ScaleCounters::default();
+        let mut snapshot = crate::metrics::Snapshot::default();
+        snapshot.add_worker_partitions(&counters);
+        assert_eq!(snapshot.get(&crate::metrics::NATS_WORKER_PARTITIONS, &[]), None);
+        // Four workers on three partitions: the fourth has none.
+        let fourth: WorkerIndex = "3/4".parse().unwrap();
+        counters.worker_started(fourth.partitions(3).len());
+        snapshot.add_worker_partitions(&counters);
+        assert_eq!(snapshot.get(&crate::metrics::NATS_WORKER_PARTITIONS, &[]), Some(0));
+        let metrics = crate::metrics::Metrics::new();
+        let counters = std::sync::Arc::new(counters);
+        metrics.add_source(move |s| s.add_worker_partitions(&counters));
+        let text = metrics.encode().unwrap();
+        assert!(text.contains("# TYPE eventpipe_nats_worker_partitions gauge"), "{text}");
+        assert!(text.contains("\neventpipe_nats_worker_partitions{} 0\n"), "{text}");
+    }
 
     #[test]
     fn worker_indexes_take_every_partition_once() {

@@ -41,6 +41,9 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::metrics::Counts;
+use crate::metrics::histogram::{HistogramOf, Writes};
+
 /// How events are delivered.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum Delivery {
@@ -404,10 +407,14 @@ impl Progress {
 /// acknowledged prefix: event `seq` (numbered in Broadcaster order from 0) counts only once it
 /// and every event before it are acknowledged, so a saved position never skips an event still
 /// in flight. Shared by the partitions of a run.
+///
+/// It also times each event from its numbering to its acknowledgement
+/// ([`latencies`](Self::latencies)).
 #[derive(Debug, Default)]
 pub struct Acknowledgements {
     state: Mutex<AckState>,
     progress: Option<Arc<Progress>>,
+    latency: HistogramOf<Writes>,
 }
 
 #[derive(Debug, Default)]
@@ -416,12 +423,14 @@ struct AckState {
     base: u64,
     /// Whether each event from `base` on is acknowledged.
     done: VecDeque<bool>,
+    /// When each event from `base` on was numbered.
+    begun: VecDeque<Instant>,
 }
 
 impl Acknowledgements {
     /// A tracker reporting to `progress` (none: it only numbers events).
     pub fn new(progress: Option<Arc<Progress>>) -> Self {
-        Self { state: Mutex::default(), progress }
+        Self { progress, ..Self::default() }
     }
 
     /// Numbers the next event (call in Broadcaster order).
@@ -432,9 +441,11 @@ impl Acknowledgements {
     /// Numbers the next `n` events at once (call in Broadcaster order): the same numbers as `n`
     /// calls of [`begin`](Self::begin), under one lock.
     pub fn begin_many(&self, n: usize) -> std::ops::Range<u64> {
+        let now = Instant::now();
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let first = state.base + state.done.len() as u64;
         state.done.extend(std::iter::repeat_n(false, n));
+        state.begun.extend(std::iter::repeat_n(now, n));
         first..first + n as u64
     }
 
@@ -446,16 +457,20 @@ impl Acknowledgements {
 
     /// Events `seqs` are finished, in any order: as one [`ack`](Self::ack) each, under one lock.
     pub fn ack_many(&self, seqs: &[u64]) {
+        let now = Instant::now();
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let base = state.base;
         for &seq in seqs {
-            if let Some(slot) = seq.checked_sub(base).and_then(|i| state.done.get_mut(i as usize)) {
+            let Some(i) = seq.checked_sub(base).map(|i| i as usize) else { continue };
+            if let Some(slot @ false) = state.done.get_mut(i) {
                 *slot = true;
+                self.latency.observe_duration(now.saturating_duration_since(state.begun[i]));
             }
         }
         let mut finished = 0;
         while state.done.front() == Some(&true) {
             state.done.pop_front();
+            state.begun.pop_front();
             finished += 1;
         }
         state.base += finished;
@@ -465,9 +480,23 @@ impl Acknowledgements {
         }
     }
 
+    /// How long each acknowledged event took from its numbering (the tenant router taking it
+    /// off the Broadcaster's queue) to its acknowledgement, nanoseconds.
+    pub fn latencies(&self) -> Counts {
+        self.latency.counts()
+    }
+
     /// Events numbered and not yet part of the acknowledged prefix.
     pub fn pending(&self) -> usize {
         self.state.lock().unwrap_or_else(|p| p.into_inner()).done.len()
+    }
+}
+
+impl crate::metrics::Snapshot {
+    /// Adds the events' latency from numbering to acknowledgement
+    /// (`eventpipe_event_latency_seconds`).
+    pub fn add_acknowledgements(&mut self, acks: &Acknowledgements) {
+        self.add_histogram(&crate::metrics::EVENT_LATENCY, &[], &acks.latencies());
     }
 }
 

@@ -52,8 +52,8 @@
 //! - [`correlator`], [`tenant`] (matching and drop/keep rules), [`partition`], [`broadcaster`],
 //!   [`delivery`], [`k8s`] (the API server connection), [`nats`], [`event`], [`clock`], and the
 //!   small ones ([`health`], [`http_server`], [`logging`], [`redact`], [`reload`], [`metrics`]:
-//!   the `/metrics` families and their server; each module above adds its own counters): the
-//!   ground floor.
+//!   the `/metrics` families, their lock-free histograms and their server; each module above
+//!   adds its own counters and histograms): the ground floor.
 
 pub mod broadcaster;
 pub mod clock;

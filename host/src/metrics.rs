@@ -15,6 +15,9 @@
 //! `RouterStats`, `Snapshot::add_webhook` beside the webhook sink, …), and each piece of the
 //! running topology ([`crate::topology`]) registers its source.
 //!
+//! Histograms ([`histogram`]) come as `_bucket{le}`, `_sum` and `_count` series; durations in
+//! seconds.
+//!
 //! # Families (OpenMetrics names; counters end in `_total`)
 //!
 //! | family | labels | from |
@@ -43,6 +46,10 @@
 //! | `eventpipe_events_folded_total` | `tenant` | writes the cap counted under `other` |
 //! | `eventpipe_plugin_calls_total`, `_events_total`, `_fuel_consumed_total`, `_fallbacks_total`, `_drops_total`, `_instances_total`, `_memo_hits_total`, `_memo_misses_total` | `plugin`, `tenant` | `PluginStats` |
 //! | `eventpipe_plugin_call_seconds_total` | `plugin`, `tenant` | time inside plugin calls |
+//! | `eventpipe_plugin_call_duration_seconds` (histogram) | `plugin`, `tenant` | each plugin call (a batch of events), seconds |
+//! | `eventpipe_sink_write_duration_seconds` (histogram) | `sink` | each event's write to a sink (`recordToSink` with its retries), seconds |
+//! | `eventpipe_sink_batch_size` (histogram) | `sink` | events per webhook batch |
+//! | `eventpipe_event_latency_seconds` (histogram) | — | from the tenant router taking an event off the Broadcaster's queue to its acknowledgement, seconds |
 //! | `eventpipe_plugin_quarantines_total`, `eventpipe_plugin_quarantined` (gauge) | `plugin`, `tenant` | circuit breaker ([`crate::plugin::breaker`]) |
 //! | `eventpipe_plugin_failures_total` | `plugin`, `tenant`, `reason` (`trap`, `out_of_fuel`, `memory_limit`, `garbage`, …) | `PluginStats` |
 //! | `eventpipe_plugin_swaps_total`, `eventpipe_plugin_tier_ups_total`, `eventpipe_plugin_reloads_rejected_total` | — | plugin registry |
@@ -50,11 +57,14 @@
 //! | `eventpipe_config_reloads_total` | `result` (`applied`, `rejected`) | tenant config reloads |
 //! | `eventpipe_snapshots_total` | `outcome` (`stored`, `restored`, `refused`, `failed`) | correlator snapshots ([`crate::pipeline::scale`], a single host's state file) |
 //! | `eventpipe_nats_published_total`, `eventpipe_nats_duplicates_total`, `eventpipe_nats_publish_retries_total` | — | the NATS publish tier |
+//! | `eventpipe_nats_worker_partitions` (gauge) | — | a NATS worker's partitions (workers only) |
 //! | `eventpipe_ingest_requests_total` | — | HTTP ingest |
 //! | `eventpipe_ingest_rejected_total` | `reason` | HTTP ingest error answers and bad documents |
 //! | `eventpipe_watch_cache_resource_version`, `_objects`, `_window_changes`, `_watches` (gauges) | — | the watch cache ([`crate::watch_cache`]): its newest resourceVersion, events held, changes in the window, watches open |
 //! | `eventpipe_watch_cache_changes_total`, `_deleted_total` | — / `reason` (`ttl`, `max_objects`) | changes made; events deleted for their TTL or the object bound |
 //! | `eventpipe_watch_cache_watches_cut_off_total`, `_expired_requests_total` | — | watches cut off for a full queue; lists and watches answered `410 Expired` |
+
+pub mod histogram;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
@@ -64,11 +74,13 @@ use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
+
+pub use histogram::{Counts, Histogram};
 
 /// The `Content-Type` of `GET /metrics` (OpenMetrics text 1.0.0, which Prometheus scrapes).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -90,6 +102,10 @@ pub enum Kind {
     Gauge,
     /// A counter of nanoseconds, exposed in seconds.
     Nanoseconds,
+    /// A histogram of nanoseconds ([`Counts`]), exposed in seconds.
+    DurationHistogram,
+    /// A histogram of sizes (items).
+    SizeHistogram,
 }
 
 /// A label set of the table: (label, value) pairs.
@@ -109,6 +125,10 @@ pub struct Family {
     /// Described only once something added to it (HTTP ingest, the watch cache: only runs that
     /// have them).
     pub when_present: bool,
+}
+
+const fn histogram(name: &'static str, help: &'static str, kind: Kind) -> Family {
+    Family { name, help, kind, always: &[], when_present: false }
 }
 
 const fn counter(name: &'static str, help: &'static str) -> Family {
@@ -263,6 +283,33 @@ pub const PLUGIN_QUARANTINED: Family = gauge(
     "eventpipe_plugin_quarantined",
     "1 while the plugin is quarantined (its fallback used without calling it), else 0.",
 );
+/// `eventpipe_plugin_call_duration_seconds` (`plugin`, `tenant`): a histogram.
+pub const PLUGIN_CALL_DURATION: Family = histogram(
+    "eventpipe_plugin_call_duration_seconds",
+    "Plugin calls (one call takes a batch of events: lowering, running, lifting), seconds.",
+    Kind::DurationHistogram,
+);
+/// `eventpipe_sink_write_duration_seconds` (`sink`): a histogram.
+pub const SINK_WRITE_DURATION: Family = histogram(
+    "eventpipe_sink_write_duration_seconds",
+    "Sink writes of one event (recordToSink with its retries, until it ended), per sink, seconds.",
+    Kind::DurationHistogram,
+);
+/// `eventpipe_sink_batch_size` (`sink`): a histogram.
+pub const SINK_BATCH_SIZE: Family = histogram(
+    "eventpipe_sink_batch_size",
+    "Events per batch a batching sink (webhook) sent, per sink.",
+    Kind::SizeHistogram,
+);
+/// `eventpipe_event_latency_seconds`: a histogram.
+pub const EVENT_LATENCY: Family = Family {
+    always: &[&[]],
+    ..histogram(
+        "eventpipe_event_latency_seconds",
+        "Events from the tenant router taking them off the Broadcaster's queue to acknowledged (every at-least-once write ended, or nothing to write), seconds.",
+        Kind::DurationHistogram,
+    )
+};
 /// `eventpipe_snapshots` (`outcome`).
 pub const SNAPSHOTS: Family = counter(
     "eventpipe_snapshots",
@@ -277,6 +324,11 @@ pub const NATS_DUPLICATES: Family =
 /// `eventpipe_nats_publish_retries`.
 pub const NATS_PUBLISH_RETRIES: Family =
     single("eventpipe_nats_publish_retries", "Publications to JetStream tried again.");
+/// `eventpipe_nats_worker_partitions` (a gauge, workers only).
+pub const NATS_WORKER_PARTITIONS: Family = present(gauge(
+    "eventpipe_nats_worker_partitions",
+    "Partitions of the stream this worker consumes (0: more workers than partitions, the worker idles).",
+));
 /// `eventpipe_plugin_swaps`.
 pub const PLUGIN_SWAPS: Family =
     single("eventpipe_plugin_swaps", "Plugin versions swapped in or reverted by hot reload.");
@@ -380,10 +432,15 @@ pub const FAMILIES: &[&Family] = &[
     &PLUGIN_MEMO_MISSES,
     &PLUGIN_QUARANTINES,
     &PLUGIN_QUARANTINED,
+    &PLUGIN_CALL_DURATION,
+    &SINK_WRITE_DURATION,
+    &SINK_BATCH_SIZE,
+    &EVENT_LATENCY,
     &SNAPSHOTS,
     &NATS_PUBLISHED,
     &NATS_DUPLICATES,
     &NATS_PUBLISH_RETRIES,
+    &NATS_WORKER_PARTITIONS,
     &PLUGIN_SWAPS,
     &PLUGIN_TIER_UPS,
     &PLUGIN_RELOADS_REJECTED,
@@ -409,6 +466,7 @@ type Labels = Vec<(&'static str, String)>;
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Snapshot {
     families: BTreeMap<&'static str, BTreeMap<Labels, u64>>,
+    histograms: BTreeMap<&'static str, BTreeMap<Labels, Counts>>,
 }
 
 fn labels(pairs: &[(&'static str, &str)]) -> Labels {
@@ -435,6 +493,16 @@ impl Snapshot {
     /// The value of `family`'s series with `labels`, if anything added to it.
     pub fn get(&self, family: &Family, labels_: &[(&'static str, &str)]) -> Option<u64> {
         self.families.get(family.name).and_then(|series| series.get(&labels(labels_))).copied()
+    }
+
+    /// Adds `counts` to histogram `family`'s series with `labels`.
+    pub fn add_histogram(&mut self, family: &Family, labels_: &[(&'static str, &str)], counts: &Counts) {
+        self.histograms.entry(family.name).or_default().entry(labels(labels_)).or_default().add(counts);
+    }
+
+    /// The counts of histogram `family`'s series with `labels`, if anything added to it.
+    pub fn histogram(&self, family: &Family, labels_: &[(&'static str, &str)]) -> Option<&Counts> {
+        self.histograms.get(family.name).and_then(|series| series.get(&labels(labels_)))
     }
 
     /// Adds `n` events read from `source`.
@@ -543,6 +611,7 @@ fn encode_family(
     let metric_type = match family.kind {
         Kind::Gauge => MetricType::Gauge,
         Kind::Counter | Kind::Nanoseconds => MetricType::Counter,
+        Kind::DurationHistogram | Kind::SizeHistogram => MetricType::Histogram,
     };
     let mut series: BTreeMap<Labels, u64> = family.always.iter().map(|l| (labels(l), 0)).collect();
     for (l, n) in added.into_iter().flatten() {
@@ -555,7 +624,53 @@ fn encode_family(
             Kind::Gauge => ConstGauge::new(i64::try_from(*value).unwrap_or(i64::MAX)).encode(encoder)?,
             Kind::Counter => ConstCounter::new(*value).encode(encoder)?,
             Kind::Nanoseconds => ConstCounter::new(*value as f64 / 1e9).encode(encoder)?,
+            Kind::DurationHistogram | Kind::SizeHistogram => unreachable!("histograms are encoded apart"),
         }
+    }
+    Ok(())
+}
+
+/// Histogram counts as the encoder takes them (`scale`: 1e-9 for seconds from nanoseconds).
+struct ConstHistogram<'a> {
+    counts: &'a Counts,
+    scale: f64,
+}
+
+impl EncodeMetric for ConstHistogram<'_> {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let sum = self.counts.sum() as f64 * self.scale;
+        encoder.encode_histogram::<NoLabelSet>(sum, self.counts.count(), &self.counts.buckets(self.scale), None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
+}
+
+/// Writes one histogram family: its descriptor, then its series (those always shown, empty
+/// with the bounds of `empty` when nothing added to them).
+fn encode_histogram_family(
+    encoder: &mut DescriptorEncoder,
+    family: &Family,
+    added: Option<&BTreeMap<Labels, Counts>>,
+) -> Result<(), std::fmt::Error> {
+    let (scale, empty) = match family.kind {
+        Kind::SizeHistogram => (1.0, histogram::BATCH_BOUNDS),
+        _ => (1e-9, histogram::WRITE_BOUNDS),
+    };
+    let mut series: BTreeMap<Labels, Counts> = family.always.iter().map(|l| (labels(l), Counts::new(empty))).collect();
+    for (l, counts) in added.into_iter().flatten() {
+        match series.get_mut(l) {
+            Some(mine) if mine.is_empty() => *mine = counts.clone(),
+            Some(mine) => mine.add(counts),
+            None => {
+                series.insert(l.clone(), counts.clone());
+            }
+        }
+    }
+    let mut descriptor = encoder.encode_descriptor(family.name, family.help, None, MetricType::Histogram)?;
+    for (labels, counts) in &series {
+        ConstHistogram { counts, scale }.encode(descriptor.encode_family(labels)?)?;
     }
     Ok(())
 }
@@ -564,6 +679,13 @@ impl Collector for SnapshotCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let snapshot = self.0.snapshot();
         for family in FAMILIES {
+            if matches!(family.kind, Kind::DurationHistogram | Kind::SizeHistogram) {
+                let added = snapshot.histograms.get(family.name);
+                if !(family.when_present && added.is_none()) {
+                    encode_histogram_family(&mut encoder, family, added)?;
+                }
+                continue;
+            }
             let added = snapshot.families.get(family.name);
             if family.when_present && added.is_none() {
                 continue;

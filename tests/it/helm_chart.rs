@@ -314,6 +314,12 @@ impl Renderer {
         let mut piped: Option<Value> = None;
         for command in pipeline {
             let value = match &command[0] {
+                // Helm's `.Files.Get PATH`: a file of the chart.
+                Term::Field(path) | Term::Root(path) if path == &["Files", "Get"] => {
+                    let mut args: Vec<Value> = command[1..].iter().map(|t| self.term(t, dot)).collect();
+                    args.extend(piped.take());
+                    self.call("Files.Get", args, dot)
+                }
                 Term::Func(name) => {
                     let mut args: Vec<Value> = command[1..].iter().map(|t| self.term(t, dot)).collect();
                     args.extend(piped.take());
@@ -384,6 +390,10 @@ impl Renderer {
             ("trunc", 2) => Value::String(s(1).chars().take(n(0)).collect()),
             ("trimSuffix", 2) => Value::String(s(1).strip_suffix(&s(0)).map_or(s(1), String::from)),
             ("contains", 2) => Value::Bool(s(1).contains(&s(0))),
+            ("Files.Get", 1) => {
+                let path = chart_dir().join(s(0));
+                Value::String(std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
+            }
             _ => panic!("unsupported function {name}/{}", args.len()),
         }
     }
@@ -714,6 +724,24 @@ fn the_service_monitor_is_off_by_default_and_sends_the_token_when_one_is_set() {
     assert_eq!(token["valueFrom"]["secretKeyRef"], json!({"name": "ep-token", "key": "token"}));
 }
 
+/// The PrometheusRule carries the shipped rules file (examples/monitoring/eventpipe-alerts.yaml,
+/// which promtool checks in tests/it/monitoring.rs) as its spec.
+#[test]
+fn the_prometheus_rule_is_off_by_default_and_carries_the_shipped_alerts() {
+    assert!(!kinds(&render(json!({}))).contains("PrometheusRule"));
+    let docs = render(json!({"metrics": {"prometheusRule": {"enabled": true, "labels": {"release": "kps"}}}}));
+    let rule = find(&docs, "PrometheusRule");
+    assert_eq!(rule["apiVersion"], "monitoring.coreos.com/v1");
+    assert_eq!(rule["metadata"]["labels"]["release"], "kps");
+    assert_eq!(rule["metadata"]["namespace"], "monitoring");
+    let shipped: Value = serde_norway::from_str(
+        &std::fs::read_to_string(chart_dir().join("../../../monitoring/eventpipe-alerts.yaml")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(rule["spec"], shipped);
+    assert!(shipped["groups"][0]["rules"].as_array().unwrap().len() >= 5);
+}
+
 #[test]
 fn the_values_schema_is_json_and_names_the_toggles() {
     let schema: Value =
@@ -771,7 +799,7 @@ fn every_value_takes_effect() {
         json!({
             "delivery": "at-least-once",
             "plugins": {"image": "registry.example/plugins:1"},
-            "metrics": {"serviceMonitor": {"enabled": true}},
+            "metrics": {"serviceMonitor": {"enabled": true}, "prometheusRule": {"enabled": true}},
             "ingestToken": {"existingSecret": "ep-token"},
         }),
     ];

@@ -735,3 +735,63 @@ async fn duplicate_creates_dry_runs_and_bad_write_options_are_answered_as_the_ap
     assert!(rx.try_recv().is_err(), "nothing refused was forwarded");
     assert_eq!(ingest.stats().already_exists, 1);
 }
+
+/// `eventpipe run --source http:…` fed as recorders feed an API server: one event per `POST`,
+/// from several keep-alive connections at once (the ingest benchmark's load, small). After
+/// SIGTERM the summary reads every accepted event and writes each (all distinct objects).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn single_event_posts_on_keep_alive_connections_are_all_processed() {
+    const CONNECTIONS: usize = 8;
+    const PER_CONNECTION: usize = 40;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.jsonl");
+    let mut run = std::process::Command::new(env!("CARGO_BIN_EXE_eventpipe"))
+        .args(["run", "--summary-json", "--no-watch", "--source=http:127.0.0.1:0"])
+        .arg(format!("--sink=jsonl:{}", out.display()))
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = crate::common::stderr_lines(&mut run);
+    let addr: SocketAddr = loop {
+        let line = lines.recv_timeout(Duration::from_secs(120)).expect("the run announces its address");
+        if let Some((_, rest)) = line.split_once("HTTP ingest listening on ") {
+            break rest.trim().trim_start_matches("http://").trim_end_matches('/').parse().unwrap();
+        }
+    };
+    let connections = (0..CONNECTIONS).map(|c| {
+        tokio::spawn(async move {
+            let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let (mut sender, conn) =
+                hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.unwrap();
+            tokio::spawn(conn);
+            let mut created = 0;
+            for i in 0..PER_CONNECTION {
+                let mut event: Value = serde_json::from_str(CLIENT_GO_CREATE).unwrap();
+                event["metadata"]["name"] = json!(format!("pod-{c}-{i}.17f0c9d2a5b3e4c1"));
+                event["involvedObject"]["name"] = json!(format!("pod-{c}-{i}"));
+                let request = Request::post(EVENTS)
+                    .header(header::HOST, addr.to_string())
+                    .header(header::CONTENT_TYPE, "application/json")
+                    .body(http_body_util::Full::new(bytes::Bytes::from(event.to_string())))
+                    .unwrap();
+                sender.ready().await.unwrap();
+                let response = sender.send_request(request).await.unwrap();
+                created += usize::from(response.status() == StatusCode::CREATED);
+                response.into_body().collect().await.unwrap();
+            }
+            created
+        })
+    });
+    let mut accepted = 0;
+    for c in connections.collect::<Vec<_>>() {
+        accepted += c.await.unwrap();
+    }
+    assert_eq!(accepted, CONNECTIONS * PER_CONNECTION, "every POST answered 201");
+    let _ = std::process::Command::new("kill").args(["-TERM", &run.id().to_string()]).status();
+    assert!(run.wait().unwrap().success());
+    let summary: Value =
+        lines.iter().filter_map(|l| serde_json::from_str::<Value>(&l).ok()).last().expect("the summary");
+    assert_eq!(summary["read"], json!(accepted), "{summary}");
+    assert_eq!(summary["created"], json!(accepted), "{summary}");
+    assert_eq!(std::fs::read_to_string(&out).unwrap().lines().count(), accepted);
+}

@@ -16,6 +16,7 @@ mod http_ingest;
 mod kubernetes;
 mod memo;
 mod metrics;
+mod monitoring;
 mod nats;
 mod new_plugin;
 mod oci;

@@ -39,7 +39,7 @@ impl Scrape {
             }
             if let Some(rest) = line.strip_prefix("# TYPE ") {
                 let (name, kind) = rest.split_once(' ').unwrap();
-                assert!(["counter", "gauge"].contains(&kind), "{line}");
+                assert!(["counter", "gauge", "histogram"].contains(&kind), "{line}");
                 scrape.types.insert(name.to_string(), kind.to_string());
                 continue;
             }
@@ -53,7 +53,11 @@ impl Scrape {
                 Some((name, rest)) => (name, parse_labels(rest.strip_suffix('}').unwrap())),
                 None => (series, Vec::new()),
             };
-            let family = name.strip_suffix("_total").unwrap_or(name);
+            let histogram = ["_bucket", "_sum", "_count"]
+                .iter()
+                .filter_map(|suffix| name.strip_suffix(suffix))
+                .find(|base| scrape.types.get(*base).is_some_and(|t| t == "histogram"));
+            let family = histogram.unwrap_or_else(|| name.strip_suffix("_total").unwrap_or(name));
             assert!(scrape.types.contains_key(family), "sample before its # TYPE: {line}");
             if scrape.types[family] == "counter" {
                 assert!(name.ends_with("_total"), "counter sample without _total: {line}");
@@ -130,6 +134,16 @@ async fn an_empty_registry_describes_every_family() {
     }
     assert_eq!(s.types["eventpipe_sink_queue_depth"], "gauge");
     assert_eq!(s.get("eventpipe_plugin_swaps_total", &[]), 0.0);
+    for family in [
+        "eventpipe_sink_write_duration_seconds",
+        "eventpipe_sink_batch_size",
+        "eventpipe_plugin_call_duration_seconds",
+        "eventpipe_event_latency_seconds",
+    ] {
+        assert_eq!(s.types.get(family).map(String::as_str), Some("histogram"), "{family}");
+    }
+    assert_eq!(s.get("eventpipe_event_latency_seconds_count", &[]), 0.0);
+    assert_eq!(s.get("eventpipe_event_latency_seconds_bucket", &[("le", "+Inf")]), 0.0);
 }
 
 #[tokio::test]
@@ -512,6 +526,87 @@ async fn a_run_exposes_its_sink_plugins_and_their_refusals_on_metrics() {
     assert_eq!(s.get("eventpipe_plugin_failures_total", &p("trap")), 1.0);
     assert_eq!(s.get("eventpipe_plugin_failures_total", &p("garbage")), 1.0);
     assert_eq!(s.get("eventpipe_record_retries_total", &[("tenant", "default")]), 0.0);
+    // Every plugin call is timed in the histogram.
+    let plugin = [("plugin", "misbehave_sink"), ("tenant", "default")];
+    let calls = s.get("eventpipe_plugin_calls_total", &plugin);
+    assert!(calls >= 6.0, "{calls}");
+    assert_histogram(&s, "eventpipe_plugin_call_duration_seconds", &plugin, calls);
+}
+
+/// Checks histogram `name`'s series with `labels`: `count` observations, cumulative buckets
+/// ending in `+Inf` at the count, a sum that is not negative.
+fn assert_histogram(s: &Scrape, name: &str, labels: &[(&str, &str)], count: f64) {
+    assert_eq!(s.get(&format!("{name}_count"), labels), count, "{name}{labels:?}");
+    assert!(s.get(&format!("{name}_sum"), labels) >= 0.0);
+    let mut key: Vec<(String, String)> = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    key.sort();
+    let mut buckets: Vec<(f64, f64)> = s.samples[&format!("{name}_bucket")]
+        .iter()
+        .filter_map(|(l, v)| {
+            let (le, rest): (Vec<_>, Vec<_>) = l.iter().cloned().partition(|(k, _)| k == "le");
+            (rest == key).then(|| (le[0].1.parse::<f64>().unwrap(), *v))
+        })
+        .collect();
+    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    assert!(buckets.len() > 2, "{name}: {buckets:?}");
+    assert!(buckets.windows(2).all(|w| w[0].1 <= w[1].1), "{name}: buckets not cumulative: {buckets:?}");
+    assert_eq!(buckets.last().unwrap(), &(f64::INFINITY, count), "{name}: +Inf is the count");
+}
+
+/// A run writing 50 events to a webhook: the sink-write histogram counts every write of the
+/// sink, the batch-size histogram every request the endpoint answered (summing to the events
+/// sent), and the end-to-end histogram every event routed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_exposes_histograms_that_count_what_happened() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hook = listener.local_addr().unwrap();
+    let requests = Arc::new(AtomicU64::new(0));
+    let counted = requests.clone();
+    let app = axum::Router::new().route(
+        "/",
+        axum::routing::post(move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+            async { StatusCode::OK }
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("events.jsonl");
+    let stream =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/data/occurrences.jsonl")).unwrap();
+    std::fs::write(&source, stream.lines().take(50).collect::<Vec<_>>().join("\n") + "\n").unwrap();
+    let (run, metrics_addr) = spawn_run(
+        &[
+            "--no-watch".into(),
+            "--follow".into(),
+            "--metrics=127.0.0.1:0".into(),
+            format!("--source=jsonl:{}", source.display()),
+            format!("--sink=webhook:http://{hook}/"),
+        ],
+        "metrics on http://",
+    );
+    let name = format!("webhook:http://{hook}/");
+    let sink = [("sink", name.as_str())];
+    let routed = [("tenant", "default")];
+    let s = scrape_until(&metrics_addr, |s| {
+        s.find("eventpipe_events_routed_total", &routed) == Some(50.0)
+            && s.find("eventpipe_event_latency_seconds_count", &[]) == Some(50.0)
+            && s.find("eventpipe_sink_acked_total", &sink).is_some_and(|n| n > 0.0)
+            && s.find("eventpipe_sink_acked_total", &sink) == s.find("eventpipe_sink_sent_total", &sink)
+    })
+    .await;
+    stop(run);
+    let writes: f64 = ["create", "patch", "dropped", "gave_up", "cancelled"]
+        .iter()
+        .map(|outcome| s.get("eventpipe_sink_outcomes_total", &[("sink", name.as_str()), ("outcome", outcome)]))
+        .sum();
+    assert!(writes > 0.0);
+    assert_histogram(&s, "eventpipe_sink_write_duration_seconds", &sink, writes);
+    assert_histogram(&s, "eventpipe_sink_batch_size", &sink, requests.load(Ordering::SeqCst) as f64);
+    assert_eq!(s.get("eventpipe_sink_batch_size_sum", &sink), s.get("eventpipe_sink_sent_total", &sink));
+    assert_histogram(&s, "eventpipe_event_latency_seconds", &[], 50.0);
+    assert_eq!(s.types["eventpipe_sink_write_duration_seconds"], "histogram");
 }
 
 /// `eventpipe run --follow` of an empty file with `--metrics` and the ingest token set: the

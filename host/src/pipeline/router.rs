@@ -48,6 +48,7 @@ use crate::correlator::snapshot::{SnapshotRefused, TenantSnapshot};
 use crate::correlator::{CorrelationClock, EventCorrelateResult, PREPARE_BATCH_SIZE};
 use crate::delivery::{Acknowledgements, DeliveryMode};
 use crate::event::{Event, SharedEvent};
+use crate::metrics::Counts;
 pub use crate::partition::PartitionKey;
 use crate::pipeline::plan::TenantPlan;
 use crate::pipeline::stage::{Staged, TenantStages};
@@ -96,6 +97,10 @@ pub struct RouterStats {
     pub missing_namespaces: BTreeMap<String, u64>,
     /// Plans taken after the first (config reloads).
     pub reloads: u64,
+    /// Per sink, as `sinks`: how long each write took (nanoseconds), from its start to its
+    /// outcome, retries included.
+    #[serde(skip)]
+    pub sink_write_durations: BTreeMap<String, Counts>,
 }
 
 impl RouterStats {
@@ -122,6 +127,14 @@ impl RouterStats {
         }
         for (label, s) in &other.sinks {
             self.sinks.entry(label.clone()).or_default().add(s);
+        }
+        for (label, d) in &other.sink_write_durations {
+            match self.sink_write_durations.get_mut(label) {
+                Some(mine) => mine.add(d),
+                None => {
+                    self.sink_write_durations.insert(label.clone(), d.clone());
+                }
+            }
         }
         for (plugin, reasons) in &other.dropped_by_plugin {
             let mine = self.dropped_by_plugin.entry(plugin.clone()).or_default();
@@ -456,6 +469,8 @@ struct Done {
     gating: bool,
     /// As [`Job::summary`].
     summary: bool,
+    /// How long the write took, from its start to its outcome (retries included).
+    took: std::time::Duration,
 }
 
 type Write = Pin<Box<dyn Future<Output = Done> + Send>>;
@@ -831,6 +846,19 @@ impl Partition {
         sink.count(outcome);
     }
 
+    /// Counts one ended write's duration for its sink (`label`).
+    fn time_write(&mut self, label: &Arc<str>, took: std::time::Duration) {
+        let durations = match self.stats.sink_write_durations.get_mut(&**label) {
+            Some(durations) => durations,
+            None => self
+                .stats
+                .sink_write_durations
+                .entry(label.to_string())
+                .or_insert_with(|| Counts::new(crate::metrics::histogram::WRITE_BOUNDS)),
+        };
+        durations.observe_duration(took);
+    }
+
     /// Starts `job` once its sink has room and no earlier write of the same event is in flight
     /// (or, for a sink that keeps one event's writes in order itself, at once).
     async fn submit(&mut self, job: Job) {
@@ -876,7 +904,9 @@ impl Partition {
         }
         let mut write: Write = Box::pin(async move {
             let (retry, cancel) = &*read;
+            let started = std::time::Instant::now();
             let (outcome, stored) = sink.write(result, retry, cancel).await;
+            let took = started.elapsed();
             Done {
                 tenant,
                 seq,
@@ -890,6 +920,7 @@ impl Partition {
                 in_flight: false,
                 gating,
                 summary,
+                took,
             }
         });
         match write.as_mut().poll(&mut Context::from_waker(std::task::Waker::noop())) {
@@ -909,6 +940,7 @@ impl Partition {
         let mut ended = Some(done);
         while let Some(done) = ended.take() {
             self.count(&done.tenant, &done.label, done.aggregated, &done.outcome);
+            self.time_write(&done.label, done.took);
             if let (false, Some(stored), Some(t)) = (done.summary, &done.stored, self.stages.position(&done.tenant)) {
                 let key = if stored.as_sent() { done.state_key } else { None };
                 self.stages.stage_mut(t).update_state_unless_stale(stored.event(), key);
@@ -965,11 +997,11 @@ impl crate::metrics::Snapshot {
     /// Adds the tenant router watcher's counters: per tenant routed, writes by verb, failures
     /// by outcome, retries, spam skips, aggregations, filter-plugin drops, spam exemptions and
     /// "N suppressed" summaries; drops per declarative rule; rejections per reason; write
-    /// outcomes per sink; `reloads` as applied config reloads.
+    /// outcomes and write durations per sink; `reloads` as applied config reloads.
     pub fn add_router(&mut self, stats: &RouterStats) {
         use crate::metrics::{
             AGGREGATED, CONFIG_RELOADS, FILTERED, RECORD_RETRIES, ROUTED, RULE_DROPPED, SINK_OUTCOMES, SINK_REJECTED,
-            SINK_WRITES, SPAM_EXEMPTED, SPAM_SKIPPED, SUPPRESSED_SUMMARIES, WRITE_FAILURES,
+            SINK_WRITE_DURATION, SINK_WRITES, SPAM_EXEMPTED, SPAM_SKIPPED, SUPPRESSED_SUMMARIES, WRITE_FAILURES,
         };
         for (tenant, s) in &stats.tenants {
             let tenant = tenant.as_str();
@@ -1014,6 +1046,9 @@ impl crate::metrics::Snapshot {
             ] {
                 self.add(&SINK_OUTCOMES, &[("sink", sink), ("outcome", outcome)], n);
             }
+        }
+        for (sink, durations) in &stats.sink_write_durations {
+            self.add_histogram(&SINK_WRITE_DURATION, &[("sink", sink)], durations);
         }
         self.add(&CONFIG_RELOADS, &[("result", "applied")], stats.reloads);
     }

@@ -84,6 +84,8 @@ pub struct ScaleCounters {
     skipped_redelivered: AtomicU64,
     last_snapshot_bytes: AtomicU64,
     last_snapshot_micros: AtomicU64,
+    /// A worker's partitions, plus one (0: not a worker, or not started).
+    worker_partitions: AtomicU64,
 }
 
 /// What [`ScaleCounters`] hold, as the summary shows them.
@@ -113,6 +115,11 @@ pub struct ScaleStats {
 }
 
 impl ScaleCounters {
+    /// A worker started on `partitions` partitions (`eventpipe_nats_worker_partitions`).
+    pub fn worker_started(&self, partitions: usize) {
+        self.worker_partitions.store(partitions as u64 + 1, Ordering::Relaxed);
+    }
+
     /// The counters now.
     pub fn stats(&self) -> ScaleStats {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
@@ -437,6 +444,7 @@ pub async fn run_worker(
     shutdown: CancellationToken,
 ) -> SourceStats {
     let mine = o.worker.partitions(connected.partitions);
+    o.scale.worker_started(mine.len());
     let connected = Arc::new(connected);
     let mut inputs = Vec::with_capacity(mine.len());
     let mut feeders = Vec::with_capacity(mine.len());
@@ -783,8 +791,16 @@ fn announce(line: &str) {
 pub type LiveStats = Arc<Mutex<RouterStats>>;
 
 impl crate::metrics::Snapshot {
-    /// Adds a scale-out's counters ([`ScaleStats`]): snapshots by outcome and the publish
-    /// tier's publications.
+    /// Sets the partitions a worker consumes (`eventpipe_nats_worker_partitions`; nothing when
+    /// the run is not a worker).
+    pub fn add_worker_partitions(&mut self, counters: &ScaleCounters) {
+        if let Some(n) = counters.worker_partitions.load(Ordering::Relaxed).checked_sub(1) {
+            self.set(&crate::metrics::NATS_WORKER_PARTITIONS, &[], n);
+        }
+    }
+
+    /// Adds the scale-out counters: snapshots per outcome, the publish tier's publications,
+    /// duplicates and retries.
     pub fn add_scale(&mut self, s: &ScaleStats) {
         use crate::metrics::{NATS_DUPLICATES, NATS_PUBLISH_RETRIES, NATS_PUBLISHED, SNAPSHOTS};
         for (outcome, n) in [
@@ -804,6 +820,25 @@ impl crate::metrics::Snapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_worker_exposes_its_partitions_even_when_it_has_none() {
+        let counters = ScaleCounters::default();
+        let mut snapshot = crate::metrics::Snapshot::default();
+        snapshot.add_worker_partitions(&counters);
+        assert_eq!(snapshot.get(&crate::metrics::NATS_WORKER_PARTITIONS, &[]), None);
+        // Four workers on three partitions: the fourth has none.
+        let fourth: WorkerIndex = "3/4".parse().unwrap();
+        counters.worker_started(fourth.partitions(3).len());
+        snapshot.add_worker_partitions(&counters);
+        assert_eq!(snapshot.get(&crate::metrics::NATS_WORKER_PARTITIONS, &[]), Some(0));
+        let metrics = crate::metrics::Metrics::new();
+        let counters = std::sync::Arc::new(counters);
+        metrics.add_source(move |s| s.add_worker_partitions(&counters));
+        let text = metrics.encode().unwrap();
+        assert!(text.contains("# TYPE eventpipe_nats_worker_partitions gauge"), "{text}");
+        assert!(text.contains("\neventpipe_nats_worker_partitions{} 0\n"), "{text}");
+    }
 
     #[test]
     fn worker_indexes_take_every_partition_once() {

@@ -283,7 +283,7 @@ where
             .typed::<Q, R>(&live.store)
             .map_err(|e| CallFailure::Instantiate(format!("export `{}`: {e:#}", self.export)))?;
         let outcome = func.call(&mut live.store, params);
-        stats.call_nanos.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        stats.called_for(crate::metrics::histogram::nanos(started.elapsed()));
         match outcome {
             Ok(r) => {
                 breaker.succeeded();

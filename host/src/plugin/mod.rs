@@ -294,6 +294,8 @@ pub struct PluginStats {
     memo_misses: AtomicU64,
     call_nanos: AtomicU64,
     quarantines: AtomicU64,
+    /// Each call's duration, nanoseconds.
+    call_duration: crate::metrics::histogram::HistogramOf<crate::metrics::histogram::PluginCalls>,
 }
 
 /// A copy of [`PluginStats`] at one moment.
@@ -348,6 +350,18 @@ impl PluginStats {
             quarantines: get(&self.quarantines),
             quarantined: 0,
         }
+    }
+
+    /// Counts one call of `nanos` nanoseconds (the time-inside-calls counter and the
+    /// per-call histogram).
+    pub(crate) fn called_for(&self, nanos: u64) {
+        self.call_nanos.fetch_add(nanos, Ordering::Relaxed);
+        self.call_duration.observe(nanos);
+    }
+
+    /// Each call's duration so far (nanoseconds).
+    pub fn call_durations(&self) -> crate::metrics::Counts {
+        self.call_duration.counts()
     }
 }
 
@@ -874,6 +888,11 @@ impl crate::metrics::Snapshot {
     /// Adds one plugin use (its name, tenant and counters).
     pub fn add_plugin(&mut self, handle: &PluginHandle) {
         self.add_plugin_stats(handle.name(), handle.tenant(), &handle.snapshot());
+        self.add_histogram(
+            &crate::metrics::PLUGIN_CALL_DURATION,
+            &[("plugin", handle.name()), ("tenant", handle.tenant())],
+            &handle.stats().call_durations(),
+        );
     }
 
     /// Adds plugin counters under (`plugin`, `tenant`): calls, events, fuel, time inside calls,

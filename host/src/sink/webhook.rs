@@ -338,6 +338,8 @@ struct Counters {
     dropped: AtomicU64,
     rejected: AtomicU64,
     max_queue_depth: AtomicU64,
+    /// Events per batch sent (counted on its first attempt).
+    batch_sizes: crate::metrics::histogram::HistogramOf<crate::metrics::histogram::Batches>,
 }
 
 /// A queued call: its encoding (JSON item, OTLP record), its object's key, its place in the queue, and who waits for the
@@ -510,6 +512,11 @@ impl WebhookSink {
             concurrency_limit: self.controller.limit() as u64,
             requests_in_flight: self.controller.in_flight() as u64,
         }
+    }
+
+    /// Events per batch sent so far (each batch counted once, on its first attempt).
+    pub fn batch_sizes(&self) -> crate::metrics::Counts {
+        self.counters.batch_sizes.counts()
     }
 
     /// Queues one call (`patch` empty for none) and returns its acknowledgement without waiting
@@ -862,6 +869,7 @@ async fn deliver(shared: &Shared, batch: Vec<Item>, permit: Permit) -> Option<Si
     let kind = shared.encoding.kind();
     let id = uuid::Uuid::new_v4().to_string();
     shared.counters.sent.fetch_add(n, Ordering::Relaxed);
+    shared.counters.batch_sizes.observe(n);
     let mut attempts = 0u32;
     let mut permit = Some(permit);
     let shut = |detail: String| {
@@ -1020,9 +1028,10 @@ impl Shared {
 }
 
 impl crate::metrics::Snapshot {
-    /// Adds a webhook sink's counters under its name.
+    /// Adds a webhook sink's counters under its name, and its batch sizes.
     pub fn add_webhook(&mut self, sink: &WebhookSink) {
         self.add_sink_stats(sink.name(), &sink.stats());
+        self.add_histogram(&crate::metrics::SINK_BATCH_SIZE, &[("sink", sink.name())], &sink.batch_sizes());
     }
 
     /// Adds queued-sink counters under `name`: events sent, acknowledged, retried, failed,

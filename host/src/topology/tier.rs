@@ -120,15 +120,21 @@ impl Tier {
     }
 
     /// Registers the router's counters (events in, per tenant; labelled with the `source`'s
-    /// name), the Broadcaster's drops and the scale-out's `counters` on `metrics`.
+    /// name), the events' latency to acknowledgement, the Broadcaster's drops and the scale-out's `counters` on `metrics`.
     pub fn register(&self, metrics: &Metrics, source: String, counters: &Arc<ScaleCounters>) {
-        let (live, broadcaster, scale) =
-            (self.live.clone(), self.event_broadcaster.broadcaster().clone(), counters.clone());
+        let (live, broadcaster, scale, acks) = (
+            self.live.clone(),
+            self.event_broadcaster.broadcaster().clone(),
+            counters.clone(),
+            self.worker_router.acks.clone(),
+        );
         metrics.add_source(move |s| {
             let stats = live.lock().unwrap_or_else(|p| p.into_inner()).clone();
             s.add_events_in(&source, stats.total.received);
             s.add_router(&stats);
+            s.add_acknowledgements(&acks);
             s.add_scale(&scale.stats());
+            s.add_worker_partitions(&scale);
             s.add_broadcaster(&broadcaster);
         });
     }

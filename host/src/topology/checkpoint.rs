@@ -8,7 +8,9 @@ use std::sync::atomic::AtomicU64;
 use tokio_util::sync::CancellationToken;
 
 use crate::correlator::snapshot::TenantSnapshot;
-use crate::delivery::{Committer, Delivery, Position, Progress, SavedCorrelator, SavedState, SeenVersions};
+use crate::delivery::{
+    CHECKPOINT_EVERY_EVENTS, Committer, Delivery, Position, Progress, SavedCorrelator, SavedState, SeenVersions,
+};
 use crate::pipeline::router::RouterSnapshots;
 use crate::pipeline::scale::ScaleCounters;
 use crate::sink::set::SinkSet;
@@ -154,13 +156,22 @@ impl Checkpointer {
         Checkpointer { committer, sinks, periodic: None }
     }
 
+    /// Registers at-least-once's progress (acknowledged and saved events) with `/metrics`.
+    pub fn register(&self, metrics: &crate::metrics::Metrics) {
+        if let Some(committer) = self.committer.clone() {
+            metrics.add_source(move |s| s.add_delivery(&committer));
+        }
+    }
+
     /// Whether the position is saved (at-least-once).
     pub fn saves_position(&self) -> bool {
         self.committer.is_some()
     }
 
-    /// A single host (at-least-once) snapshots its correlator state into the state file, every
-    /// `interval`, starting from `restore`; the stores are counted in `counters`.
+    /// A single host (at-least-once) marks its correlator state every `interval` and every
+    /// [`CHECKPOINT_EVERY_EVENTS`] events, starting from `restore`; each is saved into the state
+    /// file with its position once its events are acknowledged (the stores are counted in
+    /// `counters`).
     pub fn snapshots(
         &self,
         role: &Role,
@@ -175,29 +186,37 @@ impl Checkpointer {
         };
         let counters = counters.clone();
         let partitions = workers.max(1) as u32;
+        committer.expect_snapshots();
         Some(RouterSnapshots {
             interval,
+            every_events: CHECKPOINT_EVERY_EVENTS,
             restore,
-            taken: Arc::new(move |finished, states| {
-                let started = std::time::Instant::now();
-                let encoded: Vec<String> = states
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, tenants)| {
-                        use base64::Engine;
-                        let snapshot = crate::correlator::snapshot::PartitionSnapshot {
-                            key_seed: crate::correlator::keys::key_seed(),
-                            partition: i as u32,
-                            partitions,
-                            sequence: finished,
-                            taken_at_ms: chrono::Utc::now().timestamp_millis(),
-                            tenants,
-                        };
-                        base64::engine::general_purpose::STANDARD.encode(snapshot.encode())
-                    })
-                    .collect();
-                counters.stored(encoded.iter().map(String::len).sum(), started.elapsed());
-                committer.snapshot_taken(finished, encoded);
+            taken: Arc::new(move |at, states| {
+                let counters = counters.clone();
+                let taken_at_ms = chrono::Utc::now().timestamp_millis();
+                // Encoded only if saved (a newer one covered by the same commit replaces it).
+                let encode = move || {
+                    let started = std::time::Instant::now();
+                    let encoded: Vec<String> = states
+                        .into_iter()
+                        .enumerate()
+                        .map(|(i, tenants)| {
+                            use base64::Engine;
+                            let snapshot = crate::correlator::snapshot::PartitionSnapshot {
+                                key_seed: crate::correlator::keys::key_seed(),
+                                partition: i as u32,
+                                partitions,
+                                sequence: at,
+                                taken_at_ms,
+                                tenants,
+                            };
+                            base64::engine::general_purpose::STANDARD.encode(snapshot.encode())
+                        })
+                        .collect();
+                    counters.stored(encoded.iter().map(String::len).sum(), started.elapsed());
+                    encoded
+                };
+                committer.snapshot_taken(at, Box::new(encode));
             }),
             refused: Arc::new(AtomicU64::new(0)),
         })

@@ -83,7 +83,8 @@ fn progress(port: u16) -> Option<(u64, u64)> {
     let mut text = String::new();
     conn.read_to_string(&mut text).ok()?;
     let value = |name: &str| {
-        text.lines().find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))?.split(' ').nth(1)?.parse().ok()
+        let line = text.lines().find(|l| l.split([' ', '{']).next() == Some(name))?;
+        line.rsplit(' ').next()?.parse().ok()
     };
     Some((value("eventpipe_delivery_acknowledged_events_total")?, value("eventpipe_delivery_saved_events_total")?))
 }
@@ -149,12 +150,8 @@ fn main() {
     let status =
         run(&bin, &input, &url, &scratch.path().join("once.json"), free_port(), scratch.path()).status().unwrap();
     assert!(status.success(), "the uninterrupted run failed: {status}");
-    println!(
-        "  uninterrupted: {:.2} s, {} writes, {} objects",
-        started.elapsed().as_secs_f64(),
-        once.items.lock().unwrap().len(),
-        once.final_state().len()
-    );
+    let (wall, writes) = (started.elapsed().as_secs_f64(), once.items.lock().unwrap().len());
+    println!("  uninterrupted: {wall:.2} s, {writes} writes, {} objects", once.final_state().len());
 
     let (chaos, url) = serve(&runtime, latency);
     let state = scratch.path().join("state.json");
@@ -211,6 +208,22 @@ fn main() {
         expected.len(),
         chaos_writes as i64 - once_writes as i64
     );
+    for (key, want) in expected.iter().filter(|(k, v)| actual.get(*k) != Some(v)).take(3) {
+        println!("    e.g. {key}: {want:?} uninterrupted, {:?} here", actual.get(key));
+        for (label, endpoint) in [("uninterrupted", &once), ("here", &chaos)] {
+            let writes: Vec<String> = endpoint
+                .items
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|i| {
+                    format!("{}/{}", i["event"]["metadata"]["namespace"], i["event"]["metadata"]["name"]) == *key
+                })
+                .map(|i| format!("{} {}", i["verb"].as_str().unwrap_or(""), i["event"]["count"]))
+                .collect();
+            println!("      {label}: {}", writes.join(", "));
+        }
+    }
     all_lags.sort_by(f64::total_cmp);
     println!(
         "  saved position behind the acknowledgements, per event: p50 {:.2} s, p99 {:.2} s, max {:.2} s ({} events saved)",

@@ -108,9 +108,10 @@ pub enum Position {
 /// correlator snapshot of the events before it) to save once they are acknowledged.
 pub const DEFAULT_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
 
-/// At-least-once also marks a position after this many events, however soon: a save covers
-/// at most this many events more than the last (on a fast stream, several saves a second).
-pub const CHECKPOINT_EVERY_EVENTS: u64 = 10_000;
+/// At-least-once also marks a position after this many events (but at most ten marks a
+/// `--checkpoint-interval` more): an acknowledged event is saved once about this many more are
+/// acknowledged, even while thousands of writes are in flight to a slow sink.
+pub const CHECKPOINT_EVERY_EVENTS: u64 = 1_000;
 
 /// Most events whose resourceVersion [`SeenVersions`] remembers (the least recently seen go
 /// first): what a Kubernetes source keeps in memory and in the state file.
@@ -507,7 +508,7 @@ pub struct Committer {
 
 /// Correlator snapshots taken and not yet covered by the acknowledged prefix, at most: when
 /// more are waiting (a sink stuck in retries), the newest but one gives way.
-pub const MAX_PENDING_SNAPSHOTS: usize = 16;
+pub const MAX_PENDING_SNAPSHOTS: usize = 32;
 
 /// A correlator snapshot waiting for its events' acknowledgements: encodes it (per router
 /// partition, base64 of [`PartitionSnapshot::encode`]) when it is saved.

@@ -63,10 +63,10 @@ pub struct RunArgs {
     /// The state file of `--delivery at-least-once`.
     #[arg(long, value_name = "FILE", required_if_eq("delivery", "at-least-once"), help_heading = "Delivery")]
     state_file: Option<PathBuf>,
-    /// `--delivery at-least-once`: seconds between the positions saved in `--state-file`, each
-    /// with the correlator state of the events before it, once every sink acknowledged them
-    /// (also after every 10,000 events, and while draining). What a crash writes again is
-    /// bounded by it.
+    /// `--delivery at-least-once`: seconds between the positions saved in `--state-file` at
+    /// most, each with the correlator state of the events before it, once every sink
+    /// acknowledged them (marked four times an interval and every 1,000 events; saved while
+    /// draining too). What a crash writes again is bounded by it.
     #[arg(long, value_name = "SECONDS", default_value_t = 1.0, help_heading = "Delivery")]
     checkpoint_interval: f64,
     /// After SIGINT / SIGTERM, seconds to drain the Broadcaster and the sinks before pending

@@ -215,7 +215,8 @@ pub type SnapshotTaken = Arc<dyn Fn(u64, Vec<Vec<TenantSnapshot>>) + Send + Sync
 pub struct RouterSnapshots {
     /// How often (also once at the end).
     pub interval: std::time::Duration,
-    /// Events between two marks at most (≥ 1), however soon.
+    /// Events after which a mark comes before the interval passed (≥ 1), but no sooner than a
+    /// tenth of the interval after the last one (at most ten marks an interval more).
     pub every_events: u64,
     /// Per partition, the state to start from (a restored snapshot); empty: all fresh.
     pub restore: Vec<Vec<TenantSnapshot>>,
@@ -339,7 +340,7 @@ async fn partition_with_snapshots(
         futures_util::future::join_all(asked)
     };
     let mut begun = 0u64;
-    let mut marked = 0u64;
+    let (mut marked, mut last_mark) = (0u64, tokio::time::Instant::now());
     let mut tick = tokio::time::interval(snapshots.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
@@ -366,15 +367,15 @@ async fn partition_with_snapshots(
                         tracing::error!("a partition of the tenant router ended early");
                     }
                 }
-                if begun - marked >= snapshots.every_events.max(1) {
-                    marked = begun;
+                if begun - marked >= snapshots.every_events.max(1) && last_mark.elapsed() >= snapshots.interval / 10 {
+                    (marked, last_mark) = (begun, tokio::time::Instant::now());
                     marks.push_back(mark(&senders, begun).await);
                     tick.reset();
                 }
             }
             _ = tick.tick() => {
                 if begun > marked {
-                    marked = begun;
+                    (marked, last_mark) = (begun, tokio::time::Instant::now());
                     marks.push_back(mark(&senders, begun).await);
                 }
             }

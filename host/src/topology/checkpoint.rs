@@ -18,8 +18,17 @@ use crate::source::SourceSpec;
 
 use super::{Role, RunError, announce};
 
-/// How often at-least-once saves the source position, and other runs flush their sinks.
+/// How often runs that save no position flush their sinks.
 const COMMIT_INTERVAL: std::time::Duration = crate::sink::jsonl::FLUSH_INTERVAL;
+
+/// How often at-least-once looks for a newly acknowledged mark to save (the sinks are flushed
+/// only when there is one).
+const SAVE_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Marks per `--checkpoint-interval`: a mark is saved once the events before it are
+/// acknowledged, so an acknowledged event waits for the next mark after it (a quarter of the
+/// interval at most) to be acknowledged too; saves still come at least once an interval.
+const MARKS_PER_INTERVAL: u32 = 4;
 
 /// What the last run left: where to resume and the correlator state to start from.
 pub(super) struct Restored {
@@ -168,7 +177,8 @@ impl Checkpointer {
         self.committer.is_some()
     }
 
-    /// A single host (at-least-once) marks its correlator state every `interval` and every
+    /// A single host (at-least-once) marks its correlator state [`MARKS_PER_INTERVAL`] times
+    /// every `interval` and every
     /// [`CHECKPOINT_EVERY_EVENTS`] events, starting from `restore`; each is saved into the state
     /// file with its position once its events are acknowledged (the stores are counted in
     /// `counters`).
@@ -188,7 +198,7 @@ impl Checkpointer {
         let partitions = workers.max(1) as u32;
         committer.expect_snapshots();
         Some(RouterSnapshots {
-            interval,
+            interval: interval / MARKS_PER_INTERVAL,
             every_events: CHECKPOINT_EVERY_EVENTS,
             restore,
             taken: Arc::new(move |at, states| {
@@ -222,7 +232,7 @@ impl Checkpointer {
         })
     }
 
-    /// Every [`COMMIT_INTERVAL`] until `shutdown`: at-least-once saves the acknowledged position
+    /// Until `shutdown`: at-least-once saves the newest acknowledged mark every [`SAVE_POLL`]
     /// (flushing the sinks first); otherwise the sinks are flushed, so their output shows while
     /// the run goes on.
     pub fn start(&mut self, shutdown: &CancellationToken) {
@@ -231,7 +241,7 @@ impl Checkpointer {
             loop {
                 tokio::select! {
                     _ = stop.cancelled() => break,
-                    _ = tokio::time::sleep(COMMIT_INTERVAL) => {}
+                    _ = tokio::time::sleep(if c.is_some() { SAVE_POLL } else { COMMIT_INTERVAL }) => {}
                 }
                 match &c {
                     Some(c) => commit(c, &s, false),

@@ -361,6 +361,8 @@ pub struct WebhookSink {
     delivery: Delivery,
     capacity: usize,
     slots: Arc<Semaphore>,
+    /// Taken by a call while it waits for a slot and is queued (keeps the calls' order).
+    turn: tokio::sync::Mutex<()>,
     tx: mpsc::UnboundedSender<Item>,
     counters: Arc<Counters>,
     controller: Arc<Controller>,
@@ -460,6 +462,7 @@ impl WebhookSink {
             delivery: config.delivery,
             capacity: config.queue_capacity,
             slots: Arc::new(Semaphore::new(config.queue_capacity)),
+            turn: tokio::sync::Mutex::new(()),
             tx,
             counters,
             controller,
@@ -515,11 +518,24 @@ impl WebhookSink {
         if self.closing.is_cancelled() {
             return Err(shut());
         }
+        // Calls waiting for a slot wait one at a time, in the order they came (the lock is
+        // fair): slots freed together wake their waiters in any order, and one object's writes
+        // must reach the queue in the order they were made.
+        let mut turn = None;
         let slot = match self.delivery {
-            Delivery::AtLeastOnce => tokio::select! {
-                slot = self.slots.clone().acquire_owned() => slot.map_err(|_| shut())?,
-                _ = self.closing.cancelled() => return Err(shut()),
-            },
+            Delivery::AtLeastOnce => {
+                let acquire = async {
+                    let held = self.turn.lock().await;
+                    (self.slots.clone().acquire_owned().await, held)
+                };
+                tokio::select! {
+                    (slot, held) = acquire => {
+                        turn = Some(held);
+                        slot.map_err(|_| shut())?
+                    }
+                    _ = self.closing.cancelled() => return Err(shut()),
+                }
+            }
             Delivery::AtMostOnce => match self.slots.clone().try_acquire_owned() {
                 Ok(slot) => slot,
                 Err(tokio::sync::TryAcquireError::Closed) => return Err(shut()),
@@ -542,6 +558,7 @@ impl WebhookSink {
         let (ack_tx, ack_rx) = oneshot::channel();
         let key = object_key(call.event());
         self.tx.send(Item { json, key, ack: Some(ack_tx), _slot: slot }).map_err(|_| shut())?;
+        drop(turn);
         self.counters.enqueued.fetch_add(1, Ordering::Relaxed);
         Ok(Ack(ack_rx))
     }

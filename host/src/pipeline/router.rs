@@ -635,7 +635,12 @@ impl Partition {
                 biased;
                 Some(done) = self.writes.next(), if !self.writes.is_empty() => self.complete(done),
                 input = input.next() => match input {
-                    Some(PartitionInput::Batch(batch)) => self.process(batch).await,
+                    Some(PartitionInput::Batch(batch)) => {
+                        self.process(batch).await;
+                        // A busy partition lets the sinks' own tasks (a webhook's batcher and
+                        // requests) run between batches rather than only when its input runs dry.
+                        tokio::task::yield_now().await;
+                    }
                     Some(PartitionInput::Mark(answer)) => {
                         let _ = answer.send(self.snapshot());
                     }

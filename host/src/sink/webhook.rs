@@ -518,22 +518,30 @@ impl WebhookSink {
         if self.closing.is_cancelled() {
             return Err(shut());
         }
-        // Calls waiting for a slot wait one at a time, in the order they came (the lock is
-        // fair): slots freed together wake their waiters in any order, and one object's writes
-        // must reach the queue in the order they were made.
+        // One object's writes must reach the queue in the order they were made, whatever order
+        // their futures are polled in (the tenant router starts each with one poll, which the
+        // runtime's cooperative budget may answer `Pending` before any await is ready, then
+        // polls them in any order). So a call takes a free slot synchronously, in its first
+        // poll, when no call is waiting for one; otherwise calls wait one at a time, in the
+        // order they came (the lock is fair).
         let mut turn = None;
         let slot = match self.delivery {
             Delivery::AtLeastOnce => {
-                let acquire = async {
-                    let held = self.turn.lock().await;
-                    (self.slots.clone().acquire_owned().await, held)
-                };
-                tokio::select! {
-                    (slot, held) = acquire => {
-                        turn = Some(held);
-                        slot.map_err(|_| shut())?
+                match self.turn.try_lock().ok().and_then(|_| self.slots.clone().try_acquire_owned().ok()) {
+                    Some(slot) => slot,
+                    None => {
+                        let acquire = async {
+                            let held = self.turn.lock().await;
+                            (self.slots.clone().acquire_owned().await, held)
+                        };
+                        tokio::select! {
+                            (slot, held) = acquire => {
+                                turn = Some(held);
+                                slot.map_err(|_| shut())?
+                            }
+                            _ = self.closing.cancelled() => return Err(shut()),
+                        }
                     }
-                    _ = self.closing.cancelled() => return Err(shut()),
                 }
             }
             Delivery::AtMostOnce => match self.slots.clone().try_acquire_owned() {

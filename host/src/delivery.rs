@@ -10,8 +10,11 @@
 //! (written to every sink of the event's tenant, or skipped / filtered / dropped by a sink's
 //! error policy). The source records one [`Position`] per event it sends, in the same order;
 //! the [`Committer`] matches the count to the positions, flushes the sinks and saves the
-//! position of the last finished event in the state file (written to a temporary file, then
-//! renamed over the old one).
+//! position of the last finished event in the state file (written to a temporary file, fsynced,
+//! renamed over the old one, the directory fsynced). A single host saves only positions the
+//! router marked, each with the correlator snapshot of exactly the events before it, once the
+//! acknowledged prefix reached it ([`Committer::snapshot_taken`]): a restart restores that
+//! state and resumes after the position, so its output is an uninterrupted run's.
 //!
 //! A Kubernetes source also records, per event, the resourceVersion it was sent with
 //! ([`SeenVersions`]); the committer keeps those of finished events (and of the events already

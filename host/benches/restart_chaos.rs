@@ -17,7 +17,8 @@
 //! `EVENTPIPE_BENCH_INPUT` sets the JSON-lines input (default `examples/data/occurrences.jsonl`,
 //! 13,860 events), `EVENTPIPE_BENCH_LATENCY_MS` the endpoint's latency (default 3),
 //! `EVENTPIPE_BENCH_KILL_EVERY_MS` the time between kills (default 2000),
-//! `EVENTPIPE_BENCH_MAX_RESTARTS` when to give up (default 100), `EVENTPIPE_BIN` the binary
+//! `EVENTPIPE_BENCH_MAX_RESTARTS` when to give up (default 100), `EVENTPIPE_BENCH_ARGS` more
+//! `run` flags for both runs (e.g. `--lru-cache-size 1048576`), `EVENTPIPE_BIN` the binary
 //! (default: the one `cargo bench` builds).
 
 use std::collections::BTreeMap;
@@ -116,6 +117,7 @@ fn run(bin: &Path, input: &Path, url: &str, state: &Path, port: u16, dir: &Path)
         .arg(format!("--source=jsonl:{}", input.display()))
         .arg(format!("--sink=webhook:{url}"))
         .arg(format!("--metrics=127.0.0.1:{port}"))
+        .args(std::env::var("EVENTPIPE_BENCH_ARGS").unwrap_or_default().split_whitespace())
         .current_dir(dir)
         .env_remove("RUST_LOG")
         .stdout(Stdio::null())

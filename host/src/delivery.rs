@@ -10,8 +10,11 @@
 //! (written to every sink of the event's tenant, or skipped / filtered / dropped by a sink's
 //! error policy). The source records one [`Position`] per event it sends, in the same order;
 //! the [`Committer`] matches the count to the positions, flushes the sinks and saves the
-//! position of the last finished event in the state file (written to a temporary file, then
-//! renamed over the old one).
+//! position of the last finished event in the state file (written to a temporary file, fsynced,
+//! renamed over the old one, the directory fsynced). A single host saves only positions the
+//! router marked, each with the correlator snapshot of exactly the events before it, once the
+//! acknowledged prefix reached it ([`Committer::snapshot_taken`]): a restart restores that
+//! state and resumes after the position, so its output is an uninterrupted run's.
 //!
 //! A Kubernetes source also records, per event, the resourceVersion it was sent with
 //! ([`SeenVersions`]); the committer keeps those of finished events (and of the events already
@@ -106,6 +109,15 @@ pub enum Position {
     /// A Kubernetes resourceVersion to watch from.
     ResourceVersion(String),
 }
+
+/// Default `run --checkpoint-interval`: how often at-least-once marks a position (with the
+/// correlator snapshot of the events before it) to save once they are acknowledged.
+pub const DEFAULT_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// At-least-once also marks a position after this many events (but at most ten marks a
+/// `--checkpoint-interval` more): an acknowledged event is saved once about this many more are
+/// acknowledged, even while thousands of writes are in flight to a slow sink.
+pub const CHECKPOINT_EVERY_EVENTS: u64 = 1_000;
 
 /// Most events whose resourceVersion [`SeenVersions`] remembers (the least recently seen go
 /// first): what a Kubernetes source keeps in memory and in the state file.
@@ -281,8 +293,9 @@ impl SavedState {
         }
     }
 
-    /// Writes this state to `path` atomically (temporary file, fsync, rename); returns the
-    /// bytes written.
+    /// Writes this state to `path` atomically, in one write: a temporary file beside it,
+    /// fsync, rename over `path`, fsync of the directory (so the rename survives a power
+    /// loss); returns the bytes written. A crash at any point leaves the old state or the new.
     ///
     /// # Errors
     /// [`StateError`] on any I/O error.
@@ -295,6 +308,11 @@ impl SavedState {
         file.write_all(&bytes).map_err(fail)?;
         file.sync_all().map_err(fail)?;
         std::fs::rename(&tmp, path).map_err(fail)?;
+        let dir = match path.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir,
+            _ => Path::new("."),
+        };
+        std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(fail)?;
         Ok(bytes.len())
     }
 }
@@ -502,6 +520,14 @@ impl crate::metrics::Snapshot {
 
 /// Saves positions for `at-least-once`: after flushing the sinks, the position of the last
 /// finished event, with the versions of the events finished so far ([`SeenVersions`]).
+///
+/// With correlator snapshots ([`expect_snapshots`](Self::expect_snapshots), a single host),
+/// the saved position is always a snapshot's: the newest snapshot taken at `at` events
+/// ([`snapshot_taken`](Self::snapshot_taken)) once the acknowledged prefix reached `at`, saved
+/// in the same write as the position after event `at`. A restart then restores the correlator
+/// state of exactly the events before the position and resumes after it, so its output is what
+/// an uninterrupted run writes; only writes in flight at a crash (and those after the
+/// position) are written again.
 pub struct Committer {
     /// The state file.
     pub state_file: PathBuf,
@@ -512,18 +538,32 @@ pub struct Committer {
     state: Mutex<CommitState>,
 }
 
+/// Correlator snapshots taken and not yet covered by the acknowledged prefix, at most: when
+/// more are waiting (a sink stuck in retries), the newest but one gives way.
+pub const MAX_PENDING_SNAPSHOTS: usize = 32;
+
+/// A correlator snapshot waiting for its events' acknowledgements: encodes it (per router
+/// partition, base64 of [`PartitionSnapshot::encode`]) when it is saved.
+///
+/// [`PartitionSnapshot::encode`]: crate::correlator::snapshot::PartitionSnapshot::encode
+pub type PendingSnapshot = Box<dyn FnOnce() -> Vec<String> + Send>;
+
 struct CommitState {
     /// Versions of the finished (and unsent) events, saved with the position.
     seen: SeenVersions,
-    /// The newest finished position, saved or not.
+    /// The newest position to save.
     position: Option<Position>,
-    /// Events finished at the last save.
+    /// Events the position covers (acknowledged) at the last save.
     saved_finished: u64,
     /// When the file was last written, and its size.
     last_write: Option<(Instant, usize)>,
-    /// A correlator snapshot taken at this many finished events, waiting for its position.
-    snapshot_due: Option<(u64, Vec<String>)>,
-    /// The newest correlator snapshot with its position, saved with every later commit.
+    /// Whether positions wait for correlator snapshots.
+    snapshots: bool,
+    /// Snapshots taken at this many events, oldest first, waiting for their acknowledgements.
+    pending: VecDeque<(u64, PendingSnapshot)>,
+    /// Events the newest covered snapshot reflects.
+    covered: u64,
+    /// The newest covered correlator snapshot with its position, saved with every later commit.
     correlator: Option<SavedCorrelator>,
 }
 
@@ -536,21 +576,42 @@ impl Committer {
             position: None,
             saved_finished: 0,
             last_write: None,
-            snapshot_due: None,
+            snapshots: false,
+            pending: VecDeque::new(),
+            covered: 0,
             correlator: None,
         };
         Self { state_file, source, progress, state: Mutex::new(state) }
     }
 
-    /// Hands over a correlator snapshot taken when `finished` events were finished (every
-    /// partition drained): the next commit saves it with the position after those events.
-    pub fn snapshot_taken(&self, finished: u64, partitions: Vec<String>) {
-        self.state.lock().unwrap_or_else(|p| p.into_inner()).snapshot_due = Some((finished, partitions));
+    /// Events (of this run) the position last saved covers.
+    pub fn saved_count(&self) -> u64 {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).saved_finished
     }
 
-    /// Saves the newest finished position and the versions seen, after `flush` succeeded;
-    /// returns whether it saved. Unless `now`, a save is put off (the sinks are still flushed)
-    /// while the last write's size at [`STATE_WRITE_BYTES_PER_SECOND`] has not passed yet.
+    /// From now on a position is saved only with a correlator snapshot of the events before it.
+    pub fn expect_snapshots(&self) {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).snapshots = true;
+    }
+
+    /// Hands over a correlator snapshot of the first `at` events (numbered in Broadcaster
+    /// order), taken while later ones may be in flight: a commit saves it with the position
+    /// after event `at` once those `at` events are acknowledged.
+    pub fn snapshot_taken(&self, at: u64, encode: PendingSnapshot) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if state.pending.back().is_some_and(|(last, _)| *last >= at) {
+            state.pending.pop_back(); // the same events (a last snapshot after the drain)
+        }
+        if state.pending.len() >= MAX_PENDING_SNAPSHOTS {
+            state.pending.pop_back();
+        }
+        state.pending.push_back((at, encode));
+    }
+
+    /// Saves the newest finished position (with snapshots: the newest covered snapshot and its
+    /// position) and the versions seen, after `flush` succeeded; returns whether it saved.
+    /// Unless `now`, a save is put off (the sinks are still flushed) while the last write's
+    /// size at [`STATE_WRITE_BYTES_PER_SECOND`] has not passed yet.
     ///
     /// # Errors
     /// [`StateError`] when the sinks cannot be flushed or the file cannot be written.
@@ -559,40 +620,60 @@ impl Committer {
         let state = &mut *state;
         // The finished count first: what is taken next covers at least as many events.
         let finished = self.progress.finished_count();
-        let mut new_snapshot = false;
-        if let Some((at, partitions)) = state.snapshot_due.take() {
-            if let Some(position) = self.progress.take_finished_up_to(&mut state.seen, at) {
-                state.position = Some(position);
-            }
-            if let Some(position) = &state.position {
-                state.correlator = Some(SavedCorrelator { position: position.clone(), partitions });
-                new_snapshot = true;
-            }
-        }
-        if let Some(position) = self.progress.take_finished(&mut state.seen) {
-            state.position = Some(position);
-        }
-        let (Some(position), true) = (&state.position, finished != state.saved_finished || new_snapshot) else {
+        let covered = state.pending.iter().take_while(|(at, _)| *at <= finished).count();
+        let news = if state.snapshots { covered > 0 } else { finished != state.saved_finished };
+        if !news && !(state.snapshots && state.covered != state.saved_finished) {
             return Ok(false);
-        };
+        }
         flush().map_err(|message| StateError { path: self.state_file.clone(), message })?;
         if let (Some((at, bytes)), false) = (state.last_write, now)
             && at.elapsed() < Duration::from_secs_f64(bytes as f64 / STATE_WRITE_BYTES_PER_SECOND)
         {
             return Ok(false);
         }
+        let acknowledged = if state.snapshots {
+            if let Some((at, encode)) = state.pending.drain(..covered).last() {
+                if let Some(position) = self.progress.take_finished_up_to(&mut state.seen, at) {
+                    state.position = Some(position);
+                }
+                if let Some(position) = &state.position {
+                    state.correlator = Some(SavedCorrelator { position: position.clone(), partitions: encode() });
+                    state.covered = at;
+                }
+            }
+            state.covered
+        } else {
+            if let Some(position) = self.progress.take_finished(&mut state.seen) {
+                state.position = Some(position);
+            }
+            finished
+        };
+        let Some(position) = &state.position else { return Ok(false) };
+        if state.snapshots && state.correlator.is_none() {
+            return Ok(false);
+        }
         let saved = SavedState {
             source: self.source.clone(),
             position: position.clone(),
-            acknowledged: finished,
+            acknowledged,
             seen: std::mem::take(&mut state.seen),
             correlator: state.correlator.clone(),
         };
         let written = saved.save(&self.state_file);
         state.seen = saved.seen;
         state.last_write = Some((Instant::now(), written?));
-        state.saved_finished = finished;
+        state.saved_finished = acknowledged;
         Ok(true)
+    }
+}
+
+impl crate::metrics::Snapshot {
+    /// Adds at-least-once's progress: the events of the acknowledged prefix and those the saved
+    /// position covers (this run; the difference is what a crash now would deliver again).
+    pub fn add_delivery(&mut self, committer: &Committer) {
+        use crate::metrics::{DELIVERY_ACKNOWLEDGED, DELIVERY_SAVED};
+        self.add(&DELIVERY_ACKNOWLEDGED, &[], committer.progress.finished_count());
+        self.add(&DELIVERY_SAVED, &[], committer.saved_count());
     }
 }
 

@@ -315,6 +315,16 @@ pub const SNAPSHOTS: Family = counter(
     "eventpipe_snapshots",
     "Correlator snapshots stored, restored, refused (other version, seed, partitioning or options: started fresh) and failed.",
 );
+/// `eventpipe_delivery_acknowledged_events`.
+pub const DELIVERY_ACKNOWLEDGED: Family = single(
+    "eventpipe_delivery_acknowledged_events",
+    "Events of this run in the acknowledged prefix (at-least-once: every sink acknowledged them and every event before).",
+);
+/// `eventpipe_delivery_saved_events`.
+pub const DELIVERY_SAVED: Family = single(
+    "eventpipe_delivery_saved_events",
+    "Events of this run the position saved in the state file covers (at-least-once).",
+);
 /// `eventpipe_nats_published`.
 pub const NATS_PUBLISHED: Family =
     single("eventpipe_nats_published", "Events JetStream acknowledged (NATS publish tier).");
@@ -437,6 +447,8 @@ pub const FAMILIES: &[&Family] = &[
     &SINK_BATCH_SIZE,
     &EVENT_LATENCY,
     &SNAPSHOTS,
+    &DELIVERY_ACKNOWLEDGED,
+    &DELIVERY_SAVED,
     &NATS_PUBLISHED,
     &NATS_DUPLICATES,
     &NATS_PUBLISH_RETRIES,

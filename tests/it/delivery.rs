@@ -2,7 +2,8 @@
 //! started again with the same state file; every input event reaches the sink at least once.
 
 use std::collections::HashSet;
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -218,4 +219,83 @@ fn a_sigkilled_run_keeps_counting_its_open_suppressed_windows() {
             skipped - unhealthy
         )
     );
+}
+
+/// Crash-exact output: `eventpipe run --delivery at-least-once` over the bundled stream to a
+/// slow webhook, killed with SIGKILL three times (each time soon after its saved position
+/// moved) and started again until the input is done, leaves every object at the receiver in
+/// the state an uninterrupted run leaves it (count, message, timestamps): each restart restores
+/// the correlator state saved with its position. The saved position advances between kills.
+#[test]
+fn sigkilled_runs_end_with_every_objects_state_of_an_uninterrupted_run() {
+    use common::recording_webhook;
+    const KILLS: usize = 3;
+    let dir = tempfile::tempdir().unwrap();
+    let input = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/data/occurrences.jsonl"));
+    let run = |url: &str, state: &Path| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_eventpipe"));
+        c.args(["run", "--summary-json", "--no-watch", "--delivery=at-least-once", "--workers=2"])
+            .args(["--checkpoint-interval=0.2", "--shutdown-timeout=5"])
+            .arg(format!("--state-file={}", state.display()))
+            .arg(format!("--source=jsonl:{}", input.display()))
+            .arg(format!("--sink=webhook:{url},concurrency=2,max_batch=50"))
+            .current_dir(dir.path())
+            .stdout(Stdio::null());
+        c
+    };
+    let latency = Duration::from_millis(5);
+    let (uninterrupted, url, _endpoint) = recording_webhook::start(latency);
+    let out = run(&url, &dir.path().join("once.json")).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let expected = uninterrupted.final_state();
+
+    let (received, url, _endpoint) = recording_webhook::start(latency);
+    let state = dir.path().join("state.json");
+    let saved_at = || -> u64 {
+        std::fs::read(&state)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+            .and_then(|s| s["position"]["file_offset"].as_u64())
+            .unwrap_or(0)
+    };
+    let mut positions = vec![0];
+    let mut stderr = String::new();
+    loop {
+        let log = dir.path().join(format!("run-{}.log", positions.len()));
+        let mut child = run(&url, &state).stderr(std::fs::File::create(&log).unwrap()).spawn().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break Some(status);
+            }
+            if positions.len() <= KILLS && saved_at() > *positions.last().unwrap() {
+                std::thread::sleep(Duration::from_millis(150)); // acknowledged, not saved yet
+                child.kill().unwrap(); // SIGKILL
+                child.wait().unwrap();
+                positions.push(saved_at());
+                break None;
+            }
+            assert!(Instant::now() < deadline, "no position saved after {positions:?}");
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        stderr += &std::fs::read_to_string(&log).unwrap();
+        if let Some(status) = status {
+            assert!(status.success(), "{stderr}");
+            break;
+        }
+    }
+    assert_eq!(positions.len(), KILLS + 1, "killed mid-stream each time: {positions:?}\n{stderr}");
+    assert!(positions.windows(2).all(|w| w[0] < w[1]), "the saved position advanced: {positions:?}");
+    assert_eq!(stderr.matches("correlator state of 2 partition(s) restored").count(), KILLS, "{stderr}");
+
+    let actual = received.final_state();
+    let differ: Vec<_> = expected.iter().filter(|(k, v)| actual.get(*k) != Some(v)).take(5).collect();
+    assert!(
+        differ.is_empty() && actual.len() == expected.len(),
+        "{} of {} objects differ from the uninterrupted run, e.g. {differ:?}; saved positions {positions:?}",
+        expected.iter().filter(|(k, v)| actual.get(*k) != Some(v)).count(),
+        expected.len()
+    );
+    let duplicates = received.len() - uninterrupted.len();
+    println!("{KILLS} kills, positions {positions:?}: {duplicates} writes repeated");
 }

@@ -164,3 +164,40 @@ fn webhook_credentials_never_reach_the_log() {
         assert!(!stderr.contains(secret), "{secret} in the log:\n{stderr}");
     }
 }
+
+/// After the shutdown timeout, the summary counts what completed: every write the endpoint
+/// acknowledged is a create or patch (at most the one request in flight when the timeout passed
+/// is not), and only the events really not finished are abandoned.
+#[test]
+fn after_a_shutdown_timeout_the_summary_counts_the_writes_that_completed() {
+    use crate::common::recording_webhook;
+    const MAX_BATCH: u64 = 20;
+    let dir = tempfile::tempdir().unwrap();
+    let input = events_file(dir.path(), usize::MAX);
+    let (received, url, _endpoint) = recording_webhook::start(Duration::from_millis(30));
+    let child = start(&[
+        format!("--source=jsonl:{}", input.display()),
+        format!("--sink=webhook:{url},concurrency=1,max_batch={MAX_BATCH}"),
+        "--workers=1".into(),
+        "--shutdown-timeout=1".into(),
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while received.len() < 200 {
+        assert!(Instant::now() < deadline, "nothing written");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    let (_, summary, _) = finish(child, Duration::from_secs(60));
+    let answered = received.answered.load(std::sync::atomic::Ordering::SeqCst);
+    let written = summary["created"].as_u64().unwrap() + summary["patched"].as_u64().unwrap();
+    assert!(
+        written <= answered && answered - written <= MAX_BATCH,
+        "the endpoint acknowledged {answered} writes, the summary counts {written}: {summary}"
+    );
+    let (read, finished, abandoned) = (
+        summary["read"].as_u64().unwrap(),
+        summary["finished"].as_u64().unwrap(),
+        summary["abandoned"].as_u64().unwrap(),
+    );
+    assert!(abandoned > 0 && read == finished + abandoned, "{summary}");
+}

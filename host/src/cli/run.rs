@@ -65,6 +65,12 @@ pub struct RunArgs {
     /// The state file of `--delivery at-least-once`.
     #[arg(long, value_name = "FILE", required_if_eq("delivery", "at-least-once"), help_heading = "Delivery")]
     state_file: Option<PathBuf>,
+    /// `--delivery at-least-once`: seconds between the positions saved in `--state-file` at
+    /// most, each with the correlator state of the events before it, once every sink
+    /// acknowledged them (marked four times an interval and every 1,000 events; saved while
+    /// draining too). What a crash writes again is bounded by it.
+    #[arg(long, value_name = "SECONDS", default_value_t = 1.0, help_heading = "Delivery")]
+    checkpoint_interval: f64,
     /// After SIGINT / SIGTERM, seconds to drain the Broadcaster and the sinks before pending
     /// sink retries are abandoned.
     #[arg(long, value_name = "SECONDS", default_value_t = 30, help_heading = "Delivery")]
@@ -104,9 +110,9 @@ pub struct RunArgs {
     /// p mod N = I (`I/N`, or a StatefulSet pod name `NAME-I/N`) [default: 0/1, all].
     #[arg(long, value_name = "I/N", help_heading = "Partitions")]
     worker: Option<eventpipe::pipeline::scale::WorkerIndex>,
-    /// Seconds between correlator snapshots: a `nats:` worker's partitions into the stream's
-    /// object store, an at-least-once run's into `--state-file` (also at the end). What a crash
-    /// writes again is bounded by it.
+    /// Seconds between correlator snapshots of a `nats:` worker's partitions into the stream's
+    /// object store (also at the end). What a crash writes again is bounded by it. (An
+    /// at-least-once run saves its snapshots with its positions: `--checkpoint-interval`.)
     #[arg(long, value_name = "SECONDS", default_value_t = 5.0, help_heading = "Partitions")]
     snapshot_interval: f64,
 
@@ -302,6 +308,10 @@ pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
         },
         delivery: DeliveryOptions {
             mode: Delivery::new(args.delivery, args.state_file).map_err(anyhow::Error::msg)?,
+            checkpoint_interval: Duration::try_from_secs_f64(args.checkpoint_interval)
+                .ok()
+                .filter(|d| !d.is_zero())
+                .context("--checkpoint-interval: expected seconds > 0")?,
             broadcaster: EventBroadcasterOptions {
                 correlation_clock: args.clock,
                 ..EventBroadcasterOptions::default()

@@ -195,6 +195,12 @@ pub struct RouterOptions {
 pub enum PartitionInput {
     /// Events, each with its sequence number in the acknowledgements ([`Acknowledgements`]).
     Batch(Vec<(u64, SharedEvent)>),
+    /// Mark this point of the input: every tenant's correlator state right after the events fed
+    /// so far is sent back at once, while their writes are still in flight (the input does not
+    /// pause). It reflects exactly those events: what a write's acknowledgement adds to the
+    /// EventLogger (`update_state` of a copy stored as sent) is already there, but for the
+    /// entry's recency. A single host saves it once every event before the mark is acknowledged.
+    Mark(tokio::sync::oneshot::Sender<Vec<TenantSnapshot>>),
     /// Take a snapshot: every write of the earlier batches ends first (each sink acknowledged
     /// it, or it ended otherwise), then every tenant's correlator state is sent back — the
     /// state that reflects exactly the events fed so far.
@@ -213,14 +219,18 @@ pub enum PartitionInput {
 /// correlator state, in partition order.
 pub type SnapshotTaken = Arc<dyn Fn(u64, Vec<Vec<TenantSnapshot>>) + Send + Sync>;
 
-/// Single-host correlator snapshots: the router's partitioner pauses every `interval`, has
-/// every partition drain its writes and hand over its state ([`PartitionInput::Snapshot`]), and
-/// gives them to `taken` with the number of events finished at that instant (the position they
-/// reflect); once more when the input ends.
+/// Single-host correlator snapshots: every `interval` and every `every_events` events the
+/// router's partitioner marks the input of every partition ([`PartitionInput::Mark`], no pause)
+/// and gives the states to `taken`, in order, with the number of events numbered before the
+/// mark (the position they reflect, once that many are acknowledged); once more when the input
+/// ends, after every write ended ([`PartitionInput::Finish`]).
 #[derive(Clone)]
 pub struct RouterSnapshots {
     /// How often (also once at the end).
     pub interval: std::time::Duration,
+    /// Events after which a mark comes before the interval passed (≥ 1), but no sooner than a
+    /// tenth of the interval after the last one (at most ten marks an interval more).
+    pub every_events: u64,
     /// Per partition, the state to start from (a restored snapshot); empty: all fresh.
     pub restore: Vec<Vec<TenantSnapshot>>,
     /// Where snapshots go.
@@ -343,11 +353,19 @@ async fn partition_with_snapshots(
         futures_util::future::join_all(asked)
     };
     let mut begun = 0u64;
+    let (mut marked, mut last_mark) = (0u64, tokio::time::Instant::now());
     let mut tick = tokio::time::interval(snapshots.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
+    // Marks whose states are still coming, in input order (each partition answers at once).
+    let mut marks = futures_util::stream::FuturesOrdered::new();
     loop {
         tokio::select! {
+            Some((at, states)) = marks.next(), if !marks.is_empty() => {
+                if let Some(states) = states {
+                    (snapshots.taken)(at, states);
+                }
+            }
             batch = watcher.recv_batch(PREPARE_BATCH_SIZE) => {
                 let Some(batch) = batch else { break };
                 let plan = plans.borrow_and_update().clone();
@@ -362,17 +380,27 @@ async fn partition_with_snapshots(
                         tracing::error!("a partition of the tenant router ended early");
                     }
                 }
+                if begun - marked >= snapshots.every_events.max(1) && last_mark.elapsed() >= snapshots.interval / 10 {
+                    (marked, last_mark) = (begun, tokio::time::Instant::now());
+                    marks.push_back(mark(&senders, begun).await);
+                    tick.reset();
+                }
             }
             _ = tick.tick() => {
-                let states: Option<Vec<_>> = take(&senders, PartitionInput::Snapshot).await.into_iter().collect();
-                if let Some(states) = states {
-                    (snapshots.taken)(begun, states);
+                if begun > marked {
+                    (marked, last_mark) = (begun, tokio::time::Instant::now());
+                    marks.push_back(mark(&senders, begun).await);
                 }
             }
         }
     }
+    while let Some((at, states)) = marks.next().await {
+        if let Some(states) = states {
+            (snapshots.taken)(at, states);
+        }
+    }
     // The end of the input: a last snapshot, unless a shutdown cancelled writes (their events
-    // are in the state but were not written: the last periodic snapshot stands).
+    // are in the state but were not written: the marks before stand).
     let states: Option<Vec<_>> = take(&senders, PartitionInput::Finish).await.into_iter().collect();
     let cancelled = options.stats.lock().unwrap_or_else(|p| p.into_inner()).total.cancelled;
     if let (Some(states), 0) = (states, cancelled) {
@@ -383,6 +411,25 @@ async fn partition_with_snapshots(
         if let Err(error) = task.await {
             tracing::error!(%error, "a partition of the tenant router failed");
         }
+    }
+}
+
+/// The states of one mark, with the events numbered before it.
+type Marked = (u64, Option<Vec<Vec<TenantSnapshot>>>);
+
+/// Puts a [`PartitionInput::Mark`] into every partition's input after the events numbered so
+/// far (`begun`), in order with the batches; returns what awaits the states (`None` when a
+/// partition ended).
+async fn mark(senders: &[mpsc::Sender<PartitionInput>], begun: u64) -> impl Future<Output = Marked> + use<> {
+    let mut answers = Vec::with_capacity(senders.len());
+    for tx in senders {
+        let (answer, state) = tokio::sync::oneshot::channel();
+        let _ = tx.send(PartitionInput::Mark(answer)).await; // a partition gone drops `answer`
+        answers.push(state);
+    }
+    async move {
+        let states = futures_util::future::join_all(answers).await;
+        (begun, states.into_iter().map(Result::ok).collect())
     }
 }
 
@@ -603,7 +650,15 @@ impl Partition {
                 biased;
                 Some(done) = self.writes.next(), if !self.writes.is_empty() => self.complete(done),
                 input = input.next() => match input {
-                    Some(PartitionInput::Batch(batch)) => self.process(batch).await,
+                    Some(PartitionInput::Batch(batch)) => {
+                        self.process(batch).await;
+                        // A busy partition lets the sinks' own tasks (a webhook's batcher and
+                        // requests) run between batches rather than only when its input runs dry.
+                        tokio::task::yield_now().await;
+                    }
+                    Some(PartitionInput::Mark(answer)) => {
+                        let _ = answer.send(self.snapshot());
+                    }
                     Some(PartitionInput::Snapshot(answer)) => self.answer_snapshot(answer, false).await,
                     Some(PartitionInput::Finish(answer)) => self.answer_snapshot(answer, true).await,
                     Some(PartitionInput::Restore(state, answer)) => {
@@ -622,8 +677,16 @@ impl Partition {
         // The run ends: every open window's summary goes out now.
         let due = self.summaries.flush();
         self.emit_summaries(due).await;
+        self.drain().await;
+    }
+
+    /// Lets every write in flight end, reporting each to the acknowledgements and the live
+    /// stats as it ends (a shutdown timeout may cut the drain short: what ended counts).
+    async fn drain(&mut self) {
         while let Some(done) = self.writes.next().await {
             self.complete(done);
+            self.flush_acks();
+            self.publish();
         }
         self.flush_acks();
         self.publish();
@@ -636,10 +699,7 @@ impl Partition {
             let due = self.summaries.flush();
             self.emit_summaries(due).await;
         }
-        while let Some(done) = self.writes.next().await {
-            self.complete(done);
-        }
-        self.flush_acks();
+        self.drain().await;
         let _ = answer.send(self.snapshot());
     }
 
@@ -882,7 +942,12 @@ impl Partition {
         }
         while self.windows.get(&id).is_some_and(full) {
             match self.writes.next().await {
-                Some(done) => self.complete(done),
+                Some(done) => {
+                    // Waiting for the sink: what ended is reported at once, not after the batch.
+                    self.complete(done);
+                    self.flush_acks();
+                    self.publish();
+                }
                 None => break,
             }
         }

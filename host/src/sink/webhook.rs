@@ -378,6 +378,8 @@ pub struct WebhookSink {
     delivery: Delivery,
     capacity: usize,
     slots: Arc<Semaphore>,
+    /// Taken by a call while it waits for a slot and is queued (keeps the calls' order).
+    turn: tokio::sync::Mutex<()>,
     tx: mpsc::UnboundedSender<Item>,
     counters: Arc<Counters>,
     controller: Arc<Controller>,
@@ -479,6 +481,7 @@ impl WebhookSink {
             delivery: config.delivery,
             capacity: config.queue_capacity,
             slots: Arc::new(Semaphore::new(config.queue_capacity)),
+            turn: tokio::sync::Mutex::new(()),
             tx,
             counters,
             controller,
@@ -540,11 +543,32 @@ impl WebhookSink {
         if self.closing.is_cancelled() {
             return Err(shut());
         }
+        // One object's writes must reach the queue in the order they were made, whatever order
+        // their futures are polled in (the tenant router starts each with one poll, which the
+        // runtime's cooperative budget may answer `Pending` before any await is ready, then
+        // polls them in any order). So a call takes a free slot synchronously, in its first
+        // poll, when no call is waiting for one; otherwise calls wait one at a time, in the
+        // order they came (the lock is fair).
+        let mut turn = None;
         let slot = match self.delivery {
-            Delivery::AtLeastOnce => tokio::select! {
-                slot = self.slots.clone().acquire_owned() => slot.map_err(|_| shut())?,
-                _ = self.closing.cancelled() => return Err(shut()),
-            },
+            Delivery::AtLeastOnce => {
+                match self.turn.try_lock().ok().and_then(|_| self.slots.clone().try_acquire_owned().ok()) {
+                    Some(slot) => slot,
+                    None => {
+                        let acquire = async {
+                            let held = self.turn.lock().await;
+                            (self.slots.clone().acquire_owned().await, held)
+                        };
+                        tokio::select! {
+                            (slot, held) = acquire => {
+                                turn = Some(held);
+                                slot.map_err(|_| shut())?
+                            }
+                            _ = self.closing.cancelled() => return Err(shut()),
+                        }
+                    }
+                }
+            }
             Delivery::AtMostOnce => match self.slots.clone().try_acquire_owned() {
                 Ok(slot) => slot,
                 Err(tokio::sync::TryAcquireError::Closed) => return Err(shut()),
@@ -567,6 +591,7 @@ impl WebhookSink {
         let (ack_tx, ack_rx) = oneshot::channel();
         let key = object_key(event);
         self.tx.send(Item { encoded, key, ack: Some(ack_tx), _slot: slot }).map_err(|_| shut())?;
+        drop(turn);
         self.counters.enqueued.fetch_add(1, Ordering::Relaxed);
         Ok(Ack(ack_rx))
     }

@@ -78,7 +78,8 @@ pub async fn build(options: RunOptions) -> Result<RunningTopology, RunError> {
     let Restored { progress, resume, seen, restore } = restored;
     let mut checkpointer =
         Checkpointer::build(&delivery.mode, &source.spec, progress.as_ref(), seen, sinks.set.clone());
-    let snapshots = checkpointer.snapshots(&role, scale.snapshot_interval, restore, scale.workers, &scale_counters);
+    let snapshots =
+        checkpointer.snapshots(&role, delivery.checkpoint_interval, restore, scale.workers, &scale_counters);
     let to_router = plans.to_router.take().expect("the plan's first receiver");
     let tier = Tier::start(
         delivery.broadcaster,
@@ -131,6 +132,7 @@ pub async fn build(options: RunOptions) -> Result<RunningTopology, RunError> {
     tier.register(&servers.metrics, source.spec.to_string(), &scale_counters);
     plans.register(&servers.metrics);
     watchers.register(&servers.metrics);
+    checkpointer.register(&servers.metrics);
     servers.start(serving.metrics, serving.serve, &source.spec, &shutdown).await?;
     checkpointer.start(&shutdown);
     Ok(RunningTopology {

@@ -8,7 +8,9 @@ use std::sync::atomic::AtomicU64;
 use tokio_util::sync::CancellationToken;
 
 use crate::correlator::snapshot::TenantSnapshot;
-use crate::delivery::{Committer, Delivery, Position, Progress, SavedCorrelator, SavedState, SeenVersions};
+use crate::delivery::{
+    CHECKPOINT_EVERY_EVENTS, Committer, Delivery, Position, Progress, SavedCorrelator, SavedState, SeenVersions,
+};
 use crate::pipeline::router::RouterSnapshots;
 use crate::pipeline::scale::ScaleCounters;
 use crate::sink::set::SinkSet;
@@ -16,8 +18,17 @@ use crate::source::SourceSpec;
 
 use super::{Role, RunError, announce};
 
-/// How often at-least-once saves the source position, and other runs flush their sinks.
+/// How often runs that save no position flush their sinks.
 const COMMIT_INTERVAL: std::time::Duration = crate::sink::jsonl::FLUSH_INTERVAL;
+
+/// How often at-least-once looks for a newly acknowledged mark to save (the sinks are flushed
+/// only when there is one).
+const SAVE_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Marks per `--checkpoint-interval`: a mark is saved once the events before it are
+/// acknowledged, so an acknowledged event waits for the next mark after it (a quarter of the
+/// interval at most) to be acknowledged too; saves still come at least once an interval.
+const MARKS_PER_INTERVAL: u32 = 4;
 
 /// What the last run left: where to resume and the correlator state to start from.
 pub(super) struct Restored {
@@ -154,13 +165,23 @@ impl Checkpointer {
         Checkpointer { committer, sinks, periodic: None }
     }
 
+    /// Registers at-least-once's progress (acknowledged and saved events) with `/metrics`.
+    pub fn register(&self, metrics: &crate::metrics::Metrics) {
+        if let Some(committer) = self.committer.clone() {
+            metrics.add_source(move |s| s.add_delivery(&committer));
+        }
+    }
+
     /// Whether the position is saved (at-least-once).
     pub fn saves_position(&self) -> bool {
         self.committer.is_some()
     }
 
-    /// A single host (at-least-once) snapshots its correlator state into the state file, every
-    /// `interval`, starting from `restore`; the stores are counted in `counters`.
+    /// A single host (at-least-once) marks its correlator state [`MARKS_PER_INTERVAL`] times
+    /// every `interval` and every
+    /// [`CHECKPOINT_EVERY_EVENTS`] events, starting from `restore`; each is saved into the state
+    /// file with its position once its events are acknowledged (the stores are counted in
+    /// `counters`).
     pub fn snapshots(
         &self,
         role: &Role,
@@ -175,35 +196,43 @@ impl Checkpointer {
         };
         let counters = counters.clone();
         let partitions = workers.max(1) as u32;
+        committer.expect_snapshots();
         Some(RouterSnapshots {
-            interval,
+            interval: interval / MARKS_PER_INTERVAL,
+            every_events: CHECKPOINT_EVERY_EVENTS,
             restore,
-            taken: Arc::new(move |finished, states| {
-                let started = std::time::Instant::now();
-                let encoded: Vec<String> = states
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, tenants)| {
-                        use base64::Engine;
-                        let snapshot = crate::correlator::snapshot::PartitionSnapshot {
-                            key_seed: crate::correlator::keys::key_seed(),
-                            partition: i as u32,
-                            partitions,
-                            sequence: finished,
-                            taken_at_ms: chrono::Utc::now().timestamp_millis(),
-                            tenants,
-                        };
-                        base64::engine::general_purpose::STANDARD.encode(snapshot.encode())
-                    })
-                    .collect();
-                counters.stored(encoded.iter().map(String::len).sum(), started.elapsed());
-                committer.snapshot_taken(finished, encoded);
+            taken: Arc::new(move |at, states| {
+                let counters = counters.clone();
+                let taken_at_ms = chrono::Utc::now().timestamp_millis();
+                // Encoded only if saved (a newer one covered by the same commit replaces it).
+                let encode = move || {
+                    let started = std::time::Instant::now();
+                    let encoded: Vec<String> = states
+                        .into_iter()
+                        .enumerate()
+                        .map(|(i, tenants)| {
+                            use base64::Engine;
+                            let snapshot = crate::correlator::snapshot::PartitionSnapshot {
+                                key_seed: crate::correlator::keys::key_seed(),
+                                partition: i as u32,
+                                partitions,
+                                sequence: at,
+                                taken_at_ms,
+                                tenants,
+                            };
+                            base64::engine::general_purpose::STANDARD.encode(snapshot.encode())
+                        })
+                        .collect();
+                    counters.stored(encoded.iter().map(String::len).sum(), started.elapsed());
+                    encoded
+                };
+                committer.snapshot_taken(at, Box::new(encode));
             }),
             refused: Arc::new(AtomicU64::new(0)),
         })
     }
 
-    /// Every [`COMMIT_INTERVAL`] until `shutdown`: at-least-once saves the acknowledged position
+    /// Until `shutdown`: at-least-once saves the newest acknowledged mark every [`SAVE_POLL`]
     /// (flushing the sinks first); otherwise the sinks are flushed, so their output shows while
     /// the run goes on.
     pub fn start(&mut self, shutdown: &CancellationToken) {
@@ -212,7 +241,7 @@ impl Checkpointer {
             loop {
                 tokio::select! {
                     _ = stop.cancelled() => break,
-                    _ = tokio::time::sleep(COMMIT_INTERVAL) => {}
+                    _ = tokio::time::sleep(if c.is_some() { SAVE_POLL } else { COMMIT_INTERVAL }) => {}
                 }
                 match &c {
                     Some(c) => commit(c, &s, false),

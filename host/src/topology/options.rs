@@ -69,6 +69,11 @@ pub struct DeliveryOptions {
     /// The guarantee (sets the Broadcaster's full-channel behaviour; at-least-once also saves
     /// and resumes the source position).
     pub mode: Delivery,
+    /// At-least-once: how often a position is marked, with the correlator state of the events
+    /// before it, to save once they are acknowledged (also every
+    /// [`crate::delivery::CHECKPOINT_EVERY_EVENTS`] events). Default
+    /// [`crate::delivery::DEFAULT_CHECKPOINT_INTERVAL`].
+    pub checkpoint_interval: Duration,
     /// Queue length, retry policy, correlation clock (its full-channel behaviour comes from
     /// [`mode`](Self::mode); its `correlator` field is not used: tenants' rules are).
     pub broadcaster: EventBroadcasterOptions,
@@ -83,8 +88,9 @@ pub struct ScaleOptions {
     pub partition_key: PartitionKey,
     /// With a `nats:` source: which partitions this worker takes (`None`: `0/1`, all).
     pub worker: Option<WorkerIndex>,
-    /// How often correlator state is snapshotted: a worker's partitions into the object store, a
-    /// single host's (at-least-once) into the state file; also at the end.
+    /// How often a worker's correlator state is snapshotted into the object store; also at the
+    /// end. (A single host's snapshots go with its positions:
+    /// [`DeliveryOptions::checkpoint_interval`].)
     pub snapshot_interval: Duration,
 }
 

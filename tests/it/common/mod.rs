@@ -4,6 +4,8 @@
 
 use std::path::PathBuf;
 
+pub mod recording_webhook;
+
 use serde_json::Value;
 
 /// `tests/fixtures/<rel>` of this repository.

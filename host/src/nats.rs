@@ -287,8 +287,8 @@ impl NatsTarget {
 
     /// The stream, created if missing with P = `partitions` (else the target's, else
     /// [`DEFAULT_PARTITIONS`]) and [`replicas`](Self::replicas); returns it and its P (its
-    /// metadata's, for a stream that exists). Tried again for [`STATE_RETRY_FOR`] while a
-    /// cluster elects leaders.
+    /// metadata's, for a stream that exists), once it has a leader (a cluster's). Tried again
+    /// for [`STATE_RETRY_FOR`] while a cluster elects leaders.
     ///
     /// # Errors
     /// [`NatsError`] when the stream cannot be read or made, or exists with another P than the
@@ -320,6 +320,11 @@ impl NatsTarget {
                 Err(e) => return Err(e.to_string()),
             };
             let info = stream.info().await.map_err(|e| e.to_string())?.clone();
+            // A stream just made on a cluster has no leader for a moment: publications then
+            // fail with no responders while later ones may be stored, out of order.
+            if info.cluster.as_ref().is_some_and(|c| c.leader.is_none()) {
+                return Err("the stream has no leader yet".into());
+            }
             Ok((stream, info))
         })
         .await

@@ -563,7 +563,11 @@ fn a_cluster_node_and_a_worker_killed_mid_stream_lose_nothing() {
     let connected = Instant::now();
     wait_for(&outs[2..3], 60, "the restarted worker writing", |l| !l.is_empty());
     let resumed = connected.elapsed();
-    assert!(resumed < Duration::from_secs(10), "the restarted worker took {resumed:?} to take its partitions");
+    assert!(
+        resumed < Duration::from_secs(10),
+        "the restarted worker took {resumed:?} to take its partitions: {}",
+        std::fs::read_to_string(dir.path().join("w2.jsonl.log")).unwrap()
+    );
     assert!(wait(publisher).success(), "{}", std::fs::read_to_string(dir.path().join("publisher.log")).unwrap());
     wait_for(&outs, 300, "after the failures", |l| final_counts(l) == final_counts(&expected));
     workers.into_iter().for_each(stop);

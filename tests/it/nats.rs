@@ -537,8 +537,8 @@ fn wait_log(log: &Path, what: &str, secs: u64) {
 }
 
 /// On a 3-node cluster with replicas 3, a publisher and 2 workers run the bundled stream while
-/// one node is SIGKILLed and one worker is SIGKILLed and restarted: every object ends with the
-/// single run's final state, every single-run sink call is written, and the restarted worker
+/// one worker is SIGKILLed and restarted and then one node is SIGKILLed: every object ends with
+/// the single run's final state, every single-run sink call is written, and the restarted worker
 /// takes its partitions back within 10 s of connecting (the dead one's pin lapses after
 /// `priority_timeout`, 5 s).
 #[test]
@@ -552,8 +552,8 @@ fn a_cluster_node_and_a_worker_killed_mid_stream_lose_nothing() {
     let published = wait(publish(&cluster, &first, "partitions=6&replicas=3", dir.path()));
     assert!(published.success(), "{}", std::fs::read_to_string(dir.path().join("publisher.log")).unwrap());
     wait_for(&outs[1..2], 120, "worker 1 writing", |l| l.len() >= 200);
-    // A node goes (the stream and the buckets keep a quorum of 2), then worker 1.
-    cluster.kill(0);
+    // Worker 1 goes, and is restarted at once, then (while the second half is published) a
+    // node goes: the stream and the buckets keep a quorum of 2.
     let mut killed = workers.remove(1);
     killed.0.kill().unwrap();
     killed.0.wait().unwrap();
@@ -568,6 +568,7 @@ fn a_cluster_node_and_a_worker_killed_mid_stream_lose_nothing() {
         "the restarted worker took {resumed:?} to take its partitions: {}",
         std::fs::read_to_string(dir.path().join("w2.jsonl.log")).unwrap()
     );
+    cluster.kill(0);
     assert!(wait(publisher).success(), "{}", std::fs::read_to_string(dir.path().join("publisher.log")).unwrap());
     wait_for(&outs, 300, "after the failures", |l| final_counts(l) == final_counts(&expected));
     workers.into_iter().for_each(stop);

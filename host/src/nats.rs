@@ -49,8 +49,27 @@ pub const KEY_SEED: &str = "key-seed";
 /// at each snapshot).
 pub const MAX_ACK_PENDING: i64 = 100_000;
 
-/// A `nats:` target: `nats:nats://[USER:PASSWORD@]HOST:PORT[?KEY=VALUE&…]`, as `--sink` and
-/// `--source` take it. Keys (durations in seconds):
+/// How long a read of the state workers share (the key seed, a snapshot) and the making of
+/// the stream, buckets and consumers are tried again on a cluster whose leaders are being
+/// elected (timeouts, "no responders", a replica not caught up yet) before the error counts.
+pub const STATE_RETRY_FOR: Duration = Duration::from_secs(30);
+
+/// The environment variables a `nats:` target takes its credentials and TLS files from (the
+/// nats CLI's names; never the command line): a token, a user and password (also
+/// `USER:PASSWORD@` in a server's URL), the CA bundle that signs the servers' certificates, and
+/// a client certificate with its key (mutual TLS).
+pub const CREDENTIAL_ENV: [&str; 6] = ["NATS_TOKEN", "NATS_USER", "NATS_PASSWORD", "NATS_CA", "NATS_CERT", "NATS_KEY"];
+
+/// The default replicas on a server that reports `cluster_size` servers (1 alone, else up to 3:
+/// a replicated stream survives one node down at R3, and more replicas only slow writes).
+pub fn default_replicas(cluster_size: usize) -> usize {
+    cluster_size.clamp(1, 3)
+}
+
+/// A `nats:` target: `nats:nats://[USER:PASSWORD@]HOST:PORT[,nats://HOST:PORT…][?KEY=VALUE&…]`,
+/// as `--sink` and `--source` take it: one server, or several of a cluster (comma-separated;
+/// the client connects to any, learns the others from it, and reconnects across them);
+/// `tls://` for TLS. Credentials come from [`CREDENTIAL_ENV`]. Keys (durations in seconds):
 ///
 /// | key | default | what |
 /// |---|---|---|
@@ -60,14 +79,14 @@ pub const MAX_ACK_PENDING: i64 = 100_000;
 /// | `durable` | `eventpipe` | consumer name prefix (`<durable>-<p>`) |
 /// | `bucket` | `<stream>_correlator` | the KV bucket of the key seed and the object store of snapshots |
 /// | `ack_wait` | 30 | seconds before an unacknowledged message is delivered again |
-/// | `priority_timeout` | 30 | seconds a pinned worker keeps its partition without pulling |
+/// | `priority_timeout` | 5 | seconds a pinned worker keeps its partition without pulling: how soon a restarted or standby worker takes over a dead one's |
 /// | `max_age` | 86400 | seconds the stream keeps a message |
 /// | `duplicate_window` | 120 | seconds `Nats-Msg-Id` deduplicates over |
-/// | `replicas` | 1 | stream and bucket replicas |
+/// | `replicas` | cluster size, at most 3 | stream and bucket replicas ([`default_replicas`] of the servers the first one reports) |
 /// | `pinned` | `auto` | `auto` (pinned clients where the server has priority groups), `false` |
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NatsTarget {
-    /// The server URL (credentials included).
+    /// The server URLs, comma-separated (credentials included).
     pub url: String,
     /// The stream.
     pub stream: String,
@@ -87,8 +106,8 @@ pub struct NatsTarget {
     pub max_age: Duration,
     /// The stream's deduplication window.
     pub duplicate_window: Duration,
-    /// Replicas of the stream and the bucket.
-    pub replicas: usize,
+    /// Replicas of the stream and the bucket (`None`: [`default_replicas`]).
+    pub replicas: Option<usize>,
     /// Use pinned-client priority groups where the server has them.
     pub pinned: bool,
 }
@@ -103,10 +122,15 @@ impl std::str::FromStr for NatsTarget {
     /// Parses the part after `nats:` (`nats://HOST:PORT?…`; `tls://` too).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let fail = |m: String| NatsTargetError(format!("nats:{}: {m}", crate::redact::RedactedUrl::new(s)));
-        if !(s.starts_with("nats://") || s.starts_with("tls://")) {
-            return Err(fail("expected nats://HOST:PORT[?stream=NAME&partitions=P…]".into()));
-        }
         let (url, query) = s.split_once('?').unwrap_or((s, ""));
+        for server in url.split(',') {
+            if !(server.starts_with("nats://") || server.starts_with("tls://")) {
+                return Err(fail("expected nats://HOST:PORT[,nats://HOST:PORT…][?stream=NAME&partitions=P…]".into()));
+            }
+            if server.parse::<async_nats::ServerAddr>().is_err() {
+                return Err(fail(format!("{}: not a server URL", crate::redact::RedactedUrl::new(server))));
+            }
+        }
         let mut t = NatsTarget {
             url: url.to_string(),
             stream: DEFAULT_STREAM.into(),
@@ -115,10 +139,10 @@ impl std::str::FromStr for NatsTarget {
             durable: DEFAULT_DURABLE.into(),
             bucket: String::new(),
             ack_wait: Duration::from_secs(30),
-            priority_timeout: Duration::from_secs(30),
+            priority_timeout: Duration::from_secs(5),
             max_age: Duration::from_secs(86_400),
             duplicate_window: Duration::from_secs(120),
-            replicas: 1,
+            replicas: None,
             pinned: true,
         };
         let name = |v: &str, what: &str| {
@@ -161,11 +185,13 @@ impl std::str::FromStr for NatsTarget {
                 "max_age" => t.max_age = seconds(value, key)?,
                 "duplicate_window" => t.duplicate_window = seconds(value, key)?,
                 "replicas" => {
-                    t.replicas = value
-                        .parse()
-                        .ok()
-                        .filter(|r| (1..=5).contains(r))
-                        .ok_or_else(|| fail(format!("replicas={value}: expected 1 to 5")))?
+                    t.replicas = Some(
+                        value
+                            .parse()
+                            .ok()
+                            .filter(|r| (1..=5).contains(r))
+                            .ok_or_else(|| fail(format!("replicas={value}: expected 1 to 5")))?,
+                    )
                 }
                 "pinned" => {
                     t.pinned = match value {
@@ -187,7 +213,8 @@ impl std::str::FromStr for NatsTarget {
 /// The target with its URL's credentials redacted, and its stream (what logs show).
 impl std::fmt::Display for NatsTarget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "nats:{}?stream={}", crate::redact::RedactedUrl::new(self.url.as_str()), self.stream)
+        let servers: Vec<String> = self.servers().map(|s| crate::redact::RedactedUrl::new(s).to_string()).collect();
+        write!(f, "nats:{}?stream={}", servers.join(","), self.stream)
     }
 }
 
@@ -208,17 +235,49 @@ impl NatsTarget {
         move |e| NatsError { target: self.to_string(), doing, message: e.to_string() }
     }
 
-    /// Connects (the client reconnects by itself after a lost connection, without limit).
+    /// The server URLs given.
+    pub fn servers(&self) -> impl Iterator<Item = &str> {
+        self.url.split(',')
+    }
+
+    /// Connects to one of the servers (the client reconnects by itself after a lost
+    /// connection, without limit, to any server given or learnt from the cluster), with the
+    /// credentials and TLS files of [`CREDENTIAL_ENV`]; TLS is required when a server is
+    /// `tls://` or a TLS file is given.
     ///
     /// # Errors
-    /// [`NatsError`] when the server cannot be reached.
+    /// [`NatsError`] when no server can be reached, or a TLS file cannot be read.
     pub async fn connect(&self) -> Result<async_nats::Client, NatsError> {
-        async_nats::ConnectOptions::new()
-            .name("eventpipe")
-            .max_reconnects(None)
-            .connect(self.url.as_str())
-            .await
-            .map_err(|e| self.error("connecting")(&e))
+        self.connect_with(|name| std::env::var(name).ok().filter(|v| !v.is_empty())).await
+    }
+
+    /// [`connect`](Self::connect) with the variables of [`CREDENTIAL_ENV`] read through `env`.
+    async fn connect_with(&self, env: impl Fn(&str) -> Option<String>) -> Result<async_nats::Client, NatsError> {
+        let servers: Vec<async_nats::ServerAddr> =
+            self.servers().map(str::parse).collect::<Result<_, _>>().map_err(|e| self.error("connecting")(&e))?;
+        let mut options = async_nats::ConnectOptions::new().name("eventpipe").max_reconnects(None);
+        if let Some(token) = env("NATS_TOKEN") {
+            options = options.token(token);
+        }
+        if let (Some(user), Some(password)) = (env("NATS_USER"), env("NATS_PASSWORD")) {
+            options = options.user_and_password(user, password);
+        }
+        let mut tls = self.servers().any(|s| s.starts_with("tls://"));
+        if let Some(ca) = env("NATS_CA") {
+            options = options.add_root_certificates(ca.into());
+            tls = true;
+        }
+        if let (Some(cert), Some(key)) = (env("NATS_CERT"), env("NATS_KEY")) {
+            options = options.add_client_certificate(cert.into(), key.into());
+            tls = true;
+        }
+        options.require_tls(tls).connect(servers).await.map_err(|e| self.error("connecting")(&e))
+    }
+
+    /// The replicas of what this target makes: the target's, else [`default_replicas`] of the
+    /// cluster the connected server reports (the client URLs it advertises; none alone).
+    pub fn replicas(&self, js: &jetstream::Context) -> usize {
+        self.replicas.unwrap_or_else(|| default_replicas(js.client().server_info().connect_urls.len()))
     }
 
     /// The subject of an event of `tenant` in `partition`.
@@ -227,7 +286,9 @@ impl NatsTarget {
     }
 
     /// The stream, created if missing with P = `partitions` (else the target's, else
-    /// [`DEFAULT_PARTITIONS`]); returns it and its P (its metadata's, for a stream that exists).
+    /// [`DEFAULT_PARTITIONS`]) and [`replicas`](Self::replicas); returns it and its P (its
+    /// metadata's, for a stream that exists), once it has a leader (a cluster's). Tried again
+    /// for [`STATE_RETRY_FOR`] while a cluster elects leaders.
     ///
     /// # Errors
     /// [`NatsError`] when the stream cannot be read or made, or exists with another P than the
@@ -237,26 +298,37 @@ impl NatsTarget {
         js: &jetstream::Context,
         create: bool,
     ) -> Result<(jetstream::stream::Stream, u32), NatsError> {
-        let mut stream = match js.get_stream(&self.stream).await {
-            Ok(stream) => stream,
-            Err(_) if create => {
-                let partitions = self.partitions.unwrap_or(DEFAULT_PARTITIONS);
-                let config = jetstream::stream::Config {
-                    name: self.stream.clone(),
-                    subjects: vec![format!("{}.*.*", self.prefix)],
-                    retention: jetstream::stream::RetentionPolicy::Limits,
-                    storage: jetstream::stream::StorageType::File,
-                    max_age: self.max_age,
-                    duplicate_window: self.duplicate_window,
-                    num_replicas: self.replicas,
-                    metadata: [(PARTITIONS_METADATA.to_string(), partitions.to_string())].into(),
-                    ..Default::default()
-                };
-                js.get_or_create_stream(config).await.map_err(|e| self.error("creating the stream")(&e))?
+        let doing = if create { "making the stream" } else { "finding the stream (publish to it first)" };
+        let (stream, info) = retrying(|| async {
+            let mut stream = match js.get_stream(&self.stream).await {
+                Ok(stream) => stream,
+                Err(_) if create => {
+                    let partitions = self.partitions.unwrap_or(DEFAULT_PARTITIONS);
+                    let config = jetstream::stream::Config {
+                        name: self.stream.clone(),
+                        subjects: vec![format!("{}.*.*", self.prefix)],
+                        retention: jetstream::stream::RetentionPolicy::Limits,
+                        storage: jetstream::stream::StorageType::File,
+                        max_age: self.max_age,
+                        duplicate_window: self.duplicate_window,
+                        num_replicas: self.replicas(js),
+                        metadata: [(PARTITIONS_METADATA.to_string(), partitions.to_string())].into(),
+                        ..Default::default()
+                    };
+                    js.get_or_create_stream(config).await.map_err(|e| e.to_string())?
+                }
+                Err(e) => return Err(e.to_string()),
+            };
+            let info = stream.info().await.map_err(|e| e.to_string())?.clone();
+            // A stream just made on a cluster has no leader for a moment: publications then
+            // fail with no responders while later ones may be stored, out of order.
+            if info.cluster.as_ref().is_some_and(|c| c.leader.is_none()) {
+                return Err("the stream has no leader yet".into());
             }
-            Err(e) => return Err(self.error("finding the stream (publish to it first)")(&e)),
-        };
-        let info = stream.info().await.map_err(|e| self.error("reading the stream")(&e))?;
+            Ok((stream, info))
+        })
+        .await
+        .map_err(|e| self.error(doing)(&e))?;
         let recorded = info.config.metadata.get(PARTITIONS_METADATA).and_then(|p| p.parse::<u32>().ok());
         let partitions = match (recorded, self.partitions) {
             (Some(r), Some(given)) if r != given => {
@@ -270,57 +342,76 @@ impl NatsTarget {
         Ok((stream, partitions))
     }
 
-    /// The snapshot bucket, created if missing (history 1).
+    /// The key seed's bucket, created if missing (history 1, [`replicas`](Self::replicas)),
+    /// read through its stream leader ([`leader_reads`]).
     ///
     /// # Errors
-    /// [`NatsError`] when it cannot be read or made.
+    /// [`NatsError`] when it cannot be read or made (for [`STATE_RETRY_FOR`]).
     pub async fn bucket(&self, js: &jetstream::Context) -> Result<jetstream::kv::Store, NatsError> {
-        if let Ok(store) = js.get_key_value(&self.bucket).await {
-            return Ok(store);
-        }
-        js.create_key_value(jetstream::kv::Config {
-            bucket: self.bucket.clone(),
-            history: 1,
-            num_replicas: self.replicas,
-            storage: jetstream::stream::StorageType::File,
-            ..Default::default()
-        })
-        .await
-        .map_err(|e| self.error("creating the snapshot bucket")(&e))
-    }
-
-    /// The object store of snapshots (same name as the KV bucket), created if missing.
-    ///
-    /// # Errors
-    /// [`NatsError`] when it cannot be read or made.
-    pub async fn snapshots(&self, js: &jetstream::Context, kv: jetstream::kv::Store) -> Result<Snapshots, NatsError> {
-        let objects = match js.get_object_store(&self.bucket).await {
-            Ok(store) => store,
-            Err(_) => js
-                .create_object_store(jetstream::object_store::Config {
+        retrying(|| async {
+            if js.get_key_value(&self.bucket).await.is_err() {
+                js.create_key_value(jetstream::kv::Config {
                     bucket: self.bucket.clone(),
-                    num_replicas: self.replicas,
+                    history: 1,
+                    num_replicas: self.replicas(js),
                     storage: jetstream::stream::StorageType::File,
                     ..Default::default()
                 })
                 .await
-                .map_err(|e| self.error("creating the snapshot object store")(&e))?,
-        };
+                .map_err(|e| e.to_string())?;
+            }
+            leader_reads(js, &format!("KV_{}", self.bucket)).await?;
+            js.get_key_value(&self.bucket).await.map_err(|e| e.to_string())
+        })
+        .await
+        .map_err(|e| self.error("making the key seed bucket")(&e))
+    }
+
+    /// The object store of snapshots (same name as the KV bucket), created if missing
+    /// ([`replicas`](Self::replicas)), read through its stream leader ([`leader_reads`]).
+    ///
+    /// # Errors
+    /// [`NatsError`] when it cannot be read or made (for [`STATE_RETRY_FOR`]).
+    pub async fn snapshots(&self, js: &jetstream::Context, kv: jetstream::kv::Store) -> Result<Snapshots, NatsError> {
+        let objects = retrying(|| async {
+            if js.get_object_store(&self.bucket).await.is_err() {
+                js.create_object_store(jetstream::object_store::Config {
+                    bucket: self.bucket.clone(),
+                    num_replicas: self.replicas(js),
+                    storage: jetstream::stream::StorageType::File,
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| e.to_string())?;
+            }
+            leader_reads(js, &format!("OBJ_{}", self.bucket)).await?;
+            js.get_object_store(&self.bucket).await.map_err(|e| e.to_string())
+        })
+        .await
+        .map_err(|e| self.error("making the snapshot object store")(&e))?;
         Ok(Snapshots { objects, kv })
     }
 
     /// The key seed every worker of this stream hashes with: the bucket's, or `proposed` when
-    /// the bucket has none yet (the first worker's own).
+    /// the bucket has none yet (the first worker's own, stored only if no other was).
     ///
     /// # Errors
-    /// [`NatsError`] when the bucket cannot be read or written.
+    /// [`NatsError`] when the bucket can be neither written nor read (for [`STATE_RETRY_FOR`]),
+    /// or holds something else than 8 bytes.
     pub async fn key_seed(&self, bucket: &jetstream::kv::Store, proposed: u64) -> Result<u64, NatsError> {
-        let _ = bucket.create(KEY_SEED, Bytes::copy_from_slice(&proposed.to_le_bytes())).await;
-        let stored = bucket.get(KEY_SEED).await.map_err(|e| self.error("reading the key seed")(&e))?;
-        stored
-            .and_then(|b| <[u8; 8]>::try_from(&b[..]).ok())
+        let stored = retrying(|| async {
+            // Stored here: the seed is ours; refused (another worker's is there, or the create
+            // timed out during an election): read it, from the leader, until it is there.
+            if bucket.create(KEY_SEED, Bytes::copy_from_slice(&proposed.to_le_bytes())).await.is_ok() {
+                return Ok(Bytes::copy_from_slice(&proposed.to_le_bytes()));
+            }
+            bucket.get(KEY_SEED).await.map_err(|e| e.to_string())?.ok_or_else(|| "not stored yet".to_string())
+        })
+        .await
+        .map_err(|e| self.error("reading the key seed")(&e))?;
+        <[u8; 8]>::try_from(&stored[..])
             .map(u64::from_le_bytes)
-            .ok_or_else(|| self.error("reading the key seed")(&"missing or not 8 bytes"))
+            .map_err(|_| self.error("reading the key seed")(&"not 8 bytes"))
     }
 
     /// The durable pull consumer of `partition`, created if missing: all messages from the
@@ -355,6 +446,41 @@ impl NatsTarget {
             .await
             .map_err(|e| self.error("making the partition's consumer")(&e))
     }
+}
+
+/// Tries `attempt` until it succeeds, for up to [`STATE_RETRY_FOR`], pausing 250 ms between
+/// tries; then its last error.
+async fn retrying<T, F: std::future::Future<Output = Result<T, String>>>(
+    mut attempt: impl FnMut() -> F,
+) -> Result<T, String> {
+    let deadline = tokio::time::Instant::now() + STATE_RETRY_FOR;
+    loop {
+        match attempt().await {
+            Ok(value) => return Ok(value),
+            Err(error) if tokio::time::Instant::now() >= deadline => return Err(error),
+            Err(error) => {
+                tracing::debug!(%error, "JetStream not ready; trying again");
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+    }
+}
+
+/// Turns off direct gets on `stream` (a KV bucket's or an object store's, which the client
+/// makes with them on), so that its reads go to the stream leader: a direct get may be answered
+/// by a replica that has not caught up, which reads as "missing" (a key seed just stored, the
+/// snapshot just written) on a cluster.
+///
+/// # Errors
+/// The client's error, as text.
+async fn leader_reads(js: &jetstream::Context, stream: &str) -> Result<(), String> {
+    let mut stream = js.get_stream(stream).await.map_err(|e| e.to_string())?;
+    let info = stream.info().await.map_err(|e| e.to_string())?;
+    if info.config.allow_direct {
+        let config = jetstream::stream::Config { allow_direct: false, ..info.config.clone() };
+        js.update_stream(config).await.map_err(|e| e.to_string())?;
+    }
+    Ok(())
 }
 
 /// `tenant` as one subject token: characters other than `A-Z a-z 0-9 _ -` become `_` (dots,
@@ -401,24 +527,28 @@ impl Snapshots {
     }
 
     /// The bytes stored as `key`: the object, else (a snapshot an earlier version stored) the KV
-    /// value of that key; `None` when there is neither.
+    /// value of that key; `None` when there is neither. Read from the stream leader, tried again
+    /// for [`STATE_RETRY_FOR`] (a leader being elected).
     ///
     /// # Errors
     /// The client's error, as text.
     pub async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, String> {
         use jetstream::object_store::GetErrorKind;
         use tokio::io::AsyncReadExt;
-        match self.objects.get(key).await {
-            Ok(mut object) => {
-                let mut bytes = Vec::new();
-                object.read_to_end(&mut bytes).await.map_err(|e| e.to_string())?;
-                Ok(Some(bytes))
+        retrying(|| async {
+            match self.objects.get(key).await {
+                Ok(mut object) => {
+                    let mut bytes = Vec::new();
+                    object.read_to_end(&mut bytes).await.map_err(|e| e.to_string())?;
+                    Ok(Some(bytes))
+                }
+                Err(e) if e.kind() == GetErrorKind::NotFound => {
+                    self.kv.get(key).await.map(|v| v.map(|b| b.to_vec())).map_err(|e| e.to_string())
+                }
+                Err(e) => Err(e.to_string()),
             }
-            Err(e) if e.kind() == GetErrorKind::NotFound => {
-                self.kv.get(key).await.map(|v| v.map(|b| b.to_vec())).map_err(|e| e.to_string())
-            }
-            Err(e) => Err(e.to_string()),
-        }
+        })
+        .await
     }
 }
 
@@ -458,6 +588,17 @@ mod tests {
         {
             assert!(bad.parse::<NatsTarget>().is_err(), "{bad}");
         }
+        let cluster: NatsTarget =
+            "nats://u:secret@127.0.0.1:18901,nats://127.0.0.1:18902,tls://h:4222?replicas=3".parse().unwrap();
+        assert_eq!(cluster.servers().collect::<Vec<_>>().len(), 3);
+        assert_eq!((cluster.replicas, t.replicas), (Some(3), None));
+        assert_eq!(
+            cluster.to_string(),
+            "nats:nats://REDACTED@127.0.0.1:18901,nats://127.0.0.1:18902,tls://h:4222?stream=EVENTS"
+        );
+        assert!("nats://h:1,http://h:2".parse::<NatsTarget>().is_err());
+        assert!("nats://h:1,nats://h:x".parse::<NatsTarget>().is_err());
+        assert_eq!([0, 1, 2, 3, 5].map(default_replicas), [1, 1, 2, 3, 3]);
         assert!(has_priority_groups("2.11.0") && has_priority_groups("v2.15.1") && !has_priority_groups("2.9.10"));
         assert_eq!(unpack(&pack(b"snapshot bytes")).unwrap(), b"snapshot bytes");
     }

@@ -33,16 +33,38 @@ struct NatsServer {
     _dir: tempfile::TempDir,
 }
 
+/// Whether `nats-server` is on `PATH` (printed when not; a failure under `CI`).
+fn nats_server_installed(test: &str) -> bool {
+    if Command::new("nats-server").arg("--version").output().is_err() {
+        assert!(std::env::var_os("CI").is_none(), "{test}: nats-server is not on PATH (CI installs it)");
+        println!("{test}: skipped, nats-server is not on PATH");
+        return false;
+    }
+    true
+}
+
+/// A free loopback port.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Waits until `port` on loopback accepts connections.
+fn wait_listening(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "nats-server did not listen on {port}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 impl NatsServer {
     /// Starts one; `None` (printed) when `nats-server` is not installed, a failure under `CI`.
     fn start(test: &str) -> Option<Self> {
-        if Command::new("nats-server").arg("--version").output().is_err() {
-            assert!(std::env::var_os("CI").is_none(), "{test}: nats-server is not on PATH (CI installs it)");
-            println!("{test}: skipped, nats-server is not on PATH");
+        if !nats_server_installed(test) {
             return None;
         }
         let dir = tempfile::tempdir().unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = free_port();
         let store = dir.path().join("js");
         let child = Self::spawn(port, &store);
         Some(Self { child, port, store, _dir: dir })
@@ -56,11 +78,7 @@ impl NatsServer {
             .stderr(Stdio::null())
             .spawn()
             .expect("starting nats-server");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "nats-server did not listen on {port}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_listening(port);
         child
     }
 
@@ -71,7 +89,15 @@ impl NatsServer {
         std::thread::sleep(Duration::from_millis(300));
         self.child = Self::spawn(self.port, &self.store);
     }
+}
 
+/// Where `nats:` targets reach JetStream: a server or a cluster.
+trait Nats {
+    /// A `nats:` target with `query`.
+    fn url(&self, query: &str) -> String;
+}
+
+impl Nats for NatsServer {
     fn url(&self, query: &str) -> String {
         format!("nats:nats://127.0.0.1:{}?{query}", self.port)
     }
@@ -177,14 +203,14 @@ fn single_host(input: &Path, dir: &Path) -> Vec<Value> {
     lines(&[out])
 }
 
-fn publish(server: &NatsServer, input: &Path, query: &str, dir: &Path) -> Proc {
+fn publish(server: &impl Nats, input: &Path, query: &str, dir: &Path) -> Proc {
     run(
         &[format!("--source=jsonl:{}", input.display()), format!("--sink={}", server.url(query))],
         &dir.join("publisher.log"),
     )
 }
 
-fn worker(server: &NatsServer, i: u32, n: u32, out: &Path, query: &str, dir: &Path) -> Proc {
+fn worker(server: &impl Nats, i: u32, n: u32, out: &Path, query: &str, dir: &Path) -> Proc {
     run(
         &[
             format!("--source={}", server.url(query)),
@@ -278,7 +304,7 @@ fn halves(dir: &Path, n: usize) -> (PathBuf, PathBuf, PathBuf) {
 }
 
 /// Workers here snapshot every 2 s, so that a failure lands between two snapshots.
-fn failover_worker(server: &NatsServer, i: u32, out: &Path, dir: &Path) -> Proc {
+fn failover_worker(server: &impl Nats, i: u32, out: &Path, dir: &Path) -> Proc {
     let query = "partitions=6&ack_wait=4&priority_timeout=4";
     run(
         &[
@@ -421,4 +447,164 @@ fn snapshots_larger_than_max_payload_are_stored_and_kv_snapshots_are_still_read(
         );
         assert_eq!(snapshots.get("eventpipe-9").await.unwrap(), None);
     });
+}
+
+/// Three `nats-server -js` on free loopback ports, routed into one JetStream cluster, each with
+/// a store of its own; stopped when dropped.
+struct NatsCluster {
+    nodes: Vec<Option<Child>>,
+    ports: Vec<u16>,
+    _dir: tempfile::TempDir,
+}
+
+impl NatsCluster {
+    /// Starts the three; `None` (printed) when `nats-server` is not installed.
+    fn start(test: &str) -> Option<Self> {
+        if !nats_server_installed(test) {
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        let routes: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        let all_routes: Vec<String> = routes.iter().map(|r| format!("nats://127.0.0.1:{r}")).collect();
+        let nodes = (0..3)
+            .map(|i| {
+                let child = Command::new("nats-server")
+                    .args(["-js", "-a", "127.0.0.1", "-p", &ports[i].to_string(), "-n", &format!("n{i}")])
+                    .args(["--cluster_name", "eventpipe-test", "--cluster", &all_routes[i], "--routes"])
+                    .arg(all_routes.join(","))
+                    .arg("-sd")
+                    .arg(dir.path().join(format!("js{i}")))
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("starting nats-server");
+                Some(child)
+            })
+            .collect();
+        ports.iter().for_each(|p| wait_listening(*p));
+        Some(Self { nodes, ports, _dir: dir })
+    }
+
+    /// SIGKILLs node `i`.
+    fn kill(&mut self, i: usize) {
+        if let Some(mut child) = self.nodes[i].take() {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+    }
+}
+
+impl Nats for NatsCluster {
+    fn url(&self, query: &str) -> String {
+        let servers: Vec<String> = self.ports.iter().map(|p| format!("nats://127.0.0.1:{p}")).collect();
+        format!("nats:{}?{query}", servers.join(","))
+    }
+}
+
+impl Drop for NatsCluster {
+    fn drop(&mut self) {
+        for i in 0..self.nodes.len() {
+            self.kill(i);
+        }
+    }
+}
+
+/// A worker of 2 on the cluster, replicas 3, snapshotting every 2 s.
+fn cluster_worker(cluster: &NatsCluster, i: u32, out: &Path, dir: &Path) -> Proc {
+    run(
+        &[
+            format!("--source={}", cluster.url("partitions=6&replicas=3")),
+            format!("--worker={i}/2"),
+            format!("--sink=jsonl:{}", out.display()),
+            "--snapshot-interval=2".into(),
+            LRU.into(),
+        ],
+        &dir.join(format!("{}.log", out.file_name().unwrap().to_string_lossy())),
+    )
+}
+
+/// Waits until `log` has a line containing `what`.
+fn wait_log(log: &Path, what: &str, secs: u64) {
+    let started = Instant::now();
+    loop {
+        if std::fs::read_to_string(log).is_ok_and(|t| t.contains(what)) {
+            return;
+        }
+        assert!(started.elapsed() < Duration::from_secs(secs), "{}: no {what:?} after {secs} s", log.display());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// On a 3-node cluster with replicas 3, a publisher and 2 workers run the bundled stream while
+/// one worker is SIGKILLed and restarted and then one node is SIGKILLed: every object ends with
+/// the single run's final state, every single-run sink call is written, and the restarted worker
+/// takes its partitions back within 10 s of connecting (the dead one's pin lapses after
+/// `priority_timeout`, 5 s).
+#[test]
+fn a_cluster_node_and_a_worker_killed_mid_stream_lose_nothing() {
+    let Some(mut cluster) = NatsCluster::start("cluster_failover") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (first, second, slice) = halves(dir.path(), 4000);
+    let expected = single_host(&slice, dir.path());
+    let outs: Vec<PathBuf> = (0..3).map(|i| dir.path().join(format!("w{i}.jsonl"))).collect();
+    let mut workers: Vec<Proc> = (0..2).map(|i| cluster_worker(&cluster, i, &outs[i as usize], dir.path())).collect();
+    let published = wait(publish(&cluster, &first, "partitions=6&replicas=3", dir.path()));
+    assert!(published.success(), "{}", std::fs::read_to_string(dir.path().join("publisher.log")).unwrap());
+    wait_for(&outs[1..2], 120, "worker 1 writing", |l| l.len() >= 200);
+    // Worker 1 goes, and is restarted at once, then (while the second half is published) a
+    // node goes: the stream and the buckets keep a quorum of 2.
+    let mut killed = workers.remove(1);
+    killed.0.kill().unwrap();
+    killed.0.wait().unwrap();
+    workers.push(cluster_worker(&cluster, 1, &outs[2], dir.path()));
+    let publisher = publish(&cluster, &second, "partitions=6&replicas=3", dir.path());
+    wait_log(&dir.path().join("w2.jsonl.log"), "worker 1/2 of", 120);
+    let connected = Instant::now();
+    wait_for(&outs[2..3], 60, "the restarted worker writing", |l| !l.is_empty());
+    let resumed = connected.elapsed();
+    assert!(
+        resumed < Duration::from_secs(10),
+        "the restarted worker took {resumed:?} to take its partitions: {}",
+        std::fs::read_to_string(dir.path().join("w2.jsonl.log")).unwrap()
+    );
+    cluster.kill(0);
+    assert!(wait(publisher).success(), "{}", std::fs::read_to_string(dir.path().join("publisher.log")).unwrap());
+    wait_for(&outs, 300, "after the failures", |l| final_counts(l) == final_counts(&expected));
+    workers.into_iter().for_each(stop);
+    let got = lines(&outs);
+    let duplicates = assert_covers(&expected, &got, "node and worker killed");
+    println!(
+        "node 0 and worker 1 killed; the restarted worker wrote {resumed:?} after connecting; {duplicates} sink calls written twice"
+    );
+}
+
+/// Going from 2 workers to 3 and back to 2 (each change: every worker stopped with SIGTERM,
+/// then the new set started with its new `--worker I/N`) moves every partition with its
+/// snapshot: per event, the sink calls are exactly the single run's, none written twice.
+#[test]
+fn rebalancing_from_2_to_3_workers_and_back_keeps_the_output_exact() {
+    let Some(server) = NatsServer::start("rebalancing") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(bundled_stream()).unwrap();
+    let all: Vec<&str> = text.lines().take(4500).collect();
+    let mut outs: Vec<PathBuf> = Vec::new();
+    for (step, n) in [2u32, 3, 2].into_iter().enumerate() {
+        let part = dir.path().join(format!("part{step}.jsonl"));
+        std::fs::write(&part, all[step * 1500..(step + 1) * 1500].iter().map(|l| format!("{l}\n")).collect::<String>())
+            .unwrap();
+        let upto = dir.path().join(format!("upto{step}.jsonl"));
+        std::fs::write(&upto, all[..(step + 1) * 1500].iter().map(|l| format!("{l}\n")).collect::<String>()).unwrap();
+        let expected = single_host(&upto, dir.path());
+        let step_outs: Vec<PathBuf> = (0..n).map(|i| dir.path().join(format!("s{step}w{i}.jsonl"))).collect();
+        let workers: Vec<Proc> =
+            (0..n).map(|i| worker(&server, i, n, &step_outs[i as usize], "partitions=6", dir.path())).collect();
+        outs.extend(step_outs);
+        assert!(wait(publish(&server, &part, "partitions=6", dir.path())).success());
+        wait_for(&outs, 120, &format!("{n} workers"), |l| final_counts(l) == final_counts(&expected));
+        workers.into_iter().for_each(stop);
+        let got = lines(&outs);
+        assert_eq!(got.len(), expected.len(), "{n} workers: no sink call written twice");
+        assert_eq!(by_name(&got), by_name(&expected), "{n} workers: per event, the single run's sink calls");
+    }
 }

@@ -68,6 +68,13 @@ pub const INGEST_HEADER: &str = "Eventpipe-Ingest-Header";
 /// messages awaiting acknowledgement stay well below [`crate::nats::MAX_ACK_PENDING`].
 pub const SNAPSHOT_EVERY_EVENTS: u64 = 20_000;
 
+/// How long catching up on a partition's earlier messages may wait for the next ones before it
+/// starts over.
+pub const CATCH_UP_STALL: Duration = Duration::from_secs(5);
+
+/// Messages a catch-up fetches at once.
+pub const CATCH_UP_FETCH: usize = 1000;
+
 /// Default `--snapshot-interval`.
 pub const DEFAULT_SNAPSHOT_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -542,13 +549,14 @@ async fn feed_partition(
                     // before, to a worker now gone, is read again in stream order first — waiting
                     // for its redelivery would put it after newer messages.
                     if message.is_some() && !caught_up {
-                        caught_up = true;
-                        if let Err(error) = catch_up(&c, p, &mut reflected, &mut batch, &o).await {
+                        while let Err(error) = catch_up(&c, p, &mut reflected, &mut batch, &o).await {
                             tracing::warn!(partition = p, %error, "cannot read the partition's earlier messages; trying again");
-                            caught_up = false;
-                            tokio::time::sleep(Duration::from_secs(1)).await;
-                            continue 'pull;
+                            tokio::select! {
+                                _ = shutdown.cancelled() => break 'pull,
+                                _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                            }
                         }
+                        caught_up = true;
                         if !batch.is_empty() {
                             since_snapshot += batch.len() as u64;
                             o.counters.add_read(batch.len() as u64);
@@ -627,9 +635,12 @@ async fn take(
 }
 
 /// Reads the partition's messages after `reflected` up to the last one its durable consumer
-/// delivered (to this worker or to one now gone), in stream order, through an ordered
-/// consumer, into `batch`; `reflected` becomes that sequence. The durable consumer's
-/// redeliveries of them are then skipped ([`take`]).
+/// delivered (to this worker or to one now gone), in stream order, into `batch`; `reflected`
+/// becomes that sequence (on an error, `reflected` and `batch` are left as they were). The
+/// durable consumer's redeliveries of them are then skipped ([`take`]). Read through an
+/// ephemeral pull consumer of its own (in memory, one replica, no acknowledgements) in fetches
+/// of up to [`CATCH_UP_FETCH`] messages: when messages are pending and none comes for
+/// [`CATCH_UP_STALL`] (a cluster electing a leader), it is an error, and the caller starts over.
 async fn catch_up(
     c: &Connected,
     p: u32,
@@ -643,28 +654,59 @@ async fn catch_up(
     if delivered <= *reflected {
         return Ok(());
     }
-    let ordered = c
+    let reader = c
         .stream
-        .create_consumer(jetstream::consumer::pull::OrderedConfig {
+        .create_consumer(jetstream::consumer::pull::Config {
             filter_subject: format!("{}.*.{p}", c.target.prefix),
             deliver_policy: jetstream::consumer::DeliverPolicy::ByStartSequence { start_sequence: *reflected + 1 },
+            ack_policy: jetstream::consumer::AckPolicy::None,
+            inactive_threshold: Duration::from_secs(30),
+            memory_storage: true,
+            num_replicas: 1,
             ..Default::default()
         })
         .await
         .map_err(|e| e.to_string())?;
-    let mut messages = ordered.messages().await.map_err(|e| e.to_string())?;
-    let from = *reflected;
-    while *reflected < delivered {
-        let Some(message) = messages.next().await else { break };
-        let message = message.map_err(|e| e.to_string())?;
-        let Ok(sequence) = message.info().map(|i| i.stream_sequence) else { continue };
-        if sequence <= *reflected {
-            continue;
+    let (from, mut at, mut read) = (*reflected, *reflected, Vec::new());
+    // `delivered` may lie past the partition's last message (the server moves it over other
+    // partitions' messages): the end is a message past it, or none left to read.
+    let mut reader = reader;
+    let result = async {
+        let mut progress = Instant::now();
+        'read: loop {
+            let mut messages =
+                reader.fetch().max_messages(CATCH_UP_FETCH).messages().await.map_err(|e| e.to_string())?;
+            let mut got = false;
+            while let Some(message) = messages.next().await {
+                let message = message.map_err(|e| e.to_string())?;
+                let Ok(sequence) = message.info().map(|i| i.stream_sequence) else { continue };
+                got = true;
+                if sequence > delivered {
+                    break 'read;
+                }
+                if sequence > at {
+                    at = sequence;
+                    decode_into(&message.message, &mut read, o, p);
+                }
+            }
+            if got {
+                progress = Instant::now();
+            } else if reader.info().await.map_err(|e| e.to_string())?.num_pending == 0 {
+                break;
+            } else if progress.elapsed() > CATCH_UP_STALL {
+                return Err(format!("no message for {CATCH_UP_STALL:?} after sequence {at}, {delivered} delivered"));
+            } else {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
         }
-        *reflected = sequence;
-        decode_into(&message.message, batch, o, p);
+        Ok(())
     }
-    tracing::info!(partition = p, from = from + 1, to = *reflected, "caught up on messages delivered before");
+    .await;
+    let _ = c.stream.delete_consumer(&reader.cached_info().name).await;
+    result?;
+    *reflected = at;
+    batch.append(&mut read);
+    tracing::info!(partition = p, from = from + 1, to = at, "caught up on messages delivered before");
     Ok(())
 }
 

@@ -124,7 +124,9 @@ pub const CHECKPOINT_EVERY_EVENTS: u64 = 1_000;
 pub const SEEN_VERSIONS_MAX: usize = 65_536;
 
 /// The state file is written at most at this rate: a save waits until the last one's size at
-/// this rate has passed (a file up to 200 KiB: every commit, 200 ms).
+/// this rate has passed (a file up to 200 KiB: every commit, 200 ms), but with correlator
+/// snapshots no longer than `--checkpoint-interval` (a 3 MB snapshot: once a second, not every
+/// 3 s).
 pub const STATE_WRITE_BYTES_PER_SECOND: f64 = 1024.0 * 1024.0;
 
 /// One event's resourceVersion as remembered: hashes (xxh3-64) of the event's key and of the
@@ -565,6 +567,9 @@ struct CommitState {
     covered: u64,
     /// The newest covered correlator snapshot with its position, saved with every later commit.
     correlator: Option<SavedCorrelator>,
+    /// The longest a save may be put off by [`STATE_WRITE_BYTES_PER_SECOND`] (`None`: as long
+    /// as that rate says).
+    at_least_every: Option<Duration>,
 }
 
 impl Committer {
@@ -580,6 +585,7 @@ impl Committer {
             pending: VecDeque::new(),
             covered: 0,
             correlator: None,
+            at_least_every: None,
         };
         Self { state_file, source, progress, state: Mutex::new(state) }
     }
@@ -589,9 +595,13 @@ impl Committer {
         self.state.lock().unwrap_or_else(|p| p.into_inner()).saved_finished
     }
 
-    /// From now on a position is saved only with a correlator snapshot of the events before it.
-    pub fn expect_snapshots(&self) {
-        self.state.lock().unwrap_or_else(|p| p.into_inner()).snapshots = true;
+    /// From now on a position is saved only with a correlator snapshot of the events before it,
+    /// and at least every `at_least_every` (`--checkpoint-interval`) while there is progress to
+    /// save, however large the file (the write-rate bound spaces saves by at most that).
+    pub fn expect_snapshots(&self, at_least_every: Duration) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.snapshots = true;
+        state.at_least_every = Some(at_least_every);
     }
 
     /// Hands over a correlator snapshot of the first `at` events (numbered in Broadcaster
@@ -626,8 +636,12 @@ impl Committer {
             return Ok(false);
         }
         flush().map_err(|message| StateError { path: self.state_file.clone(), message })?;
+        let spacing = |bytes: usize| {
+            let by_rate = Duration::from_secs_f64(bytes as f64 / STATE_WRITE_BYTES_PER_SECOND);
+            state.at_least_every.map_or(by_rate, |most| by_rate.min(most))
+        };
         if let (Some((at, bytes)), false) = (state.last_write, now)
-            && at.elapsed() < Duration::from_secs_f64(bytes as f64 / STATE_WRITE_BYTES_PER_SECOND)
+            && at.elapsed() < spacing(bytes)
         {
             return Ok(false);
         }
@@ -853,5 +867,31 @@ mod tests {
         assert!(c.commit(|| Ok(()), true).unwrap(), "unless now");
         let saved = SavedState::load(&path).unwrap().unwrap();
         assert_eq!((saved.position, saved.seen.len()), (Position::ResourceVersion("2".into()), SEEN_VERSIONS_MAX));
+    }
+    #[test]
+    fn with_snapshots_a_large_state_file_is_still_saved_every_checkpoint_interval() {
+        const INTERVAL: Duration = Duration::from_millis(50);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        let progress = Arc::new(Progress::default());
+        let mut seen = SeenVersions::default();
+        for i in 0..SEEN_VERSIONS_MAX {
+            seen.record(SeenVersion::new(&i.to_string(), "1"));
+        }
+        let c = Committer::new(path.clone(), "k8s".into(), progress.clone(), seen);
+        c.expect_snapshots(INTERVAL);
+        for (at, rv) in [(1, "1"), (2, "2")] {
+            progress.sent(Position::ResourceVersion(rv.into()));
+            progress.finished(1);
+            c.snapshot_taken(at, Box::new(move || vec![format!("snapshot at {at}")]));
+            if at == 2 {
+                // ~1.4 MB at 1 MiB/s would put this save off for 1.3 s more.
+                std::thread::sleep(INTERVAL + Duration::from_millis(10));
+            }
+            assert!(c.commit(|| Ok(()), false).unwrap(), "saved at {at}");
+        }
+        let saved = SavedState::load(&path).unwrap().unwrap();
+        assert_eq!(saved.position, Position::ResourceVersion("2".into()));
+        assert_eq!(saved.correlator.unwrap().partitions, ["snapshot at 2"]);
     }
 }

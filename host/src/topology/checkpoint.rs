@@ -196,7 +196,7 @@ impl Checkpointer {
         };
         let counters = counters.clone();
         let partitions = workers.max(1) as u32;
-        committer.expect_snapshots();
+        committer.expect_snapshots(interval);
         Some(RouterSnapshots {
             interval: interval / MARKS_PER_INTERVAL,
             every_events: CHECKPOINT_EVERY_EVENTS,

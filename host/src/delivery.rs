@@ -838,16 +838,21 @@ mod tests {
         assert_eq!(saved.seen.len(), 3, "every finished event's version is kept");
     }
 
-    #[test]
-    fn large_state_files_are_written_at_a_bounded_rate() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("state.json");
+    /// A committer saving to `path` whose versions seen are full (a ~1.4 MB state file).
+    fn full_committer(path: &Path) -> (Arc<Progress>, Committer) {
         let progress = Arc::new(Progress::default());
         let mut seen = SeenVersions::default();
         for i in 0..SEEN_VERSIONS_MAX {
             seen.record(SeenVersion::new(&i.to_string(), "1"));
         }
-        let c = Committer::new(path.clone(), "k8s".into(), progress.clone(), seen);
+        (progress.clone(), Committer::new(path.to_path_buf(), "k8s".into(), progress, seen))
+    }
+
+    #[test]
+    fn large_state_files_are_written_at_a_bounded_rate() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        let (progress, c) = full_committer(&path);
         for rv in ["1", "2"] {
             progress.sent(Position::ResourceVersion(rv.into()));
             progress.finished(1);
@@ -873,12 +878,7 @@ mod tests {
         const INTERVAL: Duration = Duration::from_millis(50);
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.json");
-        let progress = Arc::new(Progress::default());
-        let mut seen = SeenVersions::default();
-        for i in 0..SEEN_VERSIONS_MAX {
-            seen.record(SeenVersion::new(&i.to_string(), "1"));
-        }
-        let c = Committer::new(path.clone(), "k8s".into(), progress.clone(), seen);
+        let (progress, c) = full_committer(&path);
         c.expect_snapshots(INTERVAL);
         for (at, rv) in [(1, "1"), (2, "2")] {
             progress.sent(Position::ResourceVersion(rv.into()));

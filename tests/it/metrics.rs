@@ -372,17 +372,30 @@ fn stop(mut run: std::process::Child) {
     let _ = run.wait();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_exposes_its_webhook_sinks_on_metrics() {
+/// `eventpipe run --follow` of the bundled stream's first `events` lines (copied into `dir`)
+/// with `--metrics`, into a webhook that answers 200: the running process, its metrics
+/// address, the webhook's address and the requests it has answered.
+async fn spawn_webhook_run(
+    dir: &std::path::Path,
+    events: usize,
+) -> (std::process::Child, String, std::net::SocketAddr, Arc<std::sync::atomic::AtomicU64>) {
+    use std::sync::atomic::{AtomicU64, Ordering};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let hook = listener.local_addr().unwrap();
-    let app = axum::Router::new().route("/", axum::routing::post(|| async { StatusCode::OK }));
+    let requests = Arc::new(AtomicU64::new(0));
+    let counted = requests.clone();
+    let app = axum::Router::new().route(
+        "/",
+        axum::routing::post(move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+            async { StatusCode::OK }
+        }),
+    );
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    let dir = tempfile::tempdir().unwrap();
-    let source = dir.path().join("events.jsonl");
+    let source = dir.join("events.jsonl");
     let stream =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/data/occurrences.jsonl")).unwrap();
-    std::fs::write(&source, stream.lines().take(50).collect::<Vec<_>>().join("\n") + "\n").unwrap();
+    std::fs::write(&source, stream.lines().take(events).collect::<Vec<_>>().join("\n") + "\n").unwrap();
     let (run, metrics_addr) = spawn_run(
         &[
             "--no-watch".into(),
@@ -393,6 +406,13 @@ async fn a_run_exposes_its_webhook_sinks_on_metrics() {
         ],
         "metrics on http://",
     );
+    (run, metrics_addr, hook, requests)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_exposes_its_webhook_sinks_on_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let (run, metrics_addr, hook, _) = spawn_webhook_run(dir.path(), 50).await;
     let sink = [("sink", format!("webhook:http://{hook}/"))];
     let sink: Vec<(&str, &str)> = sink.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let s = scrape_until(&metrics_addr, |s| s.find("eventpipe_sink_acked_total", &sink).is_some_and(|n| n > 0.0)).await;
@@ -558,34 +578,9 @@ fn assert_histogram(s: &Scrape, name: &str, labels: &[(&str, &str)], count: f64)
 /// sent), and the end-to-end histogram every event routed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_exposes_histograms_that_count_what_happened() {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let hook = listener.local_addr().unwrap();
-    let requests = Arc::new(AtomicU64::new(0));
-    let counted = requests.clone();
-    let app = axum::Router::new().route(
-        "/",
-        axum::routing::post(move || {
-            counted.fetch_add(1, Ordering::SeqCst);
-            async { StatusCode::OK }
-        }),
-    );
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    use std::sync::atomic::Ordering;
     let dir = tempfile::tempdir().unwrap();
-    let source = dir.path().join("events.jsonl");
-    let stream =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/data/occurrences.jsonl")).unwrap();
-    std::fs::write(&source, stream.lines().take(50).collect::<Vec<_>>().join("\n") + "\n").unwrap();
-    let (run, metrics_addr) = spawn_run(
-        &[
-            "--no-watch".into(),
-            "--follow".into(),
-            "--metrics=127.0.0.1:0".into(),
-            format!("--source=jsonl:{}", source.display()),
-            format!("--sink=webhook:http://{hook}/"),
-        ],
-        "metrics on http://",
-    );
+    let (run, metrics_addr, hook, requests) = spawn_webhook_run(dir.path(), 50).await;
     let name = format!("webhook:http://{hook}/");
     let sink = [("sink", name.as_str())];
     let routed = [("tenant", "default")];

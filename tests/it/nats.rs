@@ -486,8 +486,8 @@ impl NatsCluster {
         Some(Self { nodes, ports, _dir: dir })
     }
 
-    /// A running node other than the leader of the stream of the target with `query`.
-    fn not_leading(&self, query: &str) -> usize {
+    /// The node that leads the stream of the target with `query`.
+    fn leading(&self, query: &str) -> usize {
         let running = (0..self.nodes.len()).find(|i| self.nodes[*i].is_some()).expect("a running node");
         let target = format!("nats://127.0.0.1:{}?{query}", self.ports[running]);
         let target: eventpipe::nats::NatsTarget = target.parse().unwrap();
@@ -497,9 +497,8 @@ impl NatsCluster {
             let mut stream = js.get_stream(&target.stream).await.unwrap();
             stream.info().await.unwrap().cluster.as_ref().and_then(|c| c.leader.clone())
         });
-        (0..self.nodes.len())
-            .find(|i| self.nodes[*i].is_some() && leader.as_deref() != Some(format!("n{i}").as_str()))
-            .expect("a node that does not lead")
+        let leader = leader.expect("the stream has a leader");
+        (0..self.nodes.len()).find(|i| leader == format!("n{i}")).expect("a leader among the nodes")
     }
 
     /// SIGKILLs node `i`.
@@ -553,11 +552,10 @@ fn wait_log(log: &Path, what: &str, secs: u64) {
 }
 
 /// On a 3-node cluster with replicas 3, a publisher and 2 workers run the bundled stream while
-/// one worker is SIGKILLed and restarted and then one node (not the stream's leader) is
-/// SIGKILLed: every object ends with
-/// the single run's final state, every single-run sink call is written, and the restarted worker
-/// takes its partitions back within 10 s of connecting (the dead one's pin lapses after
-/// `priority_timeout`, 5 s).
+/// one worker is SIGKILLed and restarted and then the node leading the stream is SIGKILLed
+/// while the rest is published: every object ends with the single run's final state, every
+/// single-run sink call is written, and the restarted worker takes its partitions back within
+/// 10 s of connecting (the dead one's pin lapses after `priority_timeout`, 5 s).
 #[test]
 fn a_cluster_node_and_a_worker_killed_mid_stream_lose_nothing() {
     let Some(mut cluster) = NatsCluster::start("cluster_failover") else { return };
@@ -585,10 +583,10 @@ fn a_cluster_node_and_a_worker_killed_mid_stream_lose_nothing() {
         "the restarted worker took {resumed:?} to take its partitions: {}",
         std::fs::read_to_string(dir.path().join("w2.jsonl.log")).unwrap()
     );
-    // A node that does not lead the stream: a new stream leader mid-publication can store a
-    // publication the publisher sends again after later ones (its window of publications in
-    // flight), which the workers then read out of order.
-    let node = cluster.not_leading("partitions=6&replicas=3");
+    // The node that leads the stream: a publication lost while a new leader is elected must
+    // not be stored after later ones of the publisher's window (each expects the one before it
+    // as the stream's last).
+    let node = cluster.leading("partitions=6&replicas=3");
     cluster.kill(node);
     assert!(wait(publisher).success(), "{}", std::fs::read_to_string(dir.path().join("publisher.log")).unwrap());
     wait_for(&outs, 300, "after the failures", |l| final_counts(l) == final_counts(&expected));

@@ -236,6 +236,11 @@ struct Publication {
     seq: u64,
     subject: String,
     id: Option<String>,
+    /// The `Nats-Msg-Id` of the publication before this one (`Nats-Expected-Last-Msg-Id`): the
+    /// stream refuses this one unless that one is the last it stored, so a publication lost in
+    /// a leader change is never overtaken by later ones of the window. `None` for the first of
+    /// a run, after one without an id, and once every earlier publication is acknowledged.
+    expect_last: Option<String>,
     headers: crate::event::IngestHeaders,
     payload: Bytes,
     ack: Option<AckFuture>,
@@ -256,6 +261,9 @@ impl Publication {
         if let Some(id) = &self.id {
             message = message.message_id(id);
         }
+        if let Some(last) = &self.expect_last {
+            message = message.expected_last_message_id(last);
+        }
         for (name, value) in self.headers.get().into_iter().flatten() {
             message = message.header(INGEST_HEADER, format!("{name}: {value}").as_str());
         }
@@ -269,8 +277,11 @@ impl Publication {
 /// order, waiting for JetStream's acknowledgements ([module docs](self)). Up to `window`
 /// publications await their acknowledgement at once; they are handed to the client in order,
 /// and when one fails, it and every one after it are handed over again, in order, after a pause
-/// (doubling from 100 ms to 5 s) — those already stored are recognised by their `Nats-Msg-Id`
-/// — so each partition's messages keep the source's order. Returns the stats (received and
+/// (doubling from 100 ms to 5 s) — those already stored are recognised by their `Nats-Msg-Id`.
+/// Each publication expects the one before it to be the stream's last
+/// (`Nats-Expected-Last-Msg-Id`), so none is stored after a later one that overtook it (a
+/// publication lost while the stream's leader changes refuses the rest of the window until it
+/// is sent again): each partition's messages keep the source's order. Returns the stats (received and
 /// finished; publication counts are in [`ScaleCounters`]) when the watcher closes and every
 /// publication ended (acknowledged, or cancelled by a shutdown).
 pub async fn publish(
@@ -282,6 +293,8 @@ pub async fn publish(
     let mut pending: std::collections::VecDeque<Publication> = std::collections::VecDeque::new();
     let mut last_position: Option<Position> = None;
     let mut ordinal = 0u32;
+    // The id of the last publication made, which the next one expects to be the stream's last.
+    let mut last_id: Option<String> = None;
     let mut trim = SeenVersions::with_capacity(1);
     let acks = o.router.acks.clone();
     let cancel = o.router.cancel.clone();
@@ -298,6 +311,12 @@ pub async fn publish(
             }
             pause = (pause * 2).min(Duration::from_secs(5));
             resend = false;
+            // Every publication before the front is stored (acknowledged): the front needs no
+            // expectation, which also ends a refusal the stream would repeat (another
+            // publisher's message last, or a new leader without the last id).
+            if let Some(front) = pending.front_mut() {
+                front.expect_last = None;
+            }
             for p in pending.iter_mut() {
                 o.counters.publish_retries.fetch_add(1, Ordering::Relaxed);
                 if let Err(error) = p.send(&o.js).await {
@@ -346,10 +365,12 @@ pub async fn publish(
                     ordinal = if position.is_some() && position == last_position { ordinal + 1 } else { 0 };
                     let id = message_id(&event, source_hash, position.as_ref(), ordinal);
                     last_position = position;
+                    let expect_last = std::mem::replace(&mut last_id, id.clone());
                     let mut p = Publication {
                         seq,
                         subject: o.target.subject(tenant, partition),
                         id,
+                        expect_last,
                         headers: event.ingest_headers.clone(),
                         payload: Bytes::from(serde_json::to_vec(&*event).expect("an event serialises")),
                         ack: None,

@@ -142,6 +142,11 @@ pub struct Event {
     /// (`match.headers`). Never serialised, never compared.
     #[serde(skip)]
     pub ingest_headers: IngestHeaders,
+    /// Not part of the API object: the instants a replay line gave with the event (its `clock`
+    /// and `spam_filter_clock`), which `--clock event` correlates with, as `replay` does. Never
+    /// serialised, never compared.
+    #[serde(skip)]
+    pub recorded_clock: RecordedClock,
 }
 
 /// The headers of the HTTP ingest request an [`Event`] came in with, carried beside it from the
@@ -165,6 +170,24 @@ impl IngestHeaders {
 }
 
 impl PartialEq for IngestHeaders {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+/// The instants a replay line (`{"clock": …, "spam_filter_clock"?: …, "event": …}`) gave with
+/// its event, carried beside it from the source through the Broadcaster to the tenant router:
+/// the aggregator's "now" and the spam filter's (`None`: the line gave none). Metadata of the
+/// input, not part of the event's value: any two compare equal.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RecordedClock {
+    /// The line's `clock`.
+    pub clock: Option<Time>,
+    /// The line's `spam_filter_clock` (the spam filter reads `clock` when it is `None`).
+    pub spam_filter_clock: Option<Time>,
+}
+
+impl PartialEq for RecordedClock {
     fn eq(&self, _: &Self) -> bool {
         true
     }

@@ -1,5 +1,30 @@
 //! EventLogger: counts repeats and builds the patch (client-go `eventLogger.eventObserve` and
 //! `updateState`, spec §3.4–3.5).
+//!
+//! # `UpdateState` with writes in flight
+//! client-go's loop is sequential: `recordToSink` writes an event, then `UpdateState` stores the
+//! server's copy (an LRU `Add`), before the next event is correlated. A sink with several writes
+//! in flight acknowledges a write later, after other events were correlated; had the
+//! acknowledgement made its entry the most recently used then, which entry a full cache evicts
+//! would depend on when acknowledgements arrive. So `UpdateState` is split in two, and the cache
+//! ends as client-go's sequential loop leaves it whatever the timing:
+//!
+//! 1. [`EventLogger::begin_write`], when the write is decided (right after the event is
+//!    correlated, in correlation order): the `Add` of the event as it is sent, its recency and the
+//!    eviction it causes included. For an event `eventObserve` just stored under the same key
+//!    (every event but an aggregate one) this changes nothing but the entry's stamp; an aggregate
+//!    event's copy goes in under its own `getEventKey` (spec §3.5), which can evict.
+//! 2. [`EventLogger::complete_write`], at the acknowledgement: the sink's copy (name,
+//!    resourceVersion, count, firstTimestamp) fills in the entry, in place, without touching
+//!    recency — only if the entry is still the one `begin_write` stamped. An entry observed again
+//!    since already holds what the copy would have given the later observation (a sink's copy
+//!    differs from the event as sent only in its resourceVersion); an entry evicted since, or
+//!    evicted and added again, would in client-go have taken the copy before its eviction.
+//! 3. [`EventLogger::abandon_write`], for a write that failed for good: client-go stores
+//!    nothing. An entry that `begin_write` added (an aggregate event's) is taken out again; the
+//!    entry its addition evicted, if the cache was full, stays evicted — the one place where a
+//!    write's outcome can still change the cache, and only for aggregate events whose writes fail
+//!    every try.
 
 use serde::ser::{Serialize, SerializeMap, Serializer};
 
@@ -7,17 +32,19 @@ use super::keys::{Key, event_cache_key};
 use super::lru_cache::KeyedLru;
 use crate::event::{CompactString, Event, Time, TimeText};
 
-/// What the EventLogger remembers per key (client-go `eventLog`).
+/// What the EventLogger remembers per key (client-go `eventLog`), with the stamp of the last
+/// observation or decided write that stored it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct EventLog {
     count: i32,
     first_timestamp: Option<Time>,
     name: CompactString,
     resource_version: CompactString,
+    stamp: u64,
 }
 
 impl EventLog {
-    /// What to remember of `event`.
+    /// What to remember of `event` (stamp 0).
     fn of(event: &Event) -> Self {
         let m = &event.metadata;
         Self {
@@ -25,6 +52,7 @@ impl EventLog {
             first_timestamp: event.first_timestamp,
             name: m.name.clone(),
             resource_version: m.resource_version.clone(),
+            stamp: 0,
         }
     }
 
@@ -109,13 +137,38 @@ impl Serialize for EventPatch {
 #[derive(Debug)]
 pub struct EventLogger {
     cache: KeyedLru<EventLog>,
+    /// This logger among all of the process's (a [`PendingState`] of another is ignored).
+    id: u64,
+    /// The last stamp given to an entry.
+    stamp: u64,
 }
+
+/// A write decided but not yet acknowledged: the EventLogger entry its `UpdateState` goes to
+/// ([`EventLogger::begin_write`]), to hand to [`EventLogger::complete_write`] with the sink's copy
+/// or to [`EventLogger::abandon_write`] when the write fails for good.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PendingState {
+    logger: u64,
+    key: Key,
+    stamp: u64,
+    /// `begin_write` added the entry (it was not in the cache).
+    added: bool,
+}
+
+/// Gives every EventLogger of the process its own id.
+static LOGGER_IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl EventLogger {
     /// A logger with an LRU of `cache_size` entries (0: keeps none, no event is a repeat, as
     /// client-go with a negative `LRUCacheSize`).
     pub fn new(cache_size: usize) -> Self {
-        Self { cache: KeyedLru::new(cache_size) }
+        let id = LOGGER_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Self { cache: KeyedLru::new(cache_size), id, stamp: 0 }
+    }
+
+    fn next_stamp(&mut self) -> u64 {
+        self.stamp += 1;
+        self.stamp
     }
 
     /// client-go `eventObserve`: if `key` was seen with a count other than 0 (Go keeps it as a
@@ -125,7 +178,9 @@ impl EventLogger {
     /// ones) and return the patch; otherwise keep the event's own count and return no patch.
     /// Either way, remember the result under `key`.
     pub fn observe(&mut self, event: &mut Event, key: Key) -> Option<EventPatch> {
+        let stamp = self.next_stamp();
         let (last, new) = self.entry(key, event);
+        last.stamp = stamp;
         if new {
             return None;
         }
@@ -149,31 +204,53 @@ impl EventLogger {
     /// For aggregate events this key differs from the aggregate key `observe` used (it contains
     /// the combined message): client-go's mismatch, reproduced (spec §3.5).
     pub fn update_state(&mut self, event: &Event) {
-        self.remember(event_cache_key(event), event);
+        self.begin_write(event, None);
     }
 
     /// [`update_state`](Self::update_state) with `event`'s key when the caller knows it
     /// (`None`: computed here).
     pub fn update_state_keyed(&mut self, event: &Event, key: Option<Key>) {
-        self.remember(key.unwrap_or_else(|| event_cache_key(event)), event);
+        self.begin_write(event, key);
     }
 
-    /// As [`update_state_keyed`](Self::update_state_keyed), but keeps the cached entry when it
-    /// has a higher count than `event` (a newer occurrence was observed after `event` was
-    /// written).
-    pub fn update_state_unless_stale(&mut self, event: &Event, key: Option<Key>) {
-        let key = key.unwrap_or_else(|| event_cache_key(event));
-        if self.cache.peek(&key).is_some_and(|cached| cached.count > event.count) {
+    /// The first half of `updateState` for a write of `written` just decided (see the module
+    /// docs): its LRU `Add`, in correlation order, of `written` as it is sent, under `key`
+    /// (`written`'s `getEventKey`; `None`: computed here). Returns what the write's
+    /// acknowledgement hands to [`complete_write`](Self::complete_write), or its failure to
+    /// [`abandon_write`](Self::abandon_write). With nothing more, this is `updateState` of a
+    /// sink that stores the event as sent.
+    pub fn begin_write(&mut self, written: &Event, key: Option<Key>) -> PendingState {
+        let key = key.unwrap_or_else(|| event_cache_key(written));
+        let stamp = self.next_stamp();
+        let (slot, added) = self.entry(key, written);
+        if !added {
+            slot.set(written);
+        }
+        slot.stamp = stamp;
+        PendingState { logger: self.id, key, stamp, added }
+    }
+
+    /// The second half of `updateState`, at the write's acknowledgement: the sink's copy
+    /// `stored` (its count, firstTimestamp, name and resourceVersion) fills in the entry
+    /// `begin_write` stamped, without changing its recency; nothing when that entry was observed
+    /// again, evicted or replaced since (or `pending` is another logger's).
+    pub fn complete_write(&mut self, pending: PendingState, stored: &Event) {
+        if pending.logger != self.id {
             return;
         }
-        self.remember(key, event);
+        if let Some(slot) = self.cache.peek_mut(&pending.key).filter(|slot| slot.stamp == pending.stamp) {
+            slot.set(stored);
+        }
     }
 
-    /// Stores `event`'s count, firstTimestamp, name and resourceVersion under `key` (an LRU
-    /// `Add`: refreshes recency).
-    fn remember(&mut self, key: Key, event: &Event) {
-        if let (slot, false) = self.entry(key, event) {
-            slot.set(event);
+    /// A write `begin_write` decided failed for good: client-go would not have stored it. An
+    /// entry `begin_write` added, unchanged since, is taken out again.
+    pub fn abandon_write(&mut self, pending: PendingState) {
+        if pending.logger != self.id || !pending.added {
+            return;
+        }
+        if self.cache.peek(&pending.key).is_some_and(|slot| slot.stamp == pending.stamp) {
+            self.cache.remove(&pending.key);
         }
     }
 
@@ -209,7 +286,7 @@ impl EventLogger {
     ) {
         self.cache.put(
             key,
-            EventLog { count, first_timestamp, name: name.into(), resource_version: resource_version.into() },
+            EventLog { count, first_timestamp, name: name.into(), resource_version: resource_version.into(), stamp: 0 },
         );
     }
 

@@ -81,6 +81,37 @@ impl<V> KeyedLru<V> {
         self.find(key).map(|i| &self.slots[i as usize].value)
     }
 
+    /// `key`'s value, to change, without changing its recency.
+    pub(crate) fn peek_mut(&mut self, key: &Key) -> Option<&mut V> {
+        self.find(key).map(|i| &mut self.slots[i as usize].value)
+    }
+
+    /// Takes `key`'s entry out (`golang-lru` `Remove`); the other entries keep their recency
+    /// order. The slab stays dense: its last slot moves into the freed one.
+    pub(crate) fn remove(&mut self, key: &Key) -> Option<V> {
+        let i = self.find(key)?;
+        let entry = self.index.find_entry(key.low_bits(), |&j| j == i);
+        entry.unwrap_or_else(|_| unreachable!("found above")).remove();
+        self.unlink(i);
+        let last = (self.slots.len() - 1) as u32;
+        if i != last {
+            // The last slot moves to `i`: its index entry and its neighbours follow it.
+            let moved = self.slots[last as usize].key;
+            let entry = self.index.find_mut(moved.low_bits(), |&j| j == last);
+            *entry.unwrap_or_else(|| unreachable!("every slot is indexed")) = i;
+            let (newer, older) = (self.slots[last as usize].newer, self.slots[last as usize].older);
+            match newer {
+                NIL => self.head = i,
+                n => self.slots[n as usize].older = i,
+            }
+            match older {
+                NIL => self.tail = i,
+                o => self.slots[o as usize].newer = i,
+            }
+        }
+        Some(self.slots.swap_remove(i as usize).value)
+    }
+
     /// `key`'s value, made the most recently used; when absent, `make()`'s value is inserted
     /// first, in the place of the least recently used entry when the cache is full (that
     /// entry's value is dropped). One index lookup when present.
@@ -214,6 +245,7 @@ mod tests {
         GetOrInsert(u8, u32),
         Put(u8, u32),
         Peek(u8),
+        Remove(u8),
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -221,6 +253,7 @@ mod tests {
             (0u8..24, any::<u32>()).prop_map(|(k, v)| Op::GetOrInsert(k, v)),
             (0u8..24, any::<u32>()).prop_map(|(k, v)| Op::Put(k, v)),
             (0u8..24).prop_map(Op::Peek),
+            (0u8..24).prop_map(Op::Remove),
         ]
     }
 
@@ -247,6 +280,7 @@ mod tests {
                         theirs.push(key(k), v);
                     }
                     Op::Peek(k) => prop_assert_eq!(ours.peek(&key(k)), theirs.peek(&key(k))),
+                    Op::Remove(k) => prop_assert_eq!(ours.remove(&key(k)), theirs.pop(&key(k))),
                 }
                 let a: Vec<(Key, u32)> = ours.iter_oldest_first().map(|(k, v)| (k, *v)).collect();
                 let b: Vec<(Key, u32)> = theirs.iter().rev().map(|(k, v)| (*k, *v)).collect();

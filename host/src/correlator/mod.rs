@@ -31,7 +31,7 @@ pub use keys::{
     AggregateKey, ByReason, EventAggregatorKeyFunc, EventAggregatorMessageFunc, EventSpamKeyFunc, Key, SimilarEvents,
     SourceObject, SourceObjectType,
 };
-pub use logger::{EventLogger, EventPatch, LastTimestampPatch};
+pub use logger::{EventLogger, EventPatch, LastTimestampPatch, PendingState};
 pub use spam_filter::SpamFilter;
 
 use crate::clock::{self, SharedClock};
@@ -151,13 +151,17 @@ pub enum CorrelationClock {
 
 impl CorrelationClock {
     /// `event` as an [`Occurrence`] whose clocks this choice sets: none (the correlator reads
-    /// its own) or both from [`Event::occurred_at`].
+    /// its own), or the instants its replay line gave ([`Event::recorded_clock`], as
+    /// [`Occurrence::replayed`] reads them), else both from [`Event::occurred_at`].
     pub fn occurrence(self, event: Box<Event>) -> Occurrence {
-        let at = match self {
-            CorrelationClock::Processing => None,
-            CorrelationClock::EventTime => event.occurred_at(),
-        };
-        Occurrence { event, clock: at, spam_filter_clock: at }
+        match self {
+            CorrelationClock::Processing => Occurrence { event, clock: None, spam_filter_clock: None },
+            CorrelationClock::EventTime => {
+                let recorded = event.recorded_clock;
+                let clock = recorded.clock.or_else(|| event.occurred_at());
+                Occurrence { event, clock, spam_filter_clock: recorded.spam_filter_clock.or(clock) }
+            }
+        }
     }
 }
 
@@ -439,13 +443,25 @@ impl EventCorrelator {
         self.logger.update_state_keyed(event, key);
     }
 
-    /// As [`update_state`](Self::update_state), unless the EventLogger has observed a newer
-    /// occurrence of the same event since (a higher count than the sink's copy): a sink that
-    /// writes several events at once can acknowledge an older write after a newer one was
-    /// correlated, and taking its copy would count that repeat twice. `key` as for
-    /// [`update_state_keyed`](Self::update_state_keyed).
-    pub fn update_state_unless_stale(&mut self, event: &Event, key: Option<Key>) {
-        self.logger.update_state_unless_stale(event, key);
+    /// client-go `UpdateState`'s first half for a write decided after `finish` returned
+    /// `written` (see [`logger`]'s module docs): the EventLogger's `Add` of the event as sent,
+    /// in correlation order. `key` as for [`update_state_keyed`](Self::update_state_keyed).
+    /// Hand the answer to [`complete_write`](Self::complete_write) with the sink's copy when the
+    /// write succeeds, or to [`abandon_write`](Self::abandon_write) when it fails for good.
+    pub fn begin_write(&mut self, written: &Event, key: Option<Key>) -> PendingState {
+        self.logger.begin_write(written, key)
+    }
+
+    /// `UpdateState`'s second half, at the acknowledgement: the sink's copy fills in the entry
+    /// [`begin_write`](Self::begin_write) stamped, unless it was observed or evicted since.
+    pub fn complete_write(&mut self, pending: PendingState, stored: &Event) {
+        self.logger.complete_write(pending, stored);
+    }
+
+    /// A write [`begin_write`](Self::begin_write) decided failed for good: what it added is
+    /// taken out again, as client-go's `UpdateState` never ran.
+    pub fn abandon_write(&mut self, pending: PendingState) {
+        self.logger.abandon_write(pending);
     }
 
     /// Totals so far.

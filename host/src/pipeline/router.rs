@@ -16,11 +16,14 @@
 //! time, in order — except to a sink that keeps them in order itself
 //! ([`EventSink::keeps_order`], the webhook), which gets them as they come, so that one event's
 //! repeats share its requests; such a sink's window is at least what it bounds itself
-//! ([`EventSink::max_in_flight`]) unless `max_in_flight` is 1. `update_state` follows each successful write; a write that completes after a
-//! newer occurrence of the same event was correlated does not roll the EventLogger back
-//! ([`crate::pipeline::stage::TenantStage::update_state_unless_stale`]). A write that completes at once
-//! (the JSON-lines and plugin sinks) is accounted for before the next event is correlated,
-//! exactly as client-go's sequential loop. `max_in_flight = 1` is client-go's loop.
+//! ([`EventSink::max_in_flight`]) unless `max_in_flight` is 1.
+//!
+//! client-go's `UpdateState` after each successful write is split in two so that the output is
+//! the same whatever the sinks' latency and concurrency ([`crate::correlator::logger`]): when an
+//! event's writes are decided, in correlation order, the EventLogger takes the event as sent
+//! (its recency, and the eviction it may cause, as client-go's sequential loop would); each
+//! acknowledgement fills in the sink's copy without touching recency; a write that fails for
+//! good takes back what its decision added. `max_in_flight = 1` is client-go's loop.
 //!
 //! Each sink has a delivery mode (its own, else the run's, [`RouterOptions::delivery`]): the
 //! acknowledged prefix (at-least-once) waits only for the sinks in `at-least-once`; a sink in
@@ -43,9 +46,8 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::broadcaster::Watcher;
-use crate::correlator::keys::Key;
 use crate::correlator::snapshot::{SnapshotRefused, TenantSnapshot};
-use crate::correlator::{CorrelationClock, EventCorrelateResult, PREPARE_BATCH_SIZE};
+use crate::correlator::{CorrelationClock, EventCorrelateResult, PREPARE_BATCH_SIZE, PendingState};
 use crate::delivery::{Acknowledgements, DeliveryMode};
 use crate::event::{Event, SharedEvent};
 use crate::metrics::Counts;
@@ -198,8 +200,8 @@ pub enum PartitionInput {
     /// Mark this point of the input: every tenant's correlator state right after the events fed
     /// so far is sent back at once, while their writes are still in flight (the input does not
     /// pause). It reflects exactly those events: what a write's acknowledgement adds to the
-    /// EventLogger (`update_state` of a copy stored as sent) is already there, but for the
-    /// entry's recency. A single host saves it once every event before the mark is acknowledged.
+    /// EventLogger (`update_state` of a copy stored as sent) is already there, recency
+    /// included. A single host saves it once every event before the mark is acknowledged.
     Mark(tokio::sync::oneshot::Sender<Vec<TenantSnapshot>>),
     /// Take a snapshot: every write of the earlier batches ends first (each sink acknowledged
     /// it, or it ended otherwise), then every tenant's correlator state is sent back — the
@@ -489,9 +491,8 @@ struct Job {
     /// The event's name, hashed: one event's writes go one at a time.
     key: u64,
     result: EventCorrelateResult,
-    /// The result's `getEventKey` for `update_state` when the sink stores it as sent
-    /// ([`crate::correlator::PreparedEvent::state_key`]).
-    state_key: Option<Key>,
+    /// The EventLogger entry the write's `UpdateState` goes to (`None` for a summary).
+    pending: Option<PendingState>,
     aggregated: bool,
     /// An "N suppressed" summary ([`crate::pipeline::suppressed`]): no source event to finish or
     /// acknowledge, no correlator state to update.
@@ -508,8 +509,8 @@ struct Done {
     aggregated: bool,
     outcome: WriteOutcome,
     stored: Option<StoredEvent>,
-    /// As [`Job::state_key`].
-    state_key: Option<Key>,
+    /// As [`Job::pending`].
+    pending: Option<PendingState>,
     /// Whether it was kept in flight (it did not end at once).
     in_flight: bool,
     /// Whether the acknowledged prefix waits for it (an at-least-once sink).
@@ -802,10 +803,11 @@ impl Partition {
                 }
             });
             let sinks = tenant.sinks();
-            let key = match &result.event {
-                Some(event) if !result.skip && !sinks.is_empty() => {
-                    xxhash_rust::xxh3::xxh3_64(event.metadata.name.as_bytes())
-                }
+            let (key, pending) = match &result.event {
+                Some(event) if !result.skip && !sinks.is_empty() => (
+                    xxhash_rust::xxh3::xxh3_64(event.metadata.name.as_bytes()),
+                    self.stages.stage_mut(t).begin_write(event, state_key),
+                ),
                 _ => {
                     // Once per event: a key function's fallback drop, else a spam-filter skip.
                     if dropped_by_plugin {
@@ -836,7 +838,7 @@ impl Partition {
                     delivery: sink.delivery.unwrap_or(default),
                     key,
                     result: result.expect("taken only for the last sink"),
-                    state_key,
+                    pending: Some(pending),
                     aggregated,
                     summary: false,
                 };
@@ -876,7 +878,7 @@ impl Partition {
                     delivery: sink.delivery.unwrap_or(self.options.delivery),
                     key,
                     result: result.clone(),
-                    state_key: None,
+                    pending: None,
                     aggregated: false,
                     summary: true,
                 };
@@ -935,6 +937,11 @@ impl Partition {
         }
         let full = move |w: &SinkWindow| w.in_flight >= max_in_flight;
         if job.delivery == DeliveryMode::AtMostOnce && full(window) {
+            if let (Some(pending), Some(t), false) =
+                (job.pending, self.stages.position(&job.tenant), self.remaining.contains_key(&job.seq))
+            {
+                self.stages.stage_mut(t).abandon_write(pending); // never written
+            }
             self.tenant_counts.get(&job.tenant).shed += 1;
             self.stats.total.shed += 1;
             self.write_ended(job.seq, false, job.summary);
@@ -959,7 +966,7 @@ impl Partition {
     /// Starts a write; returns it when it ended at once (a synchronous sink), else keeps it in
     /// flight.
     fn start(&mut self, job: Job) -> Option<Done> {
-        let Job { tenant, seq, sink, label, delivery, key, result, state_key, aggregated, summary } = job;
+        let Job { tenant, seq, sink, label, delivery, key, result, pending, aggregated, summary } = job;
         let gating = delivery == DeliveryMode::AtLeastOnce;
         let id = sink_id(&sink);
         let read = self.writes_read.clone();
@@ -981,7 +988,7 @@ impl Partition {
                 aggregated,
                 outcome,
                 stored,
-                state_key,
+                pending,
                 in_flight: false,
                 gating,
                 summary,
@@ -1006,9 +1013,14 @@ impl Partition {
         while let Some(done) = ended.take() {
             self.count(&done.tenant, &done.label, done.aggregated, &done.outcome);
             self.time_write(&done.label, done.took);
-            if let (false, Some(stored), Some(t)) = (done.summary, &done.stored, self.stages.position(&done.tenant)) {
-                let key = if stored.as_sent() { done.state_key } else { None };
-                self.stages.stage_mut(t).update_state_unless_stale(stored.event(), key);
+            if let (Some(pending), Some(t)) = (done.pending, self.stages.position(&done.tenant)) {
+                match &done.stored {
+                    Some(stored) => self.stages.stage_mut(t).complete_write(pending, stored.event()),
+                    // client-go's one sink per correlator: only an event's only write takes back
+                    // what its decision added.
+                    None if !self.remaining.contains_key(&done.seq) => self.stages.stage_mut(t).abandon_write(pending),
+                    None => {}
+                }
             }
             let window = self.windows.get_mut(&done.sink).expect("a window per started write");
             window.busy.remove(&done.key);

@@ -18,7 +18,8 @@ use std::sync::Arc;
 
 use crate::correlator::snapshot::{CorrelatorSettings, SnapshotRefused, TenantSnapshot};
 use crate::correlator::{
-    CorrelatorOptions, CorrelatorStats, EventCorrelateResult, EventCorrelator, Key, Occurrence, PreparedEvent,
+    CorrelatorOptions, CorrelatorStats, EventCorrelateResult, EventCorrelator, Key, Occurrence, PendingState,
+    PreparedEvent,
 };
 use crate::event::Event;
 use crate::pipeline::plan::{PlannedTenant, TenantPlan, TenantRules};
@@ -199,13 +200,21 @@ impl TenantStage {
         self.correlator.update_state_keyed(written, key);
     }
 
-    /// As [`update_state`](Self::update_state) for a write that completed while later events
-    /// were already correlated (a sink with several writes in flight): a copy older than what
-    /// the EventLogger has since observed for the same event is not taken. `key` as for
-    /// [`update_state_keyed`](Self::update_state_keyed): the event's
-    /// [`PreparedEvent::state_key`] when it was written as sent, else `None`.
-    pub fn update_state_unless_stale(&mut self, stored: &Event, key: Option<Key>) {
-        self.correlator.update_state_unless_stale(stored, key);
+    /// `UpdateState`'s first half for a write of `written` just decided
+    /// ([`EventCorrelator::begin_write`]); `key` as for
+    /// [`update_state_keyed`](Self::update_state_keyed).
+    pub fn begin_write(&mut self, written: &Event, key: Option<Key>) -> PendingState {
+        self.correlator.begin_write(written, key)
+    }
+
+    /// `UpdateState`'s second half with the sink's copy ([`EventCorrelator::complete_write`]).
+    pub fn complete_write(&mut self, pending: PendingState, stored: &Event) {
+        self.correlator.complete_write(pending, stored);
+    }
+
+    /// A decided write failed for good ([`EventCorrelator::abandon_write`]).
+    pub fn abandon_write(&mut self, pending: PendingState) {
+        self.correlator.abandon_write(pending);
     }
 
     /// Both steps over a whole batch, in order, with no sink: `written` is called with each

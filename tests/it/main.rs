@@ -29,6 +29,7 @@ mod redaction;
 mod replay_cli;
 mod router;
 mod run_cli;
+mod run_fidelity;
 mod shadow;
 mod shutdown;
 mod sink_retry_vectors;

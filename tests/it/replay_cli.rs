@@ -9,13 +9,7 @@ use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
-use crate::common;
-
-/// The shared conformance directory next to this repository, when present.
-fn shared_conformance() -> Option<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/conformance");
-    dir.is_dir().then_some(dir)
-}
+use crate::common::{self, read_maybe_gz, shared_conformance};
 
 /// Runs `eventpipe replay ARGS < input` and returns stdout and the exit code.
 fn replay(args: &[String], input: &[u8]) -> (String, i32) {
@@ -74,17 +68,6 @@ fn cases(dir: &Path) -> Vec<(String, String, PathBuf, PathBuf)> {
     }
     found.sort();
     found
-}
-
-fn read_maybe_gz(path: &Path) -> Vec<u8> {
-    let raw = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    if path.extension().is_some_and(|x| x == "gz") {
-        let mut out = Vec::new();
-        flate2::read::GzDecoder::new(&raw[..]).read_to_end(&mut out).unwrap();
-        out
-    } else {
-        raw
-    }
 }
 
 /// Runs every case of `dir` through `eventpipe replay`, on the default Wasm plugins and with

@@ -99,8 +99,10 @@ pub struct RunArgs {
     watcher: Vec<WatcherSpec>,
 
     /// Partitions of the tenant router, each on its own task: events are sharded by the
-    /// partition key [default: one per core]. `1`: one EventCorrelator per tenant and every
-    /// sink call in input order, as client-go; `0`: one per core.
+    /// partition key [default: 1]. `1`: one EventCorrelator per tenant and every sink call in
+    /// input order, client-go's output at any cache pressure; N > 1: N EventCorrelators per
+    /// tenant, each client-go's over its partition's events with caches of its own; `0`: one
+    /// per core.
     #[arg(long, value_name = "N", help_heading = "Partitions")]
     workers: Option<usize>,
     /// What an event's partition is computed from (a tenant's `partition_key` overrides it).
@@ -319,7 +321,8 @@ pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
         },
         scale: ScaleOptions {
             workers: match args.workers {
-                None | Some(0) => std::thread::available_parallelism().map_or(1, |n| n.get()),
+                None => 1,
+                Some(0) => std::thread::available_parallelism().map_or(1, |n| n.get()),
                 Some(n) => n,
             },
             partition_key: args.partition_key,

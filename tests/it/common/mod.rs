@@ -8,6 +8,25 @@ pub mod recording_webhook;
 
 use serde_json::Value;
 
+/// The shared conformance directory next to this repository, when present.
+pub fn shared_conformance() -> Option<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/conformance");
+    dir.is_dir().then_some(dir)
+}
+
+/// The bytes of `path`, gunzipped when it ends in `.gz`.
+pub fn read_maybe_gz(path: &std::path::Path) -> Vec<u8> {
+    use std::io::Read;
+    let raw = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    if path.extension().is_some_and(|x| x == "gz") {
+        let mut out = Vec::new();
+        flate2::read::GzDecoder::new(&raw[..]).read_to_end(&mut out).unwrap();
+        out
+    } else {
+        raw
+    }
+}
+
 /// `tests/fixtures/<rel>` of this repository.
 pub fn fixture(rel: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures").join(rel)

@@ -2,6 +2,7 @@
 
 mod common;
 
+mod apiserver;
 mod broadcaster_vectors;
 mod correlator_properties;
 mod correlator_vectors;

@@ -437,32 +437,6 @@ async fn the_read_api_pages_lists_refuses_bad_selectors_and_asks_for_the_token()
     assert!(metrics.contains(r#"eventpipe_watch_cache_deleted_total{reason="ttl"} 0"#), "{metrics}");
 }
 
-/// Debian's `kubectl` (package `kubernetes-client`): `.ci/run` unpacks it into
-/// `target/kubernetes-client`, because `/usr/bin/kubectl` may be another one.
-/// [`kubectl`], or `None` with a printed line when it is missing; under `CI` a missing kubectl
-/// fails the test (`.ci/run` installs it).
-fn kubectl_or_skip() -> Option<PathBuf> {
-    match kubectl() {
-        Ok(path) => Some(path),
-        Err(reason) if std::env::var_os("CI").is_some() => panic!("kubectl: {reason}"),
-        Err(reason) => {
-            println!("skipped: {reason}");
-            None
-        }
-    }
-}
-
-fn kubectl() -> Result<PathBuf, String> {
-    let unpacked = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/kubernetes-client/usr/bin/kubectl");
-    let candidates = std::env::var_os("EVENTPIPE_KUBECTL").map(PathBuf::from).into_iter().chain([unpacked]);
-    for candidate in candidates {
-        if Command::new(&candidate).args(["version", "--client"]).output().is_ok_and(|o| o.status.success()) {
-            return Ok(candidate);
-        }
-    }
-    Err("kubectl not found (run .ci/run, or set EVENTPIPE_KUBECTL)".into())
-}
-
 /// A kubeconfig for `served` (plain HTTP, no credentials).
 fn kubeconfig(served: &Served, dir: &std::path::Path) -> PathBuf {
     let path = dir.join("kubeconfig");
@@ -493,7 +467,7 @@ fn json_documents(mut child: Child) -> (Child, std::sync::mpsc::Receiver<Value>)
 
 #[test]
 fn kubectl_gets_and_watches_the_correlated_events() {
-    let Some(kubectl) = kubectl_or_skip() else { return };
+    let Some(kubectl) = crate::common::kubectl_or_skip() else { return };
     // client-go's kubeconfig loading reads a user's credentials only for a TLS server, so
     // kubectl sends no token to `http://`: the server runs on loopback without one.
     let served = start(&[], false);
@@ -579,7 +553,7 @@ fn columns(line: &str) -> Vec<String> {
 /// `-o wide`, sorted with `--sort-by=.lastTimestamp`, and each change with `-w`.
 #[test]
 fn kubectl_prints_the_apiservers_event_columns() {
-    let Some(kubectl) = kubectl_or_skip() else { return };
+    let Some(kubectl) = crate::common::kubectl_or_skip() else { return };
     let served = start(&[], false);
     let hours = chrono::TimeDelta::hours;
     // `a-web` is listed first (by name) but was seen last: `--sort-by` puts it last.

@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 
+pub mod apiserver;
 pub mod recording_webhook;
 
 use serde_json::Value;
@@ -253,4 +254,31 @@ pub fn replay_with_event_clock<'a>(events: impl IntoIterator<Item = &'a Value>, 
     writer.join().unwrap().unwrap();
     assert!(out.status.success());
     String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// Debian's `kubectl` (package `kubernetes-client`, or `$EVENTPIPE_KUBECTL`), or `None` with a
+/// printed line when it is missing; under `CI` a missing kubectl fails the test (`.ci/run`
+/// unpacks it into `target/kubernetes-client`, because `/usr/bin/kubectl` may be another one,
+/// e.g. the Google Cloud SDK's dispatcher).
+pub fn kubectl_or_skip() -> Option<PathBuf> {
+    match kubectl() {
+        Ok(path) => Some(path),
+        Err(reason) if std::env::var_os("CI").is_some() => panic!("kubectl: {reason}"),
+        Err(reason) => {
+            println!("skipped: {reason}");
+            None
+        }
+    }
+}
+
+fn kubectl() -> Result<PathBuf, String> {
+    let unpacked = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/kubernetes-client/usr/bin/kubectl");
+    let candidates = std::env::var_os("EVENTPIPE_KUBECTL").map(PathBuf::from).into_iter().chain([unpacked]);
+    for candidate in candidates {
+        let version = std::process::Command::new(&candidate).args(["version", "--client"]).output();
+        if version.is_ok_and(|o| o.status.success()) {
+            return Ok(candidate);
+        }
+    }
+    Err("kubectl not found (run .ci/run, or set EVENTPIPE_KUBECTL)".into())
 }

@@ -177,14 +177,27 @@ impl PartialEq for IngestHeaders {
 
 /// The instants a replay line (`{"clock": …, "spam_filter_clock"?: …, "event": …}`) gave with
 /// its event, carried beside it from the source through the Broadcaster to the tenant router:
-/// the aggregator's "now" and the spam filter's (`None`: the line gave none). Metadata of the
-/// input, not part of the event's value: any two compare equal.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct RecordedClock {
+/// the aggregator's "now" and the spam filter's. Metadata of the input, not part of the event's
+/// value: any two compare equal. One pointer wide (boxed, `None` for events of every other
+/// source), so that an [`Event`] stays within 640 bytes.
+#[derive(Debug, Clone, Default)]
+pub struct RecordedClock(Option<Box<(Time, Option<Time>)>>);
+
+impl RecordedClock {
+    /// A replay line's `clock` and `spam_filter_clock` (`None` when it gave no `clock`).
+    pub fn new(clock: Option<Time>, spam_filter_clock: Option<Time>) -> Self {
+        Self(clock.map(|clock| Box::new((clock, spam_filter_clock))))
+    }
+
     /// The line's `clock`.
-    pub clock: Option<Time>,
-    /// The line's `spam_filter_clock` (the spam filter reads `clock` when it is `None`).
-    pub spam_filter_clock: Option<Time>,
+    pub fn clock(&self) -> Option<Time> {
+        self.0.as_ref().map(|c| c.0)
+    }
+
+    /// The line's `spam_filter_clock`, else its `clock`.
+    pub fn spam_filter_clock(&self) -> Option<Time> {
+        self.0.as_ref().map(|c| c.1.unwrap_or(c.0))
+    }
 }
 
 impl PartialEq for RecordedClock {
@@ -597,6 +610,7 @@ mod tests {
         assert!(std::mem::size_of::<Event>() <= 640, "{} bytes", std::mem::size_of::<Event>());
         assert_eq!(std::mem::size_of::<Sparse<BTreeMap<String, String>>>(), 8);
         assert_eq!(std::mem::size_of::<IngestHeaders>(), 8);
+        assert_eq!(std::mem::size_of::<RecordedClock>(), 8);
     }
 
     /// A `Sparse` field reads as an empty value while unset, boxes on the first write, and

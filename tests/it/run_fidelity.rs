@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::common::recording_webhook::{self, Answers};
+use crate::common::recording_webhook::{self, Answers, object_key, write};
 use crate::common::{read_maybe_gz, shared_conformance};
 
 /// Per object (`namespace/name`), its writes: verb, count, message, reason, lastTimestamp.
@@ -42,20 +42,8 @@ fn client_go_writes(output: &[u8]) -> Writes {
         if r["skip"] == true || e.is_null() {
             continue;
         }
-        let key = format!(
-            "{}/{}",
-            e["metadata"]["namespace"].as_str().unwrap_or(""),
-            e["metadata"]["name"].as_str().unwrap_or("")
-        );
         let verb = if e["count"].as_i64().unwrap_or(0) > 1 { "patch" } else { "create" };
-        let write = vec![
-            verb.into(),
-            e["count"].clone(),
-            e["message"].clone(),
-            e["reason"].clone(),
-            e["lastTimestamp"].clone(),
-        ];
-        writes.entry(key).or_default().push(Value::Array(write));
+        writes.entry(object_key(e)).or_default().push(write(&verb.into(), e));
     }
     normalised(writes)
 }

@@ -157,9 +157,9 @@ impl CorrelationClock {
         match self {
             CorrelationClock::Processing => Occurrence { event, clock: None, spam_filter_clock: None },
             CorrelationClock::EventTime => {
-                let recorded = event.recorded_clock;
-                let clock = recorded.clock.or_else(|| event.occurred_at());
-                Occurrence { event, clock, spam_filter_clock: recorded.spam_filter_clock.or(clock) }
+                let clock = event.recorded_clock.clock().or_else(|| event.occurred_at());
+                let spam_filter_clock = event.recorded_clock.spam_filter_clock().or(clock);
+                Occurrence { event, clock, spam_filter_clock }
             }
         }
     }

@@ -383,7 +383,7 @@ pub(crate) fn from_wit(w: wit::Event, like: &Event) -> Event {
         reporting_component: w.reporting_component.into(),
         reporting_instance: w.reporting_instance.into(),
         ingest_headers: like.ingest_headers.clone(),
-        recorded_clock: like.recorded_clock,
+        recorded_clock: like.recorded_clock.clone(),
     }
 }
 

@@ -298,7 +298,7 @@ fn decode_chunk(mut decoder: Decoder, chunk: Chunk) -> DecodedChunk {
             items.push(match item {
                 Ok(Decoded::Event { mut event, clock, spam_filter_clock, .. }) => {
                     // A replay line's instants ride with its event (`--clock event` reads them).
-                    event.recorded_clock = crate::event::RecordedClock { clock, spam_filter_clock };
+                    event.recorded_clock = crate::event::RecordedClock::new(clock, spam_filter_clock);
                     Item::Event { event: crate::event::shared(event), position: line_start }
                 }
                 Ok(other) => Item::Other { line: other.line(), what: other.describe() },

@@ -41,19 +41,30 @@ pub struct Received {
 /// message, firstTimestamp and lastTimestamp.
 pub type FinalState = BTreeMap<String, Value>;
 
+/// An Event's `namespace/name`: the server object it is written to.
+pub fn object_key(e: &Value) -> String {
+    format!("{}/{}", e["metadata"]["namespace"].as_str().unwrap_or(""), e["metadata"]["name"].as_str().unwrap_or(""))
+}
+
+/// One write as [`Received::writes`] tells it: verb, count, message, reason and lastTimestamp.
+pub fn write(verb: &Value, e: &Value) -> Value {
+    Value::Array(vec![
+        verb.clone(),
+        e["count"].clone(),
+        e["message"].clone(),
+        e["reason"].clone(),
+        e["lastTimestamp"].clone(),
+    ])
+}
+
 impl Received {
     /// Each object's final state: the event of its last item.
     pub fn final_state(&self) -> FinalState {
         let mut state = FinalState::new();
         for item in self.items.lock().unwrap().iter() {
             let e = &item["event"];
-            let key = format!(
-                "{}/{}",
-                e["metadata"]["namespace"].as_str().unwrap_or(""),
-                e["metadata"]["name"].as_str().unwrap_or("")
-            );
             let fields = ["count", "message", "firstTimestamp", "lastTimestamp"].map(|f| e[f].clone());
-            state.insert(key, Value::Array(fields.to_vec()));
+            state.insert(object_key(e), Value::Array(fields.to_vec()));
         }
         state
     }
@@ -64,15 +75,7 @@ impl Received {
         let mut writes: BTreeMap<String, Vec<Value>> = BTreeMap::new();
         for item in self.items.lock().unwrap().iter() {
             let e = &item["event"];
-            let key = format!(
-                "{}/{}",
-                e["metadata"]["namespace"].as_str().unwrap_or(""),
-                e["metadata"]["name"].as_str().unwrap_or("")
-            );
-            let fields = [item["verb"].clone(), e["count"].clone(), e["message"].clone(), e["reason"].clone()];
-            let mut write = fields.to_vec();
-            write.push(e["lastTimestamp"].clone());
-            writes.entry(key).or_default().push(Value::Array(write));
+            writes.entry(object_key(e)).or_default().push(write(&item["verb"], e));
         }
         writes
     }

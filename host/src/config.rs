@@ -891,7 +891,7 @@ impl Ctx<'_> {
             }
             let matcher = ctx
                 .matcher(t.matcher.as_ref(), tenant.span(), &format!("{prefix}.match"))
-                .map_err(|e| problems.push(e))
+                .map_err(|e| problems.extend(e))
                 .ok();
             let rules = ctx.rules(&t.rules, &format!("{prefix}.rules")).map_err(|e| problems.extend(e)).ok();
             if let (true, Some(matcher), Some(own)) = (ok, matcher, rules) {
@@ -1178,7 +1178,7 @@ impl Ctx<'_> {
                 .collect()
         });
         let mut list =
-            |list: &str, value| self.event_rules(value, prefix, list).map_err(|e| problems.push(e)).ok().flatten();
+            |list: &str, value| self.event_rules(value, prefix, list).map_err(|e| problems.extend(e)).ok().flatten();
         let drop = list("drop", raw.drop.as_ref());
         let keep = list("keep", raw.keep.as_ref());
         let spam_exempt = list("spam_exempt", raw.spam_exempt.as_ref());
@@ -1210,42 +1210,47 @@ impl Ctx<'_> {
 
     /// Compiles a `drop` / `keep` / `spam_exempt` list: each entry a matcher, named by its
     /// `name` or `LIST[INDEX]`; names unique within the list; `keep = []` refused (it would drop
-    /// every event).
+    /// every event). Every entry's problems are reported.
     fn event_rules(
         &self,
         raw: Option<&Spanned<Vec<Spanned<RawMatch>>>>,
         prefix: &str,
         list: &str,
-    ) -> Result<Option<Vec<EventRule>>, ConfigError> {
+    ) -> Result<Option<Vec<EventRule>>, Vec<ConfigError>> {
         let Some(raw) = raw else { return Ok(None) };
         if list == "keep" && raw.get_ref().is_empty() {
-            return Err(self.error(
+            return Err(vec![self.error(
                 raw.span(),
                 format!("{prefix}.keep"),
                 "an empty list keeps nothing and would drop every event; give at least one rule or remove the key",
-            ));
+            )]);
         }
         let mut rules: Vec<EventRule> = Vec::with_capacity(raw.get_ref().len());
+        let mut problems = Vec::new();
         for (i, entry) in raw.get_ref().iter().enumerate() {
             let key = format!("{prefix}.{list}[{i}]");
             let name = match &entry.get_ref().name {
                 Some(n) if n.get_ref().is_empty() => {
-                    return Err(self.error(n.span(), format!("{key}.name"), "must not be empty"));
+                    problems.push(self.error(n.span(), format!("{key}.name"), "must not be empty"));
+                    continue;
                 }
                 Some(n) if rules.iter().any(|r| *r.name == **n.get_ref()) => {
-                    return Err(self.error(
+                    problems.push(self.error(
                         n.span(),
                         format!("{key}.name"),
                         format!("duplicate rule name `{}` in `{list}`", n.get_ref()),
                     ));
+                    continue;
                 }
                 Some(n) => n.get_ref().as_str().into(),
                 None => format!("{list}[{i}]").into(),
             };
-            let matcher = self.compile_match(entry, &key)?;
-            rules.push(EventRule { name, matcher });
+            match self.compile_match(entry, &key) {
+                Ok(matcher) => rules.push(EventRule { name, matcher }),
+                Err(e) => problems.extend(e),
+            }
         }
-        Ok(Some(rules))
+        if problems.is_empty() { Ok(Some(rules)) } else { Err(problems) }
     }
 
     /// Compiles a tenant's `match`; `tenant_span` places the error when `match` is absent.
@@ -1254,22 +1259,23 @@ impl Ctx<'_> {
         raw: Option<&Spanned<RawMatch>>,
         tenant_span: Range<usize>,
         prefix: &str,
-    ) -> Result<EventMatch, ConfigError> {
+    ) -> Result<EventMatch, Vec<ConfigError>> {
         let no_criteria = MatchError::NoCriteria.to_string();
-        let Some(raw) = raw else { return Err(self.error(tenant_span, prefix.to_string(), no_criteria)) };
+        let Some(raw) = raw else { return Err(vec![self.error(tenant_span, prefix.to_string(), no_criteria)]) };
         if let Some(name) = &raw.get_ref().name {
-            return Err(self.error(
+            return Err(vec![self.error(
                 name.span(),
                 format!("{prefix}.name"),
                 "a tenant's `match` has no `name` (the tenant has one; `name` is for drop / keep / spam_exempt rules)",
-            ));
+            )]);
         }
         self.compile_match(raw, prefix)
     }
 
-    /// Compiles a matcher; errors name the criterion (and entry) at fault.
-    fn compile_match(&self, raw: &Spanned<RawMatch>, prefix: &str) -> Result<EventMatch, ConfigError> {
-        EventMatch::new(raw.get_ref().spec()).map_err(|e| {
+    /// Compiles a matcher; every problem of every criterion (and entry) is reported, each naming
+    /// the criterion and entry at fault.
+    fn compile_match(&self, raw: &Spanned<RawMatch>, prefix: &str) -> Result<EventMatch, Vec<ConfigError>> {
+        let problem = |e: MatchError| {
             let Some((criterion, entry)) = e.location() else {
                 return self.error(raw.span(), prefix.to_string(), e.to_string());
             };
@@ -1286,7 +1292,8 @@ impl Ctx<'_> {
                 _ => format!("empty: it would match nothing; give at least one entry or remove `{criterion}`"),
             };
             self.error(span, key, message)
-        })
+        };
+        EventMatch::compile(raw.get_ref().spec()).map_err(|problems| problems.into_iter().map(problem).collect())
     }
 }
 
@@ -1836,6 +1843,27 @@ mod tests {
             5,
             "tenants[0].match.source_hosts",
             "empty",
+        );
+    }
+
+    /// Every problem of a `match` is reported, each at its criterion and entry: two bad globs of
+    /// one list and a bad regex beside them, in a tenant's match and in a rule list.
+    #[test]
+    fn every_bad_pattern_of_a_match_is_a_problem_of_its_own() {
+        let text = "[[tenants]]\nname = \"t\"\n[tenants.match]\nnamespaces = [\"kube-[system\", \"ok\", \"x[\"]\n\
+                    message = \"OOM(killed\"\n[tenants.rules]\ndrop = [{ reasons = [\"[a\"], message = \"(\" }]\n";
+        let (_, problems) = Config::check(text, Path::new("t.toml"));
+        let keys: Vec<(&str, Option<usize>)> = problems.iter().map(|p| (p.key.as_str(), p.line)).collect();
+        assert_eq!(
+            keys,
+            [
+                ("tenants[0].match.namespaces[0]", Some(4)),
+                ("tenants[0].match.namespaces[2]", Some(4)),
+                ("tenants[0].match.message", Some(5)),
+                ("tenants[0].rules.drop[0].reasons[0]", Some(7)),
+                ("tenants[0].rules.drop[0].message", Some(7)),
+            ],
+            "{problems:#?}"
         );
     }
 

@@ -152,6 +152,12 @@ impl EventMatch {
     /// [`MatchError::NoCriteria`] when no criterion is given, [`MatchError::EmptyCriterion`] for a
     /// criterion with no entries, [`MatchError::Glob`] for an invalid pattern (the first one).
     pub fn new(spec: MatchSpec) -> Result<Self, MatchError> {
+        Self::compile(spec).map_err(|mut problems| problems.swap_remove(0))
+    }
+
+    /// As [`new`](Self::new), with every problem of every criterion and entry, in the order of
+    /// [`MatchSpec`]'s criteria (what `validate` lists), rather than the first.
+    pub fn compile(spec: MatchSpec) -> Result<Self, Vec<MatchError>> {
         let MatchSpec { namespaces, kinds, reasons, types, message, labels, source_components, source_hosts, headers } =
             &spec;
         if namespaces.is_none()
@@ -164,23 +170,26 @@ impl EventMatch {
             && source_hosts.is_none()
             && headers.is_none()
         {
-            return Err(MatchError::NoCriteria);
+            return Err(vec![MatchError::NoCriteria]);
         }
-        let kinds = kinds.as_ref().map(|k| non_empty(k, "kinds").map(|k| k.to_vec())).transpose()?;
-        let types = types.as_ref().map(|t| non_empty(t, "types").map(|t| t.to_vec())).transpose()?;
-        let reasons = reasons.as_ref().map(|p| glob_set(p, "reasons")).transpose()?;
-        let message = message
-            .as_ref()
-            .map(|pattern| {
-                regex::Regex::new(pattern)
-                    .map_err(|e| MatchError::Regex { pattern: pattern.clone(), reason: e.to_string() })
-            })
-            .transpose()?;
-        let namespaces = namespaces.as_ref().map(|p| glob_set(p, "namespaces")).transpose()?;
-        let source_components = source_components.as_ref().map(|p| glob_set(p, "source_components")).transpose()?;
-        let source_hosts = source_hosts.as_ref().map(|p| glob_set(p, "source_hosts")).transpose()?;
-        let labels = labels.as_ref().map(|m| glob_table(m, "labels", false)).transpose()?.unwrap_or_default();
-        let headers = headers.as_ref().map(|m| glob_table(m, "headers", true)).transpose()?.unwrap_or_default();
+        let mut problems = Vec::new();
+        let namespaces = namespaces.as_ref().and_then(|p| kept(glob_set(p, "namespaces"), &mut problems));
+        let kinds = kinds.as_ref().and_then(|k| kept(non_empty(k, "kinds").map(<[_]>::to_vec), &mut problems));
+        let reasons = reasons.as_ref().and_then(|p| kept(glob_set(p, "reasons"), &mut problems));
+        let types = types.as_ref().and_then(|t| kept(non_empty(t, "types").map(<[_]>::to_vec), &mut problems));
+        let message = message.as_ref().and_then(|pattern| {
+            let regex = regex::Regex::new(pattern)
+                .map_err(|e| MatchError::Regex { pattern: pattern.clone(), reason: e.to_string() });
+            kept(regex, &mut problems)
+        });
+        let labels = labels.as_ref().and_then(|m| kept(glob_table(m, "labels", false), &mut problems));
+        let source_components =
+            source_components.as_ref().and_then(|p| kept(glob_set(p, "source_components"), &mut problems));
+        let source_hosts = source_hosts.as_ref().and_then(|p| kept(glob_set(p, "source_hosts"), &mut problems));
+        let headers = headers.as_ref().and_then(|m| kept(glob_table(m, "headers", true), &mut problems));
+        if !problems.is_empty() {
+            return Err(problems);
+        }
         Ok(EventMatch {
             spec,
             namespaces,
@@ -188,10 +197,10 @@ impl EventMatch {
             reasons,
             types,
             message,
-            labels,
+            labels: labels.unwrap_or_default(),
             source_components,
             source_hosts,
-            headers,
+            headers: headers.unwrap_or_default(),
         })
     }
 
@@ -308,34 +317,60 @@ fn glob(pattern: &str, criterion: &'static str, entry: MatchEntry) -> Result<Glo
     })
 }
 
-fn glob_set(patterns: &[String], criterion: &'static str) -> Result<GlobSet, MatchError> {
-    let mut builder = GlobSetBuilder::new();
-    for (i, p) in non_empty(patterns, criterion)?.iter().enumerate() {
-        builder.add(glob(p, criterion, MatchEntry::Index(i))?);
+/// `result`'s value, or `None` with its problems added to `problems`.
+fn kept<T>(result: Result<T, impl Into<Vec<MatchError>>>, problems: &mut Vec<MatchError>) -> Option<T> {
+    result.map_err(|e| problems.extend(e.into())).ok()
+}
+
+impl From<MatchError> for Vec<MatchError> {
+    fn from(e: MatchError) -> Self {
+        vec![e]
     }
-    builder.build().map_err(|e| MatchError::Glob {
-        criterion,
-        entry: MatchEntry::Index(0),
-        pattern: e.glob().unwrap_or_default().to_string(),
-        reason: e.kind().to_string(),
+}
+
+/// The patterns as one set; every bad pattern is a problem.
+fn glob_set(patterns: &[String], criterion: &'static str) -> Result<GlobSet, Vec<MatchError>> {
+    let mut builder = GlobSetBuilder::new();
+    let mut problems = Vec::new();
+    for (i, p) in non_empty(patterns, criterion)?.iter().enumerate() {
+        match glob(p, criterion, MatchEntry::Index(i)) {
+            Ok(glob) => {
+                builder.add(glob);
+            }
+            Err(e) => problems.push(e),
+        }
+    }
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    builder.build().map_err(|e| {
+        vec![MatchError::Glob {
+            criterion,
+            entry: MatchEntry::Index(0),
+            pattern: e.glob().unwrap_or_default().to_string(),
+            reason: e.kind().to_string(),
+        }]
     })
 }
 
+/// Key → value glob; every bad pattern is a problem.
 fn glob_table(
     table: &BTreeMap<String, String>,
     criterion: &'static str,
     lowercase_keys: bool,
-) -> Result<Vec<(String, GlobMatcher)>, MatchError> {
+) -> Result<Vec<(String, GlobMatcher)>, Vec<MatchError>> {
     if table.is_empty() {
-        return Err(MatchError::EmptyCriterion { criterion });
+        return Err(vec![MatchError::EmptyCriterion { criterion }]);
     }
-    table
+    let mut problems = Vec::new();
+    let matchers = table
         .iter()
-        .map(|(key, pattern)| {
-            let matcher = glob(pattern, criterion, MatchEntry::Key(key.clone()))?.compile_matcher();
-            Ok((if lowercase_keys { key.to_ascii_lowercase() } else { key.clone() }, matcher))
+        .filter_map(|(key, pattern)| {
+            let matcher = kept(glob(pattern, criterion, MatchEntry::Key(key.clone())), &mut problems)?;
+            Some((if lowercase_keys { key.to_ascii_lowercase() } else { key.clone() }, matcher.compile_matcher()))
         })
-        .collect()
+        .collect();
+    if problems.is_empty() { Ok(matchers) } else { Err(problems) }
 }
 
 #[cfg(test)]

@@ -227,6 +227,12 @@ fn top_against_an_unreachable_url_exits_1_with_one_line_and_leaves_the_terminal_
     let (code, _, stderr) = top(&["--metrics-url", "https://example.invalid/metrics"], None);
     assert_eq!(code, 1);
     assert!(stderr.contains("expected an http:// URL"), "{stderr}");
+
+    // `top HOST:PORT` scrapes `http://HOST:PORT/metrics`.
+    let port = closed_port();
+    let (code, _, stderr) = top(&[&format!("127.0.0.1:{port}")], None);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.starts_with(&format!("eventpipe: top: cannot reach http://127.0.0.1:{port}/metrics: ")), "{stderr}");
 }
 
 /// Serves `metrics` (behind `token` when given) on a loopback port until the test ends.

@@ -29,7 +29,8 @@ fn a_good_setup_validates_and_creates_nothing() {
         format!("--source=jsonl:{}", input.display()),
     ]);
     assert!(ok, "{stderr}");
-    assert!(stdout.contains("ok (2 tenant(s), 1 sink(s), 1 watcher plugin(s)"), "{stdout}");
+    // One tenant declared; `[defaults]` is checked beside it, not counted as a tenant.
+    assert!(stdout.contains("ok (1 tenant(s) and the defaults, 1 sink(s), 1 watcher plugin(s)"), "{stdout}");
     assert!(!out.exists(), "validate opens no sink");
 }
 

@@ -8,13 +8,17 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Args;
-use eventpipe::commands::top::{Scrape, Scraper, View, render};
+use eventpipe::commands::top::{Scrape, Scraper, View, metrics_url, render};
 use eventpipe::source::http::TOKEN_ENV;
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
 
 /// `eventpipe top` flags.
 #[derive(Args, Debug)]
 pub struct TopArgs {
+    /// The instance to watch: `HOST:PORT` (what `eventpipe run --metrics ADDR` was given) or a
+    /// URL (`http://HOST:PORT`, with `/metrics` added when it has no path).
+    #[arg(value_name = "HOST:PORT|URL", conflicts_with = "metrics_url")]
+    target: Option<String>,
     /// The instance's metrics endpoint (`eventpipe run --metrics ADDR` serves it). Sent with
     /// `Authorization: Bearer $EVENTPIPE_INGEST_TOKEN` when that variable is set.
     #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:9090/metrics")]
@@ -36,7 +40,8 @@ pub fn execute(args: TopArgs) -> anyhow::Result<ExitCode> {
     let token = std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty());
     // A slow answer must not freeze the keys for long.
     let timeout = interval.clamp(Duration::from_secs(1), Duration::from_secs(5));
-    let scraper = Scraper::new(&args.metrics_url, token, timeout).context("top")?;
+    let url = args.target.as_deref().map_or_else(|| args.metrics_url.clone(), metrics_url);
+    let scraper = Scraper::new(&url, token, timeout).context("top")?;
     let runtime =
         tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the tokio runtime")?;
     let first = runtime.block_on(scraper.scrape()).context("top")?;

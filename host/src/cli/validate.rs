@@ -108,7 +108,7 @@ pub fn execute(args: ValidateArgs) -> anyhow::Result<ExitCode> {
     }
     if report.ok() {
         println!(
-            "eventpipe validate: ok ({} tenant(s), {} sink(s), {} watcher plugin(s), {} plugin(s) loaded)",
+            "eventpipe validate: ok ({} tenant(s) and the defaults, {} sink(s), {} watcher plugin(s), {} plugin(s) loaded)",
             report.tenants,
             report.sinks,
             report.watchers,

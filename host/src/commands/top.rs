@@ -673,8 +673,34 @@ fn chain(error: &dyn std::error::Error) -> String {
     out
 }
 
+/// The metrics URL of `target`, as `eventpipe top TARGET` takes it: a URL as it is (with
+/// `/metrics` when it has no path), else `HOST:PORT` as `http://HOST:PORT/metrics`.
+pub fn metrics_url(target: &str) -> String {
+    let url = if target.contains("://") { target.to_string() } else { format!("http://{target}") };
+    let authority = url.find("://").map_or(0, |i| i + 3);
+    match url[authority..].find('/') {
+        None => format!("{url}/metrics"),
+        Some(slash) if authority + slash + 1 == url.len() => format!("{url}metrics"),
+        Some(_) => url,
+    }
+}
+
 #[cfg(test)]
 mod tests {
+
+    /// `top 127.0.0.1:9477`, `top http://h:9477` and `top http://h:9477/metrics` scrape the same
+    /// endpoint; a URL with another path keeps it.
+    #[test]
+    fn a_host_and_port_or_a_url_names_the_metrics_endpoint() {
+        for target in
+            ["127.0.0.1:9477", "http://127.0.0.1:9477", "http://127.0.0.1:9477/", "http://127.0.0.1:9477/metrics"]
+        {
+            assert_eq!(metrics_url(target), "http://127.0.0.1:9477/metrics", "{target}");
+        }
+        assert_eq!(metrics_url("http://h:1/custom/metrics"), "http://h:1/custom/metrics");
+        assert_eq!(metrics_url("[::1]:9090"), "http://[::1]:9090/metrics");
+    }
+
     use super::*;
 
     #[test]

@@ -109,7 +109,8 @@ pub struct ValidateReport {
     /// then types and unknown keys, then the rules of the format), the plan's (plugins that do
     /// not exist or are of the wrong kind), the sinks', the watchers', the source's.
     pub problems: Vec<Problem>,
-    /// Tenants checked (with `[defaults]`).
+    /// Tenants the config declares (`[[tenants]]`; `[defaults]`, which every other event gets,
+    /// is checked too but not counted).
     pub tenants: usize,
     /// Distinct sinks checked.
     pub sinks: usize,
@@ -145,7 +146,7 @@ pub fn validate(options: &ValidateOptions<'_>) -> ValidateReport {
             }
         }
     };
-    report.tenants = config.as_ref().map_or(1, |c| c.tenants.len() + 1);
+    report.tenants = config.as_ref().map_or(0, |c| c.tenants.len());
     // A problem of `[defaults]` is every inheriting tenant's too: listed once.
     for problem in TenantPlan::problems(options.base, config.as_ref(), options.registry) {
         let problem = Problem::of_plan(&problem);

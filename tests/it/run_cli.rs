@@ -343,3 +343,44 @@ fn two_sinks_count_each_event_once_and_each_sink_apart() {
         assert_eq!(s["created"].as_u64().unwrap() + s["patched"].as_u64().unwrap(), written, "{label}: {s}");
     }
 }
+
+/// `--summary-json=-` puts the summary on stdout and `--summary-json=FILE` into FILE (stderr
+/// keeps only the logs); the sentence has a line per tenant when there are several.
+#[test]
+fn the_summary_goes_where_it_is_told_and_names_each_tenant() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("two.toml");
+    std::fs::write(&config, "[[tenants]]\nname = \"system\"\nmatch = { namespaces = [\"kube-*\"] }\n").unwrap();
+    let sink = format!("--sink=jsonl:{}", dir.path().join("calls.jsonl").display());
+    let source = format!("--source=jsonl:{}", bundled_stream().display());
+    let eventpipe = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_eventpipe"))
+            .args(["run", &source, &sink, &format!("--config={}", config.display())])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        (String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+    };
+    let (stdout, stderr) = eventpipe(&["--summary-json=-"]);
+    let on_stdout: Value = serde_json::from_str(stdout.trim()).expect("the JSON summary on stdout");
+    assert!(!stderr.contains("\"created\""), "{stderr}");
+    let file = dir.path().join("summary.json");
+    let (stdout, _) = eventpipe(&[&format!("--summary-json={}", file.display())]);
+    assert!(stdout.is_empty(), "{stdout}");
+    let in_file: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    assert_eq!(n(&in_file, "created"), n(&on_stdout, "created"));
+    let tenants = on_stdout["tenants"].as_object().unwrap();
+    assert_eq!(tenants.keys().collect::<Vec<_>>(), ["default", "system"], "{on_stdout}");
+
+    let (_, stderr) = eventpipe(&[]);
+    for (name, t) in tenants {
+        let line = format!(
+            "  tenant `{name}`: received {}, filtered 0; created {}, patched {},",
+            n(t, "received"),
+            n(t, "created"),
+            n(t, "patched")
+        );
+        assert!(stderr.contains(&line), "{line:?} in {stderr}");
+    }
+}

@@ -165,9 +165,10 @@ pub struct RunArgs {
     watch_cache: WatchCacheArgs,
     #[command(flatten, next_help_heading = "HTTP servers (http source, --serve, --metrics)")]
     http: HttpServerArgs,
-    /// Print the summary as one JSON object on stderr instead of a sentence.
-    #[arg(long, help_heading = "Output")]
-    summary_json: bool,
+    /// Print the summary as one JSON object instead of a sentence: on stderr (with the logs),
+    /// `=-` on stdout, `=FILE` into FILE.
+    #[arg(long, value_name = "FILE|-", num_args = 0..=1, require_equals = true, default_missing_value = "", help_heading = "Output")]
+    summary_json: Option<String>,
 }
 
 /// Limits of every HTTP server of the run (see `eventpipe::http_server`).
@@ -375,10 +376,12 @@ pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
     // A watcher plugin cut off at shutdown may still be inside a call: do not wait for it.
     runtime.shutdown_background();
     let summary = summary?;
-    if args.summary_json {
-        eprintln!("{}", serde_json::to_string(&summary)?);
-    } else {
-        eprintln!("eventpipe run: {summary}");
+    match args.summary_json.as_deref() {
+        None => eprintln!("eventpipe run: {summary}"),
+        Some("") => eprintln!("{}", serde_json::to_string(&summary)?),
+        Some("-") => println!("{}", serde_json::to_string(&summary)?),
+        Some(file) => std::fs::write(file, serde_json::to_string(&summary)? + "\n")
+            .with_context(|| format!("--summary-json: writing {file}"))?,
     }
     Ok(if summary.plugin_failed {
         ExitCode::from(super::PLUGIN_FAILED)

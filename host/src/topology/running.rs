@@ -89,7 +89,28 @@ impl std::fmt::Display for RunSummary {
             self.sink.reloads,
             self.rejected_reloads,
             self.abandoned
-        )
+        )?;
+        // With several tenants, a line each (one tenant's figures are the totals above).
+        if self.sink.tenants.len() > 1 {
+            for (name, t) in &self.sink.tenants {
+                write!(
+                    f,
+                    "\n  tenant `{name}`: received {}, filtered {}; created {}, patched {}, skipped by spam filter {}, \
+                     aggregated {}; dropped by rules {}, by plugins {}; sink dropped {}, gave up {}",
+                    t.received,
+                    t.filtered,
+                    t.created,
+                    t.patched,
+                    t.skipped,
+                    t.aggregated,
+                    t.dropped_by_rules,
+                    t.dropped_by_plugins,
+                    t.dropped,
+                    t.gave_up
+                )?;
+            }
+        }
+        Ok(())
     }
 }
 

@@ -258,6 +258,17 @@ fn errors_are_printed_once_and_a_missing_file_is_named_so() {
         .unwrap();
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert!(stderr.contains("/nonexistent/plugin.wasm: no such file"), "{stderr}");
+    // A sink file in a missing directory: the message `validate` gives.
+    let out = eventpipe()
+        .args(["run", "--source=jsonl:/dev/null", "--sink=jsonl:/nonexistent-dir/out.jsonl"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("sink jsonl:/nonexistent-dir/out.jsonl: directory /nonexistent-dir does not exist"),
+        "{stderr}"
+    );
 }
 
 /// Loading the plugins directory at start is not a swap: a run in which no plugin file changed

@@ -6,7 +6,7 @@
 //! What it does not do: open sinks (a `jsonl:` file is not created or truncated; only its
 //! directory must exist), connect to a Kubernetes API server or a webhook, or bind an address.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::config::{Config, ConfigError};
 use crate::pipeline::plan::{PlanError, TenantPlan, TenantRules};
@@ -219,20 +219,13 @@ fn check_plugin(plugin: &str, kind: PluginKind, registry: &PluginRegistry) -> Re
 
 fn check_sink(spec: &SinkSpec, registry: &PluginRegistry) -> Result<(), String> {
     match spec {
-        SinkSpec::JsonLinesFile(path) => existing_parent(path),
+        SinkSpec::JsonLinesFile(path) => crate::sink::jsonl::existing_parent(path),
         SinkSpec::JsonLinesStdout | SinkSpec::Kubernetes(_) | SinkSpec::Nats(_) | SinkSpec::Metrics { .. } => Ok(()),
         SinkSpec::Webhook(url) | SinkSpec::Otlp(url) => {
             crate::sink::webhook::check_url(url.expose()).map_err(|e| e.to_string())
         }
         SinkSpec::Plugin(name) => check_plugin(name, PluginKind::Sink, registry),
     }
-}
-
-/// A file to be written needs an existing directory.
-fn existing_parent(path: &Path) -> Result<(), String> {
-    let parent =
-        path.parent().filter(|p| !p.as_os_str().is_empty()).map_or_else(|| PathBuf::from("."), Path::to_path_buf);
-    if parent.is_dir() { Ok(()) } else { Err(format!("directory {} does not exist", parent.display())) }
 }
 
 fn check_source(source: &SourceSpec) -> Result<(), String> {

@@ -212,6 +212,13 @@ impl EventSink for JsonLinesSink {
     }
 }
 
+/// A file sink's path needs an existing directory: `Err` says which does not exist (what
+/// `validate` reports, and `run` when it cannot open the file).
+pub fn existing_parent(path: &Path) -> Result<(), String> {
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    if parent.is_dir() { Ok(()) } else { Err(format!("directory {} does not exist", parent.display())) }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;

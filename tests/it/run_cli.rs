@@ -331,6 +331,22 @@ fn bench_reports_the_stage_and_every_plugin_of_the_plan() {
     assert!(filter["calls_per_pass"].as_f64().unwrap() >= 1.0);
     let table = bench(false);
     assert!(table.contains("tenant stage:") && table.contains("ns/event") && table.contains("drop-reasons"), "{table}");
+    // `--filter` selects filters as `run`'s does: over `[defaults]` that lists none (which also
+    // keeps the plugins directory's drop-in filter out).
+    std::fs::write(&config, "[defaults]\nfilters = []\n[plugins.drop-reasons]\nreasons = \"Pulled\"\n").unwrap();
+    let filters = |extra: &[&str]| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_eventpipe"));
+        cmd.args(["bench", "--reps=1", "--json"])
+            .arg(format!("--input={}", input.display()))
+            .arg(format!("--config={}", config.display()))
+            .arg(format!("--plugins={}", plugins.display()))
+            .args(extra);
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        report["plugins"].as_array().unwrap().iter().filter(|p| p["kind"] == "filter").count()
+    };
+    assert_eq!((filters(&[]), filters(&["--filter=drop-reasons"])), (0, 1));
 }
 
 /// With two sinks, each event counts once in the summary (the spam filter's skips are the

@@ -11,7 +11,7 @@ use eventpipe::commands::bench::{bench, decode_input};
 use eventpipe::config::Config;
 use eventpipe::pipeline::plan::TenantPlan;
 
-use super::{CorrelatorArgs, PluginArgs, RuntimeArgs};
+use super::{CorrelatorArgs, FilterArgs, PluginArgs, RuntimeArgs};
 
 /// `eventpipe bench` flags.
 #[derive(Args, Debug)]
@@ -33,6 +33,8 @@ pub struct BenchArgs {
     /// Print the report as one JSON object instead of a table.
     #[arg(long)]
     json: bool,
+    #[command(flatten, next_help_heading = "Plugins")]
+    filters: FilterArgs,
     #[command(flatten, next_help_heading = "Correlator")]
     correlator: CorrelatorArgs,
     #[command(flatten, next_help_heading = "Plugins")]
@@ -44,7 +46,7 @@ pub struct BenchArgs {
 /// Prints the report (table or JSON).
 pub fn execute(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let registry = super::registry_with_dir(&args.runtime, &args.limits, args.plugins.as_deref(), "eventpipe bench")?;
-    let base = args.correlator.rules(&args.limits).rules(&registry)?;
+    let base = args.filters.apply(args.correlator.rules(&args.limits)).rules(&registry)?;
     let config = args.config.as_deref().map(Config::load).transpose()?;
     let plan = Arc::new(TenantPlan::build_unopened(&base, config.as_ref(), &registry)?);
     let file = std::fs::File::open(&args.input).with_context(|| format!("{}", args.input.display()))?;

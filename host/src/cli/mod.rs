@@ -252,6 +252,24 @@ fn with_plugins_dir(registry: PluginRegistry, dir: &Path, command: &str) -> anyh
     Ok(registry)
 }
 
+/// The filter plugins given on the command line (`run`, `bench`).
+#[derive(Args, Debug, Clone)]
+pub struct FilterArgs {
+    /// A filter plugin to run before correlation: a plugin name or a component file. Repeatable,
+    /// run in the order given. Replaces the config's `[defaults]` filters and the plugins
+    /// directory's drop-in filters (a tenant that lists its own `filters` keeps them).
+    #[arg(long, value_name = "NAME|FILE.wasm")]
+    filter: Vec<String>,
+}
+
+impl FilterArgs {
+    /// `rules` with these filters (none given: the config's and the plugins directory's).
+    fn apply(self, mut rules: CommandLineRules) -> CommandLineRules {
+        rules.filters = self.filter;
+        rules
+    }
+}
+
 /// client-go `CorrelatorOptions` and the key functions, as flags; an unset number is client-go's
 /// default.
 #[derive(Args, Debug, Clone)]

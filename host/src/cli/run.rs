@@ -27,7 +27,7 @@ use eventpipe::source::k8s::WatchOptions;
 use eventpipe::source::{SourceCounters, SourceSpec};
 use eventpipe::watchers::WatcherSpec;
 
-use super::{CorrelatorArgs, OciArgs, PinArgs, PluginArgs, RuntimeArgs};
+use super::{CorrelatorArgs, FilterArgs, OciArgs, PinArgs, PluginArgs, RuntimeArgs};
 
 /// `eventpipe run` flags, grouped in `--help` by what they set.
 #[derive(Args, Debug)]
@@ -86,11 +86,8 @@ pub struct RunArgs {
     /// Do not watch the plugins directory and config file.
     #[arg(long, help_heading = "Tenants and plugins")]
     no_watch: bool,
-    /// A filter plugin to run before correlation: a plugin name or a component file. Repeatable,
-    /// run in the order given. Replaces the config's `[defaults]` filters and the plugins
-    /// directory's drop-in filters (a tenant that lists its own `filters` keeps them).
-    #[arg(long, value_name = "NAME|FILE.wasm", help_heading = "Tenants and plugins")]
-    filter: Vec<String>,
+    #[command(flatten, next_help_heading = "Tenants and plugins")]
+    filters: FilterArgs,
     /// A watcher plugin to attach to the Broadcaster: a plugin name (the embedded `log`, or one
     /// in the plugins directory) or a component file; its own queue of 1000 events, dropping
     /// when full (as client-go's watchers), or as `,queue_length=N,full_channel_behavior=wait`
@@ -288,9 +285,7 @@ pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
     let pulled = args.oci.pull(args.config.as_deref(), &mut pins)?;
     let registry =
         super::pinned_registry(&args.runtime, &args.limits, args.plugins.as_deref(), pins, &pulled, "eventpipe")?;
-    let mut rules = args.correlator.rules(&args.limits);
-    rules.filters = args.filter;
-    let mut base = rules.rules(&registry)?;
+    let mut base = args.filters.apply(args.correlator.rules(&args.limits)).rules(&registry)?;
     base.sinks = args.sink;
     let options = RunOptions {
         source: SourceOptions { spec: args.source, follow: args.follow, counters: Arc::new(SourceCounters::default()) },

@@ -115,7 +115,7 @@ fn tagger_version(base: &[u8], version: usize) -> Vec<u8> {
 }
 
 fn digest(bytes: &[u8]) -> String {
-    format!("digest {:016x}", xxhash_rust::xxh3::xxh3_64(bytes))
+    format!("digest {}", eventpipe::plugin::pin::Sha256Digest::of(bytes).short())
 }
 
 /// Installs `bytes` as `dir/name.wasm`: written elsewhere and renamed in (atomic), or written in

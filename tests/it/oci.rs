@@ -143,7 +143,7 @@ fn plugins_go_through_a_registry_unchanged_and_a_config_source_runs() {
         ]);
         let stderr = text(&out.stderr);
         assert!(out.status.success(), "{what}: {stderr}");
-        let live = format!("digest {:016x}", xxhash_rust::xxh3::xxh3_64(&component));
+        let live = format!("digest {}", Sha256Digest::of(&component).short());
         assert!(
             stderr.lines().any(|l| l.contains("plugin `by-reason`") && l.contains(&live) && l.contains("is live")),
             "{what}: the pulled plugin serves: {stderr}"

@@ -395,6 +395,7 @@ pub struct Plugin {
     version: u64,
     release: u64,
     digest: u64,
+    sha256: pin::Sha256Digest,
     compile_time: std::time::Duration,
     tier: Tier,
     /// Whether it exports `key-fields` (a key plugin of a `*-projected` world).
@@ -458,6 +459,11 @@ impl Plugin {
     /// XXH3-64 of the component bytes (tells an unchanged file from a new version).
     pub fn digest(&self) -> u64 {
         self.digest
+    }
+
+    /// SHA-256 of the component bytes: what pins, OCI references and listings name it by.
+    pub fn sha256(&self) -> &pin::Sha256Digest {
+        &self.sha256
     }
 
     /// The Cranelift settings it was compiled with.
@@ -641,6 +647,7 @@ impl PluginRuntime {
                 *n
             },
             digest: xxhash_rust::xxh3::xxh3_64(bytes),
+            sha256: pin::Sha256Digest::of(bytes),
             compile_time: started.elapsed(),
             tier,
             declares_key_fields: kind.reads_key_fields() && exports.iter().any(|e| e == KEY_FIELDS_EXPORT),

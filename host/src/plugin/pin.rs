@@ -37,6 +37,12 @@ impl Sha256Digest {
     pub fn hex(&self) -> &str {
         &self.0
     }
+
+    /// The short form logs and listings name a component by: `sha256:` and the first 12 hex
+    /// digits (as `docker images` shortens image ids).
+    pub fn short(&self) -> String {
+        format!("sha256:{}", &self.0[..12])
+    }
 }
 
 impl fmt::Display for Sha256Digest {

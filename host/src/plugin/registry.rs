@@ -100,6 +100,9 @@ pub struct LivePlugin {
     pub release: u64,
     /// XXH3-64 of the component bytes.
     pub digest: u64,
+    /// SHA-256 of the component bytes (logged in its short form, as pins and `config show` name
+    /// components).
+    pub sha256: Sha256Digest,
     /// Time to compile it (or fetch it from the compilation cache).
     pub compile_time: Duration,
     /// The Cranelift settings it was compiled with.
@@ -110,11 +113,11 @@ impl std::fmt::Display for LivePlugin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "plugin `{}` ({}) v{} digest {:016x} from {} ({}, compiled in {:.1} ms)",
+            "plugin `{}` ({}) v{} digest {} from {} ({}, compiled in {:.1} ms)",
             self.name,
             self.kind,
             self.release,
-            self.digest,
+            self.sha256.short(),
             self.origin,
             self.tier,
             self.compile_time.as_secs_f64() * 1e3
@@ -131,6 +134,7 @@ impl LivePlugin {
             version: plugin.version(),
             release: plugin.release(),
             digest: plugin.digest(),
+            sha256: plugin.sha256().clone(),
             compile_time: plugin.compile_time(),
             tier: plugin.tier(),
         }

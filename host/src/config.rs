@@ -358,7 +358,8 @@ pub struct Config {
     /// `[watch_cache]`: the watch cache's settings (the `run` flags win over them). Read at
     /// start only.
     pub watch_cache: crate::watch_cache::WatchCacheSettings,
-    /// The 1-based line of every rules key given: `defaults.burst`, `tenants[0].rules.sinks`.
+    /// The 1-based line of every rules key given: `defaults.burst`, `tenants[0].rules.sinks`;
+    /// and of each tenant's `match` (`tenants[0].match`).
     pub key_lines: BTreeMap<String, usize>,
 }
 
@@ -1061,6 +1062,7 @@ impl Ctx<'_> {
         use toml::de::{DeTable, DeValue};
         let mut lines = BTreeMap::new();
         let Ok(root) = DeTable::parse(self.text) else { return lines };
+        let mut matches = Vec::new();
         let mut add = |prefix: &str, table: &DeTable<'_>| {
             for (key, _) in table.iter() {
                 lines.insert(format!("{prefix}.{}", key.get_ref()), self.line(key.span()));
@@ -1071,6 +1073,11 @@ impl Ctx<'_> {
                 ("defaults", DeValue::Table(table)) => add("defaults", table),
                 ("tenants", DeValue::Array(tenants)) => {
                     for (i, tenant) in tenants.iter().enumerate() {
+                        if let DeValue::Table(table) = tenant.get_ref()
+                            && let Some((key, _)) = table.get_key_value("match")
+                        {
+                            matches.push((i, self.line(key.span())));
+                        }
                         if let DeValue::Table(tenant) = tenant.get_ref()
                             && let Some(rules) = tenant.get("rules")
                             && let DeValue::Table(rules) = rules.get_ref()
@@ -1082,6 +1089,7 @@ impl Ctx<'_> {
                 _ => {}
             }
         }
+        lines.extend(matches.into_iter().map(|(i, line)| (format!("tenants[{i}].match"), line)));
         lines
     }
 

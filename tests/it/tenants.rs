@@ -462,7 +462,7 @@ fn suppressed_summaries_count_what_the_spam_filter_skipped_per_object_and_window
 
 /// One precedence rule: `--sink` replaces the config's `[defaults]` sinks, a tenant naming its
 /// own sinks keeps them, and `--burst` replaces `[defaults] burst` (a tenant's own stays);
-/// `config show` tells where each came from.
+/// `config show` tells where each came from, and each tenant's `match`.
 #[test]
 fn the_command_line_wins_over_the_configs_defaults_and_tenants_keep_their_own() {
     let dir = tempfile::tempdir().unwrap();
@@ -530,4 +530,9 @@ fn the_command_line_wins_over_the_configs_defaults_and_tenants_keep_their_own() 
     let by_reason = setting("default", "plugins", "aggregate_key");
     assert_eq!((by_reason["value"].as_str(), by_reason["component"].as_str()), (Some("by-reason"), Some("embedded")));
     assert_eq!(by_reason["sha256"].as_str().map(str::len), Some(64), "{by_reason}");
+    // Routing: each tenant's `match`, where it is written; the defaults take the rest.
+    let own_match = setting("own", "routing", "match");
+    assert_eq!(own_match["value"], r#"{ namespaces = ["own"] }"#);
+    assert_eq!(own_match["origin"], serde_json::json!({"from": "file", "at": format!("{file}:7")}));
+    assert_eq!(setting("default", "routing", "match")["value"], "every event no tenant above matches");
 }

@@ -8,7 +8,7 @@ use eventpipe::config::Config;
 use eventpipe::pipeline::plan::{Setting, TenantPlan};
 use eventpipe::sink::SinkEntry;
 
-use super::{CorrelatorArgs, PluginArgs, RuntimeArgs};
+use super::{CorrelatorArgs, FilterArgs, PluginArgs, RuntimeArgs};
 
 /// `eventpipe config` subcommands.
 #[derive(Subcommand, Debug)]
@@ -16,8 +16,9 @@ pub enum ConfigCommand {
     /// Print the JSON Schema of the tenant config file (for editors: e.g. taplo's
     /// `#:schema ./eventpipe.schema.json` line at the top of the TOML).
     Schema,
-    /// Print the effective plan of `eventpipe run` with these flags: per tenant, its rules,
-    /// plugins (with SHA-256 digests), filters and sinks, each with where it came from (a flag,
+    /// Print the effective plan of `eventpipe run` with these flags: per tenant, its routing
+    /// (`match`, `drop`, `keep`, `spam_exempt`), rules, plugins (with SHA-256 digests), filters
+    /// and sinks, each with where it came from (a flag,
     /// `FILE:LINE` of the config, the plugins directory, or the default). The command line
     /// wins over the config file, which wins over the built-in defaults.
     Show(Box<ShowArgs>),
@@ -35,9 +36,8 @@ pub struct ShowArgs {
     /// A sink, as `run --sink` takes it. Repeatable.
     #[arg(long)]
     sink: Vec<SinkEntry>,
-    /// A filter plugin, as `run --filter` takes it. Repeatable.
-    #[arg(long, value_name = "NAME|FILE.wasm")]
-    filter: Vec<String>,
+    #[command(flatten)]
+    filters: FilterArgs,
     #[command(flatten)]
     correlator: CorrelatorArgs,
     #[command(flatten)]
@@ -70,9 +70,7 @@ pub fn execute(command: ConfigCommand) -> anyhow::Result<ExitCode> {
 fn show(args: ShowArgs) -> anyhow::Result<ExitCode> {
     let registry =
         super::registry_with_dir(&args.runtime, &args.limits, args.plugins.as_deref(), "eventpipe config show")?;
-    let mut rules = args.correlator.rules(&args.limits);
-    rules.filters = args.filter;
-    let mut base = rules.rules(&registry)?;
+    let mut base = args.filters.apply(args.correlator.rules(&args.limits)).rules(&registry)?;
     base.sinks = args.sink;
     let config = args.config.as_deref().map(Config::load).transpose()?;
     let plan = TenantPlan::build_unopened(&base, config.as_ref(), &registry)?;
@@ -83,9 +81,14 @@ fn show(args: ShowArgs) -> anyhow::Result<ExitCode> {
             let mut out = String::new();
             for t in &tenants {
                 out += &format!("tenant {}\n", t.tenant);
-                for (title, settings) in
-                    [("rules", &t.rules), ("plugins", &t.plugins), ("filters", &t.filters), ("sinks", &t.sinks)]
-                {
+                let sections = [
+                    ("routing", &t.routing),
+                    ("rules", &t.rules),
+                    ("plugins", &t.plugins),
+                    ("filters", &t.filters),
+                    ("sinks", &t.sinks),
+                ];
+                for (title, settings) in sections {
                     out += &format!("  {title}:{}\n", if settings.is_empty() { " none" } else { "" });
                     for s in settings {
                         out += &line(s);

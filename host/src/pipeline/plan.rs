@@ -159,6 +159,17 @@ pub enum Origin {
     Default,
 }
 
+impl Origin {
+    /// `key` of `config`: `FILE:LINE`, or `FILE` when its line is not known.
+    fn in_config(config: &Config, key: &str) -> Self {
+        let file = config.path.display();
+        match config.key_line(key) {
+            Some(line) => Origin::File(format!("{file}:{line}")),
+            None => Origin::File(file.to_string()),
+        }
+    }
+}
+
 impl std::fmt::Display for Origin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -278,11 +289,7 @@ impl TenantRules {
     /// A sink spec that does not parse: `(key, message)`.
     fn overlay(&self, layers: &Layers<'_>) -> Result<(Self, Origins), (String, String)> {
         let Layers { own, defaults, prefix, config, directory_filters, directory } = *layers;
-        let file = config.path.display().to_string();
-        let at = |key: String| match config.key_line(&key) {
-            Some(line) => Origin::File(format!("{file}:{line}")),
-            None => Origin::File(file.clone()),
-        };
+        let at = |key: String| Origin::in_config(config, &key);
         let mut origins = BTreeMap::new();
         let mut layer = |key: &'static str, own_set: bool, defaults_set: bool| {
             let (layer, origin) = if own_set {
@@ -306,6 +313,10 @@ impl TenantRules {
                 }
             }};
         }
+        // The event rules' origins (their values are picked below, by the same precedence).
+        layer("drop", own.drop.is_some(), defaults.drop.is_some());
+        layer("keep", own.keep.is_some(), defaults.keep.is_some());
+        layer("spam_exempt", own.spam_exempt.is_some(), defaults.spam_exempt.is_some());
         let choice =
             |r: &PluginRef| if r.is_builtin() { KeyChoice::Builtin } else { KeyChoice::Plugin(r.name.clone()) };
         let sink_specs = pick!(sinks, None, |s: &Vec<String>| Some(s.clone()));
@@ -662,8 +673,11 @@ impl TenantPlan {
                 .map_err(|(key, message)| {
                     vec![PlanError::Rule { location: file.clone(), key: format!("{prefix}.{key}"), message }]
                 })
-                .and_then(|(overlaid, origins)| {
+                .and_then(|(overlaid, mut origins)| {
                     let mut tenant = plan_tenant(name, overlaid, &refs(merged), &file, registry, sinks)?;
+                    if let Some(tenant_key) = prefix.strip_suffix(".rules") {
+                        origins.insert("match", Origin::in_config(config, &format!("{tenant_key}.match")));
+                    }
                     tenant.origins = origins;
                     Ok(tenant)
                 });
@@ -901,6 +915,9 @@ pub struct TenantView {
     pub filters: Vec<Setting>,
     /// The sinks.
     pub sinks: Vec<Setting>,
+    /// Which events it gets (`match`; the defaults get what no tenant matches) and its
+    /// declarative rules (`drop[i]`, `keep[i]`, `spam_exempt[i]`: `NAME: CRITERIA`).
+    pub routing: Vec<Setting>,
 }
 
 impl TenantPlan {
@@ -909,7 +926,8 @@ impl TenantPlan {
     pub fn effective(&self, registry: &PluginRegistry) -> Vec<TenantView> {
         self.tenants
             .iter()
-            .map(|t| {
+            .enumerate()
+            .map(|(i, t)| {
                 let r = &t.rules;
                 let origin = |key: &str| t.origins.get(key).cloned().unwrap_or(Origin::Default);
                 let setting = |key: &str, value: String| Setting {
@@ -967,7 +985,31 @@ impl TenantPlan {
                         component: None,
                     })
                     .collect();
-                TenantView { tenant: t.name.to_string(), rules, plugins, filters, sinks }
+                let mut routing = vec![match self.router.matchers().get(i) {
+                    Some(m) => setting("match", m.spec().to_string()),
+                    None => Setting {
+                        value: "every event no tenant above matches".into(),
+                        origin: Origin::Default,
+                        ..setting("match", String::new())
+                    },
+                }];
+                let e = &r.event_rules;
+                let lists = [
+                    ("drop", &e.drop[..]),
+                    ("keep", e.keep.as_deref().unwrap_or_default()),
+                    ("spam_exempt", &e.spam_exempt[..]),
+                ];
+                for (list, rules) in lists {
+                    routing.extend(rules.iter().enumerate().map(|(n, rule)| {
+                        let key = format!("{list}[{n}]");
+                        let value = match *rule.name == key {
+                            true => rule.matcher.spec().to_string(),
+                            false => format!("{}: {}", rule.name, rule.matcher.spec()),
+                        };
+                        Setting { key, ..setting(list, value) }
+                    }));
+                }
+                TenantView { tenant: t.name.to_string(), rules, plugins, filters, sinks, routing }
             })
             .collect()
     }

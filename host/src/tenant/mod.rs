@@ -64,6 +64,42 @@ pub struct MatchSpec {
     pub headers: Option<BTreeMap<String, String>>,
 }
 
+/// The criteria as a TOML inline table, as a config writes them:
+/// `{ namespaces = ["kube-*"], types = ["Warning"] }` (`config show`).
+impl std::fmt::Display for MatchSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let quoted = |s: &str| serde_json::to_string(s).unwrap_or_default();
+        let list = |l: &[String]| format!("[{}]", l.iter().map(|s| quoted(s)).collect::<Vec<_>>().join(", "));
+        let table = |t: &BTreeMap<String, String>| {
+            let entries: Vec<String> = t.iter().map(|(k, v)| format!("{} = {}", quoted(k), quoted(v))).collect();
+            format!("{{ {} }}", entries.join(", "))
+        };
+        let mut parts = Vec::new();
+        let lists = [
+            ("namespaces", &self.namespaces),
+            ("kinds", &self.kinds),
+            ("reasons", &self.reasons),
+            ("types", &self.types),
+            ("source_components", &self.source_components),
+            ("source_hosts", &self.source_hosts),
+        ];
+        for (key, value) in lists {
+            if let Some(value) = value {
+                parts.push(format!("{key} = {}", list(value)));
+            }
+        }
+        if let Some(message) = &self.message {
+            parts.push(format!("message = {}", quoted(message)));
+        }
+        for (key, value) in [("labels", &self.labels), ("headers", &self.headers)] {
+            if let Some(value) = value {
+                parts.push(format!("{key} = {}", table(value)));
+            }
+        }
+        write!(f, "{{ {} }}", parts.join(", "))
+    }
+}
+
 /// Which entry of a criterion an error is about.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MatchEntry {
@@ -280,6 +316,11 @@ impl TenantRouter {
         self.matchers.iter().position(|m| m.matches(event, headers))
     }
 
+    /// Each tenant's matcher, in the order they are tried.
+    pub fn matchers(&self) -> &[EventMatch] {
+        &self.matchers
+    }
+
     /// Number of tenants.
     pub fn len(&self) -> usize {
         self.matchers.len()
@@ -375,6 +416,22 @@ fn glob_table(
 
 #[cfg(test)]
 mod tests {
+
+    /// A match prints as the config's inline table would write it, criteria in one order.
+    #[test]
+    fn a_match_prints_as_a_toml_inline_table() {
+        let spec = MatchSpec {
+            namespaces: list(&["kube-*", "a\"b"]),
+            message: Some("OOM|evict".into()),
+            labels: table(&[("team", "pay*")]),
+            ..Default::default()
+        };
+        assert_eq!(
+            spec.to_string(),
+            r#"{ namespaces = ["kube-*", "a\"b"], message = "OOM|evict", labels = { "team" = "pay*" } }"#
+        );
+    }
+
     use super::*;
 
     fn list(items: &[&str]) -> Option<Vec<String>> {

@@ -3,6 +3,7 @@
 mod common;
 
 mod broadcaster_vectors;
+mod client_go;
 mod correlator_properties;
 mod correlator_vectors;
 mod delivery;

@@ -15,7 +15,9 @@
 #                against taskset -c 0 client-go-replay -bench 5 < in       (median ns/event)
 # Both sides are held to one core (CORES, default 0) in both measures: Go's collector would
 # otherwise run on the other core. The order within a pair alternates. Printed: each pair's
-# ratio eventpipe / client-go, then the median and min–max of the ratios.
+# ratio eventpipe / client-go, then the median and min–max of the ratios. INPUTS ("real
+# synthetic"), MEASURES ("end-to-end in-process") and REPS (passes per in-process run, 5) narrow
+# a run: client-go takes minutes per in-process run on the synthetic stream.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -30,6 +32,9 @@ pairs=${3:-7}
 shared=${SHARED:-$root/../shared}
 cores=${CORES:-0}
 synth_events=${SYNTH_EVENTS:-1000000}
+wanted_inputs=${INPUTS:-real synthetic}
+measures=${MEASURES:-end-to-end in-process}
+reps=${REPS:-5}
 for tool in "$eventpipe" "$client_go"; do
   [ -x "$tool" ] || { echo "not an executable: $tool" >&2; exit 2; }
 done
@@ -41,7 +46,9 @@ trap 'rm -rf "$work"' EXIT
 
 inputs=()
 real=$shared/conformance/replay-real/real-expanded.in.jsonl.gz
-if [ -f "$real" ]; then
+if [[ " $wanted_inputs " != *" real "* ]]; then
+  :
+elif [ -f "$real" ]; then
   gzip -dc "$real" > "$work/real.jsonl"
   inputs+=("$work/real.jsonl")
 else
@@ -52,7 +59,7 @@ fi
 # each with the reasons and messages its controller writes; some messages carry a number or an
 # address that changes (aggregation by reason), some repeat; events come in bursts. A fixed
 # xorshift generator: the same file on every machine.
-python3 - "$synth_events" > "$work/synthetic.jsonl" <<'PY'
+if [[ " $wanted_inputs " == *" synthetic "* ]]; then python3 - "$synth_events" > "$work/synthetic.jsonl"; fi <<'PY'
 import bisect, json, sys
 from datetime import datetime, timedelta, timezone
 
@@ -175,7 +182,7 @@ for i in range(n):
     }
     out.write(json.dumps({"clock": clock, "event": event}, separators=(",", ":")) + "\n")
 PY
-inputs+=("$work/synthetic.jsonl")
+if [ -f "$work/synthetic.jsonl" ]; then inputs+=("$work/synthetic.jsonl"); fi
 
 # ratio NAME VALUES...: "eventpipe / client-go" per pair, then median and min–max.
 summary() {
@@ -195,11 +202,11 @@ wall() {  # wall µs of "$@" < $in > /dev/null on $cores
 }
 ratio() { python3 -c "import sys; print(f'{float(sys.argv[1]) / float(sys.argv[2]):.3f}')" "$1" "$2"; }
 eventpipe_ns() {  # median ns/event of `eventpipe bench` on $in, with extra flags
-  taskset -c "$cores" "$eventpipe" bench --input "$in" --reps 5 --json "$@" |
+  taskset -c "$cores" "$eventpipe" bench --input "$in" --reps "$reps" --json "$@" |
     python3 -c 'import json, sys; print(json.load(sys.stdin)["stage_ns_per_event"]["median"])'
 }
 client_go_ns() {  # median ns/event of `client-go-replay -bench 5` on $in
-  taskset -c "$cores" "$client_go" -bench 5 < "$in" | sed -n 's/.*EventCorrelator \([0-9.]*\) ns\/event median.*/\1/p'
+  taskset -c "$cores" "$client_go" -bench "$reps" < "$in" | sed -n 's/.*EventCorrelator \([0-9.]*\) ns\/event median.*/\1/p'
 }
 
 echo "eventpipe: $("$eventpipe" --version 2>/dev/null || echo "$eventpipe"); client-go-replay: client-go v0.26.15"
@@ -208,7 +215,10 @@ for in in "${inputs[@]}"; do
   echo
   echo "== $(basename "$in"): $(wc -l < "$in") lines"
   e2e=()
-  for p in $(seq 1 "$pairs"); do
+  end_to_end_pairs=0 in_process_pairs=0
+  [[ " $measures " == *" end-to-end "* ]] && end_to_end_pairs=$pairs
+  [[ " $measures " == *" in-process "* ]] && in_process_pairs=$pairs
+  for p in $(seq 1 "$end_to_end_pairs"); do
     if [ $((p % 2)) -eq 1 ]; then
       ep=$(wall "$eventpipe" replay); cg=$(wall "$client_go")
     else
@@ -221,7 +231,7 @@ for in in "${inputs[@]}"; do
   done
   wasm=()
   builtin=()
-  for p in $(seq 1 "$pairs"); do
+  for p in $(seq 1 "$in_process_pairs"); do
     if [ $((p % 2)) -eq 1 ]; then
       ep=$(eventpipe_ns); eb=$(eventpipe_ns --builtin); cg=$(client_go_ns)
     else
@@ -233,7 +243,9 @@ for in in "${inputs[@]}"; do
       "$p" "$ep" "$eb" "$cg" "${wasm[-1]}" "${builtin[-1]}"
   done
   echo "$(basename "$in"), eventpipe / client-go:"
-  summary "end to end (replay, one core)" "${e2e[@]}"
-  summary "in process (bench, default Wasm plugins)" "${wasm[@]}"
-  summary "in process (bench --builtin)" "${builtin[@]}"
+  if [ ${#e2e[@]} -gt 0 ]; then summary "end to end (replay, one core)" "${e2e[@]}"; fi
+  if [ ${#wasm[@]} -gt 0 ]; then
+    summary "in process (bench, default Wasm plugins, $reps passes)" "${wasm[@]}"
+    summary "in process (bench --builtin, $reps passes)" "${builtin[@]}"
+  fi
 done

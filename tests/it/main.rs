@@ -4,6 +4,7 @@ mod common;
 
 mod apiserver;
 mod broadcaster_vectors;
+mod client_go;
 mod correlator_properties;
 mod correlator_vectors;
 mod delivery;

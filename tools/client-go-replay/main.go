@@ -10,6 +10,12 @@
 //	client-go-replay < in.jsonl > out.jsonl      # end to end: read, decode, correlate, write
 //	client-go-replay -bench 5 < in.jsonl         # in process: decode everything, then time
 //	                                             # 5 passes of the correlating loop alone
+//
+// The correlator options take the flags of `eventpipe replay` (--lru-cache-size, --burst, --qps,
+// --max-events, --max-interval-seconds; 0 means client-go's default), and --no-update-state
+// models a sink that never succeeds (UpdateState is never called).
+//
+// It builds offline from the vendored client-go of the shared material: see build.sh.
 package main
 
 import (
@@ -89,13 +95,28 @@ type result struct {
 	Patch json.RawMessage `json:"patch"`
 }
 
+// options are the correlator options set by flags; Clock is set per correlator.
+var (
+	options       record.CorrelatorOptions
+	noUpdateState bool
+)
+
 func correlator(c *clocks) *record.EventCorrelator {
-	return record.NewEventCorrelatorWithOptions(record.CorrelatorOptions{Clock: c})
+	o := options
+	o.Clock = c
+	return record.NewEventCorrelatorWithOptions(o)
 }
 
 func main() {
 	passes := flag.Int("bench", 0, "decode the whole input, then time this many passes of the correlating loop (fresh correlator each) and print ns/event")
+	flag.IntVar(&options.LRUCacheSize, "lru-cache-size", 0, "LRU cache size of the aggregator and the spam filter (0: 4096)")
+	flag.IntVar(&options.BurstSize, "burst", 0, "the spam filter's token bucket burst (0: 25)")
+	qps := flag.Float64("qps", 0, "the spam filter's token bucket refill rate per second (0: 1/300)")
+	flag.IntVar(&options.MaxEvents, "max-events", 0, "similar events in an interval before aggregation (0: 10)")
+	flag.IntVar(&options.MaxIntervalInSeconds, "max-interval-seconds", 0, "the aggregation interval in seconds (0: 600)")
+	flag.BoolVar(&noUpdateState, "no-update-state", false, "never call UpdateState (a sink that never succeeds)")
 	flag.Parse()
+	options.QPS = float32(*qps)
 	in := bufio.NewReaderSize(os.Stdin, 1<<20)
 	c := &clocks{}
 	if *passes > 0 {
@@ -124,7 +145,7 @@ func main() {
 			if len(r.Patch) > 0 {
 				res.Patch = r.Patch
 			}
-			if !r.Skip {
+			if !r.Skip && !noUpdateState {
 				corr.UpdateState(r.Event)
 			}
 			if err := enc.Encode(&res); err != nil {
@@ -170,7 +191,7 @@ func bench(in *bufio.Reader, c *clocks, passes int) {
 			if err != nil {
 				panic(err)
 			}
-			if !r.Skip {
+			if !r.Skip && !noUpdateState {
 				corr.UpdateState(r.Event)
 			}
 		}

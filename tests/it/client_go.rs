@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 
 use serde_json::Value;
 
-use crate::common;
+use crate::common::{self, read_maybe_gz};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -131,17 +131,6 @@ fn compare(expected: &str, actual: &str) -> (Vec<String>, usize) {
         }
     }
     (problems, e.len())
-}
-
-fn read_maybe_gz(path: &Path) -> Vec<u8> {
-    let raw = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    if path.extension().is_some_and(|x| x == "gz") {
-        let mut out = Vec::new();
-        flate2::read::GzDecoder::new(&raw[..]).read_to_end(&mut out).unwrap();
-        out
-    } else {
-        raw
-    }
 }
 
 #[test]

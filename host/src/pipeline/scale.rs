@@ -53,7 +53,7 @@ use crate::broadcaster::Watcher;
 use crate::correlator::PREPARE_BATCH_SIZE;
 use crate::correlator::snapshot::{PartitionSnapshot, TenantSnapshot};
 use crate::delivery::{Position, Progress, SeenVersions};
-use crate::event::{Event, IngestHeaders, SharedEvent};
+use crate::event::{Event, IngestHeaders, RecordedClock, SharedEvent};
 use crate::nats::{NatsError, NatsTarget};
 use crate::partition::PartitionKey;
 use crate::pipeline::plan::TenantPlan;
@@ -63,6 +63,12 @@ use crate::source::{SourceCounters, SourceStats};
 /// The NATS header carrying an HTTP ingest request's header (`name: value`), one per header,
 /// so that workers route tenants on headers as the publisher did.
 pub const INGEST_HEADER: &str = "Eventpipe-Ingest-Header";
+
+/// The NATS headers carrying a replay line's instants ([`crate::event::RecordedClock`], RFC 3339
+/// with nanoseconds), so that workers correlate with the clocks a single host reads.
+pub const CLOCK_HEADER: &str = "Eventpipe-Clock";
+/// See [`CLOCK_HEADER`]: the line's `spam_filter_clock`, sent when it differs from its `clock`.
+pub const SPAM_FILTER_CLOCK_HEADER: &str = "Eventpipe-Spam-Filter-Clock";
 
 /// A partition snapshots after this many events even before its interval passed, so that the
 /// messages awaiting acknowledgement stay well below [`crate::nats::MAX_ACK_PENDING`].
@@ -242,6 +248,7 @@ struct Publication {
     /// a run, after one without an id, and once every earlier publication is acknowledged.
     expect_last: Option<String>,
     headers: crate::event::IngestHeaders,
+    clock: crate::event::RecordedClock,
     payload: Bytes,
     ack: Option<AckFuture>,
 }
@@ -266,6 +273,13 @@ impl Publication {
         }
         for (name, value) in self.headers.get().into_iter().flatten() {
             message = message.header(INGEST_HEADER, format!("{name}: {value}").as_str());
+        }
+        if let Some(clock) = self.clock.clock() {
+            let text = |t: crate::event::Time| t.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true);
+            message = message.header(CLOCK_HEADER, text(clock).as_str());
+            if let Some(spam) = self.clock.spam_filter_clock().filter(|s| *s != clock) {
+                message = message.header(SPAM_FILTER_CLOCK_HEADER, text(spam).as_str());
+            }
         }
         let ack = js.send_publish(self.subject.clone(), message).await.map_err(|e| e.to_string())?;
         self.ack = Some(std::future::IntoFuture::into_future(ack));
@@ -372,6 +386,7 @@ pub async fn publish(
                         id,
                         expect_last,
                         headers: event.ingest_headers.clone(),
+                        clock: event.recorded_clock.clone(),
                         payload: Bytes::from(serde_json::to_vec(&*event).expect("an event serialises")),
                         ack: None,
                     };
@@ -745,6 +760,12 @@ fn decode_into(message: &async_nats::Message, batch: &mut Vec<(u64, SharedEvent)
             if !headers.is_empty() {
                 event.ingest_headers = IngestHeaders::new(headers.into());
             }
+            let instant = |name: &str| {
+                let value = message.headers.as_ref()?.get(name)?;
+                let at = chrono::DateTime::parse_from_rfc3339(value.as_str()).ok()?;
+                Some(at.with_timezone(&chrono::Utc))
+            };
+            event.recorded_clock = RecordedClock::new(instant(CLOCK_HEADER), instant(SPAM_FILTER_CLOCK_HEADER));
             batch.push((o.router.acks.begin(), crate::event::shared(event)));
         }
         Err(error) => {

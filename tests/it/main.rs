@@ -7,6 +7,7 @@ mod broadcaster_vectors;
 mod correlator_properties;
 mod correlator_vectors;
 mod delivery;
+mod distribution;
 mod docs;
 mod events_v1_series_vectors;
 mod example_plugins;

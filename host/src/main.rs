@@ -12,7 +12,7 @@ use eventpipe::logging::{LogFormat, try_init_logging};
 /// The Kubernetes event pipeline (client-go's EventRecorder → Broadcaster → EventCorrelator →
 /// EventSink) as a fast, pluggable host.
 #[derive(Parser, Debug)]
-#[command(name = "eventpipe", version, about)]
+#[command(name = "eventpipe", version = env!("EVENTPIPE_VERSION"), about)]
 struct Cli {
     /// Log lines on stderr: `pretty` (human) or `json` (one object per line).
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Pretty)]

@@ -1,4 +1,4 @@
-//! The user guide (`README.md`, `docs/`) against the binary.
+//! The user guide (`README.md`, `CHANGELOG.md`, `docs/`) against the binary.
 //!
 //! - `reference_*`: `docs/reference/cli.md` (every subcommand's `--help`) and
 //!   `docs/reference/config.md` with `docs/reference/config.schema.json` (`eventpipe config
@@ -297,7 +297,7 @@ fn reference_lists_every_subcommand_and_flag_of_run() {
 // ---------------------------------------------------------------------------------------------
 // Snippets.
 
-/// `README.md` and every Markdown file under `docs/`.
+/// `README.md`, `CHANGELOG.md` and every Markdown file under `docs/`.
 fn guide_files() -> Vec<PathBuf> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
         let mut entries: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
@@ -310,7 +310,7 @@ fn guide_files() -> Vec<PathBuf> {
             }
         }
     }
-    let mut files = vec![repo().join("README.md")];
+    let mut files = vec![repo().join("README.md"), repo().join("CHANGELOG.md")];
     walk(&repo().join("docs"), &mut files);
     files
 }

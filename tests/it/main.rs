@@ -8,6 +8,7 @@ mod client_go;
 mod correlator_properties;
 mod correlator_vectors;
 mod delivery;
+mod distribution;
 mod docs;
 mod events_v1_series_vectors;
 mod example_plugins;

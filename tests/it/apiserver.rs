@@ -159,6 +159,12 @@ fn counts(summary: &Value) -> [Option<u64>; 3] {
     ["created", "patched", "series_counted"].map(|k| summary[k].as_u64())
 }
 
+/// Occurrence `n` of one isomorphic key (object `a`, BackOff), 10 s apart.
+fn back_off(ns: &str, n: u32) -> Value {
+    let at = format!("2025-01-01T00:00:{:02}Z", n * 10);
+    event(ns, &format!("a.{n}"), "a", "BackOff", "Back-off restarting failed container", &at)
+}
+
 /// client-go's `tools/events` on a real server, one occurrence at a time: the first event of an
 /// isomorphic key is created as an events.k8s.io/v1 Event (no series, the deprecated fields
 /// unset), the second patches `series` onto it (count 2, `lastObservedTime` the time it was
@@ -168,10 +174,7 @@ fn counts(summary: &Value) -> [Option<u64>; 3] {
 fn events_k8s_io_series_are_created_patched_and_finished_on_the_real_apiserver() {
     let Some(plane) = control_plane_or_skip() else { return };
     let ns = plane.namespace("series");
-    let a = |n: u32| {
-        let at = format!("2025-01-01T00:00:{:02}Z", n * 10);
-        event(&ns, &format!("a.{n}"), "a", "BackOff", "Back-off restarting failed container", &at)
-    };
+    let a = |n: u32| back_off(&ns, n);
     let run = Run::start(plane, &["--events-api=events.k8s.io"]);
     let a1 = format!("{}/a.1", events_v1(&ns));
 
@@ -338,10 +341,7 @@ fn an_events_k8s_io_create_of_an_existing_name_is_dropped() {
 fn an_events_k8s_io_series_patch_of_a_deleted_event_creates_it_again() {
     let Some(plane) = control_plane_or_skip() else { return };
     let ns = plane.namespace("recreate");
-    let a = |n: u32| {
-        let at = format!("2025-01-01T00:00:{:02}Z", n * 10);
-        event(&ns, &format!("a.{n}"), "a", "BackOff", "Back-off restarting failed container", &at)
-    };
+    let a = |n: u32| back_off(&ns, n);
     let run = Run::start(plane, &["--events-api=events.k8s.io"]);
     let a1 = format!("{}/a.1", events_v1(&ns));
     run.ingest(&[a(1)]);

@@ -80,11 +80,6 @@ impl StoredEvent {
             StoredEvent::AsSent(event) | StoredEvent::Copy(event) => event,
         }
     }
-
-    /// Whether it is the result's own event as sent.
-    pub fn as_sent(&self) -> bool {
-        matches!(self, StoredEvent::AsSent(_))
-    }
 }
 
 /// Why a sink call failed, in the classes client-go's `recordEvent` tells apart.

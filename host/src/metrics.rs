@@ -162,8 +162,10 @@ pub const NON_EVENTS: Family = counter(
 /// `eventpipe_events_routed` (`tenant`).
 pub const ROUTED: Family = counter("eventpipe_events_routed", "Events given to each tenant.");
 /// `eventpipe_sink_writes` (`tenant`, `verb`).
-pub const SINK_WRITES: Family =
-    counter("eventpipe_sink_writes", "Events written by sink call verb (create, patch), per tenant.");
+pub const SINK_WRITES: Family = counter(
+    "eventpipe_sink_writes",
+    "Events the correlator decided to write, by verb (create, patch), per tenant: once per event, however many sinks.",
+);
 /// `eventpipe_sink_outcomes` (`sink`, `outcome`).
 pub const SINK_OUTCOMES: Family = counter(
     "eventpipe_sink_outcomes",
@@ -186,6 +188,11 @@ pub const SINK_REJECTED: Family = counter(
 pub const SPAM_SKIPPED: Family = counter("eventpipe_spam_skipped", "Events skipped by the spam filter, per tenant.");
 /// `eventpipe_aggregated` (`tenant`).
 pub const AGGREGATED: Family = counter("eventpipe_aggregated", "Events replaced by an aggregate event, per tenant.");
+/// `eventpipe_already_aggregated` (`tenant`).
+pub const ALREADY_AGGREGATED: Family = counter(
+    "eventpipe_already_aggregated",
+    "Events received already aggregated (message `(combined from similar events): …`), per tenant.",
+);
 /// `eventpipe_filtered` (`tenant`).
 pub const FILTERED: Family = counter("eventpipe_filtered", "Events dropped by filter plugins, per tenant.");
 /// `eventpipe_rule_dropped` (`tenant`, `rule`).
@@ -411,6 +418,7 @@ pub const FAMILIES: &[&Family] = &[
     &SINK_REJECTED,
     &SPAM_SKIPPED,
     &AGGREGATED,
+    &ALREADY_AGGREGATED,
     &FILTERED,
     &RULE_DROPPED,
     &SPAM_EXEMPTED,

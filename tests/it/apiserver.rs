@@ -408,3 +408,17 @@ fn core_v1_events_are_created_then_patched_on_the_real_apiserver() {
     assert_ne!(c["metadata"]["uid"], stream[3]["metadata"]["uid"], "the server's own uid");
     assert_ne!(c["metadata"]["resourceVersion"], "987654");
 }
+
+/// `validate --connect` reaches the real API server with the kubeconfig `run` would use.
+#[test]
+fn validate_connect_reaches_the_real_apiserver() {
+    let Some(plane) = control_plane_or_skip() else { return };
+    let out = Command::new(env!("CARGO_BIN_EXE_eventpipe"))
+        .args(["validate", "--connect", "--sink=k8s", "--source=k8s"])
+        .arg(format!("--kubeconfig={}", plane.kubeconfig.display()))
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.contains("every server reached"), "{stdout}");
+}

@@ -155,9 +155,30 @@ fn the_bundled_stream_names_each_event_once_and_serve_drops_nothing() {
         let key = (event["metadata"]["namespace"].as_str().unwrap().to_string(), name.to_string());
         assert!(names.insert(key), "{name} is used twice");
     }
-    let (summary, _) = run(&bundled_stream(), &["--serve=127.0.0.1:0", "--no-watch"]);
+    let (summary, calls) = run(&bundled_stream(), &["--serve=127.0.0.1:0", "--no-watch"]);
     assert_eq!(n(&summary, "read"), 13_860);
     assert_eq!((n(&summary, "dropped"), n(&summary, "gave_up")), (0, 0), "{summary}");
+
+    // The totals count each write once, as the correlator decided it; the JSON-lines sink's
+    // own figures are under `sinks`, and the watch cache, which got the same writes, apart.
+    let verbs = |verb: &str| calls.iter().filter(|c| c["verb"] == verb).count() as u64;
+    assert_eq!((n(&summary, "created"), n(&summary, "patched")), (verbs("create"), verbs("patch")), "{summary}");
+    let sinks = summary["sinks"].as_object().expect("per-sink figures");
+    assert_eq!(sinks.len(), 1, "only the JSON-lines sink: {summary}");
+    let (label, sink) = sinks.iter().next().unwrap();
+    assert!(label.starts_with("jsonl:"), "{label}");
+    let cache = &summary["watch_cache"];
+    for figures in [sink, cache] {
+        assert_eq!((n(figures, "created"), n(figures, "patched")), (verbs("create"), verbs("patch")), "{summary}");
+    }
+    // `aggregated` is what this run aggregated; what the input held already aggregated is apart.
+    let combined = text.lines().filter(|l| l.contains(r#""message":"(combined from similar events): "#)).count();
+    assert!(combined > 0);
+    assert_eq!(n(&summary, "already_aggregated"), combined as u64, "{summary}");
+    let aggregated_calls = calls
+        .iter()
+        .filter(|c| c["event"]["message"].as_str().unwrap_or("").starts_with("(combined from similar events): "));
+    assert!(n(&summary, "aggregated") < aggregated_calls.count() as u64, "{summary}");
 }
 
 /// A server beyond loopback without a token is refused, and the message names the flag that

@@ -259,3 +259,107 @@ fn every_syntax_error_is_listed_with_its_position() {
     assert!(stderr.contains("eventpipe.toml:2:"), "{stderr}");
     assert!(stderr.contains("eventpipe.toml:5:"), "{stderr}");
 }
+
+/// `validate` as `run` would start: with a `k8s` sink and no Kubernetes config anywhere (no
+/// kubeconfig, no in-cluster service account), it fails with `run`'s error, without
+/// connecting to anything.
+fn validate_without_cluster(args: &[String]) -> (bool, String, String) {
+    let home = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_eventpipe"))
+        .arg("validate")
+        .args(args)
+        .env("HOME", home.path())
+        .env("KUBECONFIG", home.path().join("no-such-kubeconfig"))
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("KUBERNETES_SERVICE_PORT")
+        .output()
+        .unwrap();
+    (out.status.success(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+}
+
+/// A kubeconfig for a server at `server`, without credentials.
+fn kubeconfig(dir: &std::path::Path, server: &str) -> std::path::PathBuf {
+    let path = dir.join("kubeconfig");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\nusers:\n- name: u\n  user: {{}}\ncurrent-context: c\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+#[test]
+fn a_kubernetes_sink_without_a_kubernetes_config_fails_as_run_would() {
+    let (ok, _, stderr) = validate_without_cluster(&["--sink=k8s".into()]);
+    assert!(!ok, "{stderr}");
+    assert!(stderr.contains("kubernetes config: "), "{stderr}");
+    // The same with a `k8s` source, and for run itself.
+    let (ok, _, source_stderr) = validate_without_cluster(&["--source=k8s".into(), "--sink=jsonl:-".into()]);
+    assert!(!ok && source_stderr.contains("kubernetes config: "), "{source_stderr}");
+
+    // A kubeconfig that parses is enough without `--connect`, though nothing listens there.
+    let dir = tempfile::tempdir().unwrap();
+    let config = kubeconfig(dir.path(), "http://127.0.0.1:1");
+    let with_config = [format!("--kubeconfig={}", config.display()), "--sink=k8s".into()];
+    let (ok, stdout, stderr) = validate_without_cluster(&with_config);
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("ok ("), "{stdout}");
+    // `--connect` asks the server, and names it.
+    let (ok, _, stderr) = validate_without_cluster(&[&with_config[..], &["--connect".into()]].concat());
+    assert!(!ok, "{stderr}");
+    assert!(stderr.contains("GET /version") && stderr.contains("127.0.0.1:1"), "{stderr}");
+    // A kubeconfig that does not parse is named.
+    std::fs::write(&config, "clusters: [oops").unwrap();
+    let (ok, _, stderr) = validate_without_cluster(&with_config);
+    assert!(!ok && stderr.contains(&config.display().to_string()), "{stderr}");
+}
+
+#[test]
+fn a_sink_path_that_cannot_be_written_is_a_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    // A directory where the file would be, and a directory in which no file can be made.
+    let (ok, _, stderr) =
+        validate(&[format!("--sink=jsonl:{}", dir.path().display()), "--sink=jsonl:/proc/eventpipe-out.jsonl".into()]);
+    assert!(!ok);
+    assert!(stderr.contains("is a directory"), "{stderr}");
+    assert!(stderr.contains("directory /proc: not writable"), "{stderr}");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "nothing left behind");
+    // An existing file is written by appending to it: validate leaves it as it was.
+    let file = dir.path().join("out.jsonl");
+    std::fs::write(&file, "kept\n").unwrap();
+    let (ok, _, stderr) = validate(&[format!("--sink=jsonl:{}", file.display())]);
+    assert!(ok, "{stderr}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "kept\n");
+}
+
+#[test]
+fn connect_reaches_every_server_and_names_each_that_failed() {
+    // Two ports nothing listens on, and one that listens.
+    let closed = || {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let (webhook_port, nats_port) = (closed(), closed());
+    let open = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let open_port = open.local_addr().unwrap().port();
+    let args = [
+        format!("--sink=webhook:http://127.0.0.1:{webhook_port}/events"),
+        format!("--sink=otlp:http://127.0.0.1:{open_port}"),
+        format!("--source=nats:nats://127.0.0.1:{nats_port}"),
+    ];
+    // Without --connect nothing is reached.
+    let (ok, _, stderr) = validate(&args);
+    assert!(ok, "{stderr}");
+    let (ok, _, stderr) = validate(&[&args[..], &["--connect".into()]].concat());
+    assert!(!ok);
+    let problems: Vec<&str> = stderr.lines().filter(|l| l.starts_with("eventpipe validate: ")).collect();
+    assert!(
+        problems.iter().any(|p| p.contains(&format!("127.0.0.1:{webhook_port}")) && p.contains("webhook:")),
+        "{stderr}"
+    );
+    assert!(problems.iter().any(|p| p.contains("source nats:") && p.contains(&nats_port.to_string())), "{stderr}");
+    assert!(!problems.iter().any(|p| p.contains("otlp:")), "the listening host is reached: {stderr}");
+    assert!(stderr.contains("2 problem(s)"), "{stderr}");
+}

@@ -216,6 +216,32 @@ impl OciArgs {
     }
 }
 
+/// How to reach the Kubernetes API server, for `k8s` sources and sinks (`run`, `validate`).
+#[derive(Args, Debug, Clone)]
+pub struct KubeConnectionArgs {
+    /// A kubeconfig file [default: as kubectl: $KUBECONFIG, ~/.kube/config, in-cluster].
+    #[arg(long, value_name = "FILE")]
+    kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context [default: its current context].
+    #[arg(long)]
+    context: Option<String>,
+    /// The API server URL, overriding the kubeconfig's (e.g. `http://127.0.0.1:8001` from
+    /// `kubectl proxy`).
+    #[arg(long, value_name = "URL")]
+    kube_server: Option<String>,
+}
+
+impl KubeConnectionArgs {
+    /// The connection options these flags give.
+    pub fn options(&self) -> eventpipe::k8s::KubeOptions {
+        eventpipe::k8s::KubeOptions {
+            kubeconfig: self.kubeconfig.clone(),
+            context: self.context.clone(),
+            server: self.kube_server.clone(),
+        }
+    }
+}
+
 /// Pinned plugins ([`eventpipe::plugin::pin`]).
 #[derive(Args, Debug, Clone)]
 pub struct PinArgs {

@@ -19,7 +19,6 @@ use eventpipe::commands::run::{
 use eventpipe::correlator::CorrelationClock;
 use eventpipe::delivery::{Delivery, DeliveryMode};
 use eventpipe::k8s::EventsApi;
-use eventpipe::k8s::KubeOptions;
 use eventpipe::pipeline::router::{DEFAULT_MAX_IN_FLIGHT, PartitionKey};
 use eventpipe::record::event_broadcaster::EventBroadcasterOptions;
 use eventpipe::sink::SinkEntry;
@@ -27,7 +26,7 @@ use eventpipe::source::k8s::WatchOptions;
 use eventpipe::source::{SourceCounters, SourceSpec};
 use eventpipe::watchers::WatcherSpec;
 
-use super::{CorrelatorArgs, FilterArgs, OciArgs, PinArgs, PluginArgs, RuntimeArgs};
+use super::{CorrelatorArgs, FilterArgs, KubeConnectionArgs, OciArgs, PinArgs, PluginArgs, RuntimeArgs};
 
 /// `eventpipe run` flags, grouped in `--help` by what they set.
 #[derive(Args, Debug)]
@@ -252,16 +251,8 @@ impl WatchCacheArgs {
 /// The Kubernetes connection (for `--source k8s…` and `--sink k8s…`) and watch.
 #[derive(Args, Debug, Clone)]
 struct KubeArgs {
-    /// A kubeconfig file [default: as kubectl: $KUBECONFIG, ~/.kube/config, in-cluster].
-    #[arg(long, value_name = "FILE")]
-    kubeconfig: Option<PathBuf>,
-    /// The kubeconfig context [default: its current context].
-    #[arg(long)]
-    context: Option<String>,
-    /// The API server URL, overriding the kubeconfig's (e.g. `http://127.0.0.1:8001` from
-    /// `kubectl proxy`).
-    #[arg(long, value_name = "URL")]
-    kube_server: Option<String>,
+    #[command(flatten)]
+    connection: KubeConnectionArgs,
     /// Watch only events matching this field selector (e.g. `involvedObject.kind=Pod`).
     #[arg(long)]
     field_selector: Option<String>,
@@ -290,11 +281,7 @@ pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
     let options = RunOptions {
         source: SourceOptions { spec: args.source, follow: args.follow, counters: Arc::new(SourceCounters::default()) },
         kubernetes: KubernetesOptions {
-            connection: KubeOptions {
-                kubeconfig: args.kube.kubeconfig,
-                context: args.kube.context,
-                server: args.kube.kube_server,
-            },
+            connection: args.kube.connection.options(),
             watch: WatchOptions {
                 field_selector: args.kube.field_selector,
                 label_selector: args.kube.label_selector,

@@ -11,7 +11,7 @@ use eventpipe::sink::SinkEntry;
 use eventpipe::source::SourceSpec;
 use eventpipe::watchers::WatcherSpec;
 
-use super::{CorrelatorArgs, OciArgs, PinArgs, PluginArgs, RuntimeArgs};
+use super::{CorrelatorArgs, KubeConnectionArgs, OciArgs, PinArgs, PluginArgs, RuntimeArgs};
 
 /// `eventpipe validate` flags: those of `run` that say what would run.
 #[derive(Args, Debug)]
@@ -38,6 +38,13 @@ pub struct ValidateArgs {
     /// "key", "message"}`, `[]` when all is well). The exit status is 1 on any problem either way.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
+    /// Also reach every server named, and say which failed: the Kubernetes API server
+    /// (`GET /version`), NATS servers, webhook and OTLP hosts (each within 5 s). Without it, a
+    /// Kubernetes config is only found and parsed.
+    #[arg(long)]
+    connect: bool,
+    #[command(flatten, next_help_heading = "Kubernetes")]
+    kube: KubeConnectionArgs,
     #[command(flatten, next_help_heading = "Correlator")]
     correlator: CorrelatorArgs,
     #[command(flatten, next_help_heading = "Plugins")]
@@ -101,6 +108,8 @@ pub fn execute(args: ValidateArgs) -> anyhow::Result<ExitCode> {
         refused_plugins,
         watchers: &args.watcher,
         source: args.source.as_ref(),
+        kube: &args.kube.options(),
+        connect: args.connect,
     });
     if args.format == Format::Json {
         println!("{}", serde_json::to_string_pretty(&report.problems)?);
@@ -108,11 +117,12 @@ pub fn execute(args: ValidateArgs) -> anyhow::Result<ExitCode> {
     }
     if report.ok() {
         println!(
-            "eventpipe validate: ok ({} tenant(s) and the defaults, {} sink(s), {} watcher plugin(s), {} plugin(s) loaded)",
+            "eventpipe validate: ok ({} tenant(s) and the defaults, {} sink(s), {} watcher plugin(s), {} plugin(s) loaded{})",
             report.tenants,
             report.sinks,
             report.watchers,
-            registry.live().len()
+            registry.live().len(),
+            if args.connect { "; every server reached" } else { "" }
         );
         return Ok(ExitCode::SUCCESS);
     }

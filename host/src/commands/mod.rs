@@ -5,6 +5,7 @@
 
 pub mod bench;
 pub mod golden;
+pub mod reach;
 pub mod replay;
 pub mod run;
 pub mod scaffold;

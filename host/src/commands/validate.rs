@@ -3,12 +3,17 @@
 //! called once on a sample event), the sinks and the source — with every problem listed, as
 //! `vector validate` does.
 //!
-//! What it does not do: open sinks (a `jsonl:` file is not created or truncated; only its
-//! directory must exist), connect to a Kubernetes API server or a webhook, or bind an address.
+//! Without `--connect` it reaches no server: a `jsonl:` file is not created or truncated (its
+//! directory must exist and be writable), a Kubernetes config must be found and parse (as
+//! `run` needs it for `k8s` sources and sinks) but the API server is not asked, and no address
+//! is bound. With `--connect` it also reaches every server named ([`super::reach`]): the
+//! Kubernetes API server, NATS servers, webhook and OTLP hosts. (OCI plugins are pulled either
+//! way.)
 
 use std::path::Path;
 
 use crate::config::{Config, ConfigError};
+use crate::k8s::KubeOptions;
 use crate::pipeline::plan::{PlanError, TenantPlan, TenantRules};
 use crate::plugin::PluginKind;
 use crate::plugin::registry::PluginRegistry;
@@ -31,6 +36,10 @@ pub struct ValidateOptions<'a> {
     pub watchers: &'a [WatcherSpec],
     /// The source, if one is given.
     pub source: Option<&'a SourceSpec>,
+    /// How `k8s` sources and sinks would reach the API server.
+    pub kube: &'a KubeOptions,
+    /// Also reach every server named (`validate --connect`).
+    pub connect: bool,
 }
 
 /// One problem: where (the file, 1-based line and column, the config key path; each when known)
@@ -176,7 +185,7 @@ pub fn validate(options: &ValidateOptions<'_>) -> ValidateReport {
     sinks.retain(|(_, entry)| seen.insert(entry.spec.identity()));
     report.sinks = sinks.len();
     for (place, entry) in &sinks {
-        if let Err(message) = check_sink(&entry.spec, options.registry) {
+        if let Err(message) = check_sink(&entry.spec, options.registry, options.connect) {
             report.problems.push(Problem { message: format!("sink {}: {message}", entry.spec), ..place.clone() });
         }
     }
@@ -190,9 +199,16 @@ pub fn validate(options: &ValidateOptions<'_>) -> ValidateReport {
     }
 
     if let Some(source) = options.source
-        && let Err(message) = check_source(source)
+        && let Err(message) = check_source(source, options.connect)
     {
         report.problems.push(Problem::message(format!("source {source}: {message}")));
+    }
+
+    // One Kubernetes client serves every `k8s` source and sink: checked once.
+    let kubernetes = matches!(options.source, Some(SourceSpec::Kubernetes(_)))
+        || sinks.iter().any(|(_, entry)| matches!(entry.spec, SinkSpec::Kubernetes(_)));
+    if kubernetes && let Err(message) = super::reach::kubernetes(options.kube, options.connect) {
+        report.problems.push(Problem::message(message));
     }
     report
 }
@@ -217,19 +233,25 @@ fn check_plugin(plugin: &str, kind: PluginKind, registry: &PluginRegistry) -> Re
         .map_err(|e| e.to_string())
 }
 
-fn check_sink(spec: &SinkSpec, registry: &PluginRegistry) -> Result<(), String> {
+/// Whether `spec` could be opened (and with `connect`, its server reached).
+fn check_sink(spec: &SinkSpec, registry: &PluginRegistry, connect: bool) -> Result<(), String> {
     match spec {
-        SinkSpec::JsonLinesFile(path) => crate::sink::jsonl::existing_parent(path),
-        SinkSpec::JsonLinesStdout | SinkSpec::Kubernetes(_) | SinkSpec::Nats(_) | SinkSpec::Metrics { .. } => Ok(()),
+        SinkSpec::JsonLinesFile(path) => crate::sink::jsonl::writable(path),
+        SinkSpec::JsonLinesStdout | SinkSpec::Kubernetes(_) | SinkSpec::Metrics { .. } => Ok(()),
+        SinkSpec::Nats(target) if connect => super::reach::nats(target),
+        SinkSpec::Nats(_) => Ok(()),
         SinkSpec::Webhook(url) | SinkSpec::Otlp(url) => {
-            crate::sink::webhook::check_url(url.expose()).map_err(|e| e.to_string())
+            crate::sink::webhook::check_url(url.expose()).map_err(|e| e.to_string())?;
+            if connect { super::reach::http_host(url.expose()) } else { Ok(()) }
         }
         SinkSpec::Plugin(name) => check_plugin(name, PluginKind::Sink, registry),
     }
 }
 
-fn check_source(source: &SourceSpec) -> Result<(), String> {
+/// Whether `source` could be read (and with `connect`, its server reached).
+fn check_source(source: &SourceSpec, connect: bool) -> Result<(), String> {
     match source {
+        SourceSpec::Nats(target) if connect => super::reach::nats(target),
         SourceSpec::JsonLinesFile(path) => std::fs::File::open(path).map(|_| ()).map_err(|e| e.to_string()),
         SourceSpec::Http(addr) => {
             let token = crate::source::http::BearerToken::from_env().map_err(|e| e.to_string())?;

@@ -476,12 +476,16 @@ pub struct PlannedTenant {
     handles: Vec<PluginHandle>,
 }
 
+/// The per-sink label of the watch cache's tap (`run --serve`): its writes are counted apart
+/// from the sinks' ([`crate::pipeline::router::RouterStats::watch_cache`]).
+pub const WATCH_CACHE_LABEL: &str = "watch-cache";
+
 /// The per-sink labels of `sinks` opened from `entries` (the watch cache's tap after them).
 fn sink_labels(entries: &[SinkEntry], sinks: usize) -> Vec<Arc<str>> {
     (0..sinks)
         .map(|i| match entries.get(i) {
             Some(entry) => entry.spec.to_string().into(),
-            None if !entries.is_empty() => "watch-cache".into(),
+            None if !entries.is_empty() => WATCH_CACHE_LABEL.into(),
             None => format!("sink {i}").into(),
         })
         .collect()

@@ -52,7 +52,7 @@ use crate::delivery::{Acknowledgements, DeliveryMode};
 use crate::event::{Event, SharedEvent};
 use crate::metrics::Counts;
 pub use crate::partition::PartitionKey;
-use crate::pipeline::plan::TenantPlan;
+use crate::pipeline::plan::{TenantPlan, WATCH_CACHE_LABEL};
 use crate::pipeline::stage::{Staged, TenantStages};
 use crate::pipeline::suppressed::SuppressedSummaries;
 use crate::sink::retry::MAX_NAMED_MISSING_NAMESPACES;
@@ -80,10 +80,13 @@ pub struct RouterStats {
     /// Per tenant. Event outcomes (filtered, skipped, aggregated, dropped by rules or plugins)
     /// count once per event; write outcomes (created, patched, dropped, …) once per sink write.
     pub tenants: BTreeMap<String, SinkStats>,
-    /// Per sink, labelled by its spec (`watch-cache` for the watch cache): the writes it was
-    /// given and how they ended, and the aggregate events among them.
+    /// Per sink, labelled by its spec: the writes it was given and how they ended, and the
+    /// aggregate events among them. The watch cache is apart (`watch_cache`).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub sinks: BTreeMap<String, SinkStats>,
+    /// The watch cache's writes (`run --serve`), as `sinks` counts a sink's; not in the totals.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub watch_cache: Option<SinkStats>,
     /// Events dropped by a key-function plugin's fallback (`--plugin-fallback drop` / `fail`),
     /// per plugin and policy (`drop`, `fail`); filled in at the end of a run from the plugins'
     /// counters.
@@ -129,6 +132,9 @@ impl RouterStats {
         }
         for (label, s) in &other.sinks {
             self.sinks.entry(label.clone()).or_default().add(s);
+        }
+        if let Some(cache) = &other.watch_cache {
+            self.watch_cache.get_or_insert_default().add(cache);
         }
         for (label, d) in &other.sink_write_durations {
             match self.sink_write_durations.get_mut(label) {
@@ -742,14 +748,23 @@ impl Partition {
             self.stats.reloads += u64::from(self.counts_reloads);
         }
         let clock = self.options.clock;
-        let (seqs, occurrences): (Vec<u64>, Vec<_>) =
-            batch.into_iter().map(|(s, e)| (s, clock.occurrence(Arc::unwrap_or_clone(e)))).unzip();
+        let (seqs, occurrences): (Vec<(u64, bool)>, Vec<_>) = batch
+            .into_iter()
+            .map(|(s, e)| {
+                let already_aggregated = e.message.starts_with(crate::correlator::keys::COMBINED_MESSAGE_PREFIX);
+                ((s, already_aggregated), clock.occurrence(Arc::unwrap_or_clone(e)))
+            })
+            .unzip();
         let staged = self.stages.prepare(occurrences);
         let plan = self.stages.plan().clone();
-        for ((t, staged), seq) in staged.into_iter().zip(seqs) {
+        for ((t, staged), (seq, already_aggregated)) in staged.into_iter().zip(seqs) {
             let tenant = &plan.tenants[t];
             self.stats.total.received += 1;
             self.tenant_counts.get(&tenant.name).received += 1;
+            if already_aggregated {
+                self.stats.total.already_aggregated += 1;
+                self.tenant_counts.get(&tenant.name).already_aggregated += 1;
+            }
             let prepared = match staged {
                 Staged::Filtered { .. } => {
                     self.stats.total.filtered += 1;
@@ -821,6 +836,9 @@ impl Partition {
                     continue;
                 }
             };
+            let count = result.event.as_ref().map_or(1, |e| e.count);
+            self.stats.total.decided(count);
+            self.tenant_counts.get(&tenant.name).decided(count);
             let default = self.options.delivery;
             let gating = sinks.iter().filter(|s| s.delivery.unwrap_or(default) == DeliveryMode::AtLeastOnce).count();
             if sinks.len() > 1 {
@@ -867,6 +885,10 @@ impl Partition {
             let Some(tenant) = plan.tenants.iter().find(|t| t.name == name) else { continue };
             self.stats.total.suppressed_summaries += 1;
             self.tenant_counts.get(&tenant.name).suppressed_summaries += 1;
+            if !tenant.sinks().is_empty() {
+                self.stats.total.decided(event.count);
+                self.tenant_counts.get(&tenant.name).decided(event.count);
+            }
             let key = xxhash_rust::xxh3::xxh3_64(event.metadata.name.as_bytes());
             let result = EventCorrelateResult { skip: false, event: Some(Box::new(event)), patch: None };
             for (sink, label) in tenant.sinks().iter().zip(tenant.sink_labels()) {
@@ -887,9 +909,16 @@ impl Partition {
         }
     }
 
-    /// Counts one write's outcome: in total, for its tenant and for its sink (`label`); the
-    /// sink's figures also count the aggregate events it was given.
+    /// Counts one write's outcome: for its sink (`label`), and but for a written one's verb
+    /// (counted once per event, when decided) in total and for its tenant; the sink's figures
+    /// also count the aggregate events it was given. The watch cache's writes are counted apart.
     fn count(&mut self, tenant: &Arc<str>, label: &Arc<str>, aggregated: bool, outcome: &WriteOutcome) {
+        if &**label == WATCH_CACHE_LABEL {
+            let cache = self.stats.watch_cache.get_or_insert_default();
+            cache.aggregated += u64::from(aggregated);
+            cache.count(outcome);
+            return;
+        }
         if let WriteOutcome::Dropped { error, .. } = outcome {
             *self.stats.rejected.entry(crate::sink::retry::rejection_reason(error)).or_default() += 1;
             if let SinkError::Status(status) = error
@@ -898,8 +927,8 @@ impl Partition {
                 self.stats.missing_namespace(namespace, 1);
             }
         }
-        self.tenant_counts.get(tenant).count(outcome);
-        self.stats.total.count(outcome);
+        self.tenant_counts.get(tenant).count_unless_written(outcome);
+        self.stats.total.count_unless_written(outcome);
         let sink = match self.stats.sinks.get_mut(&**label) {
             Some(sink) => sink,
             None => self.stats.sinks.entry(label.to_string()).or_default(),
@@ -1077,8 +1106,9 @@ impl crate::metrics::Snapshot {
     /// outcomes and write durations per sink; `reloads` as applied config reloads.
     pub fn add_router(&mut self, stats: &RouterStats) {
         use crate::metrics::{
-            AGGREGATED, CONFIG_RELOADS, FILTERED, RECORD_RETRIES, ROUTED, RULE_DROPPED, SINK_OUTCOMES, SINK_REJECTED,
-            SINK_WRITE_DURATION, SINK_WRITES, SPAM_EXEMPTED, SPAM_SKIPPED, SUPPRESSED_SUMMARIES, WRITE_FAILURES,
+            AGGREGATED, ALREADY_AGGREGATED, CONFIG_RELOADS, FILTERED, RECORD_RETRIES, ROUTED, RULE_DROPPED,
+            SINK_OUTCOMES, SINK_REJECTED, SINK_WRITE_DURATION, SINK_WRITES, SPAM_EXEMPTED, SPAM_SKIPPED,
+            SUPPRESSED_SUMMARIES, WRITE_FAILURES,
         };
         for (tenant, s) in &stats.tenants {
             let tenant = tenant.as_str();
@@ -1097,6 +1127,7 @@ impl crate::metrics::Snapshot {
                 (&RECORD_RETRIES, s.retries),
                 (&SPAM_SKIPPED, s.skipped),
                 (&AGGREGATED, s.aggregated),
+                (&ALREADY_AGGREGATED, s.already_aggregated),
                 (&FILTERED, s.filtered),
                 (&SPAM_EXEMPTED, s.spam_exempted),
                 (&SUPPRESSED_SUMMARIES, s.suppressed_summaries),
@@ -1112,7 +1143,8 @@ impl crate::metrics::Snapshot {
         for (reason, n) in &stats.rejected {
             self.add(&SINK_REJECTED, &[("reason", reason)], *n);
         }
-        for (sink, s) in &stats.sinks {
+        let watch_cache = stats.watch_cache.iter().map(|s| (WATCH_CACHE_LABEL, s));
+        for (sink, s) in stats.sinks.iter().map(|(label, s)| (label.as_str(), s)).chain(watch_cache) {
             for (outcome, n) in [
                 ("create", s.created),
                 ("patch", s.patched),

@@ -212,11 +212,31 @@ impl EventSink for JsonLinesSink {
     }
 }
 
-/// A file sink's path needs an existing directory: `Err` says which does not exist (what
-/// `validate` reports, and `run` when it cannot open the file).
-pub fn existing_parent(path: &Path) -> Result<(), String> {
+/// Whether a file sink could open `path` for writing, without truncating it: the file, when
+/// it exists, is not a directory and opens for appending; else its directory exists and a new
+/// file can be made in it (a probe file, removed at once). `Err` says what is wrong (what
+/// `validate` reports, and `run` when it cannot open the file), e.g. `directory out does not
+/// exist`.
+pub fn writable(path: &Path) -> Result<(), String> {
+    if let Ok(meta) = std::fs::metadata(path) {
+        if meta.is_dir() {
+            return Err("is a directory".into());
+        }
+        return std::fs::OpenOptions::new().append(true).open(path).map(drop).map_err(|e| format!("not writable: {e}"));
+    }
     let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    if parent.is_dir() { Ok(()) } else { Err(format!("directory {} does not exist", parent.display())) }
+    if !parent.is_dir() {
+        return Err(format!("directory {} does not exist", parent.display()));
+    }
+    let probe = parent.join(format!(".eventpipe-probe-{}", std::process::id()));
+    match std::fs::OpenOptions::new().write(true).create_new(true).open(&probe) {
+        Ok(_) => {
+            let _ = std::fs::remove_file(&probe);
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(format!("directory {}: not writable: {e}", parent.display())),
+    }
 }
 
 #[cfg(test)]

@@ -165,7 +165,7 @@ impl SinkSet {
                 } else {
                     std::fs::File::create(path)
                 }
-                .map_err(|e| fail(super::jsonl::existing_parent(path).err().unwrap_or_else(|| e.to_string())))?;
+                .map_err(|e| fail(super::jsonl::writable(path).err().unwrap_or_else(|| e.to_string())))?;
                 OpenSink::Jsonl(Arc::new(JsonLinesSink::new(Box::new(file))))
             }
             SinkSpec::Webhook(url) | SinkSpec::Otlp(url) => {

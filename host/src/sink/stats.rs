@@ -8,17 +8,23 @@ use super::retry::Verb;
 pub struct SinkStats {
     /// Events received from the Broadcaster.
     pub received: u64,
-    /// Written with create.
+    /// Written with create. In a run's totals and per tenant: the events the correlator decided
+    /// to create, once per event however many sinks it goes to ([`SinkStats::decided`]); per
+    /// sink: the sink's writes that ended created.
     pub created: u64,
-    /// Written with patch.
+    /// Written with patch; in totals and per tenant, decided to patch (as `created`).
     pub patched: u64,
     /// Skipped by the spam filter.
     pub skipped: u64,
     /// events.k8s.io recording: counted in the cached series of an isomorphic event, nothing
     /// sent then (the series' next patch carries it).
     pub series_counted: u64,
-    /// Replaced by an aggregate event.
+    /// Replaced by an aggregate event by this run's EventAggregator.
     pub aggregated: u64,
+    /// Received already aggregated: the message begins with client-go's
+    /// `(combined from similar events): ` (a stream recorded after a correlator). Not counted
+    /// in `aggregated`.
+    pub already_aggregated: u64,
     /// Dropped by filter plugins.
     pub filtered: u64,
     /// Dropped by declarative `drop` / `keep` rules ([`crate::tenant::rules`]).
@@ -52,6 +58,7 @@ impl SinkStats {
         self.skipped += other.skipped;
         self.series_counted += other.series_counted;
         self.aggregated += other.aggregated;
+        self.already_aggregated += other.already_aggregated;
         self.filtered += other.filtered;
         self.dropped_by_rules += other.dropped_by_rules;
         self.dropped_by_plugins += other.dropped_by_plugins;
@@ -66,6 +73,27 @@ impl SinkStats {
 
     /// Counts one `recordToSink` outcome.
     pub fn count(&mut self, outcome: &WriteOutcome) {
+        self.count_outcome(outcome, true);
+    }
+
+    /// Counts one `recordToSink` outcome, except a written one's verb: for the totals, whose
+    /// `created` / `patched` count what the correlator decided ([`SinkStats::decided`]), once
+    /// per event however many sinks write it.
+    pub fn count_unless_written(&mut self, outcome: &WriteOutcome) {
+        self.count_outcome(outcome, false);
+    }
+
+    /// Counts one event the correlator decided to write: patched when its count is above 1,
+    /// else created (client-go `recordToSink`'s choice of verb).
+    pub fn decided(&mut self, count: i32) {
+        if count > 1 {
+            self.patched += 1;
+        } else {
+            self.created += 1;
+        }
+    }
+
+    fn count_outcome(&mut self, outcome: &WriteOutcome, verbs: bool) {
         let attempts = match *outcome {
             WriteOutcome::Skipped => {
                 self.skipped += 1;
@@ -76,11 +104,11 @@ impl SinkStats {
                 return;
             }
             WriteOutcome::Written { verb: Verb::Create, attempts } => {
-                self.created += 1;
+                self.created += u64::from(verbs);
                 attempts
             }
             WriteOutcome::Written { verb: Verb::Patch, attempts } => {
-                self.patched += 1;
+                self.patched += u64::from(verbs);
                 attempts
             }
             WriteOutcome::Dropped { attempts, .. } => {

@@ -37,7 +37,9 @@ pub struct RunSummary {
     /// Events read but not finished when the run ended (the shutdown timeout passed first):
     /// never acknowledged, so at-least-once delivers them again.
     pub abandoned: u64,
-    /// The sink side, in total and per tenant.
+    /// The sink side, in total and per tenant: `created` / `patched` as the correlator decided
+    /// (once per event), the other write outcomes summed over the sinks; per sink under
+    /// `sinks`, the watch cache's under `watch_cache`.
     #[serde(flatten)]
     pub sink: RouterStats,
     /// Per watcher plugin: events seen, failed and dropped.
@@ -67,7 +69,7 @@ impl std::fmt::Display for RunSummary {
         write!(
             f,
             "read {} events ({} bad lines, {} non-events); filtered {}; created {}, patched {}, skipped by spam \
-             filter {}, aggregated {}; dropped by rules {}, by plugins {}; sink dropped {}, gave up {}, retries {}, shed {}; incoming queue dropped {}; \
+             filter {}, aggregated {} ({} already aggregated in the input); dropped by rules {}, by plugins {}; sink dropped {}, gave up {}, retries {}, shed {}; incoming queue dropped {}; \
              {} tenant(s) with events, {} plugin swap(s), {} config reload(s), {} rejected reload(s); abandoned {}",
             self.source.read,
             self.source.bad_lines,
@@ -77,6 +79,7 @@ impl std::fmt::Display for RunSummary {
             s.patched,
             s.skipped,
             s.aggregated,
+            s.already_aggregated,
             s.dropped_by_rules,
             s.dropped_by_plugins,
             s.dropped,
@@ -109,6 +112,17 @@ impl std::fmt::Display for RunSummary {
                     t.gave_up
                 )?;
             }
+        }
+        // Each sink's own writes, when there are several (one sink's are the totals above),
+        // and the watch cache's, which the totals leave out.
+        let several = self.sink.sinks.len() > 1;
+        let sinks = self.sink.sinks.iter().filter(|_| several).map(|(label, s)| (format!("sink {label}"), s));
+        for (name, s) in sinks.chain(self.sink.watch_cache.iter().map(|s| ("watch cache".to_string(), s))) {
+            write!(
+                f,
+                "\n  {name}: created {}, patched {}; dropped {}, gave up {}, cancelled {}, retries {}, shed {}",
+                s.created, s.patched, s.dropped, s.gave_up, s.cancelled, s.retries, s.shed
+            )?;
         }
         Ok(())
     }

@@ -164,7 +164,7 @@ pub const ROUTED: Family = counter("eventpipe_events_routed", "Events given to e
 /// `eventpipe_sink_writes` (`tenant`, `verb`).
 pub const SINK_WRITES: Family = counter(
     "eventpipe_sink_writes",
-    "Events the correlator decided to write, by verb (create, patch), per tenant: once per event, however many sinks.",
+    "Events written, by sink call verb (create, patch), per tenant: once per event, however many sinks wrote it.",
 );
 /// `eventpipe_sink_outcomes` (`sink`, `outcome`).
 pub const SINK_OUTCOMES: Family = counter(

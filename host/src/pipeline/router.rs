@@ -549,6 +549,8 @@ type FastHash = lru::DefaultHasher;
 struct Remaining {
     writes: usize,
     gating: usize,
+    /// A write of the event succeeded (its verb is counted in the totals, once).
+    written: bool,
 }
 
 /// One partition: its tenant stages and its writes in flight.
@@ -836,13 +838,10 @@ impl Partition {
                     continue;
                 }
             };
-            let count = result.event.as_ref().map_or(1, |e| e.count);
-            self.stats.total.decided(count);
-            self.tenant_counts.get(&tenant.name).decided(count);
             let default = self.options.delivery;
             let gating = sinks.iter().filter(|s| s.delivery.unwrap_or(default) == DeliveryMode::AtLeastOnce).count();
             if sinks.len() > 1 {
-                self.remaining.insert(seq, Remaining { writes: sinks.len(), gating });
+                self.remaining.insert(seq, Remaining { writes: sinks.len(), gating, written: false });
             }
             // The result is cloned for all sinks but the last, which takes it.
             let mut result = Some(result);
@@ -885,10 +884,6 @@ impl Partition {
             let Some(tenant) = plan.tenants.iter().find(|t| t.name == name) else { continue };
             self.stats.total.suppressed_summaries += 1;
             self.tenant_counts.get(&tenant.name).suppressed_summaries += 1;
-            if !tenant.sinks().is_empty() {
-                self.stats.total.decided(event.count);
-                self.tenant_counts.get(&tenant.name).decided(event.count);
-            }
             let key = xxhash_rust::xxh3::xxh3_64(event.metadata.name.as_bytes());
             let result = EventCorrelateResult { skip: false, event: Some(Box::new(event)), patch: None };
             for (sink, label) in tenant.sinks().iter().zip(tenant.sink_labels()) {
@@ -909,10 +904,13 @@ impl Partition {
         }
     }
 
-    /// Counts one write's outcome: for its sink (`label`), and but for a written one's verb
-    /// (counted once per event, when decided) in total and for its tenant; the sink's figures
-    /// also count the aggregate events it was given. The watch cache's writes are counted apart.
-    fn count(&mut self, tenant: &Arc<str>, label: &Arc<str>, aggregated: bool, outcome: &WriteOutcome) {
+    /// Counts one write's outcome: for its sink (`label`), and in total and for its tenant — a
+    /// written one's verb only for the event's first write to succeed, so that an event written
+    /// by several sinks counts once. The sink's figures also count the aggregate events it was
+    /// given. The watch cache's writes are counted apart.
+    fn count(&mut self, done: &Done) {
+        let Done { tenant, label, aggregated, outcome, seq, summary, .. } = done;
+        let aggregated = *aggregated;
         if &**label == WATCH_CACHE_LABEL {
             let cache = self.stats.watch_cache.get_or_insert_default();
             cache.aggregated += u64::from(aggregated);
@@ -927,8 +925,19 @@ impl Partition {
                 self.stats.missing_namespace(namespace, 1);
             }
         }
-        self.tenant_counts.get(tenant).count_unless_written(outcome);
-        self.stats.total.count_unless_written(outcome);
+        let first_written = match self.remaining.get_mut(seq) {
+            Some(left) if !summary && matches!(outcome, WriteOutcome::Written { .. }) => {
+                !std::mem::replace(&mut left.written, true)
+            }
+            _ => true,
+        };
+        if first_written {
+            self.tenant_counts.get(tenant).count(outcome);
+            self.stats.total.count(outcome);
+        } else {
+            self.tenant_counts.get(tenant).count_unless_written(outcome);
+            self.stats.total.count_unless_written(outcome);
+        }
         let sink = match self.stats.sinks.get_mut(&**label) {
             Some(sink) => sink,
             None => self.stats.sinks.entry(label.to_string()).or_default(),
@@ -1040,7 +1049,7 @@ impl Partition {
         // end at once in turn.
         let mut ended = Some(done);
         while let Some(done) = ended.take() {
-            self.count(&done.tenant, &done.label, done.aggregated, &done.outcome);
+            self.count(&done);
             self.time_write(&done.label, done.took);
             if let (Some(pending), Some(t)) = (done.pending, self.stages.position(&done.tenant)) {
                 match &done.stored {

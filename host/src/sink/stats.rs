@@ -8,11 +8,11 @@ use super::retry::Verb;
 pub struct SinkStats {
     /// Events received from the Broadcaster.
     pub received: u64,
-    /// Written with create. In a run's totals and per tenant: the events the correlator decided
-    /// to create, once per event however many sinks it goes to ([`SinkStats::decided`]); per
-    /// sink: the sink's writes that ended created.
+    /// Written with create. In a run's totals and per tenant: events written, each once however
+    /// many sinks wrote it (with the verb of its first write to succeed); per sink: the sink's
+    /// writes that ended created.
     pub created: u64,
-    /// Written with patch; in totals and per tenant, decided to patch (as `created`).
+    /// Written with patch (counted as `created` is).
     pub patched: u64,
     /// Skipped by the spam filter.
     pub skipped: u64,
@@ -76,21 +76,10 @@ impl SinkStats {
         self.count_outcome(outcome, true);
     }
 
-    /// Counts one `recordToSink` outcome, except a written one's verb: for the totals, whose
-    /// `created` / `patched` count what the correlator decided ([`SinkStats::decided`]), once
-    /// per event however many sinks write it.
+    /// Counts one `recordToSink` outcome, but not a written one's verb: for the totals, whose
+    /// `created` / `patched` count an event once however many sinks wrote it.
     pub fn count_unless_written(&mut self, outcome: &WriteOutcome) {
         self.count_outcome(outcome, false);
-    }
-
-    /// Counts one event the correlator decided to write: patched when its count is above 1,
-    /// else created (client-go `recordToSink`'s choice of verb).
-    pub fn decided(&mut self, count: i32) {
-        if count > 1 {
-            self.patched += 1;
-        } else {
-            self.created += 1;
-        }
     }
 
     fn count_outcome(&mut self, outcome: &WriteOutcome, verbs: bool) {

@@ -37,9 +37,9 @@ pub struct RunSummary {
     /// Events read but not finished when the run ended (the shutdown timeout passed first):
     /// never acknowledged, so at-least-once delivers them again.
     pub abandoned: u64,
-    /// The sink side, in total and per tenant: `created` / `patched` as the correlator decided
-    /// (once per event), the other write outcomes summed over the sinks; per sink under
-    /// `sinks`, the watch cache's under `watch_cache`.
+    /// The sink side, in total and per tenant: `created` / `patched` count each event written
+    /// once, however many sinks wrote it; the other write outcomes are summed over the sinks.
+    /// Per sink under `sinks`; the watch cache's under `watch_cache`, not in the totals.
     #[serde(flatten)]
     pub sink: RouterStats,
     /// Per watcher plugin: events seen, failed and dropped.

@@ -350,3 +350,31 @@ fn fifos_and_device_links_in_the_plugins_directory_are_refused_once_and_never_st
     let (summary, _) = run.finish();
     assert_eq!(lines(&out).len(), 1, "{summary}");
 }
+
+/// A plugin checked with `eventpipe plugins check` (which compiles it optimized into the
+/// compilation cache) goes live optimized when dropped in, from the cache: no quick tier, no
+/// second compilation. Content not checked before goes live on the quick tier.
+#[test]
+fn a_checked_plugin_goes_live_optimized_from_the_compilation_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let TaggerRun { mut run, plugins, base, .. } = TaggerRun::start(dir.path(), &[]);
+    let checked = tagger_version(&base, 7);
+    let candidate = dir.path().join("tagger.wasm");
+    std::fs::write(&candidate, &checked).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_eventpipe"))
+        .args(["plugins", "check"])
+        .arg(arg("compile-cache", dir.path().join("cache")))
+        .arg(&candidate)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    install(&plugins, "tagger", &checked, true);
+    let live = run.wait_for(&["plugin `tagger`", &digest(&checked), "is live"]);
+    assert!(live.contains("(optimized, compiled in "), "{live}");
+    let unchecked = tagger_version(&base, 8);
+    install(&plugins, "tagger", &unchecked, true);
+    let live = run.wait_for(&["plugin `tagger`", &digest(&unchecked), "is live"]);
+    assert!(live.contains("(quick tier, compiled in "), "{live}");
+    run.finish();
+}

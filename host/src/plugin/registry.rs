@@ -528,7 +528,8 @@ impl PluginRegistry {
     }
 
     /// As [`reload_file`](Self::reload_file), for a change seen while events flow, where swap
-    /// latency counts: content not compiled optimized in this process before is compiled at
+    /// latency counts: content not compiled optimized before (in this process, or into the
+    /// compilation cache: [`PluginRuntime::has_optimized`]) is compiled at
     /// [`Tier::Quick`] (about half the compile time) and swapped in, then a background thread
     /// builds it at [`Tier::Optimized`] and swaps that in, unless another version was swapped
     /// in meanwhile. The second swap restarts the plugin's instances (guest memory starts
@@ -580,8 +581,12 @@ impl PluginRegistry {
                 return self.refuse(&name, path, digest, error);
             }
         }
+        // Built optimized before, here or by another process through the same compilation
+        // cache (`plugins check`): optimized at once, a cache hit.
         let tier = match hot {
-            Some(_) if !self.optimized_digests().contains(&digest) => Tier::Quick,
+            Some(_) if !self.optimized_digests().contains(&digest) && !self.runtime.has_optimized(digest) => {
+                Tier::Quick
+            }
             _ => Tier::Optimized,
         };
         let plugin = match self.runtime.load_tier(&name, &bytes, PluginOrigin::File(path.to_path_buf()), tier) {

@@ -21,18 +21,12 @@ pub struct NewPluginArgs {
     /// Create the project in this directory instead of `./NAME`.
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
-    /// Rust: the `guest-sdk` directory of an eventpipe clone [default: the one this binary was
-    /// built from, when it still exists].
-    #[arg(long, value_name = "PATH")]
-    sdk: Option<PathBuf>,
 }
 
 /// Creates the project and lists its files.
 pub fn execute(args: NewPluginArgs) -> anyhow::Result<ExitCode> {
     let dir = args.dir.unwrap_or_else(|| PathBuf::from(&args.name));
-    let sdk = args.sdk.or_else(scaffold::built_in_sdk);
-    let files =
-        scaffold::scaffold(&Scaffold { lang: args.lang, kind: args.kind, name: args.name, dir: dir.clone(), sdk })?;
+    let files = scaffold::scaffold(&Scaffold { lang: args.lang, kind: args.kind, name: args.name, dir: dir.clone() })?;
     for f in &files {
         println!("created {}", f.display());
     }

@@ -4,8 +4,9 @@
 //! The sources come from the repository, compiled in: a filter and an aggregate-key function
 //! are the examples of `examples/plugins/` (the `quiet-normal` filter and the
 //! `namespace-reason` key function; the Rust sink is the `slack` example), the other kinds the
-//! templates of `examples/templates/`. Every project but Rust's carries a copy of `wit/`, so it
-//! builds on its own; a Go project also carries a copy of the Go SDK (`guest-sdk/go`, in `sdk/`),
+//! templates of `examples/templates/`. Every project carries a copy of `wit/`, so it builds on
+//! its own; a Rust project also carries a copy of the Rust SDK (`guest-sdk`, in `sdk/`) and a Go
+//! project one of the Go SDK (`guest-sdk/go`, in `sdk/`),
 //! and a JavaScript, C or Python project whose plugin reads a key-fields batch the examples'
 //! reader of packed strings (`packed.js`, `packed.h`, `packed.py`).
 
@@ -40,8 +41,6 @@ pub struct Scaffold {
     pub name: String,
     /// The directory to create (must not exist, or be empty).
     pub dir: PathBuf,
-    /// Rust: the `guest-sdk` directory the project depends on.
-    pub sdk: Option<PathBuf>,
 }
 
 /// Why a project could not be created.
@@ -53,12 +52,6 @@ pub enum ScaffoldError {
     /// The directory exists and is not empty.
     #[error("{}: exists and is not empty", .0.display())]
     Exists(PathBuf),
-    /// A Rust project needs the SDK's path.
-    #[error("a Rust plugin needs the eventpipe guest SDK: pass --sdk PATH/TO/eventpipe/guest-sdk")]
-    NoSdk,
-    /// The SDK path is not an SDK.
-    #[error("{}: not the eventpipe guest SDK (no Cargo.toml naming eventpipe-guest)", .0.display())]
-    BadSdk(PathBuf),
     /// Writing a file failed.
     #[error("{}: {source}", path.display())]
     Io {
@@ -107,11 +100,28 @@ const GO_SDK_SINK: [(&str, &str); 3] = [
     ("sink/output_other.go", include_str!("../../../guest-sdk/go/sink/output_other.go")),
 ];
 
-/// The guest SDK of the source tree this binary was built from, if it is still there.
-pub fn built_in_sdk() -> Option<PathBuf> {
-    let sdk = Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest-sdk");
-    sdk.join("Cargo.toml").is_file().then(|| std::path::absolute(&sdk).unwrap_or(sdk))
-}
+/// The Rust guest SDK (`guest-sdk`, crate `eventpipe-guest`), copied into every Rust project
+/// as `sdk/`, with a manifest of its own ([`RUST_SDK_MANIFEST`]): the project depends on it by
+/// `path = "sdk"` and the SDK's version, so it builds offline, and wherever it is moved.
+const RUST_SDK: [(&str, &str); 13] = [
+    ("README.md", include_str!("../../../guest-sdk/README.md")),
+    ("src/bindings.rs", include_str!("../../../guest-sdk/src/bindings.rs")),
+    ("src/config.rs", include_str!("../../../guest-sdk/src/config.rs")),
+    ("src/defaults.rs", include_str!("../../../guest-sdk/src/defaults.rs")),
+    ("src/export.rs", include_str!("../../../guest-sdk/src/export.rs")),
+    ("src/json.rs", include_str!("../../../guest-sdk/src/json.rs")),
+    ("src/lib.rs", include_str!("../../../guest-sdk/src/lib.rs")),
+    ("src/log.rs", include_str!("../../../guest-sdk/src/log.rs")),
+    ("src/output.rs", include_str!("../../../guest-sdk/src/output.rs")),
+    ("src/packed.rs", include_str!("../../../guest-sdk/src/packed.rs")),
+    ("src/prelude.rs", include_str!("../../../guest-sdk/src/prelude.rs")),
+    ("src/projection.rs", include_str!("../../../guest-sdk/src/projection.rs")),
+    ("src/runtime.rs", include_str!("../../../guest-sdk/src/runtime.rs")),
+];
+
+/// The manifest of the Rust SDK's copy: the SDK's, without what it inherits from the
+/// repository's workspace.
+const RUST_SDK_MANIFEST: &str = include_str!("../../../examples/templates/rust/sdk-Cargo.toml.in");
 
 /// The WIT world a new project builds: its kind's, or the kind's `*-projected` world where the
 /// project's source declares what it reads (the Python aggregate key: `key_fields`,
@@ -275,23 +285,12 @@ pub fn scaffold(s: &Scaffold) -> Result<Vec<PathBuf>, ScaffoldError> {
     let world = project_world(s.lang, s.kind);
     let stem = world.replace('-', "_");
     let crate_name = s.name.replace('-', "_");
-    let sdk = match (s.lang, &s.sdk) {
-        (Lang::Rust, None) => return Err(ScaffoldError::NoSdk),
-        (Lang::Rust, Some(sdk)) => {
-            let manifest = std::fs::read_to_string(sdk.join("Cargo.toml")).unwrap_or_default();
-            if !manifest.contains("name = \"eventpipe-guest\"") {
-                return Err(ScaffoldError::BadSdk(sdk.clone()));
-            }
-            std::path::absolute(sdk).unwrap_or_else(|_| sdk.clone()).display().to_string()
-        }
-        _ => String::new(),
-    };
     let fill = |text: &str| {
         text.replace("{{name}}", &s.name)
             .replace("{{world}}", world)
             .replace("{{stem}}", &stem)
             .replace("{{crate}}", &crate_name)
-            .replace("{{sdk}}", &sdk.replace('\\', "/"))
+            .replace("{{sdk_version}}", env!("CARGO_PKG_VERSION"))
             .replace("{{config_key}}", &config_key(s.kind, &s.name))
     };
     let mut files: Vec<(String, String)> = Vec::new();
@@ -307,6 +306,10 @@ pub fn scaffold(s: &Scaffold) -> Result<Vec<PathBuf>, ScaffoldError> {
             files.push(("Cargo.lock".into(), include_str!("../../../plugins/Cargo.lock").into()));
             files.push(("README.md".into(), fill(include_str!("../../../examples/templates/rust/README.md.in"))));
             files.push((".gitignore".into(), "/target\n*.wasm\n".into()));
+            files.push(("sdk/Cargo.toml".into(), fill(RUST_SDK_MANIFEST)));
+            for (file, text) in RUST_SDK {
+                files.push((format!("sdk/{file}"), text.into()));
+            }
         }
         Lang::Python => {
             files.push(("README.md".into(), fill(include_str!("../../../examples/templates/python/README.md.in"))));
@@ -332,12 +335,10 @@ pub fn scaffold(s: &Scaffold) -> Result<Vec<PathBuf>, ScaffoldError> {
             }
         }
     }
-    if s.lang != Lang::Rust {
-        for (file, text) in WIT {
-            files.push((format!("wit/{file}"), text.into()));
-        }
-        files.push(("wit/README.md".into(), WIT_README.into()));
+    for (file, text) in WIT {
+        files.push((format!("wit/{file}"), text.into()));
     }
+    files.push(("wit/README.md".into(), WIT_README.into()));
     let mut written = Vec::with_capacity(files.len());
     for (file, text) in files {
         let path = s.dir.join(&file);
@@ -370,7 +371,7 @@ mod tests {
     use super::*;
 
     fn new(lang: Lang, kind: PluginKind, dir: &Path) -> Result<Vec<PathBuf>, ScaffoldError> {
-        scaffold(&Scaffold { lang, kind, name: "my-plugin".into(), dir: dir.to_path_buf(), sdk: built_in_sdk() })
+        scaffold(&Scaffold { lang, kind, name: "my-plugin".into(), dir: dir.to_path_buf() })
     }
 
     #[test]
@@ -380,7 +381,8 @@ mod tests {
                 let tmp = tempfile::tempdir().unwrap();
                 let dir = tmp.path().join("my-plugin");
                 let files = new(lang, kind, &dir).unwrap();
-                for f in &files {
+                // The project's own files (the SDK and WIT copies are verbatim).
+                for f in files.iter().filter(|f| !f.starts_with(dir.join("sdk")) && !f.starts_with(dir.join("wit"))) {
                     let text = std::fs::read_to_string(f).unwrap();
                     assert!(!text.contains("{{"), "{lang:?} {kind}: placeholder left in {}", f.display());
                 }
@@ -407,49 +409,52 @@ mod tests {
                 assert!(!readme.contains("dlmalloc"), "the SDK's allocator is talc");
                 assert!(readme.starts_with("# my-plugin\n"), "{lang:?} {kind}");
                 assert!(readme.contains(&format!("`{}` plugin", project_world(lang, kind))), "{lang:?} {kind}");
-                if lang != Lang::Rust {
-                    assert!(dir.join("wit/worlds.wit").is_file(), "{lang:?}: the WIT is copied");
-                }
+                assert!(dir.join("wit/worlds.wit").is_file(), "{lang:?}: the WIT is copied");
             }
         }
     }
 
     #[test]
-    fn the_rust_project_depends_on_the_sdk_by_absolute_path() {
+    fn the_rust_project_depends_on_its_copy_of_the_sdk_by_version() {
         let tmp = tempfile::tempdir().unwrap();
         new(Lang::Rust, PluginKind::Filter, tmp.path()).unwrap();
         let manifest = std::fs::read_to_string(tmp.path().join("Cargo.toml")).unwrap();
-        let sdk = built_in_sdk().unwrap();
-        assert!(manifest.contains(&format!("eventpipe-guest = {{ path = \"{}\" }}", sdk.display())), "{manifest}");
+        let version = env!("CARGO_PKG_VERSION");
+        assert!(
+            manifest.contains(&format!("eventpipe-guest = {{ path = \"sdk\", version = \"{version}\" }}")),
+            "{manifest}"
+        );
         assert!(manifest.contains("name = \"my_plugin\""));
+        let sdk = std::fs::read_to_string(tmp.path().join("sdk/Cargo.toml")).unwrap();
+        assert!(
+            sdk.contains("name = \"eventpipe-guest\"") && sdk.contains(&format!("version = \"{version}\"")),
+            "{sdk}"
+        );
+        assert!(!sdk.contains(".workspace"), "the copy inherits nothing: {sdk}");
+    }
+
+    /// The copy is the whole SDK: every source file of `guest-sdk/src`.
+    #[test]
+    fn the_rust_sdk_copy_has_every_source_file() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest-sdk/src");
+        let mut files: Vec<String> = std::fs::read_dir(src)
+            .unwrap()
+            .map(|e| format!("src/{}", e.unwrap().file_name().to_string_lossy()))
+            .collect();
+        files.sort();
+        let copied: Vec<&str> = RUST_SDK.iter().map(|(f, _)| *f).filter(|f| f.starts_with("src/")).collect();
+        assert_eq!(copied, files);
     }
 
     #[test]
-    fn bad_names_existing_directories_and_missing_sdks_are_refused() {
+    fn bad_names_and_existing_directories_are_refused() {
         let tmp = tempfile::tempdir().unwrap();
         for bad in ["", "My", "1x", "a_b", "x-"] {
-            let s = Scaffold {
-                lang: Lang::C,
-                kind: PluginKind::Filter,
-                name: bad.into(),
-                dir: tmp.path().join("x"),
-                sdk: None,
-            };
+            let s = Scaffold { lang: Lang::C, kind: PluginKind::Filter, name: bad.into(), dir: tmp.path().join("x") };
             assert!(matches!(scaffold(&s), Err(ScaffoldError::Name(_))), "{bad:?}");
         }
         std::fs::write(tmp.path().join("f"), "").unwrap();
-        let s =
-            Scaffold { lang: Lang::C, kind: PluginKind::Filter, name: "x".into(), dir: tmp.path().into(), sdk: None };
+        let s = Scaffold { lang: Lang::C, kind: PluginKind::Filter, name: "x".into(), dir: tmp.path().into() };
         assert!(matches!(scaffold(&s), Err(ScaffoldError::Exists(_))));
-        let s = Scaffold {
-            lang: Lang::Rust,
-            kind: PluginKind::Filter,
-            name: "x".into(),
-            dir: tmp.path().join("r"),
-            sdk: None,
-        };
-        assert!(matches!(scaffold(&s), Err(ScaffoldError::NoSdk)));
-        let s = Scaffold { sdk: Some(tmp.path().into()), ..s };
-        assert!(matches!(scaffold(&s), Err(ScaffoldError::BadSdk(_))));
     }
 }

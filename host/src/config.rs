@@ -547,6 +547,7 @@ struct RawFile {
     /// The JSON-lines file the first divergences of shadow plugins go to, with both answers.
     shadow_diffs: Option<String>,
     /// How many divergences that file gets at most (default 100).
+    #[schemars(extend("default" = 100))]
     shadow_diffs_max: Option<u64>,
     /// The watch cache behind `run --serve` (and watcher plugins of the results); the `run`
     /// flags win over these. Read at start only.
@@ -560,24 +561,29 @@ struct RawFile {
 struct RawWatchCache {
     /// Changes kept for watchers to resume from (resourceVersions; an older one gets 410)
     /// (10000; `--watch-cache-size`).
+    #[schemars(extend("default" = crate::watch_cache::DEFAULT_WINDOW_SIZE))]
     size: Option<usize>,
     /// Longest a change is kept for resuming watchers, seconds (300; `--watch-cache-age`).
+    #[schemars(extend("default" = crate::watch_cache::DEFAULT_WINDOW_AGE.as_secs()))]
     age_seconds: Option<u64>,
     /// Most events held; beyond it the least recently changed one is deleted (10000;
     /// `--watch-cache-objects`).
+    #[schemars(extend("default" = crate::watch_cache::DEFAULT_MAX_OBJECTS))]
     objects: Option<usize>,
     /// An event not changed for this long is deleted, seconds (3600, the apiserver's
     /// `--event-ttl`; `--event-ttl`).
+    #[schemars(extend("default" = crate::watch_cache::DEFAULT_EVENT_TTL.as_secs()))]
     event_ttl_seconds: Option<u64>,
     /// Events queued towards one watch connection (100; `--watch-queue-length`).
+    #[schemars(extend("default" = crate::watch_cache::DEFAULT_WATCHER_QUEUE))]
     queue_length: Option<usize>,
     /// How long a watch's full queue may wait for its client before the watch is cut off,
     /// seconds, > 0 (10; `--watch-budget`).
-    #[schemars(with = "Option<f64>")]
+    #[schemars(with = "Option<f64>", extend("default" = crate::watch_cache::DEFAULT_WATCHER_BUDGET.as_secs()))]
     budget_seconds: Option<Spanned<f64>>,
     /// Interval between bookmarks of a watch that allows them, seconds, > 0 (60;
     /// `--watch-bookmark-interval`).
-    #[schemars(with = "Option<f64>")]
+    #[schemars(with = "Option<f64>", extend("default" = crate::watch_cache::DEFAULT_BOOKMARK_INTERVAL.as_secs()))]
     bookmark_interval_seconds: Option<Spanned<f64>>,
 }
 
@@ -601,13 +607,14 @@ struct RawWatcher {
     #[schemars(with = "String")]
     plugin: Spanned<String>,
     /// Its own queue, events (default 1000).
+    #[schemars(extend("default" = crate::watchers::DEFAULT_WATCHER_QUEUE_LENGTH))]
     queue_length: Option<usize>,
     /// What its full queue does: `drop` (DropIfChannelFull, the default) or `wait`.
-    #[schemars(with = "Option<FullChannelBehaviorName>")]
+    #[schemars(with = "Option<FullChannelBehaviorName>", extend("default" = "drop"))]
     full_channel_behavior: Option<Spanned<String>>,
     /// What it watches: `input` (the Broadcaster's events, the default) or `results` (the
     /// correlated events of the watch cache, with resourceVersions; turns the cache on).
-    #[schemars(with = "Option<WatchOnName>")]
+    #[schemars(with = "Option<WatchOnName>", extend("default" = "input"))]
     on: Option<Spanned<String>>,
     /// With `on = "results"`: start after this resourceVersion (default: now).
     resource_version: Option<u64>,
@@ -652,35 +659,41 @@ enum PartitionKeyName {
 #[serde(deny_unknown_fields)]
 struct RawRules {
     /// The aggregate-key function: a plugin name, or `builtin` (client-go `EventAggregatorByReasonFunc`).
-    #[schemars(with = "Option<String>")]
+    #[schemars(with = "Option<String>", extend("default" = "builtin"))]
     aggregate_key: Option<Spanned<String>>,
     /// The message combiner: a plugin name, or `builtin` (client-go `EventAggregatorByReasonMessageFunc`).
-    #[schemars(with = "Option<String>")]
+    #[schemars(with = "Option<String>", extend("default" = "builtin"))]
     message_combiner: Option<Spanned<String>>,
     /// The spam-key function: a plugin name, or `builtin` (client-go `getSpamKey`).
-    #[schemars(with = "Option<String>")]
+    #[schemars(with = "Option<String>", extend("default" = "builtin"))]
     spam_key: Option<Spanned<String>>,
     /// Filter plugins, run in order before correlation; `[]` clears the defaults'.
     #[schemars(with = "Option<Vec<String>>")]
     filters: Option<Vec<Spanned<String>>>,
     /// client-go `maxEvents`: distinct messages per aggregate key before aggregating.
+    #[schemars(extend("default" = crate::correlator::DEFAULT_AGGREGATE_MAX_EVENTS))]
     max_events: Option<i64>,
     /// client-go `maxIntervalInSeconds`: the aggregation window, seconds.
+    #[schemars(extend("default" = crate::correlator::DEFAULT_AGGREGATE_INTERVAL_IN_SECONDS))]
     max_interval_seconds: Option<i64>,
     /// The spam filter's bucket, events (client-go `BurstSize`, default 25).
+    #[schemars(extend("default" = crate::correlator::DEFAULT_SPAM_BURST))]
     burst: Option<i64>,
     /// The spam filter's refill, events per second (client-go `QPS`, default 1/300).
-    #[schemars(with = "Option<f32>")]
+    #[schemars(with = "Option<f32>", extend("default" = 1.0f64 / 300.0))]
     qps: Option<Spanned<f32>>,
     /// Entries per correlator LRU cache (0: client-go's 4096; negative: the caches keep
     /// nothing, as client-go's).
+    #[schemars(extend("default" = crate::correlator::MAX_LRU_CACHE_ENTRIES))]
     lru_cache_size: Option<i64>,
     /// Plugin fuel per event (≈ Wasm instructions).
+    #[schemars(extend("default" = crate::plugin::DEFAULT_FUEL_PER_EVENT))]
     fuel_per_event: Option<u64>,
     /// Plugin linear-memory limit, bytes.
+    #[schemars(extend("default" = crate::plugin::DEFAULT_MEMORY_LIMIT_BYTES))]
     memory_limit_bytes: Option<usize>,
     /// What a failed plugin call does: `builtin` (the client-go function), `drop`, or `fail`.
-    #[schemars(with = "Option<FallbackName>")]
+    #[schemars(with = "Option<FallbackName>", extend("default" = "builtin"))]
     fallback: Option<Spanned<String>>,
     /// Sinks, as `--sink` takes them (`jsonl:PATH`, `jsonl:-`, `k8s`, `k8s:NAMESPACE`,
     /// `plugin:NAME`, `webhook:URL`, `otlp:URL`, `metrics`, each optionally followed by
@@ -689,7 +702,7 @@ struct RawRules {
     #[schemars(with = "Option<Vec<String>>")]
     sinks: Option<Spanned<Vec<Spanned<String>>>>,
     /// What `run --workers` shards this tenant's events by.
-    #[schemars(with = "Option<PartitionKeyName>")]
+    #[schemars(with = "Option<PartitionKeyName>", extend("default" = "source-object"))]
     partition_key: Option<Spanned<String>>,
     /// Events matching any of these are dropped before the filter plugins.
     #[schemars(with = "Option<Vec<RawMatch>>")]
@@ -701,6 +714,7 @@ struct RawRules {
     #[schemars(with = "Option<Vec<RawMatch>>")]
     spam_exempt: Option<Spanned<Vec<Spanned<RawMatch>>>>,
     /// Seconds of an "N events suppressed" summary window; 0: none.
+    #[schemars(extend("default" = 0))]
     suppressed_summary_seconds: Option<u64>,
 }
 

@@ -195,7 +195,7 @@ fn properties_table(md: &mut String, object: &serde_json::Value) {
     };
     md.push_str("| key | type | default | description |\n|---|---|---|---|\n");
     for (key, prop) in props {
-        let default = prop.get("default").map(|d| format!("`{d}`")).unwrap_or_default();
+        let default = prop.get("default").map_or_else(|| "—".to_string(), |d| format!("`{d}`"));
         let description = prop.get("description").and_then(|d| d.as_str()).map(one_line).unwrap_or_default();
         md.push_str(&format!("| `{key}` | {} | {default} | {description} |\n", schema_type(prop)));
     }
@@ -606,4 +606,26 @@ fn links_point_at_files_and_headings_that_exist() {
         }
     }
     assert!(broken.is_empty(), "links to files or headings that do not exist:\n{}", broken.join("\n"));
+}
+
+/// The config reference's default column is filled from the schema, whose defaults are the
+/// ones `run` applies (client-go's for the correlator).
+#[test]
+fn the_config_reference_gives_each_default() {
+    let schema: serde_json::Value = serde_json::from_str(&eventpipe(&["config", "schema"])).unwrap();
+    let rules = &schema["$defs"]["RawRules"]["properties"];
+    let default = |key: &str| rules[key]["default"].clone();
+    assert_eq!(default("burst"), eventpipe::correlator::DEFAULT_SPAM_BURST);
+    assert_eq!(default("qps").as_f64().unwrap(), 1.0 / 300.0);
+    assert_eq!(default("max_events"), eventpipe::correlator::DEFAULT_AGGREGATE_MAX_EVENTS);
+    assert_eq!(default("max_interval_seconds"), eventpipe::correlator::DEFAULT_AGGREGATE_INTERVAL_IN_SECONDS);
+    assert_eq!(default("lru_cache_size"), eventpipe::correlator::MAX_LRU_CACHE_ENTRIES);
+    assert_eq!(default("fuel_per_event"), eventpipe::plugin::DEFAULT_FUEL_PER_EVENT);
+    let md = std::fs::read_to_string(repo().join("docs/reference/config.md")).unwrap();
+    assert!(md.contains("| `burst` | integer or null | `25` |"), "the default column is filled");
+    assert!(md.contains("| `queue_length` | integer or null | `1000` |"), "a watcher's queue");
+    // A key without a default says so; no cell of the column is empty.
+    for row in md.lines().filter(|l| l.starts_with("| `")) {
+        assert_ne!(row.split(" | ").nth(2), Some(""), "{row}");
+    }
 }

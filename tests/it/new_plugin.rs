@@ -136,8 +136,10 @@ fn javascript_projects_build_with_npm_and_pass_the_check() {
         ok(Command::new("npm").current_dir(&dir).args(["run", "-s", "build:qjs"]).output().unwrap(), "build:qjs");
         check(&dir.join(format!("my-{kind}-qjs.wasm")), kind);
         if kind == "sink" {
-            ok(Command::new("npm").current_dir(&dir).args(["run", "-s", "build"]).output().unwrap(), "build");
-            check(&dir.join(format!("my-{kind}.wasm")), kind);
+            // `eventpipe plugins build` runs the project's `npm run build` (componentize-js).
+            let built = plugins_build(&dir, &[]);
+            assert_eq!(built, dir.join(format!("my-{kind}.wasm")));
+            check(&built, kind);
         }
     }
 }
@@ -149,19 +151,38 @@ fn python_projects_build_with_componentize_py_and_pass_the_check() {
         return skip(&format!("Python: `{tool}` is not installed (pip install componentize-py==0.25.1)"));
     }
     let tmp = tempfile::tempdir().unwrap();
+    // Without componentize-py, `plugins build` says how to install it.
+    let dir = new_plugin(tmp.path(), "python", "filter");
+    let out = Command::new(env!("CARGO_BIN_EXE_eventpipe"))
+        .args(["plugins", "build"])
+        .arg(&dir)
+        .env("COMPONENTIZE_PY", tmp.path().join("no-such-componentize-py"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("pip install componentize-py=="), "{stderr}");
     for kind in ["aggregate-key", "message-combiner", "spam-key", "sink", "watcher"] {
         let dir = new_plugin(tmp.path(), "python", kind);
-        let wasm = format!("my-{kind}.wasm");
-        // The Python aggregate key declares the fields it reads (its world's projected form).
-        let world = if kind == "aggregate-key" { "aggregate-key-projected" } else { kind };
-        let out = Command::new(&tool)
-            .current_dir(&dir)
-            .args(["-d", "wit", "-w", world, "componentize", "--stub-wasi", "app", "-o", &wasm])
-            .output()
-            .unwrap();
-        ok(out, &format!("componentize-py ({kind})"));
-        check(&dir.join(wasm), kind);
+        // `eventpipe plugins build` runs the project's build.sh: componentize-py on the
+        // project's world (the Python aggregate key's is its projected form, declaring the
+        // fields it reads).
+        let built = plugins_build(&dir, &[("COMPONENTIZE_PY", tool.as_str())]);
+        assert_eq!(built, dir.join(format!("my-{kind}.wasm")));
+        check(&built, kind);
     }
+}
+
+/// `eventpipe plugins build DIR` with `env`; returns the component file it names.
+fn plugins_build(dir: &Path, env: &[(&str, &str)]) -> PathBuf {
+    let out = Command::new(env!("CARGO_BIN_EXE_eventpipe"))
+        .args(["plugins", "build"])
+        .arg(dir)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let stdout = ok(out, &format!("plugins build {}", dir.display()));
+    let built = stdout.lines().find_map(|l| l.split_whitespace().find(|w| w.ends_with(".wasm"))).expect(&stdout);
+    PathBuf::from(built)
 }
 
 /// Skips a language whose toolchain is missing; under `CI` that is a failure.

@@ -26,9 +26,11 @@ pub enum PluginsCommand {
     },
     /// Build the plugin project in DIR (as `eventpipe new-plugin` makes them) into a component,
     /// with the language's own toolchain and nothing else: Rust (`Cargo.toml`: cargo, target
-    /// wasm32-wasip2), Go (`go.mod`: Go 1.24 or newer), C (`build.sh`: clang and wasi-libc). The
-    /// C bindings and `component new` steps run inside eventpipe. Each toolchain is checked
-    /// first, with a one-line fix when it is missing or too old.
+    /// wasm32-wasip2), Go (`go.mod`: Go 1.24 or newer), C (`build.sh`: clang and wasi-libc),
+    /// Python (`app.py`: componentize-py, from the project's `.venv` or PATH), JavaScript
+    /// (`package.json`: npm runs componentize-js, installed first if need be). The C bindings and
+    /// `component new` steps run inside eventpipe. Each toolchain is checked first, with a
+    /// one-line fix when it is missing or too old.
     Build {
         /// The project directory.
         #[arg(default_value = ".")]
@@ -191,6 +193,11 @@ fn build(dir: &Path, output: Option<&Path>) -> anyhow::Result<PathBuf> {
         let go = std::env::var("GO").unwrap_or_else(|_| "go".into());
         check_go(&go)?;
         build_sh(dir, output)
+    } else if dir.join("package.json").is_file() {
+        build_js(dir, output)
+    } else if dir.join("app.py").is_file() && dir.join("build.sh").is_file() {
+        check_componentize_py(dir)?;
+        build_sh(dir, output)
     } else if dir.join("build.sh").is_file() {
         if !Command::new(std::env::var("CC").unwrap_or_else(|_| "clang".into()))
             .arg("--version")
@@ -204,9 +211,66 @@ fn build(dir: &Path, output: Option<&Path>) -> anyhow::Result<PathBuf> {
         build_sh(dir, output)
     } else {
         anyhow::bail!(
-            "{}: no Cargo.toml, go.mod or build.sh; JavaScript and Python projects build with their own tools (see their README.md)",
+            "{}: not a plugin project (no Cargo.toml, go.mod, package.json or build.sh; `eventpipe new-plugin` makes one)",
             dir.display()
         )
+    }
+}
+
+/// Whether `program --version` runs.
+fn runs(program: impl AsRef<std::ffi::OsStr>) -> bool {
+    Command::new(program).arg("--version").output().is_ok_and(|o| o.status.success())
+}
+
+/// Checks that componentize-py runs: `$COMPONENTIZE_PY`, the project's `.venv`, or on PATH (what
+/// the project's `build.sh` runs).
+fn check_componentize_py(dir: &Path) -> anyhow::Result<()> {
+    let program = std::env::var_os("COMPONENTIZE_PY")
+        .map(PathBuf::from)
+        .or_else(|| Some(dir.join(".venv/bin/componentize-py")).filter(|p| p.is_file()))
+        .unwrap_or_else(|| PathBuf::from("componentize-py"));
+    if runs(&program) {
+        return Ok(());
+    }
+    anyhow::bail!(
+        "componentize-py is needed to build a Python plugin: python3 -m venv .venv && .venv/bin/pip install componentize-py==0.25.1 (in {})",
+        dir.display()
+    )
+}
+
+/// `npm run build` (componentize-js, as the project's `package.json` says), after `npm install`
+/// when its tools are not installed yet; the component is `NAME.wasm`, NAME the package's.
+fn build_js(dir: &Path, output: Option<&Path>) -> anyhow::Result<PathBuf> {
+    let npm = std::env::var("NPM").unwrap_or_else(|_| "npm".into());
+    if !runs(&npm) {
+        anyhow::bail!(
+            "Node.js 20 or newer and npm are needed to build a JavaScript plugin: install them from https://nodejs.org (Debian: apt install nodejs npm)"
+        );
+    }
+    let npm_step = |args: &[&str]| -> anyhow::Result<()> {
+        let status = Command::new(&npm)
+            .current_dir(dir)
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::inherit())
+            .status()?;
+        anyhow::ensure!(status.success(), "npm {} failed ({status})", args.join(" "));
+        Ok(())
+    };
+    if !dir.join("node_modules/.bin/componentize-js").exists() {
+        npm_step(&["install", "--no-audit", "--no-fund"])?;
+    }
+    npm_step(&["run", "build"])?;
+    let package: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("package.json"))?)?;
+    let name = package["name"].as_str().context("package.json has no name")?;
+    let built = dir.join(format!("{name}.wasm"));
+    anyhow::ensure!(built.is_file(), "npm run build wrote no {}", built.display());
+    match output {
+        Some(target) => {
+            std::fs::rename(&built, target).or_else(|_| std::fs::copy(&built, target).map(|_| ()))?;
+            Ok(target.to_path_buf())
+        }
+        None => Ok(built),
     }
 }
 

@@ -312,6 +312,7 @@ pub fn scaffold(s: &Scaffold) -> Result<Vec<PathBuf>, ScaffoldError> {
             }
         }
         Lang::Python => {
+            files.push(("build.sh".into(), fill(include_str!("../../../examples/templates/python/build.sh.in"))));
             files.push(("README.md".into(), fill(include_str!("../../../examples/templates/python/README.md.in"))));
             files.push((".gitignore".into(), ".venv/\n__pycache__/\n*.wasm\n".into()));
         }

@@ -627,3 +627,114 @@ fn rebalancing_from_2_to_3_workers_and_back_keeps_the_output_exact() {
         assert_eq!(by_name(&got), by_name(&expected), "{n} workers: per event, the single run's sink calls");
     }
 }
+
+/// How a publisher is fed in [`leader_killed_while_publishing`].
+#[derive(Debug, Clone, Copy)]
+enum Feed {
+    /// `--source jsonl:-`, through a pipe.
+    Stdin,
+    /// `--source http:…`, `POST /ingest` of 100 lines at a time.
+    HttpIngest,
+}
+
+/// A publisher fed by `feed` on a 3-node cluster (replicas 3) with 2 workers; a third of the
+/// way through, the node leading the stream is SIGKILLed. The merged worker output equals a
+/// single run: a source without positions gives every message an id and the id before it, so
+/// publications retried across the leader change are neither stored twice nor out of order.
+fn leader_killed_while_publishing(feed: Feed) {
+    let Some(mut cluster) = NatsCluster::start(&format!("leader_killed_{feed:?}")) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (_, _, slice) = halves(dir.path(), 4000);
+    let expected = single_host(&slice, dir.path());
+    let text = std::fs::read_to_string(&slice).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let outs: Vec<PathBuf> = (0..2).map(|i| dir.path().join(format!("w{i}.jsonl"))).collect();
+    let workers: Vec<Proc> = (0..2).map(|i| cluster_worker(&cluster, i, &outs[i as usize], dir.path())).collect();
+    let query = "partitions=6&replicas=3";
+    let log = dir.path().join("publisher.log");
+    let source = match feed {
+        Feed::Stdin => "jsonl:-".to_string(),
+        Feed::HttpIngest => "http:127.0.0.1:0".to_string(),
+    };
+    let mut publisher = Proc(
+        Command::new(bin())
+            .args(["run", "--no-watch", "--summary-json", &format!("--source={source}")])
+            .arg(format!("--sink={}", cluster.url(query)))
+            .env("EVENTPIPE_INGEST_TOKEN", "")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let mut stdin = publisher.0.stdin.take();
+    let ingest = match feed {
+        Feed::Stdin => None,
+        Feed::HttpIngest => {
+            wait_log(&log, "HTTP ingest listening on ", 60);
+            let text = std::fs::read_to_string(&log).unwrap();
+            let at = text.split("HTTP ingest listening on ").nth(1).unwrap();
+            Some(at.split_whitespace().next().unwrap().to_string())
+        }
+    };
+    let mut send = |part: &[&str]| match (&mut stdin, &ingest) {
+        (Some(stdin), _) => {
+            use std::io::Write;
+            stdin.write_all(part.iter().map(|l| format!("{l}\n")).collect::<String>().as_bytes()).unwrap();
+            stdin.flush().unwrap();
+        }
+        (None, Some(addr)) => {
+            for chunk in part.chunks(100) {
+                let body: String = chunk.iter().map(|l| format!("{l}\n")).collect();
+                let response = post(addr, "/ingest", &body);
+                assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+            }
+        }
+        (None, None) => unreachable!(),
+    };
+    let third = lines.len() / 3;
+    send(&lines[..third]);
+    wait_for(&outs, 120, "the workers writing", |l| l.len() >= 200);
+    let node = cluster.leading(query);
+    cluster.kill(node);
+    send(&lines[third..]);
+    match feed {
+        Feed::Stdin => {
+            drop(stdin.take());
+            assert!(wait(publisher).success(), "{}", std::fs::read_to_string(&log).unwrap());
+        }
+        // SIGTERM: the ingest stops, what it took is published, then the run ends.
+        Feed::HttpIngest => stop(publisher),
+    }
+    wait_for(&outs, 300, "after the leader was killed", |l| final_counts(l) == final_counts(&expected));
+    workers.into_iter().for_each(stop);
+    let got = lines(&outs);
+    let duplicates = assert_covers(&expected, &got, &format!("{feed:?}, leader killed"));
+    assert_eq!(by_name(&got).len(), by_name(&expected).len(), "every object, none more");
+    println!("{feed:?}: stream leader (node {node}) killed mid-publication; {duplicates} sink calls written twice");
+}
+
+#[test]
+fn a_stream_leader_killed_while_stdin_is_published_loses_and_reorders_nothing() {
+    leader_killed_while_publishing(Feed::Stdin);
+}
+
+#[test]
+fn a_stream_leader_killed_while_http_ingest_is_published_loses_and_reorders_nothing() {
+    leader_killed_while_publishing(Feed::HttpIngest);
+}
+
+/// `POST PATH` of `body` (JSON lines) to the HTTP server at `addr`; the whole response.
+fn post(addr: &str, path: &str, body: &str) -> String {
+    use std::io::{Read, Write};
+    let mut conn = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        conn,
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/x-ndjson\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut response = String::new();
+    conn.read_to_string(&mut response).unwrap();
+    response
+}

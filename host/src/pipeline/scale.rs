@@ -19,7 +19,10 @@
 //! is the event's `uid:resourceVersion` when it has both, else derived from the source position
 //! (`<xxh3 of the source>:<file offset>:<ordinal among events at that offset>`), so a restarted
 //! publisher re-reading from its saved position publishes nothing twice inside the stream's
-//! duplicate window; events from HTTP ingest have no id.
+//! duplicate window. Events of a source without positions (standard input, HTTP ingest) get
+//! `e<epoch>:<sequence>`, the epoch random per process: a publication retried after a stream
+//! leader change is recognised, and a restarted publisher's ids are its own. Every message
+//! carries its id and the id before it (`Nats-Expected-Last-Msg-Id`), whatever the source.
 //!
 //! **Work** ([`run_worker`]): worker I of N takes the partitions p with p mod N = I (static
 //! assignment: a StatefulSet ordinal). Each partition has its own tenant-router partition
@@ -225,15 +228,19 @@ pub struct PublishOptions {
 }
 
 /// A `Nats-Msg-Id` for `event`: `uid:resourceVersion` when it has both, else from its source
-/// position (`ordinal`: events before it at the same position).
-fn message_id(event: &Event, source: u64, position: Option<&Position>, ordinal: u32) -> Option<String> {
+/// position (`ordinal`: events before it at the same position), else — a source without
+/// positions: standard input, HTTP ingest — from this publisher's `epoch` (random per process)
+/// and the event's sequence number in it (`seq`), so that a restarted publisher's ids never
+/// collide with the last one's.
+fn message_id(event: &Event, source: u64, position: Option<&Position>, ordinal: u32, (epoch, seq): (u64, u64)) -> String {
     let m = &event.metadata;
     if !m.uid.is_empty() && !m.resource_version.is_empty() {
-        return Some(format!("{}:{}", m.uid, m.resource_version));
+        return format!("{}:{}", m.uid, m.resource_version);
     }
-    match position? {
-        Position::FileOffset(offset) => Some(format!("{source:016x}:{offset}:{ordinal}")),
-        Position::ResourceVersion(rv) => Some(format!("{source:016x}:rv{rv}:{ordinal}")),
+    match position {
+        Some(Position::FileOffset(offset)) => format!("{source:016x}:{offset}:{ordinal}"),
+        Some(Position::ResourceVersion(rv)) => format!("{source:016x}:rv{rv}:{ordinal}"),
+        None => format!("e{epoch:016x}:{seq}"),
     }
 }
 
@@ -241,11 +248,11 @@ fn message_id(event: &Event, source: u64, position: Option<&Position>, ordinal: 
 struct Publication {
     seq: u64,
     subject: String,
-    id: Option<String>,
+    id: String,
     /// The `Nats-Msg-Id` of the publication before this one (`Nats-Expected-Last-Msg-Id`): the
     /// stream refuses this one unless that one is the last it stored, so a publication lost in
     /// a leader change is never overtaken by later ones of the window. `None` for the first of
-    /// a run, after one without an id, and once every earlier publication is acknowledged.
+    /// a run, and once every earlier publication is acknowledged.
     expect_last: Option<String>,
     headers: crate::event::IngestHeaders,
     clock: crate::event::RecordedClock,
@@ -264,10 +271,8 @@ impl Publication {
     /// Hands the message to the client (in call order: the stream's order), keeping the
     /// acknowledgement to await.
     async fn send(&mut self, js: &jetstream::Context) -> Result<(), String> {
-        let mut message = jetstream::message::PublishMessage::build().payload(self.payload.clone());
-        if let Some(id) = &self.id {
-            message = message.message_id(id);
-        }
+        let mut message =
+            jetstream::message::PublishMessage::build().payload(self.payload.clone()).message_id(&self.id);
         if let Some(last) = &self.expect_last {
             message = message.expected_last_message_id(last);
         }
@@ -304,6 +309,8 @@ pub async fn publish(
     o: PublishOptions,
 ) -> RouterStats {
     let source_hash = xxhash_rust::xxh3::xxh3_64(o.source.as_bytes());
+    // The ids of events without a position (stdin, HTTP ingest) are this process's own.
+    let epoch: u64 = rand::random();
     let mut pending: std::collections::VecDeque<Publication> = std::collections::VecDeque::new();
     let mut last_position: Option<Position> = None;
     let mut ordinal = 0u32;
@@ -377,9 +384,9 @@ pub async fn publish(
                     let partition = plan.partition(&event, o.partition_key, o.partitions as usize) as u32;
                     let position = o.progress.as_ref().and_then(|p| p.position_of(seq));
                     ordinal = if position.is_some() && position == last_position { ordinal + 1 } else { 0 };
-                    let id = message_id(&event, source_hash, position.as_ref(), ordinal);
+                    let id = message_id(&event, source_hash, position.as_ref(), ordinal, (epoch, seq));
                     last_position = position;
-                    let expect_last = std::mem::replace(&mut last_id, id.clone());
+                    let expect_last = std::mem::replace(&mut last_id, Some(id.clone()));
                     let mut p = Publication {
                         seq,
                         subject: o.target.subject(tenant, partition),
@@ -937,12 +944,13 @@ mod tests {
     }
 
     #[test]
-    fn message_ids_come_from_uid_and_version_else_the_position() {
+    fn message_ids_come_from_uid_and_version_else_the_position_else_the_epoch_and_sequence() {
         let mut e = Event::default();
-        assert_eq!(message_id(&e, 1, None, 0), None);
-        assert_eq!(message_id(&e, 1, Some(&Position::FileOffset(42)), 2).as_deref(), Some("0000000000000001:42:2"));
+        assert_eq!(message_id(&e, 1, None, 0, (0xab, 9)), "e00000000000000ab:9");
+        assert_ne!(message_id(&e, 1, None, 0, (0xac, 9)), message_id(&e, 1, None, 0, (0xab, 9)), "another process");
+        assert_eq!(message_id(&e, 1, Some(&Position::FileOffset(42)), 2, (0xab, 9)), "0000000000000001:42:2");
         e.metadata.uid = "u".into();
         e.metadata.resource_version = "7".into();
-        assert_eq!(message_id(&e, 1, Some(&Position::FileOffset(42)), 0).as_deref(), Some("u:7"));
+        assert_eq!(message_id(&e, 1, Some(&Position::FileOffset(42)), 0, (0xab, 9)), "u:7");
     }
 }

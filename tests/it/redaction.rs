@@ -111,6 +111,17 @@ fn source_targets_and_oci_references_with_credentials_are_redacted_in_every_erro
             assert_redacted(&format!("{command} --source {source}"), &printed);
         }
     }
+    // NATS targets that parse, on a port that refuses the connection: the NATS client's debug
+    // log of each server it tries shows no credentials.
+    for args in [
+        ["--source=jsonl:-", "--sink=nats:nats://alice:SEKpw8@127.0.0.1:1?stream=S", "--summary-json=-"],
+        ["--source=nats:nats://SEKtok9@127.0.0.1:1?stream=S", "--worker=0/1", "--sink=jsonl:-"],
+    ] {
+        let (ok, printed) = eventpipe("run", &args.map(String::from));
+        assert!(!ok, "{args:?}:\n{printed}");
+        assert!(printed.contains("connection attempt failed"), "the client's debug log is there:\n{printed}");
+        assert_redacted(&format!("run {args:?}"), &printed);
+    }
     // An OCI reference with credentials: on the command line and as a config plugin source.
     let reference = "oci://alice:SEKpw7@127.0.0.1:1/x/p:v1";
     let (ok, printed) =

@@ -223,8 +223,10 @@ impl std::fmt::Display for WebhookOptions {
 /// A sink as a tenant names it: where its calls go, optionally its own delivery mode
 /// (`SPEC[,delivery=MODE]`, e.g. `webhook:https://hooks.example/e,delivery=at-most-once`), and
 /// for a webhook its options ([`WebhookOptions`]), as `--sink` and the config's `sinks` take it.
-/// The `,key=value` options follow the spec in any order. Without a mode the sink follows the
-/// run's `--delivery`.
+/// The `,key=value` options follow the spec in any order; an unknown option, or one the sink
+/// does not take, is an error (with the option probably meant), never part of the spec before
+/// it, so a comma of a URL is written `%2C`. Without a mode the sink follows the run's
+/// `--delivery`.
 ///
 /// What a mode means for one sink, in the tenant router:
 /// - `at-least-once`: the at-least-once source position waits for this sink's acknowledgements;

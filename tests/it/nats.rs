@@ -681,7 +681,7 @@ fn publish_and_work_with_url_credentials(server: &impl Nats, secret: &str, dir: 
         ],
         "worker.log",
     );
-    wait_for(&[out.clone()], 60, "the worker's sink calls", |l| !l.is_empty());
+    wait_for(std::slice::from_ref(&out), 60, "the worker's sink calls", |l| !l.is_empty());
     stop(worker);
     let printed = logs(&["publisher.log", "worker.log"]);
     assert!(printed.contains("TRACE") || printed.contains("DEBUG"), "the logs are at trace level");

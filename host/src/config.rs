@@ -1436,15 +1436,8 @@ fn remove_at(table: &mut toml::de::DeTable<'_>, steps: &[Step]) -> bool {
 fn with_suggestion(message: &str) -> String {
     let Some(rest) = message.strip_prefix("unknown field `") else { return message.to_string() };
     let Some((field, expected)) = rest.split_once('`') else { return message.to_string() };
-    let best = expected
-        .split('`')
-        .skip(1)
-        .step_by(2)
-        .map(|known| (strsim::jaro_winkler(field, known), known))
-        .filter(|(score, _)| *score >= 0.8)
-        .max_by(|a, b| a.0.total_cmp(&b.0));
-    match best {
-        Some((_, known)) => format!("unknown field `{field}`; did you mean `{known}`?"),
+    match crate::suggest::closest(field, expected.split('`').skip(1).step_by(2)) {
+        Some(known) => format!("unknown field `{field}`; did you mean `{known}`?"),
         None => message.to_string(),
     }
 }

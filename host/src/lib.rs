@@ -51,7 +51,7 @@
 //!   runtime (the only wasmtime user), the apiserver-style watch cache, the sources.
 //! - [`correlator`], [`tenant`] (matching and drop/keep rules), [`partition`], [`broadcaster`],
 //!   [`delivery`], [`k8s`] (the API server connection), [`nats`], [`event`], [`clock`], and the
-//!   small ones ([`health`], [`http_server`], [`logging`], [`redact`], [`reload`], [`metrics`]:
+//!   small ones ([`health`], [`http_server`], [`logging`], [`redact`], [`reload`], [`suggest`], [`metrics`]:
 //!   the `/metrics` families, their lock-free histograms and their server; each module above
 //!   adds its own counters and histograms): the ground floor.
 
@@ -77,6 +77,7 @@ pub mod redact;
 pub mod reload;
 pub mod sink;
 pub mod source;
+pub mod suggest;
 pub mod tenant;
 pub mod topology;
 pub mod watch_cache;

@@ -55,9 +55,9 @@ pub const MAX_ACK_PENDING: i64 = 100_000;
 pub const STATE_RETRY_FOR: Duration = Duration::from_secs(30);
 
 /// The environment variables a `nats:` target takes its credentials and TLS files from (the
-/// nats CLI's names; never the command line): a token, a user and password (also
-/// `USER:PASSWORD@` in a server's URL), the CA bundle that signs the servers' certificates, and
-/// a client certificate with its key (mutual TLS).
+/// nats CLI's names): a token, a user and password (used when no server's URL gives
+/// credentials: `USER:PASSWORD@` or `TOKEN@` in a URL win), the CA bundle that signs the
+/// servers' certificates, and a client certificate with its key (mutual TLS).
 pub const CREDENTIAL_ENV: [&str; 6] = ["NATS_TOKEN", "NATS_USER", "NATS_PASSWORD", "NATS_CA", "NATS_CERT", "NATS_KEY"];
 
 /// The default replicas on a server that reports `cluster_size` servers (1 alone, else up to 3:
@@ -69,7 +69,8 @@ pub fn default_replicas(cluster_size: usize) -> usize {
 /// A `nats:` target: `nats:nats://[USER:PASSWORD@]HOST:PORT[,nats://HOST:PORT…][?KEY=VALUE&…]`,
 /// as `--sink` and `--source` take it: one server, or several of a cluster (comma-separated;
 /// the client connects to any, learns the others from it, and reconnects across them);
-/// `tls://` for TLS. Credentials come from [`CREDENTIAL_ENV`]. Keys (durations in seconds):
+/// `tls://` for TLS. Credentials come from the URL (`USER:PASSWORD@` or `TOKEN@`, percent-encoded
+/// where a character is not allowed there), else from [`CREDENTIAL_ENV`]. Keys (durations in seconds):
 ///
 /// | key | default | what |
 /// |---|---|---|
@@ -86,8 +87,8 @@ pub fn default_replicas(cluster_size: usize) -> usize {
 /// | `pinned` | `auto` | `auto` (pinned clients where the server has priority groups), `false` |
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NatsTarget {
-    /// The server URLs, comma-separated (credentials included).
-    pub url: String,
+    /// The server URLs, comma-separated (credentials included, shown redacted).
+    pub url: crate::redact::RedactedUrl,
     /// The stream.
     pub stream: String,
     /// The subject prefix.
@@ -117,11 +118,21 @@ pub struct NatsTarget {
 #[error("{0}")]
 pub struct NatsTargetError(String);
 
+/// The credentials a server's URL gives.
+#[derive(Clone, PartialEq, Eq)]
+enum UrlCredentials {
+    /// `nats://USER:PASSWORD@HOST`.
+    UserPassword(String, String),
+    /// `nats://TOKEN@HOST`.
+    Token(String),
+}
+
 impl std::str::FromStr for NatsTarget {
     type Err = NatsTargetError;
     /// Parses the part after `nats:` (`nats://HOST:PORT?…`; `tls://` too).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let fail = |m: String| NatsTargetError(format!("nats:{}: {m}", crate::redact::RedactedUrl::new(s)));
+        // The caller shows the value (redacted); the error says what is wrong with it.
+        let fail = NatsTargetError;
         let (url, query) = s.split_once('?').unwrap_or((s, ""));
         for server in url.split(',') {
             if !(server.starts_with("nats://") || server.starts_with("tls://")) {
@@ -132,7 +143,7 @@ impl std::str::FromStr for NatsTarget {
             }
         }
         let mut t = NatsTarget {
-            url: url.to_string(),
+            url: url.into(),
             stream: DEFAULT_STREAM.into(),
             prefix: DEFAULT_PREFIX.into(),
             partitions: None,
@@ -237,7 +248,7 @@ impl NatsTarget {
 
     /// The server URLs given.
     pub fn servers(&self) -> impl Iterator<Item = &str> {
-        self.url.split(',')
+        self.url.expose().split(',')
     }
 
     /// Connects to one of the servers (the client reconnects by itself after a lost
@@ -253,14 +264,19 @@ impl NatsTarget {
 
     /// [`connect`](Self::connect) with the variables of [`CREDENTIAL_ENV`] read through `env`.
     async fn connect_with(&self, env: impl Fn(&str) -> Option<String>) -> Result<async_nats::Client, NatsError> {
-        let servers: Vec<async_nats::ServerAddr> =
-            self.servers().map(str::parse).collect::<Result<_, _>>().map_err(|e| self.error("connecting")(&e))?;
+        let (servers, credentials) = self.servers_and_credentials().map_err(|e| self.error("connecting")(&e))?;
         let mut options = async_nats::ConnectOptions::new().name("eventpipe").max_reconnects(None);
-        if let Some(token) = env("NATS_TOKEN") {
-            options = options.token(token);
-        }
-        if let (Some(user), Some(password)) = (env("NATS_USER"), env("NATS_PASSWORD")) {
-            options = options.user_and_password(user, password);
+        match credentials {
+            Some(UrlCredentials::UserPassword(user, password)) => options = options.user_and_password(user, password),
+            Some(UrlCredentials::Token(token)) => options = options.token(token),
+            None => {
+                if let Some(token) = env("NATS_TOKEN") {
+                    options = options.token(token);
+                }
+                if let (Some(user), Some(password)) = (env("NATS_USER"), env("NATS_PASSWORD")) {
+                    options = options.user_and_password(user, password);
+                }
+            }
         }
         let mut tls = self.servers().any(|s| s.starts_with("tls://"));
         if let Some(ca) = env("NATS_CA") {
@@ -272,6 +288,39 @@ impl NatsTarget {
             tls = true;
         }
         options.require_tls(tls).connect(servers).await.map_err(|e| self.error("connecting")(&e))
+    }
+
+    /// The server addresses without their user information, and the credentials that
+    /// information gives: `USER:PASSWORD@` a user and password, `TOKEN@` a token (both
+    /// percent-decoded). The client sends one set of credentials to every server, so servers
+    /// that give different ones are refused. The addresses are what the client logs: without
+    /// credentials, its debug logs of them show none.
+    ///
+    /// # Errors
+    /// A server that does not parse, or servers that give different credentials.
+    fn servers_and_credentials(&self) -> Result<(Vec<async_nats::ServerAddr>, Option<UrlCredentials>), String> {
+        let decode = |text: &str| percent_encoding::percent_decode_str(text).decode_utf8_lossy().into_owned();
+        let mut credentials = None;
+        let mut servers = Vec::new();
+        for server in self.servers() {
+            let mut url = server.parse::<async_nats::ServerAddr>().map_err(|e| e.to_string())?.into_inner();
+            let given = match (url.username(), url.password()) {
+                ("", None) => None,
+                (user, Some(password)) => Some(UrlCredentials::UserPassword(decode(user), decode(password))),
+                (token, None) => Some(UrlCredentials::Token(decode(token))),
+            };
+            if given.is_some() {
+                if credentials.is_some() && credentials != given {
+                    return Err("the servers' URLs give different credentials (one set is sent to every server)".into());
+                }
+                credentials = given;
+                // A URL with a host always takes these.
+                let _ = url.set_username("");
+                let _ = url.set_password(None);
+            }
+            servers.push(async_nats::ServerAddr::from_url(url).map_err(|e| e.to_string())?);
+        }
+        Ok((servers, credentials))
     }
 
     /// The replicas of what this target makes: the target's, else [`default_replicas`] of the
@@ -601,5 +650,24 @@ mod tests {
         assert_eq!([0, 1, 2, 3, 5].map(default_replicas), [1, 1, 2, 3, 3]);
         assert!(has_priority_groups("2.11.0") && has_priority_groups("v2.15.1") && !has_priority_groups("2.9.10"));
         assert_eq!(unpack(&pack(b"snapshot bytes")).unwrap(), b"snapshot bytes");
+    }
+
+    #[test]
+    fn url_credentials_leave_the_addresses_for_the_connect_options() {
+        let credentials = |target: &str| {
+            let t: NatsTarget = target.parse().unwrap();
+            let (servers, credentials) = t.servers_and_credentials().unwrap();
+            assert!(servers.iter().all(|s| !s.has_user_pass() && s.password().is_none()), "{target}");
+            assert!(servers.iter().all(|s| !format!("{s:?}").contains("p%40ss")), "{servers:?}");
+            credentials
+        };
+        assert!(
+            credentials("nats://alice:p%40ss@h:4222,nats://h2:4222")
+                == Some(UrlCredentials::UserPassword("alice".into(), "p@ss".into()))
+        );
+        assert!(credentials("nats://s3cr3t@h:4222") == Some(UrlCredentials::Token("s3cr3t".into())));
+        assert!(credentials("nats://h:4222").is_none());
+        let mixed: NatsTarget = "nats://a:b@h:1,nats://c:d@h:2".parse().unwrap();
+        assert!(mixed.servers_and_credentials().is_err());
     }
 }

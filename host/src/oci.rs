@@ -89,7 +89,11 @@ impl FromStr for OciReference {
 
     /// `oci://` and a registry reference with an explicit registry host (no Docker Hub default).
     fn from_str(s: &str) -> Result<Self, OciError> {
-        let bad = |why: &str| OciError::Reference { reference: s.to_string(), reason: why.to_string() };
+        // Shown redacted: a reference may carry credentials (`oci://USER:PASSWORD@HOST/…`).
+        let bad = |why: &str| OciError::Reference {
+            reference: crate::redact::RedactedUrl::new(s).to_string(),
+            reason: why.to_string(),
+        };
         let rest = s.strip_prefix("oci://").ok_or_else(|| bad("expected oci://HOST[:PORT]/REPO[:TAG][@sha256:…]"))?;
         let (host, path) = rest.split_once('/').ok_or_else(|| bad("expected a repository after the host"))?;
         if host.is_empty() || path.is_empty() {
@@ -108,6 +112,15 @@ impl FromStr for OciReference {
             (None, None) => Reference::with_tag(host.to_string(), reference.repository().to_string(), "latest".into()),
         };
         Ok(Self { reference, digest })
+    }
+}
+
+/// References on the command line are parsed without clap's "invalid value '…'" message, which
+/// would show the value as given, credentials included ([`crate::redact::RedactingParser`]).
+impl clap::builder::ValueParserFactory for OciReference {
+    type Parser = crate::redact::RedactingParser<OciReference>;
+    fn value_parser() -> Self::Parser {
+        crate::redact::RedactingParser::new()
     }
 }
 

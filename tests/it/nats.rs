@@ -30,6 +30,8 @@ struct NatsServer {
     child: Child,
     port: u16,
     store: PathBuf,
+    /// `nats-server` flags besides the port and store (e.g. `--user U --pass P`).
+    flags: Vec<String>,
     _dir: tempfile::TempDir,
 }
 
@@ -60,20 +62,27 @@ fn wait_listening(port: u16) {
 impl NatsServer {
     /// Starts one; `None` (printed) when `nats-server` is not installed, a failure under `CI`.
     fn start(test: &str) -> Option<Self> {
+        Self::start_with(test, &[])
+    }
+
+    /// As [`start`](Self::start), with more `nats-server` flags.
+    fn start_with(test: &str, flags: &[&str]) -> Option<Self> {
         if !nats_server_installed(test) {
             return None;
         }
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
         let store = dir.path().join("js");
-        let child = Self::spawn(port, &store);
-        Some(Self { child, port, store, _dir: dir })
+        let flags: Vec<String> = flags.iter().map(|f| f.to_string()).collect();
+        let child = Self::spawn(port, &store, &flags);
+        Some(Self { child, port, store, flags, _dir: dir })
     }
 
-    fn spawn(port: u16, store: &Path) -> Child {
+    fn spawn(port: u16, store: &Path, flags: &[String]) -> Child {
         let child = Command::new("nats-server")
             .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
             .arg(store)
+            .args(flags)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -87,7 +96,7 @@ impl NatsServer {
         self.child.kill().unwrap();
         self.child.wait().unwrap();
         std::thread::sleep(Duration::from_millis(300));
-        self.child = Self::spawn(self.port, &self.store);
+        self.child = Self::spawn(self.port, &self.store, &self.flags);
     }
 }
 
@@ -737,4 +746,71 @@ fn post(addr: &str, path: &str, body: &str) -> String {
     let mut response = String::new();
     conn.read_to_string(&mut response).unwrap();
     response
+
+/// A server's `nats:` targets with credentials in the URL (`USER:PASSWORD@` or `TOKEN@`).
+struct WithCredentials<'a>(&'a NatsServer, &'a str);
+
+impl Nats for WithCredentials<'_> {
+    fn url(&self, query: &str) -> String {
+        format!("nats:nats://{}@127.0.0.1:{}?{query}", self.1, self.0.port)
+    }
+}
+
+/// Publishes the bundled stream's first events to `server` and works them with one worker, both
+/// at `RUST_LOG=trace` and with no `NATS_*` variable: both connect with the URL's credentials
+/// (which the server requires), and neither log shows `secret`.
+fn publish_and_work_with_url_credentials(server: &impl Nats, secret: &str, dir: &Path) {
+    let input = dir.join("in.jsonl");
+    let stream = std::fs::read_to_string(bundled_stream()).unwrap();
+    std::fs::write(&input, stream.lines().take(200).collect::<Vec<_>>().join("\n") + "\n").unwrap();
+    let spawn = |args: &[String], log: &str| {
+        let mut command = Command::new(bin());
+        command.args(["run", "--no-watch"]).args(args).env("RUST_LOG", "trace");
+        for name in ["NATS_TOKEN", "NATS_USER", "NATS_PASSWORD"] {
+            command.env_remove(name);
+        }
+        Proc(command.stdout(Stdio::null()).stderr(std::fs::File::create(dir.join(log)).unwrap()).spawn().unwrap())
+    };
+    let logs = |names: &[&str]| names.iter().map(|n| std::fs::read_to_string(dir.join(n)).unwrap()).collect::<String>();
+    let publisher = spawn(
+        &[format!("--source=jsonl:{}", input.display()), format!("--sink={}", server.url("stream=CREDS&partitions=2"))],
+        "publisher.log",
+    );
+    let status = wait(publisher);
+    assert!(
+        status.success(),
+        "the publisher connects with the URL's credentials: {status}\n{}",
+        logs(&["publisher.log"])
+    );
+    let out = dir.join("worker.jsonl");
+    let worker = spawn(
+        &[
+            format!("--source={}", server.url("stream=CREDS")),
+            "--worker=0/1".into(),
+            format!("--sink=jsonl:{}", out.display()),
+        ],
+        "worker.log",
+    );
+    wait_for(std::slice::from_ref(&out), 60, "the worker's sink calls", |l| !l.is_empty());
+    stop(worker);
+    let printed = logs(&["publisher.log", "worker.log"]);
+    assert!(printed.contains("TRACE") || printed.contains("DEBUG"), "the logs are at trace level");
+    assert!(!printed.contains(secret), "`{secret}` logged");
+}
+
+#[test]
+fn a_user_and_password_in_the_url_authenticate_publisher_and_worker() {
+    let Some(server) = NatsServer::start_with("user_password_in_url", &["--user", "alice", "--pass", "SEKnatsPw7"])
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    publish_and_work_with_url_credentials(&WithCredentials(&server, "alice:SEKnatsPw7"), "SEKnatsPw7", dir.path());
+}
+
+#[test]
+fn a_token_in_the_url_authenticates_publisher_and_worker() {
+    let Some(server) = NatsServer::start_with("token_in_url", &["--auth", "SEKnatsTok7"]) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    publish_and_work_with_url_credentials(&WithCredentials(&server, "SEKnatsTok7"), "SEKnatsTok7", dir.path());
 }

@@ -151,6 +151,20 @@ fn plugins_go_through_a_registry_unchanged_and_a_config_source_runs() {
         assert_eq!(std::fs::read_to_string(dir.path().join("out.jsonl")).unwrap().lines().count(), 1, "{what}");
     };
     run("pulled");
+    // `config show` shows the plan `run` loads: the pulled plugin, not the embedded one of the
+    // same name.
+    let out = eventpipe(&[
+        "config".into(),
+        "show".into(),
+        "--output=json".into(),
+        format!("--config={}", config.display()),
+        format!("--oci-cache={}", dir.path().join("oci").display()),
+        cache.clone(),
+    ]);
+    let shown = text(&out.stdout);
+    assert!(out.status.success(), "config show: {}", text(&out.stderr));
+    assert!(shown.contains(Sha256Digest::of(&component).hex()), "config show names the pulled plugin: {shown}");
+    assert!(!shown.contains(Sha256Digest::of(BY_REASON).hex()), "not the embedded one: {shown}");
     let layer = dir.path().join("oci").join("blobs").join("sha256").join(Sha256Digest::of(&component).hex());
     assert!(std::fs::read(&layer).unwrap() == component, "the cache holds the layer by its digest");
     drop(registry);

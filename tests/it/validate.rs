@@ -44,7 +44,7 @@ fn every_problem_is_listed_with_where_it_is() {
     let config = dir.path().join("eventpipe.toml");
     std::fs::write(
         &config,
-        "[defaults]\nsinks = [\"jsonl:/nonexistent-dir/out.jsonl\", \"webhook:http://\"]\n\n[[tenants]]\nname = \"a\"\nmatch = { namespaces = [\"a\"] }\nrules = { filters = [\"no-such-filter\"] }\n\n[[tenants]]\nname = \"b\"\nmatch = { namespaces = [\"b\"] }\nrules = { filters = [\"by-reason\"] }\n\n[[tenants]]\nname = \"c\"\nmatch = { namespaces = [\"c\"] }\nrules = { aggregate_key = \"by-reasn\" }\n\n[[watchers]]\nplugin = \"similar-events\"\n",
+        "[defaults]\nsinks = [\"jsonl:/nonexistent-dir/out.jsonl\"]\n\n[[tenants]]\nname = \"a\"\nmatch = { namespaces = [\"a\"] }\nrules = { filters = [\"no-such-filter\"] }\n\n[[tenants]]\nname = \"b\"\nmatch = { namespaces = [\"b\"] }\nrules = { filters = [\"by-reason\"] }\n\n[[tenants]]\nname = \"c\"\nmatch = { namespaces = [\"c\"] }\nrules = { aggregate_key = \"by-reasn\" }\n\n[[tenants]]\nname = \"d\"\nmatch = { namespaces = [\"d\"] }\nrules = { sinks = [\"webhook:http://\"] }\n\n[[watchers]]\nplugin = \"similar-events\"\n",
     )
     .unwrap();
     let (ok, _, stderr) = validate(&[
@@ -70,7 +70,10 @@ fn every_problem_is_listed_with_where_it_is() {
         "a typo: {stderr}"
     );
     assert!(has(&["/nonexistent-dir", "does not exist"]), "a sink directory: {stderr}");
-    assert!(has(&["webhook:http://"]), "a webhook URL without host: {stderr}");
+    assert!(
+        has(&["eventpipe.toml:22", "tenants[3].rules.sinks[0]", "webhook:http://", "empty host"]),
+        "a webhook URL without host, where it is: {stderr}"
+    );
     assert!(has(&["watcher plugin similar-events", "watcher"]), "a combiner named as a watcher: {stderr}");
     assert!(has(&["missing.jsonl"]), "an unreadable source: {stderr}");
     assert!(stderr.contains("9 problem(s)"), "{stderr}");

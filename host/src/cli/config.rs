@@ -8,7 +8,7 @@ use eventpipe::config::Config;
 use eventpipe::pipeline::plan::{Setting, TenantPlan};
 use eventpipe::sink::SinkEntry;
 
-use super::{CorrelatorArgs, FilterArgs, PluginArgs, RuntimeArgs};
+use super::{CorrelatorArgs, FilterArgs, OciArgs, PinArgs, PluginArgs, RuntimeArgs};
 
 /// `eventpipe config` subcommands.
 #[derive(Subcommand, Debug)]
@@ -44,6 +44,10 @@ pub struct ShowArgs {
     limits: PluginArgs,
     #[command(flatten)]
     runtime: RuntimeArgs,
+    #[command(flatten)]
+    pins: PinArgs,
+    #[command(flatten)]
+    oci: OciArgs,
     /// `text` (aligned, for people) or `json`.
     #[arg(long, value_enum, default_value_t = Output::Text)]
     output: Output,
@@ -68,8 +72,16 @@ pub fn execute(command: ConfigCommand) -> anyhow::Result<ExitCode> {
 }
 
 fn show(args: ShowArgs) -> anyhow::Result<ExitCode> {
-    let registry =
-        super::registry_with_dir(&args.runtime, &args.limits, args.plugins.as_deref(), "eventpipe config show")?;
+    // The registry `run` would load: plugins pulled from OCI registries by the config's `source`
+    // included (else a name they share with an embedded plugin shows the embedded one).
+    let registry = super::run_registry(
+        &args.runtime,
+        &args.limits,
+        args.plugins.as_deref(),
+        (&args.pins, &args.oci),
+        args.config.as_deref(),
+        "eventpipe config show",
+    )?;
     let mut base = args.filters.apply(args.correlator.rules(&args.limits)).rules(&registry)?;
     base.sinks = args.sink;
     let config = args.config.as_deref().map(Config::load).transpose()?;

@@ -163,6 +163,25 @@ fn pinned_registry(
     Ok(registry)
 }
 
+/// The registry `eventpipe run` runs with (and `config show` shows): the pins of the config
+/// and of `pins`, the plugins the config pulls from OCI registries ([`OciArgs::pull`]), the
+/// embedded plugins and the plugins directory ([`pinned_registry`]).
+///
+/// # Errors
+/// A config that cannot be read, a pull that fails, or a plugin refused.
+fn run_registry(
+    runtime: &RuntimeArgs,
+    limits: &PluginArgs,
+    dir: Option<&Path>,
+    (pins, oci): (&PinArgs, &OciArgs),
+    config: Option<&Path>,
+    command: &str,
+) -> anyhow::Result<PluginRegistry> {
+    let mut pins = pins.pins(config)?;
+    let pulled = oci.pull(config, &mut pins)?;
+    pinned_registry(runtime, limits, dir, pins, &pulled, command)
+}
+
 /// Plugins pulled from OCI registries at start (`source = "oci://…"` in `[plugins.NAME]`).
 #[derive(Args, Debug, Clone)]
 pub struct OciArgs {

@@ -272,10 +272,14 @@ struct KubeArgs {
 /// Runs the pipeline: exit 3 when a plugin failed under `--plugin-fallback fail`, 4 when events
 /// were abandoned (see [`eventpipe::commands::run::RunSummary::abandoned_any`]), else 0.
 pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let mut pins = args.pins.pins(args.config.as_deref())?;
-    let pulled = args.oci.pull(args.config.as_deref(), &mut pins)?;
-    let registry =
-        super::pinned_registry(&args.runtime, &args.limits, args.plugins.as_deref(), pins, &pulled, "eventpipe")?;
+    let registry = super::run_registry(
+        &args.runtime,
+        &args.limits,
+        args.plugins.as_deref(),
+        (&args.pins, &args.oci),
+        args.config.as_deref(),
+        "eventpipe",
+    )?;
     let mut base = args.filters.apply(args.correlator.rules(&args.limits)).rules(&registry)?;
     base.sinks = args.sink;
     let options = RunOptions {

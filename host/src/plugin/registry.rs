@@ -428,12 +428,7 @@ impl PluginRegistry {
             return LookupError::Refused { name: name.into(), reason: reason.clone() };
         }
         let slots = self.slots.read().unwrap_or_else(|p| p.into_inner());
-        let suggestion = slots
-            .keys()
-            .map(|known| (strsim::jaro_winkler(name, known), known))
-            .filter(|(score, _)| *score >= 0.8)
-            .max_by(|a, b| a.0.total_cmp(&b.0))
-            .map(|(_, known)| known.clone());
+        let suggestion = crate::suggest::closest(name, slots.keys().map(String::as_str)).map(str::to_string);
         LookupError::NotFound {
             name: name.into(),
             embedded: self.embedded.keys().cloned().collect::<Vec<_>>().join(", "),

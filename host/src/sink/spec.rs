@@ -65,42 +65,109 @@ impl SinkSpec {
         match self {
             SinkSpec::Webhook(url) => format!("webhook:{}", url.expose()),
             SinkSpec::Otlp(url) => format!("otlp:{}", url.expose()),
-            SinkSpec::Nats(target) => format!("nats:{}", target.url),
+            SinkSpec::Nats(target) => format!("nats:{}", target.url.expose()),
             other => other.to_string(),
         }
     }
 }
 
-/// A `--sink` value that is not one of the sink forms (shown redacted: it may hold a URL with
-/// credentials).
+/// The sink forms, for errors.
+const FORMS: &str = "expected a sink: jsonl:PATH, jsonl:-, k8s, k8s:NAMESPACE, plugin:NAME, plugin:FILE.wasm, webhook:URL, \
+     otlp:URL, metrics or nats:nats://HOST:PORT[?…], optionally followed by ,delivery=at-most-once|wait|at-least-once \
+     (and, for a webhook or otlp, ,concurrency=adaptive|N ,max_batch=N ,max_batch_bytes=N; for metrics, ,max_series=N)";
+
+/// The sink kinds (what comes before the first `:`), for suggestions.
+const KINDS: [&str; 7] = ["jsonl", "k8s", "plugin", "webhook", "otlp", "metrics", "nats"];
+
+/// A `--sink` value (or a config `sinks` entry) that is not one of the sink forms, with what is
+/// wrong and, where one is close, what was probably meant. The value is shown redacted: it may
+/// hold a URL with credentials.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "\"{0}{1}\": expected a sink: jsonl:PATH, jsonl:-, k8s, k8s:NAMESPACE, plugin:NAME, plugin:FILE.wasm, webhook:URL, otlp:URL, metrics or \
-     nats:nats://HOST:PORT[?…], optionally followed by ,delivery=at-most-once|wait|at-least-once (and, for a webhook or \
-     otlp, ,concurrency=adaptive|N ,max_batch=N ,max_batch_bytes=N; for metrics, ,max_series=N)"
-)]
-pub struct SinkSpecError(RedactedUrl, String);
+#[error("\"{value}\": {problem}")]
+pub struct SinkSpecError {
+    value: RedactedUrl,
+    problem: String,
+}
+
+impl SinkSpecError {
+    fn new(value: &str, problem: impl Into<String>) -> Self {
+        Self { value: value.into(), problem: problem.into() }
+    }
+
+    /// Not a sink form: the forms, and the closest kind when the kind looks mistyped.
+    fn not_a_sink(value: &str) -> Self {
+        let kind = value.split([':', ',']).next().unwrap_or_default();
+        let problem = match kind {
+            "http" | "https" => {
+                format!("a URL alone (did you mean webhook:{} or otlp:…?); {FORMS}", RedactedUrl::new(value))
+            }
+            _ => match crate::suggest::closest(kind, KINDS) {
+                Some(known) if known != kind => {
+                    format!("unknown sink kind `{kind}` (did you mean `{known}:`?); {FORMS}")
+                }
+                _ => FORMS.to_string(),
+            },
+        };
+        Self::new(value, problem)
+    }
+}
+
+/// Checks the URL of a `webhook:` or `otlp:` sink: an absolute `http://` or `https://` URL with a
+/// host and a port of at most 65535 (parsed by the `url` crate). A mistyped scheme separator
+/// (`http//h`, `http:/h`) is answered with the URL as probably meant, redacted.
+fn http_url(url: &str) -> Result<(), String> {
+    let problem = match url::Url::parse(url) {
+        // The parser takes `http:h` and `http:/h` for `http://h`: a typo, refused.
+        Ok(_) if !(url.starts_with("http://") || url.starts_with("https://")) => {
+            "expected an http:// or https:// URL".into()
+        }
+        Ok(parsed) if !matches!(parsed.scheme(), "http" | "https") => {
+            format!("expected an http:// or https:// URL, not {}://", parsed.scheme())
+        }
+        Ok(parsed) if parsed.host_str().is_none_or(str::is_empty) => "the URL has no host".into(),
+        Ok(_) => return Ok(()),
+        Err(e) => format!("not a URL: {e}"),
+    };
+    // `http//h`, `http:/h`, `https:h`: the scheme is there, its `://` is not.
+    let meant = ["https", "http"].into_iter().find(|scheme| url.starts_with(scheme)).and_then(|scheme| {
+        let meant = format!("{scheme}://{}", url[scheme.len()..].trim_start_matches([':', '/']));
+        (meant != url && url::Url::parse(&meant).is_ok_and(|u| u.host_str().is_some())).then_some(meant)
+    });
+    Err(match meant {
+        Some(meant) => format!("{problem}; did you mean {}?", RedactedUrl::new(meant)),
+        None => problem,
+    })
+}
+
+/// Checks a `k8s:NAMESPACE` namespace: a DNS-1123 label, as the API server requires.
+fn namespace(ns: &str) -> Result<(), String> {
+    let ok = ns.len() <= 63
+        && ns.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !ns.starts_with('-')
+        && !ns.ends_with('-');
+    if ok { Ok(()) } else { Err(format!("namespace `{ns}`: expected a DNS label (a-z 0-9 -, at most 63)")) }
+}
 
 impl std::str::FromStr for SinkSpec {
     type Err = SinkSpecError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let fail = |problem: String| SinkSpecError::new(s, problem);
         match s.split_once(':') {
             _ if s == "k8s" => Ok(SinkSpec::Kubernetes(String::new())),
-            Some(("k8s", ns)) if !ns.is_empty() => Ok(SinkSpec::Kubernetes(ns.into())),
+            Some(("k8s", ns)) if !ns.is_empty() => {
+                namespace(ns).map(|()| SinkSpec::Kubernetes(ns.into())).map_err(fail)
+            }
             Some(("jsonl", "-")) => Ok(SinkSpec::JsonLinesStdout),
             Some(("jsonl", path)) if !path.is_empty() => Ok(SinkSpec::JsonLinesFile(path.into())),
             Some(("plugin", name)) if !name.is_empty() => Ok(SinkSpec::Plugin(name.into())),
-            Some(("webhook", url)) if url.starts_with("http://") || url.starts_with("https://") => {
-                Ok(SinkSpec::Webhook(RedactedUrl::new(url)))
-            }
-            Some(("otlp", url)) if url.starts_with("http://") || url.starts_with("https://") => {
-                Ok(SinkSpec::Otlp(RedactedUrl::new(url)))
-            }
+            Some(("webhook", url)) => http_url(url).map(|()| SinkSpec::Webhook(RedactedUrl::new(url))).map_err(fail),
+            Some(("otlp", url)) => http_url(url).map(|()| SinkSpec::Otlp(RedactedUrl::new(url))).map_err(fail),
             None if s == "metrics" => Ok(SinkSpec::Metrics { max_series: None }),
-            Some(("nats", target)) => {
-                target.parse().map(|t| SinkSpec::Nats(Box::new(t))).map_err(|_| SinkSpecError(s.into(), String::new()))
-            }
-            _ => Err(SinkSpecError(s.into(), String::new())),
+            Some(("nats", target)) => target
+                .parse()
+                .map(|t| SinkSpec::Nats(Box::new(t)))
+                .map_err(|e: crate::nats::NatsTargetError| fail(e.to_string())),
+            _ => Err(SinkSpecError::not_a_sink(s)),
         }
     }
 }
@@ -156,8 +223,10 @@ impl std::fmt::Display for WebhookOptions {
 /// A sink as a tenant names it: where its calls go, optionally its own delivery mode
 /// (`SPEC[,delivery=MODE]`, e.g. `webhook:https://hooks.example/e,delivery=at-most-once`), and
 /// for a webhook its options ([`WebhookOptions`]), as `--sink` and the config's `sinks` take it.
-/// The `,key=value` options follow the spec in any order. Without a mode the sink follows the
-/// run's `--delivery`.
+/// The `,key=value` options follow the spec in any order; an unknown option, or one the sink
+/// does not take, is an error (with the option probably meant), never part of the spec before
+/// it, so a comma of a URL is written `%2C`. Without a mode the sink follows the run's
+/// `--delivery`.
 ///
 /// What a mode means for one sink, in the tenant router:
 /// - `at-least-once`: the at-least-once source position waits for this sink's acknowledgements;
@@ -192,77 +261,80 @@ impl std::fmt::Display for SinkEntry {
     }
 }
 
+/// The options every sink takes.
+const COMMON_OPTIONS: [&str; 1] = ["delivery"];
+/// The options of webhook and OTLP sinks, besides [`COMMON_OPTIONS`].
+const WEBHOOK_OPTIONS: [&str; 3] = ["concurrency", "max_batch", "max_batch_bytes"];
+/// The options of the metrics sink, besides [`COMMON_OPTIONS`].
+const METRICS_OPTIONS: [&str; 1] = ["max_series"];
+
+/// `text` as a `,key=value` option: `key` is a lowercase name (`a-z`, `0-9`, `_`, starting with a
+/// letter). A URL's own `,a=b` then reads as an option: a comma in a URL is written `%2C`.
+fn option(text: &str) -> Option<(&str, &str)> {
+    let (key, value) = text.split_once('=')?;
+    let mut chars = key.chars();
+    (chars.next()?.is_ascii_lowercase() && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'))
+        .then_some((key, value))
+}
+
 impl std::str::FromStr for SinkEntry {
     type Err = SinkSpecError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        // The error shows the spec redacted and the option that is wrong as given.
-        let error = |head: &str, option: &str| SinkSpecError(head.into(), format!(",{option}"));
+        // The error shows the value redacted, and of an option its key only.
+        let invalid = |key: &str| SinkSpecError::new(s, format!("invalid value of option `{key}`; {FORMS}"));
         let mut rest = s;
         let mut delivery = None;
         let mut webhook = WebhookOptions::default();
         let mut max_series = None;
-        // Options are taken from the end while they are `key=value` with a known key, so a URL
-        // whose query holds commas keeps them.
-        while let Some((head, option)) = rest.rsplit_once(',') {
-            let Some((key, value)) = option.split_once('=') else { break };
+        let mut given = Vec::new();
+        // Options are taken from the end while they are `key=value`.
+        while let Some((head, text)) = rest.rsplit_once(',') {
+            let Some((key, value)) = option(text) else { break };
             if key == "delivery" {
-                let mode =
-                    <DeliveryMode as clap::ValueEnum>::from_str(value, false).map_err(|_| error(head, option))?;
-                delivery = Some(mode);
+                delivery = Some(<DeliveryMode as clap::ValueEnum>::from_str(value, false).map_err(|_| invalid(key))?);
             } else if key == "max_series" {
-                let n = value.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| error(head, option))?;
-                max_series = Some(n);
+                max_series = Some(value.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| invalid(key))?);
             } else {
                 match webhook.set(key, value) {
-                    None => break,
+                    None => {
+                        let known = COMMON_OPTIONS.iter().chain(&WEBHOOK_OPTIONS).chain(&METRICS_OPTIONS);
+                        let hint = match crate::suggest::closest(key, known.copied()) {
+                            Some(meant) => format!("did you mean `{meant}`?"),
+                            None => "a comma in a URL is written %2C".into(),
+                        };
+                        return Err(SinkSpecError::new(s, format!("unknown option `{key}` ({hint}); {FORMS}")));
+                    }
                     Some(Ok(())) => {}
-                    Some(Err(())) => return Err(error(head, option)),
+                    Some(Err(())) => return Err(invalid(key)),
                 }
             }
+            given.push(key);
             rest = head;
         }
         let mut spec: SinkSpec = rest.parse()?;
-        if !webhook.is_empty() && !matches!(spec, SinkSpec::Webhook(_) | SinkSpec::Otlp(_)) {
-            return Err(SinkSpecError(rest.into(), webhook.to_string()));
+        let own: &[&str] = match spec {
+            SinkSpec::Webhook(_) | SinkSpec::Otlp(_) => &WEBHOOK_OPTIONS,
+            SinkSpec::Metrics { .. } => &METRICS_OPTIONS,
+            _ => &[],
+        };
+        if let Some(key) = given.iter().find(|k| !COMMON_OPTIONS.contains(k) && !own.contains(k)) {
+            let kind = rest.split([':', ',']).next().unwrap_or_default();
+            let takes = COMMON_OPTIONS.iter().chain(own).copied().collect::<Vec<_>>().join(", ");
+            return Err(SinkSpecError::new(s, format!("a {kind} sink has no option `{key}` (it takes {takes})")));
         }
-        if let Some(n) = max_series {
-            match &mut spec {
-                SinkSpec::Metrics { max_series } => *max_series = Some(n),
-                _ => return Err(SinkSpecError(rest.into(), format!(",max_series={n}"))),
-            }
+        if let (Some(n), SinkSpec::Metrics { max_series }) = (max_series, &mut spec) {
+            *max_series = Some(n);
         }
         Ok(Self { spec, delivery, webhook })
     }
 }
 
-/// Parses `--sink` values for clap without clap's own "invalid value '…'" message, which
-/// would show the value as given, credentials included: the error shows it redacted.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SinkEntryParser;
-
-impl clap::builder::TypedValueParser for SinkEntryParser {
-    type Value = SinkEntry;
-
-    fn parse_ref(
-        &self,
-        cmd: &clap::Command,
-        arg: Option<&clap::Arg>,
-        value: &std::ffi::OsStr,
-    ) -> Result<SinkEntry, clap::Error> {
-        let flag = arg.map_or_else(|| "--sink".to_string(), |a| format!("--{}", a.get_id()));
-        let fail = |message: String| {
-            clap::Error::raw(clap::error::ErrorKind::ValueValidation, format!("invalid value for {flag}: {message}\n"))
-                .with_cmd(cmd)
-        };
-        let text = value.to_str().ok_or_else(|| fail("not UTF-8".into()))?;
-        text.parse().map_err(|e: SinkSpecError| fail(e.to_string()))
-    }
-}
-
+/// `--sink` values are parsed without clap's "invalid value '…'" message, which would show the
+/// value as given, credentials included ([`crate::redact::RedactingParser`]).
 impl clap::builder::ValueParserFactory for SinkEntry {
-    type Parser = SinkEntryParser;
-    fn value_parser() -> SinkEntryParser {
-        SinkEntryParser
+    type Parser = crate::redact::RedactingParser<SinkEntry>;
+    fn value_parser() -> Self::Parser {
+        crate::redact::RedactingParser::new()
     }
 }
 
@@ -309,8 +381,8 @@ mod tests {
     #[test]
     fn a_webhook_entry_takes_its_options_in_any_order() {
         let e: SinkEntry =
-            "webhook:http://h/x?a=1,b=2,max_batch_bytes=65536,delivery=wait,concurrency=8".parse().unwrap();
-        assert_eq!(e.spec, SinkSpec::Webhook("http://h/x?a=1,b=2".into()), "an unknown key stays in the URL");
+            "webhook:http://h/x?a=1%2Cb=2,max_batch_bytes=65536,delivery=wait,concurrency=8".parse().unwrap();
+        assert_eq!(e.spec, SinkSpec::Webhook("http://h/x?a=1%2Cb=2".into()), "a comma in the URL is %2C");
         assert_eq!(e.delivery, Some(DeliveryMode::Wait));
         assert_eq!(
             e.webhook,
@@ -318,7 +390,7 @@ mod tests {
         );
         assert_eq!(
             e.to_string(),
-            "webhook:http://h/x?a=1,b=2,concurrency=8,max_batch_bytes=65536,delivery=wait",
+            "webhook:http://h/x?a=1%2Cb=2,concurrency=8,max_batch_bytes=65536,delivery=wait",
             "options in a fixed order; parameters that are not secrets shown as given"
         );
         let adaptive: SinkEntry = "webhook:https://h/e,concurrency=adaptive,max_batch=50".parse().unwrap();
@@ -341,5 +413,39 @@ mod tests {
         ] {
             assert!(bad.parse::<SinkEntry>().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn typos_are_refused_with_what_was_probably_meant() {
+        let err = |text: &str| text.parse::<SinkEntry>().unwrap_err().to_string();
+        for (typo, says) in [
+            // An unknown option is not folded into the URL, path or name before it.
+            ("webhook:http://h/e,max_bach=5", "unknown option `max_bach` (did you mean `max_batch`?)"),
+            ("otlp:http://c:4318,concurency=4", "did you mean `concurrency`?"),
+            ("jsonl:out.jsonl,delivry=wait", "did you mean `delivery`?"),
+            ("k8s:default,max_series=3", "a k8s sink has no option `max_series`"),
+            ("metrics,max_serie=3", "did you mean `max_series`?"),
+            ("nats:nats://h:4222?stream=S,max_batch=3", "a nats sink has no option `max_batch`"),
+            ("plugin:stdout,x=1", "unknown option `x` (a comma in a URL is written %2C)"),
+            ("webhook:http://h/x?a=1,b=2", "unknown option `b`"),
+            // URLs and ports.
+            ("otlp:http://c:99999", "invalid port number"),
+            ("webhook:https://h:65536/e", "not a URL: invalid port number"),
+            ("webhook:http//h/e", "did you mean http://h/e?"),
+            ("webhook:http:h/e", "did you mean http://h/e?"),
+            ("webhook:https:/h/e", "did you mean https://h/e?"),
+            ("webhook:ftp://h/e", "expected an http:// or https:// URL"),
+            ("nats:nats://h:70000", "not a server URL"),
+            ("k8s:Not_A_Namespace", "expected a DNS label"),
+            // Kinds.
+            ("webhok:http://h/e", "unknown sink kind `webhok` (did you mean `webhook:`?)"),
+            ("jsnol:-", "did you mean `jsonl:`?"),
+            ("http://h/e", "did you mean webhook:http://h/e or otlp:…?"),
+        ] {
+            let message = err(typo);
+            assert!(message.contains(says), "{typo}: {message}");
+        }
+        assert!("webhook:http://h:65535/e".parse::<SinkEntry>().is_ok());
+        assert!(!err("webhook:https://h:65536/e").contains("did you mean"), "nothing else was meant");
     }
 }

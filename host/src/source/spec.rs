@@ -8,6 +8,7 @@ use super::jsonl::JsonLinesSource;
 use super::k8s::{KubernetesSource, WatchOptions};
 use super::{Source, SourceCounters, SourceError};
 use crate::delivery::{Position, Progress};
+use crate::redact::RedactedUrl;
 
 /// Where events come from: `jsonl:PATH`, `jsonl:-` (stdin), or `k8s` / `k8s:NS[,NS…]` (a
 /// Kubernetes API watch of all namespaces or the listed ones).
@@ -41,30 +42,58 @@ impl std::fmt::Display for SourceSpec {
     }
 }
 
-/// A `--source` value that is not one of the source forms.
+/// The source forms, for errors.
+const FORMS: &str =
+    "expected a source: jsonl:PATH, jsonl:-, k8s, k8s:NS[,NS…], http, http:ADDR or nats:nats://HOST:PORT[?…]";
+
+/// A `--source` value that is not one of the source forms, with what is wrong and, where one is
+/// close, what was probably meant. The value is shown redacted: it may hold a URL with
+/// credentials.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "{0:?}: expected a source: jsonl:PATH, jsonl:-, k8s, k8s:NS[,NS…], http, http:ADDR or nats:nats://HOST:PORT[?…]"
-)]
-pub struct SourceSpecError(String);
+#[error("\"{value}\": {problem}")]
+pub struct SourceSpecError {
+    value: RedactedUrl,
+    problem: String,
+}
 
 impl std::str::FromStr for SourceSpec {
     type Err = SourceSpecError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let fail = |problem: String| SourceSpecError { value: s.into(), problem };
         match s.split_once(':') {
             _ if s == "k8s" => Ok(SourceSpec::Kubernetes(Vec::new())),
             _ if s == "http" => Ok(SourceSpec::Http(([127, 0, 0, 1], 8080).into())),
-            Some(("http", addr)) => addr.parse().map(SourceSpec::Http).map_err(|_| SourceSpecError(s.into())),
+            Some(("http", addr)) => addr.parse().map(SourceSpec::Http).map_err(|e| {
+                fail(format!("http:ADDR: not an IP:PORT address ({e}), the address HTTP ingest listens on"))
+            }),
             Some(("k8s", namespaces)) if !namespaces.is_empty() => {
                 Ok(SourceSpec::Kubernetes(namespaces.split(',').map(|n| n.trim().to_string()).collect()))
             }
-            Some(("nats", target)) => {
-                target.parse().map(|t| SourceSpec::Nats(Box::new(t))).map_err(|_| SourceSpecError(s.into()))
-            }
+            Some(("nats", target)) => target
+                .parse()
+                .map(|t| SourceSpec::Nats(Box::new(t)))
+                .map_err(|e: crate::nats::NatsTargetError| fail(e.to_string())),
             Some(("jsonl", "-")) => Ok(SourceSpec::JsonLinesStdin),
             Some(("jsonl", path)) if !path.is_empty() => Ok(SourceSpec::JsonLinesFile(path.into())),
-            _ => Err(SourceSpecError(s.into())),
+            _ => {
+                let kind = s.split(':').next().unwrap_or_default();
+                Err(fail(match crate::suggest::closest(kind, ["jsonl", "k8s", "http", "nats"]) {
+                    Some(known) if known != kind => {
+                        format!("unknown source kind `{kind}` (did you mean `{known}:`?); {FORMS}")
+                    }
+                    _ => FORMS.into(),
+                }))
+            }
         }
+    }
+}
+
+/// `--source` values are parsed without clap's "invalid value '…'" message, which would show the
+/// value as given, credentials included ([`crate::redact::RedactingParser`]).
+impl clap::builder::ValueParserFactory for SourceSpec {
+    type Parser = crate::redact::RedactingParser<SourceSpec>;
+    fn value_parser() -> Self::Parser {
+        crate::redact::RedactingParser::new()
     }
 }
 

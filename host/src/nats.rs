@@ -391,8 +391,29 @@ impl NatsTarget {
         Ok((stream, partitions))
     }
 
-    /// The key seed's bucket, created if missing (history 1, [`replicas`](Self::replicas)),
-    /// read through its stream leader ([`leader_reads`]).
+    /// Gives `stream` (a bucket's) at least the replicas of the events stream (or
+    /// [`replicas`](Self::replicas), when that is more): a bucket made while a cluster was
+    /// still forming, or by an older version, may have fewer, and then loses its quorum with
+    /// one node. JetStream moves a stream to more replicas in place.
+    ///
+    /// # Errors
+    /// The client's error, as text.
+    async fn same_replicas(&self, js: &jetstream::Context, stream: &str) -> Result<(), String> {
+        let mut events = js.get_stream(&self.stream).await.map_err(|e| e.to_string())?;
+        let wanted = events.info().await.map_err(|e| e.to_string())?.config.num_replicas.max(self.replicas(js));
+        let mut bucket = js.get_stream(stream).await.map_err(|e| e.to_string())?;
+        let mut config = bucket.info().await.map_err(|e| e.to_string())?.config.clone();
+        if config.num_replicas < wanted {
+            tracing::info!(stream, from = config.num_replicas, to = wanted, "giving the bucket the stream's replicas");
+            config.num_replicas = wanted;
+            js.update_stream(config).await.map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// The key seed's bucket, created if missing (history 1, [`replicas`](Self::replicas)), with
+    /// at least the events stream's replicas ([`same_replicas`](Self::same_replicas)), read
+    /// through its stream leader ([`leader_reads`]).
     ///
     /// # Errors
     /// [`NatsError`] when it cannot be read or made (for [`STATE_RETRY_FOR`]).
@@ -409,6 +430,7 @@ impl NatsTarget {
                 .await
                 .map_err(|e| e.to_string())?;
             }
+            self.same_replicas(js, &format!("KV_{}", self.bucket)).await?;
             leader_reads(js, &format!("KV_{}", self.bucket)).await?;
             js.get_key_value(&self.bucket).await.map_err(|e| e.to_string())
         })
@@ -417,7 +439,9 @@ impl NatsTarget {
     }
 
     /// The object store of snapshots (same name as the KV bucket), created if missing
-    /// ([`replicas`](Self::replicas)), read through its stream leader ([`leader_reads`]).
+    /// ([`replicas`](Self::replicas)), with at least the events stream's replicas
+    /// ([`same_replicas`](Self::same_replicas)), read through its stream leader
+    /// ([`leader_reads`]).
     ///
     /// # Errors
     /// [`NatsError`] when it cannot be read or made (for [`STATE_RETRY_FOR`]).
@@ -433,6 +457,7 @@ impl NatsTarget {
                 .await
                 .map_err(|e| e.to_string())?;
             }
+            self.same_replicas(js, &format!("OBJ_{}", self.bucket)).await?;
             leader_reads(js, &format!("OBJ_{}", self.bucket)).await?;
             js.get_object_store(&self.bucket).await.map_err(|e| e.to_string())
         })

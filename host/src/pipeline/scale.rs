@@ -524,7 +524,7 @@ async fn feed_partition(
 ) {
     let key = crate::nats::snapshot_key(&c.target.durable, p);
     // The last stream sequence the partition's state reflects.
-    let mut reflected = restore(&c, p, &key, &tx, &o.scale).await;
+    let Some(mut reflected) = restore(&c, p, &key, &tx, &o.scale, &shutdown).await else { return };
     let mut snapshotted = reflected;
     let consumer = loop {
         match c.target.consumer(&c.stream, p, c.pinned).await {
@@ -792,15 +792,28 @@ async fn acknowledge(last_acker: &mut Option<jetstream::message::Acker>, p: u32)
 }
 
 /// Restores partition `p`'s snapshot from the bucket into its router partition; returns the
-/// sequence it reflects (0: none, refused or unreadable: fresh).
-async fn restore(c: &Connected, p: u32, key: &str, tx: &mpsc::Sender<PartitionInput>, counters: &ScaleCounters) -> u64 {
-    let bytes = match c.snapshots.get(key).await {
-        Ok(Some(bytes)) => bytes,
-        Ok(None) => return 0,
-        Err(error) => {
-            tracing::warn!(partition = p, %error, "cannot read the partition's snapshot: starting fresh");
-            counters.refused();
-            return 0;
+/// sequence it reflects (0: none, or refused: fresh), or `None` when `shutdown` came first. A
+/// read that fails (other than "not found") is tried again every second until it succeeds:
+/// starting fresh on a transient error (a cluster electing leaders) would change counts.
+async fn restore(
+    c: &Connected,
+    p: u32,
+    key: &str,
+    tx: &mpsc::Sender<PartitionInput>,
+    counters: &ScaleCounters,
+    shutdown: &CancellationToken,
+) -> Option<u64> {
+    let bytes = loop {
+        match c.snapshots.get(key).await {
+            Ok(Some(bytes)) => break bytes,
+            Ok(None) => return Some(0),
+            Err(error) => {
+                tracing::warn!(partition = p, %error, "cannot read the partition's snapshot yet; trying again");
+                tokio::select! {
+                    _ = shutdown.cancelled() => return None,
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+            }
         }
     };
     let decoded = crate::nats::unpack(&bytes)
@@ -810,7 +823,7 @@ async fn restore(c: &Connected, p: u32, key: &str, tx: &mpsc::Sender<PartitionIn
     let refused = |why: &dyn std::fmt::Display| {
         counters.refused();
         announce(&format!("correlator snapshot of partition {p} refused, starting fresh: {why}"));
-        0
+        Some(0)
     };
     let snapshot = match decoded {
         Ok(s) => s,
@@ -818,15 +831,15 @@ async fn restore(c: &Connected, p: u32, key: &str, tx: &mpsc::Sender<PartitionIn
     };
     let (answer, restored) = oneshot::channel();
     if tx.send(PartitionInput::Restore(snapshot.tenants, answer)).await.is_err() {
-        return 0;
+        return Some(0);
     }
     match restored.await {
         Ok(Ok(())) => {
             counters.restored();
-            snapshot.sequence
+            Some(snapshot.sequence)
         }
         Ok(Err(why)) => refused(&why),
-        Err(_) => 0,
+        Err(_) => Some(0),
     }
 }
 

@@ -60,6 +60,7 @@
 //! | `eventpipe_nats_worker_partitions` (gauge) | — | a NATS worker's partitions (workers only) |
 //! | `eventpipe_ingest_requests_total` | — | HTTP ingest |
 //! | `eventpipe_ingest_rejected_total` | `reason` | HTTP ingest error answers and bad documents |
+//! | `eventpipe_http_refused_total` | `reason` (`max_connections`: answered `429`; `slow_head`, `slow_body`: shed) | every HTTP server of the run ([`crate::http_server`]) |
 //! | `eventpipe_watch_cache_resource_version`, `_objects`, `_window_changes`, `_watches` (gauges) | — | the watch cache ([`crate::watch_cache`]): its newest resourceVersion, events held, changes in the window, watches open |
 //! | `eventpipe_watch_cache_changes_total`, `_deleted_total` | — / `reason` (`ttl`, `max_objects`) | changes made; events deleted for their TTL or the object bound |
 //! | `eventpipe_watch_cache_watches_cut_off_total`, `_expired_requests_total` | — | watches cut off for a full queue; lists and watches answered `410 Expired` |
@@ -374,6 +375,12 @@ pub const INGEST_ACCEPTED: Family =
 /// `eventpipe_ingest_rejected` (`reason`).
 pub const INGEST_REJECTED: Family =
     present(counter("eventpipe_ingest_rejected", "HTTP ingest error answers and bad documents, per reason."));
+/// `eventpipe_http_refused` (`reason`: `max_connections`, `slow_head`, `slow_body`).
+pub const HTTP_REFUSED: Family = present(counter(
+    "eventpipe_http_refused",
+    "HTTP requests answered 429 at the connection cap (max_connections) and connections shed to make room: \
+     no complete request head yet (slow_head), a request body below the minimum rate (slow_body).",
+));
 /// `eventpipe_watch_cache_resource_version`.
 pub const WATCH_CACHE_RESOURCE_VERSION: Family =
     present(gauge("eventpipe_watch_cache_resource_version", "The watch cache's newest resourceVersion."));
@@ -469,6 +476,7 @@ pub const FAMILIES: &[&Family] = &[
     &INGEST_REQUESTS,
     &INGEST_ACCEPTED,
     &INGEST_REJECTED,
+    &HTTP_REFUSED,
     &WATCH_CACHE_RESOURCE_VERSION,
     &WATCH_CACHE_OBJECTS,
     &WATCH_CACHE_WINDOW,

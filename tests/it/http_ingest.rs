@@ -541,9 +541,9 @@ async fn closed_within(stream: &mut tokio::net::TcpStream, within: Duration) -> 
 }
 
 /// A slowloris — 300 connections from this process, each sending one byte of a request head a
-/// second — against a server capped at 100 connections: `/healthz` and an authorised ingest
-/// POST still answer within 3 s; a head sent slower than the header timeout, a body slower than
-/// the body timeout, and an unauthorised body are cut off.
+/// second — against a server capped at 100 connections: `/healthz` still answers within 3 s,
+/// an authorised ingest POST (retried after a `429`) within 5 s; a head sent slower than the
+/// header timeout, a body slower than the body timeout, and an unauthorised body are cut off.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_clients_cannot_starve_probes_or_authorised_ingest() {
     use tokio::io::AsyncWriteExt;
@@ -551,6 +551,7 @@ async fn slow_clients_cannot_starve_probes_or_authorised_ingest() {
         header_read_timeout: Duration::from_secs(2),
         body_timeout: Duration::from_secs(2),
         max_connections: 100,
+        ..eventpipe::http_server::ServerLimits::default()
     };
     let token = BearerToken::new("s3cret-token").unwrap();
     let config = IngestConfig {
@@ -600,8 +601,18 @@ async fn slow_clients_cannot_starve_probes_or_authorised_ingest() {
         let mut event: Value = serde_json::from_str(CLIENT_GO_CREATE).unwrap();
         event["metadata"]["name"] = json!(format!("under-load.{round}"));
         let headers = [("content-type", "application/json"), auth];
-        let post = http(addr, "POST", EVENTS, &headers, event.to_string().into());
-        let (code, body) = tokio::time::timeout(Duration::from_secs(3), post).await.expect("ingest answers within 3 s");
+        // At the cap, while every slow connection is younger than the grace period, the answer
+        // is 429: retried after its Retry-After, as client-go does.
+        let post = async {
+            loop {
+                let (code, body) = http(addr, "POST", EVENTS, &headers, event.to_string().into()).await;
+                if code != 429 {
+                    break (code, body);
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        };
+        let (code, body) = tokio::time::timeout(Duration::from_secs(5), post).await.expect("ingest answers within 5 s");
         assert_eq!(code, 201, "round {round}: {body}");
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
@@ -736,18 +747,31 @@ async fn duplicate_creates_dry_runs_and_bad_write_options_are_answered_as_the_ap
     assert_eq!(ingest.stats().already_exists, 1);
 }
 
-/// `eventpipe run --source http:…` fed as recorders feed an API server: one event per `POST`,
-/// from several keep-alive connections at once (the ingest benchmark's load, small). After
-/// SIGTERM the summary reads every accepted event and writes each (all distinct objects).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn single_event_posts_on_keep_alive_connections_are_all_processed() {
-    const CONNECTIONS: usize = 8;
-    const PER_CONNECTION: usize = 40;
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out.jsonl");
+/// A run killed when the test ends, whether or not it passed.
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Running {
+    /// Stops the run with SIGTERM; whether it exited successfully.
+    fn terminate(&mut self) -> bool {
+        let _ = std::process::Command::new("kill").args(["-TERM", &self.0.id().to_string()]).status();
+        self.0.wait().unwrap().success()
+    }
+}
+
+/// `eventpipe run --source=http:127.0.0.1:0 --sink=jsonl:OUT --summary-json` with `args`,
+/// its stderr's lines and the address it listens on.
+fn run_http_ingest(out: &Path, args: &[&str]) -> (Running, std::sync::mpsc::Receiver<String>, SocketAddr) {
     let mut run = std::process::Command::new(env!("CARGO_BIN_EXE_eventpipe"))
         .args(["run", "--summary-json", "--no-watch", "--source=http:127.0.0.1:0"])
         .arg(format!("--sink=jsonl:{}", out.display()))
+        .args(args)
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -758,6 +782,19 @@ async fn single_event_posts_on_keep_alive_connections_are_all_processed() {
             break rest.trim().trim_start_matches("http://").trim_end_matches('/').parse().unwrap();
         }
     };
+    (Running(run), lines, addr)
+}
+
+/// `eventpipe run --source http:…` fed as recorders feed an API server: one event per `POST`,
+/// from several keep-alive connections at once (the ingest benchmark's load, small). After
+/// SIGTERM the summary reads every accepted event and writes each (all distinct objects).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn single_event_posts_on_keep_alive_connections_are_all_processed() {
+    const CONNECTIONS: usize = 8;
+    const PER_CONNECTION: usize = 40;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.jsonl");
+    let (mut run, lines, addr) = run_http_ingest(&out, &[]);
     let connections = (0..CONNECTIONS).map(|c| {
         tokio::spawn(async move {
             let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -787,11 +824,181 @@ async fn single_event_posts_on_keep_alive_connections_are_all_processed() {
         accepted += c.await.unwrap();
     }
     assert_eq!(accepted, CONNECTIONS * PER_CONNECTION, "every POST answered 201");
-    let _ = std::process::Command::new("kill").args(["-TERM", &run.id().to_string()]).status();
-    assert!(run.wait().unwrap().success());
+    assert!(run.terminate());
     let summary: Value =
         lines.iter().filter_map(|l| serde_json::from_str::<Value>(&l).ok()).last().expect("the summary");
     assert_eq!(summary["read"], json!(accepted), "{summary}");
     assert_eq!(summary["created"], json!(accepted), "{summary}");
     assert_eq!(std::fs::read_to_string(&out).unwrap().lines().count(), accepted);
+}
+
+/// Creates `name` as client-go's REST client does against an apiserver at its max-in-flight
+/// limit: a `429` (or a `5xx`) with `Retry-After` is tried again after that many seconds.
+/// `name` is the involved object's (each its own, so the correlator writes them all).
+/// `Ok(tries)` once answered `201`; `Err` on a connection closed without an answer or any
+/// other status.
+async fn create_retrying_429(
+    client: &hyper_util::client::legacy::Client<
+        hyper_util::client::legacy::connect::HttpConnector,
+        http_body_util::Full<bytes::Bytes>,
+    >,
+    addr: SocketAddr,
+    name: &str,
+) -> Result<u32, String> {
+    let mut event: Value = serde_json::from_str(CLIENT_GO_CREATE).unwrap();
+    event["metadata"]["name"] = json!(format!("{name}.17f0c9d2a5b3e4c1"));
+    event["involvedObject"]["name"] = json!(name);
+    let body = bytes::Bytes::from(event.to_string());
+    for tries in 1..=30 {
+        let request = Request::post(format!("http://{addr}{EVENTS}"))
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(http_body_util::Full::new(body.clone()))
+            .unwrap();
+        let response = client.request(request).await.map_err(|e| format!("{name}: closed unanswered: {e:?}"))?;
+        let (parts, answer) = response.into_parts();
+        let answer = answer.collect().await.map_err(|e| format!("{name}: answer cut: {e}"))?.to_bytes();
+        match parts.status {
+            StatusCode::CREATED => return Ok(tries),
+            StatusCode::TOO_MANY_REQUESTS => {
+                let status: ApiStatus = serde_json::from_slice(&answer).unwrap();
+                assert_eq!((status.reason.as_str(), status.code), ("TooManyRequests", 429), "{status:?}");
+                assert_eq!(status.details.and_then(|d| d.retry_after_seconds), Some(1));
+                let seconds: u64 = parts.headers[header::RETRY_AFTER].to_str().unwrap().parse().unwrap();
+                tokio::time::sleep(Duration::from_secs(seconds)).await;
+            }
+            other => return Err(format!("{name}: {other}: {}", String::from_utf8_lossy(&answer))),
+        }
+    }
+    Err(format!("{name}: still refused after 30 tries"))
+}
+
+/// Issue #59: slow bodies fill the connection cap of `run --source http:…` (capped at 128)
+/// while 2,000 creates arrive at once. `/healthz` answers throughout (each within 5 s: the
+/// burst queues in the listen backlog ahead of it); every create is answered
+/// `201` or `429` with `Retry-After` (never a bare close); retried as client-go retries, every
+/// event is written; the refusals are counted in `eventpipe_http_refused_total`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_bodies_and_a_burst_of_creates_are_shed_or_answered_429_and_all_written() {
+    use tokio::io::AsyncWriteExt;
+    const CAP: usize = 128;
+    const SLOW_BODIES: usize = 128;
+    const CREATES: usize = 2000;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.jsonl");
+    let cap = format!("--http-max-connections={CAP}");
+    let (mut run, lines, addr) = run_http_ingest(&out, &[&cap, "--http-header-timeout=5", "--http-body-timeout=60"]);
+
+    // Slow bodies: a complete head announcing 10,000 bytes, then one byte every 500 ms; a
+    // connection shed is opened again, until `done`.
+    let done = tokio_util::sync::CancellationToken::new();
+    let slow = (0..SLOW_BODIES)
+        .map(|_| {
+            let done = done.clone();
+            tokio::spawn(async move {
+                let head = format!(
+                    "POST {EVENTS} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 10000\r\n\r\n"
+                );
+                let mut opened = 0u32;
+                while !done.is_cancelled() {
+                    let Ok(mut conn) = tokio::net::TcpStream::connect(addr).await else { continue };
+                    opened += 1;
+                    if conn.write_all(head.as_bytes()).await.is_err() {
+                        continue;
+                    }
+                    while !done.is_cancelled() && conn.write_all(b" ").await.is_ok() {
+                        tokio::select! {
+                            () = done.cancelled() => {}
+                            () = tokio::time::sleep(Duration::from_millis(500)) => {}
+                        }
+                    }
+                }
+                opened
+            })
+        })
+        .collect::<Vec<_>>();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    // The probes: /healthz on the ingest port, every 250 ms, each on a new connection.
+    let began = std::time::Instant::now();
+    let probes = tokio::spawn({
+        let done = done.clone();
+        async move {
+            let (mut answered, mut failed, mut slowest) = (0, Vec::new(), Duration::ZERO);
+            while !done.is_cancelled() {
+                let sent = std::time::Instant::now();
+                let probe = tokio::time::timeout(Duration::from_secs(5), async {
+                    let mut conn = tokio::net::TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+                    conn.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    Ok::<_, String>(closed_within(&mut conn, Duration::from_secs(5)).await)
+                });
+                match probe.await {
+                    Ok(Ok(answer)) if answer.starts_with(b"HTTP/1.1 200") => answered += 1,
+                    other => failed.push(format!("{:?} after the burst began: {other:?}", began.elapsed())),
+                }
+                slowest = slowest.max(sent.elapsed());
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            (answered, failed, slowest)
+        }
+    });
+
+    let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    connector.set_nodelay(true);
+    // Idle connections are given up before the server's 5 s idle timeout closes them, so a
+    // request never goes out on a connection the server is closing.
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .pool_max_idle_per_host(25)
+        .pool_idle_timeout(Duration::from_secs(2))
+        .build(connector);
+    let started = std::time::Instant::now();
+    let creates = (0..CREATES)
+        .map(|i| {
+            let client = client.clone();
+            tokio::spawn(async move { create_retrying_429(&client, addr, &format!("pod-{i}")).await })
+        })
+        .collect::<Vec<_>>();
+    let (mut retried, mut most_tries, mut failures) = (0, 0, Vec::new());
+    for create in creates {
+        match create.await.unwrap() {
+            Ok(tries) => {
+                retried += usize::from(tries > 1);
+                most_tries = most_tries.max(tries);
+            }
+            Err(e) => failures.push(e),
+        }
+    }
+    let took = started.elapsed();
+    eprintln!("{CREATES} creates in {took:?}: {} closed unanswered, e.g. {:?}", failures.len(), failures.first());
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let metrics = {
+        let response = client.get(format!("http://{addr}/metrics").parse().unwrap()).await.unwrap();
+        String::from_utf8(response.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap()
+    };
+    done.cancel();
+    let (answered, failed_probes, slowest_probe) = probes.await.unwrap();
+    let mut reconnects = 0;
+    for s in slow {
+        reconnects += s.await.unwrap() as usize;
+    }
+    eprintln!(
+        "{CREATES} creates in {took:?}: {retried} retried after 429 (at most {most_tries} tries); \
+         {answered} probes answered (the slowest in {slowest_probe:?}); slow-body connections opened: {reconnects}"
+    );
+    assert!(failures.is_empty(), "{} creates failed, e.g. {:?}", failures.len(), &failures[..failures.len().min(5)]);
+    assert!(failed_probes.is_empty() && answered > 0, "{answered} probes answered, failed: {failed_probes:?}");
+    assert!(retried > 0, "the burst met the cap: some creates were answered 429");
+    let refused = |reason: &str| -> u64 {
+        let series = format!("eventpipe_http_refused_total{{reason=\"{reason}\"}} ");
+        metrics.lines().find_map(|l| l.strip_prefix(&series)).map_or(0, |n| n.trim().parse().unwrap())
+    };
+    assert!(refused("max_connections") >= retried as u64, "{metrics}");
+    assert!(refused("slow_body") > 0, "slow bodies were shed before their 60 s deadline: {metrics}");
+
+    assert!(run.terminate());
+    let summary: Value =
+        lines.iter().filter_map(|l| serde_json::from_str::<Value>(&l).ok()).last().expect("the summary");
+    assert_eq!((&summary["read"], &summary["created"]), (&json!(CREATES), &json!(CREATES)), "{summary}");
+    assert_eq!(std::fs::read_to_string(&out).unwrap().lines().count(), CREATES);
 }

@@ -178,9 +178,15 @@ pub struct HttpServerArgs {
     #[arg(long, value_name = "SECONDS", default_value_t = eventpipe::http_server::DEFAULT_BODY_TIMEOUT.as_secs_f64())]
     http_body_timeout: f64,
     /// Open connections per server at most; at the cap the oldest connection that has not
-    /// sent a complete request is closed to make room.
+    /// sent a complete request head is closed to make room, else the slowest body below
+    /// --http-min-body-rate; when every connection is serving, requests are answered 429 with
+    /// Retry-After (the probes are always answered).
     #[arg(long, value_name = "N", default_value_t = eventpipe::http_server::DEFAULT_MAX_CONNECTIONS)]
     http_max_connections: usize,
+    /// Bytes per second a request body must average once it is being read (checked from 2 s
+    /// on) not to be shed when the connection cap is near; 0: never shed for its rate.
+    #[arg(long, value_name = "BYTES", default_value_t = eventpipe::http_server::DEFAULT_MIN_BODY_RATE)]
+    http_min_body_rate: u64,
 }
 
 impl HttpServerArgs {
@@ -195,6 +201,7 @@ impl HttpServerArgs {
             header_read_timeout: seconds("http-header-timeout", self.http_header_timeout)?,
             body_timeout: seconds("http-body-timeout", self.http_body_timeout)?,
             max_connections: self.http_max_connections.max(1),
+            min_body_rate: self.http_min_body_rate,
         })
     }
 }

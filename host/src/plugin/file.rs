@@ -5,8 +5,10 @@
 //! blocks until a writer comes, which stopped the reload thread for good), a socket or a
 //! device. [`read_plugin_file`] resolves symlinks and stats the target, opens it with
 //! `O_NONBLOCK` (so a FIFO swapped in between the two steps cannot block the open), checks the
-//! opened file again with `fstat` (`File::metadata` on the handle), then reads at most the cap
-//! plus one byte (`Read::take`), so a file growing while it is read cannot grow memory either.
+//! opened file again with `fstat` (`File::metadata` on the handle) — a file over the cap is
+//! refused there, before any of it is read — then reads at most the cap plus one byte
+//! (`Read::take`) into a buffer of the size stat'ed, so a file growing while it is read cannot
+//! grow memory either.
 
 use std::fs::{File, Metadata, OpenOptions};
 use std::io::Read;
@@ -29,11 +31,14 @@ pub enum ReadError {
         /// The file's identity (device and inode), to tell the same special file seen again.
         identity: (u64, u64),
     },
-    /// The file holds more than the cap.
+    /// The file holds more than the cap (as `fstat` says, or found while reading).
     #[error("larger than the limit of {max_bytes} bytes (--max-plugin-bytes)")]
     TooLarge {
         /// The cap, bytes.
         max_bytes: u64,
+        /// The file's identity (device and inode) and size (bytes) when refused, to tell the
+        /// same file seen again.
+        identity: (u64, u64, u64),
     },
     /// Opening, stat'ing or reading failed (`NotFound` when the file is gone).
     #[error("cannot read: {0}")]
@@ -52,7 +57,8 @@ impl ReadError {
 /// # Errors
 /// [`ReadError::NotRegular`] for a FIFO, device, socket or directory (checked on the path and
 /// again on the opened file, without blocking); [`ReadError::TooLarge`] when the file holds more
-/// than `max_bytes` (found while reading: at most `max_bytes + 1` bytes are read);
+/// than `max_bytes` (from `fstat`, before reading; or found while reading a file that grew: at
+/// most `max_bytes + 1` bytes are read);
 /// [`ReadError::Io`] when the file cannot be opened or read.
 pub fn read_plugin_file(path: &Path, max_bytes: u64) -> Result<Vec<u8>, ReadError> {
     let resolved = std::fs::canonicalize(path)?;
@@ -62,10 +68,18 @@ pub fn read_plugin_file(path: &Path, max_bytes: u64) -> Result<Vec<u8>, ReadErro
     // What was opened is what counts (the path may have been replaced meanwhile).
     let metadata = file.metadata()?;
     check_regular(&resolved, &metadata)?;
-    let mut bytes = Vec::with_capacity(metadata.len().min(max_bytes) as usize);
+    let too_large = || {
+        let (dev, ino) = identity(&metadata);
+        ReadError::TooLarge { max_bytes, identity: (dev, ino, metadata.len()) }
+    };
+    if metadata.len() > max_bytes {
+        return Err(too_large());
+    }
+    // One byte more than stat'ed: reading to the end then needs no second, doubled buffer.
+    let mut bytes = Vec::with_capacity(metadata.len() as usize + 1);
     file.take(max_bytes.saturating_add(1)).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > max_bytes {
-        return Err(ReadError::TooLarge { max_bytes });
+        return Err(too_large());
     }
     Ok(bytes)
 }
@@ -146,13 +160,30 @@ pub fn plugin_name(path: &Path) -> Option<String> {
 mod tests {
     use super::*;
 
+    /// Issue #59: a file over the cap is refused from its size, before it is read: a sparse
+    /// file of 1 TiB is refused at once (reading its first 64 MiB used to cost twice that).
+    #[test]
+    fn a_file_over_the_cap_is_refused_from_its_size_before_reading() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("huge.wasm");
+        std::fs::File::create(&path).unwrap().set_len(1 << 40).unwrap();
+        let started = std::time::Instant::now();
+        let err = read_plugin_file(&path, DEFAULT_MAX_PLUGIN_BYTES).unwrap_err();
+        assert!(matches!(err, ReadError::TooLarge { identity: (_, _, len), .. } if len == 1 << 40), "{err}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_millis(20),
+            "read before refusing: {:?}",
+            started.elapsed()
+        );
+    }
+
     #[test]
     fn regular_files_are_read_up_to_the_cap() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("p.wasm");
         std::fs::write(&path, [7u8; 100]).unwrap();
         assert_eq!(read_plugin_file(&path, 100).unwrap().len(), 100);
-        assert!(matches!(read_plugin_file(&path, 99), Err(ReadError::TooLarge { max_bytes: 99 })));
+        assert!(matches!(read_plugin_file(&path, 99), Err(ReadError::TooLarge { max_bytes: 99, .. })));
         let link = dir.path().join("link.wasm");
         std::os::unix::fs::symlink(&path, &link).unwrap();
         assert_eq!(read_plugin_file(&link, 1000).unwrap(), vec![7u8; 100], "a symlink to a file is followed");

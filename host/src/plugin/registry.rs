@@ -546,10 +546,17 @@ impl PluginRegistry {
         let bytes = match read_plugin_file(path, self.max_plugin_bytes) {
             Ok(bytes) => bytes,
             Err(e) if e.is_not_found() => return self.revert(&name),
-            Err(e @ ReadError::NotRegular { identity, .. }) => {
-                // Remembered by the file's identity: the next event for the same FIFO or
-                // device is not reported again (the caller reports this refusal once).
-                let digest = xxhash_rust::xxh3::xxh3_64(&[identity.0.to_le_bytes(), identity.1.to_le_bytes()].concat());
+            Err(e @ (ReadError::NotRegular { .. } | ReadError::TooLarge { .. })) => {
+                // Remembered by the file's identity (and size): the next event for the same
+                // FIFO, device or oversized file is not reported again (the caller reports
+                // this refusal once).
+                let (dev, ino, len) = match e {
+                    ReadError::NotRegular { identity: (dev, ino), .. } => (dev, ino, 0),
+                    ReadError::TooLarge { identity, .. } => identity,
+                    ReadError::Io(_) => unreachable!("matched above"),
+                };
+                let digest =
+                    xxhash_rust::xxh3::xxh3_64(&[dev.to_le_bytes(), ino.to_le_bytes(), len.to_le_bytes()].concat());
                 if self.refused().get(&name).is_some_and(|(d, _)| *d == digest) {
                     return ReloadOutcome::StillRejected { name };
                 }

@@ -304,6 +304,8 @@ pub struct IngestCounters {
     unsupported_media_type: AtomicU64,
     bad_requests: AtomicU64,
     queue_full: AtomicU64,
+    /// The ingest server's refusals at its connection cap.
+    http_server: Arc<crate::http_server::ServerStats>,
 }
 
 /// A copy of the ingest counters at one moment.
@@ -337,6 +339,11 @@ pub struct IngestStats {
 }
 
 impl IngestCounters {
+    /// The ingest server's refusals at its connection cap (`eventpipe_http_refused_total`).
+    pub fn http_server(&self) -> &crate::http_server::ServerStats {
+        &self.http_server
+    }
+
     /// The counters now.
     pub fn stats(&self) -> IngestStats {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
@@ -531,7 +538,8 @@ impl Ingest {
         let addr = listener.local_addr().map_err(IngestError::Serve)?;
         check_bind(INGEST_SERVER, addr, self.shared.config.token.as_ref())?;
         tracing::info!(%addr, auth = self.shared.config.token.is_some(), "HTTP ingest listening");
-        crate::http_server::serve(listener, self.router_with(extra), self.shared.config.server, shutdown)
+        let stats = self.shared.counters.http_server.clone();
+        crate::http_server::serve(listener, self.router_with(extra), self.shared.config.server, stats, shutdown)
             .await
             .map_err(IngestError::Serve)
     }

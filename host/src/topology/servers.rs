@@ -26,6 +26,8 @@ pub(super) struct Servers {
     read_api: bool,
     /// Timeouts and connection cap of each server.
     limits: crate::http_server::ServerLimits,
+    /// The refusals of these servers (registered on `metrics`).
+    http_stats: Arc<crate::http_server::ServerStats>,
     /// Fires when the run returns: the servers end, the watch cache closes.
     stop: CancellationToken,
     _stop_on_return: DropGuard,
@@ -39,8 +41,12 @@ impl Servers {
         limits: crate::http_server::ServerLimits,
     ) -> Self {
         let stop = CancellationToken::new();
+        let (metrics, http_stats) = (Arc::new(Metrics::new()), Arc::new(crate::http_server::ServerStats::default()));
+        let stats = http_stats.clone();
+        metrics.add_source(move |s| s.add_http_server(&stats));
         Servers {
-            metrics: Arc::new(Metrics::new()),
+            metrics,
+            http_stats,
             readiness: Readiness::new(),
             watch_cache,
             read_api,
@@ -135,9 +141,9 @@ impl Servers {
         } else {
             app
         };
-        let (stop, limits) = (self.stop.clone(), self.limits);
+        let (stop, limits, stats) = (self.stop.clone(), self.limits, self.http_stats.clone());
         tokio::spawn(async move {
-            let _ = crate::http_server::serve(listener, app, limits, stop.cancelled_owned()).await;
+            let _ = crate::http_server::serve(listener, app, limits, stats, stop.cancelled_owned()).await;
         });
         Ok(())
     }

@@ -90,6 +90,7 @@ impl Feed {
             s.add_source(&name, &counters.stats());
             if let Some(ingest) = &ingest {
                 s.add_ingest(&name, &ingest.stats());
+                s.add_http_server(ingest.http_server());
             }
         });
     }

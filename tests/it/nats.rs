@@ -656,7 +656,7 @@ fn leader_killed_while_publishing(feed: Feed) {
     let (_, _, slice) = halves(dir.path(), 4000);
     let expected = single_host(&slice, dir.path());
     let text = std::fs::read_to_string(&slice).unwrap();
-    let lines: Vec<&str> = text.lines().collect();
+    let input: Vec<&str> = text.lines().collect();
     let outs: Vec<PathBuf> = (0..2).map(|i| dir.path().join(format!("w{i}.jsonl"))).collect();
     let workers: Vec<Proc> = (0..2).map(|i| cluster_worker(&cluster, i, &outs[i as usize], dir.path())).collect();
     let query = "partitions=6&replicas=3";
@@ -670,7 +670,10 @@ fn leader_killed_while_publishing(feed: Feed) {
             .args(["run", "--no-watch", "--summary-json", &format!("--source={source}")])
             .arg(format!("--sink={}", cluster.url(query)))
             .env("EVENTPIPE_INGEST_TOKEN", "")
-            .stdin(Stdio::piped())
+            .stdin(match feed {
+                Feed::Stdin => Stdio::piped(),
+                Feed::HttpIngest => Stdio::null(),
+            })
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
@@ -695,18 +698,27 @@ fn leader_killed_while_publishing(feed: Feed) {
         (None, Some(addr)) => {
             for chunk in part.chunks(100) {
                 let body: String = chunk.iter().map(|l| format!("{l}\n")).collect();
-                let response = post(addr, "/ingest", &body);
+                // A publisher waiting on the stream sheds with 503 / 429 and `Retry-After`,
+                // which a client retries (as client-go's recorder does).
+                let mut response = post(addr, "/ingest", &body);
+                for _ in 0..120 {
+                    if !(response.starts_with("HTTP/1.1 503") || response.starts_with("HTTP/1.1 429")) {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_secs(1));
+                    response = post(addr, "/ingest", &body);
+                }
                 assert!(response.starts_with("HTTP/1.1 200"), "{response}");
             }
         }
         (None, None) => unreachable!(),
     };
-    let third = lines.len() / 3;
-    send(&lines[..third]);
+    let third = input.len() / 3;
+    send(&input[..third]);
     wait_for(&outs, 120, "the workers writing", |l| l.len() >= 200);
     let node = cluster.leading(query);
     cluster.kill(node);
-    send(&lines[third..]);
+    send(&input[third..]);
     match feed {
         Feed::Stdin => {
             drop(stdin.take());
@@ -746,6 +758,7 @@ fn post(addr: &str, path: &str, body: &str) -> String {
     let mut response = String::new();
     conn.read_to_string(&mut response).unwrap();
     response
+}
 
 /// A server's `nats:` targets with credentials in the URL (`USER:PASSWORD@` or `TOKEN@`).
 struct WithCredentials<'a>(&'a NatsServer, &'a str);

@@ -232,7 +232,13 @@ pub struct PublishOptions {
 /// positions: standard input, HTTP ingest — from this publisher's `epoch` (random per process)
 /// and the event's sequence number in it (`seq`), so that a restarted publisher's ids never
 /// collide with the last one's.
-fn message_id(event: &Event, source: u64, position: Option<&Position>, ordinal: u32, (epoch, seq): (u64, u64)) -> String {
+fn message_id(
+    event: &Event,
+    source: u64,
+    position: Option<&Position>,
+    ordinal: u32,
+    (epoch, seq): (u64, u64),
+) -> String {
     let m = &event.metadata;
     if !m.uid.is_empty() && !m.resource_version.is_empty() {
         return format!("{}:{}", m.uid, m.resource_version);

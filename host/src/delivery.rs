@@ -445,6 +445,8 @@ struct AckState {
     done: VecDeque<bool>,
     /// When each event from `base` on was numbered.
     begun: VecDeque<Instant>,
+    /// When an event was last acknowledged.
+    last_ack: Option<Instant>,
 }
 
 impl Acknowledgements {
@@ -485,6 +487,7 @@ impl Acknowledgements {
             if let Some(slot @ false) = state.done.get_mut(i) {
                 *slot = true;
                 self.latency.observe_duration(now.saturating_duration_since(state.begun[i]));
+                state.last_ack = Some(now);
             }
         }
         let mut finished = 0;
@@ -504,6 +507,16 @@ impl Acknowledgements {
     /// off the Broadcaster's queue) to its acknowledgement, nanoseconds.
     pub fn latencies(&self) -> Counts {
         self.latency.counts()
+    }
+
+    /// How long the sinks have acknowledged nothing while events wait for them: since the later
+    /// of the last acknowledgement and the numbering of the oldest waiting event. `None` while
+    /// nothing waits.
+    pub fn unacknowledged_for(&self) -> Option<Duration> {
+        let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let oldest = *state.begun.front()?;
+        let since = state.last_ack.map_or(oldest, |ack| ack.max(oldest));
+        Some(since.elapsed())
     }
 
     /// Events numbered and not yet part of the acknowledged prefix.
@@ -694,6 +707,19 @@ impl crate::metrics::Snapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unacknowledged_time_counts_from_the_last_acknowledgement_while_events_wait() {
+        let acks = Acknowledgements::new(None);
+        assert_eq!(acks.unacknowledged_for(), None, "nothing waits");
+        acks.begin_many(2);
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(acks.unacknowledged_for().unwrap() >= Duration::from_millis(30));
+        acks.ack(1);
+        assert!(acks.unacknowledged_for().unwrap() < Duration::from_millis(30), "an acknowledgement restarts it");
+        acks.ack(0);
+        assert_eq!(acks.unacknowledged_for(), None);
+    }
 
     #[test]
     fn acknowledgements_report_only_the_complete_prefix() {

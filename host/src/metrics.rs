@@ -23,6 +23,8 @@
 //! | family | labels | from |
 //! |---|---|---|
 //! | `eventpipe_events_in_total` | `source` | events read / accepted per source |
+//! | `eventpipe_source_last_progress_timestamp_seconds` (gauge) | `source` | a Kubernetes source: unix seconds of the last event or bookmark its watch delivered (or list it completed) |
+//! | `eventpipe_source_watch_restarts_total` | `source`, `reason` (`stalled`, `expired`, `error`, `ended`) | a Kubernetes source's watch restarts ([`crate::source::k8s`]) |
 //! | `eventpipe_events_routed_total` | `tenant` | `RouterStats.tenants[t].received` |
 //! | `eventpipe_sink_writes_total` | `tenant`, `verb` (`create`, `patch`; `series_counted` with events.k8s.io recording) | `created`, `patched`, `series_counted` |
 //! | `eventpipe_sink_outcomes_total` | `sink` (its spec; `watch-cache`), `outcome` (`create`, `patch`, `dropped`, `gave_up`, `cancelled`, `shed`) | per-sink write outcomes (the tenant families count each event once) |
@@ -155,6 +157,18 @@ pub const EVENTS_IN: Family = counter("eventpipe_events_in", "Events read or acc
 /// `eventpipe_source_bad_input` (`source`).
 pub const BAD_INPUT: Family =
     counter("eventpipe_source_bad_input", "Input lines or documents that could not be decoded, per source.");
+/// `eventpipe_source_last_progress_timestamp_seconds` (`source`; a gauge, Kubernetes sources).
+pub const SOURCE_LAST_PROGRESS: Family = present(gauge(
+    "eventpipe_source_last_progress_timestamp_seconds",
+    "Unix time (whole seconds) of the last event or bookmark the Kubernetes watch delivered, or list it completed.",
+));
+/// `eventpipe_source_watch_restarts` (`source`, `reason`: `stalled`, `expired`, `error`,
+/// `ended`; Kubernetes sources).
+pub const SOURCE_WATCH_RESTARTS: Family = present(counter(
+    "eventpipe_source_watch_restarts",
+    "Kubernetes watch restarts, per reason: stalled (delivered nothing while the server moved on), \
+     expired (410 Gone: listed again), error (a failed request, after back-off), ended (the server closed the stream).",
+));
 /// `eventpipe_source_non_events` (`source`).
 pub const NON_EVENTS: Family = counter(
     "eventpipe_source_non_events",
@@ -417,6 +431,8 @@ pub const FAMILIES: &[&Family] = &[
     &EVENTS_IN,
     &BAD_INPUT,
     &NON_EVENTS,
+    &SOURCE_LAST_PROGRESS,
+    &SOURCE_WATCH_RESTARTS,
     &ROUTED,
     &SINK_WRITES,
     &SINK_OUTCOMES,

@@ -36,6 +36,7 @@ mod run_fidelity;
 mod shadow;
 mod shutdown;
 mod sink_retry_vectors;
+mod stall;
 mod tenants;
 mod top;
 mod validate;

@@ -23,6 +23,7 @@ use eventpipe::pipeline::router::{DEFAULT_MAX_IN_FLIGHT, PartitionKey};
 use eventpipe::record::event_broadcaster::EventBroadcasterOptions;
 use eventpipe::sink::SinkEntry;
 use eventpipe::source::k8s::WatchOptions;
+use eventpipe::source::k8s::stall::StallOptions;
 use eventpipe::source::{SourceCounters, SourceSpec};
 use eventpipe::watchers::WatcherSpec;
 
@@ -274,6 +275,30 @@ struct KubeArgs {
     /// Also send on the events already in the cluster when the watch starts.
     #[arg(long)]
     replay_existing: bool,
+    /// How long the `k8s` source's watch may deliver nothing while the API server has moved
+    /// past it before it is restarted from its position, and how long the API server may answer
+    /// nothing (or sinks acknowledge nothing while writes wait) before `/readyz` fails, seconds;
+    /// 0: never.
+    #[arg(long, value_name = "SECONDS", default_value_t = 120.0)]
+    stall_timeout: f64,
+    /// How often a quiet watch is checked for a stall (a `list?limit=1`), seconds [default: a
+    /// quarter of --stall-timeout].
+    #[arg(long, value_name = "SECONDS")]
+    stall_check_interval: Option<f64>,
+}
+
+impl KubeArgs {
+    /// The stall rule of `--stall-timeout` and `--stall-check-interval`.
+    fn stall(&self) -> anyhow::Result<StallOptions> {
+        let seconds = |flag: &str, s: f64| {
+            Duration::try_from_secs_f64(s).with_context(|| format!("{flag}: expected seconds >= 0, not {s}"))
+        };
+        let mut stall = StallOptions::with_timeout(seconds("--stall-timeout", self.stall_timeout)?);
+        if let Some(every) = self.stall_check_interval {
+            stall.check_interval = seconds("--stall-check-interval", every)?;
+        }
+        Ok(stall)
+    }
 }
 
 /// Runs the pipeline: exit 3 when a plugin failed under `--plugin-fallback fail`, 4 when events
@@ -289,6 +314,7 @@ pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
     )?;
     let mut base = args.filters.apply(args.correlator.rules(&args.limits)).rules(&registry)?;
     base.sinks = args.sink;
+    let stall = args.kube.stall()?;
     let options = RunOptions {
         source: SourceOptions { spec: args.source, follow: args.follow, counters: Arc::new(SourceCounters::default()) },
         kubernetes: KubernetesOptions {
@@ -298,6 +324,7 @@ pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
                 label_selector: args.kube.label_selector,
                 api: args.kube.events_api,
                 replay_existing: args.kube.replay_existing,
+                stall,
                 ..WatchOptions::default()
             },
             events_api: args.kube.events_api,

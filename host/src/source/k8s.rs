@@ -22,6 +22,10 @@
 //!   position.
 //! - Other errors back off exponentially with jitter: 800 ms doubling up to 30 s, as client-go's
 //!   reflector.
+//! - A watch that stays open but delivers nothing while the server moves on is restarted from
+//!   its position ([`stall`]: `--stall-timeout`); a watch that stalls again right after that
+//!   fails `/healthz`, and an API server that answers nothing for the timeout fails `/readyz`.
+//!   Every restart is counted by [`WatchRestart`].
 //!
 //! Every event sent on goes to the Broadcaster with `action`, so a full queue in
 //! `WaitIfChannelFull` mode slows the watch (back-pressure), never loses events.
@@ -34,9 +38,12 @@ use http_body_util::BodyExt;
 use kube::client::Body;
 use tokio_util::sync::CancellationToken;
 
+pub mod stall;
+
 use crate::broadcaster::{Broadcaster, WatchEventType};
 use crate::delivery::{Position, SeenVersion, SeenVersions};
 use crate::event::{Event, SharedEvent};
+use crate::health::{Probe, Readiness};
 use crate::k8s::{EventsApi, status_error};
 use crate::source::decode::{Decoded, Decoder};
 use crate::source::go_strings;
@@ -71,8 +78,44 @@ pub struct WatchOptions {
     /// sent again unless they changed. Given, a first list sends what is new or changed (as a
     /// re-list), also without `replay_existing`.
     pub resume_seen: Option<SeenVersions>,
-    /// Counted into while the watch runs (events sent on, bookmarks), for `/metrics`.
+    /// Counted into while the watch runs (events sent on, bookmarks, progress, restarts), for
+    /// `/metrics`.
     pub counters: Arc<super::SourceCounters>,
+    /// When a quiet watch counts as stalled ([`stall`]).
+    pub stall: stall::StallOptions,
+    /// Where the watch reports what fails the probes: an API server that does not answer
+    /// (`/readyz`), a watch that stalls again right after a restart (`/healthz`).
+    pub health: Readiness,
+}
+
+/// Why a watch request was made again (`eventpipe_source_watch_restarts_total{reason}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WatchRestart {
+    /// It delivered nothing while the server moved past its position ([`stall`]); restarted
+    /// from the position at once.
+    Stalled,
+    /// `410 Gone` / `Expired`: listed again.
+    Expired,
+    /// A request or the stream failed: restarted after the back-off.
+    Error,
+    /// The server ended the stream (its `timeoutSeconds`): resumed from the last
+    /// resourceVersion, as client-go's reflector.
+    Ended,
+}
+
+impl WatchRestart {
+    /// Every reason, in label order.
+    pub const ALL: [WatchRestart; 4] = [Self::Stalled, Self::Expired, Self::Error, Self::Ended];
+
+    /// The `reason` label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Stalled => "stalled",
+            Self::Expired => "expired",
+            Self::Error => "error",
+            Self::Ended => "ended",
+        }
+    }
 }
 
 impl std::fmt::Debug for WatchOptions {
@@ -85,6 +128,7 @@ impl std::fmt::Debug for WatchOptions {
             .field("replay_existing", &self.replay_existing)
             .field("resume_from", &self.resume_from)
             .field("resume_seen", &self.resume_seen.as_ref().map(SeenVersions::len))
+            .field("stall", &self.stall)
             .finish_non_exhaustive()
     }
 }
@@ -173,6 +217,9 @@ enum Failure {
     Gone,
     /// Anything else: back off, then retry.
     Other(String),
+    /// The watch stalled ([`stall`]): restart it from the last resourceVersion it delivered
+    /// (`None`: from where it started).
+    Stalled(Option<String>),
     /// The Broadcaster stopped or the watch was cancelled.
     Stopped,
 }
@@ -193,6 +240,10 @@ struct Watch {
     resume_from: Option<String>,
     progress: Option<Arc<crate::delivery::Progress>>,
     counters: Arc<super::SourceCounters>,
+    stall: stall::Tracker,
+    health: Readiness,
+    /// The probes' subject: `k8s source PATH`.
+    subject: String,
 }
 
 impl Watch {
@@ -220,7 +271,6 @@ impl Watch {
         }
         Self {
             client,
-            path,
             selectors,
             replay_existing: options.replay_existing,
             timeout_seconds: if options.timeout_seconds == 0 { 300 } else { options.timeout_seconds },
@@ -234,6 +284,10 @@ impl Watch {
             resume_from: options.resume_from.clone().filter(|_| options.namespaces.len() <= 1),
             progress: options.progress.clone(),
             counters: options.counters.clone(),
+            stall: stall::Tracker::new(options.stall),
+            health: options.health.clone(),
+            subject: format!("k8s source {path}"),
+            path,
         }
     }
 
@@ -247,24 +301,54 @@ impl Watch {
             if self.cancel.is_cancelled() {
                 break;
             }
+            let watching = resource_version.is_some();
             let outcome = match &resource_version {
                 None => self.list(!first_list || self.replay_existing).await.map(Some),
                 Some(rv) => self.watch(rv.clone()).await,
             };
+            self.report_reachability();
             match outcome {
                 Ok(Some(rv)) => {
                     first_list = false;
                     resource_version = Some(rv);
                     self.backoff = INITIAL_BACKOFF;
+                    if watching {
+                        self.counters.add_watch_restart(WatchRestart::Ended);
+                    }
                 }
-                Ok(None) => {}
+                Ok(None) => self.counters.add_watch_restart(WatchRestart::Ended),
                 Err(Failure::Gone) => {
                     tracing::info!(path = %self.path, "resourceVersion too old (410 Gone); listing again");
+                    self.counters.add_watch_restart(WatchRestart::Expired);
                     resource_version = None;
                 }
                 Err(Failure::Stopped) => break,
+                Err(Failure::Stalled(last)) => {
+                    resource_version = last.or(resource_version);
+                    self.counters.add_watch_restart(WatchRestart::Stalled);
+                    let again = self.stall.restarted_for_stall();
+                    let timeout = self.stall.options().timeout.as_secs_f64();
+                    tracing::warn!(
+                        path = %self.path,
+                        resource_version = resource_version.as_deref().unwrap_or_default(),
+                        stall_timeout_s = timeout,
+                        again,
+                        "watch stalled (nothing delivered while the API server moved on); restarting it from its position"
+                    );
+                    if again {
+                        let problem = format!(
+                            "the watch stalled again right after a restart (nothing delivered for {timeout} s while \
+                             the API server is past resourceVersion {}): restart the process",
+                            resource_version.as_deref().unwrap_or_default()
+                        );
+                        self.health.report(Probe::Liveness, &self.subject, Some(problem));
+                    }
+                }
                 Err(Failure::Other(error)) => {
                     self.stats.errors += 1;
+                    if watching {
+                        self.counters.add_watch_restart(WatchRestart::Error);
+                    }
                     // Full jitter on top of the exponential pause, as client-go (jitter 1.0).
                     let pause = self.backoff.mul_f64(1.0 + rand::random::<f64>());
                     tracing::warn!(path = %self.path, %error, pause_ms = pause.as_millis() as u64, "watch failed; backing off");
@@ -276,7 +360,89 @@ impl Watch {
                 }
             }
         }
+        self.health.report(Probe::Readiness, &self.subject, None);
+        self.health.report(Probe::Liveness, &self.subject, None);
         self.stats
+    }
+
+    /// Fails `/readyz` while the API server has answered nothing for the stall timeout, and
+    /// clears that once it answers.
+    fn report_reachability(&self) {
+        let problem = self.stall.unreachable_for().map(|quiet| {
+            format!("no answer from the Kubernetes API server for {:.0} s (--stall-timeout)", quiet.as_secs_f64())
+        });
+        self.health.report(Probe::Readiness, &self.subject, problem);
+    }
+
+    /// The watch delivered an event or bookmark, or a list completed: the progress gauge moves,
+    /// and a restart for a stall is proven to have healed it.
+    fn progressed(&mut self) {
+        self.counters.progressed_now();
+        if self.stall.delivered() {
+            self.health.report(Probe::Liveness, &self.subject, None);
+        }
+    }
+
+    /// One stall check of a watch at `position` ([`stall`]): `true` when it stalled.
+    async fn check_stall(&mut self, position: &str) -> Result<bool, Failure> {
+        if !self.stall.should_list() {
+            return Ok(false);
+        }
+        let limit = self.stall.options().request_timeout();
+        let listed = match tokio::time::timeout(limit, self.head_resource_version()).await {
+            Ok(Ok(rv)) => Some(rv),
+            Ok(Err(Failure::Stopped)) => return Err(Failure::Stopped),
+            Ok(Err(_)) | Err(_) => None,
+        };
+        self.report_reachability();
+        let Some(listed) = listed else { return Ok(false) };
+        if !self.stall.suspect(&listed, position) {
+            return Ok(false);
+        }
+        match tokio::time::timeout(limit, self.changed_since(position)).await {
+            Ok(Ok(true)) => Ok(true),
+            Ok(Ok(false)) => {
+                // Idle: nothing of ours past the position; quiet from now on.
+                self.stall.heard();
+                Ok(false)
+            }
+            Ok(Err(Failure::Stopped)) => Err(Failure::Stopped),
+            Ok(Err(_)) | Err(_) => Ok(false),
+        }
+    }
+
+    /// The server's resourceVersion now, from a list of one item of the watched path and
+    /// selectors.
+    async fn head_resource_version(&mut self) -> Result<String, Failure> {
+        let uri = format!("{}?limit=1{}", self.path, self.selectors);
+        let bytes = self.get(uri.clone()).await?.into_body().collect_bytes().await;
+        let bytes = bytes.map_err(|e| Failure::Other(e.to_string()))?;
+        let page: ListPage =
+            serde_json::from_slice(&bytes).map_err(|e| Failure::Other(format!("GET {uri}: not a list: {e}")))?;
+        Ok(page.metadata.resource_version)
+    }
+
+    /// Whether the server has an event of the watched path and selectors past `position`: a
+    /// watch from it for one second (`timeoutSeconds=1`), which the server starts with every
+    /// change after the position. A `410` or the stream's end without one: no.
+    async fn changed_since(&mut self, position: &str) -> Result<bool, Failure> {
+        let uri =
+            format!("{}?watch=true&resourceVersion={}&timeoutSeconds=1{}", self.path, encode(position), self.selectors);
+        let mut body = match self.get(uri).await {
+            Ok(response) => response.into_body(),
+            Err(Failure::Gone) => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        let mut pending = Vec::<u8>::new();
+        while let Some(frame) = body.frame().await {
+            let Ok(data) = frame.map_err(|e| Failure::Other(e.to_string()))?.into_data() else { continue };
+            pending.extend_from_slice(&data);
+            if let Some(end) = pending.iter().position(|&b| b == b'\n') {
+                let line: serde_json::Value = serde_json::from_slice(&pending[..end]).unwrap_or_default();
+                return Ok(matches!(line["type"].as_str(), Some("ADDED" | "MODIFIED" | "DELETED")));
+            }
+        }
+        Ok(false)
     }
 
     /// Remembers `event`'s resourceVersion: `Some` (the version) when it is new or changed.
@@ -304,10 +470,11 @@ impl Watch {
             let position = position.filter(|rv| !rv.is_empty()).map(Position::ResourceVersion);
             progress.sent_event(position, seen);
         }
+        self.progressed();
         self.to.action(WatchEventType::Added, crate::event::shared(event)).await.map_err(|_| Failure::Stopped)
     }
 
-    async fn get(&self, uri: String) -> Result<http::Response<Body>, Failure> {
+    async fn get(&mut self, uri: String) -> Result<http::Response<Body>, Failure> {
         let request = Request::get(&uri)
             .header(header::ACCEPT, "application/json")
             .body(Body::from(Vec::new()))
@@ -316,6 +483,7 @@ impl Watch {
             _ = self.cancel.cancelled() => return Err(Failure::Stopped),
             r = self.client.send(request) => r.map_err(|e| Failure::Other(format!("GET {uri}: {e}")))?,
         };
+        self.stall.reached();
         let status = response.status();
         if status.is_success() {
             return Ok(response);
@@ -345,6 +513,9 @@ impl Watch {
         };
         if let Some((event, version)) = held {
             self.send(event, version, position).await?;
+        }
+        if listed.is_ok() {
+            self.progressed();
         }
         listed
     }
@@ -406,12 +577,26 @@ impl Watch {
             self.selectors
         );
         let mut body = self.get(uri).await?.into_body();
+        self.stall.heard();
+        let mut checks = self.stall.options().enabled().then(|| {
+            let every = self.stall.options().check_interval;
+            let mut checks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+            checks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            checks
+        });
         let mut decoder = Decoder::new();
         let mut pending = Vec::<u8>::new();
-        let mut last = None;
+        let mut last: Option<String> = None;
         loop {
             let frame = tokio::select! {
                 _ = self.cancel.cancelled() => return Err(Failure::Stopped),
+                _ = tick(&mut checks) => {
+                    let position = last.as_deref().unwrap_or(&resource_version).to_string();
+                    if self.check_stall(&position).await? {
+                        return Err(Failure::Stalled(last));
+                    }
+                    continue;
+                }
                 f = body.frame() => f,
             };
             let Some(frame) = frame else { return Ok(last) };
@@ -442,6 +627,7 @@ impl Watch {
                         Ok(Decoded::Bookmark { resource_version, .. }) => {
                             self.stats.bookmarks += 1;
                             self.counters.add_non_event();
+                            self.progressed();
                             last = Some(resource_version);
                         }
                         Ok(Decoded::WatchError { code, reason, message, .. }) => {
@@ -454,6 +640,9 @@ impl Watch {
                     }
                 }
             }
+            // Heard from, once what it brought is sent on: time spent waiting for room in the
+            // Broadcaster (back-pressure) is not quiet.
+            self.stall.heard();
         }
     }
 }
@@ -471,6 +660,16 @@ struct ListMeta {
     resource_version: String,
     #[serde(default, rename = "continue")]
     continue_token: Option<String>,
+}
+
+/// The next tick of `checks`; never, without checks.
+async fn tick(checks: &mut Option<tokio::time::Interval>) {
+    match checks {
+        Some(checks) => {
+            checks.tick().await;
+        }
+        None => std::future::pending().await,
+    }
 }
 
 /// Percent-encodes a query value (RFC 3986 unreserved characters pass).

@@ -50,6 +50,11 @@ pub struct SourceCounters {
     bad_lines: AtomicU64,
     non_events: AtomicU64,
     bytes_read: AtomicU64,
+    /// Unix seconds of the last event or bookmark a Kubernetes watch delivered (or list it
+    /// completed); 0: none yet.
+    last_progress: AtomicU64,
+    /// Kubernetes watch restarts, by [`k8s::WatchRestart`].
+    watch_restarts: [AtomicU64; k8s::WatchRestart::ALL.len()],
 }
 
 impl SourceCounters {
@@ -60,7 +65,29 @@ impl SourceCounters {
             bad_lines: AtomicU64::new(0),
             non_events: AtomicU64::new(0),
             bytes_read: AtomicU64::new(0),
+            last_progress: AtomicU64::new(0),
+            watch_restarts: [const { AtomicU64::new(0) }; k8s::WatchRestart::ALL.len()],
         }
+    }
+
+    /// Unix seconds (whole) of the last event or bookmark a Kubernetes watch delivered, or of
+    /// the last list it completed; 0 before the first.
+    pub fn last_progress(&self) -> u64 {
+        self.last_progress.load(Ordering::Relaxed)
+    }
+
+    /// Kubernetes watch restarts for `reason` so far.
+    pub fn watch_restarts(&self, reason: k8s::WatchRestart) -> u64 {
+        self.watch_restarts[reason as usize].load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn progressed_now(&self) {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        self.last_progress.store(now, Ordering::Relaxed);
+    }
+
+    pub(crate) fn add_watch_restart(&self, reason: k8s::WatchRestart) {
+        self.watch_restarts[reason as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Input bytes read so far (JSON-lines sources), counted as lines are handed to decoding.
@@ -137,5 +164,16 @@ impl crate::metrics::Snapshot {
     pub fn add_source(&mut self, source: &str, stats: &SourceStats) {
         self.add(&crate::metrics::BAD_INPUT, &[("source", source)], stats.bad_lines);
         self.add(&crate::metrics::NON_EVENTS, &[("source", source)], stats.non_events);
+    }
+
+    /// Adds a Kubernetes source's watch progress (`eventpipe_source_last_progress_timestamp_seconds`)
+    /// and restarts per reason (`eventpipe_source_watch_restarts_total`, every reason shown)
+    /// under `source`.
+    pub fn add_watch(&mut self, source: &str, counters: &SourceCounters) {
+        self.set(&crate::metrics::SOURCE_LAST_PROGRESS, &[("source", source)], counters.last_progress());
+        for reason in k8s::WatchRestart::ALL {
+            let labels = [("source", source), ("reason", reason.as_str())];
+            self.add(&crate::metrics::SOURCE_WATCH_RESTARTS, &labels, counters.watch_restarts(reason));
+        }
     }
 }

@@ -41,6 +41,7 @@ pub async fn build(options: RunOptions) -> Result<RunningTopology, RunError> {
     // At-least-once: where the last run stopped, and the progress this one makes.
     let restored = Restored::load(&delivery.mode, &source.spec, &role, scale.workers, &scale_counters)?;
     let mut kube_watch = kubernetes.watch;
+    let stall_timeout = kube_watch.stall.timeout;
     if !restored.seen.is_empty() {
         kube_watch.resume_seen = Some(restored.seen.clone());
     }
@@ -130,6 +131,7 @@ pub async fn build(options: RunOptions) -> Result<RunningTopology, RunError> {
     sinks.register(&servers.metrics);
     feed.register(&servers.metrics);
     tier.register(&servers.metrics, source.spec.to_string(), &scale_counters);
+    tier.watch_acknowledgements(&servers.readiness, stall_timeout, shutdown.clone());
     plans.register(&servers.metrics);
     watchers.register(&servers.metrics);
     checkpointer.register(&servers.metrics);

@@ -75,19 +75,23 @@ impl Feed {
         }))
     }
 
-    /// Registers the source's counters (bad input and non-events, HTTP ingest's requests) on
-    /// `metrics`.
+    /// Registers the source's counters (bad input and non-events, HTTP ingest's requests, a
+    /// Kubernetes watch's progress and restarts) on `metrics`.
     pub fn register(&self, metrics: &Metrics) {
-        let (name, counters, ingest) = match self {
+        let (name, counters, ingest, watch) = match self {
             Feed::Source(s) => (
                 s.spec.to_string(),
                 s.counters.clone(),
                 matches!(s.spec, SourceSpec::Http(_)).then(|| s.ingest_counters.clone()),
+                matches!(s.spec, SourceSpec::Kubernetes(_)),
             ),
-            Feed::Worker(w) => (w.options.target.to_string(), w.options.counters.clone(), None),
+            Feed::Worker(w) => (w.options.target.to_string(), w.options.counters.clone(), None, false),
         };
         metrics.add_source(move |s| {
             s.add_source(&name, &counters.stats());
+            if watch {
+                s.add_watch(&name, &counters);
+            }
             if let Some(ingest) = &ingest {
                 s.add_ingest(&name, &ingest.stats());
                 s.add_http_server(ingest.http_server());
@@ -128,7 +132,7 @@ impl Feed {
                 let s = *s;
                 let source = s.spec.build(SourceContext {
                     kube: s.kube,
-                    watch: s.watch,
+                    watch: WatchOptions { health: readiness.clone(), ..s.watch },
                     resume: s.resume,
                     progress: s.progress,
                     follow: s.follow,

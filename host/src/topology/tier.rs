@@ -4,11 +4,14 @@
 
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use crate::broadcaster::FullChannelBehavior;
 use crate::delivery::{Acknowledgements, Delivery, Progress};
+use crate::health::{Probe, Readiness};
 use crate::metrics::Metrics;
 use crate::pipeline::plan::TenantPlan;
 use crate::pipeline::router::{RouterOptions, RouterSnapshots, RouterStats};
@@ -117,6 +120,35 @@ impl Tier {
                 .expect("a new broadcaster is running"),
         };
         Ok(Tier { event_broadcaster, router, live, worker_router, refused_at_restore })
+    }
+
+    /// Fails `/readyz` (on `readiness`) while the sinks acknowledge nothing for `timeout` with
+    /// writes waiting ([`Acknowledgements::unacknowledged_for`]), checked every quarter of it,
+    /// until `shutdown`; a zero `timeout` checks nothing. A restart would not help (the sinks'
+    /// endpoints are down or slow), so `/healthz` is left alone.
+    pub fn watch_acknowledgements(&self, readiness: &Readiness, timeout: Duration, shutdown: CancellationToken) {
+        if timeout.is_zero() {
+            return;
+        }
+        let (acks, readiness) = (self.worker_router.acks.clone(), readiness.clone());
+        tokio::spawn(async move {
+            let mut checks = tokio::time::interval(timeout / 4);
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = checks.tick() => {}
+                }
+                let problem = acks.unacknowledged_for().filter(|waited| *waited >= timeout).map(|waited| {
+                    format!(
+                        "no write acknowledged for {:.0} s while {} events wait (--stall-timeout)",
+                        waited.as_secs_f64(),
+                        acks.pending()
+                    )
+                });
+                readiness.report(Probe::Readiness, "sinks", problem);
+            }
+            readiness.report(Probe::Readiness, "sinks", None);
+        });
     }
 
     /// Registers the router's counters (events in, per tenant; labelled with the `source`'s

@@ -158,10 +158,14 @@ impl Run {
         (status, body)
     }
 
-    /// The value of the sample `name{labels}` (labels as exposed, in order).
-    fn sample(&self, series: &str) -> Option<f64> {
+    /// The value of the sample `name` with (at least) `labels` (`key="value"` each).
+    fn sample(&self, name: &str, labels: &[&str]) -> Option<f64> {
         let (_, body) = self.get("/metrics");
-        body.lines().find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+        body.lines().find_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let rest = series.strip_prefix(name)?.strip_prefix('{')?;
+            labels.iter().all(|label| rest.contains(label)).then(|| value.parse().ok())?
+        })
     }
 
     /// The involved objects' names of the sink's calls, in order (one per call).
@@ -247,13 +251,14 @@ fn a_stalled_watch_is_restarted_from_its_position_and_loses_nothing() {
     let ns = plane.namespace("stall");
     let proxy = Proxy::start(upstream(plane));
     let run = Run::start(plane, &proxy, &ns);
-    let stalled = format!("eventpipe_source_watch_restarts_total{{reason=\"stalled\",source=\"k8s:{ns}\"}}");
+    let source = format!("source=\"k8s:{ns}\"");
+    let stalled = |run: &Run| run.sample("eventpipe_source_watch_restarts_total", &[&source, "reason=\"stalled\""]);
 
     watching(plane, &run, &ns);
-    assert_eq!(run.sample(&stalled), Some(0.0), "no stall yet");
-    assert!(
-        run.sample(&format!("eventpipe_source_last_progress_timestamp_seconds{{source=\"k8s:{ns}\"}}")).unwrap() > 0.0
-    );
+    assert_eq!(stalled(&run), Some(0.0), "no stall yet");
+    let progress = run.sample("eventpipe_source_last_progress_timestamp_seconds", &[&source]).unwrap();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    assert!((now - progress).abs() < 30.0, "the watch delivered just now: {progress}");
 
     proxy.freeze_latest();
     let frozen_at = Instant::now();
@@ -268,7 +273,7 @@ fn a_stalled_watch_is_restarted_from_its_position_and_loses_nothing() {
     println!("events created while the watch was stalled arrived {recovered:?} after the freeze");
     assert!(recovered < Duration::from_secs(10), "recovered after {recovered:?}");
     assert!(recovered >= Duration::from_secs(2), "too fast for a stall timeout of 3 s: {recovered:?}");
-    assert_eq!(run.sample(&stalled), Some(1.0));
+    assert_eq!(stalled(&run), Some(1.0));
 
     // Nothing twice: the restart resumed from the position, not from a list.
     let mut seen = run.sink_objects();

@@ -399,7 +399,8 @@ impl Watch {
         if !self.stall.suspect(&listed, position) {
             return Ok(false);
         }
-        match tokio::time::timeout(limit, self.changed_since(position)).await {
+        // The one-second watch ends by itself after `timeoutSeconds`.
+        match tokio::time::timeout(limit + Duration::from_secs(2), self.changed_since(position)).await {
             Ok(Ok(true)) => Ok(true),
             Ok(Ok(false)) => {
                 // Idle: nothing of ours past the position; quiet from now on.

@@ -37,7 +37,8 @@ pub struct StallOptions {
     /// API server may give no answer before `/readyz` fails; zero: no checks.
     pub timeout: Duration,
     /// How often a quiet watch is checked (a `list?limit=1`, and when it is ahead a one-second
-    /// watch from the position); also the longest a check waits for an answer (at least 5 s).
+    /// watch from the position); also how long a check's list waits for an answer (at least
+    /// 1 s, at most the timeout).
     pub check_interval: Duration,
 }
 
@@ -58,9 +59,11 @@ impl StallOptions {
         !self.timeout.is_zero() && !self.check_interval.is_zero()
     }
 
-    /// How long one check's request may take.
+    /// How long one check's list may take: the check interval, at least 1 s, at most the
+    /// timeout (so that a server that answers nothing fails `/readyz` about when the timeout
+    /// has passed).
     pub fn request_timeout(&self) -> Duration {
-        self.check_interval.max(Duration::from_secs(5))
+        self.check_interval.max(Duration::from_secs(1)).min(self.timeout.max(Duration::from_secs(1)))
     }
 }
 

@@ -391,16 +391,20 @@ impl NatsTarget {
         Ok((stream, partitions))
     }
 
-    /// Gives `stream` (a bucket's) at least the replicas of the events stream (or
-    /// [`replicas`](Self::replicas), when that is more): a bucket made while a cluster was
+    /// Gives `stream` (a bucket's) at least the replicas of the events stream, when there is
+    /// one (or [`replicas`](Self::replicas), when that is more): a bucket made while a cluster was
     /// still forming, or by an older version, may have fewer, and then loses its quorum with
     /// one node. JetStream moves a stream to more replicas in place.
     ///
     /// # Errors
     /// The client's error, as text.
     async fn same_replicas(&self, js: &jetstream::Context, stream: &str) -> Result<(), String> {
-        let mut events = js.get_stream(&self.stream).await.map_err(|e| e.to_string())?;
-        let wanted = events.info().await.map_err(|e| e.to_string())?.config.num_replicas.max(self.replicas(js));
+        // No events stream (yet): the target's replicas.
+        let stream_replicas = match js.get_stream(&self.stream).await {
+            Ok(mut events) => events.info().await.map_err(|e| e.to_string())?.config.num_replicas,
+            Err(_) => 0,
+        };
+        let wanted = stream_replicas.max(self.replicas(js));
         let mut bucket = js.get_stream(stream).await.map_err(|e| e.to_string())?;
         let mut config = bucket.info().await.map_err(|e| e.to_string())?.config.clone();
         if config.num_replicas < wanted {

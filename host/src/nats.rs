@@ -416,7 +416,7 @@ impl NatsTarget {
     }
 
     /// The key seed's bucket, created if missing (history 1, [`replicas`](Self::replicas)), with
-    /// at least the events stream's replicas ([`same_replicas`](Self::same_replicas)), read
+    /// at least the events stream's replicas (`same_replicas`), read
     /// through its stream leader ([`leader_reads`]).
     ///
     /// # Errors
@@ -444,7 +444,7 @@ impl NatsTarget {
 
     /// The object store of snapshots (same name as the KV bucket), created if missing
     /// ([`replicas`](Self::replicas)), with at least the events stream's replicas
-    /// ([`same_replicas`](Self::same_replicas)), read through its stream leader
+    /// (`same_replicas`), read through its stream leader
     /// ([`leader_reads`]).
     ///
     /// # Errors

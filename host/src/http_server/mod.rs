@@ -29,6 +29,7 @@
 //! Authentication ([`crate::source::http::with_bearer`]) is a layer in front of the handlers,
 //! which read the body: a request without the token is refused before any of its body is read.
 
+pub mod api_status;
 mod connections;
 pub mod reserve;
 

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
 use super::ServerStats;
-use crate::source::http::{ApiStatus, StatusDetails};
+use super::api_status::{ApiStatus, StatusDetails};
 
 /// `Retry-After` of the `429` (seconds): 1, as the kube-apiserver's max-in-flight filter.
 pub const RETRY_AFTER_SECONDS: u32 = 1;

@@ -9,7 +9,7 @@
 //! - [`http`]: HTTP ingest (client-go's event paths, `POST /ingest`), straight into the
 //!   Broadcaster's incoming queue.
 
-mod api_status;
+use crate::http_server::api_status;
 mod blocks;
 pub mod decode;
 mod go_strings;

@@ -1,5 +1,6 @@
-//! `metav1.Status`, the failure answer of the Kubernetes API: what HTTP ingest and the read
-//! API's request checks ([`super::request_options`]) answer a request they refuse with.
+//! `metav1.Status`, the failure answer of the Kubernetes API: what the HTTP servers answer a
+//! request they refuse with — HTTP ingest, the read API's request checks
+//! ([`crate::source::request_options`]) and the connection cap ([`super::reserve`]).
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};

@@ -404,12 +404,7 @@ fn the_kubernetes_source_lists_watches_resumes_and_relists_on_410() {
         .spawn()
         .unwrap();
     let lines = crate::common::stderr_lines(&mut child);
-    let metrics = loop {
-        let line = lines.recv_timeout(Duration::from_secs(120)).expect("the run announces its metrics address");
-        if let Some((_, rest)) = line.split_once("metrics on http://") {
-            break rest.trim_end_matches("/metrics").to_string();
-        }
-    };
+    let metrics = crate::common::metrics_address(&lines);
     // Wait for the second watch (after the relist), give its event time to arrive, then stop
     // the process as Kubernetes would (SIGTERM): it drains and exits 0.
     let deadline = Instant::now() + Duration::from_secs(60);

@@ -136,12 +136,7 @@ impl Run {
             .spawn()
             .unwrap();
         let lines = crate::common::stderr_lines(&mut child);
-        let metrics = loop {
-            let line = lines.recv_timeout(Duration::from_secs(120)).expect("the run announces its metrics address");
-            if let Some((_, rest)) = line.split_once("metrics on http://") {
-                break rest.trim_end_matches("/metrics").to_string();
-            }
-        };
+        let metrics = crate::common::metrics_address(&lines);
         // Keep draining stderr (the run's log) so that it never blocks on a full pipe.
         std::thread::spawn(move || while lines.recv().is_ok() {});
         Run { child, metrics, out, _dir: dir }

@@ -187,6 +187,18 @@ pub fn stderr_lines(child: &mut std::process::Child) -> std::sync::mpsc::Receive
     rx
 }
 
+/// Waits (up to 120 s) among a run's stderr `lines` for its `metrics on http://ADDR/metrics`
+/// line; returns `ADDR` (`HOST:PORT`).
+pub fn metrics_address(lines: &std::sync::mpsc::Receiver<String>) -> String {
+    loop {
+        let line =
+            lines.recv_timeout(std::time::Duration::from_secs(120)).expect("the run announces its metrics address");
+        if let Some((_, rest)) = line.split_once("metrics on http://") {
+            return rest.trim_end_matches("/metrics").to_string();
+        }
+    }
+}
+
 /// Runs `eventpipe ARGS` with stdin `before`, a 1 GiB line, `after`, each line ended by `\n`,
 /// and returns how much its peak resident memory grew over the same process with the same
 /// stdin but no huge line, in KiB (`VmHWM`, read once the lines have gone by, before stdin

@@ -7,6 +7,7 @@
 //! `CI` set they fail (`.ci/run` installs it).
 
 use std::collections::{BTreeMap, HashSet};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -240,9 +241,33 @@ fn wait_for(files: &[PathBuf], secs: u64, what: &str, done: impl Fn(&[Value]) ->
         if done(&got) {
             return got;
         }
-        assert!(Instant::now() < deadline, "{what}: {} lines after {secs} s", got.len());
+        if Instant::now() >= deadline {
+            panic!("{what}: {} lines after {secs} s\n{}", got.len(), log_tails(files));
+        }
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// The last lines of every `.log` file beside `files`: what each process said before a wait
+/// gave up.
+fn log_tails(files: &[PathBuf]) -> String {
+    let Some(dir) = files.first().and_then(|f| f.parent()) else { return String::new() };
+    let mut logs: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|d| d.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "log")).collect())
+        .unwrap_or_default();
+    logs.sort();
+    logs.iter()
+        .map(|log| {
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(40).collect::<Vec<_>>().into_iter().rev().collect();
+            format!(
+                "--- {} (last {} lines)\n{}\n",
+                log.file_name().unwrap().to_string_lossy(),
+                tail.len(),
+                tail.join("\n")
+            )
+        })
+        .collect()
 }
 
 /// Every event name's calls as a multiset-free sequence, compared as sets and final counts.
@@ -456,6 +481,51 @@ fn snapshots_larger_than_max_payload_are_stored_and_kv_snapshots_are_still_read(
         );
         assert_eq!(snapshots.get("eventpipe-9").await.unwrap(), None);
     });
+}
+
+/// A publisher whose input ends while JetStream answers nothing (the server SIGSTOPped past
+/// the client's acknowledgement timeout): once the server answers again, every event is
+/// published and the run ends with status 0 — the end of the input does not abandon the
+/// publications it still retries (it goes on for `--shutdown-timeout`).
+#[test]
+fn a_publisher_whose_input_ends_while_jetstream_is_unresponsive_publishes_everything() {
+    let Some(server) = NatsServer::start("input_ends_while_unresponsive") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("publisher.log");
+    let mut publisher = Proc(
+        Command::new(bin())
+            .args(["run", "--no-watch", "--summary-json", "--source=jsonl:-"])
+            .arg(format!("--sink={}", server.url("partitions=2")))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(&log).unwrap().contains("publishing to") {
+        assert!(Instant::now() < deadline, "{}", std::fs::read_to_string(&log).unwrap());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let signal = |name: &str| {
+        assert!(Command::new("kill").args([name, &server.child.id().to_string()]).status().unwrap().success());
+    };
+    signal("-STOP");
+    let text = std::fs::read_to_string(bundled_stream()).unwrap();
+    let input: String = text.lines().take(50).map(|l| format!("{l}\n")).collect();
+    let mut stdin = publisher.0.stdin.take().unwrap();
+    stdin.write_all(input.as_bytes()).unwrap();
+    drop(stdin);
+    // Past the client's acknowledgement timeout (5 s): every publication failed once.
+    std::thread::sleep(Duration::from_secs(7));
+    signal("-CONT");
+    let status = publisher.0.wait().unwrap();
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(status.success(), "{status}: {log}");
+    let summary: Value = log.lines().rev().find_map(|l| serde_json::from_str(l).ok()).expect("a summary");
+    assert_eq!(summary["scale"]["published"], 50, "{summary}");
+    assert_eq!((summary["abandoned"].as_u64(), summary["cancelled"].as_u64()), (Some(0), Some(0)), "{summary}");
+    assert!(summary["scale"]["publish_retries"].as_u64() > Some(0), "the acknowledgements timed out: {summary}\n{log}");
 }
 
 /// Three `nats-server -js` on free loopback ports, routed into one JetStream cluster, each with

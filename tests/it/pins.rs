@@ -164,6 +164,58 @@ fn a_hot_reload_of_other_bytes_is_refused_counted_and_the_pinned_version_serves_
     assert_eq!(std::fs::read_to_string(dir.path().join("out.jsonl")).unwrap().lines().count(), 3);
 }
 
+/// A pinned plugin's file removed during a run: the name is never served by its embedded
+/// default of other bytes; the removal is an error, and the events after it meet the tenant's
+/// fallback policy (here `drop`: dropped and counted) until the pinned file is back.
+#[test]
+fn a_pinned_plugin_whose_file_is_removed_is_withdrawn_not_replaced_by_the_embedded_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let pinned = by_reason(1);
+    let plugins = plugins_with(dir.path(), &pinned);
+    let out = dir.path().join("out.jsonl");
+    let mut run = Command::new(env!("CARGO_BIN_EXE_eventpipe"))
+        .args(["run", "--source=jsonl:-", "--summary-json", "--plugin-fallback=drop"])
+        .arg(format!("--sink=jsonl:{}", out.display()))
+        .arg(format!("--plugins={}", plugins.display()))
+        .arg(format!("--compile-cache={}", dir.path().join("cache").display()))
+        .arg(format!("--plugin-digest=by-reason={}", Sha256Digest::of(&pinned)))
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = crate::common::stderr_lines(&mut run);
+    let mut seen = Vec::new();
+    let mut wait_for = |needle: &str| loop {
+        let line = lines.recv_timeout(Duration::from_secs(60)).unwrap_or_else(|_| panic!("no {needle}: {seen:?}"));
+        seen.push(line.clone());
+        if line.contains(needle) {
+            return line;
+        }
+    };
+    let mut stdin = run.stdin.take().unwrap();
+    wait_for("is live");
+    stdin.write_all(events(3).as_bytes()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::fs::read_to_string(&out).map_or(0, |t| t.lines().count()) < 3 {
+        assert!(Instant::now() < deadline, "the first 3 events were not written");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    std::fs::remove_file(plugins.join("by-reason.wasm")).unwrap();
+    let refused = wait_for("the file is gone");
+    assert!(refused.contains("plugin `by-reason`"), "{refused}");
+    assert!(refused.contains(&format!("pinned to {}", Sha256Digest::of(&pinned))), "{refused}");
+    stdin.write_all(events(5).as_bytes()).unwrap();
+    drop(stdin);
+    let status = run.wait().unwrap();
+    seen.extend(lines.iter());
+    assert!(status.success(), "the drop policy is no failure: {seen:?}");
+    assert!(!seen.iter().any(|l| l.contains("removed;")), "never reverted to the embedded default: {seen:?}");
+    let summary: serde_json::Value = seen.iter().rev().find_map(|l| serde_json::from_str(l).ok()).expect("a summary");
+    assert_eq!(summary["dropped_by_plugins"].as_u64(), Some(5), "the 5 events after the removal: {summary}");
+    assert_eq!(std::fs::read_to_string(&out).unwrap().lines().count(), 3, "{summary}");
+}
+
 #[test]
 fn plugins_lock_pins_the_directory_in_the_config_and_keeps_the_rest() {
     let dir = tempfile::tempdir().unwrap();

@@ -72,7 +72,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "SECONDS", default_value_t = 1.0, help_heading = "Delivery")]
     checkpoint_interval: f64,
     /// After SIGINT / SIGTERM, seconds to drain the Broadcaster and the sinks before pending
-    /// sink retries are abandoned.
+    /// sink retries are abandoned. The publish tier (`--sink nats:`) also goes on publishing
+    /// failed publications again for this long after the end of its input.
     #[arg(long, value_name = "SECONDS", default_value_t = 30, help_heading = "Delivery")]
     shutdown_timeout: u64,
 

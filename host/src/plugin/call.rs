@@ -37,7 +37,9 @@ pub enum CallFailure {
     /// invalid UTF-8, an empty key).
     Garbage(String),
     /// The plugin's file was removed and no embedded default of that name exists: callers use
-    /// the built-in function (not counted as a failure).
+    /// the built-in function (not counted as a failure). When the name is pinned
+    /// ([`PluginSlot::is_withdrawn`](super::PluginSlot::is_withdrawn)) they apply their fallback
+    /// policy instead, without calling (nor counting failures), as for [`Quarantined`](Self::Quarantined).
     Unloaded,
     /// The plugin is quarantined after repeated failures ([`super::breaker`]): not called;
     /// callers apply the fallback policy (key functions and filters do not count it as a

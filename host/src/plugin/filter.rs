@@ -53,9 +53,14 @@ impl WasmFilter {
         }
         let failure = match self.try_filter(events) {
             Ok(verdicts) => return verdicts,
-            Err(CallFailure::Unloaded) => return vec![Verdict::Keep; events.len()],
-            // Quarantined: the fallback policy, without calling it (nor counting failures).
-            Err(CallFailure::Quarantined) => return events.iter().map(|_| self.fall_back()).collect(),
+            Err(CallFailure::Unloaded) if !self.call.handle().slot().is_withdrawn() => {
+                return vec![Verdict::Keep; events.len()];
+            }
+            // Quarantined, or pinned and removed: the fallback policy, without calling it (nor
+            // counting failures).
+            Err(CallFailure::Quarantined | CallFailure::Unloaded) => {
+                return events.iter().map(|_| self.fall_back()).collect();
+            }
             Err(failure) => failure,
         };
         let handle = self.call.handle();

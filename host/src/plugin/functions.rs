@@ -126,9 +126,12 @@ impl<T: Clone> BatchKeyFn<T> {
         let failure = match self.try_batch(events, decode) {
             Ok(answers) => return answers,
             // Removed with no embedded default: the built-in function is the default.
-            Err(CallFailure::Unloaded) => return events.iter().map(|e| Answer::Builtin(builtin(e))).collect(),
-            // Quarantined: the fallback policy, without calling it (nor counting failures).
-            Err(CallFailure::Quarantined) => {
+            Err(CallFailure::Unloaded) if !self.caller.handle().slot().is_withdrawn() => {
+                return events.iter().map(|e| Answer::Builtin(builtin(e))).collect();
+            }
+            // Quarantined, or pinned and removed: the fallback policy, without calling it (nor
+            // counting failures).
+            Err(CallFailure::Quarantined | CallFailure::Unloaded) => {
                 return events.iter().map(|e| Answer::Policy(self.apply_policy(e, builtin))).collect();
             }
             Err(failure) if events.len() == 1 => {

@@ -545,7 +545,7 @@ impl PluginRegistry {
         let Some(name) = plugin_name(path) else { return ReloadOutcome::Ignored };
         let bytes = match read_plugin_file(path, self.max_plugin_bytes) {
             Ok(bytes) => bytes,
-            Err(e) if e.is_not_found() => return self.revert(&name),
+            Err(e) if e.is_not_found() => return self.revert(&name, path),
             Err(e @ (ReadError::NotRegular { .. } | ReadError::TooLarge { .. })) => {
                 // Remembered by the file's identity (and size): the next event for the same
                 // FIFO, device or oversized file is not reported again (the caller reports
@@ -662,11 +662,30 @@ impl PluginRegistry {
         self.optimized.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn revert(&self, name: &str) -> ReloadOutcome {
+    /// `name`'s file at `path` is gone: the embedded default serves again, or nothing. A pinned
+    /// name is never served other bytes: unless its embedded default has the pinned digest, it
+    /// is [withdrawn](PluginSlot::withdraw) and the removal is refused as an error.
+    fn revert(&self, name: &str, path: &Path) -> ReloadOutcome {
         self.refused().remove(name);
         self.pin_refusals().remove(name);
         let Some(slot) = self.slot(name) else { return ReloadOutcome::Ignored };
         let default = self.embedded.get(name).cloned();
+        let embedded_digest =
+            || embedded::ALL.iter().find(|(n, _)| *n == name).map(|(_, bytes)| Sha256Digest::of(bytes));
+        if let Some(pinned) = self.pins.get(name)
+            && (default.is_none() || embedded_digest().as_ref() != Some(pinned))
+        {
+            if slot.is_withdrawn() {
+                return ReloadOutcome::StillRejected { name: name.into() };
+            }
+            slot.withdraw();
+            self.swaps.fetch_add(1, Ordering::Relaxed);
+            let error = format!(
+                "the file is gone, and the name is pinned to {pinned}: its users apply their \
+                 fallback policy until a file of that digest is back"
+            );
+            return self.reject(name, path, error);
+        }
         if let (Some(current), Some(default)) = (slot.load(), &default)
             && Arc::ptr_eq(&current, default)
         {
@@ -917,6 +936,22 @@ mod tests {
         assert!(outcome.to_string().contains(&format!("pinned to {actual}, but its bytes are {pinned}")), "{outcome}");
         assert_eq!(reg.slot("by-reason").unwrap().load().unwrap().version(), serving);
         assert_eq!((reg.pin_mismatches(), reg.swaps()), (1, 1), "the file's own swap at start only");
+
+        // The pinned file removed: the name is withdrawn (never the embedded default of other
+        // bytes), an error; its file back goes live again.
+        std::fs::write(&path, &variant).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let outcome = reg.reload_file(&path);
+        assert!(matches!(outcome, ReloadOutcome::Rejected { kept: false, .. }), "{outcome}");
+        assert!(outcome.to_string().contains(&format!("pinned to {actual}")), "{outcome}");
+        let slot = reg.slot("by-reason").unwrap();
+        assert!(slot.load().is_none() && slot.is_withdrawn());
+        assert_eq!(reg.reload_file(&path), ReloadOutcome::StillRejected { name: "by-reason".into() });
+        assert!(reg.verify_pins().is_err());
+        std::fs::write(&path, &variant).unwrap();
+        assert!(matches!(reg.reload_file(&path), ReloadOutcome::Live(_)));
+        assert!(!slot.is_withdrawn() && slot.load().is_some());
+        reg.verify_pins().unwrap();
 
         // A pin of an embedded default with other bytes, or of a name nothing has, fails the check.
         let reg = PluginRegistry::new(PluginRuntime::new(Metering::Fuel).unwrap()).unwrap().with_pins(pins(&variant));

@@ -20,6 +20,8 @@ pub struct PluginSlot {
     swaps: AtomicU64,
     shadow: ArcSwapOption<super::shadow::Shadow>,
     breaker: super::breaker::Breaker,
+    /// Set while the name is pinned and its file is gone ([`withdraw`](Self::withdraw)).
+    withdrawn: std::sync::atomic::AtomicBool,
 }
 
 impl fmt::Debug for PluginSlot {
@@ -55,6 +57,7 @@ impl PluginSlot {
             swaps: AtomicU64::new(0),
             shadow: ArcSwapOption::empty(),
             breaker: super::breaker::Breaker::default(),
+            withdrawn: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -88,8 +91,24 @@ impl PluginSlot {
         }
         self.swaps.fetch_add(1, Ordering::Relaxed);
         let previous = self.current.swap(plugin);
+        self.withdrawn.store(false, Ordering::Relaxed);
         self.breaker.reset();
         Ok(previous)
+    }
+
+    /// Unloads the serving version of a pinned name whose file is gone: unlike an unloaded
+    /// name, whose users use the built-in function, its users apply their fallback policy
+    /// (`builtin`, `drop` or `fail`) until a version of the pinned digest is swapped in. Returns
+    /// the previous version.
+    pub fn withdraw(&self) -> Option<Arc<Plugin>> {
+        let previous = self.swap(None).expect("unloading never changes the kind");
+        self.withdrawn.store(true, Ordering::Relaxed);
+        previous
+    }
+
+    /// Whether the name was [withdrawn](Self::withdraw) and nothing serves since.
+    pub fn is_withdrawn(&self) -> bool {
+        self.withdrawn.load(Ordering::Relaxed)
     }
 
     /// Replaces `current` by `new` if `current` still serves (the same compiled version, not an

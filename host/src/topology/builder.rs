@@ -95,6 +95,7 @@ pub async fn build(options: RunOptions) -> Result<RunningTopology, RunError> {
             snapshots,
             counters: &scale_counters,
             source: source.spec.to_string(),
+            shutdown_timeout: limits.shutdown_timeout,
         },
     )
     .await?;

@@ -41,6 +41,9 @@ pub(super) struct TierOptions<'a> {
     pub counters: &'a Arc<ScaleCounters>,
     /// The source's name (the publish tier's message ids hash it).
     pub source: String,
+    /// How long the publish tier goes on publishing again once the drain began (the end of the
+    /// input, or a signal).
+    pub shutdown_timeout: Duration,
 }
 
 /// The Broadcaster piece with its tenant router (or publish tier).
@@ -101,6 +104,11 @@ impl Tier {
                     target.prefix
                 ));
                 let watcher = event_broadcaster.broadcaster().watch().expect("a new broadcaster is running");
+                // The drain cancels the EventBroadcaster's sink retries at once (client-go
+                // `Shutdown`); JetStream's acknowledgements are awaited, and failed
+                // publications sent again, for the shutdown timeout after it.
+                let router_options =
+                    RouterOptions { cancel: after(&router_options.cancel, o.shutdown_timeout), ..router_options };
                 let options = crate::pipeline::scale::PublishOptions {
                     target: target.clone(),
                     js,
@@ -170,4 +178,16 @@ impl Tier {
             s.add_broadcaster(&broadcaster);
         });
     }
+}
+
+/// A token cancelled `delay` after `token` is.
+fn after(token: &CancellationToken, delay: Duration) -> CancellationToken {
+    let (token, delayed) = (token.clone(), CancellationToken::new());
+    let fire = delayed.clone();
+    tokio::spawn(async move {
+        token.cancelled().await;
+        tokio::time::sleep(delay).await;
+        fire.cancel();
+    });
+    delayed
 }

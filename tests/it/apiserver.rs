@@ -422,3 +422,101 @@ fn validate_connect_reaches_the_real_apiserver() {
     assert!(out.status.success(), "{stderr}");
     assert!(stdout.contains("every server reached"), "{stdout}");
 }
+
+/// `POST /api/v1/namespaces/{ns}/events` of `body` to HTTP ingest (in process): the status
+/// code and the answer.
+fn ingest_create(ns: &str, body: &Value) -> (u16, Value) {
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let (tx, _rx) = tokio::sync::mpsc::channel(64);
+        let ingest = eventpipe::source::http::Ingest::new(eventpipe::source::http::IngestConfig::default(), tx);
+        let request = axum::http::Request::builder()
+            .method("POST")
+            .uri(core_v1(ns))
+            .header("content-type", "application/json")
+            .body(axum::body::Body::from(body.to_string()))
+            .unwrap();
+        let response = ingest.router().oneshot(request).await.unwrap();
+        let code = response.status().as_u16();
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        (code, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    })
+}
+
+/// Events the apiserver refuses (and some it stores), created through the real apiserver and
+/// through HTTP ingest: the same status code, and for a refusal the same `422 Invalid` —
+/// message, and `details.causes` (type, field, message) in the same order.
+#[test]
+fn ingest_refuses_what_the_apiserver_refuses_with_the_same_causes() {
+    let Some(plane) = control_plane_or_skip() else { return };
+    let ns = plane.namespace("validation");
+    let at = "2025-01-01T00:00:00.000000Z";
+    let mut cases = vec![
+        ("no involvedObject, no reason", json!({"metadata": {"name": "bare"}, "message": "m"})),
+        (
+            "another namespace's object",
+            json!({"metadata": {"name": "other"}, "involvedObject": {"kind": "Pod", "namespace": "elsewhere", "name": "p"}, "reason": "R"}),
+        ),
+        (
+            "an eventTime and nothing else",
+            json!({"metadata": {"name": "new"}, "involvedObject": {"namespace": ns}, "eventTime": at}),
+        ),
+        (
+            "bad reporting fields",
+            json!({
+                "metadata": {"name": "reporting"}, "involvedObject": {"namespace": ns}, "eventTime": at,
+                "reportingComponent": "-bad/x/y", "reportingInstance": "i".repeat(129), "action": "a".repeat(129),
+                "reason": "r".repeat(129), "message": "m".repeat(1025)
+            }),
+        ),
+        (
+            "a qualified controller",
+            json!({
+                "metadata": {"name": "qualified"}, "involvedObject": {"namespace": ns}, "eventTime": at,
+                "reportingComponent": "example.com/my-controller", "reportingInstance": "i-1", "action": "Act", "reason": "Why"
+            }),
+        ),
+        (
+            "a bad controller prefix",
+            json!({
+                "metadata": {"name": "prefix"}, "involvedObject": {"namespace": ns}, "eventTime": at,
+                "reportingComponent": "Example_com/ok", "reportingInstance": "i-1", "action": "Act", "reason": "Why"
+            }),
+        ),
+        (
+            "a name with a percent sign",
+            json!({"metadata": {"name": "a%b"}, "involvedObject": {"namespace": ns}, "reason": "R"}),
+        ),
+        (
+            "a kubelet event",
+            json!({"metadata": {"name": "good"}, "involvedObject": {"kind": "Pod", "namespace": ns, "name": "p"}, "reason": "R"}),
+        ),
+    ];
+    cases.push((
+        "no name",
+        json!({"metadata": {"generateName": "gen-"}, "involvedObject": {"namespace": ns}, "eventTime": at}),
+    ));
+    let mut refused = 0;
+    for (what, body) in &cases {
+        let (code, apiserver) = plane.request("POST", &core_v1(&ns), Some(body));
+        let (ours, ingest) = ingest_create(&ns, body);
+        assert_eq!(ours, code, "{what}: the apiserver answers {code} {apiserver}, ingest {ours} {ingest}");
+        if code != 422 {
+            continue;
+        }
+        refused += 1;
+        // A generated name (`generateName` and 5 random characters) is the one difference.
+        let name = |v: &Value| v["details"]["name"].as_str().unwrap_or_default().to_string();
+        let (theirs_name, ours_name) = (name(&apiserver), name(&ingest));
+        assert_eq!(ours_name.len(), theirs_name.len(), "{what}: {ours_name} / {theirs_name}");
+        for key in ["reason", "message"] {
+            let ours = ingest[key].to_string().replace(&ours_name, &theirs_name);
+            assert_eq!(ours, apiserver[key].to_string(), "{what}: {key}");
+        }
+        assert_eq!(ingest["details"]["kind"], apiserver["details"]["kind"], "{what}");
+        assert_eq!(ingest["details"]["causes"], apiserver["details"]["causes"], "{what}: causes");
+    }
+    assert_eq!(refused, 7, "the cases the apiserver refuses");
+}

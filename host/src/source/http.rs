@@ -20,7 +20,10 @@
 //! `uid` and `creationTimestamp` filled when missing. A body namespace that differs from the
 //! path's is `400 BadRequest` ("the namespace of the provided object does not match the
 //! namespace sent on the request", as the apiserver); a body that is not an Event, or another
-//! `kind`/`apiVersion`, is `400`; no name and no `generateName` is `422 Invalid`. A create of
+//! `kind`/`apiVersion`, is `400`; no name and no `generateName` is `422 Invalid`, and so is an
+//! event the apiserver's validation refuses ([`super::event_validation`]: e.g. an
+//! `involvedObject.namespace` other than the event's, or an `eventTime` without
+//! `reportingComponent`, `reportingInstance`, `action` or `reason`), with its causes. A create of
 //! a name created here and still remembered (see below) is `409 AlreadyExists`, as the
 //! apiserver answers a create of an existing name; client-go's `recordToSink` drops the event
 //! on it (as on any `StatusError`), so a recorder ends as it would against the apiserver.
@@ -804,7 +807,19 @@ async fn create_inner(
         event.metadata.uid = uuid::Uuid::new_v4().to_string().into();
     }
     event.metadata.creation_timestamp.get_or_insert_with(chrono::Utc::now);
+    check_valid(shared, &event)?;
     enqueue_one(shared, event, &headers, IngestRoute::Create, StatusCode::CREATED, dry_run).await
+}
+
+/// The apiserver's `422 Invalid` ([`super::event_validation`]) for an event it would not store
+/// (counted as a bad request).
+fn check_valid(shared: &Shared, event: &Event) -> Result<(), Response> {
+    let errors = super::event_validation::validate(event);
+    if errors.is_empty() {
+        return Ok(());
+    }
+    bump(&shared.counters.bad_requests);
+    Err(super::event_validation::invalid(&event.metadata.name, &errors).into_response())
 }
 
 /// Puts one event of a create, patch or update on the queue and answers `code` with it; once
@@ -955,6 +970,7 @@ async fn patch_or_update_inner(
     (event.metadata.namespace, event.metadata.name) = (key.0.into(), key.1.into());
     event.kind = "Event".into();
     event.api_version = "v1".into();
+    check_valid(shared, &event)?;
     let route = if patching { IngestRoute::Patch } else { IngestRoute::Update };
     enqueue_one(shared, event, &headers, route, StatusCode::OK, dry_run).await
 }

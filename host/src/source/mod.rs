@@ -12,6 +12,7 @@
 use crate::http_server::api_status;
 mod blocks;
 pub mod decode;
+pub mod event_validation;
 mod go_strings;
 pub mod http;
 pub mod jsonl;

@@ -154,8 +154,8 @@ async fn counters_follow_known_activity() {
     let (tx, _rx) = tokio::sync::mpsc::channel(16);
     let ingest = Ingest::new(IngestConfig::default(), tx);
     let router = ingest.router();
-    let event = r#"{"metadata":{"name":"a.1"},"involvedObject":{"kind":"Pod","name":"a"}}"#;
-    let other = r#"{"metadata":{"name":"a.2"},"involvedObject":{"kind":"Pod","name":"a"}}"#;
+    let event = r#"{"metadata":{"name":"a.1"},"involvedObject":{"kind":"Pod","namespace":"ns","name":"a"}}"#;
+    let other = r#"{"metadata":{"name":"a.2"},"involvedObject":{"kind":"Pod","namespace":"ns","name":"a"}}"#;
     for body in [event, other, "{nope"] {
         let req = Request::post("/api/v1/namespaces/ns/events")
             .header(header::CONTENT_TYPE, "application/json")

@@ -136,6 +136,7 @@ fn run(args: &[String], log: &Path) -> Proc {
         Command::new(bin())
             .args(["run", "--no-watch", "--summary-json"])
             .args(args)
+            .env("RUST_LOG", "info,eventpipe::pipeline::scale=debug")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(log).unwrap())
             .spawn()
@@ -668,7 +669,36 @@ fn a_cluster_node_and_a_worker_killed_mid_stream_lose_nothing() {
     let node = cluster.leading("partitions=6&replicas=3");
     cluster.kill(node);
     assert!(wait(publisher).success(), "{}", std::fs::read_to_string(dir.path().join("publisher.log")).unwrap());
-    wait_for(&outs, 300, "after the failures", |l| final_counts(l) == final_counts(&expected));
+    let want = final_counts(&expected);
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while final_counts(&lines(&outs)) != want {
+        if Instant::now() >= deadline {
+            let got = final_counts(&lines(&outs));
+            let differ: Vec<String> = want
+                .iter()
+                .filter(|(k, v)| got.get(*k) != Some(v))
+                .take(12)
+                .map(|(k, v)| {
+                    let files: Vec<String> = outs
+                        .iter()
+                        .filter(|f| {
+                            std::fs::read_to_string(f)
+                                .is_ok_and(|t| t.contains(&format!("\"name\":{}", k.split(' ').next().unwrap())))
+                        })
+                        .map(|f| f.file_name().unwrap().to_string_lossy().into_owned())
+                        .collect();
+                    format!("{k}: count {v} expected, {:?} written, in {files:?}", got.get(k))
+                })
+                .collect();
+            panic!(
+                "after the failures: {} objects differ, e.g.\n{}\n{}",
+                want.iter().filter(|(k, v)| got.get(*k) != Some(v)).count(),
+                differ.join("\n"),
+                log_tails(&outs)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
     workers.into_iter().for_each(stop);
     let got = lines(&outs);
     let duplicates = assert_covers(&expected, &got, "node and worker killed");

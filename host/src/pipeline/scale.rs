@@ -563,6 +563,8 @@ async fn feed_partition(
     // A pull stream keeps its pin as long as it pulls: its pulls expire well within the
     // priority timeout, and it is made anew only when it ends (a new one starts on standby).
     let expires = (c.target.priority_timeout / 2).clamp(Duration::from_secs(1), Duration::from_secs(30));
+    // When the last message came (or the partition was taken, or last unpinned).
+    let mut last_message = Instant::now();
     'pull: while !shutdown.is_cancelled() {
         let builder =
             consumer.stream().max_messages_per_batch(PREPARE_BATCH_SIZE).expires(expires).heartbeat(expires / 4);
@@ -615,6 +617,9 @@ async fn feed_partition(
                         }
                     }
                     // This message and whatever else is already here, up to a batch.
+                    if message.is_some() {
+                        last_message = Instant::now();
+                    }
                     while let Some(m) = message.take() {
                         take(m, &mut reflected, &mut last_acker, &mut batch, &o, p).await;
                         if batch.len() < PREPARE_BATCH_SIZE
@@ -630,6 +635,12 @@ async fn feed_partition(
                 o.counters.add_read(batch.len() as u64);
                 if tx.send(PartitionInput::Batch(batch)).await.is_err() {
                     break 'pull;
+                }
+            }
+            if ticked && c.pinned && last_message.elapsed() >= PIN_STALL_FACTOR * c.target.priority_timeout {
+                last_message = Instant::now();
+                if unpin_if_stranded(&c, p).await {
+                    continue 'pull;
                 }
             }
             let due = ticked || since_snapshot >= SNAPSHOT_EVERY_EVENTS || tick_due(&mut tick);
@@ -649,6 +660,45 @@ async fn feed_partition(
     let stored = snapshot(&c, p, &key, &tx, reflected, &o.scale, PartitionInput::Finish).await;
     if stored && reflected > snapshotted {
         acknowledge(&mut last_acker, p).await;
+    }
+}
+
+/// A pinned partition that got no message for this many priority timeouts checks whether
+/// messages wait for it ([`unpin_if_stranded`]).
+const PIN_STALL_FACTOR: u32 = 2;
+
+/// Partition `p`'s messages wait (pending, or delivered and unacknowledged) while this worker,
+/// pulling, got none for [`PIN_STALL_FACTOR`] priority timeouts: the consumer is pinned to a
+/// client that no longer pulls and whose pin did not lapse (seen after the node leading the
+/// consumer died while a worker was replaced: the new consumer leader kept the dead worker's
+/// pin). Unpins the consumer's group, so that the next pull is pinned; `true` when it did (the
+/// caller pulls anew, without the stale pin id).
+async fn unpin_if_stranded(c: &Connected, p: u32) -> bool {
+    let name = format!("{}-{p}", c.target.durable);
+    let info = match c.stream.consumer_info(&name).await {
+        Ok(info) => info,
+        Err(error) => {
+            tracing::debug!(partition = p, %error, "reading the partition's consumer");
+            return false;
+        }
+    };
+    if info.num_pending == 0 && info.num_ack_pending == 0 {
+        return false;
+    }
+    match c.stream.unpin_consumer(&name, crate::nats::PRIORITY_GROUP).await {
+        Ok(()) => {
+            tracing::warn!(
+                partition = p,
+                pending = info.num_pending,
+                unacknowledged = info.num_ack_pending,
+                "messages wait but none came: the consumer's pin was stranded; unpinned it"
+            );
+            true
+        }
+        Err(error) => {
+            tracing::warn!(partition = p, %error, "messages wait but none came; unpinning the consumer failed");
+            false
+        }
     }
 }
 

@@ -137,7 +137,7 @@ pub async fn build(options: RunOptions) -> Result<RunningTopology, RunError> {
     watchers.register(&servers.metrics);
     checkpointer.register(&servers.metrics);
     servers.start(serving.metrics, serving.serve, &source.spec, &shutdown).await?;
-    checkpointer.start(&shutdown);
+    checkpointer.start();
     Ok(RunningTopology {
         role,
         feed: Some(feed),

@@ -5,8 +5,6 @@
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
-use tokio_util::sync::CancellationToken;
-
 use crate::correlator::snapshot::TenantSnapshot;
 use crate::delivery::{
     CHECKPOINT_EVERY_EVENTS, Committer, Delivery, Position, Progress, SavedCorrelator, SavedState, SeenVersions,
@@ -232,17 +230,15 @@ impl Checkpointer {
         })
     }
 
-    /// Until `shutdown`: at-least-once saves the newest acknowledged mark every [`SAVE_POLL`]
-    /// (flushing the sinks first); otherwise the sinks are flushed, so their output shows while
-    /// the run goes on.
-    pub fn start(&mut self, shutdown: &CancellationToken) {
-        let (c, s, stop) = (self.committer.clone(), self.sinks.clone(), shutdown.child_token());
+    /// Until [`finish`](Self::finish) (through the drain after a signal too, so what the drain
+    /// acknowledges is saved even if the process is killed before it ends): at-least-once
+    /// saves the newest acknowledged mark every [`SAVE_POLL`] (flushing the sinks first);
+    /// otherwise the sinks are flushed, so their output shows while the run goes on.
+    pub fn start(&mut self) {
+        let (c, s) = (self.committer.clone(), self.sinks.clone());
         self.periodic = Some(tokio::spawn(async move {
             loop {
-                tokio::select! {
-                    _ = stop.cancelled() => break,
-                    _ = tokio::time::sleep(if c.is_some() { SAVE_POLL } else { COMMIT_INTERVAL }) => {}
-                }
+                tokio::time::sleep(if c.is_some() { SAVE_POLL } else { COMMIT_INTERVAL }).await;
                 match &c {
                     Some(c) => commit(c, &s, false),
                     None => {

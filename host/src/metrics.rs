@@ -41,6 +41,7 @@
 //! | `eventpipe_watcher_dropped_total` | `watcher`, `reason` | Broadcaster queue drops |
 //! | `eventpipe_sink_sent_total`, `_acked_total`, `_retries_total`, `_failures_total` | `sink` | webhook sinks |
 //! | `eventpipe_sink_partially_rejected_total` | `sink` | webhook and OTLP sinks: events an acknowledged batch refused (OTLP partial success) |
+//! | `eventpipe_sink_render_errors_total` | `sink` | templated webhooks: events the template could not render (failed for good, logged with the event's name) |
 //! | `eventpipe_sink_dropped_total` | `sink`, `reason` (`queue_full`) | webhook sinks, at-most-once |
 //! | `eventpipe_sink_queue_depth`, `eventpipe_sink_queue_capacity` (gauges) | `sink` | webhook sinks, events |
 //! | `eventpipe_sink_concurrency_limit`, `eventpipe_sink_requests_in_flight` (gauges) | `sink` | webhook sinks, requests |
@@ -242,6 +243,11 @@ pub const SINK_FAILURES: Family = counter("eventpipe_sink_failures", "Events who
 pub const SINK_PARTIAL_REJECTED: Family = counter(
     "eventpipe_sink_partially_rejected",
     "Events in batches the endpoint acknowledged but said it refused (OTLP partial success), not retried.",
+);
+/// `eventpipe_sink_render_errors` (`sink`).
+pub const SINK_RENDER_ERRORS: Family = counter(
+    "eventpipe_sink_render_errors",
+    "Events a templated webhook could not render (a template error, a body that is not JSON); each failed for good.",
 );
 /// `eventpipe_sink_dropped` (`sink`, `reason`).
 pub const SINK_DROPPED: Family = counter("eventpipe_sink_dropped", "Events a sink refused, per reason.");
@@ -454,6 +460,7 @@ pub const FAMILIES: &[&Family] = &[
     &SINK_RETRIES,
     &SINK_FAILURES,
     &SINK_PARTIAL_REJECTED,
+    &SINK_RENDER_ERRORS,
     &SINK_DROPPED,
     &SINK_QUEUE_DEPTH,
     &SINK_QUEUE_CAPACITY,

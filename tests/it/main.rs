@@ -37,6 +37,7 @@ mod shadow;
 mod shutdown;
 mod sink_retry_vectors;
 mod stall;
+mod templates;
 mod tenants;
 mod top;
 mod validate;

@@ -16,6 +16,7 @@ pub mod series;
 pub mod set;
 mod spec;
 mod stats;
+pub mod template;
 pub mod watch_cache;
 pub mod webhook;
 

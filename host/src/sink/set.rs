@@ -140,6 +140,10 @@ impl SinkSet {
         let at_most_once = entry.delivery == Some(DeliveryMode::AtMostOnce);
         let key = match spec {
             SinkSpec::Plugin(name) => format!("{spec}@{tenant}:{name}"),
+            // A templated webhook renders the tenant's name: one per tenant.
+            SinkSpec::Webhook(_) if entry.body.source.is_some() => {
+                format!("{}{}{}@{tenant}{:?}", spec.identity(), entry.webhook, entry.body, entry.delivery)
+            }
             SinkSpec::Webhook(_) | SinkSpec::Otlp(_) if at_most_once => {
                 format!("{}{},delivery=at-most-once", spec.identity(), entry.webhook)
             }
@@ -171,11 +175,19 @@ impl SinkSet {
             SinkSpec::Webhook(url) | SinkSpec::Otlp(url) => {
                 let mut config = match spec {
                     SinkSpec::Otlp(_) => super::otlp::config(spec.to_string(), url.expose()),
+                    _ if entry.body.source.is_some() => {
+                        let name = format!("{spec}{}", entry.body);
+                        super::template::config(name, url.expose(), tenant, &entry.body).map_err(fail)?
+                    }
                     _ => WebhookConfig::new(spec.to_string(), url.expose()),
                 };
                 let options = entry.webhook;
                 config.concurrency = options.concurrency.unwrap_or(config.concurrency);
                 config.max_batch = options.max_batch.unwrap_or(config.max_batch);
+                if entry.body.source.is_some() {
+                    // One rendered body per request.
+                    config.max_batch = 1;
+                }
                 config.max_batch_bytes = options.max_batch_bytes.unwrap_or(config.max_batch_bytes);
                 if at_most_once {
                     config.delivery = super::webhook::Delivery::AtMostOnce;

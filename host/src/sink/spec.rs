@@ -74,7 +74,9 @@ impl SinkSpec {
 /// The sink forms, for errors.
 const FORMS: &str = "expected a sink: jsonl:PATH, jsonl:-, k8s, k8s:NAMESPACE, plugin:NAME, plugin:FILE.wasm, webhook:URL, \
      otlp:URL, metrics or nats:nats://HOST:PORT[?…], optionally followed by ,delivery=at-most-once|wait|at-least-once \
-     (and, for a webhook or otlp, ,concurrency=adaptive|N ,max_batch=N ,max_batch_bytes=N; for metrics, ,max_series=N)";
+     (and, for a webhook or otlp, ,concurrency=adaptive|N ,max_batch=N ,max_batch_bytes=N; for a webhook, \
+     ,template=FILE|,preset=slack|teams|discord|google-chat|pagerduty|opsgenie ,secret_env=VAR|,secret_file=PATH \
+     ,resolve_on=TYPE; for metrics, ,max_series=N)";
 
 /// The sink kinds (what comes before the first `:`), for suggestions.
 const KINDS: [&str; 7] = ["jsonl", "k8s", "plugin", "webhook", "otlp", "metrics", "nats"];
@@ -242,17 +244,19 @@ pub struct SinkEntry {
     pub delivery: Option<DeliveryMode>,
     /// A webhook's or OTLP sink's options (always empty for other sinks).
     pub webhook: WebhookOptions,
+    /// A webhook's body template and its secret ([`super::template`]).
+    pub body: super::template::BodyOptions,
 }
 
 impl From<SinkSpec> for SinkEntry {
     fn from(spec: SinkSpec) -> Self {
-        Self { spec, delivery: None, webhook: WebhookOptions::default() }
+        Self { spec, delivery: None, webhook: WebhookOptions::default(), body: Default::default() }
     }
 }
 
 impl std::fmt::Display for SinkEntry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}{}", self.spec, self.webhook)?;
+        write!(f, "{}{}{}", self.spec, self.webhook, self.body)?;
         if let Some(mode) = self.delivery {
             let mode = clap::ValueEnum::to_possible_value(&mode).expect("no mode is skipped");
             write!(f, ",delivery={}", mode.get_name())?;
@@ -285,6 +289,7 @@ impl std::str::FromStr for SinkEntry {
         let mut rest = s;
         let mut delivery = None;
         let mut webhook = WebhookOptions::default();
+        let mut body = super::template::BodyOptions::default();
         let mut max_series = None;
         let mut given = Vec::new();
         // Options are taken from the end while they are `key=value`.
@@ -294,10 +299,16 @@ impl std::str::FromStr for SinkEntry {
                 delivery = Some(<DeliveryMode as clap::ValueEnum>::from_str(value, false).map_err(|_| invalid(key))?);
             } else if key == "max_series" {
                 max_series = Some(value.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| invalid(key))?);
+            } else if let Some(set) = body.set(key, value) {
+                set.map_err(|problem| SinkSpecError::new(s, problem))?;
             } else {
                 match webhook.set(key, value) {
                     None => {
-                        let known = COMMON_OPTIONS.iter().chain(&WEBHOOK_OPTIONS).chain(&METRICS_OPTIONS);
+                        let known = COMMON_OPTIONS
+                            .iter()
+                            .chain(&WEBHOOK_OPTIONS)
+                            .chain(&METRICS_OPTIONS)
+                            .chain(&super::template::OPTIONS);
                         let hint = match crate::suggest::closest(key, known.copied()) {
                             Some(meant) => format!("did you mean `{meant}`?"),
                             None => "a comma in a URL is written %2C".into(),
@@ -312,8 +323,10 @@ impl std::str::FromStr for SinkEntry {
             rest = head;
         }
         let mut spec: SinkSpec = rest.parse()?;
+        let webhook_and_body: Vec<&str> = WEBHOOK_OPTIONS.iter().chain(&super::template::OPTIONS).copied().collect();
         let own: &[&str] = match spec {
-            SinkSpec::Webhook(_) | SinkSpec::Otlp(_) => &WEBHOOK_OPTIONS,
+            SinkSpec::Webhook(_) => &webhook_and_body,
+            SinkSpec::Otlp(_) => &WEBHOOK_OPTIONS,
             SinkSpec::Metrics { .. } => &METRICS_OPTIONS,
             _ => &[],
         };
@@ -325,7 +338,10 @@ impl std::str::FromStr for SinkEntry {
         if let (Some(n), SinkSpec::Metrics { max_series }) = (max_series, &mut spec) {
             *max_series = Some(n);
         }
-        Ok(Self { spec, delivery, webhook })
+        if body.source.is_none() && !body.is_empty() {
+            return Err(SinkSpecError::new(s, "secret_env, secret_file and resolve_on go with template= or preset="));
+        }
+        Ok(Self { spec, delivery, webhook, body })
     }
 }
 

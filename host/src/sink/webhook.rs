@@ -244,6 +244,9 @@ pub struct WebhookConfig {
     pub url: String,
     /// Sent as `Authorization: Bearer …` when set.
     pub bearer_token: Option<String>,
+    /// The whole `Authorization` value (`GenieKey …` for Opsgenie) when set; takes precedence
+    /// over `bearer_token` and the URL's credentials.
+    pub authorization: Option<String>,
     /// Events queued or in flight at most (default 8192).
     pub queue_capacity: usize,
     /// Events per batch at most (default 1000).
@@ -279,6 +282,7 @@ impl WebhookConfig {
             name: name.into(),
             url: url.into(),
             bearer_token: None,
+            authorization: None,
             queue_capacity: DEFAULT_QUEUE_CAPACITY,
             max_batch: DEFAULT_MAX_BATCH,
             max_batch_bytes: DEFAULT_MAX_BATCH_BYTES,
@@ -312,6 +316,9 @@ pub struct WebhookStats {
     pub failed: u64,
     /// Events refused because the queue was full ([`Delivery::AtMostOnce`]).
     pub dropped: u64,
+    /// Calls the encoding could not encode (a template that failed to render an event, a
+    /// patch that is not JSON): failed for good, never queued.
+    pub render_errors: u64,
     /// Events in acknowledged batches that the endpoint said it refused (OTLP partial success:
     /// `rejected_log_records`); also counted in `acked`.
     pub rejected: u64,
@@ -336,6 +343,7 @@ struct Counters {
     retries: AtomicU64,
     failed: AtomicU64,
     dropped: AtomicU64,
+    render_errors: AtomicU64,
     rejected: AtomicU64,
     max_queue_depth: AtomicU64,
     /// Events per batch sent (counted on its first attempt).
@@ -417,6 +425,10 @@ impl WebhookSink {
             return Err(WebhookError::Config("request_timeout must be positive"));
         }
         let auth = match (&config.bearer_token, basic) {
+            _ if config.authorization.is_some() => Some(
+                HeaderValue::from_str(config.authorization.as_deref().unwrap_or_default())
+                    .map_err(|_| WebhookError::Config("authorization has characters a header cannot carry"))?,
+            ),
             (Some(t), _) => Some(
                 HeaderValue::from_str(&format!("Bearer {t}"))
                     .map_err(|_| WebhookError::Config("bearer_token has characters a header cannot carry"))?,
@@ -508,6 +520,7 @@ impl WebhookSink {
             retries: get(&c.retries),
             failed: get(&c.failed),
             dropped: get(&c.dropped),
+            render_errors: get(&c.render_errors),
             rejected: get(&c.rejected),
             queue_depth: (self.capacity - self.slots.available_permits()) as u64,
             max_queue_depth: get(&c.max_queue_depth),
@@ -537,7 +550,9 @@ impl WebhookSink {
 
     /// [`submit`](Self::submit) with the patch in the form it has.
     async fn enqueue(&self, verb: Verb, event: &Event, patch: SinkPatch<'_>) -> Result<Ack, SinkError> {
-        let encoded = self.encoding.encode(verb, event, patch)?;
+        let encoded = self.encoding.encode(verb, event, patch).inspect_err(|_| {
+            self.counters.render_errors.fetch_add(1, Ordering::Relaxed);
+        })?;
         let kind = self.encoding.kind();
         let shut = || SinkError::Transport(format!("{kind} {} is shut down", self.name));
         if self.closing.is_cancelled() {
@@ -1081,6 +1096,7 @@ impl crate::metrics::Snapshot {
             self.add(family, &[("sink", name)], n);
         }
         self.add(&SINK_DROPPED, &[("sink", name), ("reason", "queue_full")], s.dropped);
+        self.add(&crate::metrics::SINK_RENDER_ERRORS, &[("sink", name)], s.render_errors);
     }
 }
 

@@ -1,0 +1,514 @@
+//! Webhook bodies from templates: `webhook:URL,template=FILE` and `webhook:URL,preset=NAME`.
+//!
+//! A templated webhook is the [webhook sink](super::webhook) (its queue, adaptive concurrency,
+//! retries with `Retry-After`, per-object order and delivery modes) with another
+//! [`BatchEncoding`]: [`Rendered`], which renders one request body per write (a batch is one
+//! write) with [minijinja](https://docs.rs/minijinja), Jinja2's syntax.
+//!
+//! # Context
+//! A template sees, for one write:
+//!
+//! | name | what |
+//! |---|---|
+//! | `event` | the correlated event as the JSON-lines sink writes it (`event.metadata.name`, `event.involvedObject.kind`, `event.source.component`, …) |
+//! | `verb` | `create` (first occurrence) or `patch` (a repeat: `count` went up) |
+//! | `count` | the event's count (occurrences so far) |
+//! | `type`, `reason`, `message` | the event's fields |
+//! | `first_timestamp`, `last_timestamp` | RFC 3339 text, or none when unset |
+//! | `involved_object` | `{kind, namespace, name, uid, apiVersion, fieldPath, …}` |
+//! | `tenant` | the tenant whose sink this is |
+//! | `key` | the event's correlation key: 32 hex digits of SHA-256 over the involved object (kind, namespace, name, uid, apiVersion), the source (component, host) and the reason — the same for every repeat of one event, so a PagerDuty `dedup_key` or Opsgenie `alias` |
+//! | `secret` | the sink's secret (`secret_env=VAR` or `secret_file=PATH`), or none |
+//! | `resolve_on` | the sink's `resolve_on` option (an event type), or none |
+//!
+//! The enrichment object (issue #57) is not in the context yet.
+//!
+//! # Filters
+//! Besides minijinja's built-ins (`tojson` escapes any value as JSON, `default`, `upper`, …):
+//! - `strftime(format="%Y-%m-%dT%H:%M:%SZ")`: an RFC 3339 time as chrono's `strftime` format;
+//!   raises on anything else.
+//! - `truncate_bytes(n, end="…")`: text cut to at most `n` bytes of UTF-8 (never inside a
+//!   character), `end` included when cut.
+//! - `truncate_chars(n, end="…")`: the same in characters (Unicode scalar values), for limits
+//!   stated in characters (Slack, Discord).
+//!
+//! # Errors
+//! A template that fails to render an event (a filter raising, an error in an expression) or
+//! renders something that is not JSON fails that write for good
+//! ([`SinkError::RequestConstruction`], dropped by `recordToSink`): logged with the event's
+//! name and counted (`eventpipe_sink_render_errors_total{sink}`); the sink and the other events
+//! go on. A syntax error is found when the sink option is parsed (`eventpipe validate`,
+//! `config show`, start-up), with the file and line.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use hyper::StatusCode;
+use minijinja::{Environment, Error, ErrorKind, Value};
+use sha2::Digest as _;
+
+use super::encoding::BatchEncoding;
+use super::retry::Verb;
+use super::{SinkError, SinkPatch};
+use crate::event::Event;
+
+/// A body preset: a template embedded in the binary for one service's webhook API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Preset {
+    /// Slack incoming webhook: Block Kit `blocks` and a `text` fallback.
+    Slack,
+    /// Microsoft Teams Workflows webhook: an Adaptive Card in an `attachments` message.
+    Teams,
+    /// Discord webhook: `content` and one embed (2000 / 4096 character limits).
+    Discord,
+    /// Google Chat incoming webhook: `text`.
+    GoogleChat,
+    /// PagerDuty Events API v2: `routing_key` from the secret, `dedup_key` = `key`.
+    PagerDuty,
+    /// Opsgenie Alert API: `alias` = `key`; the secret is sent as `Authorization: GenieKey …`.
+    Opsgenie,
+}
+
+impl Preset {
+    /// Every preset, in the order the docs list them.
+    pub const ALL: [Preset; 6] =
+        [Preset::Slack, Preset::Teams, Preset::Discord, Preset::GoogleChat, Preset::PagerDuty, Preset::Opsgenie];
+
+    /// The name given as `preset=NAME`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Preset::Slack => "slack",
+            Preset::Teams => "teams",
+            Preset::Discord => "discord",
+            Preset::GoogleChat => "google-chat",
+            Preset::PagerDuty => "pagerduty",
+            Preset::Opsgenie => "opsgenie",
+        }
+    }
+
+    /// The template text.
+    pub fn source(self) -> &'static str {
+        match self {
+            Preset::Slack => include_str!("presets/slack.json.j2"),
+            Preset::Teams => include_str!("presets/teams.json.j2"),
+            Preset::Discord => include_str!("presets/discord.json.j2"),
+            Preset::GoogleChat => include_str!("presets/google-chat.json.j2"),
+            Preset::PagerDuty => include_str!("presets/pagerduty.json.j2"),
+            Preset::Opsgenie => include_str!("presets/opsgenie.json.j2"),
+        }
+    }
+
+    /// The environment variable the secret is read from when the sink names none: the
+    /// PagerDuty routing key and the Opsgenie API key are never given on the command line.
+    pub fn secret_env(self) -> Option<&'static str> {
+        match self {
+            Preset::PagerDuty => Some("EVENTPIPE_PAGERDUTY_ROUTING_KEY"),
+            Preset::Opsgenie => Some("EVENTPIPE_OPSGENIE_API_KEY"),
+            _ => None,
+        }
+    }
+
+    /// The `Authorization` scheme the secret is sent with, if the service takes it in a header.
+    pub fn authorization_scheme(self) -> Option<&'static str> {
+        match self {
+            Preset::Opsgenie => Some("GenieKey"),
+            _ => None,
+        }
+    }
+}
+
+impl std::str::FromStr for Preset {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Preset::ALL.into_iter().find(|p| p.name() == s).ok_or_else(|| {
+            let names: Vec<&str> = Preset::ALL.iter().map(|p| p.name()).collect();
+            format!("unknown preset `{s}` (presets: {})", names.join(", "))
+        })
+    }
+}
+
+/// Where a templated webhook's body comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BodySource {
+    /// `template=FILE`: a template file, read when the sink option is parsed.
+    File(PathBuf),
+    /// `preset=NAME`.
+    Preset(Preset),
+}
+
+/// Where the sink's secret (`secret` in the context) is read from — never the command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SecretSource {
+    /// `secret_env=VAR`.
+    Env(String),
+    /// `secret_file=PATH` (trailing whitespace removed).
+    File(PathBuf),
+}
+
+/// A webhook's body options: `template=FILE` or `preset=NAME`, `secret_env=VAR` or
+/// `secret_file=PATH`, `resolve_on=TYPE`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct BodyOptions {
+    /// The template, if the body is not the default `{"items":[…]}`.
+    pub source: Option<BodySource>,
+    /// The secret's source.
+    pub secret: Option<SecretSource>,
+    /// An event type (`Normal`) whose events resolve rather than trigger (PagerDuty).
+    pub resolve_on: Option<String>,
+}
+
+/// The option keys [`BodyOptions::set`] takes.
+pub const OPTIONS: [&str; 5] = ["template", "preset", "secret_env", "secret_file", "resolve_on"];
+
+impl BodyOptions {
+    /// Whether no option was given.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// Takes option `key` = `value`: `None` when `key` is not a body option, `Some(Err)` with the
+    /// problem when its value is wrong (an unknown preset, a template that does not compile).
+    pub fn set(&mut self, key: &str, value: &str) -> Option<Result<(), String>> {
+        let both = || Err("give either template= or preset=, not both".to_string());
+        Some(match key {
+            "template" if self.source.is_some() => both(),
+            "preset" if self.source.is_some() => both(),
+            "template" => compile_file(Path::new(value)).map(|_| self.source = Some(BodySource::File(value.into()))),
+            "preset" => value.parse().map(|p| self.source = Some(BodySource::Preset(p))),
+            "secret_env" if !value.is_empty() => Ok(self.secret = Some(SecretSource::Env(value.into()))),
+            "secret_file" if !value.is_empty() => Ok(self.secret = Some(SecretSource::File(value.into()))),
+            "resolve_on" if !value.is_empty() => Ok(self.resolve_on = Some(value.into())),
+            "secret_env" | "secret_file" | "resolve_on" => Err(format!("option `{key}` needs a value")),
+            _ => return None,
+        })
+    }
+}
+
+impl std::fmt::Display for BodyOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.source {
+            Some(BodySource::File(path)) => write!(f, ",template={}", path.display())?,
+            Some(BodySource::Preset(p)) => write!(f, ",preset={}", p.name())?,
+            None => {}
+        }
+        match &self.secret {
+            Some(SecretSource::Env(var)) => write!(f, ",secret_env={var}")?,
+            Some(SecretSource::File(path)) => write!(f, ",secret_file={}", path.display())?,
+            None => {}
+        }
+        if let Some(t) = &self.resolve_on {
+            write!(f, ",resolve_on={t}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Name of the template inside a [`Rendered`]'s environment.
+const BODY: &str = "body";
+
+/// An environment with the filters of the [module docs](self) and `source` as [`BODY`].
+fn environment(name: String, source: String) -> Result<Environment<'static>, Error> {
+    let mut env = Environment::new();
+    env.add_filter("strftime", strftime);
+    env.add_filter("truncate_bytes", truncate_bytes);
+    env.add_filter("truncate_chars", truncate_chars);
+    env.set_auto_escape_callback(|_| minijinja::AutoEscape::None);
+    env.add_template_owned(BODY, source).map_err(|e| {
+        // Name the file in the error (the template's own name is internal).
+        Error::new(e.kind(), format!("{name}: {}", describe(&e)))
+    })?;
+    Ok(env)
+}
+
+/// An error with its line, as `line N: what`.
+fn describe(e: &Error) -> String {
+    match e.line() {
+        Some(line) => format!("line {line}: {}", e.detail().unwrap_or(&e.kind().to_string())),
+        None => e.to_string(),
+    }
+}
+
+/// Reads and compiles a template file.
+///
+/// # Errors
+/// The file cannot be read, or `FILE: line N: …` for a syntax error.
+pub fn compile_file(path: &Path) -> Result<Environment<'static>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("template {}: {e}", path.display()))?;
+    environment(path.display().to_string(), text).map_err(|e| format!("template {}", e.detail().unwrap_or_default()))
+}
+
+/// `strftime(value, format)`: an RFC 3339 time in chrono's `strftime` format.
+fn strftime(value: &Value, format: Option<&str>) -> Result<String, Error> {
+    let text = value.as_str().ok_or_else(|| {
+        Error::new(ErrorKind::InvalidOperation, format!("strftime: expected an RFC 3339 time, got {value}"))
+    })?;
+    let time = chrono::DateTime::parse_from_rfc3339(text)
+        .map_err(|e| Error::new(ErrorKind::InvalidOperation, format!("strftime: \"{text}\": {e}")))?;
+    let mut out = String::new();
+    use std::fmt::Write as _;
+    write!(out, "{}", time.with_timezone(&chrono::Utc).format(format.unwrap_or("%Y-%m-%dT%H:%M:%SZ")))
+        .map_err(|_| Error::new(ErrorKind::InvalidOperation, "strftime: invalid format"))?;
+    Ok(out)
+}
+
+/// `text` cut to at most `limit` bytes, on a character boundary, `end` included when cut.
+pub fn cut_bytes(text: &str, limit: usize, end: &str) -> String {
+    if text.len() <= limit {
+        return text.to_string();
+    }
+    let room = limit.saturating_sub(end.len());
+    let mut at = room.min(text.len());
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    let end = if end.len() <= limit { end } else { "" };
+    format!("{}{end}", &text[..at])
+}
+
+/// `text` cut to at most `limit` characters, `end` included when cut.
+pub fn cut_chars(text: &str, limit: usize, end: &str) -> String {
+    if text.chars().count() <= limit {
+        return text.to_string();
+    }
+    let end_chars = end.chars().count();
+    let (room, end) = if end_chars <= limit { (limit - end_chars, end) } else { (limit, "") };
+    let mut out: String = text.chars().take(room).collect();
+    out.push_str(end);
+    out
+}
+
+fn truncate_bytes(value: &Value, limit: usize, end: Option<&str>) -> String {
+    cut_bytes(&text_of(value), limit, end.unwrap_or("…"))
+}
+
+fn truncate_chars(value: &Value, limit: usize, end: Option<&str>) -> String {
+    cut_chars(&text_of(value), limit, end.unwrap_or("…"))
+}
+
+fn text_of(value: &Value) -> String {
+    match value.as_str() {
+        Some(s) => s.to_string(),
+        None if value.is_undefined() || value.is_none() => String::new(),
+        None => value.to_string(),
+    }
+}
+
+/// The event's correlation key (`key` in the context): 32 hex digits of SHA-256 over the
+/// involved object (kind, namespace, name, uid, apiVersion), the source (component, host) and
+/// the reason, each followed by a NUL. client-go's aggregate key without the type and message,
+/// so the repeats of one event, and a `Normal` event of the same object and reason, share it.
+pub fn correlation_key(event: &Event) -> String {
+    let io = &event.involved_object;
+    let mut hash = sha2::Sha256::new();
+    for part in [
+        &io.kind,
+        &io.namespace,
+        &io.name,
+        &io.uid,
+        &io.api_version,
+        &event.source.component,
+        &event.source.host,
+        &event.reason,
+    ] {
+        hash.update(part.as_bytes());
+        hash.update([0]);
+    }
+    let digest = hash.finalize();
+    digest[..16].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The context of one write (see the [module docs](self)).
+#[derive(serde::Serialize)]
+struct Context<'a> {
+    event: &'a Event,
+    verb: &'static str,
+    count: i32,
+    #[serde(rename = "type")]
+    type_: &'a str,
+    reason: &'a str,
+    message: &'a str,
+    first_timestamp: Option<String>,
+    last_timestamp: Option<String>,
+    involved_object: &'a crate::event::ObjectReference,
+    tenant: &'a str,
+    key: String,
+    secret: Option<&'a str>,
+    resolve_on: Option<&'a str>,
+}
+
+fn rfc3339(time: Option<crate::event::Time>) -> Option<String> {
+    time.map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+}
+
+/// The [`BatchEncoding`] of a templated webhook: one rendered body per write (batches of one),
+/// `application/json`, retried on `408`, `429` and `5xx` as the webhook's JSON items are.
+pub struct Rendered {
+    sink: String,
+    tenant: String,
+    env: Environment<'static>,
+    secret: Option<String>,
+    resolve_on: Option<String>,
+}
+
+impl std::fmt::Debug for Rendered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rendered").field("sink", &self.sink).field("tenant", &self.tenant).finish_non_exhaustive()
+    }
+}
+
+impl Rendered {
+    /// The encoding of sink `sink` (its name in logs) for `tenant`, with the body and secret
+    /// `options` give.
+    ///
+    /// # Errors
+    /// No template given, a template file that cannot be read or compiled, a secret that
+    /// cannot be read (an unset variable, a missing file), or a preset that needs a secret and
+    /// has none.
+    pub fn new(sink: &str, tenant: &str, options: &BodyOptions) -> Result<Self, String> {
+        let env = match &options.source {
+            Some(BodySource::File(path)) => compile_file(path)?,
+            Some(BodySource::Preset(p)) => environment(format!("preset {}", p.name()), p.source().to_string())
+                .map_err(|e| e.detail().unwrap_or_default().to_string())?,
+            None => return Err("no template= or preset= given".into()),
+        };
+        let preset = match options.source {
+            Some(BodySource::Preset(p)) => Some(p),
+            _ => None,
+        };
+        let source = options.secret.clone().or_else(|| preset?.secret_env().map(|v| SecretSource::Env(v.into())));
+        let secret = match source {
+            Some(SecretSource::Env(var)) => {
+                Some(std::env::var(&var).map_err(|_| format!("the secret's variable {var} is not set"))?)
+            }
+            Some(SecretSource::File(path)) => Some(
+                std::fs::read_to_string(&path)
+                    .map_err(|e| format!("the secret's file {}: {e}", path.display()))?
+                    .trim_end()
+                    .to_string(),
+            ),
+            None => None,
+        };
+        Ok(Self { sink: sink.into(), tenant: tenant.into(), env, secret, resolve_on: options.resolve_on.clone() })
+    }
+
+    /// The secret, as the `Authorization` value `preset` sends it with, if it sends one.
+    pub fn authorization(&self, preset: Option<Preset>) -> Option<String> {
+        Some(format!("{} {}", preset?.authorization_scheme()?, self.secret.as_deref()?))
+    }
+
+    /// The body of `verb` on `event`.
+    ///
+    /// # Errors
+    /// The template's error, or the output's JSON error.
+    pub fn render(&self, verb: Verb, event: &Event) -> Result<String, Error> {
+        let context = Context {
+            event,
+            verb: match verb {
+                Verb::Create => "create",
+                Verb::Patch => "patch",
+            },
+            count: event.count,
+            type_: &event.type_,
+            reason: &event.reason,
+            message: &event.message,
+            first_timestamp: rfc3339(event.first_timestamp),
+            last_timestamp: rfc3339(event.last_timestamp),
+            involved_object: &event.involved_object,
+            tenant: &self.tenant,
+            key: correlation_key(event),
+            secret: self.secret.as_deref(),
+            resolve_on: self.resolve_on.as_deref(),
+        };
+        let body = self.env.get_template(BODY)?.render(Value::from_serialize(&context))?;
+        serde_json::from_str::<serde::de::IgnoredAny>(&body)
+            .map_err(|e| Error::new(ErrorKind::InvalidOperation, format!("the body is not JSON: {e}")))?;
+        Ok(body)
+    }
+}
+
+impl BatchEncoding for Rendered {
+    fn kind(&self) -> &'static str {
+        "webhook"
+    }
+
+    fn content_type(&self) -> &'static str {
+        "application/json"
+    }
+
+    fn encode(&self, verb: Verb, event: &Event, _patch: SinkPatch<'_>) -> Result<Vec<u8>, SinkError> {
+        self.render(verb, event).map(String::into_bytes).map_err(|e| {
+            let error = describe(&e);
+            tracing::warn!(
+                sink = %self.sink,
+                tenant = %self.tenant,
+                event = %format_args!("{}/{}", event.metadata.namespace, event.metadata.name),
+                %error,
+                "the template failed to render an event; the event is dropped from this sink"
+            );
+            SinkError::RequestConstruction(format!("template: {error}"))
+        })
+    }
+
+    /// A batch is one write (the sink's `max_batch` is 1): its rendered body.
+    fn body(&self, items: &[&[u8]]) -> Vec<u8> {
+        items.concat()
+    }
+
+    fn retryable(&self, status: StatusCode) -> bool {
+        super::encoding::JsonItems.retryable(status)
+    }
+}
+
+/// A webhook config whose body is rendered with `options`: batches of one write.
+///
+/// # Errors
+/// As [`Rendered::new`].
+pub fn config(
+    name: String,
+    url: &str,
+    tenant: &str,
+    options: &BodyOptions,
+) -> Result<super::webhook::WebhookConfig, String> {
+    let rendered = Rendered::new(&name, tenant, options)?;
+    let preset = match options.source {
+        Some(BodySource::Preset(p)) => Some(p),
+        _ => None,
+    };
+    let mut config = super::webhook::WebhookConfig::new(name, url);
+    config.authorization = rendered.authorization(preset);
+    config.max_batch = 1;
+    config.encoding = Arc::new(rendered);
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cuts_never_split_a_character() {
+        assert_eq!(cut_bytes("héllo", 3, ""), "h\u{e9}");
+        assert_eq!(cut_bytes("héllo", 2, ""), "h");
+        assert_eq!(cut_bytes("short", 10, "…"), "short");
+        assert_eq!(cut_bytes("abcdefgh", 6, "…"), "abc…");
+        assert!(cut_bytes("ééééé", 7, "…").len() <= 7);
+        assert_eq!(cut_chars("ééééé", 3, "…"), "éé…");
+        assert_eq!(cut_chars("ab", 3, "…"), "ab");
+    }
+
+    #[test]
+    fn every_preset_compiles() {
+        for p in Preset::ALL {
+            environment(p.name().into(), p.source().into()).unwrap_or_else(|e| panic!("{}: {e:#}", p.name()));
+        }
+    }
+
+    #[test]
+    fn a_syntax_error_names_file_and_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bad.j2");
+        std::fs::write(&path, "{\n\"a\": {{ reason }\n}").unwrap();
+        let err = compile_file(&path).unwrap_err();
+        assert!(err.contains("bad.j2") && err.contains("line 2"), "{err}");
+    }
+}

@@ -98,9 +98,15 @@ impl ElasticsearchOptions {
             "index" => pattern(value).map(|p| self.target = Some(Target::Index(p))),
             "data_stream" if self.target.is_some() => Err(both),
             "data_stream" if value.is_empty() => Err("expected a data stream name".into()),
-            "data_stream" => Ok(self.target = Some(Target::DataStream(value.into()))),
+            "data_stream" => {
+                self.target = Some(Target::DataStream(value.into()));
+                Ok(())
+            }
             "replace_dots" => super::loki::flag(value).map(|on| self.replace_dots = on),
-            "ca_file" if !value.is_empty() => Ok(self.ca_file = Some(value.into())),
+            "ca_file" if !value.is_empty() => {
+                self.ca_file = Some(value.into());
+                Ok(())
+            }
             "ca_file" => Err("expected a file".into()),
             _ => return None,
         })

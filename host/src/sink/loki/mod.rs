@@ -180,12 +180,21 @@ impl LokiOptions {
                 .collect::<Result<Vec<_>, _>>()
                 .map(|fields| self.labels = Some(fields)),
             "format" => match value {
-                "json" => Ok(self.format = LokiFormat::Json),
-                "protobuf" => Ok(self.format = LokiFormat::Protobuf),
+                "json" => {
+                    self.format = LokiFormat::Json;
+                    Ok(())
+                }
+                "protobuf" => {
+                    self.format = LokiFormat::Protobuf;
+                    Ok(())
+                }
                 _ => Err(format!("expected json or protobuf, not `{value}`")),
             },
             "structured_metadata" => flag(value).map(|on| self.structured_metadata = on),
-            "ca_file" if !value.is_empty() => Ok(self.ca_file = Some(value.into())),
+            "ca_file" if !value.is_empty() => {
+                self.ca_file = Some(value.into());
+                Ok(())
+            }
             "ca_file" => Err("expected a file".into()),
             _ => return None,
         })

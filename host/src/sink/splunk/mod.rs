@@ -71,7 +71,10 @@ impl SplunkOptions {
             "sourcetype" => &mut self.sourcetype,
             "index" => &mut self.index,
             "source" => &mut self.source,
-            "ca_file" if !value.is_empty() => return Some(Ok(self.ca_file = Some(value.into()))),
+            "ca_file" if !value.is_empty() => {
+                self.ca_file = Some(value.into());
+                return Some(Ok(()));
+            }
             "ca_file" => return Some(Err("expected a file".into())),
             _ => return None,
         };

@@ -696,9 +696,10 @@ struct RawRules {
     #[schemars(with = "Option<FallbackName>", extend("default" = "builtin"))]
     fallback: Option<Spanned<String>>,
     /// Sinks, as `--sink` takes them (`jsonl:PATH`, `jsonl:-`, `k8s`, `k8s:NAMESPACE`,
-    /// `plugin:NAME`, `webhook:URL`, `otlp:URL`, `metrics`, each optionally followed by
-    /// `,delivery=MODE`; a webhook or otlp sink also by `,concurrency=adaptive|N`, `,max_batch=N`,
-    /// `,max_batch_bytes=N`; `metrics` by `,max_series=N`).
+    /// `plugin:NAME`, `webhook:URL`, `otlp:URL`, `loki:URL`, `elasticsearch:URL`, `splunk:URL`,
+    /// `metrics`, each optionally followed by `,delivery=MODE`; a webhook, otlp or log-store sink
+    /// also by `,concurrency=adaptive|N`, `,max_batch=N`, `,max_batch_bytes=N`, a log store by its
+    /// own options (docs/log-stores.md); `metrics` by `,max_series=N`).
     #[schemars(with = "Option<Vec<String>>")]
     sinks: Option<Spanned<Vec<Spanned<String>>>>,
     /// What `run --workers` shards this tenant's events by.

@@ -46,7 +46,9 @@ pub struct RunArgs {
     /// `k8s` / `k8s:NAMESPACE`: the Kubernetes Events API; `webhook:URL`: batched JSON POSTs
     /// (options `,concurrency=adaptive|N`, `,max_batch=N`, `,max_batch_bytes=N`; docs/webhook.md);
     /// `otlp:http(s)://HOST:PORT[/v1/logs]`: OTLP/HTTP log records, one per write (the webhook's
-    /// options; docs/otlp.md); `metrics[,max_series=N]`: event counters on `/metrics`;
+    /// options; docs/otlp.md); `loki:URL`, `elasticsearch:URL`, `splunk:URL`: log stores (the
+    /// webhook's options and their own, credentials from the environment; docs/log-stores.md);
+    /// `metrics[,max_series=N]`: event counters on `/metrics`;
     /// `plugin:NAME` or `plugin:FILE.wasm`: a sink plugin. `,delivery=MODE` after any of them
     /// gives that sink its own delivery mode. Repeatable. The sinks of tenants whose config names
     /// none; required unless the config's `[defaults]` gives `sinks`.

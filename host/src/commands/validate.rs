@@ -240,8 +240,14 @@ fn check_sink(spec: &SinkSpec, registry: &PluginRegistry, connect: bool) -> Resu
         SinkSpec::JsonLinesStdout | SinkSpec::Kubernetes(_) | SinkSpec::Metrics { .. } => Ok(()),
         SinkSpec::Nats(target) if connect => super::reach::nats(target),
         SinkSpec::Nats(_) => Ok(()),
-        SinkSpec::Webhook(url) | SinkSpec::Otlp(url) => {
+        SinkSpec::Webhook(url)
+        | SinkSpec::Otlp(url)
+        | SinkSpec::Loki { url, .. }
+        | SinkSpec::Elasticsearch { url, .. }
+        | SinkSpec::Splunk { url, .. } => {
             crate::sink::webhook::check_url(url.expose()).map_err(|e| e.to_string())?;
+            // A log store's credentials and CA file, as the run reads them.
+            crate::sink::set::batching_config(spec, &crate::sink::endpoint::process_env)?;
             if connect { super::reach::http_host(url.expose()) } else { Ok(()) }
         }
         SinkSpec::Plugin(name) => check_plugin(name, PluginKind::Sink, registry),

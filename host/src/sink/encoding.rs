@@ -2,9 +2,12 @@
 //! call becomes an item, how a batch of items becomes a request body, which answers are worth
 //! another attempt, and what a `2xx` answer says about items the endpoint refused.
 //!
-//! Two encodings share the webhook's queue, batching, adaptive concurrency, retries and
-//! delivery modes: [`JsonItems`] (the webhook's `{"items":[…]}`) and
-//! [`super::otlp::OtlpLogs`] (OTLP/HTTP log records in protobuf).
+//! The encodings share the webhook's queue, batching, adaptive concurrency, retries and
+//! delivery modes: [`JsonItems`] (the webhook's `{"items":[…]}`),
+//! [`super::otlp::OtlpLogs`] (OTLP/HTTP log records in protobuf), and the log stores'
+//! [`super::loki::LokiPush`], [`super::elasticsearch::Bulk`] and [`super::splunk::HecEvents`].
+
+use std::hash::{Hash, Hasher};
 
 use hyper::StatusCode;
 
@@ -14,14 +17,42 @@ use super::{SinkError, SinkPatch};
 use crate::event::Event;
 
 /// A `2xx` answer's word on the batch: how many of its items the endpoint refused and why
-/// (OTLP's partial success).
+/// (OTLP's partial success), or which items failed, one by one (an Elasticsearch `_bulk`
+/// answer's `items`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Accepted {
-    /// Items the endpoint refused for good (not retried: OTLP/HTTP says a partial success is
-    /// not to be sent again).
+    /// Items the endpoint refused for good, counted only: which ones it does not say (not
+    /// retried: OTLP/HTTP says a partial success is not to be sent again).
     pub rejected: u64,
     /// The endpoint's message about them (may be empty).
     pub message: String,
+    /// Items that failed, by their place in the batch as sent (0-based, ascending): those marked
+    /// [`ItemFailure::retry`] are sent again (alone, in a smaller batch, after the batch's
+    /// back-off), the others fail their calls for good. Items not named here are acknowledged.
+    pub failed: Vec<ItemFailure>,
+}
+
+/// One item of an acknowledged batch that the endpoint did not take (a `_bulk` item whose
+/// `status` is not `2xx`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ItemFailure {
+    /// The item's place in the batch as sent (0-based).
+    pub index: usize,
+    /// The item's HTTP status (`429`, `400`, …).
+    pub status: u16,
+    /// What the endpoint said about it (`mapper_parsing_exception: failed to parse …`).
+    pub reason: String,
+    /// Whether it is worth another attempt (`429`, `5xx`).
+    pub retry: bool,
+}
+
+/// The key that keeps one object's writes in order: a hash of the event's namespace and name
+/// (two objects of one hash are merely kept in order with each other).
+pub fn object_key(event: &Event) -> u64 {
+    let mut hasher = std::hash::DefaultHasher::new();
+    event.metadata.namespace.hash(&mut hasher);
+    event.metadata.name.hash(&mut hasher);
+    hasher.finish()
 }
 
 /// How a batching HTTP sink encodes its calls and reads its answers.
@@ -55,6 +86,20 @@ pub trait BatchEncoding: std::fmt::Debug + Send + Sync + 'static {
     /// What the body of a `2xx` answer says about refused items (nothing by default).
     fn accepted(&self, _answer: &[u8]) -> Accepted {
         Accepted::default()
+    }
+
+    /// The key whose writes the delivery keeps in call order ([`object_key`] by default: one
+    /// object's writes). A write whose key has a batch in flight waits for it to end. Loki keeps
+    /// a stream's entries in order instead ([`super::loki`]); the key must be the same for all of
+    /// one object's writes, so that the object's order is kept too.
+    fn order_key(&self, event: &Event) -> u64 {
+        object_key(event)
+    }
+
+    /// The largest answer body read, bytes (64 KiB by default); a longer one is read as empty.
+    /// An Elasticsearch `_bulk` answer names every item, so it takes more.
+    fn max_answer_bytes(&self) -> usize {
+        64 << 10
     }
 }
 

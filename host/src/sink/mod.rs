@@ -1,20 +1,25 @@
 //! Where correlated events go: the [`EventSink`] trait (client-go `record.EventSink`), the
 //! `recordToSink` retry loop ([`retry`]) and the built-in sinks: JSON lines ([`jsonl`]), the
 //! Kubernetes API ([`k8s`], [`series`]), sink plugins ([`plugin`]), webhooks ([`webhook`]),
-//! OTLP logs ([`otlp`], the webhook's batching with another [`encoding`]) and event counters
-//! ([`event_metrics`]).
+//! OTLP logs ([`otlp`], the webhook's batching with another [`encoding`]), the log stores Loki
+//! ([`loki`]), Elasticsearch / OpenSearch ([`elasticsearch`]) and Splunk HEC ([`splunk`]) on the
+//! same batching, and event counters ([`event_metrics`]).
 
 pub mod concurrency;
+pub mod elasticsearch;
 pub mod encoding;
+pub mod endpoint;
 pub mod event_metrics;
 pub mod jsonl;
 pub mod k8s;
+pub mod loki;
 pub mod otlp;
 pub mod plugin;
 pub mod retry;
 pub mod series;
 pub mod set;
 mod spec;
+pub mod splunk;
 mod stats;
 pub mod template;
 pub mod watch_cache;

@@ -144,10 +144,10 @@ impl SinkSet {
             SinkSpec::Webhook(_) if entry.body.source.is_some() => {
                 format!("{}{}{}@{tenant}{:?}", spec.identity(), entry.webhook, entry.body, entry.delivery)
             }
-            SinkSpec::Webhook(_) | SinkSpec::Otlp(_) if at_most_once => {
+            _ if spec.is_batching() && at_most_once => {
                 format!("{}{},delivery=at-most-once", spec.identity(), entry.webhook)
             }
-            SinkSpec::Webhook(_) | SinkSpec::Otlp(_) => format!("{}{}", spec.identity(), entry.webhook),
+            _ if spec.is_batching() => format!("{}{}", spec.identity(), entry.webhook),
             SinkSpec::Metrics { .. } => format!("metrics@{tenant}"),
             _ => spec.identity(),
         };
@@ -172,14 +172,17 @@ impl SinkSet {
                 .map_err(|e| fail(super::jsonl::writable(path).err().unwrap_or_else(|| e.to_string())))?;
                 OpenSink::Jsonl(Arc::new(JsonLinesSink::new(Box::new(file))))
             }
-            SinkSpec::Webhook(url) | SinkSpec::Otlp(url) => {
+            SinkSpec::Webhook(_)
+            | SinkSpec::Otlp(_)
+            | SinkSpec::Loki { .. }
+            | SinkSpec::Elasticsearch { .. }
+            | SinkSpec::Splunk { .. } => {
                 let mut config = match spec {
-                    SinkSpec::Otlp(_) => super::otlp::config(spec.to_string(), url.expose()),
-                    _ if entry.body.source.is_some() => {
+                    SinkSpec::Webhook(url) if entry.body.source.is_some() => {
                         let name = format!("{spec}{}", entry.body);
                         super::template::config(name, url.expose(), tenant, &entry.body).map_err(fail)?
                     }
-                    _ => WebhookConfig::new(spec.to_string(), url.expose()),
+                    _ => batching_config(spec, &super::endpoint::process_env).map_err(fail)?,
                 };
                 let options = entry.webhook;
                 config.concurrency = options.concurrency.unwrap_or(config.concurrency);
@@ -290,4 +293,22 @@ impl SinkSet {
         }
         Ok(())
     }
+}
+
+/// The batching HTTP sink configuration of a `webhook:`, `otlp:` or log-store spec, named as the
+/// spec shows, the log stores' credentials read through `env`.
+///
+/// # Errors
+/// What is wrong with the log store's credentials or CA file; a spec of another kind.
+pub fn batching_config(spec: &SinkSpec, env: super::endpoint::Env<'_>) -> Result<WebhookConfig, String> {
+    let name = spec.to_string();
+    match spec {
+        SinkSpec::Webhook(url) => Ok(WebhookConfig::new(name, url.expose())),
+        SinkSpec::Otlp(url) => Ok(super::otlp::config(name, url.expose())),
+        SinkSpec::Loki { url, options } => super::loki::config(name, url.expose(), options, env),
+        SinkSpec::Elasticsearch { url, options } => super::elasticsearch::config(name, url.expose(), options, env),
+        SinkSpec::Splunk { url, options } => super::splunk::config(name, url.expose(), options, env),
+        _ => return Err(format!("{spec} is not a batching HTTP sink")),
+    }
+    .map_err(|e| e.to_string())
 }

@@ -3,14 +3,17 @@
 use std::path::PathBuf;
 
 use super::concurrency::Concurrency;
+use super::elasticsearch::ElasticsearchOptions;
+use super::loki::LokiOptions;
+use super::splunk::SplunkOptions;
 use crate::delivery::DeliveryMode;
 use crate::redact::RedactedUrl;
 
 /// Where sink calls go: `jsonl:PATH`, `jsonl:-` (stdout), `plugin:NAME` / `plugin:FILE.wasm`
 /// (a sink plugin, embedded or from a file, writing to stdout), `k8s` / `k8s:NAMESPACE` (the
 /// Kubernetes Events API; with a namespace, events of other namespaces are refused as client-go's
-/// namespaced sink does), `webhook:URL`, `otlp:URL` (OTLP/HTTP log records) or `metrics`
-/// (counters on `/metrics`).
+/// namespaced sink does), `webhook:URL`, `otlp:URL` (OTLP/HTTP log records), the log stores
+/// `loki:URL`, `elasticsearch:URL` and `splunk:URL`, or `metrics` (counters on `/metrics`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SinkSpec {
     /// One JSON line per sink call, to a file (created or truncated).
@@ -27,6 +30,29 @@ pub enum SinkSpec {
     /// OTLP/HTTP logs: one log record per call, batched protobuf POSTs to this URL
     /// (`otlp:http://HOST:PORT[/v1/logs]`, [`crate::sink::otlp`]), shown redacted.
     Otlp(RedactedUrl),
+    /// Loki's push API (`loki:http://HOST:3100[,labels=…,format=…]`, [`crate::sink::loki`]).
+    Loki {
+        /// The URL, shown redacted.
+        url: RedactedUrl,
+        /// The sink's own options.
+        options: LokiOptions,
+    },
+    /// Elasticsearch's or OpenSearch's `_bulk` API
+    /// (`elasticsearch:http://HOST:9200[,index=…|data_stream=…]`, [`crate::sink::elasticsearch`]).
+    Elasticsearch {
+        /// The URL, shown redacted.
+        url: RedactedUrl,
+        /// The sink's own options.
+        options: ElasticsearchOptions,
+    },
+    /// Splunk's HTTP Event Collector (`splunk:https://HOST:8088[,sourcetype=…,index=…]`,
+    /// [`crate::sink::splunk`]).
+    Splunk {
+        /// The URL, shown redacted.
+        url: RedactedUrl,
+        /// The sink's own options.
+        options: SplunkOptions,
+    },
     /// Event metrics: each call counted by tenant, type, involved object namespace and kind,
     /// and reason on `/metrics` (`metrics[,max_series=N]`, [`crate::sink::event_metrics`]).
     Metrics {
@@ -52,6 +78,9 @@ impl std::fmt::Display for SinkSpec {
             SinkSpec::Kubernetes(ns) => write!(f, "k8s:{ns}"),
             SinkSpec::Webhook(url) => write!(f, "webhook:{url}"),
             SinkSpec::Otlp(url) => write!(f, "otlp:{url}"),
+            SinkSpec::Loki { url, options } => write!(f, "loki:{url}{options}"),
+            SinkSpec::Elasticsearch { url, options } => write!(f, "elasticsearch:{url}{options}"),
+            SinkSpec::Splunk { url, options } => write!(f, "splunk:{url}{options}"),
             SinkSpec::Metrics { max_series: None } => f.write_str("metrics"),
             SinkSpec::Metrics { max_series: Some(n) } => write!(f, "metrics,max_series={n}"),
             SinkSpec::Nats(target) => target.fmt(f),
@@ -60,11 +89,39 @@ impl std::fmt::Display for SinkSpec {
 }
 
 impl SinkSpec {
+    /// Whether the sink is the webhook's batching HTTP sink ([`crate::sink::webhook`]): a
+    /// webhook, OTLP or a log store; these take [`WebhookOptions`].
+    pub fn is_batching(&self) -> bool {
+        matches!(
+            self,
+            SinkSpec::Webhook(_)
+                | SinkSpec::Otlp(_)
+                | SinkSpec::Loki { .. }
+                | SinkSpec::Elasticsearch { .. }
+                | SinkSpec::Splunk { .. }
+        )
+    }
+
+    /// The URL of a sink that posts to one (webhook, OTLP, log stores).
+    pub fn http_url(&self) -> Option<&RedactedUrl> {
+        match self {
+            SinkSpec::Webhook(url)
+            | SinkSpec::Otlp(url)
+            | SinkSpec::Loki { url, .. }
+            | SinkSpec::Elasticsearch { url, .. }
+            | SinkSpec::Splunk { url, .. } => Some(url),
+            _ => None,
+        }
+    }
+
     /// The spec as written, secrets included: what tells two sinks apart. Never log it.
     pub fn identity(&self) -> String {
         match self {
             SinkSpec::Webhook(url) => format!("webhook:{}", url.expose()),
             SinkSpec::Otlp(url) => format!("otlp:{}", url.expose()),
+            SinkSpec::Loki { url, options } => format!("loki:{}{options}", url.expose()),
+            SinkSpec::Elasticsearch { url, options } => format!("elasticsearch:{}{options}", url.expose()),
+            SinkSpec::Splunk { url, options } => format!("splunk:{}{options}", url.expose()),
             SinkSpec::Nats(target) => format!("nats:{}", target.url.expose()),
             other => other.to_string(),
         }
@@ -73,13 +130,16 @@ impl SinkSpec {
 
 /// The sink forms, for errors.
 const FORMS: &str = "expected a sink: jsonl:PATH, jsonl:-, k8s, k8s:NAMESPACE, plugin:NAME, plugin:FILE.wasm, webhook:URL, \
-     otlp:URL, metrics or nats:nats://HOST:PORT[?…], optionally followed by ,delivery=at-most-once|wait|at-least-once \
-     (and, for a webhook or otlp, ,concurrency=adaptive|N ,max_batch=N ,max_batch_bytes=N; for a webhook, \
-     ,template=FILE|,preset=slack|teams|discord|google-chat|pagerduty|opsgenie ,secret_env=VAR|,secret_file=PATH \
-     ,resolve_on=TYPE; for metrics, ,max_series=N)";
+     otlp:URL, loki:URL, elasticsearch:URL, splunk:URL, metrics or nats:nats://HOST:PORT[?…], optionally followed by \
+     ,delivery=at-most-once|wait|at-least-once (and, for a webhook, otlp or log store, ,concurrency=adaptive|N ,max_batch=N \
+     ,max_batch_bytes=N; for a webhook, ,template=FILE|,preset=slack|teams|discord|google-chat|pagerduty|opsgenie \
+     ,secret_env=VAR|,secret_file=PATH ,resolve_on=TYPE; for loki ,labels=F;F… ,format=json|protobuf \
+     ,structured_metadata=true; for elasticsearch ,index=PATTERN|data_stream=NAME ,replace_dots=true; for splunk \
+     ,sourcetype=NAME ,index=NAME ,source=NAME; for a log store ,ca_file=PATH; for metrics, ,max_series=N)";
 
 /// The sink kinds (what comes before the first `:`), for suggestions.
-const KINDS: [&str; 7] = ["jsonl", "k8s", "plugin", "webhook", "otlp", "metrics", "nats"];
+const KINDS: [&str; 10] =
+    ["jsonl", "k8s", "plugin", "webhook", "otlp", "loki", "elasticsearch", "splunk", "metrics", "nats"];
 
 /// A `--sink` value (or a config `sinks` entry) that is not one of the sink forms, with what is
 /// wrong and, where one is close, what was probably meant. The value is shown redacted: it may
@@ -164,6 +224,18 @@ impl std::str::FromStr for SinkSpec {
             Some(("plugin", name)) if !name.is_empty() => Ok(SinkSpec::Plugin(name.into())),
             Some(("webhook", url)) => http_url(url).map(|()| SinkSpec::Webhook(RedactedUrl::new(url))).map_err(fail),
             Some(("otlp", url)) => http_url(url).map(|()| SinkSpec::Otlp(RedactedUrl::new(url))).map_err(fail),
+            Some(("loki", url)) => http_url(url)
+                .map(|()| SinkSpec::Loki { url: RedactedUrl::new(url), options: LokiOptions::default() })
+                .map_err(fail),
+            Some(("elasticsearch", url)) => http_url(url)
+                .map(|()| SinkSpec::Elasticsearch {
+                    url: RedactedUrl::new(url),
+                    options: ElasticsearchOptions::default(),
+                })
+                .map_err(fail),
+            Some(("splunk", url)) => http_url(url)
+                .map(|()| SinkSpec::Splunk { url: RedactedUrl::new(url), options: SplunkOptions::default() })
+                .map_err(fail),
             None if s == "metrics" => Ok(SinkSpec::Metrics { max_series: None }),
             Some(("nats", target)) => target
                 .parse()
@@ -271,6 +343,19 @@ const COMMON_OPTIONS: [&str; 1] = ["delivery"];
 const WEBHOOK_OPTIONS: [&str; 3] = ["concurrency", "max_batch", "max_batch_bytes"];
 /// The options of the metrics sink, besides [`COMMON_OPTIONS`].
 const METRICS_OPTIONS: [&str; 1] = ["max_series"];
+/// The log stores' own options, besides [`COMMON_OPTIONS`] and [`WEBHOOK_OPTIONS`]: Loki's,
+/// Elasticsearch's and Splunk's ([`crate::sink::loki::OPTIONS`] and the others).
+const LOG_STORE_OPTIONS: [&str; 9] = [
+    "labels",
+    "format",
+    "structured_metadata",
+    "ca_file",
+    "index",
+    "data_stream",
+    "replace_dots",
+    "sourcetype",
+    "source",
+];
 
 /// `text` as a `,key=value` option: `key` is a lowercase name (`a-z`, `0-9`, `_`, starting with a
 /// letter). A URL's own `,a=b` then reads as an option: a comma in a URL is written `%2C`.
@@ -292,6 +377,8 @@ impl std::str::FromStr for SinkEntry {
         let mut body = super::template::BodyOptions::default();
         let mut max_series = None;
         let mut given = Vec::new();
+        // A log store's own options, taken once the spec is known.
+        let mut own_options = Vec::new();
         // Options are taken from the end while they are `key=value`.
         while let Some((head, text)) = rest.rsplit_once(',') {
             let Some((key, value)) = option(text) else { break };
@@ -303,12 +390,18 @@ impl std::str::FromStr for SinkEntry {
                 set.map_err(|problem| SinkSpecError::new(s, problem))?;
             } else {
                 match webhook.set(key, value) {
+                    None if LOG_STORE_OPTIONS.contains(&key) => {
+                        own_options.push((key, value));
+                        rest = head;
+                        continue;
+                    }
                     None => {
                         let known = COMMON_OPTIONS
                             .iter()
                             .chain(&WEBHOOK_OPTIONS)
                             .chain(&METRICS_OPTIONS)
-                            .chain(&super::template::OPTIONS);
+                            .chain(&super::template::OPTIONS)
+                            .chain(&LOG_STORE_OPTIONS);
                         let hint = match crate::suggest::closest(key, known.copied()) {
                             Some(meant) => format!("did you mean `{meant}`?"),
                             None => "a comma in a URL is written %2C".into(),
@@ -323,16 +416,32 @@ impl std::str::FromStr for SinkEntry {
             rest = head;
         }
         let mut spec: SinkSpec = rest.parse()?;
-        let webhook_and_body: Vec<&str> = WEBHOOK_OPTIONS.iter().chain(&super::template::OPTIONS).copied().collect();
-        let own: &[&str] = match spec {
-            SinkSpec::Webhook(_) => &webhook_and_body,
-            SinkSpec::Otlp(_) => &WEBHOOK_OPTIONS,
-            SinkSpec::Metrics { .. } => &METRICS_OPTIONS,
-            _ => &[],
+        // Taken in the order written (they were collected from the end).
+        for (key, value) in own_options.into_iter().rev() {
+            let taken = match &mut spec {
+                SinkSpec::Loki { options, .. } => options.set(key, value),
+                SinkSpec::Elasticsearch { options, .. } => options.set(key, value),
+                SinkSpec::Splunk { options, .. } => options.set(key, value),
+                _ => None,
+            };
+            match taken {
+                Some(Ok(())) => {}
+                Some(Err(problem)) => return Err(SinkSpecError::new(s, format!("option `{key}`: {problem}"))),
+                None => given.push(key),
+            }
+        }
+        let own: Vec<&str> = match spec {
+            SinkSpec::Webhook(_) => [&WEBHOOK_OPTIONS[..], &super::template::OPTIONS].concat(),
+            SinkSpec::Otlp(_) => WEBHOOK_OPTIONS.to_vec(),
+            SinkSpec::Loki { .. } => [&WEBHOOK_OPTIONS[..], &super::loki::OPTIONS].concat(),
+            SinkSpec::Elasticsearch { .. } => [&WEBHOOK_OPTIONS[..], &super::elasticsearch::OPTIONS].concat(),
+            SinkSpec::Splunk { .. } => [&WEBHOOK_OPTIONS[..], &super::splunk::OPTIONS].concat(),
+            SinkSpec::Metrics { .. } => METRICS_OPTIONS.to_vec(),
+            _ => Vec::new(),
         };
         if let Some(key) = given.iter().find(|k| !COMMON_OPTIONS.contains(k) && !own.contains(k)) {
             let kind = rest.split([':', ',']).next().unwrap_or_default();
-            let takes = COMMON_OPTIONS.iter().chain(own).copied().collect::<Vec<_>>().join(", ");
+            let takes = COMMON_OPTIONS.iter().chain(&own).copied().collect::<Vec<_>>().join(", ");
             return Err(SinkSpecError::new(s, format!("a {kind} sink has no option `{key}` (it takes {takes})")));
         }
         if let (Some(n), SinkSpec::Metrics { max_series }) = (max_series, &mut spec) {
@@ -428,6 +537,43 @@ mod tests {
             "otlp:grpc://c:4317",
         ] {
             assert!(bad.parse::<SinkEntry>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_log_store_entry_takes_its_own_options_and_the_webhooks() {
+        use crate::sink::elasticsearch::Target;
+        use crate::sink::loki::{LabelField, LokiFormat};
+        let text = "loki:http://l:3100,labels=namespace;reason,format=protobuf,max_batch=500";
+        let e: SinkEntry = text.parse().unwrap();
+        let SinkSpec::Loki { url, options } = &e.spec else { panic!("{e:?}") };
+        assert_eq!(url.expose(), "http://l:3100");
+        assert_eq!(
+            (options.format, options.label_fields()),
+            (LokiFormat::Protobuf, vec![LabelField::Namespace, LabelField::Reason])
+        );
+        assert_eq!(e.webhook.max_batch, Some(500));
+        assert_eq!(e.to_string(), text);
+        assert_eq!(e.to_string().parse::<SinkEntry>().unwrap(), e, "what is shown reads back");
+        let es: SinkEntry =
+            "elasticsearch:https://es:9200,data_stream=logs-k8s-default,replace_dots=true".parse().unwrap();
+        let SinkSpec::Elasticsearch { options, .. } = &es.spec else { panic!("{es:?}") };
+        assert_eq!((options.target(), options.replace_dots), (Target::DataStream("logs-k8s-default".into()), true));
+        let splunk: SinkEntry = "splunk:https://s:8088,sourcetype=kube:events,index=k8s,delivery=wait".parse().unwrap();
+        assert_eq!(splunk.to_string(), "splunk:https://s:8088,sourcetype=kube:events,index=k8s,delivery=wait");
+        let err = |text: &str| text.parse::<SinkEntry>().unwrap_err().to_string();
+        for (bad, says) in [
+            ("loki:http://l:3100,index=x", "a loki sink has no option `index`"),
+            ("elasticsearch:http://e:9200,index=a,data_stream=b", "index and data_stream are exclusive"),
+            ("elasticsearch:http://e:9200,index=ev-%Q", "not a strftime pattern"),
+            ("loki:http://l:3100,labels=uid", "unknown label field `uid`"),
+            ("loki:http://l:3100,formt=json", "did you mean `format`?"),
+            ("jsonl:-,labels=namespace", "a jsonl sink has no option `labels`"),
+            ("splunk:ftp://s", "expected an http:// or https:// URL"),
+            ("lokki:http://l:3100", "did you mean `loki:`?"),
+        ] {
+            let message = err(bad);
+            assert!(message.contains(says), "{bad}: {message}");
         }
     }
 

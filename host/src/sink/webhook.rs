@@ -67,7 +67,11 @@
 //! the batch's calls fail with a [`SinkError::Status`] carrying the code, which `recordToSink`
 //! drops as it drops an apiserver rejection. A `2xx` answer acknowledges the whole batch; items
 //! it says it refused ([`BatchEncoding::accepted`], OTLP's partial success) are counted in
-//! `rejected` and logged, not retried.
+//! `rejected` and logged, not retried. When the answer names failed items one by one
+//! ([`Accepted::failed`], an Elasticsearch `_bulk` answer), the others are acknowledged, those
+//! failed for good fail their calls with their own status, and only those worth another attempt
+//! are sent again, after the back-off. A `413 Payload Too Large` halves the items per request
+//! (down to one; an item too large alone fails with `413`, the rest go on).
 //!
 //! # Transport
 //! hyper 1 through hyper-util's pooled client, TLS through rustls with the `ring` provider and
@@ -75,7 +79,6 @@
 //! client already brings, so no second HTTP stack and no C toolchain.
 
 use std::collections::{HashMap, VecDeque};
-use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -92,7 +95,7 @@ use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::concurrency::{AdaptiveSettings, Concurrency, Controller, Permit, Response};
-pub use super::encoding::{Accepted, BatchEncoding, JsonItems};
+pub use super::encoding::{Accepted, BatchEncoding, ItemFailure, JsonItems};
 use super::retry::Verb;
 use super::{EventSink, SinkError, SinkPatch, StatusError, Stored};
 use crate::event::Event;
@@ -113,8 +116,6 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 pub const BATCH_ID_HEADER: &str = "x-eventpipe-batch-id";
 /// Bytes of an error answer's body quoted in errors.
 const ERROR_BODY_BYTES: usize = 512;
-/// Largest answer body read (then discarded), bytes.
-const MAX_ANSWER_BYTES: usize = 64 << 10;
 
 /// Why a webhook sink cannot be built.
 #[derive(Debug, thiserror::Error)]
@@ -247,6 +248,10 @@ pub struct WebhookConfig {
     /// The whole `Authorization` value (`GenieKey …` for Opsgenie) when set; takes precedence
     /// over `bearer_token` and the URL's credentials.
     pub authorization: Option<String>,
+    /// Headers sent with every request besides `Content-Type` (a log store's credentials, a
+    /// Loki tenant's `X-Scope-OrgID`); an `Authorization` here replaces `bearer_token` and the
+    /// URL's credentials.
+    pub headers: Vec<(hyper::header::HeaderName, HeaderValue)>,
     /// Events queued or in flight at most (default 8192).
     pub queue_capacity: usize,
     /// Events per batch at most (default 1000).
@@ -283,6 +288,7 @@ impl WebhookConfig {
             url: url.into(),
             bearer_token: None,
             authorization: None,
+            headers: Vec::new(),
             queue_capacity: DEFAULT_QUEUE_CAPACITY,
             max_batch: DEFAULT_MAX_BATCH,
             max_batch_bytes: DEFAULT_MAX_BATCH_BYTES,
@@ -435,6 +441,7 @@ impl WebhookSink {
             ),
             (None, basic) => basic,
         };
+        let auth = if config.headers.iter().any(|(name, _)| name == AUTHORIZATION) { None } else { auth };
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = hyper_rustls::HttpsConnectorBuilder::new();
         let builder = match config.tls.clone() {
@@ -462,6 +469,7 @@ impl WebhookSink {
             encoding: config.encoding.clone(),
             uri,
             auth,
+            headers: config.headers,
             client,
             request_timeout: config.request_timeout,
             backoff: config.backoff,
@@ -604,7 +612,7 @@ impl WebhookSink {
         let depth = (self.capacity - self.slots.available_permits()) as u64;
         self.counters.max_queue_depth.fetch_max(depth, Ordering::Relaxed);
         let (ack_tx, ack_rx) = oneshot::channel();
-        let key = object_key(event);
+        let key = self.encoding.order_key(event);
         self.tx.send(Item { encoded, key, ack: Some(ack_tx), _slot: slot }).map_err(|_| shut())?;
         drop(turn);
         self.counters.enqueued.fetch_add(1, Ordering::Relaxed);
@@ -677,15 +685,6 @@ impl EventSink for WebhookSink {
     }
 }
 
-/// The key that keeps one object's writes in order: a hash of the event's namespace and name
-/// (two objects of one hash are merely kept in order with each other).
-fn object_key(event: &Event) -> u64 {
-    let mut hasher = std::hash::DefaultHasher::new();
-    event.metadata.namespace.hash(&mut hasher);
-    event.metadata.name.hash(&mut hasher);
-    hasher.finish()
-}
-
 /// How one attempt ended.
 enum Attempt {
     Acked(Accepted),
@@ -706,6 +705,7 @@ struct Shared {
     encoding: Arc<dyn BatchEncoding>,
     uri: hyper::Uri,
     auth: Option<HeaderValue>,
+    headers: Vec<(hyper::header::HeaderName, HeaderValue)>,
     client: HttpClient,
     request_timeout: Duration,
     backoff: Backoff,
@@ -901,11 +901,23 @@ impl Worker {
 /// Sends one batch until acknowledged, failed for good, or aborted; each attempt holds a permit
 /// of the controller (`permit` for the first). Answers the batch's calls and returns the error
 /// it failed with, if it did.
+///
+/// Items an acknowledging answer names as failed ([`Accepted::failed`]) are answered at once
+/// when they failed for good; those to retry are sent again after the back-off (as one more
+/// attempt of the batch), the others are not repeated. A `413 Payload Too Large` answer halves
+/// the items sent per request and sends the first half at once (the rest follow, in order, in
+/// requests of that size); an item the endpoint finds too large alone fails for good with `413`
+/// and the rest go on.
 async fn deliver(shared: &Shared, batch: Vec<Item>, permit: Permit) -> Option<SinkError> {
     let n = batch.len() as u64;
-    let items: Vec<&[u8]> = batch.iter().map(|i| i.encoded.as_slice()).collect();
-    let body = Bytes::from(shared.encoding.body(&items));
-    drop(items);
+    let mut pending = batch;
+    // Items sent per request: all of them, until a `413`.
+    let mut limit = pending.len();
+    let body_of = |items: &[Item], limit: usize| {
+        let items: Vec<&[u8]> = items.iter().take(limit).map(|i| i.encoded.as_slice()).collect();
+        Bytes::from(shared.encoding.body(&items))
+    };
+    let mut body = body_of(&pending, limit);
     let kind = shared.encoding.kind();
     let id = uuid::Uuid::new_v4().to_string();
     shared.counters.sent.fetch_add(n, Ordering::Relaxed);
@@ -920,6 +932,7 @@ async fn deliver(shared: &Shared, batch: Vec<Item>, permit: Permit) -> Option<Si
     };
     let outcome = loop {
         attempts += 1;
+        limit = limit.clamp(1, pending.len().max(1));
         let mut held = match permit.take() {
             Some(p) => p,
             None => tokio::select! {
@@ -940,7 +953,8 @@ async fn deliver(shared: &Shared, batch: Vec<Item>, permit: Permit) -> Option<Si
         };
         let (error, safe, retry_after) = match attempt {
             Attempt::Acked(accepted) => {
-                held.done(Response::Answered);
+                let back_pressure = accepted.failed.iter().any(|f| f.retry && f.status == 429);
+                held.done(if back_pressure { Response::BackPressure } else { Response::Answered });
                 if accepted.rejected > 0 {
                     shared.counters.rejected.fetch_add(accepted.rejected, Ordering::Relaxed);
                     tracing::warn!(
@@ -948,7 +962,47 @@ async fn deliver(shared: &Shared, batch: Vec<Item>, permit: Permit) -> Option<Si
                         "{kind} endpoint accepted the batch but refused some of it (partial success; not retried)"
                     );
                 }
-                break Ok(());
+                let rest = pending.split_off(limit.min(pending.len()));
+                match shared.settle_items(std::mem::take(&mut pending), &accepted.failed) {
+                    None => {
+                        pending = rest;
+                        if pending.is_empty() {
+                            break Ok(());
+                        }
+                        // The next items (after a `413`), in a request of their own.
+                        attempts = 0;
+                        body = body_of(&pending, limit);
+                        continue;
+                    }
+                    Some((mut again, error)) => {
+                        again.extend(rest);
+                        pending = again;
+                        body = body_of(&pending, limit);
+                        // The endpoint said it did not take them: safe to send again.
+                        (error, true, None)
+                    }
+                }
+            }
+            Attempt::Permanent(status) if status.code == 413 && limit > 1 => {
+                held.done(Response::Answered);
+                limit /= 2;
+                tracing::debug!(sink = %shared.name, limit, "{kind} request too large, sending fewer items per request");
+                body = body_of(&pending, limit);
+                continue;
+            }
+            Attempt::Permanent(status) if status.code == 413 && pending.len() > 1 => {
+                held.done(Response::Answered);
+                let rest = pending.split_off(1);
+                tracing::warn!(sink = %shared.name, "{kind} endpoint refused an item as too large (413; not retried)");
+                shared.counters.failed.fetch_add(1, Ordering::Relaxed);
+                for item in std::mem::replace(&mut pending, rest) {
+                    if let Some(ack) = item.ack {
+                        let _ = ack.send(Err(SinkError::Status(status.clone())));
+                    }
+                }
+                attempts = 0;
+                body = body_of(&pending, limit);
+                continue;
             }
             Attempt::Permanent(status) => {
                 held.done(Response::Answered);
@@ -962,8 +1016,9 @@ async fn deliver(shared: &Shared, batch: Vec<Item>, permit: Permit) -> Option<Si
         let exhausted = shared.backoff.max_attempts.is_some_and(|max| attempts >= max);
         if exhausted || (shared.delivery == Delivery::AtMostOnce && !safe) {
             break Err(SinkError::Transport(format!(
-                "{kind} {}: batch of {n} not acknowledged after {attempts} attempt(s): {error}",
-                shared.name
+                "{kind} {}: {} of a batch of {n} not acknowledged after {attempts} attempt(s): {error}",
+                shared.name,
+                pending.len()
             )));
         }
         tracing::debug!(sink = %shared.name, attempts, %error, "{kind} batch failed, retrying");
@@ -973,16 +1028,17 @@ async fn deliver(shared: &Shared, batch: Vec<Item>, permit: Permit) -> Option<Si
             _ = tokio::time::sleep(shared.backoff.delay(attempts, retry_after)) => {}
         }
     };
+    let left = pending.len() as u64;
     match &outcome {
         Ok(()) => {
-            shared.counters.acked.fetch_add(n, Ordering::Relaxed);
+            shared.counters.acked.fetch_add(left, Ordering::Relaxed);
         }
         Err(error) => {
-            shared.counters.failed.fetch_add(n, Ordering::Relaxed);
-            tracing::warn!(sink = %shared.name, events = n, attempts, %error, "{kind} batch failed");
+            shared.counters.failed.fetch_add(left, Ordering::Relaxed);
+            tracing::warn!(sink = %shared.name, events = left, attempts, %error, "{kind} batch failed");
         }
     }
-    for item in batch {
+    for item in pending {
         if let Some(ack) = item.ack {
             let _ = ack.send(outcome.clone());
         }
@@ -1002,12 +1058,70 @@ fn parse_retry_after(value: &str, now: chrono::DateTime<chrono::Utc>) -> Option<
 }
 
 impl Shared {
+    /// Answers the items of an acknowledged batch by what the answer said of each (`failed`,
+    /// by place, ascending): acknowledged, or failed for good (counted, logged with the
+    /// endpoint's reason, the call failed with a [`SinkError::Status`] of the item's status).
+    /// Returns the items to send again, in order, with what to say of them; `None` when there
+    /// are none.
+    fn settle_items(&self, items: Vec<Item>, failed: &[ItemFailure]) -> Option<(Vec<Item>, String)> {
+        let kind = self.encoding.kind();
+        let mut failures = failed.iter().peekable();
+        let mut again = Vec::new();
+        let (mut acked, mut refused) = (0u64, 0u64);
+        let mut first_retry: Option<&ItemFailure> = None;
+        for (index, mut item) in items.into_iter().enumerate() {
+            while failures.peek().is_some_and(|f| f.index < index) {
+                failures.next();
+            }
+            let failure = failures.peek().filter(|f| f.index == index).copied();
+            let answer = match failure {
+                None => {
+                    acked += 1;
+                    Ok(())
+                }
+                Some(f) if f.retry => {
+                    first_retry.get_or_insert(f);
+                    again.push(item);
+                    continue;
+                }
+                Some(f) => {
+                    refused += 1;
+                    tracing::warn!(
+                        sink = %self.name, status = f.status, reason = %f.reason,
+                        "{kind} endpoint refused an item of the batch (not retried)"
+                    );
+                    Err(SinkError::Status(StatusError {
+                        code: f.status,
+                        reason: hyper::StatusCode::from_u16(f.status)
+                            .ok()
+                            .and_then(|s| s.canonical_reason())
+                            .unwrap_or("Refused")
+                            .replace(' ', ""),
+                        message: format!("{kind} {} refused the item: {}", self.name, f.reason),
+                        causes: Vec::new(),
+                    }))
+                }
+            };
+            if let Some(ack) = item.ack.take() {
+                let _ = ack.send(answer);
+            }
+        }
+        self.counters.acked.fetch_add(acked, Ordering::Relaxed);
+        self.counters.failed.fetch_add(refused, Ordering::Relaxed);
+        let first = first_retry?;
+        let error = format!("{} item(s) to send again, the first {}: {}", again.len(), first.status, first.reason);
+        Some((again, error))
+    }
+
     async fn attempt(&self, body: Bytes, id: &str) -> Attempt {
         let mut request = Request::post(self.uri.clone())
             .header(CONTENT_TYPE, HeaderValue::from_static(self.encoding.content_type()))
             .header(BATCH_ID_HEADER, id);
         if let Some(auth) = &self.auth {
             request = request.header(AUTHORIZATION, auth.clone());
+        }
+        for (name, value) in &self.headers {
+            request = request.header(name, value);
         }
         let request = match request.body(Full::new(body)) {
             Ok(r) => r,
@@ -1023,7 +1137,11 @@ impl Shared {
         let exchange = async {
             let response = self.client.request(request).await?;
             let (parts, body) = response.into_parts();
-            let body = Limited::new(body, MAX_ANSWER_BYTES).collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+            let body = Limited::new(body, self.encoding.max_answer_bytes())
+                .collect()
+                .await
+                .map(|b| b.to_bytes())
+                .unwrap_or_default();
             Ok::<_, hyper_util::client::legacy::Error>((parts, body))
         };
         let (parts, answer) = match tokio::time::timeout(self.request_timeout, exchange).await {

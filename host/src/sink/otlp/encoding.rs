@@ -72,6 +72,7 @@ impl BatchEncoding for OtlpLogs {
         partial.map_or_else(Accepted::default, |p| Accepted {
             rejected: u64::try_from(p.rejected_log_records).unwrap_or(0),
             message: p.error_message,
+            ..Accepted::default()
         })
     }
 }
@@ -128,7 +129,7 @@ mod tests {
             }),
         }
         .encode_to_vec();
-        assert_eq!(OtlpLogs.accepted(&answer), Accepted { rejected: 2, message: "too old".into() });
+        assert_eq!(OtlpLogs.accepted(&answer), Accepted { rejected: 2, message: "too old".into(), failed: Vec::new() });
         assert_eq!(OtlpLogs.accepted(b""), Accepted::default());
         assert!(OtlpLogs.retryable(StatusCode::SERVICE_UNAVAILABLE) && !OtlpLogs.retryable(StatusCode::BAD_REQUEST));
         assert!(!OtlpLogs.retryable(StatusCode::INTERNAL_SERVER_ERROR));

@@ -56,7 +56,7 @@ fn go_time_string(t: Option<&Time>) -> String {
 }
 
 /// The receiver's `getEventTimestamp`: `lastTimestamp`, else `eventTime`, else the creation time.
-fn event_time(event: &Event) -> Option<&Time> {
+pub fn event_time(event: &Event) -> Option<&Time> {
     fn set(t: &Option<Time>) -> Option<&Time> {
         t.as_ref().filter(|t| t.timestamp() != 0)
     }

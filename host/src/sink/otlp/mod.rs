@@ -36,14 +36,7 @@ pub const DEFAULT_PATH: &str = "/v1/logs";
 /// `url` with [`DEFAULT_PATH`] when it has no path or only `/` (`http://collector:4318` →
 /// `http://collector:4318/v1/logs`); otherwise as given.
 pub fn endpoint(url: &str) -> String {
-    let Ok(uri) = url.parse::<hyper::Uri>() else { return url.into() };
-    if uri.path() != "/" {
-        return url.into();
-    }
-    let query = uri.query().map(|q| format!("?{q}")).unwrap_or_default();
-    let mut parts = uri.into_parts();
-    parts.path_and_query = format!("{DEFAULT_PATH}{query}").parse().ok();
-    hyper::Uri::from_parts(parts).map_or_else(|_| url.into(), |u| u.to_string())
+    super::endpoint::with_default_path(url, DEFAULT_PATH)
 }
 
 /// A webhook configuration that sends OTLP log records to `url` ([`endpoint`]), named `name`;

@@ -4,7 +4,8 @@
 
 use std::io::{Read, Write};
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 use eventpipe::plugin::embedded::BY_REASON;
@@ -102,30 +103,44 @@ fn a_plugin_pinned_to_another_digest_is_refused_at_start_and_one_pinned_to_its_o
     assert_eq!(std::fs::read_to_string(dir.path().join("out.jsonl")).unwrap().lines().count(), 3);
 }
 
-#[test]
-fn a_hot_reload_of_other_bytes_is_refused_counted_and_the_pinned_version_serves_on() {
-    let dir = tempfile::tempdir().unwrap();
-    let pinned = by_reason(1);
-    let plugins = plugins_with(dir.path(), &pinned);
+/// `run` from standard input into `dir/out.jsonl`, with `plugins` and `by-reason` pinned to
+/// `pinned`'s digest, and `extra` flags; its stderr lines as they come.
+fn run_pinned(dir: &Path, plugins: &Path, pinned: &[u8], extra: &[&str]) -> (Child, Receiver<String>) {
     let mut run = Command::new(env!("CARGO_BIN_EXE_eventpipe"))
-        .args(["run", "--source=jsonl:-", "--summary-json", "--metrics=127.0.0.1:0"])
-        .arg(format!("--sink=jsonl:{}", dir.path().join("out.jsonl").display()))
+        .args(["run", "--source=jsonl:-", "--summary-json"])
+        .args(extra)
+        .arg(format!("--sink=jsonl:{}", dir.join("out.jsonl").display()))
         .arg(format!("--plugins={}", plugins.display()))
-        .arg(format!("--compile-cache={}", dir.path().join("cache").display()))
-        .arg(format!("--plugin-digest=by-reason={}", Sha256Digest::of(&pinned)))
+        .arg(format!("--compile-cache={}", dir.join("cache").display()))
+        .arg(format!("--plugin-digest=by-reason={}", Sha256Digest::of(pinned)))
         .stdin(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let lines = crate::common::stderr_lines(&mut run);
-    let mut seen = Vec::new();
-    let mut wait_for = |needle: &str| loop {
+    (run, lines)
+}
+
+/// The next line of `lines` containing `needle` (each line read is kept in `seen`); panics after
+/// 60 s without one.
+fn wait_for(lines: &Receiver<String>, seen: &mut Vec<String>, needle: &str) -> String {
+    loop {
         let line = lines.recv_timeout(Duration::from_secs(60)).unwrap_or_else(|_| panic!("no {needle}: {seen:?}"));
         seen.push(line.clone());
         if line.contains(needle) {
             return line;
         }
-    };
+    }
+}
+
+#[test]
+fn a_hot_reload_of_other_bytes_is_refused_counted_and_the_pinned_version_serves_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let pinned = by_reason(1);
+    let plugins = plugins_with(dir.path(), &pinned);
+    let (mut run, lines) = run_pinned(dir.path(), &plugins, &pinned, &["--metrics=127.0.0.1:0"]);
+    let mut seen = Vec::new();
+    let mut wait_for = |needle: &str| wait_for(&lines, &mut seen, needle);
     let addr = wait_for("metrics on http://").split_once("http://").unwrap().1.trim_end_matches("/metrics").to_string();
 
     let other = by_reason(2);
@@ -173,25 +188,9 @@ fn a_pinned_plugin_whose_file_is_removed_is_withdrawn_not_replaced_by_the_embedd
     let pinned = by_reason(1);
     let plugins = plugins_with(dir.path(), &pinned);
     let out = dir.path().join("out.jsonl");
-    let mut run = Command::new(env!("CARGO_BIN_EXE_eventpipe"))
-        .args(["run", "--source=jsonl:-", "--summary-json", "--plugin-fallback=drop"])
-        .arg(format!("--sink=jsonl:{}", out.display()))
-        .arg(format!("--plugins={}", plugins.display()))
-        .arg(format!("--compile-cache={}", dir.path().join("cache").display()))
-        .arg(format!("--plugin-digest=by-reason={}", Sha256Digest::of(&pinned)))
-        .stdin(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let lines = crate::common::stderr_lines(&mut run);
+    let (mut run, lines) = run_pinned(dir.path(), &plugins, &pinned, &["--plugin-fallback=drop"]);
     let mut seen = Vec::new();
-    let mut wait_for = |needle: &str| loop {
-        let line = lines.recv_timeout(Duration::from_secs(60)).unwrap_or_else(|_| panic!("no {needle}: {seen:?}"));
-        seen.push(line.clone());
-        if line.contains(needle) {
-            return line;
-        }
-    };
+    let mut wait_for = |needle: &str| wait_for(&lines, &mut seen, needle);
     let mut stdin = run.stdin.take().unwrap();
     wait_for("is live");
     stdin.write_all(events(3).as_bytes()).unwrap();

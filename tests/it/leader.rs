@@ -71,10 +71,10 @@ impl Candidate {
             .collect()
     }
 
-    fn signal(&self, signal: i32) {
-        let pid = i32::try_from(self.child.id()).unwrap();
-        // SAFETY: a signal to our own child.
-        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+    /// Sends `signal` (`TERM`, `KILL`, …) with kill(1).
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill").arg(format!("-{signal}")).arg(self.child.id().to_string()).status().unwrap();
+        assert!(status.success(), "kill -{signal}");
     }
 
     /// Waits up to `limit` for the process to exit: its status.
@@ -146,7 +146,7 @@ fn one_candidate_leads_and_a_stopped_or_killed_leader_is_taken_over() {
     assert!(!b.logged("acquired the Lease"));
     let transitions = lease(plane, &ns)["leaseTransitions"].as_i64().unwrap();
 
-    a.signal(libc::SIGTERM);
+    a.signal("TERM");
     let sigterm = wait_holder(plane, &ns, "b", LONGEST_RETRY + Duration::from_secs(3));
     let status = a.wait_exit(Duration::from_secs(30));
     assert!(status.success(), "the stopped leader exited with {status}");
@@ -159,7 +159,7 @@ fn one_candidate_leads_and_a_stopped_or_killed_leader_is_taken_over() {
     std::thread::sleep(LONGEST_RETRY * 2);
     wait_holder(plane, &ns, "b", Duration::ZERO);
     let mut b = b;
-    b.signal(libc::SIGKILL);
+    b.signal("KILL");
     let sigkill = wait_holder(plane, &ns, "a", LEASE_DURATION + LONGEST_RETRY + Duration::from_secs(3));
     b.wait_exit(Duration::from_secs(5));
     assert!(sigkill + Duration::from_millis(500) >= LEASE_DURATION, "taken over before the Lease expired: {sigkill:?}");

@@ -432,6 +432,17 @@ pub const WATCH_CACHE_EXPIRED: Family = present(counter(
     "Lists and watches answered 410 Expired (their resourceVersion left the window).",
 ));
 
+/// `eventpipe_leader_is_leader` (a gauge, 0 or 1; runs with `--leader-elect`).
+pub const LEADER_IS_LEADER: Family = present(gauge(
+    "eventpipe_leader_is_leader",
+    "1 while this process holds the leader election Lease, else 0 (--leader-elect).",
+));
+/// `eventpipe_leader_transitions` (runs with `--leader-elect`).
+pub const LEADER_TRANSITIONS: Family = present(counter(
+    "eventpipe_leader_transitions",
+    "Times this process acquired the leader election Lease (--leader-elect).",
+));
+
 /// Every family, in the order of the exposition.
 pub const FAMILIES: &[&Family] = &[
     &EVENTS_IN,
@@ -508,6 +519,8 @@ pub const FAMILIES: &[&Family] = &[
     &WATCH_CACHE_DELETED,
     &WATCH_CACHE_CUT_OFF,
     &WATCH_CACHE_EXPIRED,
+    &LEADER_IS_LEADER,
+    &LEADER_TRANSITIONS,
 ];
 
 /// A series' labels, in the family's label order.

@@ -17,6 +17,7 @@ mod helm_chart;
 mod hot_reload;
 mod http_ingest;
 mod kubernetes;
+mod leader;
 mod log_stores;
 mod memo;
 mod metrics;

@@ -30,14 +30,14 @@ struct Conn {
 /// A loopback TCP forwarder to the API server (TLS passes through untouched). It can freeze
 /// one connection (the watch: the one that last carried bytes to the client right after a
 /// watched event arrived) while new connections pass, or everything, new connections included.
-struct Proxy {
-    addr: String,
+pub(crate) struct Proxy {
+    pub(crate) addr: String,
     conns: Arc<Mutex<Vec<Arc<Conn>>>>,
     freeze_new: Arc<AtomicBool>,
 }
 
 impl Proxy {
-    fn start(upstream: String) -> Self {
+    pub(crate) fn start(upstream: String) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let conns: Arc<Mutex<Vec<Arc<Conn>>>> = Arc::default();
@@ -73,7 +73,7 @@ impl Proxy {
     }
 
     /// Freezes every connection, and every new one until [`Self::thaw`].
-    fn freeze_all(&self) {
+    pub(crate) fn freeze_all(&self) {
         self.freeze_new.store(true, Ordering::SeqCst);
         for c in self.conns.lock().unwrap().iter() {
             c.frozen.store(true, Ordering::SeqCst);
@@ -208,7 +208,7 @@ impl Drop for Run {
     }
 }
 
-fn create_event(plane: &ControlPlane, ns: &str, name: &str) {
+pub(crate) fn create_event(plane: &ControlPlane, ns: &str, name: &str) {
     let at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let body = json!({
         "metadata": {"name": name, "namespace": ns},
@@ -232,7 +232,7 @@ fn watching(plane: &ControlPlane, run: &Run, ns: &str) {
     run.wait_for_names(&["watched".into()], Duration::from_secs(20));
 }
 
-fn upstream(plane: &ControlPlane) -> String {
+pub(crate) fn upstream(plane: &ControlPlane) -> String {
     plane.url.trim_start_matches("https://").trim_end_matches('/').to_string()
 }
 

@@ -25,6 +25,7 @@ use eventpipe::sink::SinkEntry;
 use eventpipe::source::k8s::WatchOptions;
 use eventpipe::source::k8s::stall::StallOptions;
 use eventpipe::source::{SourceCounters, SourceSpec};
+use eventpipe::topology::leader::{self, LeaderElectionConfig, LeaderElector, Renewal};
 use eventpipe::watchers::WatcherSpec;
 
 use super::{CorrelatorArgs, FilterArgs, KubeConnectionArgs, OciArgs, PinArgs, PluginArgs, RuntimeArgs};
@@ -148,6 +149,8 @@ pub struct RunArgs {
 
     #[command(flatten, next_help_heading = "Kubernetes")]
     kube: KubeArgs,
+    #[command(flatten, next_help_heading = "Leader election")]
+    leader: LeaderArgs,
 
     /// Serve Prometheus metrics at `GET /metrics` on this address (e.g. 127.0.0.1:9090).
     /// Unauthenticated, unless `$EVENTPIPE_INGEST_TOKEN` is set: then it asks for that bearer
@@ -259,6 +262,59 @@ impl WatchCacheArgs {
     }
 }
 
+/// Leader election on a Lease ([`eventpipe::topology::leader`]).
+#[derive(Args, Debug, Clone)]
+struct LeaderArgs {
+    /// Run the pipeline only while this process holds a `coordination.k8s.io/v1` Lease, as
+    /// client-go's `leaderelection`: other replicas wait as candidates and take over when the
+    /// leader stops (released at SIGTERM) or stops renewing. A leader that cannot renew within
+    /// the renew deadline exits (status 1) before its Lease can expire.
+    #[arg(long)]
+    leader_elect: bool,
+    /// The Lease, `NAMESPACE/NAME` or `NAME` [default: $POD_NAMESPACE (else the service
+    /// account's namespace, else `default`) / `eventpipe`].
+    #[arg(long, value_name = "NAMESPACE/NAME")]
+    leader_elect_lease: Option<String>,
+    /// Seconds a Lease holds without renewal, as candidates observe it.
+    #[arg(long, value_name = "SECONDS", default_value_t = 15.0)]
+    leader_elect_lease_duration: f64,
+    /// Seconds the leader tries to renew before it steps down (< the lease duration).
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
+    leader_elect_renew_deadline: f64,
+    /// Seconds between tries to acquire or renew (× 1.2 < the renew deadline).
+    #[arg(long, value_name = "SECONDS", default_value_t = 2.0)]
+    leader_elect_retry_period: f64,
+}
+
+impl LeaderArgs {
+    /// The election's terms, `None` without `--leader-elect`.
+    fn config(&self) -> anyhow::Result<Option<LeaderElectionConfig>> {
+        if !self.leader_elect {
+            return Ok(None);
+        }
+        let seconds = |flag: &str, s: f64| {
+            Duration::try_from_secs_f64(s).with_context(|| format!("{flag}: expected seconds > 0, not {s}"))
+        };
+        let (namespace, name) = match self.leader_elect_lease.as_deref() {
+            None => (leader::default_namespace(), leader::DEFAULT_LEASE_NAME.to_owned()),
+            Some(lease) => match lease.split_once('/') {
+                Some((ns, name)) => (ns.to_owned(), name.to_owned()),
+                None => (leader::default_namespace(), lease.to_owned()),
+            },
+        };
+        let config = LeaderElectionConfig {
+            namespace,
+            name,
+            identity: leader::default_identity(),
+            lease_duration: seconds("--leader-elect-lease-duration", self.leader_elect_lease_duration)?,
+            renew_deadline: seconds("--leader-elect-renew-deadline", self.leader_elect_renew_deadline)?,
+            retry_period: seconds("--leader-elect-retry-period", self.leader_elect_retry_period)?,
+        };
+        config.validate().map_err(anyhow::Error::msg)?;
+        Ok(Some(config))
+    }
+}
+
 /// The Kubernetes connection (for `--source k8s…` and `--sink k8s…`) and watch.
 #[derive(Args, Debug, Clone)]
 struct KubeArgs {
@@ -318,6 +374,7 @@ pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
     let mut base = args.filters.apply(args.correlator.rules(&args.limits)).rules(&registry)?;
     base.sinks = args.sink;
     let stall = args.kube.stall()?;
+    let election = args.leader.config()?;
     let options = RunOptions {
         source: SourceOptions { spec: args.source, follow: args.follow, counters: Arc::new(SourceCounters::default()) },
         kubernetes: KubernetesOptions {
@@ -361,6 +418,7 @@ pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
             serve: args.serve,
             watch_cache: args.watch_cache.settings(),
             http_limits: args.http.limits()?,
+            leader: None,
         },
         plugins: PluginOptions {
             base,
@@ -392,7 +450,14 @@ pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
         Progress::start(len, "events", move || (counters.bytes_read(), counters.stats().read))
     });
     let runtime = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
-    let summary = runtime.block_on(run(options));
+    let summary = match election {
+        None => runtime.block_on(run(options)),
+        Some(config) => match runtime.block_on(run_elected(options, config))? {
+            Some(summary) => Ok(summary),
+            // Stopped while a candidate: nothing ran.
+            None => return Ok(ExitCode::SUCCESS),
+        },
+    };
     if let Some(progress) = progress {
         progress.finish();
     }
@@ -413,6 +478,52 @@ pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// `--leader-elect`: waits as a candidate until this process holds the Lease (`None` when
+/// SIGINT / SIGTERM comes first), then runs the pipeline while renewing it, and releases it
+/// once the run ends. A leader that loses the Lease exits at once (status 1, as
+/// kube-controller-manager's "leaderelection lost"): it must write nothing more.
+async fn run_elected(
+    mut options: RunOptions,
+    config: LeaderElectionConfig,
+) -> anyhow::Result<Option<eventpipe::commands::run::RunSummary>> {
+    let client = eventpipe::k8s::connect(&options.kubernetes.connection).await?;
+    let mut elector = LeaderElector::new(client, config).map_err(anyhow::Error::msg)?;
+    let shutdown = options.shutdown.clone();
+    let signals = tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("a SIGTERM handler");
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            shutdown.cancel();
+        }
+    });
+    if !elector.acquire(&shutdown).await {
+        return Ok(None);
+    }
+    options.serving.leader = Some(elector.status());
+    let stop_renewing = tokio_util::sync::CancellationToken::new();
+    let renewing = tokio::spawn({
+        let stop = stop_renewing.clone();
+        async move {
+            if elector.renew_until_lost(&stop).await == Renewal::Lost {
+                eprintln!("eventpipe: leader election lost: exiting");
+                std::process::exit(1);
+            }
+            elector
+        }
+    });
+    let summary = run(options).await;
+    signals.abort();
+    stop_renewing.cancel();
+    let mut elector = renewing.await.context("the Lease renewal task")?;
+    elector.release().await;
+    Ok(Some(summary?))
 }
 
 /// How often the progress bar reads its counters.

@@ -136,6 +136,9 @@ pub async fn build(options: RunOptions) -> Result<RunningTopology, RunError> {
     plans.register(&servers.metrics);
     watchers.register(&servers.metrics);
     checkpointer.register(&servers.metrics);
+    if let Some(leader) = &serving.leader {
+        leader.register(&servers.metrics);
+    }
     servers.start(serving.metrics, serving.serve, &source.spec, &shutdown).await?;
     checkpointer.start();
     Ok(RunningTopology {

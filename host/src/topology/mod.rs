@@ -20,6 +20,8 @@
 //!   - `servers`: `/metrics`, the probes and the read API (`--metrics`, `--serve`), the watch
 //!     cache's expiry, readiness;
 //!   - `source`: the source task (or the worker tier's consumers).
+//! - [`leader`]: leader election on a `coordination.k8s.io/v1` Lease (`run --leader-elect`),
+//!   as client-go `leaderelection`: the pipeline runs only while the process leads.
 //! - [`running`]: [`RunningTopology`] owns them: it runs the source, then drains in order —
 //!   source → Broadcaster → router → sinks, then the checkpoint — within the shutdown timeout,
 //!   and produces the [`RunSummary`].
@@ -31,6 +33,7 @@
 
 mod builder;
 mod checkpoint;
+pub mod leader;
 pub mod options;
 mod reloader;
 pub mod role;

@@ -112,6 +112,9 @@ pub struct ServingOptions {
     /// Timeouts and connection cap of every HTTP server of the run (ingest, `--serve`,
     /// `--metrics`).
     pub http_limits: crate::http_server::ServerLimits,
+    /// With `--leader-elect`: the leadership shown on `/metrics`
+    /// (`eventpipe_leader_is_leader`, `eventpipe_leader_transitions_total`).
+    pub leader: Option<Arc<crate::topology::leader::LeaderStatus>>,
 }
 
 /// The tenants' rules and the plugins.

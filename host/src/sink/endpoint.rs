@@ -107,6 +107,46 @@ pub fn user_password(env: Env<'_>, user: &str, password: &str) -> Result<Option<
     }
 }
 
+/// `Authorization: SCHEME <token>` from the variable `token`, else HTTP Basic from `user` and
+/// `password` (each also `*_FILE`); `None` when none is set.
+///
+/// # Errors
+/// As [`authorization`] and [`user_password`].
+pub fn token_or_user_password(
+    env: Env<'_>,
+    scheme: &str,
+    token: &str,
+    (user, password): (&str, &str),
+) -> Result<Option<(HeaderName, HeaderValue)>, CredentialError> {
+    if let Some(value) = secret(env, token)? {
+        return authorization(scheme, &value, token).map(Some);
+    }
+    Ok(user_password(env, user, password)?.map(|basic| (AUTHORIZATION, basic)))
+}
+
+/// The webhook configuration of an HTTP store: named `name`, posting `encoding`'s bodies to
+/// `url` (`default_path` added when it has no path) with `headers`, trusting the CA bundle
+/// `ca_file` when given; the rest as a webhook's defaults.
+///
+/// # Errors
+/// [`CredentialError::Ca`] as [`tls_with_ca`].
+pub fn store_config(
+    name: impl Into<String>,
+    url: &str,
+    default_path: &str,
+    encoding: std::sync::Arc<dyn super::encoding::BatchEncoding>,
+    headers: Vec<(HeaderName, HeaderValue)>,
+    ca_file: Option<&Path>,
+) -> Result<super::webhook::WebhookConfig, CredentialError> {
+    let tls = ca_file.map(tls_with_ca).transpose()?;
+    Ok(super::webhook::WebhookConfig {
+        encoding,
+        headers,
+        tls,
+        ..super::webhook::WebhookConfig::new(name, with_default_path(url, default_path))
+    })
+}
+
 /// A TLS client configuration trusting only the certificates of the PEM bundle `path` (as
 /// `curl --cacert`), with rustls' `ring` provider as the webhook's.
 ///

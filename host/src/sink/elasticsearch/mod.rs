@@ -150,19 +150,10 @@ pub fn config(
     options: &ElasticsearchOptions,
     env: Env<'_>,
 ) -> Result<WebhookConfig, CredentialError> {
-    let mut headers = Vec::new();
-    if let Some(key) = endpoint::secret(env, "ELASTICSEARCH_API_KEY")? {
-        headers.push(endpoint::authorization("ApiKey", &key, "ELASTICSEARCH_API_KEY")?);
-    } else if let Some(basic) = endpoint::user_password(env, "ELASTICSEARCH_USERNAME", "ELASTICSEARCH_PASSWORD")? {
-        headers.push((hyper::header::AUTHORIZATION, basic));
-    }
-    let tls = options.ca_file.as_deref().map(endpoint::tls_with_ca).transpose()?;
-    Ok(WebhookConfig {
-        encoding: Arc::new(Bulk::new(options.target(), options.replace_dots)),
-        headers,
-        tls,
-        ..WebhookConfig::new(name, endpoint::with_default_path(url, BULK_PATH))
-    })
+    let users = ("ELASTICSEARCH_USERNAME", "ELASTICSEARCH_PASSWORD");
+    let headers = endpoint::token_or_user_password(env, "ApiKey", "ELASTICSEARCH_API_KEY", users)?;
+    let encoding = Arc::new(Bulk::new(options.target(), options.replace_dots));
+    endpoint::store_config(name, url, BULK_PATH, encoding, headers.into_iter().collect(), options.ca_file.as_deref())
 }
 
 #[cfg(test)]

@@ -238,24 +238,15 @@ pub fn config(
     options: &LokiOptions,
     env: Env<'_>,
 ) -> Result<WebhookConfig, CredentialError> {
-    let mut headers: Vec<(HeaderName, HeaderValue)> = Vec::new();
-    if let Some(token) = endpoint::secret(env, "LOKI_BEARER_TOKEN")? {
-        headers.push(endpoint::authorization("Bearer", &token, "LOKI_BEARER_TOKEN")?);
-    } else if let Some(basic) = endpoint::user_password(env, "LOKI_USERNAME", "LOKI_PASSWORD")? {
-        headers.push((hyper::header::AUTHORIZATION, basic));
-    }
+    let users = ("LOKI_USERNAME", "LOKI_PASSWORD");
+    let mut headers: Vec<(HeaderName, HeaderValue)> =
+        endpoint::token_or_user_password(env, "Bearer", "LOKI_BEARER_TOKEN", users)?.into_iter().collect();
     if let Some(tenant) = endpoint::secret(env, "LOKI_TENANT_ID")? {
         let value = HeaderValue::from_str(&tenant).map_err(|_| CredentialError::Header("LOKI_TENANT_ID".into()))?;
         headers.push((HeaderName::from_static("x-scope-orgid"), value));
     }
-    let tls = options.ca_file.as_deref().map(endpoint::tls_with_ca).transpose()?;
-    let encoding = LokiPush::new(options.label_fields(), options.format, options.structured_metadata);
-    Ok(WebhookConfig {
-        encoding: Arc::new(encoding),
-        headers,
-        tls,
-        ..WebhookConfig::new(name, endpoint::with_default_path(url, PUSH_PATH))
-    })
+    let encoding = Arc::new(LokiPush::new(options.label_fields(), options.format, options.structured_metadata));
+    endpoint::store_config(name, url, PUSH_PATH, encoding, headers, options.ca_file.as_deref())
 }
 
 #[cfg(test)]

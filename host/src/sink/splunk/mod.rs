@@ -116,18 +116,12 @@ pub fn config(
 ) -> Result<WebhookConfig, CredentialError> {
     let token = endpoint::secret(env, TOKEN_ENV)?.ok_or_else(|| CredentialError::Missing(TOKEN_ENV.into()))?;
     let headers = vec![endpoint::authorization("Splunk", &token, TOKEN_ENV)?];
-    let tls = options.ca_file.as_deref().map(endpoint::tls_with_ca).transpose()?;
-    let encoding = HecEvents::new(
+    let encoding = Arc::new(HecEvents::new(
         options.sourcetype.clone().unwrap_or_else(|| DEFAULT_SOURCETYPE.into()),
         options.source.clone().unwrap_or_else(|| DEFAULT_SOURCE.into()),
         options.index.clone(),
-    );
-    Ok(WebhookConfig {
-        encoding: Arc::new(encoding),
-        headers,
-        tls,
-        ..WebhookConfig::new(name, endpoint::with_default_path(url, EVENT_PATH))
-    })
+    ));
+    endpoint::store_config(name, url, EVENT_PATH, encoding, headers, options.ca_file.as_deref())
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 //! caches) when it is beside the repository.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -56,10 +56,14 @@ fn differences(expected: &Writes, actual: &Writes) -> (usize, Vec<String>) {
         .iter()
         .take(3)
         .map(|k| {
+            let (e, a) = (expected.get(*k).map_or(&[][..], Vec::as_slice), actual.get(*k).map_or(&[][..], Vec::as_slice));
+            let at = e.iter().zip(a).take_while(|(x, y)| x == y).count();
             format!(
-                "{k}: client-go {:?}, run {:?}",
-                expected.get(*k).and_then(|w| w.last()),
-                actual.get(*k).and_then(|w| w.last())
+                "{k}: {} writes vs {}, first differing at write {at}: {:?} vs {:?}",
+                e.len(),
+                a.len(),
+                e.get(at),
+                a.get(at)
             )
         })
         .collect();
@@ -67,7 +71,8 @@ fn differences(expected: &Writes, actual: &Writes) -> (usize, Vec<String>) {
 }
 
 /// `run --source jsonl:INPUT --sink webhook:…` with `args`, to an endpoint answering as
-/// `answers`; returns the writes it received and how many requests it refused.
+/// `answers`; returns the writes it received and how many requests it refused. A batch sent
+/// again after a request timeout is recorded once (the endpoint drops a batch id it took).
 fn run_to_webhook(input: &Path, answers: Answers, args: &[&str]) -> (Writes, u64) {
     let (received, url, _endpoint) = recording_webhook::start_answering(answers);
     let out = Command::new(env!("CARGO_BIN_EXE_eventpipe"))
@@ -79,6 +84,10 @@ fn run_to_webhook(input: &Path, answers: Answers, args: &[&str]) -> (Writes, u64
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let resent = received.resent.load(std::sync::atomic::Ordering::SeqCst);
+    if resent > 0 {
+        println!("{resent} batch(es) sent again after a request timeout, recorded once");
+    }
     (normalised(received.writes()), received.refused.load(std::sync::atomic::Ordering::SeqCst))
 }
 
@@ -127,5 +136,28 @@ fn partitioned_run_writes_the_same_whatever_the_webhooks_timing() {
     let (first, _) = run_to_webhook(&input, jittered(3, 0.0), &["--workers=2"]);
     let (second, _) = run_to_webhook(&input, jittered(4, 0.02), &["--workers=2"]);
     let (n, shown) = differences(&first, &second);
-    assert_eq!(n, 0, "{n} of {} objects' writes differ between two runs, e.g. {shown:#?}", first.len());
+    assert_eq!(n, 0, "{n} of {} objects' writes differ between two runs (left the first, right the second), e.g. {shown:#?}", first.len());
+}
+
+/// `,timeout=SECONDS`: a request not answered in time is sent again under its batch id, and a
+/// receiver that drops a batch id it took records each write once: the same writes as a run
+/// whose endpoint answered at once.
+#[test]
+fn a_request_answered_after_its_timeout_is_sent_again_under_its_batch_id() {
+    let input = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/data/occurrences.jsonl");
+    let (prompt, _) = run_to_webhook(&input, Answers::default(), &[]);
+    let slow = Answers { slow_first: Duration::from_millis(1500), ..Answers::default() };
+    let (received, url, _endpoint) = recording_webhook::start_answering(slow);
+    let out = Command::new(env!("CARGO_BIN_EXE_eventpipe"))
+        .args(["run", "--no-watch"])
+        .arg(format!("--source=jsonl:{}", input.display()))
+        .arg(format!("--sink=webhook:{url},timeout=0.3"))
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let resent = received.resent.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(resent >= 1, "the first batch was sent again after 0.3 s");
+    let (n, shown) = differences(&prompt, &normalised(received.writes()));
+    assert_eq!(n, 0, "{n} objects' writes differ from the prompt endpoint's, e.g. {shown:#?}");
 }

@@ -192,6 +192,7 @@ impl SinkSet {
                     config.max_batch = 1;
                 }
                 config.max_batch_bytes = options.max_batch_bytes.unwrap_or(config.max_batch_bytes);
+                config.request_timeout = options.timeout.unwrap_or(config.request_timeout);
                 if at_most_once {
                     config.delivery = super::webhook::Delivery::AtMostOnce;
                 }

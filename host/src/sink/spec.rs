@@ -132,7 +132,7 @@ impl SinkSpec {
 const FORMS: &str = "expected a sink: jsonl:PATH, jsonl:-, k8s, k8s:NAMESPACE, plugin:NAME, plugin:FILE.wasm, webhook:URL, \
      otlp:URL, loki:URL, elasticsearch:URL, splunk:URL, metrics or nats:nats://HOST:PORT[?…], optionally followed by \
      ,delivery=at-most-once|wait|at-least-once (and, for a webhook, otlp or log store, ,concurrency=adaptive|N ,max_batch=N \
-     ,max_batch_bytes=N; for a webhook, ,template=FILE|,preset=slack|teams|discord|google-chat|pagerduty|opsgenie \
+     ,max_batch_bytes=N ,timeout=SECONDS; for a webhook, ,template=FILE|,preset=slack|teams|discord|google-chat|pagerduty|opsgenie \
      ,secret_env=VAR|,secret_file=PATH ,resolve_on=TYPE; for loki ,labels=F;F… ,format=json|protobuf \
      ,structured_metadata=true; for elasticsearch ,index=PATTERN|data_stream=NAME ,replace_dots=true; for splunk \
      ,sourcetype=NAME ,index=NAME ,source=NAME; for a log store ,ca_file=PATH; for metrics, ,max_series=N)";
@@ -257,6 +257,9 @@ pub struct WebhookOptions {
     pub max_batch: Option<usize>,
     /// `max_batch_bytes=N`: bytes per batch at most (≥ 1).
     pub max_batch_bytes: Option<usize>,
+    /// `timeout=SECONDS`: time allowed per request, answer included (> 0, at most a day; the
+    /// default 10 s, [`crate::sink::webhook::DEFAULT_REQUEST_TIMEOUT`]).
+    pub timeout: Option<std::time::Duration>,
 }
 
 impl WebhookOptions {
@@ -273,12 +276,18 @@ impl WebhookOptions {
             "concurrency" => value.parse().map(|c| self.concurrency = Some(c)).map_err(|_| ()),
             "max_batch" => count(value).map(|n| self.max_batch = Some(n)),
             "max_batch_bytes" => count(value).map(|n| self.max_batch_bytes = Some(n)),
+            "timeout" => value
+                .parse::<f64>()
+                .ok()
+                .filter(|s| *s > 0.0 && *s <= 86_400.0)
+                .map(|s| self.timeout = Some(std::time::Duration::from_secs_f64(s)))
+                .ok_or(()),
             _ => return None,
         })
     }
 }
 
-/// As given: `,concurrency=…,max_batch=…,max_batch_bytes=…` for those set.
+/// As given: `,concurrency=…,max_batch=…,max_batch_bytes=…,timeout=…` for those set.
 impl std::fmt::Display for WebhookOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         if let Some(c) = self.concurrency {
@@ -289,6 +298,9 @@ impl std::fmt::Display for WebhookOptions {
         }
         if let Some(n) = self.max_batch_bytes {
             write!(f, ",max_batch_bytes={n}")?;
+        }
+        if let Some(t) = self.timeout {
+            write!(f, ",timeout={}", t.as_secs_f64())?;
         }
         Ok(())
     }
@@ -340,7 +352,7 @@ impl std::fmt::Display for SinkEntry {
 /// The options every sink takes.
 const COMMON_OPTIONS: [&str; 1] = ["delivery"];
 /// The options of webhook and OTLP sinks, besides [`COMMON_OPTIONS`].
-const WEBHOOK_OPTIONS: [&str; 3] = ["concurrency", "max_batch", "max_batch_bytes"];
+const WEBHOOK_OPTIONS: [&str; 4] = ["concurrency", "max_batch", "max_batch_bytes", "timeout"];
 /// The options of the metrics sink, besides [`COMMON_OPTIONS`].
 const METRICS_OPTIONS: [&str; 1] = ["max_series"];
 /// The log stores' own options, besides [`COMMON_OPTIONS`] and [`WEBHOOK_OPTIONS`]: Loki's,
@@ -511,13 +523,24 @@ mod tests {
         assert_eq!(e.delivery, Some(DeliveryMode::Wait));
         assert_eq!(
             e.webhook,
-            WebhookOptions { concurrency: Some(Concurrency::Fixed(8)), max_batch: None, max_batch_bytes: Some(65536) }
+            WebhookOptions {
+                concurrency: Some(Concurrency::Fixed(8)),
+                max_batch: None,
+                max_batch_bytes: Some(65536),
+                timeout: None
+            }
         );
         assert_eq!(
             e.to_string(),
             "webhook:http://h/x?a=1%2Cb=2,concurrency=8,max_batch_bytes=65536,delivery=wait",
             "options in a fixed order; parameters that are not secrets shown as given"
         );
+        let timed: SinkEntry = "webhook:http://h/x,timeout=2.5".parse().unwrap();
+        assert_eq!(timed.webhook.timeout, Some(std::time::Duration::from_millis(2500)));
+        assert_eq!(timed.to_string(), "webhook:http://h/x,timeout=2.5");
+        for refused in ["0", "-1", "nan", "1e9", "soon"] {
+            assert!(format!("webhook:http://h/x,timeout={refused}").parse::<SinkEntry>().is_err(), "timeout={refused}");
+        }
         let adaptive: SinkEntry = "webhook:https://h/e,concurrency=adaptive,max_batch=50".parse().unwrap();
         assert_eq!((adaptive.webhook.concurrency, adaptive.webhook.max_batch), (Some(Concurrency::Adaptive), Some(50)));
         let otlp: SinkEntry = "otlp:http://c:4318,max_batch=100,delivery=at-most-once".parse().unwrap();

@@ -3,6 +3,11 @@
 //! answers `200` after a fixed latency or one drawn from a seeded sequence, refuses a seeded share
 //! of the requests with `503` (recording nothing of them), and tells each object's final state
 //! and its sequence of writes.
+//!
+//! It drops a batch it already recorded, as the webhook docs tell receivers to: an attempt that
+//! carries an `X-Eventpipe-Batch-Id` it took before (the sink timed out waiting for the answer
+//! and sent the batch again) is answered `200` and counted in [`Received::resent`], not recorded
+//! twice. A restarted process sends its batches under new ids, so its repeats are recorded.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -21,6 +26,8 @@ pub struct Answers {
     pub random_latency: Option<(Duration, u64)>,
     /// The share of requests answered `503` (drawn from the same sequence), 0.0 to 1.0.
     pub refuse: f64,
+    /// The first request it records waits this long more before its answer.
+    pub slow_first: Duration,
 }
 
 /// What the endpoint received.
@@ -35,6 +42,10 @@ pub struct Received {
     pub items: Mutex<Vec<Value>>,
     /// Items of the batches answered `200` (received and acknowledged).
     pub answered: AtomicU64,
+    /// Attempts of a batch already recorded (same batch id), answered `200` and not recorded.
+    pub resent: AtomicU64,
+    /// The batch ids recorded.
+    batch_ids: Mutex<std::collections::HashSet<String>>,
 }
 
 /// One object's (an Event's `namespace/name`) state at the receiver: its last write's count,
@@ -88,6 +99,7 @@ impl Received {
 
 async fn hook(
     axum::extract::State(received): axum::extract::State<Arc<Received>>,
+    headers: axum::http::HeaderMap,
     body: String,
 ) -> axum::http::StatusCode {
     let answers = received.answers;
@@ -105,11 +117,24 @@ async fn hook(
         received.refused.fetch_add(1, Ordering::SeqCst);
         return axum::http::StatusCode::SERVICE_UNAVAILABLE;
     }
+    let id = headers.get("x-eventpipe-batch-id").and_then(|v| v.to_str().ok()).map(str::to_string);
+    if let Some(id) = id
+        && !received.batch_ids.lock().unwrap().insert(id)
+    {
+        received.resent.fetch_add(1, Ordering::SeqCst);
+        tokio::time::sleep(latency).await;
+        return axum::http::StatusCode::OK;
+    }
     let batch: Value = serde_json::from_str(&body).unwrap_or_default();
     let items = batch["items"].as_array().cloned().unwrap_or_default();
     let n = items.len() as u64;
-    received.items.lock().unwrap().extend(items);
-    tokio::time::sleep(latency).await;
+    let first = {
+        let mut recorded = received.items.lock().unwrap();
+        let first = recorded.is_empty();
+        recorded.extend(items);
+        first
+    };
+    tokio::time::sleep(latency + if first { answers.slow_first } else { Duration::ZERO }).await;
     received.answered.fetch_add(n, Ordering::SeqCst);
     axum::http::StatusCode::OK
 }

@@ -22,6 +22,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 pub use compact_str::CompactString;
 use serde::{Deserialize, Deserializer, Serialize};
 
+pub mod enrichment;
 mod metadata;
 mod sparse;
 
@@ -147,6 +148,11 @@ pub struct Event {
     /// serialised, never compared.
     #[serde(skip)]
     pub recorded_clock: RecordedClock,
+    /// Not part of the API object: what the metadata cache attached about the involved object
+    /// ([`enrichment`]), for tenant routing (`match.object_labels`, …) and the sinks. Never
+    /// serialised with the event, never compared.
+    #[serde(skip)]
+    pub enrichment: enrichment::Enriched,
 }
 
 /// The headers of the HTTP ingest request an [`Event`] came in with, carried beside it from the

@@ -39,7 +39,7 @@ fn pod(plane: &ControlPlane, ns: &str, name: &str, labels: &Value, owner: &Value
     let body = json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "labels": labels, "ownerReferences": controller(owner)},
-        "spec": {"nodeName": node, "restartPolicy": "Never", "containers": [{"name": "c", "image": "registry.invalid/c"}]},
+        "spec": {"nodeName": node, "restartPolicy": "Never", "automountServiceAccountToken": false, "containers": [{"name": "c", "image": "registry.invalid/c"}]},
     });
     create(plane, &format!("/api/v1/namespaces/{ns}/pods"), body)
 }
@@ -145,6 +145,12 @@ fn wait_for_lines(paths: &[&std::path::Path], n: usize, limit: Duration) -> Vec<
 fn events_carry_their_pods_owner_labels_node_and_cluster_and_route_by_object_labels() {
     let Some(plane) = control_plane_or_skip() else { return };
     let ns = plane.namespace("enrich");
+    // No controller manager: the namespace's default ServiceAccount, which Pods need, is ours to make.
+    create(
+        plane,
+        &format!("/api/v1/namespaces/{ns}/serviceaccounts"),
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}, "automountServiceAccountToken": false}),
+    );
     let node_name = format!("{ns}-node");
     create(
         plane,

@@ -436,6 +436,16 @@ impl Enricher {
         self.get(&store, namespace, name).await
     }
 
+    /// What is kept of objects of `kind` in `group`: for Nodes, the labels `node_labels`
+    /// selects; for every other kind, the labels and annotations `labels` / `annotations` do.
+    fn selection_of(&self, kind: &str, group: &str) -> Selection {
+        if kind == "Node" && group.is_empty() {
+            Selection { labels: self.node_labels.clone(), annotations: None }
+        } else {
+            self.selection.clone()
+        }
+    }
+
     /// Whether a GET was already made for an object of `uid` not matching its cache entry (then
     /// remembered).
     fn checked(&self, uid: &str) -> bool {
@@ -460,7 +470,8 @@ impl Enricher {
                 self.selection.info(&o.metadata, node)
             })
         } else {
-            api.get_metadata(name).await.map(|o| self.selection.info(&o.metadata, None))
+            let selection = self.selection_of(&store.resource.kind, &store.resource.group);
+            api.get_metadata(name).await.map(|o| selection.info(&o.metadata, None))
         };
         match got {
             Ok(info) => {
@@ -519,7 +530,7 @@ impl Enricher {
         };
         let (group, version) = key.0.split_once('/').unwrap_or(("", key.0.as_str()));
         let gvk = GroupVersionKind::gvk(group, version, &key.1);
-        let selection = self.selection.clone();
+        let selection = self.selection_of(&key.1, group);
         let full = self.node_labels.is_some() && group.is_empty() && key.1 == "Pod";
         let max_objects = self.max_objects;
         // The state map is settled by the first caller to see the outcome (`store`).

@@ -63,6 +63,8 @@
 //! source_components = ["kubelet"]          # globs on source.component (reportingComponent when empty)
 //! source_hosts = ["node-*"]                # globs on source.host (reportingInstance when empty)
 //! headers = { "x-eventpipe-tenant" = "payments" }  # HTTP ingest request headers; names case-insensitive, value globs
+//! # with [enrich]: object_labels = { team = "pay*" } (the involved object's enriched labels),
+//! #       owner_kinds = ["Deployment"] (exact), owner_names = ["checkout-*"] (globs on the top owner)
 //! [tenants.rules]                      # any key of [defaults]; unset keys inherit [defaults]
 //! max_events = 5
 //! burst = 10
@@ -81,6 +83,15 @@
 //! queue_length = 100                   # events queued per watch connection (--watch-queue-length)
 //! budget_seconds = 10                  # > 0 (--watch-budget)
 //! bookmark_interval_seconds = 60       # > 0 (--watch-bookmark-interval)
+//!
+//! [enrich]                             # attach what each event's object is part of; read at start, each `run` flag wins
+//! labels = ["app.kubernetes.io/*", "team"]  # globs on the involved object's label keys (--enrich-labels)
+//! annotations = []                     # globs on its annotation keys (--enrich-annotations)
+//! owner = true                         # the top controller owner: Pod → ReplicaSet → Deployment (--enrich-owner)
+//! node_labels = ["topology.kubernetes.io/*"]  # a Pod's node and its labels (--enrich-node-labels)
+//! cluster = "prod-eu"                  # --cluster-name
+//! wait_ms = 100                        # the longest an event waits for it (--enrich-wait)
+//! max_objects = 100000                 # objects per kind in the cache (--enrich-max-objects)
 //! ```
 //!
 //! Rules of the format, all checked by [`Config::parse`]:
@@ -358,6 +369,8 @@ pub struct Config {
     /// `[watch_cache]`: the watch cache's settings (the `run` flags win over them). Read at
     /// start only.
     pub watch_cache: crate::watch_cache::WatchCacheSettings,
+    /// `[enrich]`: enrichment's settings (the `run` flags win over them). Read at start only.
+    pub enrich: crate::k8s::enrich::EnrichSettings,
     /// The 1-based line of every rules key given: `defaults.burst`, `tenants[0].rules.sinks`;
     /// and of each tenant's `match` (`tenants[0].match`).
     pub key_lines: BTreeMap<String, usize>,
@@ -553,6 +566,40 @@ struct RawFile {
     /// flags win over these. Read at start only.
     #[serde(default)]
     watch_cache: RawWatchCache,
+    /// Enrichment of events with what their involved object is part of (labels, top owner,
+    /// node, cluster), from a metadata cache of the cluster; off unless a key is given (or a
+    /// `run --enrich-*` / `--cluster-name` flag). The `run` flags win over these. Read at start
+    /// only.
+    #[serde(default)]
+    enrich: RawEnrich,
+}
+
+/// `[enrich]`: every key optional.
+#[derive(Deserialize, schemars::JsonSchema, Default)]
+#[serde(deny_unknown_fields)]
+struct RawEnrich {
+    /// Globs on the involved object's label keys; those matching are attached
+    /// (`["app.kubernetes.io/*", "team"]`; `--enrich-labels`).
+    #[schemars(with = "Option<Vec<String>>")]
+    labels: Option<Spanned<Vec<String>>>,
+    /// Globs on its annotation keys (`--enrich-annotations`).
+    #[schemars(with = "Option<Vec<String>>")]
+    annotations: Option<Spanned<Vec<String>>>,
+    /// Attach the top owner, following the controller `ownerReferences` (Pod → ReplicaSet →
+    /// Deployment; `--enrich-owner`).
+    owner: Option<bool>,
+    /// Globs on the label keys of a Pod's node (`--enrich-node-labels`).
+    #[schemars(with = "Option<Vec<String>>")]
+    node_labels: Option<Spanned<Vec<String>>>,
+    /// The cluster's name (`--cluster-name`).
+    cluster: Option<String>,
+    /// The longest an event waits for its enrichment, milliseconds (100; `--enrich-wait`).
+    #[schemars(extend("default" = 100))]
+    wait_ms: Option<u64>,
+    /// Objects each kind's cache holds at most; the least recently used go first (100000;
+    /// `--enrich-max-objects`).
+    #[schemars(extend("default" = crate::k8s::enrich::DEFAULT_MAX_OBJECTS))]
+    max_objects: Option<usize>,
 }
 
 /// `[watch_cache]`: every key optional, its default in parentheses.
@@ -773,6 +820,16 @@ struct RawMatch {
     /// HTTP ingest request header name (case-insensitive) → value glob; all must match.
     #[schemars(with = "Option<BTreeMap<String, String>>")]
     headers: SpannedTable,
+    /// Label name → value glob on the involved object's labels, as `[enrich] labels` attached
+    /// them; all must match (no enrichment: no match).
+    #[schemars(with = "Option<BTreeMap<String, String>>")]
+    object_labels: SpannedTable,
+    /// The kind of the top owner enrichment attached (`[enrich] owner`), exact.
+    #[schemars(with = "Option<Vec<String>>")]
+    owner_kinds: SpannedList,
+    /// Globs on the name of the top owner enrichment attached.
+    #[schemars(with = "Option<Vec<String>>")]
+    owner_names: SpannedList,
 }
 
 /// The JSON Schema (draft 2020-12) of the tenant config file, derived from the types the file
@@ -800,6 +857,9 @@ impl RawMatch {
             source_components: list(&self.source_components),
             source_hosts: list(&self.source_hosts),
             headers: table(&self.headers),
+            object_labels: table(&self.object_labels),
+            owner_kinds: list(&self.owner_kinds),
+            owner_names: list(&self.owner_names),
         }
     }
 
@@ -813,8 +873,14 @@ impl RawMatch {
             "message" => return self.message.as_ref().map(|m| m.span()),
             "source_components" => &self.source_components,
             "source_hosts" => &self.source_hosts,
-            "labels" | "headers" => {
-                let table = if criterion == "labels" { &self.labels } else { &self.headers };
+            "owner_kinds" => &self.owner_kinds,
+            "owner_names" => &self.owner_names,
+            "labels" | "headers" | "object_labels" => {
+                let table = match criterion {
+                    "labels" => &self.labels,
+                    "headers" => &self.headers,
+                    _ => &self.object_labels,
+                };
                 let table = table.as_ref()?;
                 return Some(match entry {
                     Some(MatchEntry::Key(k)) => table.get_ref().get(k)?.span(),
@@ -1001,6 +1067,30 @@ impl Ctx<'_> {
             budget_seconds,
             bookmark_interval_seconds,
         };
+        let enrich = &raw.enrich;
+        let mut globs = |key: &'static str, list: &Option<Spanned<Vec<String>>>| match list {
+            Some(l) => match crate::k8s::enrich::glob_set(key, l.get_ref()) {
+                Ok(_) => Some(l.get_ref().clone()),
+                Err(e) => {
+                    problems.push(ctx.error(
+                        l.span(),
+                        format!("enrich.{key}"),
+                        format!("{:?}: {}", e.pattern, e.error),
+                    ));
+                    None
+                }
+            },
+            None => None,
+        };
+        let enrich = crate::k8s::enrich::EnrichSettings {
+            labels: globs("labels", &enrich.labels),
+            annotations: globs("annotations", &enrich.annotations),
+            owner: enrich.owner,
+            node_labels: globs("node_labels", &enrich.node_labels),
+            cluster: enrich.cluster.clone(),
+            wait: enrich.wait_ms.map(std::time::Duration::from_millis),
+            max_objects: enrich.max_objects,
+        };
         Config {
             path: path.to_path_buf(),
             defaults,
@@ -1013,6 +1103,7 @@ impl Ctx<'_> {
             shadow_diffs,
             shadow_diffs_max: raw.shadow_diffs_max,
             watch_cache,
+            enrich,
             key_lines: ctx.key_lines(),
         }
     }

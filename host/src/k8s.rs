@@ -11,6 +11,7 @@
 //! https://10.0.0.1:6443/: TLS: invalid peer certificate: UnknownIssuer` — and that line is
 //! logged once (ERROR) until a request gets through or the reason changes.
 
+pub mod enrich;
 pub mod tls;
 
 use std::path::PathBuf;

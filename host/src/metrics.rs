@@ -442,10 +442,25 @@ pub const LEADER_TRANSITIONS: Family = present(counter(
     "eventpipe_leader_transitions",
     "Times this process acquired the leader election Lease (--leader-elect).",
 ));
+/// `eventpipe_enrich_gets` (no labels): GETs of single objects by enrichment (cache misses).
+pub const ENRICH_GETS: Family = present(counter(
+    "eventpipe_enrich_gets",
+    "GETs of single objects by enrichment: objects newer than their kind's watch, or pushed out of its store.",
+));
+/// `eventpipe_enrich_enriched` (no labels): events that got an enrichment.
+pub const ENRICH_ENRICHED: Family = present(counter("eventpipe_enrich_enriched", "Events that got an enrichment."));
+/// `eventpipe_enrich_unresolved` (`reason`, `kind`): lookups that found nothing.
+pub const ENRICH_UNRESOLVED: Family = present(counter(
+    "eventpipe_enrich_unresolved",
+    "Enrichment lookups that found nothing, by reason (not_found, forbidden, unknown_kind, timeout, error) and kind.",
+));
 
 /// Every family, in the order of the exposition.
 pub const FAMILIES: &[&Family] = &[
     &EVENTS_IN,
+    &ENRICH_GETS,
+    &ENRICH_ENRICHED,
+    &ENRICH_UNRESOLVED,
     &BAD_INPUT,
     &NON_EVENTS,
     &SOURCE_LAST_PROGRESS,

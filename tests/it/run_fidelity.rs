@@ -56,7 +56,8 @@ fn differences(expected: &Writes, actual: &Writes) -> (usize, Vec<String>) {
         .iter()
         .take(3)
         .map(|k| {
-            let (e, a) = (expected.get(*k).map_or(&[][..], Vec::as_slice), actual.get(*k).map_or(&[][..], Vec::as_slice));
+            let (e, a) =
+                (expected.get(*k).map_or(&[][..], Vec::as_slice), actual.get(*k).map_or(&[][..], Vec::as_slice));
             let at = e.iter().zip(a).take_while(|(x, y)| x == y).count();
             format!(
                 "{k}: {} writes vs {}, first differing at write {at}: {:?} vs {:?}",
@@ -136,7 +137,12 @@ fn partitioned_run_writes_the_same_whatever_the_webhooks_timing() {
     let (first, _) = run_to_webhook(&input, jittered(3, 0.0), &["--workers=2"]);
     let (second, _) = run_to_webhook(&input, jittered(4, 0.02), &["--workers=2"]);
     let (n, shown) = differences(&first, &second);
-    assert_eq!(n, 0, "{n} of {} objects' writes differ between two runs (left the first, right the second), e.g. {shown:#?}", first.len());
+    assert_eq!(
+        n,
+        0,
+        "{n} of {} objects' writes differ between two runs (left the first, right the second), e.g. {shown:#?}",
+        first.len()
+    );
 }
 
 /// `,timeout=SECONDS`: a request not answered in time is sent again under its batch id, and a

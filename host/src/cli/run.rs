@@ -151,6 +151,8 @@ pub struct RunArgs {
     kube: KubeArgs,
     #[command(flatten, next_help_heading = "Leader election")]
     leader: LeaderArgs,
+    #[command(flatten, next_help_heading = "Enrichment")]
+    enrich: EnrichArgs,
 
     /// Serve Prometheus metrics at `GET /metrics` on this address (e.g. 127.0.0.1:9090).
     /// Unauthenticated, unless `$EVENTPIPE_INGEST_TOKEN` is set: then it asks for that bearer
@@ -315,6 +317,52 @@ impl LeaderArgs {
     }
 }
 
+/// Enrichment (see `eventpipe::k8s::enrich`): each flag wins over the config's `[enrich]` key
+/// named after it. Off unless a flag or a key turns it on.
+#[derive(Args, Debug, Clone)]
+struct EnrichArgs {
+    /// Attach the involved object's labels whose keys match these globs (comma-separated,
+    /// e.g. `app.kubernetes.io/*,team`) [config: enrich.labels].
+    #[arg(long, value_name = "GLOB,…", value_delimiter = ',')]
+    enrich_labels: Option<Vec<String>>,
+    /// Attach its annotations whose keys match these globs [config: enrich.annotations].
+    #[arg(long, value_name = "GLOB,…", value_delimiter = ',')]
+    enrich_annotations: Option<Vec<String>>,
+    /// Attach the top owner, following the controller ownerReferences (Pod → ReplicaSet →
+    /// Deployment) [config: enrich.owner].
+    #[arg(long)]
+    enrich_owner: bool,
+    /// Attach a Pod's node and its labels whose keys match these globs [config:
+    /// enrich.node_labels].
+    #[arg(long, value_name = "GLOB,…", value_delimiter = ',')]
+    enrich_node_labels: Option<Vec<String>>,
+    /// Attach this cluster name [config: enrich.cluster].
+    #[arg(long, value_name = "NAME")]
+    cluster_name: Option<String>,
+    /// The longest an event waits for its enrichment, milliseconds [default: 100; config:
+    /// enrich.wait_ms].
+    #[arg(long, value_name = "MS")]
+    enrich_wait: Option<u64>,
+    /// Objects each kind's cache holds at most (least recently used out) [default: 100000;
+    /// config: enrich.max_objects].
+    #[arg(long, value_name = "N")]
+    enrich_max_objects: Option<usize>,
+}
+
+impl EnrichArgs {
+    fn settings(&self) -> eventpipe::k8s::enrich::EnrichSettings {
+        eventpipe::k8s::enrich::EnrichSettings {
+            labels: self.enrich_labels.clone(),
+            annotations: self.enrich_annotations.clone(),
+            owner: self.enrich_owner.then_some(true),
+            node_labels: self.enrich_node_labels.clone(),
+            cluster: self.cluster_name.clone(),
+            wait: self.enrich_wait.map(Duration::from_millis),
+            max_objects: self.enrich_max_objects,
+        }
+    }
+}
+
 /// The Kubernetes connection (for `--source k8s…` and `--sink k8s…`) and watch.
 #[derive(Args, Debug, Clone)]
 struct KubeArgs {
@@ -388,6 +436,7 @@ pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
                 ..WatchOptions::default()
             },
             events_api: args.kube.events_api,
+            enrich: args.enrich.settings(),
         },
         delivery: DeliveryOptions {
             mode: Delivery::new(args.delivery, args.state_file).map_err(anyhow::Error::msg)?,

@@ -232,6 +232,8 @@ pub fn aggregate_event(original: &Event, message: String, now: Time) -> Event {
         last_timestamp: Some(now),
         count: 1,
         type_: original.type_.clone(),
+        // Beside the event, not part of it: the aggregate is about the same object.
+        enrichment: original.enrichment.clone(),
         ..Event::default()
     }
 }

@@ -110,7 +110,7 @@ pub(crate) fn or_default<T: PartialEq + Default>(v: T, default: T) -> T {
 /// An event to correlate, with the instants the aggregator and the spam filter should read
 /// (`None`: read the correlator's clocks). Replays set both from their input lines.
 ///
-/// The event is boxed (a core/v1 `Event` is 640 bytes): batches of occurrences move
+/// The event is boxed (a core/v1 `Event` is 648 bytes): batches of occurrences move
 /// pointers, and [`EventCorrelator::prepare`] keeps the same box for the [`PreparedEvent`].
 #[derive(Debug, Clone, Default)]
 pub struct Occurrence {

@@ -384,6 +384,7 @@ pub(crate) fn from_wit(w: wit::Event, like: &Event) -> Event {
         reporting_instance: w.reporting_instance.into(),
         ingest_headers: like.ingest_headers.clone(),
         recorded_clock: like.recorded_clock.clone(),
+        enrichment: like.enrichment.clone(),
     }
 }
 

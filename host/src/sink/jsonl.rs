@@ -21,11 +21,15 @@ use crate::correlator::EventPatch;
 use crate::event::Event;
 
 /// One sink call as JSON: `{"verb":"create"|"patch","event":…,"patch":…}` — a line of the
-/// JSON-lines sink and an item of a webhook batch.
+/// JSON-lines sink and an item of a webhook batch — with `"enrichment":{…}` after `"event"` when
+/// the metadata cache attached something to the event ([`crate::event::enrichment`]).
 #[derive(Debug, Serialize)]
 pub(crate) struct SinkCall<'a> {
     verb: Verb,
     event: &'a Event,
+    /// What the metadata cache attached; absent when nothing was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    enrichment: Option<&'a crate::event::enrichment::Enrichment>,
     /// The patch body as sent; absent for an empty body.
     patch: Option<PatchJson<'a>>,
 }
@@ -53,7 +57,7 @@ impl<'a> SinkCall<'a> {
                     .map_err(|e| SinkError::RequestConstruction(format!("patch is not JSON: {e}")))?,
             ))
         };
-        Ok(Self { verb, event, patch })
+        Ok(Self { verb, event, enrichment: event.enrichment.get(), patch })
     }
 
     /// The patch `patch` of `event`, as `recordToSink` sends it ([`SinkPatch`]).
@@ -71,7 +75,9 @@ impl<'a> SinkCall<'a> {
     /// As [`SinkCall::new`] for [`SinkPatch::Bytes`].
     pub(crate) fn with(verb: Verb, event: &'a Event, patch: SinkPatch<'a>) -> Result<Self, SinkError> {
         match patch {
-            SinkPatch::Observed(p) => Ok(Self { verb, event, patch: Some(PatchJson::Observed(p)) }),
+            SinkPatch::Observed(p) => {
+                Ok(Self { verb, event, enrichment: event.enrichment.get(), patch: Some(PatchJson::Observed(p)) })
+            }
             SinkPatch::Bytes(bytes) => Self::new(verb, event, bytes),
         }
     }

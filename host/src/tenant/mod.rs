@@ -62,6 +62,14 @@ pub struct MatchSpec {
     pub source_hosts: Option<Vec<String>>,
     /// Header name → value glob on the ingest request's headers; all must match.
     pub headers: Option<BTreeMap<String, String>>,
+    /// Label name → value glob on the involved object's labels as enrichment attached them
+    /// ([`crate::event::enrichment`]: the keys `[enrich] labels` selects); all must match. An
+    /// event without enrichment matches none.
+    pub object_labels: Option<BTreeMap<String, String>>,
+    /// Exact kinds of the top owner enrichment attached (`Deployment`, `CronJob`); any may match.
+    pub owner_kinds: Option<Vec<String>>,
+    /// Globs on the name of the top owner enrichment attached; any may match.
+    pub owner_names: Option<Vec<String>>,
 }
 
 /// The criteria as a TOML inline table, as a config writes them:
@@ -82,6 +90,8 @@ impl std::fmt::Display for MatchSpec {
             ("types", &self.types),
             ("source_components", &self.source_components),
             ("source_hosts", &self.source_hosts),
+            ("owner_kinds", &self.owner_kinds),
+            ("owner_names", &self.owner_names),
         ];
         for (key, value) in lists {
             if let Some(value) = value {
@@ -91,7 +101,9 @@ impl std::fmt::Display for MatchSpec {
         if let Some(message) = &self.message {
             parts.push(format!("message = {}", quoted(message)));
         }
-        for (key, value) in [("labels", &self.labels), ("headers", &self.headers)] {
+        for (key, value) in
+            [("labels", &self.labels), ("headers", &self.headers), ("object_labels", &self.object_labels)]
+        {
             if let Some(value) = value {
                 parts.push(format!("{key} = {}", table(value)));
             }
@@ -171,6 +183,9 @@ pub struct EventMatch {
     source_hosts: Option<GlobSet>,
     /// Header names lowercased.
     headers: Vec<(String, GlobMatcher)>,
+    object_labels: Vec<(String, GlobMatcher)>,
+    owner_kinds: Option<Vec<String>>,
+    owner_names: Option<GlobSet>,
 }
 
 impl PartialEq for EventMatch {
@@ -194,8 +209,20 @@ impl EventMatch {
     /// As [`new`](Self::new), with every problem of every criterion and entry, in the order of
     /// [`MatchSpec`]'s criteria (what `validate` lists), rather than the first.
     pub fn compile(spec: MatchSpec) -> Result<Self, Vec<MatchError>> {
-        let MatchSpec { namespaces, kinds, reasons, types, message, labels, source_components, source_hosts, headers } =
-            &spec;
+        let MatchSpec {
+            namespaces,
+            kinds,
+            reasons,
+            types,
+            message,
+            labels,
+            source_components,
+            source_hosts,
+            headers,
+            object_labels,
+            owner_kinds,
+            owner_names,
+        } = &spec;
         if namespaces.is_none()
             && kinds.is_none()
             && reasons.is_none()
@@ -205,6 +232,9 @@ impl EventMatch {
             && source_components.is_none()
             && source_hosts.is_none()
             && headers.is_none()
+            && object_labels.is_none()
+            && owner_kinds.is_none()
+            && owner_names.is_none()
         {
             return Err(vec![MatchError::NoCriteria]);
         }
@@ -223,6 +253,11 @@ impl EventMatch {
             source_components.as_ref().and_then(|p| kept(glob_set(p, "source_components"), &mut problems));
         let source_hosts = source_hosts.as_ref().and_then(|p| kept(glob_set(p, "source_hosts"), &mut problems));
         let headers = headers.as_ref().and_then(|m| kept(glob_table(m, "headers", true), &mut problems));
+        let object_labels =
+            object_labels.as_ref().and_then(|m| kept(glob_table(m, "object_labels", false), &mut problems));
+        let owner_kinds =
+            owner_kinds.as_ref().and_then(|k| kept(non_empty(k, "owner_kinds").map(<[_]>::to_vec), &mut problems));
+        let owner_names = owner_names.as_ref().and_then(|p| kept(glob_set(p, "owner_names"), &mut problems));
         if !problems.is_empty() {
             return Err(problems);
         }
@@ -237,6 +272,9 @@ impl EventMatch {
             source_components,
             source_hosts,
             headers: headers.unwrap_or_default(),
+            object_labels: object_labels.unwrap_or_default(),
+            owner_kinds,
+            owner_names,
         })
     }
 
@@ -287,6 +325,9 @@ impl EventMatch {
         if !self.labels.iter().all(|(name, glob)| labels.get(name).is_some_and(|v| glob.is_match_candidate(&cand(v)))) {
             return false;
         }
+        if !self.matches_enrichment(event) {
+            return false;
+        }
         if self.headers.is_empty() {
             return true;
         }
@@ -294,6 +335,35 @@ impl EventMatch {
         self.headers.iter().all(|(name, glob)| {
             given.iter().any(|(n, v)| n.eq_ignore_ascii_case(name) && glob.is_match_candidate(&cand(v)))
         })
+    }
+}
+
+impl EventMatch {
+    /// The criteria on what enrichment attached: `object_labels`, `owner_kinds`, `owner_names`
+    /// (none given: true).
+    fn matches_enrichment(&self, event: &Event) -> bool {
+        if self.object_labels.is_empty() && self.owner_kinds.is_none() && self.owner_names.is_none() {
+            return true;
+        }
+        let Some(enrichment) = event.enrichment.get() else { return false };
+        if !self.object_labels.is_empty() {
+            let Some(labels) = &enrichment.labels else { return false };
+            if !self.object_labels.iter().all(|(name, glob)| labels.get(name).is_some_and(|v| glob.is_match(v))) {
+                return false;
+            }
+        }
+        let owner = enrichment.owner.as_ref();
+        if let Some(kinds) = &self.owner_kinds
+            && !owner.is_some_and(|o| kinds.iter().any(|k| *k == o.kind))
+        {
+            return false;
+        }
+        if let Some(names) = &self.owner_names
+            && !owner.is_some_and(|o| is_match(names, &o.name))
+        {
+            return false;
+        }
+        true
     }
 }
 
@@ -596,6 +666,38 @@ mod tests {
         let m = matcher(MatchSpec { kinds: list(&["Pod"]), ..Default::default() });
         assert!(m.matches(&e, Some(&headers(&[("x", "y")]))));
         assert!(m.matches(&e, None));
+    }
+
+    /// `object_labels`, `owner_kinds` and `owner_names` read what enrichment attached; an event
+    /// without enrichment matches none of them.
+    #[test]
+    fn enrichment_criteria_read_the_attached_enrichment() {
+        use crate::event::enrichment::{Enriched, Enrichment, Owner};
+        let plain = event("payments-1", "Pod");
+        let mut e = plain.clone();
+        e.enrichment = Enriched::new(std::sync::Arc::new(Enrichment {
+            labels: Some([("team".to_string(), "payments".to_string())].into()),
+            owner: Some(Owner { kind: "Deployment".into(), name: "checkout".into(), ..Owner::default() }),
+            ..Enrichment::default()
+        }));
+        let m = matcher(MatchSpec { object_labels: table(&[("team", "pay*")]), ..Default::default() });
+        assert!(m.matches(&e, None));
+        assert!(!m.matches(&plain, None));
+        let m = matcher(MatchSpec { object_labels: table(&[("team", "search")]), ..Default::default() });
+        assert!(!m.matches(&e, None));
+        let m = matcher(MatchSpec {
+            owner_kinds: list(&["Deployment"]),
+            owner_names: list(&["check*"]),
+            ..Default::default()
+        });
+        assert!(m.matches(&e, None));
+        assert!(!m.matches(&plain, None));
+        let m = matcher(MatchSpec { owner_kinds: list(&["CronJob"]), ..Default::default() });
+        assert!(!m.matches(&e, None));
+        assert_eq!(
+            EventMatch::new(MatchSpec { owner_kinds: Some(vec![]), ..Default::default() }).unwrap_err(),
+            MatchError::EmptyCriterion { criterion: "owner_kinds" }
+        );
     }
 
     #[test]

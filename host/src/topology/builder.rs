@@ -52,6 +52,8 @@ pub async fn build(options: RunOptions) -> Result<RunningTopology, RunError> {
     let swaps_before = registry.swaps();
     let config = plugins.config.as_deref().map(Config::load).transpose()?;
     let client = kubernetes_client(&source.spec, &plugins.base, config.as_ref(), &kubernetes.connection).await?;
+    let enrich = kubernetes.enrich.or(config.as_ref().map(|c| c.enrich.clone()).unwrap_or_default());
+    let enricher = enricher(&enrich, client.clone(), &kubernetes.connection).await?;
     set_shadows(&registry, plugins.shadows, plugins.shadow_diffs, plugins.shadow_diffs_max, config.as_ref())?;
     // The watcher plugins: the command line's and the config's, or else the plugins directory's.
     let watcher_specs = crate::watchers::attached_specs(
@@ -125,12 +127,17 @@ pub async fn build(options: RunOptions) -> Result<RunningTopology, RunError> {
             counters: source.counters.clone(),
             ingest_counters: Arc::new(IngestCounters::default()),
             http_limits: serving.http_limits,
+            enricher: enricher.clone(),
         })),
     };
     // Prometheus: every piece registers its live counters, read at every scrape.
     let servers = Servers::build(sinks.watch_cache.clone(), serving.serve.is_some(), serving.http_limits);
     sinks.register(&servers.metrics);
     feed.register(&servers.metrics);
+    if let Some(enricher) = &enricher {
+        let counters = enricher.counters();
+        servers.metrics.add_source(move |s| s.add_enrich(&counters));
+    }
     tier.register(&servers.metrics, source.spec.to_string(), &scale_counters);
     tier.watch_acknowledgements(&servers.readiness, stall_timeout, shutdown.clone());
     plans.register(&servers.metrics);
@@ -178,4 +185,33 @@ async fn stop_on_signal(shutdown: CancellationToken) {
         }
     }
     shutdown.cancel();
+}
+
+/// The enricher of `settings` (`None` when enrichment is off), reading the cluster through
+/// `client` (the source's and sinks'), else through a client of its own from `connection`; when
+/// no cluster can be configured, only the cluster's name is attached (logged).
+///
+/// # Errors
+/// [`RunError::Enrich`] when a glob does not compile.
+async fn enricher(
+    settings: &crate::k8s::enrich::EnrichSettings,
+    client: Option<kube::Client>,
+    connection: &crate::k8s::KubeOptions,
+) -> Result<Option<Arc<crate::k8s::enrich::Enricher>>, RunError> {
+    if !settings.enabled() {
+        return Ok(None);
+    }
+    let client = match client {
+        Some(client) => Some(client),
+        None if settings.needs_cluster() => match crate::k8s::connect(connection).await {
+            Ok(client) => Some(client),
+            Err(e) => {
+                tracing::warn!("enrichment: no Kubernetes API ({e}): only the cluster name is attached");
+                None
+            }
+        },
+        None => None,
+    };
+    let enricher = crate::k8s::enrich::Enricher::new(settings, client)?;
+    Ok(Some(Arc::new(enricher)))
 }

@@ -87,6 +87,9 @@ pub enum RunError {
     /// positive number of seconds).
     #[error("{0}")]
     WatchCache(String),
+    /// An enrichment glob does not compile (`--enrich-labels`, …).
+    #[error(transparent)]
+    Enrich(#[from] crate::k8s::enrich::EnrichError),
     /// The Kubernetes API cannot be reached.
     #[error(transparent)]
     Kubernetes(#[from] crate::k8s::ConnectError),

@@ -61,6 +61,8 @@ pub struct KubernetesOptions {
     pub watch: WatchOptions,
     /// The Events API every `k8s` sink writes to (core/v1, or events.k8s.io series).
     pub events_api: EventsApi,
+    /// Enrichment, from the flags (over the config's `[enrich]`).
+    pub enrich: crate::k8s::enrich::EnrichSettings,
 }
 
 /// How events are delivered.

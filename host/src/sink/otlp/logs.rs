@@ -17,6 +17,13 @@
 //! | record | `observed_time_unix_nano` | when the record was made |
 //! | record | `severity_number`, `severity_text` | `type`: `Normal` → INFO (9), `Warning` → WARN (13) (case-insensitive), text as given; others unset |
 //! | record | `body` (string) | `message` |
+//!
+//! With enrichment ([`crate::event::enrichment`]), the resource also gets what it attached,
+//! named as the Collector's `k8sattributes` processor names it: `k8s.cluster.name`; for a Pod
+//! `k8s.pod.name`, `k8s.pod.uid` and `k8s.pod.labels.<key>`; the top owner as
+//! `k8s.deployment.name` / `.uid` (likewise `k8s.statefulset`, `k8s.daemonset`, `k8s.replicaset`,
+//! `k8s.job`, `k8s.cronjob`; other kinds as `k8s.<kind, lowercase>.name`); the Pod's node as
+//! `k8s.node.name` (in place of the reporting host) and `k8s.node.labels.<key>`.
 
 use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
 use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs, SeverityNumber};
@@ -55,6 +62,37 @@ fn go_time_string(t: Option<&Time>) -> String {
     text
 }
 
+/// Adds (or, for `k8s.node.name`, replaces) the resource attributes of `enrichment` (see the
+/// [module docs](self)).
+fn enriched(attributes: &mut Vec<KeyValue>, event: &Event, enrichment: &crate::event::enrichment::Enrichment) {
+    let o = &event.involved_object;
+    if let Some(cluster) = &enrichment.cluster {
+        attributes.push(string("k8s.cluster.name", cluster));
+    }
+    let pod = o.kind == "Pod";
+    if pod {
+        attributes.push(string("k8s.pod.name", &o.name));
+        attributes.push(string("k8s.pod.uid", &o.uid));
+    }
+    if let Some(owner) = &enrichment.owner {
+        let kind = owner.kind.to_ascii_lowercase();
+        attributes.push(string(&format!("k8s.{kind}.name"), &owner.name));
+        attributes.push(string(&format!("k8s.{kind}.uid"), &owner.uid));
+    }
+    if pod {
+        for (key, value) in enrichment.labels.iter().flatten() {
+            attributes.push(string(&format!("k8s.pod.labels.{key}"), value));
+        }
+    }
+    if let Some(node) = &enrichment.node {
+        attributes.retain(|kv| kv.key != "k8s.node.name");
+        attributes.push(string("k8s.node.name", &node.name));
+        for (key, value) in &node.labels {
+            attributes.push(string(&format!("k8s.node.labels.{key}"), value));
+        }
+    }
+}
+
 /// The receiver's `getEventTimestamp`: `lastTimestamp`, else `eventTime`, else the creation time.
 pub fn event_time(event: &Event) -> Option<&Time> {
     fn set(t: &Option<Time>) -> Option<&Time> {
@@ -80,6 +118,10 @@ pub fn resource_logs(event: &Event, observed_unix_nano: u64) -> ResourceLogs {
         ],
         ..Resource::default()
     };
+    let mut resource = resource;
+    if let Some(enrichment) = event.enrichment.get() {
+        enriched(&mut resource.attributes, event, enrichment);
+    }
     let mut attributes = vec![
         string("k8s.event.reason", &event.reason),
         string("k8s.event.action", &event.action),
@@ -126,6 +168,50 @@ mod tests {
 
     fn attr<'a>(attrs: &'a [KeyValue], key: &str) -> Option<&'a any_value::Value> {
         attrs.iter().find(|kv| kv.key == key).and_then(|kv| kv.value.as_ref()?.value.as_ref())
+    }
+
+    /// Enrichment adds the `k8sattributes` processor's names; the node replaces the reporter's.
+    #[test]
+    fn enrichment_becomes_k8sattributes_resource_attributes() {
+        use crate::event::enrichment::{Enriched, Enrichment, Node, Owner};
+        let mut event = Event::default();
+        event.involved_object.kind = "Pod".into();
+        event.involved_object.name = "web-1".into();
+        event.involved_object.uid = "u-1".into();
+        event.source.host = "reporter".into();
+        let plain = resource_logs(&event, 0).resource.unwrap().attributes;
+        event.enrichment = Enriched::new(std::sync::Arc::new(Enrichment {
+            cluster: Some("prod-eu".into()),
+            labels: Some([("team".to_string(), "payments".to_string())].into()),
+            owner: Some(Owner {
+                kind: "Deployment".into(),
+                name: "web".into(),
+                uid: "d-1".into(),
+                api_version: "apps/v1".into(),
+            }),
+            node: Some(Node {
+                name: "node-a".into(),
+                labels: [("topology.kubernetes.io/zone".to_string(), "z1".to_string())].into(),
+            }),
+            ..Enrichment::default()
+        }));
+        let attrs = resource_logs(&event, 0).resource.unwrap().attributes;
+        let s = |v: &str| any_value::Value::StringValue(v.into());
+        assert_eq!(attr(&plain, "k8s.node.name"), Some(&s("reporter")));
+        assert_eq!(attr(&plain, "k8s.cluster.name"), None);
+        for (key, value) in [
+            ("k8s.cluster.name", "prod-eu"),
+            ("k8s.pod.name", "web-1"),
+            ("k8s.pod.uid", "u-1"),
+            ("k8s.deployment.name", "web"),
+            ("k8s.deployment.uid", "d-1"),
+            ("k8s.pod.labels.team", "payments"),
+            ("k8s.node.name", "node-a"),
+            ("k8s.node.labels.topology.kubernetes.io/zone", "z1"),
+        ] {
+            assert_eq!(attr(&attrs, key), Some(&s(value)), "{key}");
+        }
+        assert_eq!(attrs.iter().filter(|kv| kv.key == "k8s.node.name").count(), 1);
     }
 
     #[test]

@@ -556,6 +556,11 @@ async fn feed_partition(
     let mut last_acker: Option<jetstream::message::Acker> = None;
     // Whether the messages an earlier holder of the partition was delivered were caught up on.
     let mut caught_up = false;
+    // The consumer sequence (delivery number) of the last message this worker received: a
+    // message numbered past the next one means deliveries went to a pull request this worker
+    // no longer reads (a pull stream dropped when pulling anew, e.g. after an unpin) and are
+    // read again from the stream before it ([`needs_catch_up`]).
+    let mut last_delivery: Option<u64> = None;
     let mut since_snapshot = 0u64;
     let mut tick = tokio::time::interval(o.snapshot_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -596,31 +601,27 @@ async fn feed_partition(
                         }
                         None => continue 'pull,
                     };
-                    // Taking the partition (its first message here): what the consumer delivered
-                    // before, to a worker now gone, is read again in stream order first — waiting
-                    // for its redelivery would put it after newer messages.
-                    if message.is_some() && !caught_up {
-                        while let Err(error) = catch_up(&c, p, &mut reflected, &mut batch, &o).await {
-                            tracing::warn!(partition = p, %error, "cannot read the partition's earlier messages; trying again");
-                            tokio::select! {
-                                _ = shutdown.cancelled() => break 'pull,
-                                _ = tokio::time::sleep(Duration::from_millis(500)) => {}
-                            }
-                        }
-                        caught_up = true;
-                        if !batch.is_empty() {
-                            since_snapshot += batch.len() as u64;
-                            o.counters.add_read(batch.len() as u64);
-                            if tx.send(PartitionInput::Batch(std::mem::take(&mut batch))).await.is_err() {
-                                break 'pull;
-                            }
-                        }
-                    }
                     // This message and whatever else is already here, up to a batch.
                     if message.is_some() {
                         last_message = Instant::now();
                     }
                     while let Some(m) = message.take() {
+                        // Taking the partition (its first message here): what the consumer
+                        // delivered before, to a worker now gone, is read again in stream order
+                        // first — waiting for its redelivery would put it after newer messages.
+                        // Likewise when deliveries were skipped: they went to a pull request of
+                        // this worker's that it no longer reads (and all-up-to acknowledgements
+                        // of later messages would acknowledge them unread).
+                        if needs_catch_up(&m, caught_up, &mut last_delivery, p) {
+                            while let Err(error) = catch_up(&c, p, &mut reflected, &mut batch, &o).await {
+                                tracing::warn!(partition = p, %error, "cannot read the partition's earlier messages; trying again");
+                                tokio::select! {
+                                    _ = shutdown.cancelled() => break 'pull,
+                                    _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                                }
+                            }
+                            caught_up = true;
+                        }
                         take(m, &mut reflected, &mut last_acker, &mut batch, &o, p).await;
                         if batch.len() < PREPARE_BATCH_SIZE
                             && let Some(Some(Ok(next))) = futures_util::FutureExt::now_or_never(messages.next())
@@ -644,13 +645,18 @@ async fn feed_partition(
                 }
             }
             let due = ticked || since_snapshot >= SNAPSHOT_EVERY_EVENTS || tick_due(&mut tick);
-            if due
-                && reflected > snapshotted
-                && snapshot(&c, p, &key, &tx, reflected, &o.scale, PartitionInput::Snapshot).await
-            {
-                snapshotted = reflected;
-                since_snapshot = 0;
-                acknowledge(&mut last_acker, p).await;
+            if due && reflected > snapshotted {
+                let started = Instant::now();
+                let stored = snapshot(&c, p, &key, &tx, reflected, &o.scale, PartitionInput::Snapshot).await;
+                // Nothing was read while the snapshot was stored (up to STATE_RETRY_FOR while the
+                // cluster elects a leader): that is no time "without a message", which would
+                // take a pin as stranded and pull anew while messages wait in this pull stream.
+                last_message += started.elapsed();
+                if stored {
+                    snapshotted = reflected;
+                    since_snapshot = 0;
+                    acknowledge(&mut last_acker, p).await;
+                }
             }
         }
     }
@@ -661,6 +667,33 @@ async fn feed_partition(
     if stored && reflected > snapshotted {
         acknowledge(&mut last_acker, p).await;
     }
+}
+
+/// Whether `message` (of partition `p`) must wait for a [`catch_up`]: the partition's first
+/// message here (`caught_up` false), or one whose consumer sequence skips deliveries since the
+/// last message received (`last_delivery`, updated). A delivery this worker never read — to a
+/// pull stream since dropped (pulling anew after an unpin, an error or the end of a pull
+/// stream): messages it had received but not yielded, or its pull requests the server still
+/// answered — would otherwise be passed over for good: later messages move the reflected sequence past it, so
+/// that its redelivery is skipped, and their all-up-to acknowledgement acknowledges it. A
+/// consumer sequence that does not go up (a new consumer leader delivering again) skips none.
+fn needs_catch_up(message: &jetstream::Message, caught_up: bool, last_delivery: &mut Option<u64>, p: u32) -> bool {
+    let delivery = message.info().ok().map(|i| i.consumer_sequence);
+    let skipped = match (*last_delivery, delivery) {
+        (Some(last), Some(delivery)) if delivery > last + 1 => delivery - last - 1,
+        _ => 0,
+    };
+    if delivery.is_some() {
+        *last_delivery = delivery;
+    }
+    if skipped > 0 && caught_up {
+        tracing::warn!(
+            partition = p,
+            skipped,
+            "deliveries went to a pull request no longer read: reading them again from the stream"
+        );
+    }
+    !caught_up || skipped > 0
 }
 
 /// A pinned partition that got no message for this many priority timeouts checks whether
@@ -776,7 +809,13 @@ async fn catch_up(
             let mut messages =
                 reader.fetch().max_messages(CATCH_UP_FETCH).messages().await.map_err(|e| e.to_string())?;
             let mut got = false;
-            while let Some(message) = messages.next().await {
+            // A fetch answers nothing when the node of the reader dies meanwhile (a cluster
+            // losing a node), and the client does not time a fetch out: without a bound, the
+            // partition would wait for it for ever, reading nothing more.
+            while let Some(message) = tokio::time::timeout(CATCH_UP_STALL, messages.next())
+                .await
+                .map_err(|_| format!("a fetch answered nothing for {CATCH_UP_STALL:?} after sequence {at}"))?
+            {
                 let message = message.map_err(|e| e.to_string())?;
                 let Ok(sequence) = message.info().map(|i| i.stream_sequence) else { continue };
                 got = true;

@@ -201,3 +201,44 @@ fn after_a_shutdown_timeout_the_summary_counts_the_writes_that_completed() {
     );
     assert!(abandoned > 0 && read == finished + abandoned, "{summary}");
 }
+
+/// The shutdown timeout counts from the signal, also while the source still hands what it read
+/// to a full Broadcaster: `--max-in-flight 1` (client-go's one write at a time) to an endpoint
+/// answering in 200 ms keeps the incoming queue full; after SIGTERM the run ends within the
+/// timeout (it took about 90 s when the source's last hand-over was not bounded), and every write
+/// the endpoint acknowledged is in the summary, reported write by write (not batch by batch).
+#[test]
+fn sigterm_while_the_source_waits_for_room_stops_within_the_shutdown_timeout() {
+    use crate::common::recording_webhook;
+    let dir = tempfile::tempdir().unwrap();
+    let input = events_file(dir.path(), usize::MAX);
+    let (received, url, _endpoint) = recording_webhook::start(Duration::from_millis(200));
+    let child = start(&[
+        format!("--source=jsonl:{}", input.display()),
+        format!("--sink=webhook:{url}"),
+        "--workers=1".into(),
+        "--max-in-flight=1".into(),
+        "--shutdown-timeout=1".into(),
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while received.len() < 5 {
+        assert!(Instant::now() < deadline, "nothing written");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    let (code, summary, took) = finish(child, Duration::from_secs(120));
+    assert!(took < Duration::from_secs(1 + 3), "ended {took:?} after SIGTERM: {summary}");
+    assert_eq!(code, Some(4), "events were abandoned: {summary}");
+    let answered = received.answered.load(std::sync::atomic::Ordering::SeqCst);
+    let written = summary["created"].as_u64().unwrap() + summary["patched"].as_u64().unwrap();
+    assert!(
+        written >= 5 && written <= answered && answered - written <= 1,
+        "acknowledged {answered}, counted {written}: {summary}"
+    );
+    let (read, finished, abandoned) = (
+        summary["read"].as_u64().unwrap(),
+        summary["finished"].as_u64().unwrap(),
+        summary["abandoned"].as_u64().unwrap(),
+    );
+    assert!(read < 13_860 && read == finished + abandoned, "the rest of the file was not read: {summary}");
+}

@@ -866,8 +866,16 @@ impl Partition {
             }
             if self.options.max_in_flight == 1 {
                 // client-go's loop: the write (and `update_state`) ends before the next event.
+                // What ended is reported at once, not after the batch: against a slow sink a
+                // batch takes minutes, and the saved position and live counts would wait.
+                let mut ended = false;
                 while let Some(done) = self.writes.next().await {
                     self.complete(done);
+                    ended = true;
+                }
+                if ended {
+                    self.flush_acks();
+                    self.publish();
                 }
             }
         }

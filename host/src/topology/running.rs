@@ -159,12 +159,23 @@ impl RunningTopology {
     pub async fn run(mut self) -> Result<RunSummary, RunError> {
         let routes = self.servers.routes();
         let feed = self.feed.take().expect("a topology runs once");
+        // The shutdown timeout counts from the signal: it bounds the source's last hand-over
+        // (what it read, waiting for room in the Broadcaster) and the drain together.
+        let expired = CancellationToken::new();
+        let expiry = tokio::spawn({
+            let (shutdown, expired, timeout) = (self.shutdown.clone(), expired.clone(), self.shutdown_timeout);
+            async move {
+                shutdown.cancelled().await;
+                tokio::time::sleep(timeout).await;
+                expired.cancel();
+            }
+        });
         let fed = feed
             .run(
                 self.tier.event_broadcaster.broadcaster(),
                 self.plans.latest.clone(),
                 (routes, &self.servers.readiness),
-                &self.shutdown,
+                (&self.shutdown, &expired),
             )
             .await;
         let summary = fed.map(|source| RunSummary { source, ..RunSummary::default() });
@@ -179,20 +190,21 @@ impl RunningTopology {
                 scale.refused();
             }
         }
-        self.shut_down(summary, scale).await
+        let ended = self.shut_down(summary, scale, &expired).await;
+        expiry.abort();
+        ended
     }
 
     /// The feed has ended (or was stopped): drains the Broadcaster into the watchers and lets
-    /// the sinks finish, within the shutdown timeout once a shutdown was asked for; saves the
-    /// last position and fills in the summary.
+    /// the sinks finish until `expired` (the shutdown timeout after a shutdown was asked for);
+    /// saves the last position and fills in the summary.
     async fn shut_down(
         self,
         mut summary: Result<RunSummary, RunError>,
         scale: Option<Arc<ScaleCounters>>,
+        expired: &CancellationToken,
     ) -> Result<RunSummary, RunError> {
-        let RunningTopology {
-            tier, sinks, mut plans, watchers, checkpointer, servers, shutdown, shutdown_timeout, ..
-        } = self;
+        let RunningTopology { tier, sinks, mut plans, watchers, checkpointer, servers, shutdown_timeout, .. } = self;
         let (draining, counted) = watchers.into_parts();
         let Tier { event_broadcaster, router, live, .. } = tier;
         let watch_cache = sinks.watch_cache.clone();
@@ -208,13 +220,9 @@ impl RunningTopology {
         };
         // A shutdown asked for before or during the drain bounds it: `shutdown_timeout` after
         // the signal, what is not finished is abandoned (counted, and left unacknowledged).
-        let deadline = async {
-            shutdown.cancelled().await;
-            tokio::time::sleep(shutdown_timeout).await;
-        };
         let router_stats: RouterStats = tokio::select! {
             stats = drain => stats?,
-            () = deadline => {
+            () = expired.cancelled() => {
                 tracing::warn!(
                     timeout_ms = shutdown_timeout.as_millis() as u64,
                     "shutdown timeout: what is not delivered yet is abandoned"

@@ -104,7 +104,10 @@ impl Feed {
     }
 
     /// Feeds the pipeline until the source ends or `shutdown`: ready meanwhile. A source
-    /// serves `routes` too when it is an HTTP server.
+    /// serves `routes` too when it is an HTTP server. After `shutdown` a source still hands
+    /// what it read to the Broadcaster, until `expired` (the shutdown timeout): then it is
+    /// stopped, and what it had not handed over is not read (never acknowledged, so read again
+    /// by the next run at least once).
     ///
     /// # Errors
     /// [`RunError::Source`] when the source cannot be opened or read.
@@ -113,7 +116,7 @@ impl Feed {
         broadcaster: &Broadcaster<SharedEvent>,
         plans: watch::Receiver<Arc<TenantPlan>>,
         (routes, readiness): (axum::Router, &Readiness),
-        shutdown: &CancellationToken,
+        (shutdown, expired): (&CancellationToken, &CancellationToken),
     ) -> Result<SourceStats, RunError> {
         match self {
             Feed::Worker(worker) => {
@@ -134,6 +137,7 @@ impl Feed {
             }
             Feed::Source(s) => {
                 let s = *s;
+                let counters = s.counters.clone();
                 let source = s.spec.build(SourceContext {
                     kube: s.kube,
                     watch: WatchOptions { health: readiness.clone(), ..s.watch },
@@ -164,7 +168,18 @@ impl Feed {
                         tokio::spawn(run_enriched(source, broadcaster.clone(), enricher, shutdown.clone()))
                     }
                 };
-                let ran = source.await.unwrap_or_else(|failed| std::panic::resume_unwind(failed.into_panic()));
+                let mut source = source;
+                let ran = tokio::select! {
+                    ran = &mut source => ran.unwrap_or_else(|failed| std::panic::resume_unwind(failed.into_panic())),
+                    () = expired.cancelled() => {
+                        source.abort();
+                        tracing::warn!(
+                            source = %s.spec,
+                            "shutdown timeout: the source stopped before handing over all it read; the rest is not read"
+                        );
+                        Ok(counters.stats())
+                    }
+                };
                 readiness.set(false);
                 not_ready_at_shutdown.abort();
                 Ok(ran?)

@@ -15,7 +15,13 @@
 //! set is new once the cap is reached is counted under its tenant's `other` series (every
 //! label but `tenant` is [`OTHER`]) and in `eventpipe_events_folded_total{tenant}`. Series
 //! already counted keep counting. The run has one table: every tenant's `metrics` sink shares
-//! it, with the cap of the first one opened.
+//! it, with the cap (and the labels) of the first one opened.
+//!
+//! # Enrichment labels
+//! With `,workload=true` a series also has `workload`, the top owner of the involved object as
+//! `Kind/name` (`Deployment/checkout`, from enrichment's `owner`, `docs/enrichment.md`); with
+//! `,cluster=true`, `cluster` (enrichment's cluster name). An event without that enrichment has
+//! them empty. They are part of the series' key, so they count against the same cap.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -31,8 +37,19 @@ pub const DEFAULT_MAX_SERIES: usize = 1000;
 /// The label value of the series that takes what the cap folds.
 pub const OTHER: &str = "other";
 
-/// One series' labels but the tenant: type, involved object namespace, kind, reason.
-type Key = (Arc<str>, CompactString, CompactString, CompactString, CompactString);
+/// One series' labels: tenant, type, involved object namespace, kind, reason, then workload
+/// and cluster (empty unless counted, [`EnrichmentLabels`]).
+type Key = (Arc<str>, CompactString, CompactString, CompactString, CompactString, CompactString, CompactString);
+
+/// Which enrichment labels the series have besides kube-events-exporter's
+/// (`metrics,workload=true,cluster=true`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EnrichmentLabels {
+    /// `workload`: the involved object's top owner, `Kind/name`.
+    pub workload: bool,
+    /// `cluster`: the cluster's name.
+    pub cluster: bool,
+}
 
 #[derive(Debug, Default)]
 struct Table {
@@ -46,13 +63,19 @@ struct Table {
 #[derive(Debug)]
 pub struct EventCounts {
     max_series: usize,
+    labels: EnrichmentLabels,
     table: Mutex<Table>,
 }
 
 impl EventCounts {
     /// An empty table that holds at most `max_series` series (at least 1) besides the `other` ones.
     pub fn new(max_series: usize) -> Arc<Self> {
-        Arc::new(Self { max_series: max_series.max(1), table: Mutex::default() })
+        Self::with_labels(max_series, EnrichmentLabels::default())
+    }
+
+    /// As [`new`](Self::new), the series also labelled with `labels`.
+    pub fn with_labels(max_series: usize, labels: EnrichmentLabels) -> Arc<Self> {
+        Arc::new(Self { max_series: max_series.max(1), labels, table: Mutex::default() })
     }
 
     /// The cap, series.
@@ -63,7 +86,24 @@ impl EventCounts {
     /// Counts one write of `event` for `tenant`.
     pub fn count(&self, tenant: &Arc<str>, event: &Event) {
         let o = &event.involved_object;
-        let key: Key = (tenant.clone(), event.type_.clone(), o.namespace.clone(), o.kind.clone(), event.reason.clone());
+        let enrichment = event.enrichment.get();
+        let workload = match enrichment.and_then(|e| e.owner.as_ref()) {
+            Some(owner) if self.labels.workload => compact_str::format_compact!("{}/{}", owner.kind, owner.name),
+            _ => CompactString::default(),
+        };
+        let cluster = match enrichment.and_then(|e| e.cluster.as_deref()) {
+            Some(cluster) if self.labels.cluster => CompactString::from(cluster),
+            _ => CompactString::default(),
+        };
+        let key: Key = (
+            tenant.clone(),
+            event.type_.clone(),
+            o.namespace.clone(),
+            o.kind.clone(),
+            event.reason.clone(),
+            workload,
+            cluster,
+        );
         let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(n) = table.series.get_mut(&key) {
             *n += 1;
@@ -74,8 +114,8 @@ impl EventCounts {
         }
     }
 
-    /// Every series (tenant, type, namespace, kind, reason) with its count, and per tenant what
-    /// was folded into `other`.
+    /// Every series (tenant, type, namespace, kind, reason, workload, cluster) with its count,
+    /// and per tenant what was folded into `other`.
     fn read(&self) -> (Vec<(Key, u64)>, Vec<(Arc<str>, u64)>) {
         let table = self.table.lock().unwrap_or_else(|p| p.into_inner());
         let series = table.series.iter().map(|(k, n)| (k.clone(), *n)).collect();
@@ -122,6 +162,23 @@ impl EventSink for EventMetricsSink {
     }
 }
 
+/// kube-events-exporter's labels (`base`), then the enrichment's that are counted.
+fn with_enrichment<'a>(
+    base: [(&'static str, &'a str); 5],
+    counted: EnrichmentLabels,
+    workload: &'a str,
+    cluster: &'a str,
+) -> Vec<(&'static str, &'a str)> {
+    let mut labels = base.to_vec();
+    if counted.workload {
+        labels.push(("workload", workload));
+    }
+    if counted.cluster {
+        labels.push(("cluster", cluster));
+    }
+    labels
+}
+
 impl crate::metrics::Snapshot {
     /// Adds the event counters: `eventpipe_events_total` per series, each tenant's `other`
     /// series and `eventpipe_events_folded_total` (0 for a tenant nothing was folded for).
@@ -130,26 +187,27 @@ impl crate::metrics::Snapshot {
         self.present(&EVENTS);
         self.present(&EVENTS_FOLDED);
         let (series, folded) = counts.read();
-        for ((tenant, type_, namespace, kind, reason), n) in &series {
-            let labels = [
+        let labelled = |base, workload, cluster| with_enrichment(base, counts.labels, workload, cluster);
+        for ((tenant, type_, namespace, kind, reason, workload, cluster), n) in &series {
+            let base = [
                 ("tenant", &**tenant),
                 ("type", type_.as_str()),
                 ("involved_object_namespace", namespace.as_str()),
                 ("involved_object_kind", kind.as_str()),
                 ("reason", reason.as_str()),
             ];
-            self.add(&EVENTS, &labels, *n);
+            self.add(&EVENTS, &labelled(base, workload, cluster), *n);
             self.add(&EVENTS_FOLDED, &[("tenant", tenant)], 0);
         }
         for (tenant, n) in &folded {
-            let labels = [
+            let base = [
                 ("tenant", &**tenant),
                 ("type", OTHER),
                 ("involved_object_namespace", OTHER),
                 ("involved_object_kind", OTHER),
                 ("reason", OTHER),
             ];
-            self.add(&EVENTS, &labels, *n);
+            self.add(&EVENTS, &labelled(base, OTHER, OTHER), *n);
             self.add(&EVENTS_FOLDED, &[("tenant", tenant)], *n);
         }
     }
@@ -196,5 +254,56 @@ mod tests {
         assert_eq!(series("a", OTHER, OTHER), Some(1));
         assert_eq!(s.get(&EVENTS_FOLDED, &[("tenant", "a")]), Some(1));
         assert_eq!(s.get(&EVENTS_FOLDED, &[("tenant", "b")]), Some(0));
+    }
+
+    #[tokio::test]
+    async fn workload_and_cluster_label_the_series_when_asked_for_and_count_against_the_cap() {
+        use crate::event::enrichment::{Enriched, Enrichment, Owner};
+        let enriched = |owner: &str| {
+            let mut e = event("shop", "Pulled");
+            e.enrichment = Enriched::new(Arc::new(Enrichment {
+                cluster: Some("prod-eu".into()),
+                owner: Some(Owner { kind: "Deployment".into(), name: owner.into(), ..Owner::default() }),
+                ..Enrichment::default()
+            }));
+            e
+        };
+        let labels = EnrichmentLabels { workload: true, cluster: true };
+        let counts = EventCounts::with_labels(2, labels);
+        let sink = EventMetricsSink::new("a", counts.clone());
+        sink.create(&enriched("checkout")).await.unwrap();
+        sink.create(&enriched("checkout")).await.unwrap();
+        sink.create(&event("shop", "Pulled")).await.unwrap(); // not enriched: empty labels
+        sink.create(&enriched("cart")).await.unwrap(); // a third series: folded
+        let mut s = Snapshot::default();
+        s.add_event_counts(&counts);
+        let series = |workload, cluster| {
+            let base = [
+                ("tenant", "a"),
+                ("type", "Normal"),
+                ("involved_object_namespace", "shop"),
+                ("involved_object_kind", "Pod"),
+                ("reason", "Pulled"),
+            ];
+            s.get(&EVENTS, &with_enrichment(base, labels, workload, cluster))
+        };
+        assert_eq!(series("Deployment/checkout", "prod-eu"), Some(2));
+        assert_eq!(series("", ""), Some(1));
+        assert_eq!(series("Deployment/cart", "prod-eu"), None);
+        assert_eq!(s.get(&EVENTS_FOLDED, &[("tenant", "a")]), Some(1));
+
+        // Without them, enriched events count in kube-events-exporter's series.
+        let plain = EventCounts::new(10);
+        EventMetricsSink::new("a", plain.clone()).create(&enriched("checkout")).await.unwrap();
+        let mut s = Snapshot::default();
+        s.add_event_counts(&plain);
+        let base = [
+            ("tenant", "a"),
+            ("type", "Normal"),
+            ("involved_object_namespace", "shop"),
+            ("involved_object_kind", "Pod"),
+            ("reason", "Pulled"),
+        ];
+        assert_eq!(s.get(&EVENTS, &base), Some(1));
     }
 }

@@ -198,12 +198,12 @@ impl SinkSet {
                 }
                 OpenSink::Webhook(Arc::new(WebhookSink::new(config).map_err(|e| fail(e.to_string()))?))
             }
-            SinkSpec::Metrics { max_series } => {
+            SinkSpec::Metrics { max_series, labels } => {
                 let counts = self
                     .event_counts
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
-                    .get_or_insert_with(|| EventCounts::new(max_series.unwrap_or(DEFAULT_MAX_SERIES)))
+                    .get_or_insert_with(|| EventCounts::with_labels(max_series.unwrap_or(DEFAULT_MAX_SERIES), *labels))
                     .clone();
                 OpenSink::Metrics(Arc::new(EventMetricsSink::new(tenant, counts)))
             }

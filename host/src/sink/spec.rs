@@ -54,10 +54,13 @@ pub enum SinkSpec {
         options: SplunkOptions,
     },
     /// Event metrics: each call counted by tenant, type, involved object namespace and kind,
-    /// and reason on `/metrics` (`metrics[,max_series=N]`, [`crate::sink::event_metrics`]).
+    /// and reason on `/metrics` (`metrics[,max_series=N][,workload=true][,cluster=true]`,
+    /// [`crate::sink::event_metrics`]).
     Metrics {
         /// `max_series=N`: the series cap (≥ 1); `None`: the default (1000).
         max_series: Option<usize>,
+        /// The enrichment's labels counted too ([`crate::sink::event_metrics::EnrichmentLabels`]).
+        labels: crate::sink::event_metrics::EnrichmentLabels,
     },
     /// The publish tier of a scale-out ([`crate::pipeline::scale`]): each decoded event, after tenant
     /// routing and before correlation, published to a JetStream stream
@@ -81,8 +84,19 @@ impl std::fmt::Display for SinkSpec {
             SinkSpec::Loki { url, options } => write!(f, "loki:{url}{options}"),
             SinkSpec::Elasticsearch { url, options } => write!(f, "elasticsearch:{url}{options}"),
             SinkSpec::Splunk { url, options } => write!(f, "splunk:{url}{options}"),
-            SinkSpec::Metrics { max_series: None } => f.write_str("metrics"),
-            SinkSpec::Metrics { max_series: Some(n) } => write!(f, "metrics,max_series={n}"),
+            SinkSpec::Metrics { max_series, labels } => {
+                f.write_str("metrics")?;
+                if let Some(n) = max_series {
+                    write!(f, ",max_series={n}")?;
+                }
+                if labels.workload {
+                    f.write_str(",workload=true")?;
+                }
+                if labels.cluster {
+                    f.write_str(",cluster=true")?;
+                }
+                Ok(())
+            }
             SinkSpec::Nats(target) => target.fmt(f),
         }
     }
@@ -135,7 +149,7 @@ const FORMS: &str = "expected a sink: jsonl:PATH, jsonl:-, k8s, k8s:NAMESPACE, p
      ,max_batch_bytes=N ,timeout=SECONDS; for a webhook, ,template=FILE|,preset=slack|teams|discord|google-chat|pagerduty|opsgenie \
      ,secret_env=VAR|,secret_file=PATH ,resolve_on=TYPE; for loki ,labels=F;F… ,format=json|protobuf \
      ,structured_metadata=true; for elasticsearch ,index=PATTERN|data_stream=NAME ,replace_dots=true; for splunk \
-     ,sourcetype=NAME ,index=NAME ,source=NAME; for a log store ,ca_file=PATH; for metrics, ,max_series=N)";
+     ,sourcetype=NAME ,index=NAME ,source=NAME; for a log store ,ca_file=PATH; for metrics, ,max_series=N ,workload=true ,cluster=true)";
 
 /// The sink kinds (what comes before the first `:`), for suggestions.
 const KINDS: [&str; 10] =
@@ -236,7 +250,7 @@ impl std::str::FromStr for SinkSpec {
             Some(("splunk", url)) => http_url(url)
                 .map(|()| SinkSpec::Splunk { url: RedactedUrl::new(url), options: SplunkOptions::default() })
                 .map_err(fail),
-            None if s == "metrics" => Ok(SinkSpec::Metrics { max_series: None }),
+            None if s == "metrics" => Ok(SinkSpec::Metrics { max_series: None, labels: Default::default() }),
             Some(("nats", target)) => target
                 .parse()
                 .map(|t| SinkSpec::Nats(Box::new(t)))
@@ -354,7 +368,7 @@ const COMMON_OPTIONS: [&str; 1] = ["delivery"];
 /// The options of webhook and OTLP sinks, besides [`COMMON_OPTIONS`].
 const WEBHOOK_OPTIONS: [&str; 4] = ["concurrency", "max_batch", "max_batch_bytes", "timeout"];
 /// The options of the metrics sink, besides [`COMMON_OPTIONS`].
-const METRICS_OPTIONS: [&str; 1] = ["max_series"];
+const METRICS_OPTIONS: [&str; 3] = ["max_series", "workload", "cluster"];
 /// The log stores' own options, besides [`COMMON_OPTIONS`] and [`WEBHOOK_OPTIONS`]: Loki's,
 /// Elasticsearch's and Splunk's ([`crate::sink::loki::OPTIONS`] and the others).
 const LOG_STORE_OPTIONS: [&str; 9] = [
@@ -388,6 +402,7 @@ impl std::str::FromStr for SinkEntry {
         let mut webhook = WebhookOptions::default();
         let mut body = super::template::BodyOptions::default();
         let mut max_series = None;
+        let mut metric_labels = crate::sink::event_metrics::EnrichmentLabels::default();
         let mut given = Vec::new();
         // A log store's own options, taken once the spec is known.
         let mut own_options = Vec::new();
@@ -398,6 +413,9 @@ impl std::str::FromStr for SinkEntry {
                 delivery = Some(<DeliveryMode as clap::ValueEnum>::from_str(value, false).map_err(|_| invalid(key))?);
             } else if key == "max_series" {
                 max_series = Some(value.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| invalid(key))?);
+            } else if key == "workload" || key == "cluster" {
+                let on = value.parse::<bool>().map_err(|_| invalid(key))?;
+                *(if key == "workload" { &mut metric_labels.workload } else { &mut metric_labels.cluster }) = on;
             } else if let Some(set) = body.set(key, value) {
                 set.map_err(|problem| SinkSpecError::new(s, problem))?;
             } else {
@@ -456,8 +474,9 @@ impl std::str::FromStr for SinkEntry {
             let takes = COMMON_OPTIONS.iter().chain(&own).copied().collect::<Vec<_>>().join(", ");
             return Err(SinkSpecError::new(s, format!("a {kind} sink has no option `{key}` (it takes {takes})")));
         }
-        if let (Some(n), SinkSpec::Metrics { max_series }) = (max_series, &mut spec) {
-            *max_series = Some(n);
+        if let SinkSpec::Metrics { max_series: cap, labels } = &mut spec {
+            *cap = max_series.or(*cap);
+            *labels = metric_labels;
         }
         if body.source.is_none() && !body.is_empty() {
             return Err(SinkSpecError::new(s, "secret_env, secret_file and resolve_on go with template= or preset="));
@@ -547,9 +566,16 @@ mod tests {
         assert_eq!(otlp.spec, SinkSpec::Otlp("http://c:4318".into()));
         assert_eq!((otlp.webhook.max_batch, otlp.delivery), (Some(100), Some(DeliveryMode::AtMostOnce)));
         let metrics: SinkEntry = "metrics,max_series=50".parse().unwrap();
-        assert_eq!(metrics.spec, SinkSpec::Metrics { max_series: Some(50) });
+        assert_eq!(metrics.spec, SinkSpec::Metrics { max_series: Some(50), labels: Default::default() });
+        let labelled: SinkEntry = "metrics,workload=true,cluster=true,max_series=9".parse().unwrap();
+        assert_eq!(labelled.to_string(), "metrics,max_series=9,workload=true,cluster=true");
+        assert!("metrics,workload=yes".parse::<SinkEntry>().is_err());
+        assert!("jsonl:-,workload=true".parse::<SinkEntry>().is_err(), "a metrics sink's option only");
         assert_eq!(metrics.to_string(), "metrics,max_series=50");
-        assert_eq!("metrics".parse::<SinkSpec>().unwrap(), SinkSpec::Metrics { max_series: None });
+        assert_eq!(
+            "metrics".parse::<SinkSpec>().unwrap(),
+            SinkSpec::Metrics { max_series: None, labels: Default::default() }
+        );
         for bad in [
             "webhook:http://h/e,concurrency=0",
             "webhook:http://h/e,max_batch=x",

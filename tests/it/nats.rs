@@ -767,7 +767,9 @@ fn leader_killed_while_publishing(feed: Feed) {
     };
     let mut publisher = Proc(
         Command::new(bin())
-            .args(["run", "--no-watch", "--summary-json", &format!("--source={source}")])
+            // A SIGTERM may come while the stream still elects its leader: the publisher goes on
+            // publishing for the shutdown timeout, here longer than a loaded machine's election.
+            .args(["run", "--no-watch", "--summary-json", "--shutdown-timeout=120", &format!("--source={source}")])
             .arg(format!("--sink={}", cluster.url(query)))
             .env("EVENTPIPE_INGEST_TOKEN", "")
             .stdin(match feed {

@@ -102,9 +102,7 @@ impl Run {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let lines = crate::common::stderr_lines(&mut child);
-        let metrics = crate::common::metrics_address(&lines);
-        std::thread::spawn(move || while lines.recv().is_ok() {});
+        let metrics = crate::common::metrics_address_draining(&mut child);
         Run { child, metrics }
     }
 

@@ -22,7 +22,7 @@ use axum::response::IntoResponse;
 use eventpipe::event::{Event, ObjectReference};
 use eventpipe::sink::elasticsearch::{self, ElasticsearchOptions};
 use eventpipe::sink::loki::{self, LokiOptions};
-use eventpipe::sink::webhook::{Backoff, WebhookConfig, WebhookSink};
+use eventpipe::sink::webhook::{WebhookConfig, WebhookSink};
 use eventpipe::sink::{EventSink, SinkError};
 use serde_json::{Value, json};
 
@@ -286,12 +286,7 @@ async fn start(path: &str, script: Vec<axum::response::Response>) -> (Arc<Endpoi
 }
 
 fn quick(mut config: WebhookConfig) -> WebhookSink {
-    config.backoff = Backoff {
-        base: Duration::from_millis(1),
-        cap: Duration::from_secs(5),
-        max_attempts: Some(5),
-        jitter: Arc::new(|| 0.0),
-    };
+    config.backoff = crate::common::quick_backoff();
     WebhookSink::new(config).unwrap()
 }
 

@@ -21,7 +21,7 @@ use axum::response::IntoResponse;
 use eventpipe::event::{Event, ObjectReference};
 use eventpipe::metrics::{SINK_PARTIAL_REJECTED, Snapshot};
 use eventpipe::sink::otlp;
-use eventpipe::sink::webhook::{Backoff, WebhookSink};
+use eventpipe::sink::webhook::WebhookSink;
 use eventpipe::sink::{EventSink, SinkError};
 use opentelemetry_proto::tonic::collector::logs::v1::{
     ExportLogsPartialSuccess, ExportLogsServiceRequest, ExportLogsServiceResponse,
@@ -191,12 +191,7 @@ async fn start(script: Vec<axum::response::Response>) -> (Arc<Endpoint>, String)
 
 fn otlp_sink(url: &str) -> WebhookSink {
     let mut config = otlp::config("otlp-test", url);
-    config.backoff = Backoff {
-        base: Duration::from_millis(1),
-        cap: Duration::from_secs(5),
-        max_attempts: Some(5),
-        jitter: Arc::new(|| 0.0),
-    };
+    config.backoff = crate::common::quick_backoff();
     WebhookSink::new(config).unwrap()
 }
 

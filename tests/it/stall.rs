@@ -135,10 +135,7 @@ impl Run {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let lines = crate::common::stderr_lines(&mut child);
-        let metrics = crate::common::metrics_address(&lines);
-        // Keep draining stderr (the run's log) so that it never blocks on a full pipe.
-        std::thread::spawn(move || while lines.recv().is_ok() {});
+        let metrics = crate::common::metrics_address_draining(&mut child);
         Run { child, metrics, out, _dir: dir }
     }
 

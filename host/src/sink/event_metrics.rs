@@ -277,16 +277,14 @@ mod tests {
         sink.create(&enriched("cart")).await.unwrap(); // a third series: folded
         let mut s = Snapshot::default();
         s.add_event_counts(&counts);
-        let series = |workload, cluster| {
-            let base = [
-                ("tenant", "a"),
-                ("type", "Normal"),
-                ("involved_object_namespace", "shop"),
-                ("involved_object_kind", "Pod"),
-                ("reason", "Pulled"),
-            ];
-            s.get(&EVENTS, &with_enrichment(base, labels, workload, cluster))
-        };
+        let base = [
+            ("tenant", "a"),
+            ("type", "Normal"),
+            ("involved_object_namespace", "shop"),
+            ("involved_object_kind", "Pod"),
+            ("reason", "Pulled"),
+        ];
+        let series = |workload, cluster| s.get(&EVENTS, &with_enrichment(base, labels, workload, cluster));
         assert_eq!(series("Deployment/checkout", "prod-eu"), Some(2));
         assert_eq!(series("", ""), Some(1));
         assert_eq!(series("Deployment/cart", "prod-eu"), None);
@@ -297,13 +295,6 @@ mod tests {
         EventMetricsSink::new("a", plain.clone()).create(&enriched("checkout")).await.unwrap();
         let mut s = Snapshot::default();
         s.add_event_counts(&plain);
-        let base = [
-            ("tenant", "a"),
-            ("type", "Normal"),
-            ("involved_object_namespace", "shop"),
-            ("involved_object_kind", "Pod"),
-            ("reason", "Pulled"),
-        ];
         assert_eq!(s.get(&EVENTS, &base), Some(1));
     }
 }

@@ -199,6 +199,25 @@ pub fn metrics_address(lines: &std::sync::mpsc::Receiver<String>) -> String {
     }
 }
 
+/// The metrics address (`HOST:PORT`) of a run spawned with a piped stderr ([`metrics_address`]);
+/// the rest of its stderr is drained on a thread, so that the run never blocks on a full pipe.
+pub fn metrics_address_draining(child: &mut std::process::Child) -> String {
+    let lines = stderr_lines(child);
+    let metrics = metrics_address(&lines);
+    std::thread::spawn(move || while lines.recv().is_ok() {});
+    metrics
+}
+
+/// A webhook sink back-off for tests: 1 ms doubling up to 5 s, 5 attempts, no jitter.
+pub fn quick_backoff() -> eventpipe::sink::webhook::Backoff {
+    eventpipe::sink::webhook::Backoff {
+        base: std::time::Duration::from_millis(1),
+        cap: std::time::Duration::from_secs(5),
+        max_attempts: Some(5),
+        jitter: std::sync::Arc::new(|| 0.0),
+    }
+}
+
 /// Runs `eventpipe ARGS` with stdin `before`, a 1 GiB line, `after`, each line ended by `\n`,
 /// and returns how much its peak resident memory grew over the same process with the same
 /// stdin but no huge line, in KiB (`VmHWM`, read once the lines have gone by, before stdin

@@ -110,6 +110,50 @@ pub enum Position {
     ResourceVersion(String),
 }
 
+impl Position {
+    /// Whether this position lies after `other` in the same source: a later byte offset, or a
+    /// resourceVersion greater as an integer (what every API server stores: etcd's revision).
+    /// `None` when they cannot be compared (different kinds, or a resourceVersion that is not
+    /// an integer: opaque to clients).
+    pub fn is_after(&self, other: &Position) -> Option<bool> {
+        match (self, other) {
+            (Position::FileOffset(a), Position::FileOffset(b)) => Some(a > b),
+            (Position::ResourceVersion(a), Position::ResourceVersion(b)) => {
+                Some(a.parse::<u64>().ok()? > b.parse::<u64>().ok()?)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// A saved position as one replica hands it to the next (`run --leader-elect`): the leader
+/// records the position it last saved in its Lease, and the replica that takes the Lease over
+/// resumes from it. JSON with the state file's field names:
+/// `{"source":"k8s","position":{"resource_version":"1234"}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HandedOver {
+    /// The source spec the position belongs to (`k8s`, `k8s:NS`, a file path).
+    pub source: String,
+    /// Where the source resumes: every event before it is acknowledged by every sink.
+    pub position: Position,
+}
+
+/// The newest position the [`Committer`] saved, for whoever hands it on (the Lease of
+/// `--leader-elect`): set after every save, `None` before the first.
+#[derive(Debug, Default)]
+pub struct SavedPosition(Mutex<Option<HandedOver>>);
+
+impl SavedPosition {
+    /// The newest position saved.
+    pub fn get(&self) -> Option<HandedOver> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn set(&self, saved: HandedOver) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(saved);
+    }
+}
+
 /// Default `run --checkpoint-interval`: how often at-least-once marks a position (with the
 /// correlator snapshot of the events before it) to save once they are acknowledged.
 pub const DEFAULT_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
@@ -551,6 +595,8 @@ pub struct Committer {
     /// The shared progress.
     pub progress: Arc<Progress>,
     state: Mutex<CommitState>,
+    /// Where every save is also told ([`Committer::share_with`]).
+    shared: Option<Arc<SavedPosition>>,
 }
 
 /// Correlator snapshots taken and not yet covered by the acknowledged prefix, at most: when
@@ -600,7 +646,14 @@ impl Committer {
             correlator: None,
             at_least_every: None,
         };
-        Self { state_file, source, progress, state: Mutex::new(state) }
+        Self { state_file, source, progress, state: Mutex::new(state), shared: None }
+    }
+
+    /// Also tells `saved` every position saved from now on (what `--leader-elect` records in
+    /// its Lease for the next leader).
+    pub fn share_with(mut self, saved: Arc<SavedPosition>) -> Self {
+        self.shared = Some(saved);
+        self
     }
 
     /// Events (of this run) the position last saved covers.
@@ -690,6 +743,9 @@ impl Committer {
         state.seen = saved.seen;
         state.last_write = Some((Instant::now(), written?));
         state.saved_finished = acknowledged;
+        if let Some(shared) = &self.shared {
+            shared.set(HandedOver { source: saved.source, position: saved.position });
+        }
         Ok(true)
     }
 }
@@ -919,5 +975,41 @@ mod tests {
         let saved = SavedState::load(&path).unwrap().unwrap();
         assert_eq!(saved.position, Position::ResourceVersion("2".into()));
         assert_eq!(saved.correlator.unwrap().partitions, ["snapshot at 2"]);
+    }
+
+    #[test]
+    fn positions_compare_as_integers_within_one_kind() {
+        let rv = |v: &str| Position::ResourceVersion(v.into());
+        assert_eq!(rv("1000").is_after(&rv("999")), Some(true), "as integers, not as strings");
+        assert_eq!(rv("999").is_after(&rv("1000")), Some(false));
+        assert_eq!(rv("7").is_after(&rv("7")), Some(false));
+        assert_eq!(rv("a1").is_after(&rv("7")), None, "opaque");
+        assert_eq!(Position::FileOffset(10).is_after(&Position::FileOffset(9)), Some(true));
+        assert_eq!(Position::FileOffset(10).is_after(&rv("9")), None);
+    }
+
+    #[test]
+    fn every_save_is_shared_with_the_saved_position() {
+        let dir = tempfile::tempdir().unwrap();
+        let progress = Arc::new(Progress::default());
+        let shared = Arc::new(SavedPosition::default());
+        let c = Committer::new(dir.path().join("state.json"), "k8s:ns".into(), progress.clone(), SeenVersions::default())
+            .share_with(shared.clone());
+        progress.sent(Position::ResourceVersion("5".into()));
+        progress.sent(Position::ResourceVersion("9".into()));
+        assert!(!c.commit(|| Ok(()), true).unwrap());
+        assert_eq!(shared.get(), None, "nothing saved yet");
+        progress.finished(1);
+        assert!(c.commit(|| Ok(()), true).unwrap());
+        let expected = HandedOver { source: "k8s:ns".into(), position: Position::ResourceVersion("5".into()) };
+        assert_eq!(shared.get(), Some(expected.clone()));
+        // A failed flush saves nothing and shares nothing.
+        progress.finished(1);
+        assert!(c.commit(|| Err("sink down".into()), true).is_err());
+        assert_eq!(shared.get(), Some(expected));
+        assert_eq!(
+            serde_json::to_string(&shared.get().unwrap()).unwrap(),
+            r#"{"source":"k8s:ns","position":{"resource_version":"5"}}"#
+        );
     }
 }

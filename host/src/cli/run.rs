@@ -13,11 +13,11 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Args;
 use eventpipe::commands::run::{
-    DeliveryOptions, KubernetesOptions, LimitOptions, PluginOptions, RunOptions, ScaleOptions, ServingOptions,
-    SourceOptions, run,
+    DeliveryOptions, Handover, KubernetesOptions, LimitOptions, PluginOptions, RunOptions, ScaleOptions,
+    ServingOptions, SourceOptions, run,
 };
 use eventpipe::correlator::CorrelationClock;
-use eventpipe::delivery::{Delivery, DeliveryMode};
+use eventpipe::delivery::{Delivery, DeliveryMode, SavedPosition};
 use eventpipe::k8s::EventsApi;
 use eventpipe::pipeline::router::{DEFAULT_MAX_IN_FLIGHT, PartitionKey};
 use eventpipe::record::event_broadcaster::EventBroadcasterOptions;
@@ -25,7 +25,7 @@ use eventpipe::sink::SinkEntry;
 use eventpipe::source::k8s::WatchOptions;
 use eventpipe::source::k8s::stall::StallOptions;
 use eventpipe::source::{SourceCounters, SourceSpec};
-use eventpipe::topology::leader::{self, LeaderElectionConfig, LeaderElector, Renewal};
+use eventpipe::topology::leader::{LeaderElectionConfig, LeaderElector, Renewal};
 use eventpipe::watchers::WatcherSpec;
 
 use super::{CorrelatorArgs, FilterArgs, KubeConnectionArgs, OciArgs, PinArgs, PluginArgs, RuntimeArgs};
@@ -448,6 +448,7 @@ pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
                 correlation_clock: args.clock,
                 ..EventBroadcasterOptions::default()
             },
+            handover: None,
         },
         scale: ScaleOptions {
             workers: match args.workers {
@@ -532,13 +533,23 @@ pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
 /// `--leader-elect`: waits as a candidate until this process holds the Lease (`None` when
 /// SIGINT / SIGTERM comes first), then runs the pipeline while renewing it, and releases it
 /// once the run ends. A leader that loses the Lease exits at once (status 1, as
-/// kube-controller-manager's "leaderelection lost"): it must write nothing more.
+/// kube-controller-manager's "leaderelection lost"): it must write nothing more. With
+/// at-least-once the run resumes from the position the previous leader recorded in the Lease,
+/// and records its own there ([`LeaderElector::hand_over`]).
 async fn run_elected(
     mut options: RunOptions,
     config: LeaderElectionConfig,
 ) -> anyhow::Result<Option<eventpipe::commands::run::RunSummary>> {
     let client = eventpipe::k8s::connect(&options.kubernetes.connection).await?;
     let mut elector = LeaderElector::new(client, config).map_err(anyhow::Error::msg)?;
+    let saved = Arc::new(SavedPosition::default());
+    if matches!(options.delivery.mode, Delivery::AtLeastOnce { .. }) {
+        elector.hand_over(saved.clone());
+    } else {
+        tracing::warn!(
+            "--leader-elect without --delivery at-least-once: a new leader does not resume where the last one stopped"
+        );
+    }
     let shutdown = options.shutdown.clone();
     let signals = tokio::spawn({
         let shutdown = shutdown.clone();
@@ -556,6 +567,7 @@ async fn run_elected(
         return Ok(None);
     }
     options.serving.leader = Some(elector.status());
+    options.delivery.handover = Some(Handover { saved, inherited: elector.inherited().cloned() });
     let stop_renewing = tokio_util::sync::CancellationToken::new();
     let renewing = tokio::spawn({
         let stop = stop_renewing.clone();

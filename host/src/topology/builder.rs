@@ -39,7 +39,8 @@ pub async fn build(options: RunOptions) -> Result<RunningTopology, RunError> {
         _ => None,
     };
     // At-least-once: where the last run stopped, and the progress this one makes.
-    let restored = Restored::load(&delivery.mode, &source.spec, &role, scale.workers, &scale_counters)?;
+    let inherited = delivery.handover.as_ref().and_then(|h| h.inherited.as_ref());
+    let restored = Restored::load(&delivery.mode, &source.spec, &role, scale.workers, &scale_counters, inherited)?;
     let mut kube_watch = kubernetes.watch;
     let stall_timeout = kube_watch.stall.timeout;
     if !restored.seen.is_empty() {
@@ -79,8 +80,9 @@ pub async fn build(options: RunOptions) -> Result<RunningTopology, RunError> {
         Plans::build(&role, &plugins.base, location, &registry, &sinks.set, (plugins.watch, attached), swaps_before)?;
 
     let Restored { progress, resume, seen, restore } = restored;
+    let shared = delivery.handover.as_ref().map(|h| h.saved.clone());
     let mut checkpointer =
-        Checkpointer::build(&delivery.mode, &source.spec, progress.as_ref(), seen, sinks.set.clone());
+        Checkpointer::build(&delivery.mode, &source.spec, progress.as_ref(), seen, sinks.set.clone(), shared);
     let snapshots =
         checkpointer.snapshots(&role, delivery.checkpoint_interval, restore, scale.workers, &scale_counters);
     let to_router = plans.to_router.take().expect("the plan's first receiver");

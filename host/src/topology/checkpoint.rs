@@ -7,7 +7,8 @@ use std::sync::atomic::AtomicU64;
 
 use crate::correlator::snapshot::TenantSnapshot;
 use crate::delivery::{
-    CHECKPOINT_EVERY_EVENTS, Committer, Delivery, Position, Progress, SavedCorrelator, SavedState, SeenVersions,
+    CHECKPOINT_EVERY_EVENTS, Committer, Delivery, HandedOver, Position, Progress, SavedCorrelator, SavedPosition,
+    SavedState, SeenVersions,
 };
 use crate::pipeline::router::RouterSnapshots;
 use crate::pipeline::scale::ScaleCounters;
@@ -46,6 +47,12 @@ impl Restored {
     /// `source` is ignored) and checks its correlator snapshot against `workers` partitions,
     /// counting a restore or a refusal in `counters`.
     ///
+    /// `inherited` is the position the previous leader recorded in the Lease (`--leader-elect`):
+    /// when it lies after the state file's (or the file has none, or the two cannot be
+    /// compared), the source resumes from it with a fresh correlator — the file's snapshot is
+    /// of an older point — keeping the file's versions seen. A state file as new as it (this
+    /// replica led last) is restored as without election.
+    ///
     /// # Errors
     /// [`RunError::Delivery`] for at-least-once from stdin or a state file that cannot be read.
     pub fn load(
@@ -54,6 +61,7 @@ impl Restored {
         role: &Role,
         workers: usize,
         counters: &ScaleCounters,
+        inherited: Option<&HandedOver>,
     ) -> Result<Self, RunError> {
         let source_name = source.to_string();
         let (progress, saved) = match delivery {
@@ -79,6 +87,19 @@ impl Restored {
         };
         // A publisher derives message ids from the source's positions, at-least-once or not.
         let progress = progress.or_else(|| role.publishes().then(|| Arc::new(Progress::default())));
+        let at_least_once = matches!(delivery, Delivery::AtLeastOnce { .. });
+        let inherited = inherited.filter(|h| at_least_once && h.source == source_name);
+        if let Some(handed) = inherited {
+            let local = saved.as_ref().map(|s| s.correlator.as_ref().map_or(&s.position, |c| &c.position));
+            if local.is_none_or(|local| handed.position.is_after(local) != Some(false)) {
+                announce(&format!(
+                    "resuming {source_name} from {:?}, the position the previous leader saved (in the Lease); the correlator starts fresh",
+                    handed.position
+                ));
+                let seen = saved.map(|s| s.seen).unwrap_or_default();
+                return Ok(Restored { progress, resume: Some(handed.position.clone()), seen, restore: Vec::new() });
+            }
+        }
         // A single host's correlator snapshot: restored, the source resuming from its position.
         let mut restore = Vec::new();
         let (resume, seen) = match saved {
@@ -146,17 +167,23 @@ pub(super) struct Checkpointer {
 
 impl Checkpointer {
     /// With at-least-once `delivery` (and its `progress`), a committer of `source`'s position
-    /// into the state file; otherwise only the flush of `sinks`.
+    /// into the state file, telling `shared` each position saved; otherwise only the flush of
+    /// `sinks`.
     pub fn build(
         delivery: &Delivery,
         source: &SourceSpec,
         progress: Option<&Arc<Progress>>,
         seen: SeenVersions,
         sinks: Arc<SinkSet>,
+        shared: Option<Arc<SavedPosition>>,
     ) -> Self {
         let committer = match (delivery, progress) {
             (Delivery::AtLeastOnce { state_file }, Some(progress)) => {
-                Some(Arc::new(Committer::new(state_file.clone(), source.to_string(), progress.clone(), seen)))
+                let committer = Committer::new(state_file.clone(), source.to_string(), progress.clone(), seen);
+                Some(Arc::new(match shared {
+                    Some(shared) => committer.share_with(shared),
+                    None => committer,
+                }))
             }
             _ => None,
         };
@@ -273,5 +300,47 @@ fn commit(committer: &Committer, sinks: &SinkSet, now: bool) {
     let flush = || sinks.flush().map_err(|(spec, e)| format!("flushing sink {spec}: {e}"));
     if let Err(error) = committer.commit(flush, now) {
         tracing::error!(%error, "could not save the source position");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rv(v: &str) -> Position {
+        Position::ResourceVersion(v.into())
+    }
+
+    /// What a run resumes from with a state file at `file` (none: no file) and a Lease
+    /// recording `lease`.
+    fn resume(file: Option<&str>, lease: Option<HandedOver>) -> (Option<Position>, usize) {
+        let dir = tempfile::tempdir().unwrap();
+        let state_file = dir.path().join("state.json");
+        if let Some(v) = file {
+            let mut seen = SeenVersions::default();
+            seen.record(crate::delivery::SeenVersion::new("ns/e1", "3"));
+            let saved = SavedState { source: "k8s:ns".into(), position: rv(v), acknowledged: 1, seen, correlator: None };
+            saved.save(&state_file).unwrap();
+        }
+        let delivery = Delivery::AtLeastOnce { state_file };
+        let source: SourceSpec = "k8s:ns".parse().unwrap();
+        let counters = ScaleCounters::default();
+        let restored = Restored::load(&delivery, &source, &Role::SingleHost, 1, &counters, lease.as_ref()).unwrap();
+        (restored.resume, restored.seen.len())
+    }
+
+    fn lease(source: &str, v: &str) -> Option<HandedOver> {
+        Some(HandedOver { source: source.into(), position: rv(v) })
+    }
+
+    #[test]
+    fn a_new_leader_resumes_from_the_lease_unless_its_own_state_file_is_as_new() {
+        assert_eq!(resume(None, None), (None, 0));
+        assert_eq!(resume(None, lease("k8s:ns", "40")), (Some(rv("40")), 0), "no file: the Lease's");
+        assert_eq!(resume(Some("30"), lease("k8s:ns", "40")), (Some(rv("40")), 1), "newer: the Lease's, seen kept");
+        assert_eq!(resume(Some("40"), lease("k8s:ns", "40")), (Some(rv("40")), 1), "as new: the file's");
+        assert_eq!(resume(Some("50"), lease("k8s:ns", "40")), (Some(rv("50")), 1), "this replica led last");
+        assert_eq!(resume(Some("50"), lease("k8s:other", "60")), (Some(rv("50")), 1), "another source's");
+        assert_eq!(resume(Some("x9"), lease("k8s:ns", "40")), (Some(rv("40")), 1), "not comparable: the Lease's");
     }
 }

@@ -18,6 +18,13 @@
 //!
 //! Candidates retry every RetryPeriod, jittered by up to [`JITTER_FACTOR`] of it (client-go's
 //! `wait.JitterUntil`).
+//!
+//! Beyond client-go: with at-least-once delivery the leader records the position it last saved
+//! (every event before it acknowledged by every sink) in the Lease's [`HANDOVER_ANNOTATION`] at
+//! each renewal and at release ([`LeaderElector::hand_over`]); a candidate that takes the Lease
+//! over reads it ([`LeaderElector::inherited`]) and resumes from there, so a takeover writes
+//! every event after it: none is lost, and what the old leader wrote after its last recorded
+//! save is written again.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -30,6 +37,7 @@ use kube::Api;
 use kube::api::PostParams;
 use tokio_util::sync::CancellationToken;
 
+use crate::delivery::{HandedOver, SavedPosition};
 use crate::metrics::{LEADER_IS_LEADER, LEADER_TRANSITIONS, Metrics};
 
 /// client-go's default LeaseDuration (kube-controller-manager's `--leader-elect-lease-duration`).
@@ -43,6 +51,9 @@ pub const DEFAULT_RETRY_PERIOD: Duration = Duration::from_secs(2);
 pub const JITTER_FACTOR: f64 = 1.2;
 /// The Lease's name when `--leader-elect-lease` does not give one.
 pub const DEFAULT_LEASE_NAME: &str = "eventpipe";
+/// The Lease annotation in which the leader records the position it last saved, as
+/// [`HandedOver`] JSON: `{"source":"k8s","position":{"resource_version":"1234"}}`.
+pub const HANDOVER_ANNOTATION: &str = "eventpipe.io/saved-position";
 
 /// Where the Lease is and how long its terms are.
 #[derive(Debug, Clone)]
@@ -124,6 +135,17 @@ pub fn default_namespace() -> String {
         .map(|s| s.trim().to_owned())
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "default".to_owned())
+}
+
+/// The position recorded in `lease`'s [`HANDOVER_ANNOTATION`] (`None`: none, or not
+/// [`HandedOver`] JSON — logged).
+fn handed_over(lease: &Lease, name: &str) -> Option<HandedOver> {
+    let text = lease.metadata.annotations.as_ref()?.get(HANDOVER_ANNOTATION)?;
+    serde_json::from_str(text)
+        .map_err(|error| {
+            tracing::warn!("leader election: the Lease {name}'s {HANDOVER_ANNOTATION} is unreadable ({error}): ignored");
+        })
+        .ok()
 }
 
 /// client-go's `LeaderElectionRecord`: what the Lease's spec says.
@@ -252,6 +274,10 @@ pub struct LeaderElector {
     /// The resourceVersion of the last Lease read or written.
     resource_version: Option<String>,
     status: Arc<LeaderStatus>,
+    /// What this process saves, recorded in the Lease while it leads.
+    handover: Option<Arc<SavedPosition>>,
+    /// The position the previous holder recorded, read when this candidate took the Lease.
+    inherited: Option<HandedOver>,
 }
 
 impl LeaderElector {
@@ -267,7 +293,33 @@ impl LeaderElector {
             observation: Observation::default(),
             resource_version: None,
             status: Arc::default(),
+            handover: None,
+            inherited: None,
         })
+    }
+
+    /// While leading, records `saved`'s newest position in the Lease ([`HANDOVER_ANNOTATION`])
+    /// at every renewal and at release; before the first save the annotation is left as the
+    /// previous leader wrote it.
+    pub fn hand_over(&mut self, saved: Arc<SavedPosition>) {
+        self.handover = Some(saved);
+    }
+
+    /// The position the previous holder recorded in the Lease, read when this candidate took
+    /// it over (`None`: none recorded, or unreadable — logged).
+    pub fn inherited(&self) -> Option<&HandedOver> {
+        self.inherited.as_ref()
+    }
+
+    /// Writes the newest saved position into `metadata`'s annotations (nothing before a save).
+    fn record_position(&self, metadata: &mut ObjectMeta) {
+        let Some(saved) = self.handover.as_ref().and_then(|h| h.get()) else { return };
+        match serde_json::to_string(&saved) {
+            Ok(json) => {
+                metadata.annotations.get_or_insert_default().insert(HANDOVER_ANNOTATION.to_owned(), json);
+            }
+            Err(error) => tracing::warn!("leader election: cannot record the saved position: {error}"),
+        }
     }
 
     /// The status shown on `/metrics`.
@@ -311,12 +363,18 @@ impl LeaderElector {
         if self.observation.held_by_other(&identity, Instant::now()) {
             return Ok(false);
         }
+        let taking_over = old.holder_identity != identity;
+        let found = if taking_over { handed_over(&lease, &self.config.name) } else { None };
         let record = next_record(&old, &identity, seconds, now);
         let mut updated = lease;
         updated.spec = Some(record.to_spec());
+        self.record_position(&mut updated.metadata);
         match self.api.replace(&self.config.name, &PostParams::default(), &updated).await {
             Ok(written) => {
                 self.wrote(&written);
+                if taking_over {
+                    self.inherited = found;
+                }
                 Ok(true)
             }
             Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
@@ -439,6 +497,7 @@ impl LeaderElector {
                 leader_transitions: old.leader_transitions,
             };
             lease.spec = Some(record.to_spec());
+            self.record_position(&mut lease.metadata);
             self.api.replace(&self.config.name, &PostParams::default(), &lease).await.map(|_| true)
         })
         .await;

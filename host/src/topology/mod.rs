@@ -46,8 +46,8 @@ mod watchers;
 
 pub use builder::build;
 pub use options::{
-    DeliveryOptions, KubernetesOptions, LimitOptions, PluginOptions, RunOptions, ScaleOptions, ServingOptions,
-    SourceOptions,
+    DeliveryOptions, Handover, KubernetesOptions, LimitOptions, PluginOptions, RunOptions, ScaleOptions,
+    ServingOptions, SourceOptions,
 };
 pub use role::Role;
 pub use running::{RunSummary, RunningTopology};

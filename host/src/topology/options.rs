@@ -79,6 +79,21 @@ pub struct DeliveryOptions {
     /// Queue length, retry policy, correlation clock (its full-channel behaviour comes from
     /// [`mode`](Self::mode); its `correlator` field is not used: tenants' rules are).
     pub broadcaster: EventBroadcasterOptions,
+    /// `--leader-elect`: the saved position passed from leader to leader through the Lease
+    /// (`None`: not elected).
+    pub handover: Option<Handover>,
+}
+
+/// At-least-once under `--leader-elect`: the saved position passes from one leader to the next
+/// through their Lease ([`crate::topology::leader`]).
+#[derive(Debug, Clone, Default)]
+pub struct Handover {
+    /// Told every position this run saves; the elector records it in the Lease.
+    pub saved: Arc<crate::delivery::SavedPosition>,
+    /// The position the previous leader recorded, read as this run acquired the Lease: the
+    /// source resumes from it, with a fresh correlator, unless the state file's position is
+    /// as new (this replica led last).
+    pub inherited: Option<crate::delivery::HandedOver>,
 }
 
 /// Partitions and the NATS scale-out ([`crate::pipeline::scale`]).

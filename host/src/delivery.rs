@@ -149,7 +149,9 @@ impl SavedPosition {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    fn set(&self, saved: HandedOver) {
+    /// Replaces the position held (the committer after a save; a standby's elector after
+    /// reading the Lease).
+    pub fn set(&self, saved: HandedOver) {
         *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(saved);
     }
 }
@@ -597,6 +599,8 @@ pub struct Committer {
     state: Mutex<CommitState>,
     /// Where every save is also told ([`Committer::share_with`]).
     shared: Option<Arc<SavedPosition>>,
+    /// A hot standby's bound: no position past the leader's ([`Committer::bounded_by`]).
+    ceiling: Option<Arc<SavedPosition>>,
 }
 
 /// Correlator snapshots taken and not yet covered by the acknowledged prefix, at most: when
@@ -646,7 +650,28 @@ impl Committer {
             correlator: None,
             at_least_every: None,
         };
-        Self { state_file, source, progress, state: Mutex::new(state), shared: None }
+        Self { state_file, source, progress, state: Mutex::new(state), shared: None, ceiling: None }
+    }
+
+    /// Saves no position past the one `ceiling` holds (nothing while it holds none or another
+    /// source's): a hot standby's, whose `ceiling` is what the leader last recorded in the
+    /// Lease. Only positions of correlator snapshots are bounded (a single host's, as every
+    /// elected run is); a snapshot whose position cannot be compared with the ceiling is not
+    /// saved. The standby's state file then never runs ahead of what the leader's sinks
+    /// acknowledged, so the standby, once it leads, resumes from it and writes every event
+    /// after it.
+    pub fn bounded_by(mut self, ceiling: Arc<SavedPosition>) -> Self {
+        self.ceiling = Some(ceiling);
+        self
+    }
+
+    /// Whether the position after the first `at` events lies within the ceiling (true without
+    /// one).
+    fn within_ceiling(&self, at: u64) -> bool {
+        let Some(ceiling) = &self.ceiling else { return true };
+        let Some(ceiling) = ceiling.get().filter(|c| c.source == self.source) else { return false };
+        let Some(position) = at.checked_sub(1).and_then(|last| self.progress.position_of(last)) else { return false };
+        position == ceiling.position || ceiling.position.is_after(&position) == Some(true)
     }
 
     /// Also tells `saved` every position saved from now on (what `--leader-elect` records in
@@ -696,7 +721,10 @@ impl Committer {
         let state = &mut *state;
         // The finished count first: what is taken next covers at least as many events.
         let finished = self.progress.finished_count();
-        let covered = state.pending.iter().take_while(|(at, _)| *at <= finished).count();
+        let mut covered = state.pending.iter().take_while(|(at, _)| *at <= finished).count();
+        if self.ceiling.is_some() {
+            covered = state.pending.iter().take(covered).rposition(|(at, _)| self.within_ceiling(*at)).map_or(0, |i| i + 1);
+        }
         let news = if state.snapshots { covered > 0 } else { finished != state.saved_finished };
         if !news && !(state.snapshots && state.covered != state.saved_finished) {
             return Ok(false);
@@ -1011,5 +1039,34 @@ mod tests {
             serde_json::to_string(&shared.get().unwrap()).unwrap(),
             r#"{"source":"k8s:ns","position":{"resource_version":"5"}}"#
         );
+    }
+
+    #[test]
+    fn a_standby_saves_no_position_past_the_leaders() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        let progress = Arc::new(Progress::default());
+        let leader = Arc::new(SavedPosition::default());
+        let c = Committer::new(path.clone(), "k8s:ns".into(), progress.clone(), SeenVersions::default())
+            .bounded_by(leader.clone());
+        c.expect_snapshots(Duration::from_secs(1));
+        for (at, rv) in [(1, "10"), (2, "20"), (3, "30")] {
+            progress.sent(Position::ResourceVersion(rv.into()));
+            c.snapshot_taken(at, Box::new(move || vec![format!("snapshot at {at}")]));
+        }
+        progress.finished(3);
+        assert!(!c.commit(|| Ok(()), true).unwrap(), "the leader recorded nothing yet");
+        let at = |rv: &str| HandedOver { source: "k8s:ns".into(), position: Position::ResourceVersion(rv.into()) };
+        leader.set(HandedOver { source: "k8s:other".into(), ..at("99") });
+        assert!(!c.commit(|| Ok(()), true).unwrap(), "another source's position bounds nothing");
+        leader.set(at("25"));
+        assert!(c.commit(|| Ok(()), true).unwrap());
+        let saved = SavedState::load(&path).unwrap().unwrap();
+        assert_eq!(saved.position, Position::ResourceVersion("20".into()), "the newest snapshot within 25");
+        assert_eq!(saved.correlator.unwrap().partitions, ["snapshot at 2"]);
+        leader.set(at("30"));
+        assert!(c.commit(|| Ok(()), true).unwrap());
+        let saved = SavedState::load(&path).unwrap().unwrap();
+        assert_eq!((saved.position, saved.correlator.unwrap().partitions), (Position::ResourceVersion("30".into()), vec!["snapshot at 3".to_string()]));
     }
 }

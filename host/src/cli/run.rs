@@ -13,11 +13,11 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Args;
 use eventpipe::commands::run::{
-    DeliveryOptions, Handover, KubernetesOptions, LimitOptions, PluginOptions, RunOptions, ScaleOptions,
-    ServingOptions, SourceOptions, run,
+    DeliveryOptions, KubernetesOptions, LimitOptions, PluginOptions, RunOptions, ScaleOptions, ServingOptions,
+    SourceOptions, run, run_elected,
 };
 use eventpipe::correlator::CorrelationClock;
-use eventpipe::delivery::{Delivery, DeliveryMode, SavedPosition};
+use eventpipe::delivery::{Delivery, DeliveryMode};
 use eventpipe::k8s::EventsApi;
 use eventpipe::pipeline::router::{DEFAULT_MAX_IN_FLIGHT, PartitionKey};
 use eventpipe::record::event_broadcaster::EventBroadcasterOptions;
@@ -25,7 +25,7 @@ use eventpipe::sink::SinkEntry;
 use eventpipe::source::k8s::WatchOptions;
 use eventpipe::source::k8s::stall::StallOptions;
 use eventpipe::source::{SourceCounters, SourceSpec};
-use eventpipe::topology::leader::{LeaderElectionConfig, LeaderElector, Renewal};
+use eventpipe::topology::leader::{self, LeaderElectionConfig};
 use eventpipe::watchers::WatcherSpec;
 
 use super::{CorrelatorArgs, FilterArgs, KubeConnectionArgs, OciArgs, PinArgs, PluginArgs, RuntimeArgs};
@@ -502,7 +502,7 @@ pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
     let summary = match election {
         None => runtime.block_on(run(options)),
-        Some(config) => match runtime.block_on(run_elected(options, config))? {
+        Some(config) => match runtime.block_on(run_elected(options, config, Box::new(leadership_lost)))? {
             Some(summary) => Ok(summary),
             // Stopped while a candidate: nothing ran.
             None => return Ok(ExitCode::SUCCESS),
@@ -530,61 +530,11 @@ pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// `--leader-elect`: waits as a candidate until this process holds the Lease (`None` when
-/// SIGINT / SIGTERM comes first), then runs the pipeline while renewing it, and releases it
-/// once the run ends. A leader that loses the Lease exits at once (status 1, as
-/// kube-controller-manager's "leaderelection lost"): it must write nothing more. With
-/// at-least-once the run resumes from the position the previous leader recorded in the Lease,
-/// and records its own there ([`LeaderElector::hand_over`]).
-async fn run_elected(
-    mut options: RunOptions,
-    config: LeaderElectionConfig,
-) -> anyhow::Result<Option<eventpipe::commands::run::RunSummary>> {
-    let client = eventpipe::k8s::connect(&options.kubernetes.connection).await?;
-    let mut elector = LeaderElector::new(client, config).map_err(anyhow::Error::msg)?;
-    let saved = Arc::new(SavedPosition::default());
-    if matches!(options.delivery.mode, Delivery::AtLeastOnce { .. }) {
-        elector.hand_over(saved.clone());
-    } else {
-        tracing::warn!(
-            "--leader-elect without --delivery at-least-once: a new leader does not resume where the last one stopped"
-        );
-    }
-    let shutdown = options.shutdown.clone();
-    let signals = tokio::spawn({
-        let shutdown = shutdown.clone();
-        async move {
-            let mut term =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("a SIGTERM handler");
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
-            shutdown.cancel();
-        }
-    });
-    if !elector.acquire(&shutdown).await {
-        return Ok(None);
-    }
-    options.serving.leader = Some(elector.status());
-    options.delivery.handover = Some(Handover { saved, inherited: elector.inherited().cloned() });
-    let stop_renewing = tokio_util::sync::CancellationToken::new();
-    let renewing = tokio::spawn({
-        let stop = stop_renewing.clone();
-        async move {
-            if elector.renew_until_lost(&stop).await == Renewal::Lost {
-                eprintln!("eventpipe: leader election lost: exiting");
-                std::process::exit(1);
-            }
-            elector
-        }
-    });
-    let summary = run(options).await;
-    signals.abort();
-    stop_renewing.cancel();
-    let mut elector = renewing.await.context("the Lease renewal task")?;
-    elector.release().await;
-    Ok(Some(summary?))
+/// A leader whose Lease renewal failed exits at once (status 1), as kube-controller-manager's
+/// "leaderelection lost": another replica may lead by now, and this one must write nothing more.
+fn leadership_lost() {
+    eprintln!("eventpipe: leader election lost: exiting");
+    std::process::exit(1);
 }
 
 /// How often the progress bar reads its counters.

@@ -4,7 +4,7 @@
 
 pub use crate::topology::{
     DeliveryOptions, Handover, KubernetesOptions, LimitOptions, PluginOptions, Role, RunError, RunOptions,
-    RunSummary, ScaleOptions, ServingOptions, SourceOptions,
+    RunSummary, ScaleOptions, ServingOptions, SourceOptions, run_elected,
 };
 
 /// Runs the pipeline until the source ends, then shuts the Broadcaster down (draining it) and

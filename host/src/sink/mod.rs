@@ -3,7 +3,8 @@
 //! Kubernetes API ([`k8s`], [`series`]), sink plugins ([`plugin`]), webhooks ([`webhook`]),
 //! OTLP logs ([`otlp`], the webhook's batching with another [`encoding`]), the log stores Loki
 //! ([`loki`]), Elasticsearch / OpenSearch ([`elasticsearch`]) and Splunk HEC ([`splunk`]) on the
-//! same batching, and event counters ([`event_metrics`]).
+//! same batching, and event counters ([`event_metrics`]); a hot standby's stand-in for all of
+//! them ([`standby`]).
 
 pub mod concurrency;
 pub mod elasticsearch;
@@ -20,6 +21,7 @@ pub mod series;
 pub mod set;
 mod spec;
 pub mod splunk;
+pub mod standby;
 mod stats;
 pub mod template;
 pub mod watch_cache;

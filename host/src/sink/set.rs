@@ -77,6 +77,8 @@ pub struct SinkSet {
     tap: Option<Arc<super::watch_cache::WatchCacheSink>>,
     /// The `metrics` sinks' table, made when the first is opened.
     event_counts: Mutex<Option<Arc<EventCounts>>>,
+    /// A hot standby's: every sink is this one ([`standing_by`](Self::standing_by)).
+    standby: Option<Arc<super::standby::StandbySink>>,
 }
 
 impl std::fmt::Debug for SinkSet {
@@ -98,7 +100,16 @@ impl SinkSet {
             append,
             tap: None,
             event_counts: Mutex::default(),
+            standby: None,
         }
+    }
+
+    /// The same set for a hot standby (`run --leader-elect` while another replica leads): every
+    /// sink named opens as the one [`StandbySink`](super::standby::StandbySink), which writes
+    /// nothing; the real sinks are not opened (a file is not truncated, no connection made).
+    /// The watch cache (`--serve`) is still written.
+    pub fn standing_by(self) -> Self {
+        Self { standby: Some(Arc::default()), ..self }
     }
 
     /// The same set, with every tenant's writes going to `cache` too: [`TenantPlan`] adds
@@ -151,6 +162,9 @@ impl SinkSet {
             SinkSpec::Metrics { .. } => format!("metrics@{tenant}"),
             _ => spec.identity(),
         };
+        if let Some(standby) = &self.standby {
+            return Ok(standby.clone());
+        }
         let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(s) = open.get(&key) {
             return Ok(s.as_event_sink());

@@ -73,6 +73,7 @@ pub async fn build(options: RunOptions) -> Result<RunningTopology, RunError> {
             Delivery::AtLeastOnce { state_file } => Some(HighWaterMark::new(sidecar_path(state_file))),
             _ => None,
         },
+        delivery.handover.as_ref().is_some_and(|h| h.standby.is_some()),
     )?;
     let location = (plugins.config.as_deref(), config.as_ref());
     let attached: Vec<String> = watcher_specs.iter().map(crate::watchers::spec_plugin_name).collect();
@@ -80,7 +81,7 @@ pub async fn build(options: RunOptions) -> Result<RunningTopology, RunError> {
         Plans::build(&role, &plugins.base, location, &registry, &sinks.set, (plugins.watch, attached), swaps_before)?;
 
     let Restored { progress, resume, seen, restore } = restored;
-    let shared = delivery.handover.as_ref().map(|h| h.saved.clone());
+    let shared = delivery.handover.as_ref().map(|h| (h.saved.clone(), h.standby.clone()));
     let mut checkpointer =
         Checkpointer::build(&delivery.mode, &source.spec, progress.as_ref(), seen, sinks.set.clone(), shared);
     let snapshots =
@@ -166,7 +167,7 @@ pub async fn build(options: RunOptions) -> Result<RunningTopology, RunError> {
 }
 
 /// Fires `shutdown` on SIGINT or SIGTERM.
-async fn stop_on_signal(shutdown: CancellationToken) {
+pub(super) async fn stop_on_signal(shutdown: CancellationToken) {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};

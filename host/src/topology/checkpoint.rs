@@ -167,7 +167,8 @@ pub(super) struct Checkpointer {
 
 impl Checkpointer {
     /// With at-least-once `delivery` (and its `progress`), a committer of `source`'s position
-    /// into the state file, telling `shared` each position saved; otherwise only the flush of
+    /// into the state file; `handover` (`--leader-elect`): the cell told each position saved,
+    /// and a hot standby's ceiling ([`Committer::bounded_by`]). Otherwise only the flush of
     /// `sinks`.
     pub fn build(
         delivery: &Delivery,
@@ -175,15 +176,18 @@ impl Checkpointer {
         progress: Option<&Arc<Progress>>,
         seen: SeenVersions,
         sinks: Arc<SinkSet>,
-        shared: Option<Arc<SavedPosition>>,
+        handover: Option<(Arc<SavedPosition>, Option<Arc<SavedPosition>>)>,
     ) -> Self {
         let committer = match (delivery, progress) {
             (Delivery::AtLeastOnce { state_file }, Some(progress)) => {
-                let committer = Committer::new(state_file.clone(), source.to_string(), progress.clone(), seen);
-                Some(Arc::new(match shared {
-                    Some(shared) => committer.share_with(shared),
-                    None => committer,
-                }))
+                let mut committer = Committer::new(state_file.clone(), source.to_string(), progress.clone(), seen);
+                if let Some((shared, ceiling)) = handover {
+                    committer = committer.share_with(shared);
+                    if let Some(ceiling) = ceiling {
+                        committer = committer.bounded_by(ceiling);
+                    }
+                }
+                Some(Arc::new(committer))
             }
             _ => None,
         };

@@ -278,6 +278,8 @@ pub struct LeaderElector {
     handover: Option<Arc<SavedPosition>>,
     /// The position the previous holder recorded, read when this candidate took the Lease.
     inherited: Option<HandedOver>,
+    /// A hot standby's: told the position the holder recorded at every read of the Lease.
+    following: Option<Arc<SavedPosition>>,
 }
 
 impl LeaderElector {
@@ -295,7 +297,14 @@ impl LeaderElector {
             status: Arc::default(),
             handover: None,
             inherited: None,
+            following: None,
         })
+    }
+
+    /// While a candidate, tells `leader` the position the holder recorded in the Lease at every
+    /// read (a hot standby bounds its saves by it: [`crate::delivery::Committer::bounded_by`]).
+    pub fn follow(&mut self, leader: Arc<SavedPosition>) {
+        self.following = Some(leader);
     }
 
     /// While leading, records `saved`'s newest position in the Lease ([`HANDOVER_ANNOTATION`])
@@ -360,11 +369,14 @@ impl LeaderElector {
         let old = LeaderElectionRecord::from_spec(lease.spec.as_ref());
         self.resource_version = lease.metadata.resource_version.clone();
         self.observation.observe(old.clone(), Instant::now());
+        let taking_over = old.holder_identity != identity;
+        let found = if taking_over { handed_over(&lease, &self.config.name) } else { None };
+        if let (Some(following), Some(found)) = (&self.following, &found) {
+            following.set(found.clone());
+        }
         if self.observation.held_by_other(&identity, Instant::now()) {
             return Ok(false);
         }
-        let taking_over = old.holder_identity != identity;
-        let found = if taking_over { handed_over(&lease, &self.config.name) } else { None };
         let record = next_record(&old, &identity, seconds, now);
         let mut updated = lease;
         updated.spec = Some(record.to_spec());

@@ -33,6 +33,7 @@
 
 mod builder;
 mod checkpoint;
+mod elected;
 pub mod leader;
 pub mod options;
 mod reloader;
@@ -45,6 +46,7 @@ mod tier;
 mod watchers;
 
 pub use builder::build;
+pub use elected::run_elected;
 pub use options::{
     DeliveryOptions, Handover, KubernetesOptions, LimitOptions, PluginOptions, RunOptions, ScaleOptions,
     ServingOptions, SourceOptions,
@@ -93,6 +95,10 @@ pub enum RunError {
     /// The Kubernetes API cannot be reached.
     #[error(transparent)]
     Kubernetes(#[from] crate::k8s::ConnectError),
+    /// Leader-election terms client-go refuses
+    /// ([`leader::LeaderElectionConfig::validate`]'s sentence).
+    #[error("{0}")]
+    Leader(String),
     /// The plugins directory or config file cannot be watched.
     #[error(transparent)]
     Watch(#[from] WatchError),

@@ -20,7 +20,7 @@ use crate::watch_cache::WatchCacheSettings;
 use crate::watchers::WatcherSpec;
 
 /// How to run: one group per concern.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct RunOptions {
     /// Where events come from.
     pub source: SourceOptions,
@@ -41,7 +41,7 @@ pub struct RunOptions {
 }
 
 /// Where events come from.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct SourceOptions {
     /// The source.
     pub spec: SourceSpec,
@@ -53,7 +53,7 @@ pub struct SourceOptions {
 }
 
 /// The Kubernetes API: one client for the source and every `k8s` sink.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct KubernetesOptions {
     /// How to reach the API (kubeconfig, context, server).
     pub connection: KubeOptions,
@@ -66,7 +66,7 @@ pub struct KubernetesOptions {
 }
 
 /// How events are delivered.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct DeliveryOptions {
     /// The guarantee (sets the Broadcaster's full-channel behaviour; at-least-once also saves
     /// and resumes the source position).
@@ -94,10 +94,14 @@ pub struct Handover {
     /// source resumes from it, with a fresh correlator, unless the state file's position is
     /// as new (this replica led last).
     pub inherited: Option<crate::delivery::HandedOver>,
+    /// `Some`: this run is a hot standby — it reads and correlates as the leader does, but its
+    /// sinks write nothing ([`crate::sink::set::SinkSet::standing_by`]) and it saves no
+    /// position past the one this holds: the leader's, as last read from the Lease.
+    pub standby: Option<Arc<crate::delivery::SavedPosition>>,
 }
 
 /// Partitions and the NATS scale-out ([`crate::pipeline::scale`]).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ScaleOptions {
     /// Partitions of the tenant router, each on its own task (≥ 1).
     pub workers: usize,
@@ -112,7 +116,7 @@ pub struct ScaleOptions {
 }
 
 /// HTTP serving beside the source.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ServingOptions {
     /// Serve Prometheus `GET /metrics` and the probes on this address (an HTTP source serves
     /// them too); with [`serve`](Self::serve) unset, no read API.
@@ -135,7 +139,7 @@ pub struct ServingOptions {
 }
 
 /// The tenants' rules and the plugins.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct PluginOptions {
     /// The rules the command line gives (the base of `[defaults]` and of every tenant).
     pub base: TenantRules,
@@ -158,7 +162,7 @@ pub struct PluginOptions {
 }
 
 /// Bounds.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct LimitOptions {
     /// Writes in flight per sink (≥ 1).
     pub max_in_flight: usize,

@@ -119,7 +119,7 @@ impl Servers {
             crate::source::http::check_bind(crate::source::http::EVENTS_API_SERVER, addr, token.as_ref())
                 .map_err(|e| fail(std::io::Error::other(e.to_string())))?;
         }
-        let listener = tokio::net::TcpListener::bind(addr).await.map_err(fail)?;
+        let listener = bind(addr).await.map_err(fail)?;
         let local = listener.local_addr().map_err(fail)?;
         if read_api {
             announce(&format!("serving the events API on http://{local}/api/v1/events (and /metrics)"));
@@ -146,5 +146,22 @@ impl Servers {
             let _ = crate::http_server::serve(listener, app, limits, stats, stop.cancelled_owned()).await;
         });
         Ok(())
+    }
+}
+
+/// How long a bind waits for its address to be let go: a hot standby's servers end as the
+/// leading run starts on the same addresses (`run --leader-elect`).
+const BIND_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Binds `addr`, trying again every 50 ms for up to [`BIND_WAIT`] while it is in use.
+async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let start = std::time::Instant::now();
+    loop {
+        match tokio::net::TcpListener::bind(addr).await {
+            Err(error) if error.kind() == std::io::ErrorKind::AddrInUse && start.elapsed() < BIND_WAIT => {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            bound => return bound,
+        }
     }
 }

@@ -50,7 +50,8 @@ impl Sinks {
     /// and a sink set writing through `client` to `events_api`; `append`: file sinks append
     /// (a resumed at-least-once run). The cache's resourceVersions continue above an earlier
     /// run's ([`WatchCache::continuing`]), with the high-water mark kept in `mark` (at-least-once:
-    /// beside the state file).
+    /// beside the state file). `standby`: a hot standby's set, whose sinks write nothing
+    /// ([`SinkSet::standing_by`]).
     ///
     /// # Errors
     /// [`RunError::WatchCache`] for a watch cache setting out of range.
@@ -63,6 +64,7 @@ impl Sinks {
         watchers: &[WatcherSpec],
         config: Option<&Config>,
         mark: Option<HighWaterMark>,
+        standby: bool,
     ) -> Result<Self, RunError> {
         let results_watchers =
             watchers.iter().chain(config.iter().flat_map(|c| &c.watchers)).any(|w| w.on == WatchOn::Results);
@@ -71,6 +73,9 @@ impl Sinks {
         let watch_cache = (serve || results_watchers)
             .then(|| WatchCache::continuing(watch_cache_config, crate::clock::system(), mark));
         let mut set = SinkSet::new(client, append).with_events_api(events_api);
+        if standby {
+            set = set.standing_by();
+        }
         if let Some(cache) = &watch_cache {
             let c = cache.config();
             announce(&format!(

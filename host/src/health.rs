@@ -4,7 +4,7 @@
 //! | path | answer |
 //! |---|---|
 //! | `GET /healthz` | `200 ok` while no piece reports a problem a process restart would cure (a Kubernetes watch that stalled again right after being restarted); else `503` with one `unhealthy: SUBJECT: REASON` line per problem |
-//! | `GET /readyz` | `200 ok` once the pipeline runs (plan built, source started) and no piece reports a problem a restart would not cure (the API server unreachable, sinks acknowledging nothing while writes wait); `503 not ready` before that and from the moment a shutdown begins; `503` with one `not ready: SUBJECT: REASON` line per problem otherwise |
+//! | `GET /readyz` | `200 ok` once the pipeline runs (plan built, source started) and no piece reports a problem a restart would not cure (a Kubernetes source not synced yet, the API server unreachable, sinks acknowledging nothing while writes wait); `503 not ready` before that and from the moment a shutdown begins; `503` with one `not ready: SUBJECT: REASON` line per problem otherwise |
 //!
 //! Both answer `text/plain` and need no bearer token, even where `/metrics` does: a kubelet
 //! probe cannot send one, and the answers carry nothing but the state (see

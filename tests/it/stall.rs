@@ -304,3 +304,31 @@ fn an_unreachable_api_server_fails_readyz_not_healthz() {
     create_event(plane, &ns, "after");
     run.wait_for_names(&["after".into()], Duration::from_secs(20));
 }
+
+/// A source that has not synced (no list or watch answered yet, as client-go's `HasSynced`) is
+/// not ready: `/readyz` answers `503 … not synced yet` while the API server answers nothing from
+/// the start, and `200` once it answers.
+#[test]
+fn a_source_that_has_not_synced_is_not_ready() {
+    let Some(plane) = control_plane_or_skip() else { return };
+    let ns = plane.namespace("unsynced");
+    let proxy = Proxy::start(upstream(plane));
+    proxy.freeze_all();
+    let run = Run::start(plane, &proxy, &ns);
+    // `503 not ready` while the pipeline starts, then the source's reason.
+    let start = Instant::now();
+    loop {
+        let (status, body) = run.get("/readyz");
+        assert_eq!(status, 503, "{body}");
+        if body.contains("not synced yet") {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "{body}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(run.get("/healthz"), (200, "ok".into()), "a restart would not help");
+    proxy.thaw();
+    run.wait_for_status("/readyz", 200, Duration::from_secs(20));
+    create_event(plane, &ns, "after");
+    run.wait_for_names(&["after".into()], Duration::from_secs(20));
+}

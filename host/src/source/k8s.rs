@@ -244,6 +244,9 @@ struct Watch {
     health: Readiness,
     /// The probes' subject: `k8s source PATH`.
     subject: String,
+    /// A list completed or a watch was answered: the source has caught up with the API server
+    /// once (client-go's `HasSynced`); `/readyz` fails until then.
+    synced: bool,
 }
 
 impl Watch {
@@ -287,6 +290,7 @@ impl Watch {
             stall: stall::Tracker::new(options.stall),
             health: options.health.clone(),
             subject: format!("k8s source {path}"),
+            synced: false,
             path,
         }
     }
@@ -297,6 +301,7 @@ impl Watch {
         // rather than gaps).
         let mut first_list = self.resume_from.is_none() && !self.resumed_with_seen;
         let mut resource_version: Option<String> = self.resume_from.take().filter(|rv| !rv.is_empty());
+        self.report_reachability(); // not synced yet
         loop {
             if self.cancel.is_cancelled() {
                 break;
@@ -365,18 +370,31 @@ impl Watch {
         self.stats
     }
 
-    /// Fails `/readyz` while the API server has answered nothing for the stall timeout, and
-    /// clears that once it answers.
+    /// Fails `/readyz` until the source first synced, and while the API server has answered
+    /// nothing for the stall timeout; clears that once it answers.
     fn report_reachability(&self) {
-        let problem = self.stall.unreachable_for().map(|quiet| {
-            format!("no answer from the Kubernetes API server for {:.0} s (--stall-timeout)", quiet.as_secs_f64())
-        });
+        let problem = self
+            .stall
+            .unreachable_for()
+            .map(|quiet| {
+                format!("no answer from the Kubernetes API server for {:.0} s (--stall-timeout)", quiet.as_secs_f64())
+            })
+            .or_else(|| (!self.synced).then(|| "not synced yet: no list or watch has been answered".to_owned()));
         self.health.report(Probe::Readiness, &self.subject, problem);
+    }
+
+    /// A list completed or a watch was answered: synced from now on.
+    fn synced(&mut self) {
+        if !self.synced {
+            self.synced = true;
+            self.report_reachability();
+        }
     }
 
     /// The watch delivered an event or bookmark, or a list completed: the progress gauge moves,
     /// and a restart for a stall is proven to have healed it.
     fn progressed(&mut self) {
+        self.synced();
         self.counters.progressed_now();
         if self.stall.delivered() {
             self.health.report(Probe::Liveness, &self.subject, None);
@@ -579,6 +597,7 @@ impl Watch {
         );
         let mut body = self.get(uri).await?.into_body();
         self.stall.heard();
+        self.synced();
         let mut checks = self.stall.options().enabled().then(|| {
             let every = self.stall.options().check_interval;
             let mut checks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);

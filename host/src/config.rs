@@ -92,6 +92,13 @@
 //! cluster = "prod-eu"                  # --cluster-name
 //! wait_ms = 100                        # the longest an event waits for it (--enrich-wait)
 //! max_objects = 100000                 # objects per kind in the cache (--enrich-max-objects)
+//!
+//! [leader_election]                    # `run` only while holding a Lease; read at start, each `run` flag wins
+//! enabled = true                       # --leader-elect
+//! lease = "eventpipe/eventpipe"        # NAMESPACE/NAME or NAME (--leader-elect-lease)
+//! lease_duration_seconds = 15          # > renew_deadline_seconds (--leader-elect-lease-duration)
+//! renew_deadline_seconds = 10          # > retry_period_seconds × 1.2 (--leader-elect-renew-deadline)
+//! retry_period_seconds = 2             # --leader-elect-retry-period
 //! ```
 //!
 //! Rules of the format, all checked by [`Config::parse`]:
@@ -113,6 +120,10 @@
 //!   digits; `source` an `oci://HOST[:PORT]/REPO[:TAG]@sha256:HEX` reference.
 //! - In `[watch_cache]`, `budget_seconds` and `bookmark_interval_seconds` are positive numbers;
 //!   the other keys non-negative integers.
+//! - In `[leader_election]`, the `*_seconds` keys are positive numbers; those the file gives keep
+//!   client-go's order (lease duration > renew deadline > retry period × 1.2); `lease` is `NAME`
+//!   or `NAMESPACE/NAME`, neither part empty. The terms as the flags and defaults complete them
+//!   are checked when `run` starts ([`LeaderElectionSettings::resolve`]).
 //! - Each sink is a sink spec as `--sink` takes it (`jsonl:PATH`, `jsonl:-`, `plugin:NAME`, `k8s`,
 //!   `k8s:NAMESPACE`), and
 //!   `sinks` must not be empty when given.
@@ -128,6 +139,7 @@ use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
@@ -141,6 +153,7 @@ use crate::plugin::{FallbackPolicy, MEMO_MAX_ENTRIES_KEY, PURE_KEY, parse_memo_m
 pub use crate::tenant::DEFAULT_TENANT;
 use crate::tenant::rules::EventRule;
 use crate::tenant::{EventMatch, MatchEntry, MatchError, MatchSpec, TenantRouter};
+use crate::topology::leader::{self, JITTER_FACTOR, LeaderElectionConfig};
 use crate::watchers::WatcherSpec;
 
 /// The plugin name that selects the native client-go function instead of a plugin
@@ -371,6 +384,9 @@ pub struct Config {
     pub watch_cache: crate::watch_cache::WatchCacheSettings,
     /// `[enrich]`: enrichment's settings (the `run` flags win over them). Read at start only.
     pub enrich: crate::k8s::enrich::EnrichSettings,
+    /// `[leader_election]`: the election's terms (the `run --leader-elect*` flags win over
+    /// them). Read at start only.
+    pub leader_election: LeaderElectionSettings,
     /// The 1-based line of every rules key given: `defaults.burst`, `tenants[0].rules.sinks`;
     /// and of each tenant's `match` (`tenants[0].match`).
     pub key_lines: BTreeMap<String, usize>,
@@ -490,6 +506,90 @@ impl Config {
     }
 }
 
+/// The terms of a leader election ([`crate::topology::leader`]) as one layer gives them: the
+/// `run --leader-elect*` flags, or the config's `[leader_election]`. A term a layer leaves unset
+/// is taken from the next one, then from client-go's defaults
+/// ([`LeaderElectionSettings::resolve`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LeaderElectionSettings {
+    /// Whether `run` elects at all (`--leader-elect`, `enabled`); unset in every layer: no.
+    pub enabled: Option<bool>,
+    /// The Lease, `NAMESPACE/NAME` or `NAME` (then in
+    /// [`crate::topology::leader::default_namespace`]); unset: `eventpipe` there.
+    pub lease: Option<String>,
+    /// How long a Lease holds without renewal, as candidates observe it (client-go's
+    /// LeaseDuration); unset: 15 s.
+    pub lease_duration: Option<Duration>,
+    /// How long the leader tries to renew before it steps down (client-go's RenewDeadline);
+    /// unset: 10 s.
+    pub renew_deadline: Option<Duration>,
+    /// Interval between tries to acquire or renew (client-go's RetryPeriod); unset: 2 s.
+    pub retry_period: Option<Duration>,
+}
+
+impl LeaderElectionSettings {
+    /// The election's terms, each from the first layer that gives it — `flags`, then `file`
+    /// (the config's `[leader_election]`), then client-go's defaults (LeaseDuration 15 s,
+    /// RenewDeadline 10 s, RetryPeriod 2 s; the Lease `eventpipe` in
+    /// [`crate::topology::leader::default_namespace`]); the identity is
+    /// [`crate::topology::leader::default_identity`]. `None` when neither layer enables it.
+    ///
+    /// # Errors
+    /// A `lease` that is not `NAME` or `NAMESPACE/NAME`; terms that break a rule of
+    /// [`LeaderElectionConfig::validate`] (as client-go's `NewLeaderElector` checks them): the
+    /// rule, then each term with the flag, key or default it came from.
+    pub fn resolve(flags: &Self, file: &Self) -> Result<Option<LeaderElectionConfig>, String> {
+        if !flags.enabled.or(file.enabled).unwrap_or(false) {
+            return Ok(None);
+        }
+        let term = |flag: Option<Duration>, name: &str, key: Option<Duration>, default: Duration| match (flag, key) {
+            (Some(d), _) => (d, format!("--leader-elect-{}", name.replace('_', "-"))),
+            (None, Some(d)) => (d, format!("leader_election.{name}_seconds")),
+            (None, None) => (default, "default".to_owned()),
+        };
+        let (lease_duration, lease_from) =
+            term(flags.lease_duration, "lease_duration", file.lease_duration, leader::DEFAULT_LEASE_DURATION);
+        let (renew_deadline, renew_from) =
+            term(flags.renew_deadline, "renew_deadline", file.renew_deadline, leader::DEFAULT_RENEW_DEADLINE);
+        let (retry_period, retry_from) =
+            term(flags.retry_period, "retry_period", file.retry_period, leader::DEFAULT_RETRY_PERIOD);
+        let (namespace, name) = match (&flags.lease, &file.lease) {
+            (Some(lease), _) => lease_parts(lease).map_err(|why| format!("--leader-elect-lease: {why}"))?,
+            (None, Some(lease)) => lease_parts(lease).map_err(|why| format!("leader_election.lease: {why}"))?,
+            (None, None) => (None, leader::DEFAULT_LEASE_NAME),
+        };
+        let config = LeaderElectionConfig {
+            namespace: namespace.map_or_else(leader::default_namespace, str::to_owned),
+            name: name.to_owned(),
+            identity: leader::default_identity(),
+            lease_duration,
+            renew_deadline,
+            retry_period,
+        };
+        config.validate().map_err(|why| {
+            format!(
+                "{why} (lease duration {} s from {lease_from}, renew deadline {} s from {renew_from}, retry period \
+                 {} s from {retry_from})",
+                lease_duration.as_secs_f64(),
+                renew_deadline.as_secs_f64(),
+                retry_period.as_secs_f64()
+            )
+        })?;
+        Ok(Some(config))
+    }
+}
+
+/// A Lease named `NAMESPACE/NAME` or `NAME`: (the namespace if given, the name).
+fn lease_parts(lease: &str) -> Result<(Option<&str>, &str), String> {
+    match lease.split_once('/') {
+        None if !lease.is_empty() => Ok((None, lease)),
+        Some((namespace, name)) if !namespace.is_empty() && !name.is_empty() && !name.contains('/') => {
+            Ok((Some(namespace), name))
+        }
+        _ => Err(format!("expected NAME or NAMESPACE/NAME, got {lease:?}")),
+    }
+}
+
 // ---- the file as deserialised, before validation ----
 //
 // These types are also the source of the config's JSON Schema ([`json_schema`]): their doc
@@ -572,6 +672,37 @@ struct RawFile {
     /// only.
     #[serde(default)]
     enrich: RawEnrich,
+    /// Leader election on a `coordination.k8s.io/v1` Lease, as client-go's `leaderelection`:
+    /// `run` drives the pipeline only while it holds the Lease. The `run --leader-elect*` flags
+    /// win over these. Read at start only.
+    #[serde(default)]
+    leader_election: RawLeaderElection,
+}
+
+/// `[leader_election]`: every key optional, its default in parentheses.
+#[derive(Deserialize, schemars::JsonSchema, Default)]
+#[serde(deny_unknown_fields)]
+struct RawLeaderElection {
+    /// Run the pipeline only while holding the Lease (false; `--leader-elect`, which turns it on
+    /// whatever this says).
+    #[schemars(extend("default" = false))]
+    enabled: Option<bool>,
+    /// The Lease, `NAMESPACE/NAME` or `NAME` ($POD_NAMESPACE, else the service account's
+    /// namespace, else `default` / `eventpipe`; `--leader-elect-lease`).
+    #[schemars(with = "Option<String>")]
+    lease: Option<Spanned<String>>,
+    /// How long a Lease holds without renewal, as candidates observe it, seconds, > the renew
+    /// deadline (15, client-go's LeaseDuration; `--leader-elect-lease-duration`).
+    #[schemars(with = "Option<f64>", extend("default" = crate::topology::leader::DEFAULT_LEASE_DURATION.as_secs()))]
+    lease_duration_seconds: Option<Spanned<f64>>,
+    /// How long the leader tries to renew before it steps down, seconds, > the retry period ×
+    /// 1.2 (10, client-go's RenewDeadline; `--leader-elect-renew-deadline`).
+    #[schemars(with = "Option<f64>", extend("default" = crate::topology::leader::DEFAULT_RENEW_DEADLINE.as_secs()))]
+    renew_deadline_seconds: Option<Spanned<f64>>,
+    /// Interval between tries to acquire or renew, seconds (2, client-go's RetryPeriod;
+    /// `--leader-elect-retry-period`).
+    #[schemars(with = "Option<f64>", extend("default" = crate::topology::leader::DEFAULT_RETRY_PERIOD.as_secs()))]
+    retry_period_seconds: Option<Spanned<f64>>,
 }
 
 /// `[enrich]`: every key optional.
@@ -1091,6 +1222,7 @@ impl Ctx<'_> {
             wait: enrich.wait_ms.map(std::time::Duration::from_millis),
             max_objects: enrich.max_objects,
         };
+        let leader_election = ctx.leader_election(&raw.leader_election, problems);
         Config {
             path: path.to_path_buf(),
             defaults,
@@ -1104,7 +1236,72 @@ impl Ctx<'_> {
             shadow_diffs_max: raw.shadow_diffs_max,
             watch_cache,
             enrich,
+            leader_election,
             key_lines: ctx.key_lines(),
+        }
+    }
+
+    /// `[leader_election]`: each key that breaks a rule goes to `problems` and is left unset.
+    fn leader_election(&self, raw: &RawLeaderElection, problems: &mut Vec<ConfigError>) -> LeaderElectionSettings {
+        let mut seconds = |key: &str, value: &Option<Spanned<f64>>| match value {
+            Some(v) if !(v.get_ref().is_finite() && *v.get_ref() > 0.0) => {
+                problems.push(self.error(
+                    v.span(),
+                    format!("leader_election.{key}"),
+                    format!("expected a positive number of seconds, got {}", v.get_ref()),
+                ));
+                None
+            }
+            Some(v) => Duration::try_from_secs_f64(*v.get_ref()).ok().map(|d| (d, v.span())),
+            None => None,
+        };
+        let lease_duration = seconds("lease_duration_seconds", &raw.lease_duration_seconds);
+        let mut renew_deadline = seconds("renew_deadline_seconds", &raw.renew_deadline_seconds);
+        let retry_period = seconds("retry_period_seconds", &raw.retry_period_seconds);
+        // The order of the terms the file gives, as client-go's NewLeaderElector checks it.
+        if let (Some((lease, _)), Some((renew, span))) = (&lease_duration, &renew_deadline)
+            && renew >= lease
+        {
+            problems.push(self.error(
+                span.clone(),
+                "leader_election.renew_deadline_seconds".into(),
+                format!(
+                    "must be less than lease_duration_seconds ({} s): the leader steps down before its Lease \
+                     can expire for the others",
+                    lease.as_secs_f64()
+                ),
+            ));
+            renew_deadline = None;
+        }
+        if let (Some((renew, span)), Some((retry, _))) = (&renew_deadline, &retry_period)
+            && renew.as_secs_f64() <= JITTER_FACTOR * retry.as_secs_f64()
+        {
+            problems.push(self.error(
+                span.clone(),
+                "leader_election.renew_deadline_seconds".into(),
+                format!(
+                    "must be greater than retry_period_seconds × {JITTER_FACTOR} ({} s)",
+                    JITTER_FACTOR * retry.as_secs_f64()
+                ),
+            ));
+            renew_deadline = None;
+        }
+        let lease = match &raw.lease {
+            Some(l) => match lease_parts(l.get_ref()) {
+                Ok(_) => Some(l.get_ref().clone()),
+                Err(why) => {
+                    problems.push(self.error(l.span(), "leader_election.lease".into(), why));
+                    None
+                }
+            },
+            None => None,
+        };
+        LeaderElectionSettings {
+            enabled: raw.enabled,
+            lease,
+            lease_duration: lease_duration.map(|(d, _)| d),
+            renew_deadline: renew_deadline.map(|(d, _)| d),
+            retry_period: retry_period.map(|(d, _)| d),
         }
     }
 
@@ -1624,6 +1821,128 @@ mod tests {
             "got -1.5",
         );
         assert_err("[watch_cache]\nwindow = 3\n", 2, "watch_cache.window", "unknown field");
+    }
+
+    /// `[leader_election]` gives the election's terms (absent keys stay unset, for the flags or
+    /// the defaults); seconds must be positive, the terms the file gives in client-go's order,
+    /// and the Lease `NAME` or `NAMESPACE/NAME`.
+    #[test]
+    fn the_leader_election_table_gives_its_terms() {
+        let c = parse(
+            "[leader_election]\nenabled = true\nlease = \"ops/ep\"\nlease_duration_seconds = 30\nretry_period_seconds = 0.5\n",
+        )
+        .unwrap();
+        let expected = LeaderElectionSettings {
+            enabled: Some(true),
+            lease: Some("ops/ep".into()),
+            lease_duration: Some(Duration::from_secs(30)),
+            renew_deadline: None,
+            retry_period: Some(Duration::from_millis(500)),
+        };
+        assert_eq!(c.leader_election, expected);
+        assert_eq!(parse("").unwrap().leader_election, LeaderElectionSettings::default());
+        assert_err(
+            "[leader_election]\nlease_duration_seconds = 15\nrenew_deadline_seconds = 15\n",
+            3,
+            "leader_election.renew_deadline_seconds",
+            "must be less than lease_duration_seconds (15 s)",
+        );
+        assert_err(
+            "[leader_election]\nrenew_deadline_seconds = 2.4\nretry_period_seconds = 2\n",
+            2,
+            "leader_election.renew_deadline_seconds",
+            "greater than retry_period_seconds × 1.2",
+        );
+        assert_err(
+            "[leader_election]\nretry_period_seconds = 0\n",
+            2,
+            "leader_election.retry_period_seconds",
+            "positive number of seconds, got 0",
+        );
+        assert_err("[leader_election]\nlease = \"a/b/c\"\n", 2, "leader_election.lease", "NAMESPACE/NAME");
+        assert_err("[leader_election]\nlease = \"/ep\"\n", 2, "leader_election.lease", "NAMESPACE/NAME");
+        assert_err("[leader_election]\nlease_duration = 3\n", 2, "leader_election.lease_duration", "unknown field");
+    }
+
+    /// Each term comes from the flags, else the config, else client-go's default; election is on
+    /// when either layer turns it on.
+    #[test]
+    fn leader_election_flags_win_over_the_config_and_the_config_over_the_defaults() {
+        let none = LeaderElectionSettings::default();
+        assert!(LeaderElectionSettings::resolve(&none, &none).unwrap().is_none());
+        let off = LeaderElectionSettings { enabled: Some(false), ..Default::default() };
+        assert!(LeaderElectionSettings::resolve(&off, &none).unwrap().is_none());
+
+        let file = parse(
+            "[leader_election]\nenabled = true\nlease = \"ops/from-file\"\nlease_duration_seconds = 30\nrenew_deadline_seconds = 20\n",
+        )
+        .unwrap()
+        .leader_election;
+        // The config alone: its terms, the defaults for the rest.
+        let c = LeaderElectionSettings::resolve(&none, &file).unwrap().expect("the config turns election on");
+        assert_eq!((c.namespace.as_str(), c.name.as_str()), ("ops", "from-file"));
+        assert_eq!(c.lease_duration, Duration::from_secs(30));
+        assert_eq!(c.renew_deadline, Duration::from_secs(20));
+        assert_eq!(c.retry_period, leader::DEFAULT_RETRY_PERIOD);
+        assert!(!c.identity.is_empty());
+
+        // The flags win, term by term.
+        let flags = LeaderElectionSettings {
+            enabled: Some(true),
+            lease: Some("flagged".into()),
+            renew_deadline: Some(Duration::from_secs(12)),
+            ..Default::default()
+        };
+        let c = LeaderElectionSettings::resolve(&flags, &file).unwrap().unwrap();
+        assert_eq!(c.name, "flagged");
+        assert_eq!(c.namespace, leader::default_namespace());
+        assert_eq!((c.lease_duration, c.renew_deadline), (Duration::from_secs(30), Duration::from_secs(12)));
+        // `enabled = false` in the file does not stop `--leader-elect`.
+        let c =
+            LeaderElectionSettings::resolve(&flags, &LeaderElectionSettings { enabled: Some(false), ..file.clone() });
+        assert!(c.unwrap().is_some());
+
+        // No layer: client-go's defaults.
+        let c = LeaderElectionSettings::resolve(
+            &LeaderElectionSettings { enabled: Some(true), ..Default::default() },
+            &none,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            (c.name.as_str(), c.lease_duration, c.renew_deadline, c.retry_period),
+            (
+                leader::DEFAULT_LEASE_NAME,
+                leader::DEFAULT_LEASE_DURATION,
+                leader::DEFAULT_RENEW_DEADLINE,
+                leader::DEFAULT_RETRY_PERIOD
+            )
+        );
+    }
+
+    /// Terms that only break client-go's rules together (a flag against the config's or a
+    /// default) are refused when `run` resolves them, naming where each came from.
+    #[test]
+    fn leader_election_terms_that_break_client_gos_rules_together_are_refused() {
+        let file = parse("[leader_election]\nenabled = true\nrenew_deadline_seconds = 20\n").unwrap().leader_election;
+        let why = LeaderElectionSettings::resolve(&LeaderElectionSettings::default(), &file).unwrap_err();
+        assert!(why.contains("the lease duration (15s) must be greater than the renew deadline (20s)"), "{why}");
+        assert!(why.contains("lease duration 15 s from default"), "{why}");
+        assert!(why.contains("renew deadline 20 s from leader_election.renew_deadline_seconds"), "{why}");
+
+        let flags = LeaderElectionSettings { lease_duration: Some(Duration::from_secs(10)), ..Default::default() };
+        let file = LeaderElectionSettings { enabled: Some(true), ..Default::default() };
+        let why = LeaderElectionSettings::resolve(&flags, &file).unwrap_err();
+        assert!(why.contains("lease duration 10 s from --leader-elect-lease-duration"), "{why}");
+        assert!(why.contains("renew deadline 10 s from default"), "{why}");
+
+        let flags = LeaderElectionSettings { retry_period: Some(Duration::from_secs(9)), ..Default::default() };
+        let why = LeaderElectionSettings::resolve(&flags, &file).unwrap_err();
+        assert!(why.contains("must be greater than the retry period × 1.2"), "{why}");
+
+        let flags = LeaderElectionSettings { lease: Some("a/".into()), ..Default::default() };
+        let why = LeaderElectionSettings::resolve(&flags, &file).unwrap_err();
+        assert_eq!(why, "--leader-elect-lease: expected NAME or NAMESPACE/NAME, got \"a/\"");
     }
 
     fn names(refs: &[PluginRef]) -> Vec<&str> {

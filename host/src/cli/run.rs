@@ -25,7 +25,7 @@ use eventpipe::sink::SinkEntry;
 use eventpipe::source::k8s::WatchOptions;
 use eventpipe::source::k8s::stall::StallOptions;
 use eventpipe::source::{SourceCounters, SourceSpec};
-use eventpipe::topology::leader::{self, LeaderElectionConfig};
+use eventpipe::topology::leader::LeaderElectionConfig;
 use eventpipe::watchers::WatcherSpec;
 
 use super::{CorrelatorArgs, FilterArgs, KubeConnectionArgs, OciArgs, PinArgs, PluginArgs, RuntimeArgs};
@@ -264,56 +264,57 @@ impl WatchCacheArgs {
     }
 }
 
-/// Leader election on a Lease ([`eventpipe::topology::leader`]).
+/// Leader election on a Lease ([`eventpipe::topology::leader`]), as client-go's
+/// `leaderelection`. Each flag wins over the config's `[leader_election]` key named after it;
+/// client-go's default applies where neither is given.
 #[derive(Args, Debug, Clone)]
 struct LeaderArgs {
     /// Run the pipeline only while this process holds a `coordination.k8s.io/v1` Lease, as
     /// client-go's `leaderelection`: other replicas wait as candidates and take over when the
     /// leader stops (released at SIGTERM) or stops renewing. A leader that cannot renew within
-    /// the renew deadline exits (status 1) before its Lease can expire.
+    /// the renew deadline exits (status 1) before its Lease can expire [config:
+    /// leader_election.enabled].
     #[arg(long)]
     leader_elect: bool,
     /// The Lease, `NAMESPACE/NAME` or `NAME` [default: $POD_NAMESPACE (else the service
-    /// account's namespace, else `default`) / `eventpipe`].
+    /// account's namespace, else `default`) / `eventpipe`; config: leader_election.lease].
     #[arg(long, value_name = "NAMESPACE/NAME")]
     leader_elect_lease: Option<String>,
-    /// Seconds a Lease holds without renewal, as candidates observe it.
-    #[arg(long, value_name = "SECONDS", default_value_t = 15.0)]
-    leader_elect_lease_duration: f64,
-    /// Seconds the leader tries to renew before it steps down (< the lease duration).
-    #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
-    leader_elect_renew_deadline: f64,
-    /// Seconds between tries to acquire or renew (× 1.2 < the renew deadline).
-    #[arg(long, value_name = "SECONDS", default_value_t = 2.0)]
-    leader_elect_retry_period: f64,
+    /// Seconds a Lease holds without renewal, as candidates observe it [default: 15; config:
+    /// leader_election.lease_duration_seconds].
+    #[arg(long, value_name = "SECONDS")]
+    leader_elect_lease_duration: Option<f64>,
+    /// Seconds the leader tries to renew before it steps down (< the lease duration) [default:
+    /// 10; config: leader_election.renew_deadline_seconds].
+    #[arg(long, value_name = "SECONDS")]
+    leader_elect_renew_deadline: Option<f64>,
+    /// Seconds between tries to acquire or renew (× 1.2 < the renew deadline) [default: 2;
+    /// config: leader_election.retry_period_seconds].
+    #[arg(long, value_name = "SECONDS")]
+    leader_elect_retry_period: Option<f64>,
 }
 
 impl LeaderArgs {
-    /// The election's terms, `None` without `--leader-elect`.
-    fn config(&self) -> anyhow::Result<Option<LeaderElectionConfig>> {
-        if !self.leader_elect {
-            return Ok(None);
-        }
-        let seconds = |flag: &str, s: f64| {
-            Duration::try_from_secs_f64(s).with_context(|| format!("{flag}: expected seconds > 0, not {s}"))
+    /// The election's terms: these flags over the `[leader_election]` of the config file `file`
+    /// over client-go's defaults ([`eventpipe::config::LeaderElectionSettings::resolve`]);
+    /// `None` when neither turns election on.
+    fn config(&self, file: Option<&std::path::Path>) -> anyhow::Result<Option<LeaderElectionConfig>> {
+        let seconds = |flag: &str, s: Option<f64>| {
+            s.map(|s| Duration::try_from_secs_f64(s).with_context(|| format!("{flag}: expected seconds > 0, not {s}")))
+                .transpose()
         };
-        let (namespace, name) = match self.leader_elect_lease.as_deref() {
-            None => (leader::default_namespace(), leader::DEFAULT_LEASE_NAME.to_owned()),
-            Some(lease) => match lease.split_once('/') {
-                Some((ns, name)) => (ns.to_owned(), name.to_owned()),
-                None => (leader::default_namespace(), lease.to_owned()),
-            },
-        };
-        let config = LeaderElectionConfig {
-            namespace,
-            name,
-            identity: leader::default_identity(),
+        let flags = eventpipe::config::LeaderElectionSettings {
+            enabled: self.leader_elect.then_some(true),
+            lease: self.leader_elect_lease.clone(),
             lease_duration: seconds("--leader-elect-lease-duration", self.leader_elect_lease_duration)?,
             renew_deadline: seconds("--leader-elect-renew-deadline", self.leader_elect_renew_deadline)?,
             retry_period: seconds("--leader-elect-retry-period", self.leader_elect_retry_period)?,
         };
-        config.validate().map_err(anyhow::Error::msg)?;
-        Ok(Some(config))
+        let file = match file {
+            Some(path) => eventpipe::Config::load(path)?.leader_election,
+            None => eventpipe::config::LeaderElectionSettings::default(),
+        };
+        eventpipe::config::LeaderElectionSettings::resolve(&flags, &file).map_err(anyhow::Error::msg)
     }
 }
 
@@ -422,7 +423,7 @@ pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
     let mut base = args.filters.apply(args.correlator.rules(&args.limits)).rules(&registry)?;
     base.sinks = args.sink;
     let stall = args.kube.stall()?;
-    let election = args.leader.config()?;
+    let election = args.leader.config(args.config.as_deref())?;
     let options = RunOptions {
         source: SourceOptions { spec: args.source, follow: args.follow, counters: Arc::new(SourceCounters::default()) },
         kubernetes: KubernetesOptions {

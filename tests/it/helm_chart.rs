@@ -10,8 +10,10 @@
 //! `/healthz` and `/readyz` on the metrics port that `--metrics 0.0.0.0:PORT` serves; every
 //! flag of the container's arguments is one `eventpipe run` has; the tenant config loads; the
 //! StatefulSet (with its headless governing Service), ServiceMonitor and plugin-source toggles;
-//! every value of `values.yaml` changes what the chart renders; the plain manifests of
-//! `examples/kubernetes/` roll out one writer and govern their StatefulSets.
+//! leader election (on by default: replicas, flags, downward-API variables, the Lease's Role,
+//! the PodDisruptionBudget, anti-affinity, RollingUpdate; off: one pod, Recreate); every value
+//! of `values.yaml` changes what the chart renders; the plain manifests of
+//! `examples/kubernetes/` roll out one writer (or elect one) and govern their StatefulSets.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -497,9 +499,19 @@ fn default_values_render_every_object_in_the_release_namespace() {
     let docs = render(json!({}));
     assert_eq!(
         kinds(&docs),
-        ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment", "Service", "ServiceAccount"]
-            .map(String::from)
-            .into()
+        [
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "ConfigMap",
+            "Deployment",
+            "PodDisruptionBudget",
+            "Role",
+            "RoleBinding",
+            "Service",
+            "ServiceAccount"
+        ]
+        .map(String::from)
+        .into()
     );
     for doc in &docs {
         assert!(doc["apiVersion"].as_str().is_some(), "{doc}");
@@ -512,8 +524,8 @@ fn default_values_render_every_object_in_the_release_namespace() {
         }
     }
     let deployment = find(&docs, "Deployment");
-    assert_eq!(deployment["spec"]["replicas"], 1);
-    assert_eq!(deployment["spec"]["strategy"]["type"], "Recreate");
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    assert_eq!(deployment["spec"]["strategy"]["type"], "RollingUpdate");
     let pod = &deployment["spec"]["template"]["spec"];
     assert_eq!(pod["serviceAccountName"], "ep-eventpipe");
     assert_eq!(pod["terminationGracePeriodSeconds"], 40);
@@ -555,14 +567,17 @@ fn the_cluster_role_has_exactly_the_verbs_eventpipe_uses() {
     assert_eq!(rule_set(find(&documents(&example), "ClusterRole")), expected);
     // rbac.create: false leaves RBAC to the cluster's admin.
     let kinds = kinds(&render(json!({"rbac": {"create": false}, "serviceAccount": {"create": false}})));
-    assert!(
-        !kinds.contains("ClusterRole") && !kinds.contains("ClusterRoleBinding") && !kinds.contains("ServiceAccount")
-    );
+    for kind in ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ServiceAccount"] {
+        assert!(!kinds.contains(kind), "{kind}");
+    }
 }
 
 #[test]
 fn probes_ask_healthz_and_readyz_on_the_metrics_port() {
-    for (values, port) in [(json!({}), 9090), (json!({"metrics": {"port": 9464}}), 9464)] {
+    let off = json!({"leaderElection": {"enabled": false}});
+    for (values, port) in
+        [(off.clone(), 9090), (json!({"leaderElection": {"enabled": false}, "metrics": {"port": 9464}}), 9464)]
+    {
         let docs = render(values);
         let deployment = find(&docs, "Deployment");
         let c = container(deployment);
@@ -579,6 +594,123 @@ fn probes_ask_healthz_and_readyz_on_the_metrics_port() {
             json!([{"name": "metrics", "port": port, "targetPort": "metrics", "protocol": "TCP"}])
         );
         assert_eq!(service["spec"]["selector"], deployment["spec"]["selector"]["matchLabels"]);
+    }
+    // With leader election and at-least-once (the default), the same: a candidate is a hot
+    // standby and answers them. Without at-least-once, none: a candidate serves no HTTP until
+    // it leads.
+    let c = container(find(&render(json!({})), "Deployment")).clone();
+    assert_eq!(c["readinessProbe"]["httpGet"], json!({"path": "/readyz", "port": "metrics"}));
+    assert_eq!(c["startupProbe"]["httpGet"], json!({"path": "/healthz", "port": "metrics"}));
+    let c = container(find(&render(json!({"delivery": "wait"})), "Deployment")).clone();
+    for probe in ["startupProbe", "livenessProbe", "readinessProbe"] {
+        assert!(c[probe].is_null(), "{probe}");
+    }
+    assert_eq!(c["ports"][0]["containerPort"], 9090);
+}
+
+/// Leader election is on by default: two pods, one leading on the Lease named after the
+/// release (the flags, the downward-API variables, the Lease's Role), a PodDisruptionBudget,
+/// anti-affinity on the node and a RollingUpdate; at-least-once on an emptyDir, so that a new
+/// leader resumes from the recorded position. Off: one pod, Recreate, none of these.
+#[test]
+fn leader_election_is_on_by_default_and_off_gives_one_recreated_pod() {
+    let docs = render(json!({}));
+    let deployment = find(&docs, "Deployment");
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    assert_eq!(
+        deployment["spec"]["strategy"],
+        json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}})
+    );
+    let flags = args(deployment);
+    for flag in [
+        "--leader-elect",
+        "--leader-elect-lease=$(POD_NAMESPACE)/ep-eventpipe",
+        "--leader-elect-lease-duration=15",
+        "--leader-elect-renew-deadline=10",
+        "--leader-elect-retry-period=2",
+        "--delivery=at-least-once",
+        "--state-file=/var/lib/eventpipe/state.json",
+    ] {
+        assert!(flags.contains(&flag.to_string()), "{flag} in {flags:?}");
+    }
+    assert_eq!(volume(deployment, "state")["emptyDir"], json!({}));
+    let env = container(deployment)["env"].as_array().unwrap();
+    for (name, path) in [("POD_NAME", "metadata.name"), ("POD_NAMESPACE", "metadata.namespace")] {
+        let var = env.iter().find(|e| e["name"] == name).unwrap_or_else(|| panic!("no {name}"));
+        assert_eq!(var["valueFrom"]["fieldRef"]["fieldPath"], path, "{name}");
+    }
+    // The Lease's Role, in the release's namespace, bound to the pods' service account.
+    let role = find(&docs, "Role");
+    assert_eq!(role["metadata"]["namespace"], "monitoring");
+    let expected: BTreeSet<(String, String, String)> = ["get", "create", "update"]
+        .iter()
+        .map(|v| ("coordination.k8s.io".to_string(), "leases".to_string(), v.to_string()))
+        .collect();
+    assert_eq!(rule_set(role), expected);
+    for rule in role["rules"].as_array().unwrap() {
+        if rule["verbs"] != json!(["create"]) {
+            assert_eq!(rule["resourceNames"], json!(["ep-eventpipe"]), "get and update only on the Lease: {rule}");
+        }
+    }
+    let binding = find(&docs, "RoleBinding");
+    assert_eq!(
+        binding["roleRef"],
+        json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "ep-eventpipe"})
+    );
+    assert_eq!(
+        binding["subjects"],
+        json!([{"kind": "ServiceAccount", "name": "ep-eventpipe", "namespace": "monitoring"}])
+    );
+    // One pod at a time may be disrupted, and the pods prefer different nodes.
+    let budget = find(&docs, "PodDisruptionBudget");
+    assert_eq!(budget["apiVersion"], "policy/v1");
+    assert_eq!(budget["spec"]["maxUnavailable"], 1);
+    assert_eq!(budget["spec"]["selector"]["matchLabels"], deployment["spec"]["selector"]["matchLabels"]);
+    let preferred = &deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"];
+    assert_eq!(preferred[0]["podAffinityTerm"]["topologyKey"], "kubernetes.io/hostname");
+    assert_eq!(
+        preferred[0]["podAffinityTerm"]["labelSelector"]["matchLabels"],
+        deployment["spec"]["selector"]["matchLabels"]
+    );
+    // An affinity of the values replaces it.
+    let docs = render(json!({"affinity": {"nodeAffinity": {"x": 1}}}));
+    assert_eq!(find(&docs, "Deployment")["spec"]["template"]["spec"]["affinity"], json!({"nodeAffinity": {"x": 1}}));
+    // The terms and the replica count are values; a delivery value wins.
+    let docs = render(json!({
+        "replicaCount": 3,
+        "delivery": "wait",
+        "leaderElection": {"leaseDuration": 30, "renewDeadline": 20, "retryPeriod": 4},
+    }));
+    let deployment = find(&docs, "Deployment");
+    assert_eq!(deployment["spec"]["replicas"], 3);
+    let flags = args(deployment);
+    for flag in
+        ["--leader-elect-lease-duration=30", "--leader-elect-renew-deadline=20", "--leader-elect-retry-period=4"]
+    {
+        assert!(flags.contains(&flag.to_string()), "{flag} in {flags:?}");
+    }
+    assert!(flags.contains(&"--delivery=wait".to_string()) && !flags.iter().any(|a| a.starts_with("--state-file")));
+    // A StatefulSet elects too: each pod with a claim of its own for the state file.
+    let docs = render(json!({"kind": "StatefulSet"}));
+    let set = find(&docs, "StatefulSet");
+    assert_eq!(set["spec"]["replicas"], 2);
+    assert!(set["spec"]["strategy"].is_null());
+    assert!(args(set).contains(&"--leader-elect".to_string()));
+    assert_eq!(set["spec"]["volumeClaimTemplates"][0]["metadata"]["name"], "state");
+
+    // Off: one pod, replaced with Recreate; no Lease RBAC, no budget, no anti-affinity, wait.
+    let docs = render(json!({"leaderElection": {"enabled": false}, "replicaCount": 5}));
+    let deployment = find(&docs, "Deployment");
+    assert_eq!(deployment["spec"]["replicas"], 1);
+    assert_eq!(deployment["spec"]["strategy"], json!({"type": "Recreate"}));
+    let flags = args(deployment);
+    assert!(!flags.iter().any(|a| a.starts_with("--leader-elect")), "{flags:?}");
+    assert!(flags.contains(&"--delivery=wait".to_string()));
+    assert!(deployment["spec"]["template"]["spec"]["affinity"].is_null());
+    assert!(!container(deployment)["env"].as_array().unwrap().iter().any(|e| e["name"] == "POD_NAME"));
+    let kinds = kinds(&docs);
+    for kind in ["Role", "RoleBinding", "PodDisruptionBudget"] {
+        assert!(!kinds.contains(kind), "{kind}");
     }
 }
 
@@ -637,7 +769,7 @@ fn kind_statefulset_keeps_the_state_file_on_a_claim_of_its_own() {
     );
     assert!(!kinds(&docs).contains("Deployment"));
     let set = find(&docs, "StatefulSet");
-    assert_eq!(set["spec"]["replicas"], 1);
+    assert_eq!(set["spec"]["replicas"], 2);
     assert_eq!(set["spec"]["serviceName"], "ep-eventpipe-headless");
     assert!(set["spec"]["strategy"].is_null());
     let args = args(set);
@@ -655,8 +787,16 @@ fn kind_statefulset_keeps_the_state_file_on_a_claim_of_its_own() {
     let docs = render(json!({"delivery": "at-least-once", "persistence": {"existingClaim": "ep-state"}}));
     assert_eq!(volume(find(&docs, "Deployment"), "state")["persistentVolumeClaim"]["claimName"], "ep-state");
     // Without at-least-once, no state volume.
-    let docs = render(json!({"kind": "StatefulSet"}));
+    let docs = render(json!({"kind": "StatefulSet", "delivery": "wait"}));
     assert!(find(&docs, "StatefulSet")["spec"]["volumeClaimTemplates"].is_null());
+    let docs = render(json!({"leaderElection": {"enabled": false}}));
+    assert!(
+        find(&docs, "Deployment")["spec"]["template"]["spec"]["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|v| v["name"] != "state")
+    );
 }
 
 #[test]
@@ -747,7 +887,8 @@ fn the_values_schema_is_json_and_names_the_toggles() {
     let schema: Value =
         serde_json::from_str(&std::fs::read_to_string(chart_dir().join("values.schema.json")).unwrap()).unwrap();
     assert_eq!(schema["properties"]["kind"]["enum"], json!(["Deployment", "StatefulSet"]));
-    assert_eq!(schema["properties"]["delivery"]["enum"], json!(["wait", "at-most-once", "at-least-once"]));
+    assert_eq!(schema["properties"]["delivery"]["enum"], json!(["", "wait", "at-most-once", "at-least-once"]));
+    assert_eq!(schema["properties"]["leaderElection"]["properties"]["enabled"]["type"], "boolean");
 }
 
 /// Every leaf of `v` (a scalar, a list, or an empty map), as its path of keys.
@@ -842,8 +983,9 @@ fn a_stateful_set_names_a_service_that_selects_its_pods() {
     assert_eq!(render(json!({})).iter().filter(|d| d["kind"] == "Service").count(), 1);
 }
 
-/// The plain manifests of `examples/kubernetes/`: one writer per rollout, every StatefulSet
-/// governed by a headless Service that selects its pods, and only flags `eventpipe run` has.
+/// The plain manifests of `examples/kubernetes/`: one writer per rollout (a single pod replaced
+/// with Recreate, or pods electing a leader), every StatefulSet governed by a headless Service
+/// that selects its pods, and only flags `eventpipe run` has.
 #[test]
 fn the_plain_manifests_roll_out_one_writer_and_govern_their_stateful_sets() {
     let dir = chart_dir().join("../..");
@@ -862,7 +1004,12 @@ fn the_plain_manifests_roll_out_one_writer_and_govern_their_stateful_sets() {
         let name = doc["metadata"]["name"].as_str().unwrap();
         if kind == "Deployment" {
             deployments += 1;
-            assert_eq!(doc["spec"]["strategy"]["type"], "Recreate", "Deployment {name}: two writers in a rollout");
+            if args(doc).contains(&"--leader-elect".to_string()) {
+                assert_eq!(doc["spec"]["strategy"]["type"], "RollingUpdate", "Deployment {name}");
+            } else {
+                assert_eq!(doc["spec"]["strategy"]["type"], "Recreate", "Deployment {name}: two writers in a rollout");
+                assert_eq!(doc["spec"]["replicas"], 1, "Deployment {name}: two writers");
+            }
         } else {
             sets += 1;
             let service_name = &doc["spec"]["serviceName"];
@@ -892,4 +1039,53 @@ fn the_plain_manifests_roll_out_one_writer_and_govern_their_stateful_sets() {
         }
     }
     assert_eq!((deployments, sets), (2, 1));
+}
+
+/// `examples/kubernetes/eventpipe.yaml` elects a leader as the chart does by default: two pods,
+/// the flags, the downward-API variables, the Lease's Role in its namespace, a
+/// PodDisruptionBudget, anti-affinity on the node, RollingUpdate and an at-least-once state file
+/// on an emptyDir.
+#[test]
+fn the_plain_manifest_elects_a_leader() {
+    let docs = documents(&std::fs::read_to_string(chart_dir().join("../../eventpipe.yaml")).unwrap());
+    let deployment = find(&docs, "Deployment");
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    assert_eq!(deployment["spec"]["strategy"]["type"], "RollingUpdate");
+    let args = args(deployment);
+    for flag in [
+        "--leader-elect",
+        "--leader-elect-lease=$(POD_NAMESPACE)/eventpipe",
+        "--delivery=at-least-once",
+        "--state-file=/var/lib/eventpipe/state.json",
+    ] {
+        assert!(args.contains(&flag.to_string()), "{flag} in {args:?}");
+    }
+    assert_eq!(volume(deployment, "state")["emptyDir"], json!({}));
+    let mounts = container(deployment)["volumeMounts"].as_array().unwrap();
+    assert!(mounts.iter().any(|m| m["name"] == "state" && m["mountPath"] == "/var/lib/eventpipe"));
+    // The candidate is a hot standby that answers the probes.
+    assert_eq!(container(deployment)["readinessProbe"]["httpGet"]["path"], "/readyz");
+    let env = container(deployment)["env"].as_array().unwrap();
+    for (name, path) in [("POD_NAME", "metadata.name"), ("POD_NAMESPACE", "metadata.namespace")] {
+        let var = env.iter().find(|e| e["name"] == name).unwrap_or_else(|| panic!("no {name}"));
+        assert_eq!(var["valueFrom"]["fieldRef"]["fieldPath"], path, "{name}");
+    }
+    let role = find(&docs, "Role");
+    assert_eq!(role["metadata"]["namespace"], "eventpipe");
+    let expected: BTreeSet<(String, String, String)> = ["get", "create", "update"]
+        .iter()
+        .map(|v| ("coordination.k8s.io".to_string(), "leases".to_string(), v.to_string()))
+        .collect();
+    assert_eq!(rule_set(role), expected);
+    let binding = find(&docs, "RoleBinding");
+    assert_eq!(binding["metadata"]["namespace"], "eventpipe");
+    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+    assert_eq!(binding["subjects"], json!([{"kind": "ServiceAccount", "name": "eventpipe", "namespace": "eventpipe"}]));
+    let budget = find(&docs, "PodDisruptionBudget");
+    assert_eq!(budget["spec"]["maxUnavailable"], 1);
+    assert_eq!(budget["spec"]["selector"]["matchLabels"], deployment["spec"]["selector"]["matchLabels"]);
+    let term = &deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+        [0]["podAffinityTerm"];
+    assert_eq!(term["topologyKey"], "kubernetes.io/hostname");
+    assert_eq!(term["labelSelector"]["matchLabels"], deployment["spec"]["selector"]["matchLabels"]);
 }

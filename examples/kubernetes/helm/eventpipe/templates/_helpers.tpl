@@ -32,3 +32,15 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | quote }}
 {{- default "default" .Values.serviceAccount.name -}}
 {{- end -}}
 {{- end -}}
+
+{{/* --delivery: the delivery value, else at-least-once with leader election (a candidate is a
+hot standby, and takes over from the position the leader recorded in the Lease), else wait. */}}
+{{- define "eventpipe.delivery" -}}
+{{- if .Values.delivery -}}
+{{- .Values.delivery -}}
+{{- else if .Values.leaderElection.enabled -}}
+at-least-once
+{{- else -}}
+wait
+{{- end -}}
+{{- end -}}

@@ -642,13 +642,15 @@ fn leader_election_is_on_by_default_and_off_gives_one_recreated_pod() {
     // The Lease's Role, in the release's namespace, bound to the pods' service account.
     let role = find(&docs, "Role");
     assert_eq!(role["metadata"]["namespace"], "monitoring");
-    let expected: BTreeSet<(String, String, String)> = ["get", "create", "update"]
+    let expected: BTreeSet<(String, String, String)> = ["get", "create", "update", "list", "watch"]
         .iter()
         .map(|v| ("coordination.k8s.io".to_string(), "leases".to_string(), v.to_string()))
         .collect();
     assert_eq!(rule_set(role), expected);
     for rule in role["rules"].as_array().unwrap() {
-        if rule["verbs"] != json!(["create"]) {
+        // A candidate's watch of the Lease lists by a field selector, which a rule's
+        // resourceNames do not cover on older API servers.
+        if rule["verbs"] != json!(["create", "list", "watch"]) {
             assert_eq!(rule["resourceNames"], json!(["ep-eventpipe"]), "get and update only on the Lease: {rule}");
         }
     }
@@ -1072,7 +1074,7 @@ fn the_plain_manifest_elects_a_leader() {
     }
     let role = find(&docs, "Role");
     assert_eq!(role["metadata"]["namespace"], "eventpipe");
-    let expected: BTreeSet<(String, String, String)> = ["get", "create", "update"]
+    let expected: BTreeSet<(String, String, String)> = ["get", "create", "update", "list", "watch"]
         .iter()
         .map(|v| ("coordination.k8s.io".to_string(), "leases".to_string(), v.to_string()))
         .collect();

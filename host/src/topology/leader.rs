@@ -137,6 +137,58 @@ pub fn default_namespace() -> String {
         .unwrap_or_else(|| "default".to_owned())
 }
 
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// A candidate's watch of its Lease (kube-rs's `watcher`, backing off on errors), beside
+/// client-go's polling every RetryPeriod: wakes `released` whenever the Lease has no holder, so
+/// that a Lease released at a leader's graceful stop is taken over at once rather than at the
+/// next retry (up to RetryPeriod × 2.2 later); tells `following` (a hot standby's ceiling) the
+/// position the holder records at each renewal. Without RBAC to `list` and `watch` leases it
+/// only logs, and the retries alone go on.
+async fn watch_lease(
+    api: Api<Lease>,
+    name: String,
+    released: Arc<tokio::sync::Notify>,
+    following: Option<Arc<SavedPosition>>,
+) {
+    use futures_util::TryStreamExt;
+    use kube::runtime::WatchStreamExt;
+    use kube::runtime::watcher::{self, Event};
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let stream = watcher::watcher(api, config).default_backoff();
+    futures_util::pin_mut!(stream);
+    let mut told = false;
+    loop {
+        match stream.try_next().await {
+            Ok(Some(Event::Apply(lease) | Event::InitApply(lease))) => {
+                if let (Some(following), Some(found)) = (&following, handed_over(&lease, &name)) {
+                    following.set(found);
+                }
+                let holder = lease.spec.as_ref().and_then(|s| s.holder_identity.as_deref()).unwrap_or_default();
+                if holder.is_empty() {
+                    released.notify_one();
+                }
+            }
+            Ok(Some(_)) => {}
+            Ok(None) => return,
+            Err(error) if !told => {
+                told = true;
+                tracing::info!(
+                    "leader election: cannot watch the Lease {name} ({error}); a released Lease is taken over at the next retry"
+                );
+            }
+            Err(_) => {}
+        }
+    }
+}
+
 /// The position recorded in `lease`'s [`HANDOVER_ANNOTATION`] (`None`: none, or not
 /// [`HandedOver`] JSON — logged).
 fn handed_over(lease: &Lease, name: &str) -> Option<HandedOver> {
@@ -404,6 +456,14 @@ impl LeaderElector {
     /// jittered by up to [`JITTER_FACTOR`]. Logs the acquisition.
     pub async fn acquire(&mut self, stop: &CancellationToken) -> bool {
         let mut told_holder = String::new();
+        let released = Arc::new(tokio::sync::Notify::new());
+        let watch = tokio::spawn(watch_lease(
+            self.api.clone(),
+            self.config.name.clone(),
+            released.clone(),
+            self.following.clone(),
+        ));
+        let _watch = AbortOnDrop(watch);
         loop {
             let attempt = tokio::time::timeout(self.config.renew_deadline, self.try_acquire_or_renew());
             let outcome = tokio::select! { r = attempt => r, () = stop.cancelled() => return false };
@@ -435,6 +495,7 @@ impl LeaderElector {
             let pause = self.config.retry_period.mul_f64(1.0 + JITTER_FACTOR * rand::random::<f64>());
             tokio::select! {
                 () = tokio::time::sleep(pause) => {}
+                () = released.notified() => {}
                 () = stop.cancelled() => return false,
             }
         }

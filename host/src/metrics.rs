@@ -432,9 +432,9 @@ pub const WATCH_CACHE_EXPIRED: Family = present(counter(
     "Lists and watches answered 410 Expired (their resourceVersion left the window).",
 ));
 
-/// `eventpipe_leader_is_leader` (a gauge, 0 or 1; runs with `--leader-elect`).
+/// `eventpipe_leader` (a gauge, 0 or 1; runs with `--leader-elect`).
 pub const LEADER_IS_LEADER: Family = present(gauge(
-    "eventpipe_leader_is_leader",
+    "eventpipe_leader",
     "1 while this process holds the leader election Lease, else 0 (--leader-elect).",
 ));
 /// `eventpipe_leader_transitions` (runs with `--leader-elect`).

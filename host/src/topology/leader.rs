@@ -284,7 +284,7 @@ fn next_record(
     }
 }
 
-/// The leadership as `/metrics` shows it: `eventpipe_leader_is_leader` (0 / 1) and
+/// The leadership as `/metrics` shows it: `eventpipe_leader` (0 / 1) and
 /// `eventpipe_leader_transitions_total` (times this process acquired the lead).
 #[derive(Debug, Default)]
 pub struct LeaderStatus {

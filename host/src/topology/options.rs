@@ -134,7 +134,7 @@ pub struct ServingOptions {
     /// `--metrics`).
     pub http_limits: crate::http_server::ServerLimits,
     /// With `--leader-elect`: the leadership shown on `/metrics`
-    /// (`eventpipe_leader_is_leader`, `eventpipe_leader_transitions_total`).
+    /// (`eventpipe_leader`, `eventpipe_leader_transitions_total`).
     pub leader: Option<Arc<crate::topology::leader::LeaderStatus>>,
 }
 

@@ -433,7 +433,7 @@ pub const WATCH_CACHE_EXPIRED: Family = present(counter(
 ));
 
 /// `eventpipe_leader` (a gauge, 0 or 1; runs with `--leader-elect`).
-pub const LEADER_IS_LEADER: Family = present(gauge(
+pub const LEADER: Family = present(gauge(
     "eventpipe_leader",
     "1 while this process holds the leader election Lease, else 0 (--leader-elect).",
 ));
@@ -534,7 +534,7 @@ pub const FAMILIES: &[&Family] = &[
     &WATCH_CACHE_DELETED,
     &WATCH_CACHE_CUT_OFF,
     &WATCH_CACHE_EXPIRED,
-    &LEADER_IS_LEADER,
+    &LEADER,
     &LEADER_TRANSITIONS,
 ];
 

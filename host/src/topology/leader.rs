@@ -38,7 +38,7 @@ use kube::api::PostParams;
 use tokio_util::sync::CancellationToken;
 
 use crate::delivery::{HandedOver, SavedPosition};
-use crate::metrics::{LEADER_IS_LEADER, LEADER_TRANSITIONS, Metrics};
+use crate::metrics::{LEADER, LEADER_TRANSITIONS, Metrics};
 
 /// client-go's default LeaseDuration (kube-controller-manager's `--leader-elect-lease-duration`).
 pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(15);
@@ -302,7 +302,7 @@ impl LeaderStatus {
     pub fn register(self: &Arc<Self>, metrics: &Metrics) {
         let status = self.clone();
         metrics.add_source(move |s| {
-            s.set(&LEADER_IS_LEADER, &[], u64::from(status.is_leader()));
+            s.set(&LEADER, &[], u64::from(status.is_leader()));
             s.add(&LEADER_TRANSITIONS, &[], status.acquired.load(Ordering::Relaxed));
         });
     }

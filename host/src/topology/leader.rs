@@ -147,15 +147,16 @@ impl Drop for AbortOnDrop {
 }
 
 /// A candidate's watch of its Lease (kube-rs's `watcher`, backing off on errors), beside
-/// client-go's polling every RetryPeriod: wakes `released` whenever the Lease has no holder, so
-/// that a Lease released at a leader's graceful stop is taken over at once rather than at the
-/// next retry (up to RetryPeriod × 2.2 later); tells `following` (a hot standby's ceiling) the
-/// position the holder records at each renewal. Without RBAC to `list` and `watch` leases it
-/// only logs, and the retries alone go on.
+/// client-go's polling every RetryPeriod: sends `seen` each record with when it was seen, so
+/// that a Lease released at a leader's graceful stop is taken over at once, and a lease that
+/// is not renewed any more as soon as it expires, rather than at the next retry (up to
+/// RetryPeriod × 2.2 later); tells `following` (a hot standby's ceiling) the position the
+/// holder records at each renewal. Without RBAC to `list` and `watch` leases it only logs, and
+/// the retries alone go on.
 async fn watch_lease(
     api: Api<Lease>,
     name: String,
-    released: Arc<tokio::sync::Notify>,
+    seen: tokio::sync::watch::Sender<Option<(LeaderElectionRecord, Instant)>>,
     following: Option<Arc<SavedPosition>>,
 ) {
     use futures_util::TryStreamExt;
@@ -171,9 +172,8 @@ async fn watch_lease(
                 if let (Some(following), Some(found)) = (&following, handed_over(&lease, &name)) {
                     following.set(found);
                 }
-                let holder = lease.spec.as_ref().and_then(|s| s.holder_identity.as_deref()).unwrap_or_default();
-                if holder.is_empty() {
-                    released.notify_one();
+                if seen.send(Some((LeaderElectionRecord::from_spec(lease.spec.as_ref()), Instant::now()))).is_err() {
+                    return;
                 }
             }
             Ok(Some(_)) => {}
@@ -258,10 +258,14 @@ impl Observation {
 
     /// Whether another holder's lease is still valid at `now` by this candidate's clock.
     fn held_by_other(&self, identity: &str, now: Instant) -> bool {
-        let (Some(record), Some(at)) = (&self.record, self.at) else { return false };
-        !record.holder_identity.is_empty()
-            && record.holder_identity != identity
-            && at + Duration::from_secs(u64::try_from(record.lease_duration_seconds).unwrap_or(0)) > now
+        self.expiry(identity).is_some_and(|expiry| expiry > now)
+    }
+
+    /// When another holder's lease expires by this candidate's clock (`None`: no other holder).
+    fn expiry(&self, identity: &str) -> Option<Instant> {
+        let (Some(record), Some(at)) = (&self.record, self.at) else { return None };
+        (!record.holder_identity.is_empty() && record.holder_identity != identity)
+            .then(|| at + Duration::from_secs(u64::try_from(record.lease_duration_seconds).unwrap_or(0)))
     }
 }
 
@@ -456,13 +460,8 @@ impl LeaderElector {
     /// jittered by up to [`JITTER_FACTOR`]. Logs the acquisition.
     pub async fn acquire(&mut self, stop: &CancellationToken) -> bool {
         let mut told_holder = String::new();
-        let released = Arc::new(tokio::sync::Notify::new());
-        let watch = tokio::spawn(watch_lease(
-            self.api.clone(),
-            self.config.name.clone(),
-            released.clone(),
-            self.following.clone(),
-        ));
+        let (seen_tx, mut seen) = tokio::sync::watch::channel(None);
+        let watch = tokio::spawn(watch_lease(self.api.clone(), self.config.name.clone(), seen_tx, self.following.clone()));
         let _watch = AbortOnDrop(watch);
         loop {
             let attempt = tokio::time::timeout(self.config.renew_deadline, self.try_acquire_or_renew());
@@ -493,9 +492,40 @@ impl LeaderElector {
                 Err(_) => tracing::warn!("leader election: acquiring {}: no answer in time", self.config.name),
             }
             let pause = self.config.retry_period.mul_f64(1.0 + JITTER_FACTOR * rand::random::<f64>());
+            if !self.wait_to_retry(Instant::now() + pause, &mut seen, stop).await {
+                return false;
+            }
+        }
+    }
+
+    /// A candidate's pause before its next try: until `retry`, or sooner when the Lease's watch
+    /// shows it released or the observed lease expires first (the watch's records are
+    /// observations as a read's are). `false` when `stop` fired.
+    async fn wait_to_retry(
+        &mut self,
+        retry: Instant,
+        seen: &mut tokio::sync::watch::Receiver<Option<(LeaderElectionRecord, Instant)>>,
+        stop: &CancellationToken,
+    ) -> bool {
+        let mut watching = true;
+        loop {
+            // An expiry already past was tried at: only the retry is left.
+            let expiry = self.observation.expiry(&self.config.identity).filter(|e| *e > Instant::now());
+            let wake = expiry.map_or(retry, |expiry| expiry.min(retry));
             tokio::select! {
-                () = tokio::time::sleep(pause) => {}
-                () = released.notified() => {}
+                () = tokio::time::sleep_until(wake.into()) => return true,
+                changed = seen.changed(), if watching => {
+                    if changed.is_err() {
+                        watching = false;
+                        continue;
+                    }
+                    let Some((record, at)) = seen.borrow_and_update().clone() else { continue };
+                    let released = record.holder_identity.is_empty();
+                    self.observation.observe(record, at);
+                    if released {
+                        return true;
+                    }
+                }
                 () = stop.cancelled() => return false,
             }
         }

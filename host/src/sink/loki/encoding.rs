@@ -250,6 +250,20 @@ mod tests {
     }
 
     #[test]
+    fn the_enrichments_cluster_labels_the_stream_by_default() {
+        let push = LokiPush::new(super::super::DEFAULT_LABELS.to_vec(), LokiFormat::Json, false);
+        let mut enriched = event("shop", "Pulled", "2026-11-28T10:00:02Z");
+        enriched.enrichment = crate::event::enrichment::Enriched::new(std::sync::Arc::new(
+            crate::event::enrichment::Enrichment { cluster: Some("prod-eu".into()), ..Default::default() },
+        ));
+        let plain = event("shop", "Pulled", "2026-11-28T10:00:02Z");
+        let cluster = |e: &Event| push.stream_labels(e).into_iter().find(|(k, _)| k == "cluster").map(|(_, v)| v);
+        assert_eq!(cluster(&enriched).as_deref(), Some("prod-eu"));
+        assert_eq!(cluster(&plain), None, "no enrichment: no cluster label");
+        assert_ne!(push.order_key(&enriched), push.order_key(&plain), "a stream per cluster");
+    }
+
+    #[test]
     fn a_protobuf_push_is_a_snappy_compressed_push_request() {
         let push = LokiPush::new(vec![LabelField::Namespace, LabelField::Reason], LokiFormat::Protobuf, false);
         let mut quoted = event("shop", "Back\"Off", "2026-11-28T10:00:01.5Z");

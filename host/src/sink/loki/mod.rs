@@ -9,8 +9,8 @@
 //!   ([`push`]) compressed with snappy's block format, as Promtail sends.
 //!
 //! A stream per label set: the labels are the event fields `labels=` names ([`LabelField`];
-//! by default [`DEFAULT_LABELS`]: `namespace`, `kind`, `reason`, `type`, all of few values, as
-//! Loki wants labels), a field with no value left out, and `job="eventpipe"` when none has one
+//! by default [`DEFAULT_LABELS`]: `namespace`, `kind`, `reason`, `type` and, with enrichment,
+//! `cluster`, all of few values, as Loki wants labels), a field with no value left out, and `job="eventpipe"` when none has one
 //! (Loki refuses a stream without labels). The line is the event as JSON (as the JSON-lines sink
 //! writes it); the entry's time is `lastTimestamp`, else `eventTime`, else the creation time (the
 //! OTLP sink's choice), else the time of the call, in ns. With `structured_metadata=true` the
@@ -57,8 +57,8 @@ use crate::event::Event;
 pub const PUSH_PATH: &str = "/loki/api/v1/push";
 
 /// The labels when `labels=` is not given: few values each, as Loki's label best practices ask.
-pub const DEFAULT_LABELS: [LabelField; 4] =
-    [LabelField::Namespace, LabelField::Kind, LabelField::Reason, LabelField::Type];
+pub const DEFAULT_LABELS: [LabelField; 5] =
+    [LabelField::Namespace, LabelField::Kind, LabelField::Reason, LabelField::Type, LabelField::Cluster];
 
 /// The label set when no configured field has a value.
 pub const FALLBACK_LABEL: (&str, &str) = ("job", "eventpipe");
@@ -82,11 +82,13 @@ pub enum LabelField {
     Component,
     /// `host`: `source.host`, else `reportingInstance`.
     Host,
+    /// `cluster`: the enrichment's cluster name (`[enrich] cluster`, `--cluster-name`).
+    Cluster,
 }
 
 impl LabelField {
     /// Every field, in the order [`Self::name`]s are listed in errors.
-    pub const ALL: [LabelField; 8] = [
+    pub const ALL: [LabelField; 9] = [
         LabelField::Namespace,
         LabelField::Kind,
         LabelField::Name,
@@ -95,6 +97,7 @@ impl LabelField {
         LabelField::Action,
         LabelField::Component,
         LabelField::Host,
+        LabelField::Cluster,
     ];
 
     /// The label's (and option's) name.
@@ -108,6 +111,7 @@ impl LabelField {
             LabelField::Action => "action",
             LabelField::Component => "component",
             LabelField::Host => "host",
+            LabelField::Cluster => "cluster",
         }
     }
 
@@ -124,6 +128,7 @@ impl LabelField {
             LabelField::Component => &event.source.component,
             LabelField::Host if event.source.host.is_empty() => &event.reporting_instance,
             LabelField::Host => &event.source.host,
+            LabelField::Cluster => event.enrichment.get().and_then(|e| e.cluster.as_deref()).unwrap_or_default(),
         }
     }
 }

@@ -110,6 +110,17 @@ impl Readiness {
         }
     }
 
+    /// As [`report`](Self::report) of a readiness `problem` every run passes through at its
+    /// start (a source not synced yet): logged at debug level, not as a warning.
+    pub fn report_pending(&self, subject: &str, problem: String) {
+        let mut problems = self.lock();
+        let map = problems.of(Probe::Readiness);
+        if map.get(subject) != Some(&problem) {
+            tracing::debug!(subject, %problem, "not ready yet");
+            map.insert(subject.to_string(), problem);
+        }
+    }
+
     /// The problems reported on `probe`, as `SUBJECT: REASON` lines.
     pub fn problems(&self, probe: Probe) -> Vec<String> {
         self.lock().of(probe).iter().map(|(subject, problem)| format!("{subject}: {problem}")).collect()

@@ -722,3 +722,106 @@ fn a_leader_killed_every_20_s_under_a_steady_event_rate_loses_no_event() {
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
+
+/// Each output Event's final `count` in JSON-lines `files` (the last write per
+/// `metadata.name`), in order of the files.
+fn final_counts(files: &[&std::path::Path]) -> BTreeMap<String, i64> {
+    let mut counts = BTreeMap::new();
+    for file in files {
+        for line in std::fs::read_to_string(file).unwrap_or_default().lines() {
+            let Ok(call) = serde_json::from_str::<Value>(line) else { continue };
+            let event = &call["event"];
+            if let (Some(name), Some(count)) = (event["metadata"]["name"].as_str(), event["count"].as_i64()) {
+                counts.insert(name.to_string(), count);
+            }
+        }
+    }
+    counts
+}
+
+/// The hot standby's correlator state is the leader's: Events repeating about three Pods (the
+/// same reason and message, so the correlator counts them into one output Event each) are
+/// created while the leader writes; the leader is SIGKILLed halfway and the standby takes over
+/// from its own state file. The counts go on from the old leader's — each output Event ends at
+/// 20, as an uninterrupted run's — where a standby with a fresh correlator would count the
+/// second half from 1 again.
+#[test]
+fn a_hot_standby_takes_over_with_the_leaders_counts() {
+    const OBJECTS: usize = 3;
+    const REPEATS: usize = 20;
+    let Some(plane) = control_plane_or_skip() else { return };
+    let ns = plane.namespace("hot-standby");
+    let server = upstream(plane);
+    let state = tempfile::tempdir().unwrap();
+    let elected = |name: &'static str| {
+        Launch::new(plane, &server, &ns)
+            .elect(name, CHAOS_LEASE_DURATION, CHAOS_RENEW_DEADLINE, CHAOS_RETRY)
+            .arg("--delivery=at-least-once")
+            .arg(format!("--state-file={}", state.path().join(name).display()))
+            .arg(format!("--checkpoint-interval={}", CHECKPOINT_INTERVAL.as_secs_f64()))
+            .start()
+    };
+    let reference = Launch::new(plane, &server, &ns).start();
+    let mut a = elected("a");
+    wait_holder(plane, &ns, "a", Duration::from_secs(60));
+    let b = elected("b");
+    create_event(plane, &ns, "first");
+    wait_for_object(&a, "first", Duration::from_secs(30));
+    wait_for_object(&reference, "first", Duration::from_secs(30));
+    let start = Instant::now();
+    while !b.logged("a hot standby") {
+        assert!(start.elapsed() < Duration::from_secs(30), "b is no hot standby: {:?}", b.log.lock().unwrap());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_secs(2)); // b has listed and watches
+
+    let api = Api::new(plane);
+    let repeat = |i: usize| {
+        let at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        let pod = format!("repeating-{}", i % OBJECTS);
+        let body = serde_json::json!({
+            "metadata": {"name": format!("repeat-{i:03}"), "namespace": &ns},
+            "involvedObject": {"kind": "Pod", "namespace": &ns, "name": &pod, "uid": format!("uid-{pod}"), "apiVersion": "v1"},
+            "reason": "BackOff", "message": "Back-off restarting failed container", "type": "Warning",
+            "source": {"component": "kubelet", "host": "node-1"},
+            "firstTimestamp": at, "lastTimestamp": at, "count": 1,
+        });
+        let (code, answer) = api.request("POST", &format!("/api/v1/namespaces/{ns}/events"), Some(&body));
+        assert_eq!(code, 201, "{answer}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let half = OBJECTS * REPEATS / 2;
+    (0..half).for_each(repeat);
+    // The leader writes the first half; it dies with its last seconds maybe not recorded.
+    let expected_half = half as i64 / OBJECTS as i64;
+    let start = Instant::now();
+    while final_counts(&[&a.out]).values().filter(|&&c| c == expected_half).count() < OBJECTS {
+        assert!(start.elapsed() < Duration::from_secs(30), "a wrote {:?}", final_counts(&[&a.out]));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    a.signal("KILL");
+    a.wait_exit(Duration::from_secs(5));
+    (half..OBJECTS * REPEATS).for_each(repeat);
+    wait_holder(plane, &ns, "b", CHAOS_LEASE_DURATION + SLACK);
+
+    let done = |counts: &BTreeMap<String, i64>| counts.values().filter(|&&c| c == REPEATS as i64).count() == OBJECTS;
+    let start = Instant::now();
+    while !done(&final_counts(&[&reference.out])) || !done(&final_counts(&[&a.out, &b.out])) {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "reference {:?}, pair {:?}; b's log: {:?}",
+            final_counts(&[&reference.out]),
+            final_counts(&[&a.out, &b.out]),
+            b.log.lock().unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(b.logged("the hot standby saved"), "b led from its own state: {:?}", b.log.lock().unwrap());
+    assert_eq!(final_counts(&[&a.out, &b.out]), final_counts(&[&reference.out]), "every output Event's final count");
+    // b wrote the second half itself, counting on from a's counts.
+    let b_counts = final_counts(&[&b.out]);
+    assert!(
+        b_counts.values().filter(|&&c| c == REPEATS as i64).count() == OBJECTS,
+        "b's last writes: {b_counts:?}"
+    );
+}

@@ -373,14 +373,15 @@ impl Watch {
     /// Fails `/readyz` until the source first synced, and while the API server has answered
     /// nothing for the stall timeout; clears that once it answers.
     fn report_reachability(&self) {
-        let problem = self
-            .stall
-            .unreachable_for()
-            .map(|quiet| {
-                format!("no answer from the Kubernetes API server for {:.0} s (--stall-timeout)", quiet.as_secs_f64())
-            })
-            .or_else(|| (!self.synced).then(|| "not synced yet: no list or watch has been answered".to_owned()));
-        self.health.report(Probe::Readiness, &self.subject, problem);
+        let problem = self.stall.unreachable_for().map(|quiet| {
+            format!("no answer from the Kubernetes API server for {:.0} s (--stall-timeout)", quiet.as_secs_f64())
+        });
+        match problem {
+            None if !self.synced => {
+                self.health.report_pending(&self.subject, "not synced yet: no list or watch has been answered".into());
+            }
+            problem => self.health.report(Probe::Readiness, &self.subject, problem),
+        }
     }
 
     /// A list completed or a watch was answered: synced from now on.

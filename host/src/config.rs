@@ -146,6 +146,7 @@ use serde::de::{self, Deserializer, Visitor};
 use toml::Spanned;
 
 use crate::broadcaster::FullChannelBehavior;
+use crate::election::{self as leader, JITTER_FACTOR, LeaderElectionConfig};
 use crate::oci::OciReference;
 use crate::partition::PartitionKey;
 use crate::plugin::pin::{DIGEST_KEY, SOURCE_KEY, Sha256Digest};
@@ -153,7 +154,6 @@ use crate::plugin::{FallbackPolicy, MEMO_MAX_ENTRIES_KEY, PURE_KEY, parse_memo_m
 pub use crate::tenant::DEFAULT_TENANT;
 use crate::tenant::rules::EventRule;
 use crate::tenant::{EventMatch, MatchEntry, MatchError, MatchSpec, TenantRouter};
-use crate::topology::leader::{self, JITTER_FACTOR, LeaderElectionConfig};
 use crate::watchers::WatcherSpec;
 
 /// The plugin name that selects the native client-go function instead of a plugin
@@ -515,7 +515,7 @@ pub struct LeaderElectionSettings {
     /// Whether `run` elects at all (`--leader-elect`, `enabled`); unset in every layer: no.
     pub enabled: Option<bool>,
     /// The Lease, `NAMESPACE/NAME` or `NAME` (then in
-    /// [`crate::topology::leader::default_namespace`]); unset: `eventpipe` there.
+    /// [`crate::election::default_namespace`]); unset: `eventpipe` there.
     pub lease: Option<String>,
     /// How long a Lease holds without renewal, as candidates observe it (client-go's
     /// LeaseDuration); unset: 15 s.
@@ -531,8 +531,8 @@ impl LeaderElectionSettings {
     /// The election's terms, each from the first layer that gives it — `flags`, then `file`
     /// (the config's `[leader_election]`), then client-go's defaults (LeaseDuration 15 s,
     /// RenewDeadline 10 s, RetryPeriod 2 s; the Lease `eventpipe` in
-    /// [`crate::topology::leader::default_namespace`]); the identity is
-    /// [`crate::topology::leader::default_identity`]. `None` when neither layer enables it.
+    /// [`crate::election::default_namespace`]); the identity is
+    /// [`crate::election::default_identity`]. `None` when neither layer enables it.
     ///
     /// # Errors
     /// A `lease` that is not `NAME` or `NAMESPACE/NAME`; terms that break a rule of
@@ -693,15 +693,15 @@ struct RawLeaderElection {
     lease: Option<Spanned<String>>,
     /// How long a Lease holds without renewal, as candidates observe it, seconds, > the renew
     /// deadline (15, client-go's LeaseDuration; `--leader-elect-lease-duration`).
-    #[schemars(with = "Option<f64>", extend("default" = crate::topology::leader::DEFAULT_LEASE_DURATION.as_secs()))]
+    #[schemars(with = "Option<f64>", extend("default" = crate::election::DEFAULT_LEASE_DURATION.as_secs()))]
     lease_duration_seconds: Option<Spanned<f64>>,
     /// How long the leader tries to renew before it steps down, seconds, > the retry period ×
     /// 1.2 (10, client-go's RenewDeadline; `--leader-elect-renew-deadline`).
-    #[schemars(with = "Option<f64>", extend("default" = crate::topology::leader::DEFAULT_RENEW_DEADLINE.as_secs()))]
+    #[schemars(with = "Option<f64>", extend("default" = crate::election::DEFAULT_RENEW_DEADLINE.as_secs()))]
     renew_deadline_seconds: Option<Spanned<f64>>,
     /// Interval between tries to acquire or renew, seconds (2, client-go's RetryPeriod;
     /// `--leader-elect-retry-period`).
-    #[schemars(with = "Option<f64>", extend("default" = crate::topology::leader::DEFAULT_RETRY_PERIOD.as_secs()))]
+    #[schemars(with = "Option<f64>", extend("default" = crate::election::DEFAULT_RETRY_PERIOD.as_secs()))]
     retry_period_seconds: Option<Spanned<f64>>,
 }
 

@@ -50,7 +50,8 @@
 //!   tenant config file, Broadcaster watchers, EventSinks, plugins in OCI registries, the Wasm
 //!   runtime (the only wasmtime user), the apiserver-style watch cache, the sources.
 //! - [`correlator`], [`tenant`] (matching and drop/keep rules), [`partition`], [`broadcaster`],
-//!   [`delivery`], [`k8s`] (the API server connection), [`nats`], [`event`], [`clock`], and the
+//!   [`delivery`], [`election`] (leader-election terms), [`k8s`] (the API server connection),
+//!   [`nats`], [`event`], [`clock`], and the
 //!   small ones ([`health`], [`http_server`], [`logging`], [`redact`], [`reload`], [`suggest`], [`metrics`]:
 //!   the `/metrics` families, their lock-free histograms and their server; each module above
 //!   adds its own counters and histograms): the ground floor.
@@ -61,6 +62,7 @@ pub mod commands;
 pub mod config;
 pub mod correlator;
 pub mod delivery;
+pub mod election;
 pub mod event;
 pub mod health;
 pub mod http_server;

@@ -3,8 +3,8 @@
 //! and their order are the running topology's ([`crate::topology`]).
 
 pub use crate::topology::{
-    DeliveryOptions, Handover, KubernetesOptions, LimitOptions, PluginOptions, Role, RunError, RunOptions,
-    RunSummary, ScaleOptions, ServingOptions, SourceOptions, run_elected,
+    DeliveryOptions, Handover, KubernetesOptions, LimitOptions, PluginOptions, Role, RunError, RunOptions, RunSummary,
+    ScaleOptions, ServingOptions, SourceOptions, run_elected,
 };
 
 /// Runs the pipeline until the source ends, then shuts the Broadcaster down (draining it) and

@@ -723,7 +723,8 @@ impl Committer {
         let finished = self.progress.finished_count();
         let mut covered = state.pending.iter().take_while(|(at, _)| *at <= finished).count();
         if self.ceiling.is_some() {
-            covered = state.pending.iter().take(covered).rposition(|(at, _)| self.within_ceiling(*at)).map_or(0, |i| i + 1);
+            covered =
+                state.pending.iter().take(covered).rposition(|(at, _)| self.within_ceiling(*at)).map_or(0, |i| i + 1);
         }
         let news = if state.snapshots { covered > 0 } else { finished != state.saved_finished };
         if !news && !(state.snapshots && state.covered != state.saved_finished) {
@@ -1021,8 +1022,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let progress = Arc::new(Progress::default());
         let shared = Arc::new(SavedPosition::default());
-        let c = Committer::new(dir.path().join("state.json"), "k8s:ns".into(), progress.clone(), SeenVersions::default())
-            .share_with(shared.clone());
+        let c =
+            Committer::new(dir.path().join("state.json"), "k8s:ns".into(), progress.clone(), SeenVersions::default())
+                .share_with(shared.clone());
         progress.sent(Position::ResourceVersion("5".into()));
         progress.sent(Position::ResourceVersion("9".into()));
         assert!(!c.commit(|| Ok(()), true).unwrap());
@@ -1067,6 +1069,9 @@ mod tests {
         leader.set(at("30"));
         assert!(c.commit(|| Ok(()), true).unwrap());
         let saved = SavedState::load(&path).unwrap().unwrap();
-        assert_eq!((saved.position, saved.correlator.unwrap().partitions), (Position::ResourceVersion("30".into()), vec!["snapshot at 3".to_string()]));
+        assert_eq!(
+            (saved.position, saved.correlator.unwrap().partitions),
+            (Position::ResourceVersion("30".into()), vec!["snapshot at 3".to_string()])
+        );
     }
 }

@@ -820,8 +820,5 @@ fn a_hot_standby_takes_over_with_the_leaders_counts() {
     assert_eq!(final_counts(&[&a.out, &b.out]), final_counts(&[&reference.out]), "every output Event's final count");
     // b wrote the second half itself, counting on from a's counts.
     let b_counts = final_counts(&[&b.out]);
-    assert!(
-        b_counts.values().filter(|&&c| c == REPEATS as i64).count() == OBJECTS,
-        "b's last writes: {b_counts:?}"
-    );
+    assert!(b_counts.values().filter(|&&c| c == REPEATS as i64).count() == OBJECTS, "b's last writes: {b_counts:?}");
 }

@@ -323,7 +323,8 @@ mod tests {
         if let Some(v) = file {
             let mut seen = SeenVersions::default();
             seen.record(crate::delivery::SeenVersion::new("ns/e1", "3"));
-            let saved = SavedState { source: "k8s:ns".into(), position: rv(v), acknowledged: 1, seen, correlator: None };
+            let saved =
+                SavedState { source: "k8s:ns".into(), position: rv(v), acknowledged: 1, seen, correlator: None };
             saved.save(&state_file).unwrap();
         }
         let delivery = Delivery::AtLeastOnce { state_file };

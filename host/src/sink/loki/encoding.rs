@@ -253,9 +253,11 @@ mod tests {
     fn the_enrichments_cluster_labels_the_stream_by_default() {
         let push = LokiPush::new(super::super::DEFAULT_LABELS.to_vec(), LokiFormat::Json, false);
         let mut enriched = event("shop", "Pulled", "2026-11-28T10:00:02Z");
-        enriched.enrichment = crate::event::enrichment::Enriched::new(std::sync::Arc::new(
-            crate::event::enrichment::Enrichment { cluster: Some("prod-eu".into()), ..Default::default() },
-        ));
+        enriched.enrichment =
+            crate::event::enrichment::Enriched::new(std::sync::Arc::new(crate::event::enrichment::Enrichment {
+                cluster: Some("prod-eu".into()),
+                ..Default::default()
+            }));
         let plain = event("shop", "Pulled", "2026-11-28T10:00:02Z");
         let cluster = |e: &Event| push.stream_labels(e).into_iter().find(|(k, _)| k == "cluster").map(|(_, v)| v);
         assert_eq!(cluster(&enriched).as_deref(), Some("prod-eu"));

@@ -67,6 +67,8 @@
 //! | `eventpipe_watch_cache_resource_version`, `_objects`, `_window_changes`, `_watches` (gauges) | — | the watch cache ([`crate::watch_cache`]): its newest resourceVersion, events held, changes in the window, watches open |
 //! | `eventpipe_watch_cache_changes_total`, `_deleted_total` | — / `reason` (`ttl`, `max_objects`) | changes made; events deleted for their TTL or the object bound |
 //! | `eventpipe_watch_cache_watches_cut_off_total`, `_expired_requests_total` | — | watches cut off for a full queue; lists and watches answered `410 Expired` |
+//! | `eventpipe_ready` (gauge) | — | 1 while `GET /readyz` answers `200` ([`crate::health`]), else 0 |
+//! | `eventpipe_leader` (gauge), `eventpipe_leader_transitions_total` | — | `--leader-elect`: 1 while this process holds the Lease; times it acquired it ([`crate::topology::leader`]) |
 
 pub mod histogram;
 
@@ -432,6 +434,11 @@ pub const WATCH_CACHE_EXPIRED: Family = present(counter(
     "Lists and watches answered 410 Expired (their resourceVersion left the window).",
 ));
 
+/// `eventpipe_ready` (a gauge, 0 or 1, no labels): what `/readyz` answers.
+pub const READY: Family = gauge(
+    "eventpipe_ready",
+    "1 while /readyz answers 200 (the pipeline runs and no piece reports a readiness problem), else 0.",
+);
 /// `eventpipe_leader` (a gauge, 0 or 1; runs with `--leader-elect`).
 pub const LEADER: Family = present(gauge(
     "eventpipe_leader",
@@ -534,6 +541,7 @@ pub const FAMILIES: &[&Family] = &[
     &WATCH_CACHE_DELETED,
     &WATCH_CACHE_CUT_OFF,
     &WATCH_CACHE_EXPIRED,
+    &READY,
     &LEADER,
     &LEADER_TRANSITIONS,
 ];

@@ -327,8 +327,10 @@ fn a_source_that_has_not_synced_is_not_ready() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(run.get("/healthz"), (200, "ok".into()), "a restart would not help");
+    assert_eq!(run.sample("eventpipe_ready", &[]), Some(0.0), "the readiness gauge");
     proxy.thaw();
     run.wait_for_status("/readyz", 200, Duration::from_secs(20));
+    assert_eq!(run.sample("eventpipe_ready", &[]), Some(1.0), "the readiness gauge");
     create_event(plane, &ns, "after");
     run.wait_for_names(&["after".into()], Duration::from_secs(20));
 }

@@ -44,10 +44,13 @@ impl Servers {
         let (metrics, http_stats) = (Arc::new(Metrics::new()), Arc::new(crate::http_server::ServerStats::default()));
         let stats = http_stats.clone();
         metrics.add_source(move |s| s.add_http_server(&stats));
+        let readiness = Readiness::new();
+        let ready = readiness.clone();
+        metrics.add_source(move |s| s.set(&crate::metrics::READY, &[], u64::from(ready.is_ready())));
         Servers {
             metrics,
             http_stats,
-            readiness: Readiness::new(),
+            readiness,
             watch_cache,
             read_api,
             limits,

@@ -20,8 +20,7 @@
 //! | `key` | the event's correlation key: 32 hex digits of SHA-256 over the involved object (kind, namespace, name, uid, apiVersion), the source (component, host) and the reason — the same for every repeat of one event, so a PagerDuty `dedup_key` or Opsgenie `alias` |
 //! | `secret` | the sink's secret (`secret_env=VAR` or `secret_file=PATH`), or none |
 //! | `resolve_on` | the sink's `resolve_on` option (an event type), or none |
-//!
-//! The enrichment object (issue #57) is not in the context yet.
+//! | `enrichment` | with enrichment on ([`crate::event::enrichment`]): `{cluster, labels, annotations, owner: {kind, name, uid, apiVersion}, node: {name, labels}}`, each key only when configured and found; none without enrichment |
 //!
 //! # Filters
 //! Besides minijinja's built-ins (`tojson` escapes any value as JSON, `default`, `upper`, …):
@@ -334,6 +333,7 @@ struct Context<'a> {
     key: String,
     secret: Option<&'a str>,
     resolve_on: Option<&'a str>,
+    enrichment: Option<&'a crate::event::enrichment::Enrichment>,
 }
 
 fn rfc3339(time: Option<crate::event::Time>) -> Option<String> {
@@ -418,6 +418,7 @@ impl Rendered {
             key: correlation_key(event),
             secret: self.secret.as_deref(),
             resolve_on: self.resolve_on.as_deref(),
+            enrichment: event.enrichment.get(),
         };
         let body = self.env.get_template(BODY)?.render(Value::from_serialize(&context))?;
         serde_json::from_str::<serde::de::IgnoredAny>(&body)
@@ -501,6 +502,29 @@ mod tests {
         for p in Preset::ALL {
             environment(p.name().into(), p.source().into()).unwrap_or_else(|e| panic!("{}: {e:#}", p.name()));
         }
+    }
+
+    #[test]
+    fn the_enrichment_is_in_the_context_where_present() {
+        use crate::event::enrichment::{Enriched, Enrichment, Owner};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.j2");
+        std::fs::write(
+            &path,
+            r#"{"cluster": {{ enrichment.cluster | default("none") | tojson }}, "owner": {{ (enrichment.owner.name if enrichment else "none") | tojson }}}"#,
+        )
+        .unwrap();
+        let options = BodyOptions { source: Some(BodySource::File(path)), ..BodyOptions::default() };
+        let rendered = Rendered::new("webhook:t", "default", &options).unwrap();
+        let mut event = Event::default();
+        assert_eq!(rendered.render(Verb::Create, &event).unwrap(), r#"{"cluster": "none", "owner": "none"}"#);
+        let owner = Owner { kind: "Deployment".into(), name: "web".into(), ..Owner::default() };
+        event.enrichment = Enriched::new(std::sync::Arc::new(Enrichment {
+            cluster: Some("prod-eu".into()),
+            owner: Some(owner),
+            ..Enrichment::default()
+        }));
+        assert_eq!(rendered.render(Verb::Create, &event).unwrap(), r#"{"cluster": "prod-eu", "owner": "web"}"#);
     }
 
     #[test]

@@ -929,3 +929,35 @@ fn a_token_in_the_url_authenticates_publisher_and_worker() {
     let dir = tempfile::tempdir().unwrap();
     publish_and_work_with_url_credentials(&WithCredentials(&server, "SEKnatsTok7"), "SEKnatsTok7", dir.path());
 }
+
+/// The publish tier carries each event's enrichment to the workers (`Eventpipe-Enrichment`):
+/// with `--cluster-name` on the publisher only (no cluster to read: only the cluster's name is
+/// attached), every worker line carries it, as a single host's would.
+#[test]
+fn the_publishers_enrichment_reaches_the_workers_lines() {
+    let Some(server) = NatsServer::start("enrichment_carried") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    let text: String =
+        std::fs::read_to_string(bundled_stream()).unwrap().lines().take(500).map(|l| l.to_owned() + "\n").collect();
+    std::fs::write(&input, &text).unwrap();
+    let publisher = run(
+        &[
+            format!("--source=jsonl:{}", input.display()),
+            format!("--sink={}", server.url("partitions=2")),
+            "--cluster-name=prod-eu".into(),
+        ],
+        &dir.path().join("publisher.log"),
+    );
+    let status = wait(publisher);
+    assert!(status.success(), "{}", std::fs::read_to_string(dir.path().join("publisher.log")).unwrap());
+    let out = dir.path().join("w0.jsonl");
+    let w = worker(&server, 0, 1, &out, "", dir.path());
+    let got = wait_for(std::slice::from_ref(&out), 120, "the worker", |l| l.len() >= 10);
+    stop(w);
+    assert!(
+        got.iter().all(|l| l["enrichment"] == serde_json::json!({"cluster": "prod-eu"})),
+        "{:?}",
+        got.iter().find(|l| l["enrichment"] != serde_json::json!({"cluster": "prod-eu"}))
+    );
+}

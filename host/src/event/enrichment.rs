@@ -10,10 +10,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The enrichment of one event. Keys not configured are `None` (absent on the wire).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Enrichment {
     /// The cluster's name (`[enrich] cluster`, `--cluster-name`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -41,7 +41,7 @@ impl Enrichment {
 }
 
 /// An owner, as a `metav1.OwnerReference` names it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Owner {
     /// `kind` (`Deployment`).
@@ -56,7 +56,7 @@ pub struct Owner {
 
 /// The node a Pod is scheduled on (`spec.nodeName`) and its labels matching
 /// `[enrich] node_labels`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Node {
     /// The node's name.
     pub name: String,
@@ -81,10 +81,51 @@ impl Enriched {
     pub fn get(&self) -> Option<&Enrichment> {
         self.0.as_deref()
     }
+
+    /// The enrichment as one line of JSON, as the publish tier carries it to the workers in a
+    /// NATS header (`Eventpipe-Enrichment`); `None` without one.
+    pub fn to_header(&self) -> Option<String> {
+        self.get().map(|e| serde_json::to_string(e).expect("an enrichment serialises"))
+    }
+
+    /// The enrichment [`to_header`](Self::to_header) wrote.
+    ///
+    /// # Errors
+    /// The JSON error of a text that is not one.
+    pub fn from_header(text: &str) -> Result<Self, serde_json::Error> {
+        Ok(Self::new(Arc::new(serde_json::from_str(text)?)))
+    }
 }
 
 impl PartialEq for Enriched {
     fn eq(&self, _: &Self) -> bool {
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_enrichment_goes_through_its_header_whole() {
+        let enrichment = Enrichment {
+            cluster: Some("prod-eu".into()),
+            labels: Some(BTreeMap::from([("team".into(), "payments".into())])),
+            annotations: None,
+            owner: Some(Owner {
+                kind: "Deployment".into(),
+                name: "web".into(),
+                uid: "u1".into(),
+                api_version: "apps/v1".into(),
+            }),
+            node: Some(Node { name: "node-7".into(), labels: BTreeMap::from([("zone".into(), "a".into())]) }),
+        };
+        let header = Enriched::new(Arc::new(enrichment.clone())).to_header().unwrap();
+        assert!(!header.contains('\n'), "one header line: {header}");
+        assert!(header.contains(r#""apiVersion":"apps/v1""#), "{header}");
+        assert_eq!(Enriched::from_header(&header).unwrap().get(), Some(&enrichment));
+        assert_eq!(Enriched::default().to_header(), None);
+        assert!(Enriched::from_header("{not json").is_err());
     }
 }

@@ -73,6 +73,12 @@ pub const CLOCK_HEADER: &str = "Eventpipe-Clock";
 /// See [`CLOCK_HEADER`]: the line's `spam_filter_clock`, sent when it differs from its `clock`.
 pub const SPAM_FILTER_CLOCK_HEADER: &str = "Eventpipe-Spam-Filter-Clock";
 
+/// The NATS header carrying the event's enrichment (one line of JSON,
+/// [`crate::event::enrichment::Enriched::to_header`]), attached by the publish tier where the
+/// cluster is read, so that workers route (`match.object_labels`, …) and write it as a single
+/// host does.
+pub const ENRICHMENT_HEADER: &str = "Eventpipe-Enrichment";
+
 /// A partition snapshots after this many events even before its interval passed, so that the
 /// messages awaiting acknowledgement stay well below [`crate::nats::MAX_ACK_PENDING`].
 pub const SNAPSHOT_EVERY_EVENTS: u64 = 20_000;
@@ -262,6 +268,8 @@ struct Publication {
     expect_last: Option<String>,
     headers: crate::event::IngestHeaders,
     clock: crate::event::RecordedClock,
+    /// [`ENRICHMENT_HEADER`]'s value.
+    enrichment: Option<String>,
     payload: Bytes,
     ack: Option<AckFuture>,
 }
@@ -291,6 +299,9 @@ impl Publication {
             if let Some(spam) = self.clock.spam_filter_clock().filter(|s| *s != clock) {
                 message = message.header(SPAM_FILTER_CLOCK_HEADER, text(spam).as_str());
             }
+        }
+        if let Some(enrichment) = &self.enrichment {
+            message = message.header(ENRICHMENT_HEADER, enrichment.as_str());
         }
         let ack = js.send_publish(self.subject.clone(), message).await.map_err(|e| e.to_string())?;
         self.ack = Some(std::future::IntoFuture::into_future(ack));
@@ -400,6 +411,7 @@ pub async fn publish(
                         expect_last,
                         headers: event.ingest_headers.clone(),
                         clock: event.recorded_clock.clone(),
+                        enrichment: event.enrichment.to_header(),
                         payload: Bytes::from(serde_json::to_vec(&*event).expect("an event serialises")),
                         ack: None,
                     };
@@ -868,6 +880,14 @@ fn decode_into(message: &async_nats::Message, batch: &mut Vec<(u64, SharedEvent)
                 Some(at.with_timezone(&chrono::Utc))
             };
             event.recorded_clock = RecordedClock::new(instant(CLOCK_HEADER), instant(SPAM_FILTER_CLOCK_HEADER));
+            if let Some(text) = message.headers.as_ref().and_then(|h| h.get(ENRICHMENT_HEADER)) {
+                match crate::event::enrichment::Enriched::from_header(text.as_str()) {
+                    Ok(enrichment) => event.enrichment = enrichment,
+                    Err(error) => {
+                        tracing::warn!(partition = p, %error, "an enrichment header that is not one, ignored")
+                    }
+                }
+            }
             batch.push((o.router.acks.begin(), crate::event::shared(event)));
         }
         Err(error) => {

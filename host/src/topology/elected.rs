@@ -105,6 +105,9 @@ impl Standby {
         elector.follow(leader.clone());
         let saved = Arc::new(SavedPosition::default());
         let mut standby = options.clone();
+        // Its reads are not the leading run's: counted apart (the summary and the progress
+        // bar read the run's counters).
+        standby.source.counters = Arc::default();
         standby.shutdown = options.shutdown.child_token();
         standby.serving.leader = Some(elector.status());
         standby.delivery.handover = Some(Handover { saved: saved.clone(), inherited: None, standby: Some(leader) });

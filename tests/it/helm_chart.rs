@@ -616,64 +616,22 @@ fn probes_ask_healthz_and_readyz_on_the_metrics_port() {
 fn leader_election_is_on_by_default_and_off_gives_one_recreated_pod() {
     let docs = render(json!({}));
     let deployment = find(&docs, "Deployment");
-    assert_eq!(deployment["spec"]["replicas"], 2);
+    assert_elects(&docs, "monitoring", "ep-eventpipe", "ep-eventpipe");
     assert_eq!(
         deployment["spec"]["strategy"],
         json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}})
     );
     let flags = args(deployment);
-    for flag in [
-        "--leader-elect",
-        "--leader-elect-lease=$(POD_NAMESPACE)/ep-eventpipe",
-        "--leader-elect-lease-duration=15",
-        "--leader-elect-renew-deadline=10",
-        "--leader-elect-retry-period=2",
-        "--delivery=at-least-once",
-        "--state-file=/var/lib/eventpipe/state.json",
-    ] {
+    for flag in
+        ["--leader-elect-lease-duration=15", "--leader-elect-renew-deadline=10", "--leader-elect-retry-period=2"]
+    {
         assert!(flags.contains(&flag.to_string()), "{flag} in {flags:?}");
     }
-    assert_eq!(volume(deployment, "state")["emptyDir"], json!({}));
-    let env = container(deployment)["env"].as_array().unwrap();
-    for (name, path) in [("POD_NAME", "metadata.name"), ("POD_NAMESPACE", "metadata.namespace")] {
-        let var = env.iter().find(|e| e["name"] == name).unwrap_or_else(|| panic!("no {name}"));
-        assert_eq!(var["valueFrom"]["fieldRef"]["fieldPath"], path, "{name}");
-    }
-    // The Lease's Role, in the release's namespace, bound to the pods' service account.
-    let role = find(&docs, "Role");
-    assert_eq!(role["metadata"]["namespace"], "monitoring");
-    let expected: BTreeSet<(String, String, String)> = ["get", "create", "update", "list", "watch"]
-        .iter()
-        .map(|v| ("coordination.k8s.io".to_string(), "leases".to_string(), v.to_string()))
-        .collect();
-    assert_eq!(rule_set(role), expected);
-    for rule in role["rules"].as_array().unwrap() {
-        // A candidate's watch of the Lease lists by a field selector, which a rule's
-        // resourceNames do not cover on older API servers.
-        if rule["verbs"] != json!(["create", "list", "watch"]) {
-            assert_eq!(rule["resourceNames"], json!(["ep-eventpipe"]), "get and update only on the Lease: {rule}");
-        }
-    }
-    let binding = find(&docs, "RoleBinding");
     assert_eq!(
-        binding["roleRef"],
+        find(&docs, "RoleBinding")["roleRef"],
         json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "ep-eventpipe"})
     );
-    assert_eq!(
-        binding["subjects"],
-        json!([{"kind": "ServiceAccount", "name": "ep-eventpipe", "namespace": "monitoring"}])
-    );
-    // One pod at a time may be disrupted, and the pods prefer different nodes.
-    let budget = find(&docs, "PodDisruptionBudget");
-    assert_eq!(budget["apiVersion"], "policy/v1");
-    assert_eq!(budget["spec"]["maxUnavailable"], 1);
-    assert_eq!(budget["spec"]["selector"]["matchLabels"], deployment["spec"]["selector"]["matchLabels"]);
-    let preferred = &deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"];
-    assert_eq!(preferred[0]["podAffinityTerm"]["topologyKey"], "kubernetes.io/hostname");
-    assert_eq!(
-        preferred[0]["podAffinityTerm"]["labelSelector"]["matchLabels"],
-        deployment["spec"]["selector"]["matchLabels"]
-    );
+    assert_eq!(find(&docs, "PodDisruptionBudget")["apiVersion"], "policy/v1");
     // An affinity of the values replaces it.
     let docs = render(json!({"affinity": {"nodeAffinity": {"x": 1}}}));
     assert_eq!(find(&docs, "Deployment")["spec"]["template"]["spec"]["affinity"], json!({"nodeAffinity": {"x": 1}}));
@@ -1050,44 +1008,66 @@ fn the_plain_manifests_roll_out_one_writer_and_govern_their_stateful_sets() {
 #[test]
 fn the_plain_manifest_elects_a_leader() {
     let docs = documents(&std::fs::read_to_string(chart_dir().join("../../eventpipe.yaml")).unwrap());
+    assert_elects(&docs, "eventpipe", "eventpipe", "eventpipe");
     let deployment = find(&docs, "Deployment");
-    assert_eq!(deployment["spec"]["replicas"], 2);
-    assert_eq!(deployment["spec"]["strategy"]["type"], "RollingUpdate");
-    let args = args(deployment);
-    for flag in [
-        "--leader-elect",
-        "--leader-elect-lease=$(POD_NAMESPACE)/eventpipe",
-        "--delivery=at-least-once",
-        "--state-file=/var/lib/eventpipe/state.json",
-    ] {
-        assert!(args.contains(&flag.to_string()), "{flag} in {args:?}");
-    }
-    assert_eq!(volume(deployment, "state")["emptyDir"], json!({}));
     let mounts = container(deployment)["volumeMounts"].as_array().unwrap();
     assert!(mounts.iter().any(|m| m["name"] == "state" && m["mountPath"] == "/var/lib/eventpipe"));
     // The candidate is a hot standby that answers the probes.
     assert_eq!(container(deployment)["readinessProbe"]["httpGet"]["path"], "/readyz");
+}
+
+/// What electing a leader takes, in rendered `docs` (the chart's or the plain manifest's): a
+/// Deployment of two pods rolled one at a time, with the election and at-least-once flags on
+/// the Lease `$(POD_NAMESPACE)/lease`, the state file on an emptyDir and `POD_NAME` /
+/// `POD_NAMESPACE` from the downward API; the Lease's Role in `namespace` (`get` and `update`
+/// on that Lease only) bound to `service_account`; a PodDisruptionBudget of one pod; and
+/// preferred anti-affinity of the pods on the node.
+fn assert_elects(docs: &[Value], namespace: &str, lease: &str, service_account: &str) {
+    let deployment = find(docs, "Deployment");
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    assert_eq!(deployment["spec"]["strategy"]["type"], "RollingUpdate");
+    let flags = args(deployment);
+    for flag in [
+        "--leader-elect".to_string(),
+        format!("--leader-elect-lease=$(POD_NAMESPACE)/{lease}"),
+        "--delivery=at-least-once".into(),
+        "--state-file=/var/lib/eventpipe/state.json".into(),
+    ] {
+        assert!(flags.contains(&flag), "{flag} in {flags:?}");
+    }
+    assert_eq!(volume(deployment, "state")["emptyDir"], json!({}));
     let env = container(deployment)["env"].as_array().unwrap();
     for (name, path) in [("POD_NAME", "metadata.name"), ("POD_NAMESPACE", "metadata.namespace")] {
         let var = env.iter().find(|e| e["name"] == name).unwrap_or_else(|| panic!("no {name}"));
         assert_eq!(var["valueFrom"]["fieldRef"]["fieldPath"], path, "{name}");
     }
-    let role = find(&docs, "Role");
-    assert_eq!(role["metadata"]["namespace"], "eventpipe");
+    let role = find(docs, "Role");
+    assert_eq!(role["metadata"]["namespace"], namespace);
     let expected: BTreeSet<(String, String, String)> = ["get", "create", "update", "list", "watch"]
         .iter()
         .map(|v| ("coordination.k8s.io".to_string(), "leases".to_string(), v.to_string()))
         .collect();
     assert_eq!(rule_set(role), expected);
-    let binding = find(&docs, "RoleBinding");
-    assert_eq!(binding["metadata"]["namespace"], "eventpipe");
+    for rule in role["rules"].as_array().unwrap() {
+        // A candidate's watch of the Lease lists by a field selector, which a rule's
+        // resourceNames do not cover on older API servers.
+        if rule["verbs"] != json!(["create", "list", "watch"]) {
+            assert_eq!(rule["resourceNames"], json!([lease]), "get and update only on the Lease: {rule}");
+        }
+    }
+    let binding = find(docs, "RoleBinding");
+    assert_eq!(binding["metadata"]["namespace"], namespace);
     assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
-    assert_eq!(binding["subjects"], json!([{"kind": "ServiceAccount", "name": "eventpipe", "namespace": "eventpipe"}]));
-    let budget = find(&docs, "PodDisruptionBudget");
+    assert_eq!(
+        binding["subjects"],
+        json!([{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}])
+    );
+    let selector = &deployment["spec"]["selector"]["matchLabels"];
+    let budget = find(docs, "PodDisruptionBudget");
     assert_eq!(budget["spec"]["maxUnavailable"], 1);
-    assert_eq!(budget["spec"]["selector"]["matchLabels"], deployment["spec"]["selector"]["matchLabels"]);
+    assert_eq!(&budget["spec"]["selector"]["matchLabels"], selector);
     let term = &deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
         [0]["podAffinityTerm"];
     assert_eq!(term["topologyKey"], "kubernetes.io/hostname");
-    assert_eq!(term["labelSelector"]["matchLabels"], deployment["spec"]["selector"]["matchLabels"]);
+    assert_eq!(&term["labelSelector"]["matchLabels"], selector);
 }

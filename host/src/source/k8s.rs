@@ -176,12 +176,48 @@ impl std::fmt::Debug for KubernetesSource {
 }
 
 impl KubernetesSource {
+    /// The source watching with `client` what `options` say. Reports each watch path not
+    /// synced yet at once, so that `/readyz` never answers `200` between the run's start and
+    /// the watch's first step.
+    pub fn new(client: kube::Client, options: WatchOptions) -> Self {
+        for namespace in scopes(&options) {
+            let subject = subject(&watch_path(options.api, namespace.as_deref()));
+            options.health.report_pending(&subject, NOT_SYNCED.into());
+        }
+        Self { client, options }
+    }
+
     /// Watches until `shutdown` fires or the Broadcaster stops; API errors are retried with
     /// back-off, never returned.
     pub async fn run(self, to: Broadcaster<SharedEvent>, shutdown: CancellationToken) -> super::SourceStats {
         let watch = watch_events(self.client, self.options, to, shutdown).await;
         super::SourceStats { read: watch.events, non_events: watch.bookmarks, bad_lines: 0 }
     }
+}
+
+/// What `/readyz` says of a watch path before its first list or watch was answered.
+const NOT_SYNCED: &str = "not synced yet: no list or watch has been answered";
+
+/// The namespaces watched, one watch each (`None`: one watch of all).
+fn scopes(options: &WatchOptions) -> Vec<Option<String>> {
+    if options.namespaces.is_empty() { vec![None] } else { options.namespaces.iter().cloned().map(Some).collect() }
+}
+
+/// The events collection of `api` in `namespace` (or of all): `/api/v1/namespaces/NS/events`.
+fn watch_path(api: EventsApi, namespace: Option<&str>) -> String {
+    let base = match api {
+        EventsApi::CoreV1 => "/api/v1",
+        EventsApi::EventsV1 => "/apis/events.k8s.io/v1",
+    };
+    match namespace {
+        Some(ns) => format!("{base}/namespaces/{ns}/events"),
+        None => format!("{base}/events"),
+    }
+}
+
+/// The probes' subject of a watch path: `k8s source PATH`.
+fn subject(path: &str) -> String {
+    format!("k8s source {path}")
 }
 
 /// Watches until `cancel` fires or the Broadcaster stops, one watch per namespace (or one for
@@ -192,13 +228,13 @@ pub async fn watch_events(
     to: Broadcaster<SharedEvent>,
     cancel: CancellationToken,
 ) -> WatchStats {
-    let scopes: Vec<Option<String>> =
-        if options.namespaces.is_empty() { vec![None] } else { options.namespaces.iter().cloned().map(Some).collect() };
+    let scopes = scopes(&options);
     // One memory of versions for every namespace's watch (event keys are unique across them).
     let seen = Arc::new(Mutex::new(options.resume_seen.clone().unwrap_or_default()));
     let mut tasks = tokio::task::JoinSet::new();
     for namespace in scopes {
         let watch = Watch::new(client.clone(), &options, namespace, to.clone(), cancel.clone(), seen.clone());
+        watch.report_reachability(); // not synced yet (already reported by `new`)
         tasks.spawn(watch.run());
     }
     let mut total = WatchStats::default();
@@ -258,14 +294,7 @@ impl Watch {
         cancel: CancellationToken,
         seen: Arc<Mutex<SeenVersions>>,
     ) -> Self {
-        let base = match options.api {
-            EventsApi::CoreV1 => "/api/v1",
-            EventsApi::EventsV1 => "/apis/events.k8s.io/v1",
-        };
-        let path = match &namespace {
-            Some(ns) => format!("{base}/namespaces/{ns}/events"),
-            None => format!("{base}/events"),
-        };
+        let path = watch_path(options.api, namespace.as_deref());
         let mut selectors = String::new();
         for (key, value) in [("fieldSelector", &options.field_selector), ("labelSelector", &options.label_selector)] {
             if let Some(v) = value {
@@ -289,7 +318,7 @@ impl Watch {
             counters: options.counters.clone(),
             stall: stall::Tracker::new(options.stall),
             health: options.health.clone(),
-            subject: format!("k8s source {path}"),
+            subject: subject(&path),
             synced: false,
             path,
         }
@@ -301,7 +330,6 @@ impl Watch {
         // rather than gaps).
         let mut first_list = self.resume_from.is_none() && !self.resumed_with_seen;
         let mut resource_version: Option<String> = self.resume_from.take().filter(|rv| !rv.is_empty());
-        self.report_reachability(); // not synced yet
         loop {
             if self.cancel.is_cancelled() {
                 break;
@@ -378,7 +406,7 @@ impl Watch {
         });
         match problem {
             None if !self.synced => {
-                self.health.report_pending(&self.subject, "not synced yet: no list or watch has been answered".into());
+                self.health.report_pending(&self.subject, NOT_SYNCED.into());
             }
             problem => self.health.report(Probe::Readiness, &self.subject, problem),
         }

@@ -160,7 +160,7 @@ impl SourceSpec {
                     counters: cx.counters,
                     ..cx.watch
                 };
-                Source::Kubernetes(KubernetesSource { client, options })
+                Source::Kubernetes(KubernetesSource::new(client, options))
             }
             SourceSpec::Nats(_) => {
                 return Err(SourceError {

@@ -2,7 +2,9 @@
 //! answer as the services document: Slack's incoming webhook (`200 ok`, `400 invalid_payload`,
 //! `429` with `Retry-After`) and PagerDuty's Events API v2 (`202`, `400 invalid event`, `429`).
 //! The bundled stream's writes each arrive once, as bodies the service accepts; a template
-//! that fails on some events fails those (logged, counted) and delivers the others.
+//! that fails on some events fails those (logged, counted) and delivers the others. A batch
+//! template (`batch=true`) renders one body per batch with every write in it once; one that
+//! fails on a batch fails that batch's writes (counted) and delivers the other batches.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -321,4 +323,108 @@ async fn render_errors_are_counted_per_event_and_the_sink_goes_on() {
     metrics.add_source(move |s| s.add_webhook(&sink));
     let text = metrics.encode().unwrap();
     assert!(text.contains("eventpipe_sink_render_errors_total{sink=\"t\"} 4"), "{text}");
+}
+
+/// A batch template listing each write of the batch as `[verb, namespace/name, count, tenant]`.
+const BATCH_TEMPLATE: &str = r#"{"tenant": {{ tenant | tojson }}, "size": {{ items | length }}, "writes": [
+{%- for item in items %}[{{ item.verb | tojson }}, {{ (item.event.metadata.namespace ~ "/" ~ item.event.metadata.name) | tojson }}, {{ item.count }}, {{ item.tenant | tojson }}]{{ "," if not loop.last }}{% endfor -%}
+]}"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_template_renders_one_body_per_batch_with_every_write_once() {
+    let (receiver, addr) =
+        start(Receiver { check: |v| v["writes"].as_array().map(|_| ()).ok_or("no writes".into()), ..slack(0) }).await;
+    let dir = tempfile::tempdir().unwrap();
+    let template = dir.path().join("batch.json.j2");
+    std::fs::write(&template, BATCH_TEMPLATE).unwrap();
+    let sink = format!("webhook:http://{addr}/hook,template={},batch=true,max_batch=500", template.display());
+    let (calls, _) = run(sink, &[], None).await;
+    assert_eq!(calls.len(), 9793, "the bundled stream's writes");
+    assert!(receiver.invalid.lock().unwrap().is_empty());
+    let accepted = receiver.accepted.lock().unwrap();
+    let mut expected: BTreeMap<(String, String, i64), usize> = BTreeMap::new();
+    for c in &calls {
+        let e = &c["event"];
+        let name = format!(
+            "{}/{}",
+            e["metadata"]["namespace"].as_str().unwrap_or(""),
+            e["metadata"]["name"].as_str().unwrap()
+        );
+        *expected.entry((c["verb"].as_str().unwrap().into(), name, e["count"].as_i64().unwrap())).or_default() += 1;
+    }
+    let mut got: BTreeMap<(String, String, i64), usize> = BTreeMap::new();
+    for body in accepted.iter() {
+        let writes = body["writes"].as_array().unwrap();
+        assert_eq!(body["size"].as_u64(), Some(writes.len() as u64));
+        assert!((1..=500).contains(&writes.len()), "a batch of {} writes", writes.len());
+        assert_eq!(body["tenant"], "default");
+        for w in writes {
+            assert_eq!(w[3], "default", "each item is a write's context, with its tenant");
+            let key = (w[0].as_str().unwrap().to_string(), w[1].as_str().unwrap().to_string(), w[2].as_i64().unwrap());
+            *got.entry(key).or_default() += 1;
+        }
+    }
+    assert_eq!(got, expected, "every write once");
+    assert!(accepted.len() < calls.len() / 2, "{} bodies for {} writes: one per batch", accepted.len(), calls.len());
+
+    // `validate` compiles a batch template: a syntax error names the file and line.
+    let broken = dir.path().join("broken.json.j2");
+    std::fs::write(&broken, "{\"writes\": [\n{% for item in items %}{{ item.verb }\n{% endfor %}]}").unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_eventpipe"))
+        .args(["validate", "--source=jsonl:-"])
+        .arg(format!("--sink=webhook:http://{addr}/hook,template={},batch=true", broken.display()))
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success() && printed.contains("broken.json.j2") && printed.contains("line 2"), "{printed}");
+}
+
+#[tokio::test]
+async fn a_batch_template_failing_on_a_batch_fails_its_writes_and_delivers_the_other_batches() {
+    let (receiver, addr) = start(Receiver { check: |_| Ok(()), ..slack(0) }).await;
+    let dir = tempfile::tempdir().unwrap();
+    let template = dir.path().join("batch.j2");
+    // `strftime` raises on a reason (not a time): a batch with a `Bad` event fails to render.
+    std::fs::write(
+        &template,
+        r#"{"names": [{% for item in items %}{{ item.event.metadata.name | tojson }}{% if item.reason == "Bad" %}{{ item.reason | strftime }}{% endif %}{{ "," if not loop.last }}{% endfor %}]}"#,
+    )
+    .unwrap();
+    let mut options = BodyOptions::default();
+    options.set("template", template.to_str().unwrap()).unwrap().unwrap();
+    options.set("batch", "true").unwrap().unwrap();
+    let mut config =
+        eventpipe::sink::template::config("t".into(), &format!("http://{addr}/hook"), "team-a", &options).unwrap();
+    config.max_batch = 5;
+    let sink = Arc::new(WebhookSink::new(config).unwrap());
+    // Queued together (this runtime runs the sink's batcher only once the test awaits): four
+    // batches of five, in order; the second holds the `Bad` event.
+    let mut acks = Vec::new();
+    for i in 0..20 {
+        let mut e = Event::default();
+        e.metadata.name = format!("e{i:02}").into();
+        e.count = 1;
+        e.reason = if i == 7 { "Bad" } else { "Pulled" }.into();
+        acks.push(sink.submit(eventpipe::sink::retry::Verb::Create, &e, &[]).await.unwrap());
+    }
+    for (i, ack) in acks.into_iter().enumerate() {
+        let result = ack.await;
+        match i {
+            5..10 => assert!(
+                matches!(&result, Err(eventpipe::sink::SinkError::RequestConstruction(e)) if e.contains("strftime")),
+                "{i}: {result:?}"
+            ),
+            _ => assert!(result.is_ok(), "{i}: {result:?}"),
+        }
+    }
+    let stats = sink.shutdown(std::time::Duration::from_secs(5)).await;
+    assert_eq!((stats.render_errors, stats.failed, stats.acked, stats.requests), (5, 5, 15, 3));
+    let bodies: Vec<Value> = receiver.accepted.lock().unwrap().iter().map(|v| v["names"].clone()).collect();
+    let name = |i: usize| Value::from(format!("e{i:02}"));
+    let batch = |from: usize| Value::Array((from..from + 5).map(name).collect());
+    assert_eq!(bodies, [batch(0), batch(10), batch(15)], "the other batches, each once");
+    let metrics = eventpipe::metrics::Metrics::new();
+    metrics.add_source(move |s| s.add_webhook(&sink));
+    let text = metrics.encode().unwrap();
+    assert!(text.contains("eventpipe_sink_render_errors_total{sink=\"t\"} 5"), "{text}");
 }

@@ -71,7 +71,13 @@ pub trait BatchEncoding: std::fmt::Debug + Send + Sync + 'static {
     fn encode(&self, verb: Verb, event: &Event, patch: SinkPatch<'_>) -> Result<Vec<u8>, SinkError>;
 
     /// The request body of a batch of items, in call order.
-    fn body(&self, items: &[&[u8]]) -> Vec<u8>;
+    ///
+    /// # Errors
+    /// [`SinkError::RequestConstruction`] when the batch cannot be made into a body (a batch
+    /// template that fails to render it, [`super::template`]): the delivery fails the batch's
+    /// calls for good with it, counts them (`render_errors`, `failed`), and goes on with the
+    /// other batches. The encoding logs what failed, with the events' names.
+    fn body(&self, items: &[&[u8]]) -> Result<Vec<u8>, SinkError>;
 
     /// Whether an answer with this (non-`2xx`) status is worth another attempt; any other
     /// fails the batch for good.
@@ -123,7 +129,7 @@ impl BatchEncoding for JsonItems {
         serde_json::to_vec(&call).map_err(|e| SinkError::RequestConstruction(format!("encoding the event: {e}")))
     }
 
-    fn body(&self, items: &[&[u8]]) -> Vec<u8> {
+    fn body(&self, items: &[&[u8]]) -> Result<Vec<u8>, SinkError> {
         let mut body = Vec::with_capacity(items.iter().map(|i| i.len() + 1).sum::<usize>() + 12);
         body.extend_from_slice(b"{\"items\":[");
         for (i, item) in items.iter().enumerate() {
@@ -133,7 +139,7 @@ impl BatchEncoding for JsonItems {
             body.extend_from_slice(item);
         }
         body.extend_from_slice(b"]}");
-        body
+        Ok(body)
     }
 
     fn retryable(&self, status: StatusCode) -> bool {

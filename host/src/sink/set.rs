@@ -201,7 +201,7 @@ impl SinkSet {
                 let options = entry.webhook;
                 config.concurrency = options.concurrency.unwrap_or(config.concurrency);
                 config.max_batch = options.max_batch.unwrap_or(config.max_batch);
-                if entry.body.source.is_some() {
+                if entry.body.renders_each_write() {
                     // One rendered body per request.
                     config.max_batch = 1;
                 }

@@ -147,7 +147,7 @@ const FORMS: &str = "expected a sink: jsonl:PATH, jsonl:-, k8s, k8s:NAMESPACE, p
      otlp:URL, loki:URL, elasticsearch:URL, splunk:URL, metrics or nats:nats://HOST:PORT[?…], optionally followed by \
      ,delivery=at-most-once|wait|at-least-once (and, for a webhook, otlp or log store, ,concurrency=adaptive|N ,max_batch=N \
      ,max_batch_bytes=N ,timeout=SECONDS; for a webhook, ,template=FILE|,preset=slack|teams|discord|google-chat|pagerduty|opsgenie \
-     ,secret_env=VAR|,secret_file=PATH ,resolve_on=TYPE; for loki ,labels=F;F… ,format=json|protobuf \
+     ,batch=true (with template=) ,secret_env=VAR|,secret_file=PATH ,resolve_on=TYPE; for loki ,labels=F;F… ,format=json|protobuf \
      ,structured_metadata=true; for elasticsearch ,index=PATTERN|data_stream=NAME ,replace_dots=true; for splunk \
      ,sourcetype=NAME ,index=NAME ,source=NAME; for a log store ,ca_file=PATH; for metrics, ,max_series=N ,workload=true ,cluster=true)";
 
@@ -478,6 +478,7 @@ impl std::str::FromStr for SinkEntry {
             *cap = max_series.or(*cap);
             *labels = metric_labels;
         }
+        body.check().map_err(|problem| SinkSpecError::new(s, problem))?;
         if body.source.is_none() && !body.is_empty() {
             return Err(SinkSpecError::new(s, "secret_env, secret_file and resolve_on go with template= or preset="));
         }

@@ -71,7 +71,11 @@
 //! ([`Accepted::failed`], an Elasticsearch `_bulk` answer), the others are acknowledged, those
 //! failed for good fail their calls with their own status, and only those worth another attempt
 //! are sent again, after the back-off. A `413 Payload Too Large` halves the items per request
-//! (down to one; an item too large alone fails with `413`, the rest go on).
+//! (down to one; an item too large alone fails with `413`, the rest go on). A batch the
+//! encoding cannot make into a body ([`BatchEncoding::body`]: a batch template that fails to
+//! render it) is not sent: its calls fail for good with
+//! [`SinkError::RequestConstruction`], counted in `render_errors` and `failed`, and the other
+//! batches go on.
 //!
 //! # Transport
 //! hyper 1 through hyper-util's pooled client, TLS through rustls with the `ring` provider and
@@ -323,7 +327,9 @@ pub struct WebhookStats {
     /// Events refused because the queue was full ([`Delivery::AtMostOnce`]).
     pub dropped: u64,
     /// Calls the encoding could not encode (a template that failed to render an event, a
-    /// patch that is not JSON): failed for good, never queued.
+    /// patch that is not JSON: failed for good, never queued), and events of batches it could
+    /// not make into a body (a batch template that failed to render them: failed for good,
+    /// also counted in `failed`).
     pub render_errors: u64,
     /// Events in acknowledged batches that the endpoint said it refused (OTLP partial success:
     /// `rejected_log_records`); also counted in `acked`.
@@ -915,9 +921,14 @@ async fn deliver(shared: &Shared, batch: Vec<Item>, permit: Permit) -> Option<Si
     let mut limit = pending.len();
     let body_of = |items: &[Item], limit: usize| {
         let items: Vec<&[u8]> = items.iter().take(limit).map(|i| i.encoded.as_slice()).collect();
-        Bytes::from(shared.encoding.body(&items))
+        shared.encoding.body(&items).map(Bytes::from)
     };
-    let mut body = body_of(&pending, limit);
+    // The body of the next attempt; `None`: to be made again from `pending` (after a `413` or
+    // an answer naming failed items).
+    let mut body = match body_of(&pending, limit) {
+        Ok(body) => Some(body),
+        Err(error) => return shared.unrendered(pending, error),
+    };
     let kind = shared.encoding.kind();
     let id = uuid::Uuid::new_v4().to_string();
     shared.counters.sent.fetch_add(n, Ordering::Relaxed);
@@ -933,6 +944,11 @@ async fn deliver(shared: &Shared, batch: Vec<Item>, permit: Permit) -> Option<Si
     let outcome = loop {
         attempts += 1;
         limit = limit.clamp(1, pending.len().max(1));
+        let request = match body.clone().map_or_else(|| body_of(&pending, limit), Ok) {
+            Ok(request) => request,
+            Err(error) => return shared.unrendered(pending, error),
+        };
+        body = Some(request.clone());
         let mut held = match permit.take() {
             Some(p) => p,
             None => tokio::select! {
@@ -949,7 +965,7 @@ async fn deliver(shared: &Shared, batch: Vec<Item>, permit: Permit) -> Option<Si
         let attempt = tokio::select! {
             biased;
             _ = shared.abort.cancelled() => break shut(String::new()),
-            a = shared.attempt(body.clone(), &id) => a,
+            a = shared.attempt(request, &id) => a,
         };
         let (error, safe, retry_after) = match attempt {
             Attempt::Acked(accepted) => {
@@ -971,13 +987,13 @@ async fn deliver(shared: &Shared, batch: Vec<Item>, permit: Permit) -> Option<Si
                         }
                         // The next items (after a `413`), in a request of their own.
                         attempts = 0;
-                        body = body_of(&pending, limit);
+                        body = None;
                         continue;
                     }
                     Some((mut again, error)) => {
                         again.extend(rest);
                         pending = again;
-                        body = body_of(&pending, limit);
+                        body = None;
                         // The endpoint said it did not take them: safe to send again.
                         (error, true, None)
                     }
@@ -987,7 +1003,7 @@ async fn deliver(shared: &Shared, batch: Vec<Item>, permit: Permit) -> Option<Si
                 held.done(Response::Answered);
                 limit /= 2;
                 tracing::debug!(sink = %shared.name, limit, "{kind} request too large, sending fewer items per request");
-                body = body_of(&pending, limit);
+                body = None;
                 continue;
             }
             Attempt::Permanent(status) if status.code == 413 && pending.len() > 1 => {
@@ -1001,7 +1017,7 @@ async fn deliver(shared: &Shared, batch: Vec<Item>, permit: Permit) -> Option<Si
                     }
                 }
                 attempts = 0;
-                body = body_of(&pending, limit);
+                body = None;
                 continue;
             }
             Attempt::Permanent(status) => {
@@ -1058,6 +1074,23 @@ fn parse_retry_after(value: &str, now: chrono::DateTime<chrono::Utc>) -> Option<
 }
 
 impl Shared {
+    /// Fails `items` for good with `error`, the encoding's: their batch could not be made into
+    /// a body (a batch template that failed to render it; the encoding logged which events).
+    /// Counted in `render_errors` and `failed`. Returns no error, so the writes of the same
+    /// objects held behind the batch go on: the failed ones are not submitted again
+    /// ([`SinkError::RequestConstruction`]), so nothing can overtake them.
+    fn unrendered(&self, items: Vec<Item>, error: SinkError) -> Option<SinkError> {
+        let n = items.len() as u64;
+        self.counters.render_errors.fetch_add(n, Ordering::Relaxed);
+        self.counters.failed.fetch_add(n, Ordering::Relaxed);
+        for item in items {
+            if let Some(ack) = item.ack {
+                let _ = ack.send(Err(error.clone()));
+            }
+        }
+        None
+    }
+
     /// Answers the items of an acknowledged batch by what the answer said of each (`failed`,
     /// by place, ascending): acknowledged, or failed for good (counted, logged with the
     /// endpoint's reason, the call failed with a [`SinkError::Status`] of the item's status).

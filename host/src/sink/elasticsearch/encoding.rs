@@ -97,8 +97,8 @@ impl BatchEncoding for Bulk {
         Ok(item)
     }
 
-    fn body(&self, items: &[&[u8]]) -> Vec<u8> {
-        items.concat()
+    fn body(&self, items: &[&[u8]]) -> Result<Vec<u8>, SinkError> {
+        Ok(items.concat())
     }
 
     /// `429` and `5xx`, as Elasticsearch's clients retry.

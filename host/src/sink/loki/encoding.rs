@@ -132,7 +132,7 @@ impl BatchEncoding for LokiPush {
         serde_json::to_vec(&entry).map_err(|e| SinkError::RequestConstruction(format!("encoding the entry: {e}")))
     }
 
-    fn body(&self, items: &[&[u8]]) -> Vec<u8> {
+    fn body(&self, items: &[&[u8]]) -> Result<Vec<u8>, SinkError> {
         let streams = Self::streams(items);
         match self.format {
             LokiFormat::Json => {
@@ -156,7 +156,8 @@ impl BatchEncoding for LokiPush {
                         serde_json::json!({ "stream": stream, "values": values })
                     })
                     .collect();
-                serde_json::to_vec(&serde_json::json!({ "streams": streams })).unwrap_or_default()
+                serde_json::to_vec(&serde_json::json!({ "streams": streams }))
+                    .map_err(|e| SinkError::RequestConstruction(format!("encoding the push: {e}")))
             }
             LokiFormat::Protobuf => {
                 let request = PushRequest {
@@ -184,7 +185,9 @@ impl BatchEncoding for LokiPush {
                         .collect(),
                 };
                 // The block format, as Loki's distributor reads it (`snappy.Decode`).
-                snap::raw::Encoder::new().compress_vec(&request.encode_to_vec()).unwrap_or_default()
+                snap::raw::Encoder::new()
+                    .compress_vec(&request.encode_to_vec())
+                    .map_err(|e| SinkError::RequestConstruction(format!("compressing the push: {e}")))
             }
         }
     }
@@ -232,7 +235,7 @@ mod tests {
         ];
         let items = items(&push, &events);
         let refs: Vec<&[u8]> = items.iter().map(Vec::as_slice).collect();
-        let body: serde_json::Value = serde_json::from_slice(&push.body(&refs)).unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&push.body(&refs).unwrap()).unwrap();
         let streams = body["streams"].as_array().unwrap();
         assert_eq!(streams.len(), 2);
         assert_eq!(
@@ -272,7 +275,7 @@ mod tests {
         quoted.involved_object.namespace = "".into();
         let items = items(&push, &[event("shop", "Pulled", "2026-11-28T10:00:01Z"), quoted]);
         let refs: Vec<&[u8]> = items.iter().map(Vec::as_slice).collect();
-        let raw = snap::raw::Decoder::new().decompress_vec(&push.body(&refs)).unwrap();
+        let raw = snap::raw::Decoder::new().decompress_vec(&push.body(&refs).unwrap()).unwrap();
         let request = PushRequest::decode(raw.as_slice()).unwrap();
         assert_eq!(request.streams[0].labels, r#"{namespace="shop", reason="Pulled"}"#);
         assert_eq!(request.streams[1].labels, r#"{reason="Back\"Off"}"#, "an empty field is left out");

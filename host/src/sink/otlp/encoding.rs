@@ -41,14 +41,14 @@ impl BatchEncoding for OtlpLogs {
 
     /// The repeated `resource_logs` field, one encoded `ResourceLogs` after the other (what
     /// prost writes for the message holding them).
-    fn body(&self, items: &[&[u8]]) -> Vec<u8> {
+    fn body(&self, items: &[&[u8]]) -> Result<Vec<u8>, SinkError> {
         let mut body = Vec::with_capacity(items.iter().map(|i| i.len() + 6).sum());
         for item in items {
             encode_key(RESOURCE_LOGS_FIELD, WireType::LengthDelimited, &mut body);
             encode_varint(item.len() as u64, &mut body);
             body.extend_from_slice(item);
         }
-        body
+        Ok(body)
     }
 
     /// OTLP/HTTP's retryable statuses: `429`, `502`, `503`, `504`.
@@ -106,7 +106,7 @@ mod tests {
         let items: Vec<Vec<u8>> =
             events.iter().map(|e| OtlpLogs.encode(Verb::Create, e, SinkPatch::Bytes(&[])).unwrap()).collect();
         let refs: Vec<&[u8]> = items.iter().map(Vec::as_slice).collect();
-        let request = ExportLogsServiceRequest::decode(OtlpLogs.body(&refs).as_slice()).unwrap();
+        let request = ExportLogsServiceRequest::decode(OtlpLogs.body(&refs).unwrap().as_slice()).unwrap();
         let names: Vec<String> = request
             .resource_logs
             .iter()

@@ -57,8 +57,8 @@ impl BatchEncoding for HecEvents {
         serde_json::to_vec(&object).map_err(|e| SinkError::RequestConstruction(format!("encoding the event: {e}")))
     }
 
-    fn body(&self, items: &[&[u8]]) -> Vec<u8> {
-        items.join(&b'\n')
+    fn body(&self, items: &[&[u8]]) -> Result<Vec<u8>, SinkError> {
+        Ok(items.join(&b'\n'))
     }
 
     /// `429`, `500` (code 8, internal error), `502`, `503` (code 9, server busy), `504`.
@@ -94,7 +94,7 @@ mod tests {
         event.source.host = "node-a".into();
         event.last_timestamp = Some("2026-11-28T10:00:01.250Z".parse().unwrap());
         let item = hec.encode(Verb::Create, &event, SinkPatch::Bytes(&[])).unwrap();
-        let body = hec.body(&[&item, &item]);
+        let body = hec.body(&[&item, &item]).unwrap();
         let lines: Vec<Value> = body.split(|b| *b == b'\n').map(|l| serde_json::from_slice(l).unwrap()).collect();
         assert_eq!(lines.len(), 2);
         assert_eq!(lines[0]["time"], 1_795_860_001.25);

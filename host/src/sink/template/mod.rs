@@ -2,8 +2,10 @@
 //!
 //! A templated webhook is the [webhook sink](super::webhook) (its queue, adaptive concurrency,
 //! retries with `Retry-After`, per-object order and delivery modes) with another
-//! [`BatchEncoding`]: [`Rendered`], which renders one request body per write (a batch is one
-//! write) with [minijinja](https://docs.rs/minijinja), Jinja2's syntax.
+//! [`BatchEncoding`]: [`Rendered`], which renders request bodies with
+//! [minijinja](https://docs.rs/minijinja), Jinja2's syntax: one per write (a batch is one
+//! write), or with `batch=true` one per batch of writes (`webhook:URL,template=FILE,batch=true`;
+//! the batches of the webhook's `max_batch` and `max_batch_bytes`).
 //!
 //! # Context
 //! A template sees, for one write:
@@ -22,6 +24,16 @@
 //! | `resolve_on` | the sink's `resolve_on` option (an event type), or none |
 //! | `enrichment` | with enrichment on ([`crate::event::enrichment`]): `{cluster, labels, annotations, owner: {kind, name, uid, apiVersion}, node: {name, labels}}`, each key only when configured and found; none without enrichment |
 //!
+//! A batch template (`batch=true`) sees, for one batch:
+//!
+//! | name | what |
+//! |---|---|
+//! | `items` | the batch's writes in call order, each the context above (`item.verb`, `item.event`, `item.count`, `item.key`, `item.enrichment`, …) |
+//! | `tenant`, `secret`, `resolve_on` | as above |
+//!
+//! A write's context reaches the batch as JSON: it is encoded when the write is queued (its
+//! size counts towards `max_batch_bytes`) and decoded when the batch's body is rendered.
+//!
 //! # Filters
 //! Besides minijinja's built-ins (`tojson` escapes any value as JSON, `default`, `upper`, …):
 //! - `strftime(format="%Y-%m-%dT%H:%M:%SZ")`: an RFC 3339 time as chrono's `strftime` format;
@@ -36,8 +48,11 @@
 //! renders something that is not JSON fails that write for good
 //! ([`SinkError::RequestConstruction`], dropped by `recordToSink`): logged with the event's
 //! name and counted (`eventpipe_sink_render_errors_total{sink}`); the sink and the other events
-//! go on. A syntax error is found when the sink option is parsed (`eventpipe validate`,
-//! `config show`, start-up), with the file and line.
+//! go on. A batch template that fails on a batch fails the batch's writes for good in the same
+//! way, logged once with the number of events and the first [`NAMED`] names, counted per event
+//! (in `render_errors_total` and `failures_total`); it is not retried, and the other batches are
+//! delivered. A syntax error is found when the sink option is parsed (`eventpipe validate`,
+//! `config show`, start-up), with the file and line, for batch templates too.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -144,12 +159,15 @@ pub enum SecretSource {
     File(PathBuf),
 }
 
-/// A webhook's body options: `template=FILE` or `preset=NAME`, `secret_env=VAR` or
-/// `secret_file=PATH`, `resolve_on=TYPE`.
+/// A webhook's body options: `template=FILE` or `preset=NAME`, `batch=true|false`,
+/// `secret_env=VAR` or `secret_file=PATH`, `resolve_on=TYPE`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct BodyOptions {
     /// The template, if the body is not the default `{"items":[…]}`.
     pub source: Option<BodySource>,
+    /// `batch=true`: the template renders one body per batch of writes (its context's `items`),
+    /// not one per write. Only with `template=FILE` ([`check`](Self::check)).
+    pub batch: bool,
     /// The secret's source.
     pub secret: Option<SecretSource>,
     /// An event type (`Normal`) whose events resolve rather than trigger (PagerDuty).
@@ -157,12 +175,31 @@ pub struct BodyOptions {
 }
 
 /// The option keys [`BodyOptions::set`] takes.
-pub const OPTIONS: [&str; 5] = ["template", "preset", "secret_env", "secret_file", "resolve_on"];
+pub const OPTIONS: [&str; 6] = ["template", "preset", "batch", "secret_env", "secret_file", "resolve_on"];
 
 impl BodyOptions {
     /// Whether no option was given.
     pub fn is_empty(&self) -> bool {
         *self == Self::default()
+    }
+
+    /// Whether a template renders each write alone: the webhook's batches are of one write.
+    pub fn renders_each_write(&self) -> bool {
+        self.source.is_some() && !self.batch
+    }
+
+    /// Checks the options together, once all are set (they may be given in any order).
+    ///
+    /// # Errors
+    /// `batch=true` without `template=FILE`: a preset renders one write.
+    pub fn check(&self) -> Result<(), String> {
+        match (&self.source, self.batch) {
+            (Some(BodySource::Preset(p)), true) => {
+                Err(format!("batch=true takes template=FILE; preset {} renders one write", p.name()))
+            }
+            (None, true) => Err("batch=true needs template=FILE".into()),
+            _ => Ok(()),
+        }
     }
 
     /// Takes option `key` = `value`: `None` when `key` is not a body option, `Some(Err)` with the
@@ -174,6 +211,7 @@ impl BodyOptions {
             "preset" if self.source.is_some() => both(),
             "template" => compile_file(Path::new(value)).map(|_| self.source = Some(BodySource::File(value.into()))),
             "preset" => value.parse().map(|p| self.source = Some(BodySource::Preset(p))),
+            "batch" => value.parse().map(|b| self.batch = b).map_err(|_| "batch takes true or false".to_string()),
             "secret_env" if !value.is_empty() => Ok(self.secret = Some(SecretSource::Env(value.into()))),
             "secret_file" if !value.is_empty() => Ok(self.secret = Some(SecretSource::File(value.into()))),
             "resolve_on" if !value.is_empty() => Ok(self.resolve_on = Some(value.into())),
@@ -189,6 +227,9 @@ impl std::fmt::Display for BodyOptions {
             Some(BodySource::File(path)) => write!(f, ",template={}", path.display())?,
             Some(BodySource::Preset(p)) => write!(f, ",preset={}", p.name())?,
             None => {}
+        }
+        if self.batch {
+            f.write_str(",batch=true")?;
         }
         match &self.secret {
             Some(SecretSource::Env(var)) => write!(f, ",secret_env={var}")?,
@@ -316,7 +357,7 @@ pub fn correlation_key(event: &Event) -> String {
     digest[..16].iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// The context of one write (see the [module docs](self)).
+/// The context of one write (see the [module docs](self)); a batch template's `items` are these.
 #[derive(serde::Serialize)]
 struct Context<'a> {
     event: &'a Event,
@@ -336,23 +377,42 @@ struct Context<'a> {
     enrichment: Option<&'a crate::event::enrichment::Enrichment>,
 }
 
+/// The context of one batch (`batch=true`; see the [module docs](self)): the writes' contexts,
+/// decoded from their items.
+#[derive(serde::Serialize)]
+struct BatchContext<'a> {
+    items: Vec<serde_json::Value>,
+    tenant: &'a str,
+    secret: Option<&'a str>,
+    resolve_on: Option<&'a str>,
+}
+
+/// Event names a failed batch's log line gives at most (then how many more).
+pub const NAMED: usize = 10;
+
 fn rfc3339(time: Option<crate::event::Time>) -> Option<String> {
     time.map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
 }
 
-/// The [`BatchEncoding`] of a templated webhook: one rendered body per write (batches of one),
-/// `application/json`, retried on `408`, `429` and `5xx` as the webhook's JSON items are.
+/// The [`BatchEncoding`] of a templated webhook, `application/json`, retried on `408`, `429`
+/// and `5xx` as the webhook's JSON items are: one rendered body per write (batches of one), or
+/// with `batch=true` one per batch, each write's item its context as JSON.
 pub struct Rendered {
     sink: String,
     tenant: String,
     env: Environment<'static>,
+    batch: bool,
     secret: Option<String>,
     resolve_on: Option<String>,
 }
 
 impl std::fmt::Debug for Rendered {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Rendered").field("sink", &self.sink).field("tenant", &self.tenant).finish_non_exhaustive()
+        f.debug_struct("Rendered")
+            .field("sink", &self.sink)
+            .field("tenant", &self.tenant)
+            .field("batch", &self.batch)
+            .finish_non_exhaustive()
     }
 }
 
@@ -388,7 +448,14 @@ impl Rendered {
             ),
             None => None,
         };
-        Ok(Self { sink: sink.into(), tenant: tenant.into(), env, secret, resolve_on: options.resolve_on.clone() })
+        Ok(Self {
+            sink: sink.into(),
+            tenant: tenant.into(),
+            env,
+            batch: options.batch,
+            secret,
+            resolve_on: options.resolve_on.clone(),
+        })
     }
 
     /// The secret, as the `Authorization` value `preset` sends it with, if it sends one.
@@ -396,12 +463,9 @@ impl Rendered {
         Some(format!("{} {}", preset?.authorization_scheme()?, self.secret.as_deref()?))
     }
 
-    /// The body of `verb` on `event`.
-    ///
-    /// # Errors
-    /// The template's error, or the output's JSON error.
-    pub fn render(&self, verb: Verb, event: &Event) -> Result<String, Error> {
-        let context = Context {
+    /// The context of `verb` on `event`.
+    fn context<'a>(&'a self, verb: Verb, event: &'a Event) -> Context<'a> {
+        Context {
             event,
             verb: match verb {
                 Verb::Create => "create",
@@ -419,12 +483,78 @@ impl Rendered {
             secret: self.secret.as_deref(),
             resolve_on: self.resolve_on.as_deref(),
             enrichment: event.enrichment.get(),
-        };
-        let body = self.env.get_template(BODY)?.render(Value::from_serialize(&context))?;
+        }
+    }
+
+    /// The template rendered over `context`, checked to be JSON.
+    fn render_json(&self, context: Value) -> Result<String, Error> {
+        let body = self.env.get_template(BODY)?.render(context)?;
         serde_json::from_str::<serde::de::IgnoredAny>(&body)
             .map_err(|e| Error::new(ErrorKind::InvalidOperation, format!("the body is not JSON: {e}")))?;
         Ok(body)
     }
+
+    /// The body of `verb` on `event` (a template rendering each write).
+    ///
+    /// # Errors
+    /// The template's error, or the output's JSON error.
+    pub fn render(&self, verb: Verb, event: &Event) -> Result<String, Error> {
+        self.render_json(Value::from_serialize(self.context(verb, event)))
+    }
+
+    /// The body of a batch (`batch=true`) whose items are its writes' contexts as JSON, in
+    /// call order.
+    ///
+    /// # Errors
+    /// An item that is not a context's JSON, the template's error, or the output's JSON error.
+    pub fn render_batch(&self, items: &[&[u8]]) -> Result<String, Error> {
+        let items = items
+            .iter()
+            .map(|item| serde_json::from_slice(item))
+            .collect::<Result<Vec<serde_json::Value>, _>>()
+            .map_err(|e| Error::new(ErrorKind::InvalidOperation, format!("an item is not a write's context: {e}")))?;
+        let context = BatchContext {
+            items,
+            tenant: &self.tenant,
+            secret: self.secret.as_deref(),
+            resolve_on: self.resolve_on.as_deref(),
+        };
+        self.render_json(Value::from_serialize(&context))
+    }
+}
+
+/// `namespace/name` of the events of a batch's items (contexts as JSON), the first [`NAMED`],
+/// then how many more.
+fn batch_names(items: &[&[u8]]) -> String {
+    #[derive(serde::Deserialize)]
+    struct Item<'a> {
+        #[serde(borrow)]
+        event: Named<'a>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Named<'a> {
+        #[serde(borrow)]
+        metadata: Metadata<'a>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Metadata<'a> {
+        #[serde(borrow, default)]
+        namespace: std::borrow::Cow<'a, str>,
+        #[serde(borrow, default)]
+        name: std::borrow::Cow<'a, str>,
+    }
+    let mut names: Vec<String> = items
+        .iter()
+        .take(NAMED)
+        .map(|item| match serde_json::from_slice::<Item<'_>>(item) {
+            Ok(Item { event: Named { metadata } }) => format!("{}/{}", metadata.namespace, metadata.name),
+            Err(_) => "?".into(),
+        })
+        .collect();
+    if items.len() > NAMED {
+        names.push(format!("and {} more", items.len() - NAMED));
+    }
+    names.join(", ")
 }
 
 impl BatchEncoding for Rendered {
@@ -436,7 +566,12 @@ impl BatchEncoding for Rendered {
         "application/json"
     }
 
+    /// With `batch=true` the write's context as JSON; otherwise its rendered body.
     fn encode(&self, verb: Verb, event: &Event, _patch: SinkPatch<'_>) -> Result<Vec<u8>, SinkError> {
+        if self.batch {
+            return serde_json::to_vec(&self.context(verb, event))
+                .map_err(|e| SinkError::RequestConstruction(format!("encoding the template's context: {e}")));
+        }
         self.render(verb, event).map(String::into_bytes).map_err(|e| {
             let error = describe(&e);
             tracing::warn!(
@@ -450,9 +585,28 @@ impl BatchEncoding for Rendered {
         })
     }
 
-    /// A batch is one write (the sink's `max_batch` is 1): its rendered body.
-    fn body(&self, items: &[&[u8]]) -> Vec<u8> {
-        items.concat()
+    /// With `batch=true` the template rendered over the batch; otherwise a batch is one write
+    /// (the sink's `max_batch` is 1), its rendered body.
+    ///
+    /// # Errors
+    /// [`SinkError::RequestConstruction`] when the batch template fails on the batch (logged
+    /// with the events' names).
+    fn body(&self, items: &[&[u8]]) -> Result<Vec<u8>, SinkError> {
+        if !self.batch {
+            return Ok(items.concat());
+        }
+        self.render_batch(items).map(String::into_bytes).map_err(|e| {
+            let error = describe(&e);
+            tracing::warn!(
+                sink = %self.sink,
+                tenant = %self.tenant,
+                events = items.len(),
+                names = %batch_names(items),
+                %error,
+                "the template failed to render a batch; its events are dropped from this sink"
+            );
+            SinkError::RequestConstruction(format!("template: {error}"))
+        })
     }
 
     fn retryable(&self, status: StatusCode) -> bool {
@@ -460,7 +614,8 @@ impl BatchEncoding for Rendered {
     }
 }
 
-/// A webhook config whose body is rendered with `options`: batches of one write.
+/// A webhook config whose body is rendered with `options`: batches of one write, or with
+/// `batch=true` the webhook's batches.
 ///
 /// # Errors
 /// As [`Rendered::new`].
@@ -477,7 +632,9 @@ pub fn config(
     };
     let mut config = super::webhook::WebhookConfig::new(name, url);
     config.authorization = rendered.authorization(preset);
-    config.max_batch = 1;
+    if options.renders_each_write() {
+        config.max_batch = 1;
+    }
     config.encoding = Arc::new(rendered);
     Ok(config)
 }
@@ -525,6 +682,59 @@ mod tests {
             ..Enrichment::default()
         }));
         assert_eq!(rendered.render(Verb::Create, &event).unwrap(), r#"{"cluster": "prod-eu", "owner": "web"}"#);
+    }
+
+    #[test]
+    fn a_batch_template_sees_every_writes_context_in_order_and_names_a_failed_batchs_events() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("batch.j2");
+        std::fs::write(
+            &path,
+            r#"{"tenant": {{ tenant | tojson }}, "writes": [{% for item in items %}{{ (item.verb ~ " " ~ item.event.metadata.name ~ " " ~ item.count ~ " " ~ item.tenant) | tojson }}{% if item.reason == "Bad" %}{{ item.reason | strftime }}{% endif %}{{ "," if not loop.last }}{% endfor %}]}"#,
+        )
+        .unwrap();
+        let mut options = BodyOptions::default();
+        for (key, value) in [("batch", "true"), ("template", path.to_str().unwrap())] {
+            options.set(key, value).unwrap().unwrap();
+        }
+        options.check().unwrap();
+        assert!(!options.renders_each_write());
+        assert!(options.to_string().ends_with(",batch=true"), "{options}");
+        let rendered = Rendered::new("webhook:t", "team-a", &options).unwrap();
+        let event = |name: &str, count, reason: &str| {
+            let mut event = Event::default();
+            event.metadata.namespace = "shop".into();
+            event.metadata.name = name.into();
+            event.count = count;
+            event.reason = reason.into();
+            event
+        };
+        let items = [
+            rendered.encode(Verb::Create, &event("a.1", 1, "Pulled"), SinkPatch::Bytes(&[])).unwrap(),
+            rendered.encode(Verb::Patch, &event("a.1", 2, "Pulled"), SinkPatch::Bytes(&[])).unwrap(),
+        ];
+        let refs: Vec<&[u8]> = items.iter().map(Vec::as_slice).collect();
+        let body: serde_json::Value = serde_json::from_slice(&rendered.body(&refs).unwrap()).unwrap();
+        assert_eq!(
+            body,
+            serde_json::json!({"tenant": "team-a", "writes": ["create a.1 1 team-a", "patch a.1 2 team-a"]})
+        );
+        let bad = rendered.encode(Verb::Create, &event("b.1", 1, "Bad"), SinkPatch::Bytes(&[])).unwrap();
+        let err = rendered.body(&[&items[0], &bad]).unwrap_err();
+        assert!(matches!(&err, SinkError::RequestConstruction(e) if e.contains("strftime")), "{err:?}");
+        assert_eq!(batch_names(&[&items[0], &bad]), "shop/a.1, shop/b.1");
+        let many: Vec<&[u8]> = std::iter::repeat_n(items[0].as_slice(), NAMED + 3).collect();
+        assert!(batch_names(&many).ends_with("shop/a.1, and 3 more"), "{}", batch_names(&many));
+    }
+
+    #[test]
+    fn batch_needs_a_template_file() {
+        let mut options = BodyOptions::default();
+        options.set("batch", "true").unwrap().unwrap();
+        assert!(options.check().unwrap_err().contains("template=FILE"));
+        options.set("preset", "slack").unwrap().unwrap();
+        assert!(options.check().unwrap_err().contains("preset slack"));
+        assert!(options.set("batch", "yes").unwrap().is_err());
     }
 
     #[test]

@@ -31,9 +31,18 @@
 //!    run with it as the aggregate-key plugin and without it (the built-in key), pair by pair;
 //!    the ratio with / without (target ≤ 2: the breaker quarantines the plugin and its fallback
 //!    serves without calling it). Built for `wasm32-wasip2` with cargo on first use.
+//! 5. **Against another build** (`baseline`, when `EVENTPIPE_BENCH_BASELINE=BIN` names one):
+//!    figure 1's webhook run with default flags, this binary and BIN alternating; events/s of
+//!    each and this / BIN pair by pair. BIN is an `eventpipe` built from another commit (with
+//!    the same profile), so that a change is judged side by side in one run.
+//! 6. **Template rendering** (`rendering`): the webhook sink's encoding step on one thread over
+//!    the writes of a run of the bundled stream (`examples/data/occurrences.jsonl`), in rounds
+//!    alternating the cases: the default JSON items, `preset=slack`, a custom template per
+//!    write and the same over batches (`batch=true`); events/s per core of each and each
+//!    template's over the JSON items', round by round ([`rendering`]).
 //!
-//! `EVENTPIPE_BENCH_ONLY=breaker` (or `webhook`, `replay`, `sigkill`, comma-separated) runs
-//! only those figures.
+//! `EVENTPIPE_BENCH_ONLY=breaker` (or `webhook`, `replay`, `sigkill`, `baseline`, `rendering`,
+//! comma-separated) runs only those figures.
 //!
 //! ```sh
 //! cargo bench -p eventpipe --bench pipeline                        # the default stream
@@ -65,6 +74,9 @@ use eventpipe::delivery::{Position, SavedState};
 use eventpipe::event::Event;
 use eventpipe::source::decode::{Decoded, Decoder};
 use serde::Deserialize;
+
+#[path = "pipeline/rendering.rs"]
+mod rendering;
 
 /// The stream, relative to the repository root, when neither the argument nor
 /// `EVENTPIPE_BENCH_STREAM` names one.
@@ -105,6 +117,14 @@ fn main() {
     let webhook_ok = wanted("webhook").then(|| webhook_throughput(&bench, &mut table));
     let ratio_ok = wanted("replay").then(|| run_against_replay(&bench, &mut table));
     let breaker_ok = wanted("breaker").then(|| circuit_breaker(&bench, &mut table));
+    if wanted("baseline")
+        && let Some(baseline) = std::env::var_os("EVENTPIPE_BENCH_BASELINE")
+    {
+        against_baseline(&bench, Path::new(&baseline), &mut table);
+    }
+    if wanted("rendering") {
+        template_rendering(&bench, &mut table);
+    }
     table.print();
     println!();
     if let Some(ok) = webhook_ok {
@@ -232,12 +252,22 @@ impl Bench {
     /// As [`eventpipe`](Self::eventpipe), held to the first core (`taskset -c 0 eventpipe
     /// ARGS…`) when `one_core`.
     fn eventpipe_on<S: AsRef<std::ffi::OsStr>>(&self, one_core: bool, args: impl IntoIterator<Item = S>) -> Command {
+        self.binary_on(&self.bin, one_core, args)
+    }
+
+    /// As [`eventpipe_on`](Self::eventpipe_on) with the binary `bin`.
+    fn binary_on<S: AsRef<std::ffi::OsStr>>(
+        &self,
+        bin: &Path,
+        one_core: bool,
+        args: impl IntoIterator<Item = S>,
+    ) -> Command {
         let mut command = if one_core {
             let mut taskset = Command::new("taskset");
-            taskset.args(["-c", "0"]).arg(&self.bin);
+            taskset.args(["-c", "0"]).arg(bin);
             taskset
         } else {
-            Command::new(&self.bin)
+            Command::new(bin)
         };
         command.args(args).current_dir(self.scratch.path()).env_remove("RUST_LOG").stdout(Stdio::null());
         command
@@ -250,7 +280,17 @@ impl Bench {
 
     /// As [`run`](Self::run), held to the first core when `one_core`.
     fn run_on<S: AsRef<std::ffi::OsStr>>(&self, one_core: bool, args: impl IntoIterator<Item = S>) -> Command {
-        let mut command = self.eventpipe_on(one_core, ["run", "--summary-json"]);
+        self.run_of(&self.bin, one_core, args)
+    }
+
+    /// As [`run_on`](Self::run_on) with the binary `bin`.
+    fn run_of<S: AsRef<std::ffi::OsStr>>(
+        &self,
+        bin: &Path,
+        one_core: bool,
+        args: impl IntoIterator<Item = S>,
+    ) -> Command {
+        let mut command = self.binary_on(bin, one_core, ["run", "--summary-json"]);
         command.arg(format!("--source=jsonl:{}", self.stream.display())).args(args);
         command
     }
@@ -441,7 +481,7 @@ impl Table {
 
 fn format_value(v: f64, unit: &str) -> String {
     match unit {
-        "events/s" => format!("{v:.0}"),
+        "events/s" | "events/s per core" => format!("{v:.0}"),
         "s" => format!("{v:.2}"),
         _ => format!("{v:.3}"),
     }
@@ -573,6 +613,62 @@ fn webhook_throughput(bench: &Bench, table: &mut Table) -> bool {
     }
     let rate = median_of(&samples[0].iter().map(|s| s.0).collect::<Vec<_>>());
     mismatches.is_empty() && rate >= WEBHOOK_TARGET
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. Against another build
+
+/// Figure 5: the webhook run of figure 1 (default flags) by this binary and by `baseline`,
+/// alternating; every count must match as in figure 1.
+fn against_baseline(bench: &Bench, baseline: &Path, table: &mut Table) {
+    let (addr, tally) = start_receiver();
+    let sink = format!("--sink=webhook:http://{addr}/events");
+    timed(bench.run_of(baseline, false, ["--sink=jsonl:/dev/null"])); // its plugins compiled first
+    let builds = [baseline, bench.bin.as_path()];
+    let samples = interleaved(bench.runs, &builds, |bin| {
+        let run = timed(bench.run_of(bin, false, [&sink]));
+        let summary = run.summary();
+        let got = tally.take();
+        assert!(
+            got.items == summary.written() && got.refused == 0 && summary.dropped + summary.gave_up == 0,
+            "{}: the receiver got {} items, the summary says {} written",
+            bin.display(),
+            got.items,
+            summary.written()
+        );
+        summary.read as f64 / run.wall.as_secs_f64()
+    });
+    println!("baseline: {}", baseline.display());
+    let ratios: Vec<f64> = samples[1].iter().zip(&samples[0]).map(|(this, base)| this / base).collect();
+    table.add("webhook sink, default flags, baseline build", "events/s", &samples[0]);
+    table.add("webhook sink, default flags, this build", "events/s", &samples[1]);
+    table.add("  this build / baseline (pairs)", "ratio", &ratios);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6. Template rendering
+
+/// Figure 6: the writes of a run of the bundled stream, encoded by each [`rendering::cases`]
+/// case in alternating rounds (at least 7).
+fn template_rendering(bench: &Bench, table: &mut Table) {
+    let calls = bench.path("bundled-calls.jsonl");
+    let bundled = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/data/occurrences.jsonl");
+    let mut run = bench.eventpipe(["run", "--summary-json"]);
+    run.arg(format!("--source=jsonl:{}", bundled.display())).arg(format!("--sink=jsonl:{}", calls.display()));
+    timed(run);
+    let writes = rendering::writes(&std::fs::read_to_string(&calls).expect("the run's calls"));
+    let cases = rendering::cases(bench.scratch.path());
+    rendering::pass(&cases[0], &writes); // warm
+    let seconds = interleaved(bench.runs.max(7), &cases, |case| rendering::pass(case, &writes));
+    let n = writes.len() as f64;
+    for (case, seconds) in cases.iter().zip(&seconds) {
+        let rates: Vec<f64> = seconds.iter().map(|s| n / s).collect();
+        table.add(format!("rendering {} writes, {}", writes.len(), case.label), "events/s per core", &rates);
+    }
+    for (case, times) in cases.iter().zip(&seconds).skip(1) {
+        let ratios: Vec<f64> = times.iter().zip(&seconds[0]).map(|(s, plain)| s / plain).collect();
+        table.add(format!("  CPU per write, {} / no template (rounds)", case.label), "ratio", &ratios);
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@
 // | aggregate-key (aggregatekey)     | AggregateKey    | KeyEvent (13 key fields)    | ByReason                   |
 // | message-combiner (messagecombiner)| MessageCombiner| KeyEvent                    | SimilarEvents              |
 // | spam-key (spamkey)               | SpamKey         | KeyEvent                    | SourceObject               |
-// | filter (filter)                  | Filter          | Event (declared fields)     | —                          |
+// | filter (filter-enriched)         | Filter          | Event (declared fields)     | EnrichedFilter             |
 // | sink (sink)                      | Sink            | SinkRequest                 | —                          |
 // | watcher (watcher)                | Watcher         | Event                       | —                          |
 //
@@ -77,6 +77,9 @@ type (
 	Verdict = wit.Verdict
 	// EventField names a field of a filter's projection.
 	EventField = wit.EventField
+	// EnrichmentField names a field of an event's enrichment (what the host knows of its
+	// involved object: labels, annotations, top owner, node, cluster).
+	EnrichmentField = wit.EnrichmentField
 )
 
 // Keep passes the event on to correlation.
@@ -121,6 +124,63 @@ type Filter interface {
 	// Filter decides on one event. tenant names the tenant whose rules matched ("" for the
 	// defaults).
 	Filter(tenant string, e *Event) Verdict
+}
+
+// EnrichedFilter is a Filter that also reads each event's enrichment (world
+// filter-enriched): the involved object's labels and annotations, its top owner, its node and
+// the cluster's name, as the host's [enrich] configuration finds them. The filter package
+// calls FilterEnriched for every event of a batch when the registered Filter implements it;
+// the single-event call (for tools) stays Filter.
+type EnrichedFilter interface {
+	Filter
+	// EnrichmentFields lists the enrichment fields FilterEnriched reads (asked once per
+	// instance, with Fields; at most 64 fields in all).
+	EnrichmentFields() []EnrichmentField
+	// FilterEnriched decides on one event with its enrichment: "" for each field the host
+	// found nothing of, or when enrichment is off.
+	FilterEnriched(tenant string, e *Event, enrichment Enrichment) Verdict
+}
+
+// Enrichment holds the values of an EnrichedFilter's enrichment fields for one event (views
+// into the batch: valid during the call only).
+type Enrichment struct {
+	Fields []EnrichmentField
+	Values []string
+}
+
+// Get returns the value of field: "" when it was not declared or the host found nothing.
+func (e Enrichment) Get(field EnrichmentField) string {
+	for i, f := range e.Fields {
+		if f == field && i < len(e.Values) {
+			return e.Values[i]
+		}
+	}
+	return ""
+}
+
+// The enrichment fields without a key.
+var (
+	EnrichmentCluster         = EnrichmentField{Tag: wit.EnrichmentCluster}
+	EnrichmentOwnerKind       = EnrichmentField{Tag: wit.EnrichmentOwnerKind}
+	EnrichmentOwnerName       = EnrichmentField{Tag: wit.EnrichmentOwnerName}
+	EnrichmentOwnerUID        = EnrichmentField{Tag: wit.EnrichmentOwnerUID}
+	EnrichmentOwnerAPIVersion = EnrichmentField{Tag: wit.EnrichmentOwnerAPIVersion}
+	EnrichmentNodeName        = EnrichmentField{Tag: wit.EnrichmentNodeName}
+)
+
+// ObjectLabel is the enrichment field of the involved object's label with this key.
+func ObjectLabel(key string) EnrichmentField {
+	return EnrichmentField{Tag: wit.EnrichmentObjectLabel, Key: key}
+}
+
+// ObjectAnnotation is the enrichment field of the involved object's annotation with this key.
+func ObjectAnnotation(key string) EnrichmentField {
+	return EnrichmentField{Tag: wit.EnrichmentObjectAnnotation, Key: key}
+}
+
+// NodeLabel is the enrichment field of the label with this key of the node a Pod runs on.
+func NodeLabel(key string) EnrichmentField {
+	return EnrichmentField{Tag: wit.EnrichmentNodeLabel, Key: key}
 }
 
 // Watcher sees every event distributed to it, before correlation (world watcher).

@@ -53,6 +53,6 @@ macro_rules! kind_world {
 kind_world!(aggregate_key, "aggregate-key-projected", "eventpipe_guest::bindings::aggregate_key");
 kind_world!(message_combiner, "message-combiner-projected", "eventpipe_guest::bindings::message_combiner");
 kind_world!(spam_key, "spam-key-projected", "eventpipe_guest::bindings::spam_key");
-kind_world!(filter, "filter", "eventpipe_guest::bindings::filter");
+kind_world!(filter, "filter-enriched", "eventpipe_guest::bindings::filter");
 kind_world!(sink, "sink", "eventpipe_guest::bindings::sink");
 kind_world!(watcher, "watcher", "eventpipe_guest::bindings::watcher");

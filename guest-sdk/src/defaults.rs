@@ -148,10 +148,7 @@ mod tests {
     /// The kubelet/Pod example of spec §3.2 (from client-go's test vectors).
     fn kubelet_pod() -> EventView<'static> {
         EventView {
-            source: SourceView {
-                component: "kubelet",
-                host: "kublet.node1",
-            },
+            source: SourceView { component: "kubelet", host: "kublet.node1" },
             involved_object: ObjectView {
                 kind: "Pod",
                 namespace: "other",
@@ -176,20 +173,14 @@ mod tests {
             "kubeletkublet.node1Podotherpod1spec.containers{mycontainer}C934D34AFB20242versionNormalend-of-worldit was fun"
         );
         // The vector derives HEAD's key (with `type`); the default is v0.26's (without).
-        assert_eq!(
-            key(|w| spam_key_with_type(&e, w)),
-            "kubeletkublet.node1Podotherpod1C934D34AFB20242versionNormal"
-        );
+        assert_eq!(key(|w| spam_key_with_type(&e, w)), "kubeletkublet.node1Podotherpod1C934D34AFB20242versionNormal");
         assert_eq!(key(|w| spam_key(&e, w)), "kubeletkublet.node1Podotherpod1C934D34AFB20242version");
         assert_eq!(
             key(|w| aggregate_by_reason(&e, w)),
             "kubeletkublet.node1Podotherpod1C934D34AFB20242versionNormalend-of-world"
         );
         assert_eq!(key(|w| aggregate_by_reason_local(&e, w)), "it was fun");
-        assert_eq!(
-            key(|w| aggregate_by_reason_message(&e, w)),
-            "(combined from similar events): it was fun"
-        );
+        assert_eq!(key(|w| aggregate_by_reason_message(&e, w)), "(combined from similar events): it was fun");
     }
 
     #[test]

@@ -10,8 +10,8 @@ use crate::bindings::{aggregate_key, filter, message_combiner, sink, spam_key, w
 use crate::packed::{KeyField, KeyFieldsBatch, KeyWriter, StringPacker};
 use crate::projection::ProjectedBatch;
 use crate::{
-    AggregateKey, AggregateKeyPair, Event, EventField, EventView, Filter, MessageCombiner, PackedStrings, Sink,
-    SinkError, SinkRequest, SpamKey, Verdict, Watcher,
+    AggregateKey, AggregateKeyPair, EnrichmentField, Event, EventField, EventView, Filter, MessageCombiner,
+    PackedStrings, Sink, SinkError, SinkRequest, SpamKey, Verdict, Watcher,
 };
 
 /// Gives the exported functions the plugin value. Implemented by the `export_*!` macros.
@@ -117,11 +117,7 @@ where
     }
 
     fn combine_message_batch(events: PackedStrings) -> Result<PackedStrings, String> {
-        I::with(|p| {
-            key_batch(&events, 1, |e, out| {
-                out.push_with(|w| p.combine_message(e, w))
-            })
-        })
+        I::with(|p| key_batch(&events, 1, |e, out| out.push_with(|w| p.combine_message(e, w))))
     }
 }
 
@@ -154,17 +150,21 @@ where
         I::with(|p| p.fields())
     }
 
+    fn enrichment_fields() -> Vec<EnrichmentField> {
+        I::with(|p| p.enrichment_fields())
+    }
+
     /// Traps (a panic the host reports as the plugin's failure) on a batch that breaks the
     /// projection's rules: the host never sends one.
     fn filter_batch(tenant: String, count: u32, events: PackedStrings) -> Vec<Verdict> {
         I::with(|p| {
-            let fields = p.fields();
-            let batch = match ProjectedBatch::new(&events, count as usize, &fields) {
+            let (fields, enrichment) = (p.fields(), p.enrichment_fields());
+            let batch = match ProjectedBatch::new(&events, count as usize, &fields, &enrichment) {
                 Ok(batch) => batch,
                 Err(e) => panic!("malformed projected batch: {e}"),
             };
             let mut verdicts = Vec::with_capacity(batch.len());
-            batch.for_each(|event| verdicts.push(p.filter(&tenant, event)));
+            batch.for_each(|event, enriched| verdicts.push(p.filter_enriched(&tenant, event, enriched)));
             verdicts
         })
     }
@@ -220,7 +220,7 @@ macro_rules! __export_plugin {
                 }
             }
             type __EventpipeExport = $crate::__private::Export<__EventpipeInstance>;
-            $crate::bindings::$world::export!(__EventpipeExport with_types_in $crate::bindings::$world);
+    $crate::bindings::$world::export!(__EventpipeExport with_types_in $crate::bindings::$world);
         };
     };
 }
@@ -315,24 +315,16 @@ mod tests {
         let events = [sample("a"), sample("b"), sample("")];
         let batch = pack_key_fields(events.iter().map(EventView::from)).unwrap();
 
-        let out =
-            <Export<Native<ByReason>> as aggregate_key::Guest>::aggregate_key_batch(batch.clone())
-                .unwrap();
+        let out = <Export<Native<ByReason>> as aggregate_key::Guest>::aggregate_key_batch(batch.clone()).unwrap();
         let out = PackedStrs::new(&out.bytes, &out.ends).unwrap();
         assert_eq!(out.len(), 2 * events.len());
         for (i, e) in events.iter().enumerate() {
             let one = <Export<Native<ByReason>> as aggregate_key::Guest>::aggregate_key(e.clone());
-            assert_eq!(
-                (out.get(2 * i).unwrap(), out.get(2 * i + 1).unwrap()),
-                (&*one.aggregate, &*one.local)
-            );
+            assert_eq!((out.get(2 * i).unwrap(), out.get(2 * i + 1).unwrap()), (&*one.aggregate, &*one.local));
         }
 
         let out =
-            <Export<Native<SimilarEvents>> as message_combiner::Guest>::combine_message_batch(
-                batch.clone(),
-            )
-            .unwrap();
+            <Export<Native<SimilarEvents>> as message_combiner::Guest>::combine_message_batch(batch.clone()).unwrap();
         let out = PackedStrs::new(&out.bytes, &out.ends).unwrap();
         assert_eq!(out.get(1), Some("(combined from similar events): pulled"));
 
@@ -345,12 +337,8 @@ mod tests {
 
     #[test]
     fn malformed_batches_are_err_strings() {
-        let bad = PackedStrings {
-            bytes: b"abc".to_vec(),
-            ends: alloc::vec![1, 2],
-        };
-        let err =
-            <Export<Native<SourceObject>> as spam_key::Guest>::spam_key_batch(bad).unwrap_err();
+        let bad = PackedStrings { bytes: b"abc".to_vec(), ends: alloc::vec![1, 2] };
+        let err = <Export<Native<SourceObject>> as spam_key::Guest>::spam_key_batch(bad).unwrap_err();
         assert_eq!(err, "2 strings is not a multiple of 13 key fields");
     }
 }

@@ -150,13 +150,7 @@ fn write_instant(unix_nanos: Option<i64>, micros: bool, out: &mut String) {
     let subsec = nanos.rem_euclid(1_000_000_000);
     let (days, sod) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
     let (y, m, d) = civil_from_days(days);
-    let _ = write!(
-        out,
-        "\"{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}",
-        sod / 3600,
-        sod / 60 % 60,
-        sod % 60
-    );
+    let _ = write!(out, "\"{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}", sod / 3600, sod / 60 % 60, sod % 60);
     if micros {
         let _ = write!(out, ".{:06}", subsec / 1000);
     }
@@ -277,15 +271,9 @@ mod tests {
         e.metadata.labels = vec![("a".into(), "1".into()), ("b".into(), "2".into())];
         e.metadata.annotations = vec![("x".into(), "\"q\"".into())];
         e.event_time_unix_nanos = Some(1_717_200_142_123_456_789);
-        e.series = Some(EventSeries {
-            count: 3,
-            last_observed_time_unix_nanos: None,
-        });
+        e.series = Some(EventSeries { count: 3, last_observed_time_unix_nanos: None });
         e.action = "Binding".into();
-        e.related = Some(ObjectReference {
-            kind: "Node".into(),
-            ..Default::default()
-        });
+        e.related = Some(ObjectReference { kind: "Node".into(), ..Default::default() });
         assert_eq!(
             event_to_string(&e),
             r#"{"metadata":{"creationTimestamp":null,"labels":{"a":"1","b":"2"},"annotations":{"x":"\"q\""}},"involvedObject":{},"source":{},"firstTimestamp":null,"lastTimestamp":null,"eventTime":"2024-06-01T00:02:22.123456Z","series":{"count":3,"lastObservedTime":null},"action":"Binding","related":{"kind":"Node"},"reportingComponent":"","reportingInstance":""}"#
@@ -296,10 +284,7 @@ mod tests {
     fn strings_escape_like_serde_json() {
         let mut s = String::new();
         write_str("a\"b\\c\nd\te\u{1}f\u{7f}ü/</script>\u{2028}", &mut s);
-        assert_eq!(
-            s,
-            "\"a\\\"b\\\\c\\nd\\te\\u0001f\u{7f}ü/</script>\u{2028}\""
-        );
+        assert_eq!(s, "\"a\\\"b\\\\c\\nd\\te\\u0001f\u{7f}ü/</script>\u{2028}\"");
     }
 
     #[test]
@@ -311,10 +296,7 @@ mod tests {
         };
         assert_eq!(t(0), "\"1970-01-01T00:00:00.000000Z\"");
         assert_eq!(t(-1), "\"1969-12-31T23:59:59.999999Z\"");
-        assert_eq!(
-            t(951_782_400_000_000_000),
-            "\"2000-02-29T00:00:00.000000Z\""
-        );
+        assert_eq!(t(951_782_400_000_000_000), "\"2000-02-29T00:00:00.000000Z\"");
         assert_eq!(t(i64::MAX), "\"2262-04-11T23:47:16.854775Z\"");
         assert_eq!(t(i64::MIN), "\"1677-09-21T00:12:43.145224Z\"");
         let mut s = String::new();

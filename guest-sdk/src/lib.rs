@@ -30,7 +30,7 @@
 //! | `aggregate-key`    | [`AggregateKey`]    | [`export_aggregate_key!`]| [`EventView`] (key fields)  |
 //! | `message-combiner` | [`MessageCombiner`] | [`export_message_combiner!`] | [`EventView`]           |
 //! | `spam-key`         | [`SpamKey`]         | [`export_spam_key!`]     | [`EventView`]               |
-//! | `filter`           | [`Filter`]          | [`export_filter!`]       | [`Event`] (declared fields) |
+//! | `filter-enriched`  | [`Filter`]          | [`export_filter!`]       | [`Event`] (declared fields), [`Enrichment`] |
 //! | `sink`             | [`Sink`]            | [`export_sink!`]         | [`SinkRequest`]             |
 //! | `watcher`          | [`Watcher`]         | [`export_watcher!`]      | [`Event`]                   |
 //!
@@ -86,10 +86,11 @@ mod runtime;
 use alloc::vec::Vec;
 
 pub use bindings::plugin::eventpipe::plugin::types::{
-    AggregateKeyPair, Event, EventField, EventSeries, EventSource, ObjectMeta, ObjectReference, PackedStrings,
-    PatchRequest, SinkError, SinkRequest, StringMap, Verdict,
+    AggregateKeyPair, EnrichmentField, Event, EventField, EventSeries, EventSource, ObjectMeta, ObjectReference,
+    PackedStrings, PatchRequest, SinkError, SinkRequest, StringMap, Verdict,
 };
 pub use packed::{EventView, KeyField, KeyWriter};
+pub use projection::Enrichment;
 
 /// An aggregate-key function (world `aggregate-key-projected`, client-go `EventAggregatorKeyFunc`).
 /// Export with [`export_aggregate_key!`]. Default: [`defaults::ByReason`].
@@ -157,8 +158,8 @@ pub trait SpamKey: Default + 'static {
     fn spam_key(&self, event: &EventView<'_>, key: &mut KeyWriter<'_>);
 }
 
-/// A filter (world `filter`): keeps or drops events before correlation. Export with
-/// [`export_filter!`].
+/// A filter (world `filter-enriched`, a `filter` that may also read each event's
+/// enrichment): keeps or drops events before correlation. Export with [`export_filter!`].
 ///
 /// The host sends a filter only the fields it reads ([`Filter::fields`], packed: see
 /// [`projection`]); on that path every other field of the [`Event`] that
@@ -188,6 +189,45 @@ pub trait Filter: Default + 'static {
     /// The verdict for one event. `tenant` names the tenant whose rules matched the event
     /// (`""` when none did and the defaults apply).
     fn filter(&self, tenant: &str, event: &Event) -> Verdict;
+
+    /// The enrichment fields [`Filter::filter_enriched`] reads (the involved object's labels
+    /// and annotations, its top owner, its node, the cluster: `wit/types.wit`
+    /// `enrichment-field`), asked with [`Filter::fields`] and under its rules (at most 64 in
+    /// all). Default: none, and [`Filter::filter`] decides alone.
+    ///
+    /// ```
+    /// # use eventpipe_guest::{Enrichment, EnrichmentField, Event, EventField, Filter, Verdict};
+    /// # #[derive(Default)] struct PaymentsOnly;
+    /// impl Filter for PaymentsOnly {
+    ///     fn fields(&self) -> Vec<EventField> {
+    ///         vec![]
+    ///     }
+    ///     fn enrichment_fields(&self) -> Vec<EnrichmentField> {
+    ///         vec![EnrichmentField::ObjectLabel("team".into())]
+    ///     }
+    ///     fn filter_enriched(&self, _tenant: &str, _event: &Event, enrichment: &Enrichment<'_>) -> Verdict {
+    ///         match enrichment.get(&EnrichmentField::ObjectLabel("team".into())) {
+    ///             "payments" => Verdict::Keep,
+    ///             _ => Verdict::Drop(Some("not the payments team's".into())),
+    ///         }
+    ///     }
+    ///     fn filter(&self, tenant: &str, event: &Event) -> Verdict {
+    ///         self.filter_enriched(tenant, event, &Enrichment::none())
+    ///     }
+    /// }
+    /// ```
+    fn enrichment_fields(&self) -> Vec<EnrichmentField> {
+        Vec::new()
+    }
+
+    /// The verdict for one event of a batch, with the values of the declared
+    /// [`Filter::enrichment_fields`] (`""` for each the host found nothing of, or when
+    /// enrichment is off). Default: [`Filter::filter`]. The single-event `filter` export (for
+    /// tools) carries no enrichment and calls [`Filter::filter`].
+    fn filter_enriched(&self, tenant: &str, event: &Event, enrichment: &Enrichment<'_>) -> Verdict {
+        let _ = enrichment;
+        self.filter(tenant, event)
+    }
 }
 
 /// An event sink (world `sink`, client-go `EventSink`). Export with [`export_sink!`]. Write
@@ -203,11 +243,7 @@ pub trait Sink: Default + 'static {
 
     /// Performs a batch of requests in order: exactly one result per request. Default:
     /// [`Sink::deliver`] on each.
-    fn deliver_batch(
-        &self,
-        tenant: &str,
-        requests: Vec<SinkRequest>,
-    ) -> Vec<Result<Event, SinkError>> {
+    fn deliver_batch(&self, tenant: &str, requests: Vec<SinkRequest>) -> Vec<Result<Event, SinkError>> {
         requests.into_iter().map(|r| self.deliver(tenant, r)).collect()
     }
 }

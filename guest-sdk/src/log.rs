@@ -35,18 +35,13 @@ pub fn log<'a>(level: Level, message: &str, fields: &[(&'a str, &'a str)]) {
         Field { key, value }
     }
     if fields.len() <= STACK_FIELDS {
-        let mut buf: [Field<'a>; STACK_FIELDS] =
-            core::array::from_fn(|_| Field { key: "", value: "" });
+        let mut buf: [Field<'a>; STACK_FIELDS] = core::array::from_fn(|_| Field { key: "", value: "" });
         for (slot, f) in buf.iter_mut().zip(fields) {
             *slot = field(f);
         }
         log_fields(level, message, &buf[..fields.len()]);
     } else {
-        log_fields(
-            level,
-            message,
-            &fields.iter().map(field).collect::<Vec<_>>(),
-        );
+        log_fields(level, message, &fields.iter().map(field).collect::<Vec<_>>());
     }
 }
 

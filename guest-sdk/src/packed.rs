@@ -130,25 +130,16 @@ impl fmt::Display for PackError {
                 write!(f, "ends[{index}] is smaller than ends[{}]", index - 1)
             }
             PackError::OffsetOutOfRange { index, end, len } => {
-                write!(
-                    f,
-                    "ends[{index}] = {end} is past the end of the bytes ({len})"
-                )
+                write!(f, "ends[{index}] = {end} is past the end of the bytes ({len})")
             }
             PackError::NotCharBoundary { index, end } => {
                 write!(f, "ends[{index}] = {end} splits a UTF-8 character")
             }
             PackError::TrailingBytes { last_end, len } => {
-                write!(
-                    f,
-                    "the last end offset is {last_end} but there are {len} bytes"
-                )
+                write!(f, "the last end offset is {last_end} but there are {len} bytes")
             }
             PackError::FieldCount { strings } => {
-                write!(
-                    f,
-                    "{strings} strings is not a multiple of {KEY_FIELD_COUNT} key fields"
-                )
+                write!(f, "{strings} strings is not a multiple of {KEY_FIELD_COUNT} key fields")
             }
             PackError::TooLarge => f.write_str("packed strings exceed 4 GiB"),
         }
@@ -172,9 +163,7 @@ impl<'a> PackedStrs<'a> {
     /// [`PackError::NotUtf8`], [`PackError::OffsetDecreases`], [`PackError::OffsetOutOfRange`],
     /// [`PackError::NotCharBoundary`] or [`PackError::TrailingBytes`], for the first violation.
     pub fn new(bytes: &'a [u8], ends: &'a [u32]) -> Result<Self, PackError> {
-        let text = core::str::from_utf8(bytes).map_err(|e| PackError::NotUtf8 {
-            valid_up_to: e.valid_up_to(),
-        })?;
+        let text = core::str::from_utf8(bytes).map_err(|e| PackError::NotUtf8 { valid_up_to: e.valid_up_to() })?;
         // The hot path: one branch per offset (this loop ran at ~35 fuel per string with a
         // separate check and error for each rule). `check_offsets` says what is wrong.
         let mut last = 0u32;
@@ -204,11 +193,7 @@ impl<'a> PackedStrs<'a> {
                 return Err(PackError::OffsetDecreases { index });
             }
             if end as usize > text.len() {
-                return Err(PackError::OffsetOutOfRange {
-                    index,
-                    end,
-                    len: text.len(),
-                });
+                return Err(PackError::OffsetOutOfRange { index, end, len: text.len() });
             }
             if !text.is_char_boundary(end as usize) {
                 return Err(PackError::NotCharBoundary { index, end });
@@ -216,10 +201,7 @@ impl<'a> PackedStrs<'a> {
             last = end;
         }
         if last as usize != text.len() {
-            return Err(PackError::TrailingBytes {
-                last_end: last as usize,
-                len: text.len(),
-            });
+            return Err(PackError::TrailingBytes { last_end: last as usize, len: text.len() });
         }
         Ok(())
     }
@@ -251,11 +233,7 @@ impl<'a> PackedStrs<'a> {
     /// String `index`, or `None` past the end.
     pub fn get(&self, index: usize) -> Option<&'a str> {
         let end = *self.ends.get(index)? as usize;
-        let start = if index == 0 {
-            0
-        } else {
-            self.ends[index - 1] as usize
-        };
+        let start = if index == 0 { 0 } else { self.ends[index - 1] as usize };
         self.text.get(start..end)
     }
 
@@ -319,31 +297,10 @@ pub struct EventView<'a> {
 impl<'a> EventView<'a> {
     /// The view from the fields in [`KeyField`] order.
     pub fn from_fields(f: [&'a str; KEY_FIELD_COUNT]) -> Self {
-        let [
-            component,
-            host,
-            kind,
-            namespace,
-            name,
-            field_path,
-            uid,
-            api_version,
-            type_,
-            reason,
-            message,
-            rc,
-            ri,
-        ] = f;
+        let [component, host, kind, namespace, name, field_path, uid, api_version, type_, reason, message, rc, ri] = f;
         EventView {
             source: SourceView { component, host },
-            involved_object: ObjectView {
-                kind,
-                namespace,
-                name,
-                field_path,
-                uid,
-                api_version,
-            },
+            involved_object: ObjectView { kind, namespace, name, field_path, uid, api_version },
             type_,
             reason,
             message,
@@ -382,10 +339,7 @@ impl<'a> From<&'a Event> for EventView<'a> {
     fn from(e: &'a Event) -> Self {
         let io = &e.involved_object;
         EventView {
-            source: SourceView {
-                component: &e.source.component,
-                host: &e.source.host,
-            },
+            source: SourceView { component: &e.source.component, host: &e.source.host },
             involved_object: ObjectView {
                 kind: &io.kind,
                 namespace: &io.namespace,
@@ -417,13 +371,9 @@ impl<'a> KeyFieldsBatch<'a> {
     /// not a multiple of [`KEY_FIELD_COUNT`].
     pub fn new(bytes: &'a [u8], ends: &'a [u32]) -> Result<Self, PackError> {
         if !ends.len().is_multiple_of(KEY_FIELD_COUNT) {
-            return Err(PackError::FieldCount {
-                strings: ends.len(),
-            });
+            return Err(PackError::FieldCount { strings: ends.len() });
         }
-        Ok(Self {
-            strs: PackedStrs::new(bytes, ends)?,
-        })
+        Ok(Self { strs: PackedStrs::new(bytes, ends)? })
     }
 
     /// Validates the batch the host passed.
@@ -453,24 +403,19 @@ impl<'a> KeyFieldsBatch<'a> {
     pub fn iter(&self) -> impl ExactSizeIterator<Item = EventView<'a>> + 'a {
         let text = self.strs.text;
         let mut start = 0usize;
-        self.strs
-            .ends
-            .chunks_exact(KEY_FIELD_COUNT)
-            .map(move |event| {
-                EventView::from_fields(core::array::from_fn(|f| {
-                    let end = event[f] as usize;
-                    let s = PackedStrs::slice(text, start, end);
-                    start = end;
-                    s
-                }))
-            })
+        self.strs.ends.chunks_exact(KEY_FIELD_COUNT).map(move |event| {
+            EventView::from_fields(core::array::from_fn(|f| {
+                let end = event[f] as usize;
+                let s = PackedStrs::slice(text, start, end);
+                start = end;
+                s
+            }))
+        })
     }
 
     fn view(&self, index: usize) -> EventView<'a> {
         let base = index * KEY_FIELD_COUNT;
-        EventView::from_fields(core::array::from_fn(|f| {
-            self.strs.get(base + f).unwrap_or_default()
-        }))
+        EventView::from_fields(core::array::from_fn(|f| self.strs.get(base + f).unwrap_or_default()))
     }
 }
 
@@ -532,10 +477,7 @@ impl StringPacker {
 
     /// An empty packer with room for `bytes` bytes and `strings` strings.
     pub fn with_capacity(bytes: usize, strings: usize) -> Self {
-        Self {
-            bytes: String::with_capacity(bytes),
-            ends: Vec::with_capacity(strings),
-        }
+        Self { bytes: String::with_capacity(bytes), ends: Vec::with_capacity(strings) }
     }
 
     /// Appends one string.
@@ -579,10 +521,7 @@ impl StringPacker {
 
     /// The packed strings.
     pub fn finish(self) -> PackedStrings {
-        PackedStrings {
-            bytes: self.bytes.into_bytes(),
-            ends: self.ends,
-        }
+        PackedStrings { bytes: self.bytes.into_bytes(), ends: self.ends }
     }
 }
 
@@ -590,9 +529,7 @@ impl StringPacker {
 ///
 /// # Errors
 /// [`PackError::TooLarge`] when the batch would exceed `u32::MAX` bytes.
-pub fn pack_key_fields<'e>(
-    events: impl IntoIterator<Item = EventView<'e>>,
-) -> Result<PackedStrings, PackError> {
+pub fn pack_key_fields<'e>(events: impl IntoIterator<Item = EventView<'e>>) -> Result<PackedStrings, PackError> {
     let mut packer = StringPacker::new();
     for event in events {
         for field in event.fields() {
@@ -660,19 +597,12 @@ mod tests {
         .unwrap();
         let packed = p.finish();
         let strs = PackedStrs::new(&packed.bytes, &packed.ends).unwrap();
-        assert_eq!(
-            strs.iter().collect::<Vec<_>>(),
-            ["", "ab", "", "ç", "xyz", "abc7"]
-        );
+        assert_eq!(strs.iter().collect::<Vec<_>>(), ["", "ab", "", "ç", "xyz", "abc7"]);
         assert_eq!(strs.get(3), Some("ç"));
         assert_eq!(strs.get(6), None);
 
         let empty = StringPacker::new().finish();
-        assert!(
-            PackedStrs::new(&empty.bytes, &empty.ends)
-                .unwrap()
-                .is_empty()
-        );
+        assert!(PackedStrs::new(&empty.bytes, &empty.ends).unwrap().is_empty());
         assert!(KeyFieldsBatch::from_packed(&empty).unwrap().is_empty());
     }
 
@@ -682,77 +612,27 @@ mod tests {
         let check = |bytes: &[u8], ends: &[u32]| PackedStrs::new(bytes, ends).map(|s| s.len());
         assert_eq!(check(b"abc", &[1, 3]), Ok(2));
         assert_eq!(check(b"abc", &[2, 1]), Err(OffsetDecreases { index: 1 }));
-        assert_eq!(
-            check(b"abc", &[4]),
-            Err(OffsetOutOfRange {
-                index: 0,
-                end: 4,
-                len: 3
-            })
-        );
-        assert_eq!(
-            check(b"abc", &[u32::MAX]),
-            Err(OffsetOutOfRange {
-                index: 0,
-                end: u32::MAX,
-                len: 3
-            })
-        );
-        assert_eq!(
-            check(b"abc", &[2]),
-            Err(TrailingBytes {
-                last_end: 2,
-                len: 3
-            })
-        );
-        assert_eq!(
-            check(b"abc", &[]),
-            Err(TrailingBytes {
-                last_end: 0,
-                len: 3
-            })
-        );
-        assert_eq!(
-            check("é".as_bytes(), &[1, 2]),
-            Err(NotCharBoundary { index: 0, end: 1 })
-        );
+        assert_eq!(check(b"abc", &[4]), Err(OffsetOutOfRange { index: 0, end: 4, len: 3 }));
+        assert_eq!(check(b"abc", &[u32::MAX]), Err(OffsetOutOfRange { index: 0, end: u32::MAX, len: 3 }));
+        assert_eq!(check(b"abc", &[2]), Err(TrailingBytes { last_end: 2, len: 3 }));
+        assert_eq!(check(b"abc", &[]), Err(TrailingBytes { last_end: 0, len: 3 }));
+        assert_eq!(check("é".as_bytes(), &[1, 2]), Err(NotCharBoundary { index: 0, end: 1 }));
         // A split inside a 4-byte character after valid offsets, and a bad offset after a
         // split one (the first broken rule is reported).
-        assert_eq!(
-            check("a😀b".as_bytes(), &[1, 3, 6]),
-            Err(NotCharBoundary { index: 1, end: 3 })
-        );
-        assert_eq!(
-            check("a😀b".as_bytes(), &[2, 1]),
-            Err(NotCharBoundary { index: 0, end: 2 })
-        );
+        assert_eq!(check("a😀b".as_bytes(), &[1, 3, 6]), Err(NotCharBoundary { index: 1, end: 3 }));
+        assert_eq!(check("a😀b".as_bytes(), &[2, 1]), Err(NotCharBoundary { index: 0, end: 2 }));
         assert_eq!(check("a😀b".as_bytes(), &[1, 5, 6]).map(|_| ()), Ok(()));
         assert_eq!(check(&[b'a', 0xff], &[2]), Err(NotUtf8 { valid_up_to: 1 }));
         assert_eq!(check(&[0xe2, 0x82], &[2]), Err(NotUtf8 { valid_up_to: 0 }));
 
         // Key-fields batches: a short batch (12 strings) or one event plus a stray string.
         let ends: Vec<u32> = vec![0; 12];
-        assert_eq!(
-            KeyFieldsBatch::new(b"", &ends),
-            Err(FieldCount { strings: 12 })
-        );
+        assert_eq!(KeyFieldsBatch::new(b"", &ends), Err(FieldCount { strings: 12 }));
         let ends: Vec<u32> = vec![0; 14];
-        assert_eq!(
-            KeyFieldsBatch::new(b"", &ends),
-            Err(FieldCount { strings: 14 })
-        );
+        assert_eq!(KeyFieldsBatch::new(b"", &ends), Err(FieldCount { strings: 14 }));
         let ends: Vec<u32> = vec![0; 13];
-        assert_eq!(
-            KeyFieldsBatch::new(b"x", &ends),
-            Err(TrailingBytes {
-                last_end: 0,
-                len: 1
-            })
-        );
-        assert_eq!(
-            KeyFieldsBatch::new(b"", &ends).unwrap().get(0),
-            Some(EventView::default())
-        );
+        assert_eq!(KeyFieldsBatch::new(b"x", &ends), Err(TrailingBytes { last_end: 0, len: 1 }));
+        assert_eq!(KeyFieldsBatch::new(b"", &ends).unwrap().get(0), Some(EventView::default()));
     }
 
     #[test]
@@ -760,30 +640,18 @@ mod tests {
         let packed = pack_key_fields([view("a"), view("b")]).unwrap();
         // Cut the byte buffer or the offsets anywhere: never a panic, always an error.
         for cut in 0..packed.bytes.len() {
-            assert!(
-                KeyFieldsBatch::new(&packed.bytes[..cut], &packed.ends).is_err(),
-                "bytes cut at {cut}"
-            );
+            assert!(KeyFieldsBatch::new(&packed.bytes[..cut], &packed.ends).is_err(), "bytes cut at {cut}");
         }
         for cut in 0..packed.ends.len() {
-            assert!(
-                KeyFieldsBatch::new(&packed.bytes, &packed.ends[..cut]).is_err(),
-                "ends cut at {cut}"
-            );
+            assert!(KeyFieldsBatch::new(&packed.bytes, &packed.ends[..cut]).is_err(), "ends cut at {cut}");
         }
     }
 
     #[test]
     fn errors_have_messages() {
         let e = PackedStrs::new(b"abc", &[2, 1]).unwrap_err();
-        assert_eq!(
-            alloc::string::ToString::to_string(&e),
-            "ends[1] is smaller than ends[0]"
-        );
+        assert_eq!(alloc::string::ToString::to_string(&e), "ends[1] is smaller than ends[0]");
         let e = KeyFieldsBatch::new(b"", &[0; 3]).unwrap_err();
-        assert_eq!(
-            alloc::string::ToString::to_string(&e),
-            "3 strings is not a multiple of 13 key fields"
-        );
+        assert_eq!(alloc::string::ToString::to_string(&e), "3 strings is not a multiple of 13 key fields");
     }
 }

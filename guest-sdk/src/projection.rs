@@ -13,7 +13,7 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 
 use crate::packed::{PackError, PackedStrs};
-use crate::{Event, EventField, EventSeries, ObjectReference, PackedStrings};
+use crate::{EnrichmentField, Event, EventField, EventSeries, ObjectReference, PackedStrings};
 
 /// Every field but labels and annotations (which are named one key at a time): the default
 /// projection of a filter that does not list what it reads.
@@ -84,24 +84,60 @@ impl core::fmt::Display for ProjectionError {
     }
 }
 
+/// The values of the enrichment fields a filter declared ([`Filter::enrichment_fields`]) for
+/// one event, in their order: `""` for a field the host found nothing of.
+///
+/// [`Filter::enrichment_fields`]: crate::Filter::enrichment_fields
+#[derive(Debug, Clone, Copy)]
+pub struct Enrichment<'a> {
+    fields: &'a [EnrichmentField],
+    values: &'a [&'a str],
+}
+
+impl<'a> Enrichment<'a> {
+    /// No enrichment: every field reads `""` (what the single-event `filter` call gets).
+    pub fn none() -> Self {
+        Self { fields: &[], values: &[] }
+    }
+
+    /// The value of `field`: `""` when the filter did not declare it or the host found nothing.
+    pub fn get(&self, field: &EnrichmentField) -> &'a str {
+        self.fields.iter().position(|f| f == field).and_then(|i| self.values.get(i).copied()).unwrap_or("")
+    }
+
+    /// Each declared field with its value, in the declared order.
+    pub fn iter(&self) -> impl Iterator<Item = (&'a EnrichmentField, &'a str)> + '_ {
+        self.fields.iter().zip(self.values.iter().copied())
+    }
+}
+
 /// A projected batch, checked once: [`ProjectedBatch::for_each`] hands out each event.
 pub struct ProjectedBatch<'a> {
     strings: PackedStrs<'a>,
     fields: &'a [EventField],
+    enrichment: &'a [EnrichmentField],
     events: usize,
 }
 
 impl<'a> ProjectedBatch<'a> {
-    /// Checks `packed` against the rules of `packed-strings` and against `events × fields`.
+    /// Checks `packed` against the rules of `packed-strings` and against
+    /// `events × (fields + enrichment)` (each event's declared event fields, then its
+    /// declared enrichment fields).
     ///
     /// # Errors
     /// [`ProjectionError`] naming the first broken rule.
-    pub fn new(packed: &'a PackedStrings, events: usize, fields: &'a [EventField]) -> Result<Self, ProjectionError> {
+    pub fn new(
+        packed: &'a PackedStrings,
+        events: usize,
+        fields: &'a [EventField],
+        enrichment: &'a [EnrichmentField],
+    ) -> Result<Self, ProjectionError> {
         let strings = PackedStrs::new(&packed.bytes, &packed.ends).map_err(ProjectionError::Packed)?;
-        if strings.len() != events * fields.len() {
-            return Err(ProjectionError::Count { strings: strings.len(), events, fields: fields.len() });
+        let per_event = fields.len() + enrichment.len();
+        if strings.len() != events * per_event {
+            return Err(ProjectionError::Count { strings: strings.len(), events, fields: per_event });
         }
-        Ok(Self { strings, fields, events })
+        Ok(Self { strings, fields, enrichment, events })
     }
 
     /// Events in the batch.
@@ -115,16 +151,20 @@ impl<'a> ProjectedBatch<'a> {
     }
 
     /// Calls `f` with each event in order, decoded into one reused [`Event`] (so a batch
-    /// allocates only where a field outgrows what an earlier event used).
-    pub fn for_each(&self, mut f: impl FnMut(&Event)) {
+    /// allocates only where a field outgrows what an earlier event used), and its
+    /// [`Enrichment`].
+    pub fn for_each(&self, mut f: impl FnMut(&Event, &Enrichment<'_>)) {
         let mut event = Event::default();
         let mut strings = self.strings.iter();
+        let mut values: Vec<&str> = Vec::with_capacity(self.enrichment.len());
         for _ in 0..self.events {
             clear(&mut event, self.fields);
             for field in self.fields {
                 set(&mut event, field, strings.next().unwrap_or(""));
             }
-            f(&event);
+            values.clear();
+            values.extend(self.enrichment.iter().map(|_| strings.next().unwrap_or("")));
+            f(&event, &Enrichment { fields: self.enrichment, values: &values });
         }
     }
 }
@@ -236,10 +276,28 @@ mod tests {
             EventField::SeriesCount,
             EventField::RelatedKind,
         ];
-        let batch = packed(&["Warning", "BackOff", "7", "payments", "1700000000000000005", "", "", "Normal", "Pulled", "1", "", "", "3", "Node"]);
-        let projected = ProjectedBatch::new(&batch, 2, &fields).unwrap();
+        let batch = packed(&[
+            "Warning",
+            "BackOff",
+            "7",
+            "payments",
+            "1700000000000000005",
+            "",
+            "",
+            "Normal",
+            "Pulled",
+            "1",
+            "",
+            "",
+            "3",
+            "Node",
+        ]);
+        let projected = ProjectedBatch::new(&batch, 2, &fields, &[]).unwrap();
         let mut seen = Vec::new();
-        projected.for_each(|e| seen.push(e.clone()));
+        projected.for_each(|e, enrichment| {
+            assert_eq!(enrichment.iter().count(), 0);
+            seen.push(e.clone())
+        });
         assert_eq!(seen.len(), 2);
         let (a, b) = (&seen[0], &seen[1]);
         assert_eq!((a.type_.as_str(), a.reason.as_str(), a.count), ("Warning", "BackOff", 7));
@@ -258,9 +316,34 @@ mod tests {
         let fields = vec![EventField::Reason, EventField::Type];
         let batch = packed(&["a", "b", "c"]);
         assert_eq!(
-            ProjectedBatch::new(&batch, 2, &fields).err(),
+            ProjectedBatch::new(&batch, 2, &fields, &[]).err(),
             Some(ProjectionError::Count { strings: 3, events: 2, fields: 2 })
         );
-        assert!(ProjectedBatch::new(&packed(&[]), 5, &[]).is_ok(), "no fields: only the count");
+        assert_eq!(
+            ProjectedBatch::new(&packed(&["a", "b", "c", "d"]), 2, &fields, &[EnrichmentField::Cluster]).err(),
+            Some(ProjectionError::Count { strings: 4, events: 2, fields: 3 }),
+            "enrichment fields count towards each event's strings"
+        );
+        assert!(ProjectedBatch::new(&packed(&[]), 5, &[], &[]).is_ok(), "no fields: only the count");
+    }
+
+    #[test]
+    fn enrichment_values_follow_each_events_fields() {
+        let fields = vec![EventField::Reason];
+        let enrichment = vec![EnrichmentField::OwnerKind, EnrichmentField::ObjectLabel("team".into())];
+        let batch = packed(&["BackOff", "Deployment", "payments", "Pulled", "", ""]);
+        let projected = ProjectedBatch::new(&batch, 2, &fields, &enrichment).unwrap();
+        let mut seen = Vec::new();
+        projected.for_each(|e, enriched| {
+            seen.push((
+                e.reason.clone(),
+                enriched.get(&EnrichmentField::OwnerKind).to_string(),
+                enriched.get(&EnrichmentField::ObjectLabel("team".into())).to_string(),
+                enriched.get(&EnrichmentField::Cluster).to_string(),
+            ))
+        });
+        let row = |r: &str, k: &str, t: &str| (r.to_string(), k.to_string(), t.to_string(), String::new());
+        assert_eq!(seen, vec![row("BackOff", "Deployment", "payments"), row("Pulled", "", "")]);
+        assert_eq!(Enrichment::none().get(&EnrichmentField::Cluster), "");
     }
 }

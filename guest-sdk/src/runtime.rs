@@ -58,10 +58,7 @@ pub fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
     use core::sync::atomic::{AtomicBool, Ordering};
     static PANICKING: AtomicBool = AtomicBool::new(false);
     if !PANICKING.swap(true, Ordering::Relaxed) {
-        let mut buf = StackBuf {
-            bytes: [0; 512],
-            len: 0,
-        };
+        let mut buf = StackBuf { bytes: [0; 512], len: 0 };
         let _ = core::fmt::write(&mut buf, format_args!("plugin panicked: {info}"));
         crate::log::log_fields(crate::log::Level::Error, buf.as_str(), &[]);
     }
@@ -109,12 +106,7 @@ impl core::fmt::Write for StackBuf {
 /// # Safety
 /// `align` is a power of two and `new_len`, rounded up to `align`, does not overflow `isize`;
 /// when `old_len != 0`, `old_ptr` was returned by this function with `old_len` and `align`.
-pub unsafe fn cabi_realloc(
-    old_ptr: *mut u8,
-    old_len: usize,
-    align: usize,
-    new_len: usize,
-) -> *mut u8 {
+pub unsafe fn cabi_realloc(old_ptr: *mut u8, old_len: usize, align: usize, new_len: usize) -> *mut u8 {
     use alloc::alloc::{Layout, alloc, realloc};
     if old_len == 0 && new_len == 0 {
         return align as *mut u8;
@@ -124,11 +116,7 @@ pub unsafe fn cabi_realloc(
         if old_len == 0 {
             alloc(Layout::from_size_align_unchecked(new_len, align))
         } else {
-            realloc(
-                old_ptr,
-                Layout::from_size_align_unchecked(old_len, align),
-                new_len,
-            )
+            realloc(old_ptr, Layout::from_size_align_unchecked(old_len, align), new_len)
         }
     };
     if ptr.is_null() {
@@ -144,10 +132,7 @@ mod tests {
 
     #[test]
     fn stack_buf_truncates_at_char_boundaries() {
-        let mut b = StackBuf {
-            bytes: [0; 512],
-            len: 0,
-        };
+        let mut b = StackBuf { bytes: [0; 512], len: 0 };
         for _ in 0..300 {
             b.write_str("é").unwrap();
         }

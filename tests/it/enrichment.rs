@@ -88,8 +88,20 @@ struct Run {
 
 impl Run {
     fn start(plane: &ControlPlane, ns: &str, config: &std::path::Path, out: &std::path::Path) -> Self {
+        Self::start_with(plane, ns, config, out, &[])
+    }
+
+    /// As [`Run::start`], with `extra` arguments.
+    fn start_with(
+        plane: &ControlPlane,
+        ns: &str,
+        config: &std::path::Path,
+        out: &std::path::Path,
+        extra: &[String],
+    ) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_eventpipe"))
             .args(["run", "--no-watch", "--metrics=127.0.0.1:0", "--replay-existing"])
+            .args(extra)
             .arg(format!("--source=k8s:{ns}"))
             .arg(format!("--sink=jsonl:{}", out.display()))
             .arg(format!("--config={}", config.display()))
@@ -251,6 +263,31 @@ fn events_carry_their_pods_owner_labels_node_and_cluster_and_route_by_object_lab
     assert!(pod_gets <= 5.0, "{pod_gets} GETs of pods for 5 Pods");
     assert!(rs_gets <= 1.0, "{rs_gets} GETs of replicasets for 1 ReplicaSet");
     assert_eq!(run.sample("eventpipe_enrich_enriched_total"), Some(500.0));
+
+    // A filter plugin reads the enrichment (world `filter-enriched`): `keep-owner` keeps the
+    // events of objects a Deployment owns, on a node, of cluster prod-eu. A second run lists
+    // the same 500 events: the Deployment's 400 pass, the CronJob's 100 are dropped.
+    let (filtered, filtered_config) = (dir.path().join("filtered.jsonl"), dir.path().join("filtered.toml"));
+    std::fs::write(
+        &filtered_config,
+        "[defaults]\nfilters = [\"keep-owner\"]\n[plugins.keep-owner]\nowner_kind = \"Deployment\"\ncluster = \"prod-eu\"\n",
+    )
+    .unwrap();
+    let plugins = crate::common::plugins_dir(dir.path(), &["keep-owner"]);
+    let filtering =
+        Run::start_with(plane, &ns, &filtered_config, &filtered, &[format!("--plugins={}", plugins.display())]);
+    let kept = wait_for_lines(&[&filtered], 400, Duration::from_secs(120));
+    let dropped = || filtering.sample("eventpipe_filtered_total{tenant=\"default\"}").unwrap_or(0.0);
+    let start = Instant::now();
+    while dropped() < 100.0 {
+        assert!(start.elapsed() < Duration::from_secs(60), "{} dropped", dropped());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(dropped(), 100.0, "the CronJob's Pod's events, each dropped once");
+    assert_eq!(kept.len(), 400, "the Deployment's Pods' events pass the plugin");
+    assert!(kept.iter().all(|l| l["enrichment"]["owner"]["kind"] == "Deployment"), "{kept:?}");
+    assert_eq!(lines(&filtered).len(), 400, "the CronJob's events do not");
+    drop(filtering);
 
     // A Pod deleted (at once: no kubelet here to end it gracefully) and created again under its
     // name: its events carry the new labels.

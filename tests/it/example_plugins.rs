@@ -299,7 +299,7 @@ fn build_go() -> Result<Vec<Built>, String> {
     let wit = root().join("wit");
     let mut built = Vec::new();
     for (name, package, world) in
-        [("quiet-normal", "./filter", "filter"), ("namespace-reason", "./aggregate-key", "aggregate-key")]
+        [("quiet-normal", "./filter", "filter-enriched"), ("namespace-reason", "./aggregate-key", "aggregate-key")]
     {
         let file = out.join(format!("{name}.wasm"));
         if !fresh(&file, &[src.clone(), sdk.clone(), wit.clone()]) {

@@ -10,6 +10,7 @@ mod correlator_vectors;
 mod delivery;
 mod distribution;
 mod docs;
+mod enriched_filters;
 mod enrichment;
 mod events_v1_series_vectors;
 mod example_plugins;

@@ -19,6 +19,6 @@ while read -r name world dir; do
   $PLUGIN_BUILD component "build/$name.core.wasm" --wit "$WIT" --world "$world" --stub-wasi -o "$name.wasm"
   echo "built $name.wasm"
 done <<LIST
-quiet-normal filter filter
+quiet-normal filter-enriched filter
 namespace-reason aggregate-key aggregate-key
 LIST

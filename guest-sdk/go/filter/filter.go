@@ -1,4 +1,5 @@
-// Package filter exports a filter plugin (world filter): call Register in an init function.
+// Package filter exports a filter plugin (world filter-enriched, a filter that may also read
+// each event's enrichment): call Register in an init function.
 package filter
 
 import (
@@ -29,12 +30,26 @@ func instance() eventpipe.Filter {
 	return plugin
 }
 
+// fields reads the projection once: the event fields and, for an EnrichedFilter, the
+// enrichment fields.
 func fields() []eventpipe.EventField {
 	if !fieldsRead {
 		projection.Fields = instance().Fields()
+		if enriched, ok := instance().(eventpipe.EnrichedFilter); ok {
+			projection.Enrichment = enriched.EnrichmentFields()
+		}
 		fieldsRead = true
 	}
 	return projection.Fields
+}
+
+//go:wasmexport enrichment-fields
+func exportEnrichmentFields() uint32 {
+	defer wit.Guard()
+	fields()
+	addr, n := wit.StoreEnrichmentFields(projection.Enrichment)
+	retArea = [2]uint32{addr, n}
+	return wit.Addr32(retArea[:])
 }
 
 //go:wasmexport fields
@@ -72,8 +87,14 @@ func exportFilterBatch(tp, tl, count, bp, bl, ep, el uint32) uint32 {
 	if count > 0 {
 		base = wit.Addr(wit.U64Bytes(verdicts))
 	}
-	err := projection.Each(int(count), wit.Bytes(bp, bl), wit.U32s(ep, el), func(i int, e *eventpipe.Event) {
-		v := f.Filter(tenant, e)
+	enriched, _ := f.(eventpipe.EnrichedFilter)
+	err := projection.Each(int(count), wit.Bytes(bp, bl), wit.U32s(ep, el), func(i int, e *eventpipe.Event, values []string) {
+		var v eventpipe.Verdict
+		if enriched != nil {
+			v = enriched.FilterEnriched(tenant, e, eventpipe.Enrichment{Fields: projection.Enrichment, Values: values})
+		} else {
+			v = f.Filter(tenant, e)
+		}
 		wit.StoreVerdict(base+16*uint32(i), &v)
 	})
 	if err != nil {
@@ -85,6 +106,9 @@ func exportFilterBatch(tp, tl, count, bp, bl, ep, el uint32) uint32 {
 
 //go:wasmexport cabi_post_fields
 func postFields(uint32) { wit.Release() }
+
+//go:wasmexport cabi_post_enrichment-fields
+func postEnrichmentFields(uint32) { wit.Release() }
 
 //go:wasmexport cabi_post_filter
 func postFilter(uint32) { wit.Release() }

@@ -125,10 +125,11 @@ const RUST_SDK_MANIFEST: &str = include_str!("../../../examples/templates/rust/s
 
 /// The WIT world a new project builds: its kind's, or the kind's `*-projected` world where the
 /// project's source declares what it reads (the Python aggregate key: `key_fields`,
-/// `local_key_field`).
+/// `local_key_field`), or `filter-enriched` for a filter of an SDK that builds it (Rust, Go).
 fn project_world(lang: Lang, kind: PluginKind) -> &'static str {
     match (lang, kind) {
         (Lang::Python, PluginKind::AggregateKey) => "aggregate-key-projected",
+        (Lang::Rust | Lang::Go, PluginKind::Filter) => "filter-enriched",
         _ => kind.world(),
     }
 }

@@ -8,7 +8,7 @@ wasmtime::component::bindgen!({
 });
 
 pub use self::eventpipe::plugin::types::{
-    AggregateKeyPair, Event, EventField, EventSeries, EventSource, ObjectMeta, ObjectReference, PackedStrings,
-    PatchRequest, SinkError, SinkRequest, Verdict,
+    AggregateKeyPair, EnrichmentField, Event, EventField, EventSeries, EventSource, ObjectMeta, ObjectReference,
+    PackedStrings, PatchRequest, SinkError, SinkRequest, Verdict,
 };
 pub use self::eventpipe::plugin::{config, log, output};

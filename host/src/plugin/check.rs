@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use super::bindings as wit;
 use super::call::{CallCost, CallFailure, Caller};
-use super::convert::{describe_fields, to_wit, unpack};
+use super::convert::{to_wit, unpack};
 use super::projection::{ProjectedFilter, ProjectedKeys};
 use super::sink::DeliverBatch;
 use super::{Plugin, PluginHandle, PluginKind, PluginRuntime, PluginSettings};
@@ -115,9 +115,9 @@ fn run_once(handle: &PluginHandle) -> Result<(String, CallCost), CallFailure> {
         PluginKind::Filter => {
             let filter = ProjectedFilter::new(handle.clone());
             let (verdicts, cost) = filter.call_costed(&[&event])?;
-            let (_, fields) = filter.fields()?;
+            let (_, projection) = filter.fields()?;
             match verdicts.as_slice() {
-                [v] => Ok((format!("{v:?} (reads {})", describe_fields(&fields)), cost)),
+                [v] => Ok((format!("{v:?} (reads {})", projection.describe()), cost)),
                 other => Err(CallFailure::Garbage(format!("{} verdicts for 1 event", other.len()))),
             }
         }

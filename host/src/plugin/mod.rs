@@ -402,6 +402,8 @@ pub struct Plugin {
     declares_key_fields: bool,
     /// Whether it exports `local-key-field` (an `aggregate-key-projected` plugin).
     declares_local_key_field: bool,
+    /// Whether it exports `enrichment-fields` (a `filter-enriched` plugin).
+    declares_enrichment_fields: bool,
 }
 
 impl fmt::Debug for Plugin {
@@ -437,6 +439,12 @@ impl Plugin {
     /// `local-key-field`).
     pub fn declares_local_key_field(&self) -> bool {
         self.declares_local_key_field
+    }
+
+    /// Whether it can declare enrichment fields it reads (a filter of the `filter-enriched`
+    /// world, exporting `enrichment-fields`); otherwise it gets no enrichment.
+    pub fn declares_enrichment_fields(&self) -> bool {
+        self.declares_enrichment_fields
     }
 
     /// Where its component came from.
@@ -710,6 +718,8 @@ impl PluginRuntime {
             declares_local_key_field: kind == PluginKind::AggregateKey
                 && exports.iter().any(|e| e == KEY_FIELDS_EXPORT)
                 && exports.iter().any(|e| e == LOCAL_KEY_FIELD_EXPORT),
+            declares_enrichment_fields: kind == PluginKind::Filter
+                && exports.iter().any(|e| e == ENRICHMENT_FIELDS_EXPORT),
         }))
     }
 
@@ -785,6 +795,9 @@ pub(crate) const KEY_FIELDS_EXPORT: &str = "key-fields";
 
 /// The export of the `aggregate-key-projected` world that names the key field the local key is.
 pub(crate) const LOCAL_KEY_FIELD_EXPORT: &str = "local-key-field";
+
+/// The export of the `filter-enriched` world that lists the enrichment fields a filter reads.
+pub(crate) const ENRICHMENT_FIELDS_EXPORT: &str = "enrichment-fields";
 
 /// The kind of a component exporting `exports` (names of its top-level exports), or why it is
 /// none: no world, several, or a world of an older WIT (a sink's `send-batch`, a filter without

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use super::bindings as wit;
 use super::call::{CallCost, CallFailure, Caller};
 use super::convert::{KeyFields, key_field, pack_key_fields};
-use super::{KEY_FIELDS_EXPORT, LOCAL_KEY_FIELD_EXPORT, Plugin, PluginHandle};
+use super::{ENRICHMENT_FIELDS_EXPORT, KEY_FIELDS_EXPORT, LOCAL_KEY_FIELD_EXPORT, Plugin, PluginHandle};
 use crate::clock::to_unix_nanos;
 use crate::event::{Event, ObjectReference, Time};
 
@@ -69,10 +69,31 @@ impl<T: Clone> PerVersion<T> {
     }
 }
 
+/// What a filter version declared it reads: event fields (`fields`) and, for a
+/// `filter-enriched` filter, enrichment fields (`enrichment-fields`), packed after them.
+#[derive(Debug, Clone)]
+pub(crate) struct FilterProjection {
+    /// The event fields, in the filter's order.
+    pub(crate) fields: Arc<[wit::EventField]>,
+    /// The enrichment fields, in the filter's order (none for a plain `filter`).
+    pub(crate) enrichment: Arc<[wit::EnrichmentField]>,
+}
+
+impl FilterProjection {
+    /// As `plugins check` shows it: `type, reason; enrichment: owner-kind, object-label(team)`.
+    pub(crate) fn describe(&self) -> String {
+        let fields = super::convert::describe_fields(&self.fields);
+        if self.enrichment.is_empty() {
+            return fields;
+        }
+        format!("{fields}; enrichment: {}", describe_enrichment_fields(&self.enrichment))
+    }
+}
+
 /// One tenant's `filter-batch` caller with the projection of the version it calls.
 pub(crate) struct ProjectedFilter {
     batch: FilterBatch,
-    projection: PerVersion<Arc<[wit::EventField]>>,
+    projection: PerVersion<FilterProjection>,
 }
 
 impl ProjectedFilter {
@@ -108,8 +129,8 @@ impl ProjectedFilter {
         let count = u32::try_from(events.len()).map_err(|_| CallFailure::GuestError("batch too large".into()))?;
         let tenant = self.handle().tenant().to_string();
         for _ in 0..2 {
-            let (version, fields) = self.fields()?;
-            let packed = pack_projection(events, &fields).map_err(CallFailure::GuestError)?;
+            let (version, projection) = self.fields()?;
+            let packed = pack_projection(events, &projection).map_err(CallFailure::GuestError)?;
             let ((verdicts,), cost, answered) =
                 self.batch.call_versioned((tenant.clone(), count, packed), events.len())?;
             if answered != version {
@@ -130,16 +151,27 @@ impl ProjectedFilter {
         Err(CallFailure::Trap("the plugin was swapped twice during one batch".into()))
     }
 
-    /// The fields of the slot's current version: remembered, or asked of a fresh instance of
-    /// that version (dropped after the call).
-    pub(crate) fn fields(&self) -> Result<(u64, Arc<[wit::EventField]>), CallFailure> {
-        self.projection.get(self.handle(), |_, fixed| {
-            let asker: Caller<(), (Vec<wit::EventField>,)> = Caller::new(fixed, "fields", None);
+    /// The projection of the slot's current version: remembered, or asked of a fresh instance
+    /// of that version (dropped after the call): its `fields`, and its `enrichment-fields` when
+    /// it exports them. More than [`MAX_FIELDS`] in all is [`CallFailure::Garbage`].
+    pub(crate) fn fields(&self) -> Result<(u64, FilterProjection), CallFailure> {
+        self.projection.get(self.handle(), |plugin, fixed| {
+            let asker: Caller<(), (Vec<wit::EventField>,)> = Caller::new(fixed.clone(), "fields", None);
             let ((fields,), _) = asker.call((), 1)?;
-            if fields.len() > MAX_FIELDS {
-                return Err(CallFailure::Garbage(format!("{} fields declared (at most {MAX_FIELDS})", fields.len())));
+            let enrichment = if plugin.declares_enrichment_fields() {
+                let asker: Caller<(), (Vec<wit::EnrichmentField>,)> =
+                    Caller::new(fixed, ENRICHMENT_FIELDS_EXPORT, None);
+                asker.call((), 1)?.0.0
+            } else {
+                Vec::new()
+            };
+            if fields.len() + enrichment.len() > MAX_FIELDS {
+                return Err(CallFailure::Garbage(format!(
+                    "{} fields declared (at most {MAX_FIELDS}, enrichment fields included)",
+                    fields.len() + enrichment.len()
+                )));
             }
-            Ok(fields.into())
+            Ok(FilterProjection { fields: fields.into(), enrichment: enrichment.into() })
         })
     }
 }
@@ -324,20 +356,67 @@ fn write_field(bytes: &mut Vec<u8>, e: &Event, field: &wit::EventField) {
     bytes.extend_from_slice(s.as_bytes());
 }
 
-/// Packs `fields` of every event of `events` (`types.projected-batch`): one byte buffer and
-/// one end offset per field, copied straight from the events.
+/// The value of enrichment `field` of `e` (`types.enrichment-field`), `""` when the event
+/// carries no enrichment or none of that field.
+fn enrichment_field<'e>(e: &'e Event, field: &wit::EnrichmentField) -> &'e str {
+    use wit::EnrichmentField as F;
+    let Some(enrichment) = e.enrichment.get() else { return "" };
+    let owner = |f: fn(&'e crate::event::enrichment::Owner) -> &'e str| enrichment.owner.as_ref().map_or("", f);
+    let of = |map: &'e Option<std::collections::BTreeMap<String, String>>, key: &str| {
+        map.as_ref().and_then(|m| m.get(key)).map_or("", String::as_str)
+    };
+    match field {
+        F::Cluster => enrichment.cluster.as_deref().unwrap_or(""),
+        F::ObjectLabel(key) => of(&enrichment.labels, key),
+        F::ObjectAnnotation(key) => of(&enrichment.annotations, key),
+        F::OwnerKind => owner(|o| &o.kind),
+        F::OwnerName => owner(|o| &o.name),
+        F::OwnerUid => owner(|o| &o.uid),
+        F::OwnerApiVersion => owner(|o| &o.api_version),
+        F::NodeName => enrichment.node.as_ref().map_or("", |n| &n.name),
+        F::NodeLabel(key) => enrichment.node.as_ref().and_then(|n| n.labels.get(key)).map_or("", String::as_str),
+    }
+}
+
+/// `fields` as WIT names, e.g. `owner-kind, object-label(team)`.
+pub(crate) fn describe_enrichment_fields(fields: &[wit::EnrichmentField]) -> String {
+    use wit::EnrichmentField as F;
+    let names: Vec<String> = fields
+        .iter()
+        .map(|f| match f {
+            F::Cluster => "cluster".into(),
+            F::ObjectLabel(key) => format!("object-label({key})"),
+            F::ObjectAnnotation(key) => format!("object-annotation({key})"),
+            F::OwnerKind => "owner-kind".into(),
+            F::OwnerName => "owner-name".into(),
+            F::OwnerUid => "owner-uid".into(),
+            F::OwnerApiVersion => "owner-api-version".into(),
+            F::NodeName => "node-name".into(),
+            F::NodeLabel(key) => format!("node-label({key})"),
+        })
+        .collect();
+    names.join(", ")
+}
+
+/// Packs the projection of every event of `events` (`types.projected-batch`): its event
+/// fields, then its enrichment fields; one byte buffer and one end offset per field, copied
+/// straight from the events.
 ///
 /// # Errors
 /// The batch is larger than the 4 GiB the `u32` offsets address.
-pub(crate) fn pack_projection(events: &[&Event], fields: &[wit::EventField]) -> Result<wit::PackedStrings, String> {
+pub(crate) fn pack_projection(events: &[&Event], projection: &FilterProjection) -> Result<wit::PackedStrings, String> {
     /// A first guess of the bytes per field (grown as needed).
     const BYTES_PER_FIELD: usize = 16;
-    let strings = events.len() * fields.len();
+    let strings = events.len() * (projection.fields.len() + projection.enrichment.len());
     let mut bytes = Vec::with_capacity(strings * BYTES_PER_FIELD);
     let mut ends = Vec::with_capacity(strings);
     for e in events {
-        for field in fields {
+        for field in projection.fields.iter() {
             write_field(&mut bytes, e, field);
+            ends.push(bytes.len() as u32); // checked below: the total fits in u32
+        }
+        for field in projection.enrichment.iter() {
+            bytes.extend_from_slice(enrichment_field(e, field).as_bytes());
             ends.push(bytes.len() as u32); // checked below: the total fits in u32
         }
     }
@@ -385,7 +464,7 @@ mod tests {
             F::SeriesLastObservedTime,
             F::RelatedKind,
         ];
-        let packed = pack_projection(&[&a, &b], &fields).unwrap();
+        let packed = pack_projection(&[&a, &b], &only(&fields)).unwrap();
         assert_eq!(
             strings(&packed, 16),
             [
@@ -420,7 +499,62 @@ mod tests {
     #[test]
     fn no_fields_packs_nothing() {
         let e = Event::default();
-        let packed = pack_projection(&[&e, &e], &[]).unwrap();
+        let packed = pack_projection(&[&e, &e], &only(&[])).unwrap();
         assert!(packed.bytes.is_empty() && packed.ends.is_empty());
+    }
+
+    /// A projection of event fields alone (a plain `filter`).
+    fn only(fields: &[wit::EventField]) -> FilterProjection {
+        FilterProjection { fields: fields.into(), enrichment: Arc::from([]) }
+    }
+
+    #[test]
+    fn enrichment_fields_are_packed_after_the_event_fields() {
+        use crate::event::enrichment::{Enriched, Enrichment, Node, Owner};
+        use wit::EnrichmentField as X;
+        let enrichment = Enrichment {
+            cluster: Some("prod-eu".into()),
+            labels: Some([("team".to_string(), "payments".to_string())].into()),
+            annotations: None,
+            owner: Some(Owner {
+                kind: "Deployment".into(),
+                name: "web".into(),
+                uid: "u-1".into(),
+                api_version: "apps/v1".into(),
+            }),
+            node: Some(Node {
+                name: "node-a".into(),
+                labels: [("topology.kubernetes.io/zone".to_string(), "eu-1a".to_string())].into(),
+            }),
+        };
+        let enriched =
+            Event { reason: "BackOff".into(), enrichment: Enriched::new(Arc::new(enrichment)), ..Default::default() };
+        let bare = Event { reason: "Pulled".into(), ..Default::default() };
+        let projection = FilterProjection {
+            fields: Arc::from([F::Reason]),
+            enrichment: Arc::from([
+                X::OwnerKind,
+                X::OwnerName,
+                X::ObjectLabel("team".into()),
+                X::ObjectLabel("absent".into()),
+                X::ObjectAnnotation("a".into()),
+                X::NodeName,
+                X::NodeLabel("topology.kubernetes.io/zone".into()),
+                X::Cluster,
+                X::OwnerApiVersion,
+                X::OwnerUid,
+            ]),
+        };
+        let packed = pack_projection(&[&enriched, &bare], &projection).unwrap();
+        let mut expected =
+            vec!["BackOff", "Deployment", "web", "payments", "", "", "node-a", "eu-1a", "prod-eu", "apps/v1", "u-1"];
+        expected.extend(["Pulled", "", "", "", "", "", "", "", "", "", ""]);
+        assert_eq!(strings(&packed, 22), expected);
+        assert_eq!(
+            projection.describe(),
+            "reason; enrichment: owner-kind, owner-name, object-label(team), object-label(absent), \
+             object-annotation(a), node-name, node-label(topology.kubernetes.io/zone), cluster, owner-api-version, owner-uid"
+        );
+        assert_eq!(only(&[F::Reason]).describe(), "reason", "a plain filter's projection names no enrichment");
     }
 }

@@ -66,6 +66,39 @@ func StoreFields(fields []EventField) (uint32, uint32) {
 	return addr, uint32(len(fields))
 }
 
+// EnrichmentField names one field of an event's enrichment (wit/types.wit, variant
+// enrichment-field): Tag is the case's index, Key the label or annotation key.
+type EnrichmentField struct {
+	Tag uint8
+	Key string
+}
+
+// The cases of enrichment-field, in WIT order.
+const (
+	EnrichmentCluster uint8 = iota
+	EnrichmentObjectLabel
+	EnrichmentObjectAnnotation
+	EnrichmentOwnerKind
+	EnrichmentOwnerName
+	EnrichmentOwnerUID
+	EnrichmentOwnerAPIVersion
+	EnrichmentNodeName
+	EnrichmentNodeLabel
+)
+
+// StoreEnrichmentFields encodes fields as list<enrichment-field>; returns (address, length).
+func StoreEnrichmentFields(fields []EnrichmentField) (uint32, uint32) {
+	addr, _ := Alloc(12 * len(fields))
+	for i, f := range fields {
+		at := addr + 12*uint32(i)
+		PutU8(at, 0, f.Tag)
+		if f.Tag == EnrichmentObjectLabel || f.Tag == EnrichmentObjectAnnotation || f.Tag == EnrichmentNodeLabel {
+			PutString(at, 4, f.Key)
+		}
+	}
+	return addr, uint32(len(fields))
+}
+
 func instant(s string) Instant {
 	if s == "" {
 		return Instant{}
@@ -80,27 +113,40 @@ func int32Of(s string) int32 {
 }
 
 // Projection decodes projected batches into one reused Event: the declared fields set, the
-// others empty.
+// others empty; then the declared enrichment fields' values.
 type Projection struct {
-	Fields  []EventField
-	event   Event
-	series  EventSeries
-	related ObjectReference
+	Fields     []EventField
+	Enrichment []EnrichmentField
+	event      Event
+	series     EventSeries
+	related    ObjectReference
+	values     []string
 }
 
 // ErrProjection: a batch that does not hold count × fields strings.
 var ErrProjection = errors.New("the projected batch does not hold count × fields strings")
 
-// Each calls f with every event of the batch (strings are views into it: valid during the
-// call only).
-func (p *Projection) Each(count int, bytes []byte, ends []uint32, f func(i int, e *Event)) error {
-	n := len(p.Fields)
+// Each calls f with every event of the batch and the values of its enrichment fields, in
+// their order (strings are views into the batch: valid during the call only). A batch without
+// the enrichment fields (a component built for the plain filter world, which the host does
+// not ask for them) gives "" for each.
+func (p *Projection) Each(count int, bytes []byte, ends []uint32, f func(i int, e *Event, enrichment []string)) error {
+	packed := len(p.Enrichment)
+	if len(ends) != count*(len(p.Fields)+packed) && len(ends) == count*len(p.Fields) {
+		packed = 0
+	}
+	n := len(p.Fields) + packed
 	if len(ends) != count*n {
 		return ErrProjection
 	}
 	if err := Packed(bytes, ends, false); err != nil {
 		return err
 	}
+	if cap(p.values) < len(p.Enrichment) {
+		p.values = make([]string, len(p.Enrichment))
+	}
+	values := p.values[:len(p.Enrichment)]
+	clear(values)
 	start := uint32(0)
 	for i := 0; i < count; i++ {
 		e := &p.event
@@ -109,7 +155,12 @@ func (p *Projection) Each(count int, bytes []byte, ends []uint32, f func(i int, 
 			p.set(e, field, ViewBytes(bytes[start:end]))
 			start = end
 		}
-		f(i, e)
+		for j := range values[:packed] {
+			end := ends[n*i+len(p.Fields)+j]
+			values[j] = ViewBytes(bytes[start:end])
+			start = end
+		}
+		f(i, e, values)
 	}
 	return nil
 }

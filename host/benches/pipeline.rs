@@ -40,6 +40,15 @@
 //!    alternating the cases: the default JSON items, `preset=slack`, a custom template per
 //!    write and the same over batches (`batch=true`); events/s per core of each and each
 //!    template's over the JSON items', round by round ([`rendering`]).
+//! 7. **Enrichment** (`enrichment`): passes over the bundled stream as `run` makes them (the
+//!    enrichment step, the tenant stage, each write's webhook item) with enrichment on, from a
+//!    seeded metadata cache, and off, alternating on one thread: CPU per event on / off, pair
+//!    by pair; and the resident memory that 10,000 and 100,000 cached Pods add to a fresh
+//!    process, as jemalloc holds them ([`enrichment`]).
+//!
+//! In-process figures (6, 7) take each pass's CPU time from the thread's own accounting
+//! (`/proc/thread-self/schedstat`), so another process on the core does not count; the bench
+//! allocates with the `eventpipe` binary's allocator (jemalloc).
 //!
 //! `EVENTPIPE_BENCH_ONLY=breaker` (or `webhook`, `replay`, `sigkill`, `baseline`, `rendering`,
 //! comma-separated) runs only those figures.
@@ -75,8 +84,21 @@ use eventpipe::event::Event;
 use eventpipe::source::decode::{Decoded, Decoder};
 use serde::Deserialize;
 
+#[path = "pipeline/enrichment.rs"]
+mod enrichment;
 #[path = "pipeline/rendering.rs"]
 mod rendering;
+
+/// The `eventpipe` binary's allocator, so that in-process figures are the shipped pipeline's.
+#[cfg(all(feature = "jemalloc", not(target_env = "msvc")))]
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// Set in a child process of figure 7: seed this many Pods, print the objects held and the
+/// kibibytes of resident memory they added, and exit.
+const SEED_PODS_VAR: &str = "EVENTPIPE_BENCH_SEED_PODS";
+/// Cached objects whose resident memory figure 7 measures.
+const CACHED_OBJECTS: [usize; 2] = [10_000, 100_000];
 
 /// The stream, relative to the repository root, when neither the argument nor
 /// `EVENTPIPE_BENCH_STREAM` names one.
@@ -108,6 +130,14 @@ const BREAKER_EVENTS: usize = 60_000;
 const BREAKER_TARGET: f64 = 2.0;
 
 fn main() {
+    if let Some(pods) = std::env::var(SEED_PODS_VAR).ok().and_then(|n| n.parse().ok()) {
+        let enricher = enrichment::enricher();
+        let before = resident_kib();
+        enrichment::seed_pods(&enricher, pods);
+        let after = resident_kib();
+        println!("{} {}", enricher.objects(), after.saturating_sub(before));
+        return;
+    }
     let bench = Bench::new();
     println!("{bench}");
     bench.warm_up();
@@ -124,6 +154,9 @@ fn main() {
     }
     if wanted("rendering") {
         template_rendering(&bench, &mut table);
+    }
+    if wanted("enrichment") {
+        enrichment_cost(&bench, &mut table);
     }
     table.print();
     println!();
@@ -482,6 +515,7 @@ impl Table {
 fn format_value(v: f64, unit: &str) -> String {
     match unit {
         "events/s" | "events/s per core" => format!("{v:.0}"),
+        "MiB" => format!("{v:.2}"),
         "s" => format!("{v:.2}"),
         _ => format!("{v:.3}"),
     }
@@ -659,7 +693,11 @@ fn template_rendering(bench: &Bench, table: &mut Table) {
     let writes = rendering::writes(&std::fs::read_to_string(&calls).expect("the run's calls"));
     let cases = rendering::cases(bench.scratch.path());
     rendering::pass(&cases[0], &writes); // warm
-    let seconds = interleaved(bench.runs.max(7), &cases, |case| rendering::pass(case, &writes));
+    let seconds = interleaved(bench.runs.max(7), &cases, |case| {
+        let started = thread_cpu_seconds();
+        std::hint::black_box(rendering::pass(case, &writes));
+        thread_cpu_seconds() - started
+    });
     let n = writes.len() as f64;
     for (case, seconds) in cases.iter().zip(&seconds) {
         let rates: Vec<f64> = seconds.iter().map(|s| n / s).collect();
@@ -669,6 +707,80 @@ fn template_rendering(bench: &Bench, table: &mut Table) {
         let ratios: Vec<f64> = times.iter().zip(&seconds[0]).map(|(s, plain)| s / plain).collect();
         table.add(format!("  CPU per write, {} / no template (rounds)", case.label), "ratio", &ratios);
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 7. Enrichment
+
+/// Figure 7: CPU per event of the bundled stream with enrichment off and on (seeded cache), in
+/// alternating pairs (at least 7); then the resident memory of [`CACHED_OBJECTS`] cached Pods,
+/// each the median of 3 fresh processes.
+fn enrichment_cost(bench: &Bench, table: &mut Table) {
+    let text = std::fs::read(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/data/occurrences.jsonl"))
+        .expect("the bundled stream");
+    let (occurrences, _) = eventpipe::commands::bench::decode_input(&text);
+    let plan = enrichment::plan();
+    let enricher = enrichment::enricher();
+    let seeded = enrichment::seed_stream(&enricher, &occurrences);
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+    let cases = [false, true];
+    let measure = |on: &bool| {
+        let input = occurrences.to_vec();
+        let started = thread_cpu_seconds();
+        let bytes = enrichment::pass(&plan, input, on.then_some(&enricher), &runtime);
+        (thread_cpu_seconds() - started, bytes)
+    };
+    cases.iter().for_each(|on| _ = measure(on)); // warm
+    let samples = interleaved(bench.runs.max(7), &cases, measure);
+    let n = occurrences.len() as f64;
+    let unresolved: u64 = enricher.counters().unresolved().values().sum();
+    println!(
+        "enrichment: {seeded} objects seeded; {} events enriched; {unresolved} lookups unresolved; \
+         {} bytes written off, {} on",
+        enricher.counters().enriched(),
+        samples[0][0].1,
+        samples[1][0].1
+    );
+    let rate = |s: &[(f64, usize)]| s.iter().map(|(t, _)| n / t).collect::<Vec<_>>();
+    table.add(format!("{} events, enrichment off", occurrences.len()), "events/s per core", &rate(&samples[0]));
+    table.add(format!("{} events, enrichment on", occurrences.len()), "events/s per core", &rate(&samples[1]));
+    let ratios: Vec<f64> = samples[1].iter().zip(&samples[0]).map(|(on, off)| on.0 / off.0).collect();
+    table.add("  CPU per event, on / off (pairs)", "ratio", &ratios);
+    for objects in CACHED_OBJECTS {
+        let kib: Vec<f64> = (0..3)
+            .map(|_| {
+                let out = Command::new(std::env::current_exe().expect("this bench"))
+                    .env(SEED_PODS_VAR, objects.to_string())
+                    .output()
+                    .expect("the bench runs again");
+                let text = String::from_utf8_lossy(&out.stdout);
+                let (held, kib) = text.trim().split_once(' ').expect("objects and KiB");
+                assert_eq!(held.parse::<usize>().ok(), Some(objects), "every Pod is held");
+                kib.parse::<f64>().expect("KiB")
+            })
+            .collect();
+        let per_10k: Vec<f64> = kib.iter().map(|k| k / 1024.0 * 10_000.0 / objects as f64).collect();
+        table.add(format!("resident memory of {objects} cached Pods, per 10,000"), "MiB", &per_10k);
+    }
+}
+
+/// Kibibytes of this process resident now (`VmRSS` of `/proc/self/status`).
+fn resident_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status (Linux)");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+/// CPU seconds this thread has run: the first field of `/proc/thread-self/schedstat`, the
+/// scheduler's nanoseconds on a CPU (exact to the context switch; time waiting for a core is
+/// not counted).
+fn thread_cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").expect("/proc/thread-self/schedstat (Linux)");
+    let ns: u64 = stat.split_whitespace().next().and_then(|ns| ns.parse().ok()).expect("nanoseconds");
+    ns as f64 / 1e9
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -2,11 +2,10 @@
 //! encoded when it is queued, each batch made into a body when it is sent) on one thread, over
 //! the writes a run of the bundled stream makes, without HTTP: the default JSON items, the
 //! `slack` preset, a custom template per write and the same template over batches
-//! (`batch=true`). Events per second per core are writes over the thread's CPU seconds.
+//! (`batch=true`).
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use eventpipe::event::Event;
 use eventpipe::sink::SinkPatch;
@@ -87,18 +86,10 @@ pub fn cases(dir: &Path) -> Vec<Case> {
     ]
 }
 
-/// CPU time of this thread so far: the first field of `/proc/thread-self/schedstat`, the
-/// nanoseconds it ran on a CPU (the scheduler's accounting, exact to the context switch).
-fn thread_cpu() -> Duration {
-    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").expect("/proc/thread-self/schedstat (Linux)");
-    Duration::from_nanos(stat.split_whitespace().next().and_then(|ns| ns.parse().ok()).expect("nanoseconds"))
-}
-
 /// One pass of `case` over `writes`: every write encoded, then each batch of `max_batch` of
-/// them made into a body, as the sink does; the thread's CPU seconds. Panics when a write or
+/// them made into a body, as the sink does. Returns the bodies' bytes; panics when a write or
 /// batch does not encode (the figure would not be of the whole stream).
-pub fn pass(case: &Case, writes: &[Write]) -> f64 {
-    let started = thread_cpu();
+pub fn pass(case: &Case, writes: &[Write]) -> usize {
     let mut bytes = 0usize;
     for chunk in writes.chunks(case.max_batch) {
         let items: Vec<Vec<u8>> = chunk
@@ -108,6 +99,5 @@ pub fn pass(case: &Case, writes: &[Write]) -> f64 {
         let refs: Vec<&[u8]> = items.iter().map(Vec::as_slice).collect();
         bytes += case.encoding.body(&refs).expect("the batch renders").len();
     }
-    std::hint::black_box(bytes);
-    (thread_cpu() - started).as_secs_f64()
+    bytes
 }

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::correlator::{Occurrence, PREPARE_BATCH_SIZE};
+use crate::event::Event;
 use crate::pipeline::plan::TenantPlan;
 use crate::pipeline::stage::{Staged, TenantStages};
 use crate::plugin::PluginStatsSnapshot;
@@ -99,6 +100,12 @@ pub fn decode_input(input: &[u8]) -> (Vec<Occurrence>, usize) {
 /// One pass over `occurrences` through fresh stages of `plan`, in batches of
 /// [`PREPARE_BATCH_SIZE`]: its wall time.
 pub fn pass(plan: &Arc<TenantPlan>, occurrences: Vec<Occurrence>) -> Duration {
+    pass_writing(plan, occurrences, |_| {})
+}
+
+/// As [`pass`], handing each event the correlator writes to `write` (inside the timed pass),
+/// before it is given back to `update_state`: a bench's stand-in for a sink.
+pub fn pass_writing(plan: &Arc<TenantPlan>, occurrences: Vec<Occurrence>, mut write: impl FnMut(&Event)) -> Duration {
     let mut stages = TenantStages::new(plan.clone());
     let started = Instant::now();
     let mut batches = occurrences.into_iter().peekable();
@@ -109,6 +116,7 @@ pub fn pass(plan: &Arc<TenantPlan>, occurrences: Vec<Occurrence>) -> Duration {
                 let key = prepared.state_key();
                 let result = stages.finish(t, prepared);
                 if let Some(event) = &result.event {
+                    write(event);
                     stages.stage_mut(t).update_state_keyed(event, key);
                 }
             }

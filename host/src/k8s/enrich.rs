@@ -26,7 +26,7 @@
 pub mod store;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -241,6 +241,8 @@ pub struct Enricher {
     limiter: GetLimiter,
     /// uids whose object was read again because the cache held another object of that name.
     checked_uids: Mutex<lru::LruCache<String, ()>>,
+    /// Stores were given objects by [`Enricher::seed`]: lookups run without a client.
+    seeded: AtomicBool,
     counters: Arc<EnrichCounters>,
 }
 
@@ -280,8 +282,47 @@ impl Enricher {
             logged: Mutex::new(HashSet::new()),
             limiter: GetLimiter::new(),
             checked_uids: Mutex::new(lru::LruCache::new(std::num::NonZeroUsize::new(4096).expect("not 0"))),
+            seeded: AtomicBool::new(false),
             counters: Arc::new(EnrichCounters::default()),
         })
+    }
+
+    /// Puts the object `meta` (of kind `(apiVersion, kind)`, namespaced or cluster-scoped;
+    /// `node_name`: a Pod's `spec.nodeName`) into its kind's store as its watch would (only
+    /// what the settings select is kept), creating the store, taken as listed, on first use.
+    /// Lookups then run without a client: a kind never seeded is unresolved (`error`), an
+    /// object not in its store `not_found`.
+    ///
+    /// For the benches, which have no API server: the metadata cache's CPU and memory costs
+    /// are measured on seeded stores. Not part of the supported interface.
+    #[doc(hidden)]
+    pub fn seed(
+        &self,
+        (api_version, kind): (&str, &str),
+        namespaced: bool,
+        meta: &kube::core::ObjectMeta,
+        node_name: Option<String>,
+    ) {
+        let key = (api_version.to_owned(), kind.to_owned());
+        let store = {
+            let mut kinds = self.kinds.lock().unwrap_or_else(|p| p.into_inner());
+            match kinds.get(&key) {
+                Some(KindState::Ready(store)) => store.clone(),
+                _ => {
+                    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+                    let resource = kube::api::ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
+                    let store = Arc::new(KindStore::new(resource, namespaced, self.max_objects));
+                    store.mark_synced();
+                    kinds.insert(key, KindState::Ready(store.clone()));
+                    store
+                }
+            }
+        };
+        let group = api_version.split_once('/').map_or("", |(group, _)| group);
+        let info = self.selection_of(kind, group).info(meta, node_name);
+        let (namespace, name) = (meta.namespace.as_deref().unwrap_or(""), meta.name.as_deref().unwrap_or(""));
+        store.put(namespace, name, Entry::Present(Arc::new(info)));
+        self.seeded.store(true, Ordering::Relaxed);
     }
 
     /// Its counters.
@@ -300,7 +341,8 @@ impl Enricher {
     pub async fn enrich(&self, event: &Event) -> Option<Arc<Enrichment>> {
         let deadline = tokio::time::Instant::now() + self.wait;
         let mut enrichment = Enrichment { cluster: self.cluster.clone(), ..Enrichment::default() };
-        if self.client.is_some() && !event.involved_object.name.is_empty() {
+        let reads = self.client.is_some() || self.seeded.load(Ordering::Relaxed);
+        if reads && !event.involved_object.name.is_empty() {
             self.about_object(event, deadline, &mut enrichment).await;
         }
         if enrichment.is_empty() {
@@ -549,5 +591,77 @@ impl Enricher {
             };
             tx.send_replace(Some(outcome));
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+
+    fn meta(namespace: &str, name: &str, labels: &[(&str, &str)], owner: Option<(&str, &str)>) -> ObjectMeta {
+        ObjectMeta {
+            namespace: Some(namespace.into()),
+            name: Some(name.into()),
+            uid: Some(format!("uid-{name}")),
+            labels: Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+            owner_references: owner.map(|(kind, name)| {
+                vec![OwnerReference {
+                    api_version: "apps/v1".into(),
+                    kind: kind.into(),
+                    name: name.into(),
+                    uid: format!("uid-{name}"),
+                    controller: Some(true),
+                    ..OwnerReference::default()
+                }]
+            }),
+            ..ObjectMeta::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_seeded_cache_answers_without_a_client_keeping_only_what_is_selected() {
+        let settings = EnrichSettings {
+            labels: Some(vec!["team".into()]),
+            owner: Some(true),
+            node_labels: Some(vec!["zone".into()]),
+            ..EnrichSettings::default()
+        };
+        let enricher = Enricher::new(&settings, None).unwrap();
+        let pod = meta(
+            "shop",
+            "web-5d8f-x2k9p",
+            &[("team", "payments"), ("pod-template-hash", "5d8f")],
+            Some(("ReplicaSet", "web-5d8f")),
+        );
+        enricher.seed(("v1", "Pod"), true, &pod, Some("node-a".into()));
+        enricher.seed(
+            ("apps/v1", "ReplicaSet"),
+            true,
+            &meta("shop", "web-5d8f", &[], Some(("Deployment", "web"))),
+            None,
+        );
+        enricher.seed(("apps/v1", "Deployment"), true, &meta("shop", "web", &[], None), None);
+        let mut node = meta("", "node-a", &[("zone", "a"), ("os", "linux")], None);
+        node.namespace = None;
+        enricher.seed(("v1", "Node"), false, &node, None);
+        assert_eq!(enricher.objects(), 4);
+
+        let mut event = Event::default();
+        event.involved_object.api_version = "v1".into();
+        event.involved_object.kind = "Pod".into();
+        event.involved_object.namespace = "shop".into();
+        event.involved_object.name = "web-5d8f-x2k9p".into();
+        event.involved_object.uid = "uid-web-5d8f-x2k9p".into();
+        let found = enricher.enrich(&event).await.expect("enriched");
+        assert_eq!(found.labels, Some(BTreeMap::from([("team".to_string(), "payments".to_string())])));
+        assert_eq!(found.owner.as_ref().map(|o| (o.kind.as_str(), o.name.as_str())), Some(("Deployment", "web")));
+        let node = found.node.as_ref().expect("the node");
+        assert_eq!((node.name.as_str(), node.labels.len()), ("node-a", 1));
+
+        event.involved_object.name = "gone".into();
+        event.involved_object.uid = "uid-gone".into();
+        assert_eq!(enricher.enrich(&event).await, None, "a miss: no client to GET with");
+        assert_eq!(enricher.counters().unresolved().values().sum::<u64>(), 1);
     }
 }

@@ -161,6 +161,12 @@ impl KindStore {
         self.phase.subscribe()
     }
 
+    /// Marks the store listed: what it holds is taken as every object of its kind (a seeded
+    /// store, [`super::Enricher::seed`]).
+    pub(super) fn mark_synced(&self) {
+        self.phase.send_replace(Phase::Synced);
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, lru::LruCache<(String, String), Entry>> {
         self.entries.lock().unwrap_or_else(|p| p.into_inner())
     }

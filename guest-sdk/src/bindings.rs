@@ -56,3 +56,4 @@ kind_world!(spam_key, "spam-key-projected", "eventpipe_guest::bindings::spam_key
 kind_world!(filter, "filter-enriched", "eventpipe_guest::bindings::filter");
 kind_world!(sink, "sink", "eventpipe_guest::bindings::sink");
 kind_world!(watcher, "watcher", "eventpipe_guest::bindings::watcher");
+kind_world!(encoder, "encoder", "eventpipe_guest::bindings::encoder");

@@ -6,12 +6,12 @@ use alloc::vec::Vec;
 use core::cell::OnceCell;
 use core::marker::PhantomData;
 
-use crate::bindings::{aggregate_key, filter, message_combiner, sink, spam_key, watcher};
+use crate::bindings::{aggregate_key, encoder, filter, message_combiner, sink, spam_key, watcher};
 use crate::packed::{KeyField, KeyFieldsBatch, KeyWriter, StringPacker};
 use crate::projection::ProjectedBatch;
 use crate::{
-    AggregateKey, AggregateKeyPair, EnrichmentField, Event, EventField, EventView, Filter, MessageCombiner,
-    PackedStrings, Sink, SinkError, SinkRequest, SpamKey, Verdict, Watcher,
+    AggregateKey, AggregateKeyPair, EncodedRequest, Encoder, EncoderWrite, EnrichmentField, Event, EventField,
+    EventView, Filter, MessageCombiner, PackedStrings, Sink, SinkError, SinkRequest, SpamKey, Verdict, Watcher,
 };
 
 /// Gives the exported functions the plugin value. Implemented by the `export_*!` macros.
@@ -196,6 +196,15 @@ where
     }
 }
 
+impl<I: Instance> encoder::Guest for Export<I>
+where
+    I::Plugin: Encoder,
+{
+    fn encode(tenant: String, writes: Vec<EncoderWrite>) -> Result<EncodedRequest, String> {
+        I::with(|p| p.encode(&tenant, &writes))
+    }
+}
+
 /// Expands the generated export macro of `$world` for `$plugin` (shared by the `export_*!`
 /// macros).
 #[doc(hidden)]
@@ -280,6 +289,15 @@ macro_rules! export_sink {
 macro_rules! export_watcher {
     ($plugin:ty) => {
         $crate::__export_plugin!($plugin, watcher);
+    };
+}
+
+/// Exports a type implementing [`Encoder`](crate::Encoder) as this component's `encoder`
+/// world. Use once per crate.
+#[macro_export]
+macro_rules! export_encoder {
+    ($plugin:ty) => {
+        $crate::__export_plugin!($plugin, encoder);
     };
 }
 

@@ -33,6 +33,7 @@
 //! | `filter-enriched`  | [`Filter`]          | [`export_filter!`]       | [`Event`] (declared fields), [`Enrichment`] |
 //! | `sink`             | [`Sink`]            | [`export_sink!`]         | [`SinkRequest`]             |
 //! | `watcher`          | [`Watcher`]         | [`export_watcher!`]      | [`Event`]                   |
+//! | `encoder`          | [`Encoder`]         | [`export_encoder!`]      | [`EncoderWrite`]s           |
 //!
 //! The key and combiner kinds run on every event, so their batches cross the component
 //! boundary packed ([`packed`]): the SDK decodes them into borrowed [`EventView`]s and collects
@@ -83,11 +84,12 @@ pub mod prelude;
 pub mod projection;
 mod runtime;
 
+use alloc::string::String;
 use alloc::vec::Vec;
 
 pub use bindings::plugin::eventpipe::plugin::types::{
-    AggregateKeyPair, EnrichmentField, Event, EventField, EventSeries, EventSource, ObjectMeta, ObjectReference,
-    PackedStrings, PatchRequest, SinkError, SinkRequest, StringMap, Verdict,
+    AggregateKeyPair, EncodedRequest, EncoderWrite, EnrichmentField, Event, EventField, EventSeries, EventSource,
+    ObjectMeta, ObjectReference, PackedStrings, PatchRequest, SinkError, SinkRequest, StringMap, Verdict,
 };
 pub use packed::{EventView, KeyField, KeyWriter};
 pub use projection::Enrichment;
@@ -259,6 +261,28 @@ pub trait Watcher: Default + 'static {
         for event in events {
             self.watch(event);
         }
+    }
+}
+
+/// An encoder (world `encoder`): turns a batch of writes into the one HTTP request the host's
+/// webhook sink sends for it (`webhook:URL,encoder=NAME`): body, `Content-Type` and headers. The
+/// host does all delivery (queue, batching, retries, order); an encoder has no network. Export
+/// with [`export_encoder!`].
+pub trait Encoder: Default + 'static {
+    /// The request for `writes` of `tenant`, in call order: each a create or a patch
+    /// ([`EncoderWrite::request`], [`SinkRequest::event`]) and the event's enrichment as JSON
+    /// (`""` without). A batch holds up to the sink's `max_batch` writes.
+    ///
+    /// # Errors
+    /// A message when the batch cannot be encoded: the host fails its writes for good, counts
+    /// them and logs the message with the events' names.
+    fn encode(&self, tenant: &str, writes: &[EncoderWrite]) -> Result<EncodedRequest, String>;
+}
+
+impl EncodedRequest {
+    /// A `Content-Type: application/json` request with `body` and no other header.
+    pub fn json(body: Vec<u8>) -> Self {
+        Self { content_type: String::new(), headers: Vec::new(), body }
     }
 }
 

@@ -2,8 +2,9 @@
 //! plugins, the `alloc` items `std`'s prelude would give (`String`, `Vec`, `format!`, …).
 
 pub use crate::{
-    AggregateKey, Enrichment, EnrichmentField, Event, EventField, EventView, Filter, KeyField, KeyWriter,
-    MessageCombiner, Sink, SinkError, SinkRequest, SpamKey, Verdict, Watcher, config, defaults, log,
+    AggregateKey, EncodedRequest, Encoder, EncoderWrite, Enrichment, EnrichmentField, Event, EventField, EventView,
+    Filter, KeyField, KeyWriter, MessageCombiner, Sink, SinkError, SinkRequest, SpamKey, Verdict, Watcher, config,
+    defaults, log,
 };
 pub use alloc::borrow::ToOwned;
 pub use alloc::boxed::Box;

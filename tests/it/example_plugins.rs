@@ -10,8 +10,8 @@
 //!   the kept events correlate as `eventpipe replay` correlates them alone;
 //! - the `namespace-reason` key functions give exactly the aggregation of the same key function
 //!   written natively (and a different one than client-go's default);
-//! - the `slack` sinks (Rust, Python) write one `{"text"}` line per create / patch, the same
-//!   lines in every language;
+//! - the `slack` encoders (Rust, Python) make one Slack message per write (a `text` fallback
+//!   and a `section` block), the same bodies in every language;
 //! - `examples/configs/python-keys.toml` applies the key function to `kube-system` only;
 //! - `eventpipe test` writes and checks a golden file and prints a diff on a difference.
 //!
@@ -158,7 +158,7 @@ fn build_python() -> Result<Vec<Built>, String> {
     for (name, dir, world) in [
         ("quiet-normal", "filter", "filter"),
         ("namespace-reason", "aggregate-key", "aggregate-key-projected"),
-        ("slack", "slack-sink", "sink"),
+        ("slack", "slack", "encoder"),
     ] {
         let file = out.join(format!("{name}.wasm"));
         if !fresh(&file, &[src.join(dir), src.join("packed.py"), wit.clone()]) {
@@ -437,12 +437,12 @@ fn the_key_functions_aggregate_per_namespace_exactly_as_the_native_function_in_e
 }
 
 #[test]
-fn the_slack_sink_writes_one_text_line_per_create_and_patch() {
-    let sinks: Vec<&Built> = built().iter().filter(|b| b.name == "slack").collect();
-    assert_eq!(sinks[0].lang, "rust");
+fn the_slack_encoders_make_one_message_per_create_and_patch_alike_in_every_language() {
+    let encoders: Vec<&Built> = built().iter().filter(|b| b.name == "slack").collect();
+    assert_eq!(encoders[0].lang, "rust");
     let input = stream(2_000);
     let mut rust_lines: Option<Vec<String>> = None;
-    for slack in sinks {
+    for slack in encoders {
         let got = run_test(&registry(), &Subject::Component(slack.file.clone()), &settings(slack), input.as_bytes())
             .unwrap_or_else(|e| panic!("{} slack: {e}", slack.lang));
         assert_eq!(got.len(), 2_000, "{}", slack.lang);
@@ -453,11 +453,14 @@ fn the_slack_sink_writes_one_text_line_per_create_and_patch() {
                 continue;
             }
             assert_eq!(out["result"], "ok", "{}: {line}", slack.lang);
+            assert_eq!(out["content_type"], "", "{}: application/json by default", slack.lang);
             let event: Value = serde_json::from_str(event).unwrap();
-            let text: Value = serde_json::from_str(out["output"].as_str().unwrap().trim_end()).unwrap();
-            let text = text["text"].as_str().unwrap();
+            let message: Value = serde_json::from_str(out["body"].as_str().unwrap()).unwrap();
+            let text = message["text"].as_str().unwrap();
             let icon = if event["type"] == "Warning" { ":warning:" } else { ":information_source:" };
             assert!(text.starts_with(&format!("{icon} *{}* ", event["reason"].as_str().unwrap())), "{text}");
+            let section = serde_json::json!([{"type": "section", "text": {"type": "mrkdwn", "text": text}}]);
+            assert_eq!(message["blocks"], section, "{}: one section holding the line", slack.lang);
             match out["verb"].as_str().unwrap() {
                 "create" => creates += 1,
                 "patch" => {
@@ -468,12 +471,12 @@ fn the_slack_sink_writes_one_text_line_per_create_and_patch() {
             }
         }
         assert!(creates > 100 && patches > 100, "{}: {creates} creates, {patches} patches", slack.lang);
-        // Every language writes exactly the Rust sink's lines (its output, byte for byte).
+        // Every language makes exactly the Rust encoder's requests (byte for byte).
         match &rust_lines {
             None => rust_lines = Some(got),
             Some(expected) => {
                 for (i, (a, b)) in expected.iter().zip(&got).enumerate() {
-                    assert_eq!(a, b, "{} slack, line {}: differs from the Rust sink", slack.lang, i + 1);
+                    assert_eq!(a, b, "{} slack, line {}: differs from the Rust encoder", slack.lang, i + 1);
                 }
             }
         }

@@ -1,5 +1,6 @@
 //! `eventpipe new-plugin`: the projects it creates build with the commands of their README and
-//! pass `eventpipe plugins check`. Rust, C and Go: every kind; JavaScript: every kind with
+//! pass `eventpipe plugins check`. Rust: every kind (encoders too); C and Go: every kind but
+//! encoders (Rust and Python only); JavaScript: every kind with
 //! componentize-qjs and one with componentize-js; Python: the kinds that are not examples
 //! (the filter and key function are `examples/plugins/python`, built by `example_plugins`).
 //! A language whose toolchain is missing is skipped with a printed reason, except under `CI`
@@ -63,7 +64,7 @@ fn rust_projects_of_every_kind_build_and_pass_the_check() {
     let tmp = tempfile::tempdir().unwrap();
     // Shared with the default plugins' build: the SDK's dependencies are compiled once.
     let target = root().join("target/wasm-plugins");
-    for kind in KINDS {
+    for kind in KINDS.into_iter().chain(["encoder"]) {
         let dir = new_plugin(tmp.path(), "rust", kind);
         let mut build = Command::new(cargo());
         build.current_dir(&dir).args(["build", "--target", "wasm32-wasip2", "--release", "--target-dir"]).arg(&target);
@@ -74,6 +75,25 @@ fn rust_projects_of_every_kind_build_and_pass_the_check() {
         let crate_name = format!("my_{}", kind.replace('-', "_"));
         check(&target.join(format!("wasm32-wasip2/release/{crate_name}.wasm")), kind);
     }
+}
+
+#[test]
+fn an_encoder_project_is_made_in_rust_and_python_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    for lang in ["js", "c", "go"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_eventpipe"))
+            .current_dir(tmp.path())
+            .args(["new-plugin", "--lang", lang, "--kind", "encoder", "my-encoder"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && stderr.contains("Rust or Python"), "{lang}: {stderr}");
+        assert!(!tmp.path().join("my-encoder").exists(), "{lang}: nothing is written");
+    }
+    let dir = new_plugin(tmp.path(), "python", "encoder");
+    let app = std::fs::read_to_string(dir.join("app.py")).unwrap();
+    assert!(app.contains("def encode(self, tenant"), "{app}");
+    assert!(std::fs::read_to_string(dir.join("build.sh")).unwrap().contains("-w encoder"));
 }
 
 #[test]

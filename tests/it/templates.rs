@@ -4,7 +4,9 @@
 //! The bundled stream's writes each arrive once, as bodies the service accepts; a template
 //! that fails on some events fails those (logged, counted) and delivers the others. A batch
 //! template (`batch=true`) renders one body per batch with every write in it once; one that
-//! fails on a batch fails that batch's writes (counted) and delivers the other batches.
+//! fails on a batch fails that batch's writes (counted) and delivers the other batches. An
+//! encoder plugin (`encoder=NAME`: the `slack` example) makes each batch's request: every write
+//! arrives once, and a batch the plugin refuses fails alone.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -176,6 +178,16 @@ fn pagerduty_event(e: &Value) -> Result<(), String> {
 /// Runs the bundled stream into `sink` and a JSON-lines sink; returns the JSON-lines sink's
 /// calls and the run's stderr.
 async fn run(sink: String, env: &[(&str, &str)], source: Option<&Path>) -> (Vec<Value>, String) {
+    run_with(sink, env, source, Vec::new()).await
+}
+
+/// As [`run`], with more arguments.
+async fn run_with(
+    sink: String,
+    env: &[(&str, &str)],
+    source: Option<&Path>,
+    extra: Vec<String>,
+) -> (Vec<Value>, String) {
     let dir = tempfile::tempdir().unwrap();
     let calls = dir.path().join("calls.jsonl");
     let source = source.map_or_else(|| root().join("examples/data/occurrences.jsonl"), Path::to_path_buf);
@@ -187,6 +199,7 @@ async fn run(sink: String, env: &[(&str, &str)], source: Option<&Path>) -> (Vec<
             .arg(format!("--source=jsonl:{}", source.display()))
             .arg(format!("--sink={sink}"))
             .arg(format!("--sink=jsonl:{}", calls_path.display()))
+            .args(extra)
             .envs(env)
             .output()
             .unwrap()
@@ -427,4 +440,84 @@ async fn a_batch_template_failing_on_a_batch_fails_its_writes_and_delivers_the_o
     metrics.add_source(move |s| s.add_webhook(&sink));
     let text = metrics.encode().unwrap();
     assert!(text.contains("eventpipe_sink_render_errors_total{sink=\"t\"} 5"), "{text}");
+}
+
+/// A plugins directory under `dir` holding the Rust `slack` encoder example.
+fn slack_encoder(dir: &Path) -> PathBuf {
+    let built = crate::example_plugins::build_rust();
+    let slack = built.iter().find(|b| b.name == "slack").expect("the slack example");
+    let plugins = dir.join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    std::fs::copy(&slack.file, plugins.join("slack.wasm")).unwrap();
+    plugins
+}
+
+/// The `slack` encoder's line for a call's event.
+fn slack_line(e: &Value) -> String {
+    let text = |k: &str| e[k].as_str().unwrap_or("").to_string();
+    let o = &e["involvedObject"];
+    let (ns, name) = (o["namespace"].as_str().unwrap_or(""), o["name"].as_str().unwrap_or(""));
+    let object = if ns.is_empty() { name.to_string() } else { format!("{ns}/{name}") };
+    let count = e["count"].as_i64().unwrap_or(0);
+    let repeat = if count > 1 { format!(" (x{count})") } else { String::new() };
+    let icon = if text("type") == "Warning" { ":warning:" } else { ":information_source:" };
+    let kind = o["kind"].as_str().unwrap_or("");
+    format!("{icon} *{}* {kind} {object}{repeat}: {}", text("reason"), text("message"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bundled_stream_through_the_slack_encoder_arrives_once_per_write_in_block_kit_messages() {
+    let (receiver, addr) = start(slack(3)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = slack_encoder(dir.path());
+    let (calls, _) = run_with(
+        format!("webhook:http://{addr}/services/T0/B0/X,encoder=slack,max_batch=50"),
+        &[],
+        None,
+        vec![format!("--plugins={}", plugins.display())],
+    )
+    .await;
+    assert_eq!(calls.len(), 9793, "the bundled stream's writes");
+    assert!(receiver.invalid.lock().unwrap().is_empty(), "{:?}", &receiver.invalid.lock().unwrap()[..1]);
+    assert_eq!(receiver.throttled.load(Ordering::SeqCst), 3, "the 429s were answered and waited out");
+    // Every write's line is one section of one message, once.
+    let mut expected: BTreeMap<String, usize> = BTreeMap::new();
+    for c in &calls {
+        *expected.entry(slack_line(&c["event"]).chars().take(3000).collect()).or_default() += 1;
+    }
+    let mut got: BTreeMap<String, usize> = BTreeMap::new();
+    let accepted = receiver.accepted.lock().unwrap();
+    for m in accepted.iter() {
+        let blocks = m["blocks"].as_array().unwrap();
+        assert_eq!(m["text"].as_str().unwrap().lines().count(), blocks.len(), "a text line per section");
+        for b in blocks {
+            *got.entry(b["text"]["text"].as_str().unwrap().to_string()).or_default() += 1;
+        }
+    }
+    assert_eq!(got, expected);
+    assert!(accepted.len() < calls.len(), "writes share messages: {} for {}", accepted.len(), calls.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_the_encoder_refuses_fails_alone_and_the_others_are_delivered() {
+    let (receiver, addr) = start(slack(0)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = slack_encoder(dir.path());
+    // `min_type = "Warning"`: the encoder refuses a batch without a Warning; one write per batch.
+    let config = dir.path().join("eventpipe.toml");
+    std::fs::write(&config, "[plugins.slack]\nmin_type = \"Warning\"\n").unwrap();
+    let (calls, stderr) = run_with(
+        format!("webhook:http://{addr}/hook,encoder=slack,max_batch=1"),
+        &[],
+        None,
+        vec![format!("--plugins={}", plugins.display()), format!("--config={}", config.display())],
+    )
+    .await;
+    let warnings = calls.iter().filter(|c| c["event"]["type"] == "Warning").count();
+    assert!(warnings > 0 && warnings < calls.len());
+    assert!(receiver.invalid.lock().unwrap().is_empty());
+    assert_eq!(receiver.accepted.lock().unwrap().len(), warnings, "each Warning write was delivered");
+    let refused: Vec<&str> = stderr.lines().filter(|l| l.contains("encoder failed on a batch")).collect();
+    assert_eq!(refused.len(), calls.len() - warnings, "one error per refused write");
+    assert!(refused[0].contains("min_type") && refused[0].contains("slack"), "{}", refused[0]);
 }

@@ -13,6 +13,9 @@
 //!   "output":TEXT}` with what the plugin wrote through `output`; `{"skip":true}` when the spam
 //!   filter dropped the event;
 //! - **watchers**: `{"watched":true}`, or `{"watched":false,"error":MSG}` when the call failed;
+//! - **encoders**: the default correlator decides create or patch, the write is encoded alone,
+//!   and the line is `{"verb","result":"ok","content_type","headers","body":TEXT}` (or
+//!   `"result":{"error":MSG}`);
 //! - a line that is not an event: `{"error":"line N: …"}`, as `eventpipe replay`.
 //!
 //! The clock of each event is its line's `clock` (replay lines `{"clock","event"}`), else the
@@ -31,6 +34,7 @@ use crate::config::Config;
 use crate::correlator::{CorrelatorOptions, EventCorrelateResult, Occurrence, PREPARE_BATCH_SIZE};
 use crate::pipeline::plan::{KeyChoice, PlanError, TenantPlan, TenantRules};
 use crate::pipeline::stage::{Staged, TenantStage, TenantStages};
+use crate::plugin::encoder::WasmEncoder;
 use crate::plugin::registry::{PluginRegistry, ReloadOutcome};
 use crate::plugin::sink::WasmSink;
 use crate::plugin::watcher::WasmWatcher;
@@ -75,6 +79,8 @@ enum Harness {
     Sink { sink: WasmSink, written: Arc<Mutex<Vec<u8>>>, stage: Box<TenantStage> },
     /// A watcher plugin.
     Watcher(WasmWatcher),
+    /// An encoder plugin behind the default correlator, each write encoded alone.
+    Encoder { encoder: WasmEncoder, stage: Box<TenantStage> },
 }
 
 /// Runs `subject` over `input` (JSON lines, any shape `eventpipe replay` reads) and returns
@@ -171,7 +177,7 @@ fn load(registry: &PluginRegistry, subject: &Subject, settings: &PluginSettings)
                 PluginKind::MessageCombiner => base.message_combiner = KeyChoice::Plugin(name),
                 PluginKind::SpamKey => base.spam_key = KeyChoice::Plugin(name),
                 PluginKind::Filter => base.filters = vec![name],
-                PluginKind::Sink | PluginKind::Watcher => {
+                PluginKind::Sink | PluginKind::Watcher | PluginKind::Encoder => {
                     let handle = registry
                         .handle(&name, kind, DEFAULT_TENANT, settings.clone())
                         .map_err(|e| TestError::Plugin(e.to_string()))?;
@@ -188,6 +194,13 @@ fn load(registry: &PluginRegistry, subject: &Subject, settings: &PluginSettings)
 fn single(handle: PluginHandle) -> Harness {
     if handle.kind() == PluginKind::Watcher {
         return Harness::Watcher(WasmWatcher::new(handle).expect("checked to be a watcher"));
+    }
+    if handle.kind() == PluginKind::Encoder {
+        let encoder = WasmEncoder::new(handle).expect("checked to be an encoder");
+        return Harness::Encoder {
+            encoder,
+            stage: Box::new(TenantStage::new(DEFAULT_TENANT, CorrelatorOptions::default())),
+        };
     }
     #[derive(Clone)]
     struct Shared(Arc<Mutex<Vec<u8>>>);
@@ -266,6 +279,38 @@ impl Harness {
                     };
                     calls.push(json!({ "verb": verb, "result": result, "output": text }));
                     stored
+                });
+                for (i, call) in positions.into_iter().zip(calls) {
+                    lines[i] = Some(line(call));
+                }
+            }
+            Harness::Encoder { encoder, stage } => {
+                let (positions, occurrences): (Vec<usize>, Vec<Occurrence>) = events.into_iter().unzip();
+                let mut calls = Vec::with_capacity(positions.len());
+                stage.correlate(occurrences, |result: &EventCorrelateResult| {
+                    let Some(event) = &result.event else {
+                        calls.push(json!({ "skip": true }));
+                        return None;
+                    };
+                    let patch = result.patch.as_ref().filter(|_| event.count > 1).map(|p| p.to_json());
+                    let verb = if patch.is_some() { "patch" } else { "create" };
+                    let enrichment = event.enrichment.get().map(|e| serde_json::to_string(e).unwrap_or_default());
+                    let write = crate::plugin::encoder::Write {
+                        event,
+                        patch: patch.as_deref(),
+                        enrichment: enrichment.as_deref().unwrap_or(""),
+                    };
+                    calls.push(match encoder.encode(&[write]) {
+                        Ok(request) => json!({
+                            "verb": verb,
+                            "result": "ok",
+                            "content_type": request.content_type,
+                            "headers": request.headers,
+                            "body": String::from_utf8_lossy(&request.body),
+                        }),
+                        Err(e) => json!({ "verb": verb, "result": { "error": e.to_string() } }),
+                    });
+                    Some((**event).clone())
                 });
                 for (i, call) in positions.into_iter().zip(calls) {
                     lines[i] = Some(line(call));

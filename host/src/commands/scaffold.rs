@@ -52,6 +52,14 @@ pub enum ScaffoldError {
     /// The directory exists and is not empty.
     #[error("{}: exists and is not empty", .0.display())]
     Exists(PathBuf),
+    /// No project of this kind in this language (encoders: Rust and Python).
+    #[error("no {kind} project in {lang:?} yet: encoders are written in Rust or Python")]
+    NoExample {
+        /// The language asked for.
+        lang: Lang,
+        /// The kind asked for.
+        kind: PluginKind,
+    },
     /// Writing a file failed.
     #[error("{}: {source}", path.display())]
     Io {
@@ -134,16 +142,18 @@ fn project_world(lang: Lang, kind: PluginKind) -> &'static str {
     }
 }
 
-/// The main source file of a project: (file name, text).
-fn source(lang: Lang, kind: PluginKind) -> (&'static str, &'static str) {
+/// The main source file of a project: (file name, text); `None` for an encoder in a language
+/// without an encoder example (encoders: Rust and Python).
+fn source(lang: Lang, kind: PluginKind) -> Option<(&'static str, &'static str)> {
     use PluginKind as K;
-    match lang {
+    Some(match lang {
         Lang::Rust => (
             "src/lib.rs",
             match kind {
                 K::Filter => include_str!("../../../examples/plugins/rust/filter/src/lib.rs"),
                 K::AggregateKey => include_str!("../../../examples/plugins/rust/aggregate-key/src/lib.rs"),
-                K::Sink => include_str!("../../../examples/plugins/rust/slack-sink/src/lib.rs"),
+                K::Sink => include_str!("../../../examples/templates/rust/sink.rs"),
+                K::Encoder => include_str!("../../../examples/plugins/rust/slack/src/lib.rs"),
                 K::MessageCombiner => include_str!("../../../examples/templates/rust/message-combiner.rs"),
                 K::SpamKey => include_str!("../../../examples/templates/rust/spam-key.rs"),
                 K::Watcher => include_str!("../../../examples/templates/rust/watcher.rs"),
@@ -158,6 +168,7 @@ fn source(lang: Lang, kind: PluginKind) -> (&'static str, &'static str) {
                 K::SpamKey => include_str!("../../../examples/templates/python/spam-key.py"),
                 K::Sink => include_str!("../../../examples/templates/python/sink.py"),
                 K::Watcher => include_str!("../../../examples/templates/python/watcher.py"),
+                K::Encoder => include_str!("../../../examples/plugins/python/slack/app.py"),
             },
         ),
         Lang::Js => (
@@ -169,6 +180,7 @@ fn source(lang: Lang, kind: PluginKind) -> (&'static str, &'static str) {
                 K::SpamKey => include_str!("../../../examples/templates/js/spam-key.js"),
                 K::Sink => include_str!("../../../examples/templates/js/sink.js"),
                 K::Watcher => include_str!("../../../examples/templates/js/watcher.js"),
+                K::Encoder => return None,
             },
         ),
         Lang::C => (
@@ -180,6 +192,7 @@ fn source(lang: Lang, kind: PluginKind) -> (&'static str, &'static str) {
                 K::SpamKey => include_str!("../../../examples/templates/c/spam-key.c"),
                 K::Sink => include_str!("../../../examples/templates/c/sink.c"),
                 K::Watcher => include_str!("../../../examples/templates/c/watcher.c"),
+                K::Encoder => return None,
             },
         ),
         Lang::Go => (
@@ -191,9 +204,10 @@ fn source(lang: Lang, kind: PluginKind) -> (&'static str, &'static str) {
                 K::SpamKey => include_str!("../../../examples/templates/go/spam-key.go"),
                 K::Sink => include_str!("../../../examples/templates/go/sink.go"),
                 K::Watcher => include_str!("../../../examples/templates/go/watcher.go"),
+                K::Encoder => return None,
             },
         ),
-    }
+    })
 }
 
 /// The reader of packed strings the examples share, as (file name, text), when the source of a
@@ -222,6 +236,7 @@ fn config_key(kind: PluginKind, name: &str) -> String {
         PluginKind::SpamKey => format!("spam_key = \"{name}\""),
         PluginKind::Sink => format!("sinks = [\"plugin:{name}\"]"),
         PluginKind::Watcher => "watchers are run by `eventpipe test` only for now".into(),
+        PluginKind::Encoder => format!("sinks = [\"webhook:https://hooks.example/…,encoder={name}\"]"),
     }
 }
 
@@ -231,7 +246,7 @@ fn example_name(kind: PluginKind) -> Option<&'static str> {
     match kind {
         PluginKind::Filter => Some("quiet-normal"),
         PluginKind::AggregateKey => Some("namespace-reason"),
-        PluginKind::Sink => Some("slack"),
+        PluginKind::Encoder => Some("slack"),
         _ => None,
     }
 }
@@ -295,7 +310,7 @@ pub fn scaffold(s: &Scaffold) -> Result<Vec<PathBuf>, ScaffoldError> {
             .replace("{{config_key}}", &config_key(s.kind, &s.name))
     };
     let mut files: Vec<(String, String)> = Vec::new();
-    let (main, text) = source(s.lang, s.kind);
+    let (main, text) = source(s.lang, s.kind).ok_or(ScaffoldError::NoExample { lang: s.lang, kind: s.kind })?;
     files.push((main.into(), rename_example(&fill(text), s.kind, &s.name)));
     if let Some((file, text)) = packed_strings_reader(s.lang, s.kind) {
         files.push((file.into(), text.into()));

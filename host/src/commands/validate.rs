@@ -185,7 +185,11 @@ pub fn validate(options: &ValidateOptions<'_>) -> ValidateReport {
     sinks.retain(|(_, entry)| seen.insert(entry.spec.identity()));
     report.sinks = sinks.len();
     for (place, entry) in &sinks {
-        if let Err(message) = check_sink(&entry.spec, options.registry, options.connect) {
+        // A webhook's encoder plugin must be there and be an encoder, as `run` would load it.
+        let checked = check_sink(&entry.spec, options.registry, options.connect).and_then(|()| {
+            entry.body.encoder().map_or(Ok(()), |name| check_plugin(name, PluginKind::Encoder, options.registry))
+        });
+        if let Err(message) = checked {
             report.problems.push(Problem { message: format!("sink {}: {message}", entry.spec), ..place.clone() });
         }
     }

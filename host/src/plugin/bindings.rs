@@ -8,7 +8,7 @@ wasmtime::component::bindgen!({
 });
 
 pub use self::eventpipe::plugin::types::{
-    AggregateKeyPair, EnrichmentField, Event, EventField, EventSeries, EventSource, ObjectMeta, ObjectReference,
-    PackedStrings, PatchRequest, SinkError, SinkRequest, Verdict,
+    AggregateKeyPair, EncodedRequest, EncoderWrite, EnrichmentField, Event, EventField, EventSeries, EventSource,
+    ObjectMeta, ObjectReference, PackedStrings, PatchRequest, SinkError, SinkRequest, Verdict,
 };
 pub use self::eventpipe::plugin::{config, log, output};

@@ -138,6 +138,17 @@ fn run_once(handle: &PluginHandle) -> Result<(String, CallCost), CallFailure> {
                 other => Err(CallFailure::Garbage(format!("{} results for 1 request", other.len()))),
             }
         }
+        PluginKind::Encoder => {
+            type Encode = Caller<(String, Vec<wit::EncoderWrite>), (Result<wit::EncodedRequest, String>,)>;
+            let caller: Encode = Caller::new(handle.clone(), export, None);
+            let write =
+                wit::EncoderWrite { request: wit::SinkRequest::Create(to_wit(&event)), enrichment: String::new() };
+            let ((answer,), cost) = caller.call((DEFAULT_TENANT.into(), vec![write]), 1)?;
+            let request = answer.map_err(CallFailure::GuestError)?;
+            let content_type = if request.content_type.is_empty() { "application/json" } else { &request.content_type };
+            let body = String::from_utf8_lossy(&request.body);
+            Ok((format!("{content_type}, {} more header(s), body {:?}", request.headers.len(), body.trim_end()), cost))
+        }
         PluginKind::Watcher => {
             let caller: Caller<(Vec<wit::Event>,), ()> = Caller::new(handle.clone(), export, None);
             let ((), cost) = caller.call((vec![to_wit(&event)],), 1)?;

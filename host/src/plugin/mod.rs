@@ -20,6 +20,7 @@ mod call;
 pub mod check;
 mod convert;
 pub mod embedded;
+pub mod encoder;
 pub mod file;
 pub mod filter;
 pub mod functions;
@@ -66,17 +67,20 @@ pub enum PluginKind {
     Sink,
     /// `watcher`: receives every event the Broadcaster distributes to it.
     Watcher,
+    /// `encoder`: a batch of writes → one HTTP request (body and headers) for the webhook sink.
+    Encoder,
 }
 
 impl PluginKind {
     /// Every kind, in `wit/worlds.wit` order.
-    pub const ALL: [PluginKind; 6] = [
+    pub const ALL: [PluginKind; 7] = [
         PluginKind::AggregateKey,
         PluginKind::MessageCombiner,
         PluginKind::SpamKey,
         PluginKind::Filter,
         PluginKind::Sink,
         PluginKind::Watcher,
+        PluginKind::Encoder,
     ];
 
     /// The world's name in `wit/` (`"aggregate-key"`, …).
@@ -88,6 +92,7 @@ impl PluginKind {
             PluginKind::Filter => "filter",
             PluginKind::Sink => "sink",
             PluginKind::Watcher => "watcher",
+            PluginKind::Encoder => "encoder",
         }
     }
 
@@ -100,6 +105,7 @@ impl PluginKind {
             PluginKind::Filter => "filter-batch",
             PluginKind::Sink => "deliver-batch",
             PluginKind::Watcher => "watch-batch",
+            PluginKind::Encoder => "encode",
         }
     }
 
@@ -118,6 +124,7 @@ impl PluginKind {
             PluginKind::Filter => "filter",
             PluginKind::Sink => "deliver",
             PluginKind::Watcher => "watch",
+            PluginKind::Encoder => "encode",
         }
     }
 }

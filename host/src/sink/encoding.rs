@@ -8,8 +8,11 @@
 //! [`super::loki::LokiPush`], [`super::elasticsearch::Bulk`] and [`super::splunk::HecEvents`].
 
 use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 
+use bytes::Bytes;
 use hyper::StatusCode;
+use hyper::header::{HeaderName, HeaderValue};
 
 use super::jsonl::SinkCall;
 use super::retry::Verb;
@@ -55,6 +58,18 @@ pub fn object_key(event: &Event) -> u64 {
     hasher.finish()
 }
 
+/// A batch's request as an encoding makes it ([`BatchEncoding::request`]): the body, its
+/// `Content-Type`, and further headers (after the sink's own; an encoder plugin may give some).
+#[derive(Debug, Clone)]
+pub struct BatchRequest {
+    /// The body.
+    pub body: Bytes,
+    /// The `Content-Type` header.
+    pub content_type: HeaderValue,
+    /// More headers, sent after the sink's configured ones.
+    pub headers: Arc<[(HeaderName, HeaderValue)]>,
+}
+
 /// How a batching HTTP sink encodes its calls and reads its answers.
 pub trait BatchEncoding: std::fmt::Debug + Send + Sync + 'static {
     /// What the sink is called in logs and errors (`webhook`, `otlp`).
@@ -78,6 +93,20 @@ pub trait BatchEncoding: std::fmt::Debug + Send + Sync + 'static {
     /// calls for good with it, counts them (`render_errors`, `failed`), and goes on with the
     /// other batches. The encoding logs what failed, with the events' names.
     fn body(&self, items: &[&[u8]]) -> Result<Vec<u8>, SinkError>;
+
+    /// The request of a batch of items, in call order: by default [`body`](Self::body) with
+    /// [`content_type`](Self::content_type) and no other header. An encoding whose headers
+    /// depend on the batch (an encoder plugin's answer) makes its own.
+    ///
+    /// # Errors
+    /// As [`body`](Self::body).
+    fn request(&self, items: &[&[u8]]) -> Result<BatchRequest, SinkError> {
+        Ok(BatchRequest {
+            body: Bytes::from(self.body(items)?),
+            content_type: HeaderValue::from_static(self.content_type()),
+            headers: Arc::from([]),
+        })
+    }
 
     /// Whether an answer with this (non-`2xx`) status is worth another attempt; any other
     /// fails the batch for good.

@@ -8,6 +8,7 @@
 
 pub mod concurrency;
 pub mod elasticsearch;
+pub mod encoder;
 pub mod encoding;
 pub mod endpoint;
 pub mod event_metrics;

@@ -55,7 +55,7 @@ impl RetryPolicy {
 }
 
 /// Which call wrote the event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Verb {
     /// `create` (first occurrence, or a patch target that was gone).

@@ -79,6 +79,8 @@ pub struct SinkSet {
     event_counts: Mutex<Option<Arc<EventCounts>>>,
     /// A hot standby's: every sink is this one ([`standing_by`](Self::standing_by)).
     standby: Option<Arc<super::standby::StandbySink>>,
+    /// The encoder plugins of the webhooks opened (`encoder=NAME`), for their metrics.
+    encoders: Mutex<Vec<PluginHandle>>,
 }
 
 impl std::fmt::Debug for SinkSet {
@@ -100,6 +102,7 @@ impl SinkSet {
             append,
             tap: None,
             event_counts: Mutex::default(),
+            encoders: Mutex::default(),
             standby: None,
         }
     }
@@ -192,6 +195,13 @@ impl SinkSet {
             | SinkSpec::Elasticsearch { .. }
             | SinkSpec::Splunk { .. } => {
                 let mut config = match spec {
+                    SinkSpec::Webhook(url) if let Some(encoder) = entry.body.encoder() => {
+                        let handle = registry
+                            .handle(encoder, PluginKind::Encoder, tenant, settings(encoder))
+                            .map_err(|e| fail(e.to_string()))?;
+                        self.encoders.lock().unwrap_or_else(|p| p.into_inner()).push(handle.clone());
+                        super::encoder::config(format!("{spec}{}", entry.body), url.expose(), handle).map_err(fail)?
+                    }
                     SinkSpec::Webhook(url) if entry.body.source.is_some() => {
                         let name = format!("{spec}{}", entry.body);
                         super::template::config(name, url.expose(), tenant, &entry.body).map_err(fail)?
@@ -279,10 +289,12 @@ impl SinkSet {
     /// The plugin handles of the sink plugins opened so far (for their `eventpipe_plugin_*`
     /// series).
     pub fn plugin_handles(&self) -> Vec<PluginHandle> {
-        self.each(|s| match s {
+        let mut handles = self.each(|s| match s {
             OpenSink::Plugin(p) => Some(p.0.handle().clone()),
             _ => None,
-        })
+        });
+        handles.extend(self.encoders.lock().unwrap_or_else(|p| p.into_inner()).iter().cloned());
+        handles
     }
 
     /// Ends what sinks keep open at the end of a run: every events.k8s.io series gets its final

@@ -146,7 +146,7 @@ impl SinkSpec {
 const FORMS: &str = "expected a sink: jsonl:PATH, jsonl:-, k8s, k8s:NAMESPACE, plugin:NAME, plugin:FILE.wasm, webhook:URL, \
      otlp:URL, loki:URL, elasticsearch:URL, splunk:URL, metrics or nats:nats://HOST:PORT[?…], optionally followed by \
      ,delivery=at-most-once|wait|at-least-once (and, for a webhook, otlp or log store, ,concurrency=adaptive|N ,max_batch=N \
-     ,max_batch_bytes=N ,timeout=SECONDS; for a webhook, ,template=FILE|,preset=slack|teams|discord|google-chat|pagerduty|opsgenie \
+     ,max_batch_bytes=N ,timeout=SECONDS; for a webhook, ,template=FILE|,preset=slack|teams|discord|google-chat|pagerduty|opsgenie|,encoder=NAME \
      ,batch=true (with template=) ,secret_env=VAR|,secret_file=PATH ,resolve_on=TYPE; for loki ,labels=F;F… ,format=json|protobuf \
      ,structured_metadata=true; for elasticsearch ,index=PATTERN|data_stream=NAME ,replace_dots=true; for splunk \
      ,sourcetype=NAME ,index=NAME ,source=NAME; for a log store ,ca_file=PATH; for metrics, ,max_series=N ,workload=true ,cluster=true)";

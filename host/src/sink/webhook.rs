@@ -99,7 +99,7 @@ use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::concurrency::{AdaptiveSettings, Concurrency, Controller, Permit, Response};
-pub use super::encoding::{Accepted, BatchEncoding, ItemFailure, JsonItems};
+pub use super::encoding::{Accepted, BatchEncoding, BatchRequest, ItemFailure, JsonItems};
 use super::retry::Verb;
 use super::{EventSink, SinkError, SinkPatch, StatusError, Stored};
 use crate::event::Event;
@@ -921,7 +921,7 @@ async fn deliver(shared: &Shared, batch: Vec<Item>, permit: Permit) -> Option<Si
     let mut limit = pending.len();
     let body_of = |items: &[Item], limit: usize| {
         let items: Vec<&[u8]> = items.iter().take(limit).map(|i| i.encoded.as_slice()).collect();
-        shared.encoding.body(&items).map(Bytes::from)
+        shared.encoding.request(&items)
     };
     // The body of the next attempt; `None`: to be made again from `pending` (after a `413` or
     // an answer naming failed items).
@@ -1146,17 +1146,16 @@ impl Shared {
         Some((again, error))
     }
 
-    async fn attempt(&self, body: Bytes, id: &str) -> Attempt {
-        let mut request = Request::post(self.uri.clone())
-            .header(CONTENT_TYPE, HeaderValue::from_static(self.encoding.content_type()))
-            .header(BATCH_ID_HEADER, id);
+    async fn attempt(&self, batch: BatchRequest, id: &str) -> Attempt {
+        let mut request =
+            Request::post(self.uri.clone()).header(CONTENT_TYPE, batch.content_type).header(BATCH_ID_HEADER, id);
         if let Some(auth) = &self.auth {
             request = request.header(AUTHORIZATION, auth.clone());
         }
-        for (name, value) in &self.headers {
+        for (name, value) in self.headers.iter().chain(batch.headers.iter()) {
             request = request.header(name, value);
         }
-        let request = match request.body(Full::new(body)) {
+        let request = match request.body(Full::new(batch.body)) {
             Ok(r) => r,
             Err(e) => {
                 return Attempt::Permanent(StatusError {

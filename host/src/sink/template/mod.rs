@@ -148,6 +148,9 @@ pub enum BodySource {
     File(PathBuf),
     /// `preset=NAME`.
     Preset(Preset),
+    /// `encoder=NAME`: an `encoder` plugin makes each batch's request ([`crate::sink::encoder`]);
+    /// no template.
+    Encoder(String),
 }
 
 /// Where the sink's secret (`secret` in the context) is read from — never the command line.
@@ -175,7 +178,7 @@ pub struct BodyOptions {
 }
 
 /// The option keys [`BodyOptions::set`] takes.
-pub const OPTIONS: [&str; 6] = ["template", "preset", "batch", "secret_env", "secret_file", "resolve_on"];
+pub const OPTIONS: [&str; 7] = ["template", "preset", "encoder", "batch", "secret_env", "secret_file", "resolve_on"];
 
 impl BodyOptions {
     /// Whether no option was given.
@@ -185,7 +188,15 @@ impl BodyOptions {
 
     /// Whether a template renders each write alone: the webhook's batches are of one write.
     pub fn renders_each_write(&self) -> bool {
-        self.source.is_some() && !self.batch
+        matches!(self.source, Some(BodySource::File(_) | BodySource::Preset(_))) && !self.batch
+    }
+
+    /// The encoder plugin named by `encoder=NAME`, if the body comes from one.
+    pub fn encoder(&self) -> Option<&str> {
+        match &self.source {
+            Some(BodySource::Encoder(name)) => Some(name),
+            _ => None,
+        }
     }
 
     /// Checks the options together, once all are set (they may be given in any order).
@@ -197,7 +208,13 @@ impl BodyOptions {
             (Some(BodySource::Preset(p)), true) => {
                 Err(format!("batch=true takes template=FILE; preset {} renders one write", p.name()))
             }
+            (Some(BodySource::Encoder(name)), true) => {
+                Err(format!("batch=true goes with template=FILE; encoder {name} is given every batch"))
+            }
             (None, true) => Err("batch=true needs template=FILE".into()),
+            (Some(BodySource::Encoder(name)), false) if self.secret.is_some() || self.resolve_on.is_some() => {
+                Err(format!("secret_env, secret_file and resolve_on go with template= or preset=, not encoder {name}"))
+            }
             _ => Ok(()),
         }
     }
@@ -205,10 +222,11 @@ impl BodyOptions {
     /// Takes option `key` = `value`: `None` when `key` is not a body option, `Some(Err)` with the
     /// problem when its value is wrong (an unknown preset, a template that does not compile).
     pub fn set(&mut self, key: &str, value: &str) -> Option<Result<(), String>> {
-        let both = || Err("give either template= or preset=, not both".to_string());
+        let both = || Err("give one of template=, preset= and encoder=".to_string());
         Some(match key {
-            "template" if self.source.is_some() => both(),
-            "preset" if self.source.is_some() => both(),
+            "template" | "preset" | "encoder" if self.source.is_some() => both(),
+            "encoder" if value.is_empty() => Err("option `encoder` needs a plugin's name".into()),
+            "encoder" => Ok(self.source = Some(BodySource::Encoder(value.into()))),
             "template" => compile_file(Path::new(value)).map(|_| self.source = Some(BodySource::File(value.into()))),
             "preset" => value.parse().map(|p| self.source = Some(BodySource::Preset(p))),
             "batch" => value.parse().map(|b| self.batch = b).map_err(|_| "batch takes true or false".to_string()),
@@ -226,6 +244,7 @@ impl std::fmt::Display for BodyOptions {
         match &self.source {
             Some(BodySource::File(path)) => write!(f, ",template={}", path.display())?,
             Some(BodySource::Preset(p)) => write!(f, ",preset={}", p.name())?,
+            Some(BodySource::Encoder(name)) => write!(f, ",encoder={name}")?,
             None => {}
         }
         if self.batch {
@@ -429,7 +448,7 @@ impl Rendered {
             Some(BodySource::File(path)) => compile_file(path)?,
             Some(BodySource::Preset(p)) => environment(format!("preset {}", p.name()), p.source().to_string())
                 .map_err(|e| e.detail().unwrap_or_default().to_string())?,
-            None => return Err("no template= or preset= given".into()),
+            Some(BodySource::Encoder(_)) | None => return Err("no template= or preset= given".into()),
         };
         let preset = match options.source {
             Some(BodySource::Preset(p)) => Some(p),
@@ -652,6 +671,22 @@ mod tests {
         assert!(cut_bytes("ééééé", 7, "…").len() <= 7);
         assert_eq!(cut_chars("ééééé", 3, "…"), "éé…");
         assert_eq!(cut_chars("ab", 3, "…"), "ab");
+    }
+
+    #[test]
+    fn an_encoder_is_a_body_source_of_its_own() {
+        let mut body = BodyOptions::default();
+        assert_eq!(body.set("encoder", "slack"), Some(Ok(())));
+        assert_eq!((body.encoder(), body.renders_each_write()), (Some("slack"), false), "the encoder gets batches");
+        assert_eq!(body.to_string(), ",encoder=slack");
+        assert!(body.check().is_ok());
+        assert!(matches!(body.set("preset", "slack"), Some(Err(e)) if e.contains("one of")));
+        assert!(matches!(BodyOptions::default().set("encoder", ""), Some(Err(e)) if e.contains("needs")));
+        let mut batched = body.clone();
+        batched.batch = true;
+        assert!(batched.check().unwrap_err().contains("batch=true goes with template=FILE"));
+        body.secret = Some(SecretSource::Env("TOKEN".into()));
+        assert!(body.check().unwrap_err().contains("not encoder slack"), "secrets are a template's");
     }
 
     #[test]

@@ -69,11 +69,21 @@
 //! max_events = 5
 //! burst = 10
 //! sinks = ["jsonl:out/payments.jsonl"]
+//! [[tenants.rules.routes]]             # a route of this tenant's writes only (default name `payments/route-0`)
+//! match = { reasons = ["OOMKilling"] }
+//! sinks = ["jsonl:out/payments-oom.jsonl"]
 //!
 //! [[tenants]]
 //! name = "system"
 //! match = { namespaces = ["kube-*"] }
 //! rules = { filters = [], fallback = "drop" }
+//!
+//! [[routes]]                           # correlated writes sent to more sinks, besides each tenant's own
+//! name = "slack-prod"                  # the label of its counters; default `route-<index>`
+//! match = { types = ["Warning"], namespaces = ["prod-*"] }  # a tenant's criteria; absent: every write
+//! min_count = 3                        # only writes whose event count reached 3 (default 1)
+//! rate = "10/min"                      # at most 10 writes a minute (N/s, N/min, N/h); the rest held back
+//! sinks = ["webhook:https://hooks.slack.com/services/T000/B000/XXXX,preset=slack"]
 //!
 //! [watch_cache]                        # `run --serve`'s watch cache; read at start, each `run` flag wins
 //! size = 10000                         # changes kept for resuming watchers (--watch-cache-size)
@@ -124,6 +134,12 @@
 //!   client-go's order (lease duration > renew deadline > retry period × 1.2); `lease` is `NAME`
 //!   or `NAMESPACE/NAME`, neither part empty. The terms as the flags and defaults complete them
 //!   are checked when `run` starts ([`LeaderElectionSettings::resolve`]).
+//! - Routes ([`crate::tenant::routes`]): top-level `[[routes]]` serve every tenant, a tenant's
+//!   `rules.routes` that tenant only; `[defaults]` has no `routes`. A route's `name` is
+//!   non-empty and unique in the file (default `route-<index>`, `TENANT/route-<index>` in a
+//!   tenant); its `match` has the criteria of a tenant's (absent: every write) and no `name`;
+//!   `min_count` is from 1 to 2,147,483,647; `rate` is `N/s`, `N/min` or `N/h` (N from 1 to
+//!   1,000,000); `sinks` is a non-empty list of sink specs.
 //! - Each sink is a sink spec as `--sink` takes it (`jsonl:PATH`, `jsonl:-`, `plugin:NAME`, `k8s`,
 //!   `k8s:NAMESPACE`), and
 //!   `sinks` must not be empty when given.
@@ -139,6 +155,7 @@ use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -152,6 +169,7 @@ use crate::partition::PartitionKey;
 use crate::plugin::pin::{DIGEST_KEY, SOURCE_KEY, Sha256Digest};
 use crate::plugin::{FallbackPolicy, MEMO_MAX_ENTRIES_KEY, PURE_KEY, parse_memo_max_entries};
 pub use crate::tenant::DEFAULT_TENANT;
+use crate::tenant::routes::{Rate, Route};
 use crate::tenant::rules::EventRule;
 use crate::tenant::{EventMatch, MatchEntry, MatchError, MatchSpec, TenantRouter};
 use crate::watchers::WatcherSpec;
@@ -300,6 +318,20 @@ pub struct Rules {
     pub spam_exempt: Option<Vec<EventRule>>,
     /// Seconds of an "N suppressed" summary window ([`crate::pipeline::suppressed`]); 0: none.
     pub suppressed_summary_seconds: Option<u64>,
+    /// A tenant's own routes (`tenants[i].rules.routes`, [`crate::tenant::routes`]); never
+    /// set in `[defaults]` (routes for every tenant are the top-level [`Config::routes`]).
+    pub routes: Option<Vec<RouteConfig>>,
+}
+
+/// One route of the file, validated: the route, and where it is written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RouteConfig {
+    /// Its key path: `routes[0]`, `tenants[1].rules.routes[0]`.
+    pub key: String,
+    /// 1-based line of its table in the file.
+    pub line: usize,
+    /// The route.
+    pub route: Route,
 }
 
 impl Rules {
@@ -330,6 +362,7 @@ impl Rules {
             keep: self.keep.or_else(|| base.keep.clone()),
             spam_exempt: self.spam_exempt.or_else(|| base.spam_exempt.clone()),
             suppressed_summary_seconds: self.suppressed_summary_seconds.or(base.suppressed_summary_seconds),
+            routes: self.routes.or_else(|| base.routes.clone()),
         }
     }
 
@@ -372,6 +405,9 @@ pub struct Config {
     pub sources: BTreeMap<String, OciReference>,
     /// `[[watchers]]` tables: watcher plugins attached to the Broadcaster at start.
     pub watchers: Vec<WatcherSpec>,
+    /// `[[routes]]` tables: routes of every tenant's correlated writes, in file order
+    /// ([`crate::tenant::routes`]); a tenant's own are in its [`Rules::routes`].
+    pub routes: Vec<RouteConfig>,
     /// `[shadow]`: plugin name → a candidate component run beside it ([`crate::plugin::shadow`]);
     /// relative paths are taken from the config file's directory. Read at start only.
     pub shadows: BTreeMap<String, PathBuf>,
@@ -653,6 +689,11 @@ struct RawFile {
     #[serde(default)]
     #[schemars(with = "Vec<RawWatcher>")]
     watchers: Vec<Spanned<RawWatcher>>,
+    /// Routes of every tenant's correlated writes: the writes a route selects also go to its
+    /// sinks, besides the tenant's own.
+    #[serde(default)]
+    #[schemars(with = "Vec<RawRoute>")]
+    routes: Vec<Spanned<RawRoute>>,
     /// Shadow plugins: plugin name → a candidate component (`.wasm`, relative to this file)
     /// run beside it on the same events, never affecting output; divergences are counted.
     #[serde(default)]
@@ -895,6 +936,33 @@ struct RawRules {
     /// Seconds of an "N events suppressed" summary window; 0: none.
     #[schemars(extend("default" = 0))]
     suppressed_summary_seconds: Option<u64>,
+    /// Only in a tenant's rules: routes of this tenant's correlated writes, besides the
+    /// top-level `[[routes]]`.
+    #[schemars(with = "Option<Vec<RawRoute>>")]
+    routes: Option<Spanned<Vec<Spanned<RawRoute>>>>,
+}
+
+/// A route: the correlated writes it selects go to its sinks too, besides the tenant's own.
+#[derive(Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct RawRoute {
+    /// The label of its counters; unique in the file (default `route-<index>`).
+    #[schemars(with = "Option<String>")]
+    name: Option<Spanned<String>>,
+    /// Which writes it selects, on the correlated event (absent: every write).
+    #[serde(rename = "match")]
+    #[schemars(with = "Option<RawMatch>")]
+    matcher: Option<Spanned<RawMatch>>,
+    /// The event count a write needs to be sent: writes of lower counts are held back.
+    #[schemars(with = "Option<i64>", extend("default" = 1, "minimum" = 1))]
+    min_count: Option<Spanned<i64>>,
+    /// At most N writes per period, `N/s`, `N/min` or `N/h` (a token bucket of N, full at
+    /// first); the writes held back are counted on the next one sent.
+    #[schemars(with = "Option<String>")]
+    rate: Option<Spanned<String>>,
+    /// Sinks, as `--sink` takes them.
+    #[schemars(with = "Vec<String>")]
+    sinks: Option<Spanned<Vec<Spanned<String>>>>,
 }
 
 /// A tenant: its name, which events are its own, and its rules.
@@ -1106,13 +1174,43 @@ impl Ctx<'_> {
                 .matcher(t.matcher.as_ref(), tenant.span(), &format!("{prefix}.match"))
                 .map_err(|e| problems.extend(e))
                 .ok();
-            let rules = ctx.rules(&t.rules, &format!("{prefix}.rules")).map_err(|e| problems.extend(e)).ok();
+            let mut rules = ctx.rules(&t.rules, &format!("{prefix}.rules")).map_err(|e| problems.extend(e)).ok();
+            if let Some(routes) = &t.rules.routes {
+                let routes =
+                    ctx.routes(routes.get_ref(), &format!("{prefix}.rules.routes"), &format!("{name}/"), problems);
+                if let Some(rules) = &mut rules {
+                    rules.routes = Some(routes);
+                }
+            }
             if let (true, Some(matcher), Some(own)) = (ok, matcher, rules) {
                 let rules = own.clone().merge(&defaults, t.rules.filters.is_some());
                 tenants.push(TenantConfig { name: name.clone(), matcher, rules, own });
             }
         }
 
+        let mut routes = ctx.routes(&raw.routes, "routes", "", problems);
+        // A route's name labels its counters: unique in the file.
+        let mut named: BTreeMap<Arc<str>, usize> = BTreeMap::new();
+        let own_routes = tenants.iter_mut().filter_map(|t| t.own.routes.as_mut());
+        for list in std::iter::once(&mut routes).chain(own_routes) {
+            list.retain(|r| match named.get(&r.route.name) {
+                Some(line) => {
+                    problems.push(ctx.error_at_line(
+                        r.line,
+                        format!("{}.name", r.key),
+                        format!("duplicate route name `{}` (first defined on line {line})", r.route.name),
+                    ));
+                    false
+                }
+                None => {
+                    named.insert(r.route.name.clone(), r.line);
+                    true
+                }
+            });
+        }
+        for t in &mut tenants {
+            t.rules.routes = t.own.routes.clone();
+        }
         let mut plugin_config = BTreeMap::new();
         let mut pins = BTreeMap::new();
         let mut sources = BTreeMap::new();
@@ -1231,6 +1329,7 @@ impl Ctx<'_> {
             pins,
             sources,
             watchers,
+            routes,
             shadows,
             shadow_diffs,
             shadow_diffs_max: raw.shadow_diffs_max,
@@ -1396,6 +1495,11 @@ impl Ctx<'_> {
         lines
     }
 
+    /// An error at the start of `line` (1-based).
+    fn error_at_line(&self, line: usize, key: String, message: impl Into<String>) -> ConfigError {
+        ConfigError { path: self.path.to_path_buf(), line: Some(line), column: None, key, message: message.into() }
+    }
+
     fn error(&self, span: Range<usize>, key: String, message: impl Into<String>) -> ConfigError {
         let (line, column) = self.line_col(span.start);
         ConfigError {
@@ -1493,6 +1597,13 @@ impl Ctx<'_> {
         let drop = list("drop", raw.drop.as_ref());
         let keep = list("keep", raw.keep.as_ref());
         let spam_exempt = list("spam_exempt", raw.spam_exempt.as_ref());
+        if let (Some(routes), "defaults") = (&raw.routes, prefix) {
+            problems.push(self.error(
+                routes.span(),
+                key("routes"),
+                "[defaults] has no routes: routes for every tenant are top-level [[routes]] tables",
+            ));
+        }
         if !problems.is_empty() {
             return Err(problems);
         }
@@ -1516,7 +1627,104 @@ impl Ctx<'_> {
             keep,
             spam_exempt,
             suppressed_summary_seconds: raw.suppressed_summary_seconds,
+            // Read apart ([`Ctx::routes`]): their default names are the tenant's.
+            routes: None,
         })
+    }
+
+    /// A list of routes (`prefix`: its key path, `routes` or `tenants[0].rules.routes`), each
+    /// checked; a route with a problem goes to `problems` and is left out. A route without a
+    /// `name` is `{default_prefix}route-{index}`.
+    fn routes(
+        &self,
+        raw: &[Spanned<RawRoute>],
+        prefix: &str,
+        default_prefix: &str,
+        problems: &mut Vec<ConfigError>,
+    ) -> Vec<RouteConfig> {
+        let mut routes = Vec::with_capacity(raw.len());
+        for (i, entry) in raw.iter().enumerate() {
+            let key = format!("{prefix}[{i}]");
+            let r = entry.get_ref();
+            let before = problems.len();
+            let name = match &r.name {
+                Some(n) if n.get_ref().trim().is_empty() => {
+                    problems.push(self.error(n.span(), format!("{key}.name"), "must not be empty"));
+                    String::new()
+                }
+                Some(n) => n.get_ref().clone(),
+                None => format!("{default_prefix}{}", crate::tenant::routes::default_name(i)),
+            };
+            let matcher = match &r.matcher {
+                Some(m) if m.get_ref().name.is_some() => {
+                    let span = m.get_ref().name.as_ref().map_or_else(|| m.span(), |n| n.span());
+                    problems.push(self.error(
+                        span,
+                        format!("{key}.match.name"),
+                        "a route's `match` has no `name` (the route has one)",
+                    ));
+                    None
+                }
+                Some(m) => self.compile_match(m, &format!("{key}.match")).map_err(|e| problems.extend(e)).ok(),
+                None => None,
+            };
+            let min_count = match &r.min_count {
+                Some(n) => match i32::try_from(*n.get_ref()) {
+                    Ok(n) if n >= 1 => n,
+                    _ => {
+                        problems.push(self.error(
+                            n.span(),
+                            format!("{key}.min_count"),
+                            format!("expected a count from 1 to {}, got {}", i32::MAX, n.get_ref()),
+                        ));
+                        1
+                    }
+                },
+                None => 1,
+            };
+            let rate = r.rate.as_ref().and_then(|rate| {
+                rate.get_ref()
+                    .parse::<Rate>()
+                    .map_err(|e| problems.push(self.error(rate.span(), format!("{key}.rate"), e.to_string())))
+                    .ok()
+            });
+            let sinks: Vec<String> = match &r.sinks {
+                None => {
+                    problems.push(self.error(entry.span(), format!("{key}.sinks"), "a route needs `sinks`"));
+                    Vec::new()
+                }
+                Some(sinks) if sinks.get_ref().is_empty() => {
+                    problems.push(self.error(
+                        sinks.span(),
+                        format!("{key}.sinks"),
+                        "an empty list sends the route's writes nowhere; give at least one sink",
+                    ));
+                    Vec::new()
+                }
+                Some(sinks) => sinks
+                    .get_ref()
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(j, s)| match s.get_ref().parse::<crate::sink::SinkEntry>() {
+                        Ok(_) => Some(s.get_ref().clone()),
+                        Err(e) => {
+                            problems.push(self.error(
+                                s.span(),
+                                format!("{key}.sinks[{j}]"),
+                                format!("invalid sink {e}"),
+                            ));
+                            None
+                        }
+                    })
+                    .collect(),
+            };
+            if problems.len() > before {
+                continue;
+            }
+            let route = Route { name: name.into(), matcher, min_count, rate, sinks };
+            routes.push(RouteConfig { key, line: self.line(entry.span()), route });
+        }
+        routes
     }
 
     /// Compiles a `drop` / `keep` / `spam_exempt` list: each entry a matcher, named by its
@@ -2059,6 +2267,39 @@ mod tests {
         assert_eq!(router.route(&e, Some(&hdrs)), Some(1));
         e.metadata.namespace = "search".into();
         assert_eq!(router.route(&e, Some(&hdrs)), None);
+    }
+
+    /// Top-level routes and a tenant's own, with their names (given or by place), keys and
+    /// lines; `[defaults]` has no routes; names are unique in the file.
+    #[test]
+    fn routes_are_named_checked_and_placed() {
+        let config = parse(&doc_example()).unwrap();
+        let top = &config.routes[0];
+        assert_eq!((&*top.route.name, top.key.as_str()), ("slack-prod", "routes[0]"));
+        assert_eq!((top.route.min_count, top.route.rate.map(|r| r.to_string())), (3, Some("10/min".into())));
+        let own = &config.tenants[0].own.routes.as_ref().unwrap()[0];
+        assert_eq!((&*own.route.name, own.key.as_str()), ("payments/route-0", "tenants[0].rules.routes[0]"));
+        assert_eq!(config.tenants[0].rules.routes, config.tenants[0].own.routes);
+        assert!(config.tenants[1].rules.routes.is_none());
+
+        let (_, problems) = Config::check(
+            "[defaults]\nroutes = []\n[[routes]]\nname = \"x\"\nsinks = [\"jsonl:-\"]\n\
+             [[tenants]]\nname = \"t\"\nmatch = { kinds = [\"Pod\"] }\n\
+             [[tenants.rules.routes]]\nname = \"x\"\nsinks = [\"jsonl:-\"]\n\
+             [[tenants.rules.routes]]\nrate = \"0/s\"\nmatch = { name = \"m\", kinds = [\"Pod\"] }\n",
+            Path::new("t.toml"),
+        );
+        let found: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            found,
+            [
+                "t.toml:2:10: defaults.routes: [defaults] has no routes: routes for every tenant are top-level [[routes]] tables",
+                "t.toml:14:18: tenants[0].rules.routes[1].match.name: a route's `match` has no `name` (the route has one)",
+                "t.toml:13:8: tenants[0].rules.routes[1].rate: the number of \"0/s\" must be a whole number from 1 to 1000000",
+                "t.toml:12:1: tenants[0].rules.routes[1].sinks: a route needs `sinks`",
+                "t.toml:9: tenants[0].rules.routes[0].name: duplicate route name `x` (first defined on line 3)",
+            ]
+        );
     }
 
     #[test]

@@ -37,6 +37,8 @@
 //! | `eventpipe_rule_dropped_total` | `tenant`, `rule` | declarative `drop` / `keep` rule drops ([`crate::tenant::rules`]) |
 //! | `eventpipe_spam_exempted_total` | `tenant` | events a `spam_exempt` rule let through the spam filter |
 //! | `eventpipe_suppressed_summaries_total` | `tenant` | "N events suppressed" summaries sent ([`crate::pipeline::suppressed`]) |
+//! | `eventpipe_route_sent_total` | `route` | writes a route sent to its sinks ([`crate::pipeline::routes`]) |
+//! | `eventpipe_route_held_back_total` | `route`, `reason` (`min_count`, `rate`) | writes a route selected but held back |
 //! | `eventpipe_shadow_compared_total`, `eventpipe_shadow_divergences_total` | `plugin` | shadow plugins ([`crate::plugin::shadow`]) |
 //! | `eventpipe_watcher_dropped_total` | `watcher`, `reason` | Broadcaster queue drops |
 //! | `eventpipe_sink_sent_total`, `_acked_total`, `_retries_total`, `_failures_total` | `sink` | webhook sinks |
@@ -222,6 +224,14 @@ pub const SPAM_EXEMPTED: Family =
 /// `eventpipe_suppressed_summaries` (`tenant`).
 pub const SUPPRESSED_SUMMARIES: Family =
     counter("eventpipe_suppressed_summaries", "\"N events suppressed\" summary events sent, per tenant.");
+/// `eventpipe_route_sent` (`route`).
+pub const ROUTE_SENT: Family =
+    counter("eventpipe_route_sent", "Correlated writes a route sent to its sinks, per route (once per write).");
+/// `eventpipe_route_held_back` (`route`, `reason`).
+pub const ROUTE_HELD_BACK: Family = counter(
+    "eventpipe_route_held_back",
+    "Correlated writes a route selected but held back, per route and reason (min_count, rate).",
+);
 /// `eventpipe_shadow_compared` (`plugin`).
 pub const SHADOW_COMPARED: Family =
     counter("eventpipe_shadow_compared", "Events a shadow plugin's candidate was compared on, per plugin.");
@@ -485,6 +495,8 @@ pub const FAMILIES: &[&Family] = &[
     &RULE_DROPPED,
     &SPAM_EXEMPTED,
     &SUPPRESSED_SUMMARIES,
+    &ROUTE_SENT,
+    &ROUTE_HELD_BACK,
     &SHADOW_COMPARED,
     &SHADOW_DIVERGENCES,
     &WATCHER_DROPPED,

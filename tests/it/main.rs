@@ -35,6 +35,7 @@ mod recorder_vectors;
 mod redaction;
 mod replay_cli;
 mod router;
+mod routes;
 mod run_cli;
 mod run_fidelity;
 mod shadow;

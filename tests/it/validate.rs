@@ -30,7 +30,10 @@ fn a_good_setup_validates_and_creates_nothing() {
     ]);
     assert!(ok, "{stderr}");
     // One tenant declared; `[defaults]` is checked beside it, not counted as a tenant.
-    assert!(stdout.contains("ok (1 tenant(s) and the defaults, 1 sink(s), 1 watcher plugin(s)"), "{stdout}");
+    assert!(
+        stdout.contains("ok (1 tenant(s) and the defaults, 0 route(s), 1 sink(s), 1 watcher plugin(s)"),
+        "{stdout}"
+    );
     assert!(!out.exists(), "validate opens no sink");
 }
 

@@ -117,8 +117,9 @@ pub fn execute(args: ValidateArgs) -> anyhow::Result<ExitCode> {
     }
     if report.ok() {
         println!(
-            "eventpipe validate: ok ({} tenant(s) and the defaults, {} sink(s), {} watcher plugin(s), {} plugin(s) loaded{})",
+            "eventpipe validate: ok ({} tenant(s) and the defaults, {} route(s), {} sink(s), {} watcher plugin(s), {} plugin(s) loaded{})",
             report.tenants,
+            report.routes,
             report.sinks,
             report.watchers,
             registry.live().len(),

@@ -123,6 +123,8 @@ pub struct ValidateReport {
     pub tenants: usize,
     /// Distinct sinks checked.
     pub sinks: usize,
+    /// Routes the config declares (top-level `[[routes]]` and tenants' own).
+    pub routes: usize,
     /// Watcher plugins checked.
     pub watchers: usize,
 }
@@ -156,6 +158,9 @@ pub fn validate(options: &ValidateOptions<'_>) -> ValidateReport {
         }
     };
     report.tenants = config.as_ref().map_or(0, |c| c.tenants.len());
+    report.routes = config.as_ref().map_or(0, |c| {
+        c.routes.len() + c.tenants.iter().map(|t| t.own.routes.as_ref().map_or(0, Vec::len)).sum::<usize>()
+    });
     // A problem of `[defaults]` is every inheriting tenant's too: listed once.
     for problem in TenantPlan::problems(options.base, config.as_ref(), options.registry) {
         let problem = Problem::of_plan(&problem);
@@ -176,6 +181,21 @@ pub fn validate(options: &ValidateOptions<'_>) -> ValidateReport {
                 // The config checked that every sink parses.
                 if let Ok(entry) = spec.parse::<SinkEntry>() {
                     let place = Problem { file: Some(file.clone()), key: format!("{key}.sinks"), ..Problem::default() };
+                    sinks.push((place, entry));
+                }
+            }
+        }
+        // Routes' sinks, at their route's line.
+        let own = config.tenants.iter().flat_map(|t| t.own.routes.iter().flatten());
+        for route in config.routes.iter().chain(own) {
+            for spec in &route.route.sinks {
+                if let Ok(entry) = spec.parse::<SinkEntry>() {
+                    let place = Problem {
+                        file: Some(file.clone()),
+                        line: Some(route.line),
+                        key: format!("{}.sinks", route.key),
+                        ..Problem::default()
+                    };
                     sinks.push((place, entry));
                 }
             }

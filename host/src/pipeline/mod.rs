@@ -7,11 +7,13 @@
 //!   keys (memoised), the EventCorrelator per sink.
 //! - [`router`]: the tenant router watcher, sharding events by partition key across worker
 //!   threads, writing results to every sink of the tenant, acknowledging what sinks stored.
+//! - [`routes`]: routes, which send a tenant's correlated writes to more sinks.
 //! - [`suppressed`]: summaries of what a tenant's rules dropped.
 //! - [`scale`]: the same router across hosts: the NATS JetStream publish tier and worker tier.
 
 pub mod plan;
 pub mod router;
+pub mod routes;
 pub mod scale;
 pub mod stage;
 pub mod suppressed;

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use crate::config::{Config, PluginRef, Rules};
+use crate::config::{Config, PluginRef, RouteConfig, Rules};
 use crate::correlator::{
     CorrelatorOptions, DEFAULT_AGGREGATE_INTERVAL_IN_SECONDS, DEFAULT_AGGREGATE_MAX_EVENTS, DEFAULT_SPAM_BURST,
     DEFAULT_SPAM_QPS, MAX_LRU_CACHE_ENTRIES, SourceObjectType, or_default,
@@ -14,6 +14,7 @@ use crate::correlator::{
 use crate::delivery::DeliveryMode;
 use crate::event::Event;
 use crate::partition::PartitionKey;
+use crate::pipeline::routes::PlannedRoute;
 use crate::plugin::filter::WasmFilter;
 use crate::plugin::functions::{
     DEFAULT_AGGREGATE_KEY_PLUGIN, DEFAULT_MESSAGE_COMBINER_PLUGIN, DEFAULT_SPAM_KEY_PLUGIN, WasmAggregateKeyFunc,
@@ -474,6 +475,20 @@ pub struct PlannedTenant {
     /// cache's tap, `sink N` for a sink given as an object.
     sink_labels: Vec<Arc<str>>,
     handles: Vec<PluginHandle>,
+    /// The routes of this tenant's writes: the top-level ones, then its own.
+    routes: Vec<TenantRoute>,
+}
+
+/// One route of a tenant: the route (an index into [`TenantPlan::routes`]) and its sinks,
+/// opened for this tenant as the tenant's own are.
+#[derive(Clone)]
+pub struct TenantRoute {
+    /// The route, an index into [`TenantPlan::routes`].
+    pub route: usize,
+    /// Its sinks, in the route's order.
+    pub sinks: Vec<TenantSink>,
+    /// The label of each sink in per-sink counts (its spec, as the tenant's sinks are labelled).
+    pub labels: Vec<Arc<str>>,
 }
 
 /// The per-sink label of the watch cache's tap (`run --serve`): its writes are counted apart
@@ -521,6 +536,7 @@ impl PlannedTenant {
             sink_labels: sink_labels(&[], sinks.len()),
             sinks,
             handles: Vec::new(),
+            routes: Vec::new(),
         }
     }
 
@@ -554,6 +570,42 @@ impl PlannedTenant {
         &self.sink_labels
     }
 
+    /// The routes of this tenant's writes, each with its sinks opened for this tenant.
+    pub fn routes(&self) -> &[TenantRoute] {
+        &self.routes
+    }
+
+    /// Opens the sinks of the routes `routes` (indices into `all`) for this tenant, when
+    /// `sinks` is given (else only records the routes: `validate` and `config show` open
+    /// nothing).
+    ///
+    /// # Errors
+    /// [`PlanError::Sink`] for each sink that cannot be opened.
+    fn open_routes(
+        &mut self,
+        routes: impl IntoIterator<Item = usize>,
+        all: &[PlannedRoute],
+        registry: &PluginRegistry,
+        sinks: Option<&SinkSet>,
+    ) -> Result<(), Vec<PlanError>> {
+        let mut errors = Vec::new();
+        for route in routes {
+            let entries: Vec<SinkEntry> = all[route].route.sinks.iter().filter_map(|s| s.parse().ok()).collect();
+            let mut opened = Vec::new();
+            if let Some(set) = sinks {
+                for entry in &entries {
+                    match set.open(entry, &self.name, &|p| self.rules.settings_for(p), registry) {
+                        Ok(sink) => opened.push(TenantSink { sink, delivery: entry.delivery }),
+                        Err(e) => errors.push(e.into()),
+                    }
+                }
+            }
+            let labels = entries.iter().map(|e| e.spec.to_string().into()).collect();
+            self.routes.push(TenantRoute { route, sinks: opened, labels });
+        }
+        if errors.is_empty() { Ok(()) } else { Err(errors) }
+    }
+
     /// A tenant `name` with `rules` whose sinks are not opened (`replay` writes results
     /// itself): plugins looked up in `registry` as [`TenantPlan::build`] does.
     ///
@@ -583,6 +635,9 @@ pub struct TenantPlan {
     tenant_keys: bool,
     /// Config tenants in file order, then the defaults.
     pub tenants: Vec<PlannedTenant>,
+    /// Every route: the top-level `[[routes]]` in file order, then each tenant's own
+    /// ([`PlannedTenant::routes`] points into these).
+    pub routes: Vec<PlannedRoute>,
 }
 
 impl std::fmt::Debug for TenantPlan {
@@ -599,7 +654,7 @@ impl TenantPlan {
 
     fn new(router: TenantRouter, tenants: Vec<PlannedTenant>) -> Self {
         let tenant_keys = tenants.iter().any(|t| t.rules.partition_key.is_some());
-        Self { router, tenant_keys, tenants }
+        Self { router, tenant_keys, tenants, routes: Vec::new() }
     }
 
     /// The plan for `config` (or only the defaults when `None`) over the command line's `base`
@@ -663,7 +718,21 @@ impl TenantPlan {
         let named =
             config.tenants.iter().enumerate().map(|(i, t)| (format!("tenants[{i}].rules"), &t.name, &t.own, &t.rules));
         let defaults = ("defaults".to_string(), &DEFAULT_TENANT.to_string(), &none, &config.defaults);
-        for (prefix, name, own, merged) in named.chain([defaults]) {
+        // Every route: the top-level ones, then each tenant's own (in tenant order).
+        let mut routes: Vec<PlannedRoute> = config.routes.iter().map(|r| PlannedRoute::new(r, &file)).collect();
+        let everyone = 0..routes.len();
+        let own_routes: Vec<Vec<usize>> = config
+            .tenants
+            .iter()
+            .map(|t| {
+                let own: &[RouteConfig] = t.own.routes.as_deref().unwrap_or_default();
+                let first = routes.len();
+                routes.extend(own.iter().map(|r| PlannedRoute::new(r, &file)));
+                (first..routes.len()).collect()
+            })
+            .chain([Vec::new()])
+            .collect();
+        for ((prefix, name, own, merged), own_routes) in named.chain([defaults]).zip(own_routes) {
             let layers = Layers {
                 own,
                 defaults: &config.defaults,
@@ -679,6 +748,7 @@ impl TenantPlan {
                 })
                 .and_then(|(overlaid, mut origins)| {
                     let mut tenant = plan_tenant(name, overlaid, &refs(merged), &file, registry, sinks)?;
+                    tenant.open_routes(everyone.clone().chain(own_routes), &routes, registry, sinks)?;
                     if let Some(tenant_key) = prefix.strip_suffix(".rules") {
                         origins.insert("match", Origin::in_config(config, &format!("{tenant_key}.match")));
                     }
@@ -690,7 +760,21 @@ impl TenantPlan {
                 Err(e) => errors.extend(e),
             }
         }
-        if errors.is_empty() { Ok(Self::new(config.router(), tenants)) } else { Err(errors) }
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        Ok(Self { routes, ..Self::new(config.router(), tenants) })
+    }
+
+    /// Takes over the gates of `previous`'s routes (their buckets and what they held back) for
+    /// the routes of this plan that are the same ([`PlannedRoute::keep_state_of`]): a config
+    /// reload restarts only the routes it changed.
+    pub fn keep_route_state(&mut self, previous: &TenantPlan) {
+        for route in &mut self.routes {
+            if let Some(old) = previous.routes.iter().find(|old| old.route.name == route.route.name) {
+                route.keep_state_of(old);
+            }
+        }
     }
 
     /// The index into [`tenants`](Self::tenants) of `event`'s tenant.
@@ -736,6 +820,10 @@ impl TenantPlan {
                 }
                 if r.suppressed_summary_seconds > 0 {
                     extra += &format!(" suppressed_summary_seconds={}", r.suppressed_summary_seconds);
+                }
+                if !t.routes.is_empty() {
+                    let names: Vec<&str> = t.routes.iter().map(|tr| &*self.routes[tr.route].route.name).collect();
+                    extra += &format!(" routes=[{}]", names.join(", "));
                 }
                 let used = [&r.aggregate_key, &r.message_combiner, &r.spam_key]
                     .into_iter()
@@ -1013,6 +1101,19 @@ impl TenantPlan {
                         Setting { key, ..setting(list, value) }
                     }));
                 }
+                routing.extend(t.routes.iter().map(|tr| {
+                    let planned = &self.routes[tr.route];
+                    let sinks: Vec<String> = tr.labels.iter().map(|l| format!("{:?}", &**l)).collect();
+                    let value =
+                        format!("{}: {}, sinks = [{}]", planned.route.name, planned.route.describe(), sinks.join(", "));
+                    Setting {
+                        key: planned.key.clone(),
+                        value,
+                        origin: Origin::File(planned.at.clone()),
+                        sha256: None,
+                        component: None,
+                    }
+                }));
                 TenantView { tenant: t.name.to_string(), rules, plugins, filters, sinks, routing }
             })
             .collect()
@@ -1125,6 +1226,7 @@ fn plan_tenant(
         sink_labels: labels,
         sinks: opened,
         handles,
+        routes: Vec::new(),
     })
 }
 

@@ -29,6 +29,14 @@
 //! acknowledged prefix (at-least-once) waits only for the sinks in `at-least-once`; a sink in
 //! `at-most-once` whose window is full drops the write (counted as `shed`) instead of waiting.
 //!
+//! # Routes
+//! After the tenant's EventCorrelator decided a write, each route of the tenant
+//! ([`crate::pipeline::routes`]) decides, on the correlated event, whether its sinks get the
+//! write too (by the correlator's clock). A route's writes are jobs like the tenant's sinks'
+//! (same windows, per-event order, delivery modes; an event is finished and acknowledged once
+//! they ended too) but they never update the correlator state and count only for their sink
+//! (`sinks`) and route (`routes`).
+//!
 //! # Config reloads
 //! A new plan (the config file changed) is taken between two batches: tenants whose rules did
 //! not change keep their stages; changed or new tenants start fresh; removed tenants are
@@ -52,11 +60,13 @@ use crate::delivery::{Acknowledgements, DeliveryMode};
 use crate::event::{Event, SharedEvent};
 use crate::metrics::Counts;
 pub use crate::partition::PartitionKey;
-use crate::pipeline::plan::{TenantPlan, WATCH_CACHE_LABEL};
+use crate::pipeline::plan::{TenantPlan, TenantSink, WATCH_CACHE_LABEL};
+use crate::pipeline::routes::{RouteStats, routed};
 use crate::pipeline::stage::{Staged, TenantStages};
 use crate::pipeline::suppressed::SuppressedSummaries;
 use crate::sink::retry::MAX_NAMED_MISSING_NAMESPACES;
 use crate::sink::{EventSink, RetryPolicy, SinkError, SinkStats, StoredEvent, WriteOutcome};
+use crate::tenant::routes::Admission;
 
 /// How often a partition reading the wall clock closes due "N suppressed" windows while no
 /// event comes.
@@ -102,6 +112,10 @@ pub struct RouterStats {
     pub missing_namespaces: BTreeMap<String, u64>,
     /// Plans taken after the first (config reloads).
     pub reloads: u64,
+    /// Per route, by name ([`crate::pipeline::routes`]): the writes sent to its sinks and those
+    /// it held back. A route's sink writes count in `sinks`, not in the totals or the tenants'.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub routes: BTreeMap<String, RouteStats>,
     /// Per sink, as `sinks`: how long each write took (nanoseconds), from its start to its
     /// outcome, retries included.
     #[serde(skip)]
@@ -155,6 +169,9 @@ impl RouterStats {
         }
         for (namespace, n) in &other.missing_namespaces {
             self.missing_namespace(namespace, *n);
+        }
+        for (route, s) in &other.routes {
+            self.routes.entry(route.clone()).or_default().add(s);
         }
     }
 
@@ -503,6 +520,9 @@ struct Job {
     /// An "N suppressed" summary ([`crate::pipeline::suppressed`]): no source event to finish or
     /// acknowledge, no correlator state to update.
     summary: bool,
+    /// A route's write ([`crate::pipeline::routes`]): counted for its sink only, never
+    /// updating the correlator state (`pending` is `None`).
+    route: bool,
 }
 
 /// How a [`Job`] ended.
@@ -523,6 +543,8 @@ struct Done {
     gating: bool,
     /// As [`Job::summary`].
     summary: bool,
+    /// As [`Job::route`].
+    route: bool,
     /// How long the write took, from its start to its outcome (retries included).
     took: std::time::Duration,
 }
@@ -549,6 +571,9 @@ type FastHash = lru::DefaultHasher;
 struct Remaining {
     writes: usize,
     gating: usize,
+    /// Writes to the tenant's own sinks (the others are routes'): those that update the
+    /// correlator state.
+    stateful: usize,
     /// A write of the event succeeded (its verb is counted in the totals, once).
     written: bool,
 }
@@ -808,6 +833,7 @@ impl Partition {
             }
             let summaries = &mut self.summaries;
             let state_key = prepared.state_key();
+            let route_clock = prepared.clock();
             let dropped_by_plugin = prepared.dropped();
             // Counted once per event, however many sinks it goes to.
             if aggregated {
@@ -838,10 +864,37 @@ impl Partition {
                     continue;
                 }
             };
+            // The tenant's routes: which of them send this write too, decided on the correlated
+            // event (the tenant's own writes are unchanged).
+            let mut route_writes: Vec<(usize, EventCorrelateResult)> = Vec::new();
+            if !tenant.routes().is_empty() {
+                let event = result.event.as_deref().expect("a write has an event");
+                let now = route_clock.unwrap_or_else(chrono::Utc::now);
+                for (r, route) in tenant.routes().iter().enumerate() {
+                    let planned = &plan.routes[route.route];
+                    let admission = planned.admit(event, now);
+                    if admission == Admission::Unmatched {
+                        continue;
+                    }
+                    let stats = match self.stats.routes.get_mut(&*planned.route.name) {
+                        Some(stats) => stats,
+                        None => self.stats.routes.entry(planned.route.name.to_string()).or_default(),
+                    };
+                    stats.count(admission);
+                    if let Admission::Send { held_back } = admission
+                        && !route.sinks.is_empty()
+                    {
+                        route_writes.push((r, routed(&result, held_back)));
+                    }
+                }
+            }
             let default = self.options.delivery;
-            let gating = sinks.iter().filter(|s| s.delivery.unwrap_or(default) == DeliveryMode::AtLeastOnce).count();
-            if sinks.len() > 1 {
-                self.remaining.insert(seq, Remaining { writes: sinks.len(), gating, written: false });
+            let at_least_once = |s: &&TenantSink| s.delivery.unwrap_or(default) == DeliveryMode::AtLeastOnce;
+            let route_sinks = || route_writes.iter().flat_map(|(r, _)| &tenant.routes()[*r].sinks);
+            let gating = sinks.iter().filter(at_least_once).count() + route_sinks().filter(at_least_once).count();
+            let writes = sinks.len() + route_sinks().count();
+            if writes > 1 {
+                self.remaining.insert(seq, Remaining { writes, gating, stateful: sinks.len(), written: false });
             }
             // The result is cloned for all sinks but the last, which takes it.
             let mut result = Some(result);
@@ -858,8 +911,28 @@ impl Partition {
                     pending: Some(pending),
                     aggregated,
                     summary: false,
+                    route: false,
                 };
                 self.submit(job).await;
+            }
+            for (r, result) in route_writes {
+                let route = &tenant.routes()[r];
+                for (i, sink) in route.sinks.iter().enumerate() {
+                    let job = Job {
+                        tenant: tenant.name.clone(),
+                        seq,
+                        sink: sink.sink.clone(),
+                        label: route.labels[i].clone(),
+                        delivery: sink.delivery.unwrap_or(default),
+                        key,
+                        result: result.clone(),
+                        pending: None,
+                        aggregated,
+                        summary: false,
+                        route: true,
+                    };
+                    self.submit(job).await;
+                }
             }
             if gating == 0 {
                 self.acked.push(seq);
@@ -906,6 +979,7 @@ impl Partition {
                     pending: None,
                     aggregated: false,
                     summary: true,
+                    route: false,
                 };
                 self.submit(job).await;
             }
@@ -917,7 +991,7 @@ impl Partition {
     /// by several sinks counts once. The sink's figures also count the aggregate events it was
     /// given. The watch cache's writes are counted apart.
     fn count(&mut self, done: &Done) {
-        let Done { tenant, label, aggregated, outcome, seq, summary, .. } = done;
+        let Done { tenant, label, aggregated, outcome, seq, summary, route, .. } = done;
         let aggregated = *aggregated;
         if &**label == WATCH_CACHE_LABEL {
             let cache = self.stats.watch_cache.get_or_insert_default();
@@ -934,12 +1008,14 @@ impl Partition {
             }
         }
         let first_written = match self.remaining.get_mut(seq) {
-            Some(left) if !summary && matches!(outcome, WriteOutcome::Written { .. }) => {
+            Some(left) if !summary && !route && matches!(outcome, WriteOutcome::Written { .. }) => {
                 !std::mem::replace(&mut left.written, true)
             }
             _ => true,
         };
-        if first_written {
+        if *route {
+            // A route's write counts for its sink (below) and its route only.
+        } else if first_written {
             self.tenant_counts.get(tenant).count(outcome);
             self.stats.total.count(outcome);
         } else {
@@ -984,12 +1060,16 @@ impl Partition {
         let full = move |w: &SinkWindow| w.in_flight >= max_in_flight;
         if job.delivery == DeliveryMode::AtMostOnce && full(window) {
             if let (Some(pending), Some(t), false) =
-                (job.pending, self.stages.position(&job.tenant), self.remaining.contains_key(&job.seq))
+                (job.pending, self.stages.position(&job.tenant), !self.sole_stateful_write(job.seq))
             {
                 self.stages.stage_mut(t).abandon_write(pending); // never written
             }
-            self.tenant_counts.get(&job.tenant).shed += 1;
-            self.stats.total.shed += 1;
+            if job.route {
+                self.stats.sinks.entry(job.label.to_string()).or_default().shed += 1;
+            } else {
+                self.tenant_counts.get(&job.tenant).shed += 1;
+                self.stats.total.shed += 1;
+            }
             self.write_ended(job.seq, false, job.summary);
             return;
         }
@@ -1012,7 +1092,7 @@ impl Partition {
     /// Starts a write; returns it when it ended at once (a synchronous sink), else keeps it in
     /// flight.
     fn start(&mut self, job: Job) -> Option<Done> {
-        let Job { tenant, seq, sink, label, delivery, key, result, pending, aggregated, summary } = job;
+        let Job { tenant, seq, sink, label, delivery, key, result, pending, aggregated, summary, route } = job;
         let gating = delivery == DeliveryMode::AtLeastOnce;
         let id = sink_id(&sink);
         let read = self.writes_read.clone();
@@ -1038,6 +1118,7 @@ impl Partition {
                 in_flight: false,
                 gating,
                 summary,
+                route,
                 took,
             }
         });
@@ -1064,7 +1145,7 @@ impl Partition {
                     Some(stored) => self.stages.stage_mut(t).complete_write(pending, stored.event()),
                     // client-go's one sink per correlator: only an event's only write takes back
                     // what its decision added.
-                    None if !self.remaining.contains_key(&done.seq) => self.stages.stage_mut(t).abandon_write(pending),
+                    None if self.sole_stateful_write(done.seq) => self.stages.stage_mut(t).abandon_write(pending),
                     None => {}
                 }
             }
@@ -1086,6 +1167,13 @@ impl Partition {
                 ended = self.start(job);
             }
         }
+    }
+
+    /// Whether event `seq`'s write to the tenant's own sinks is its only one (its routes'
+    /// writes aside): then a write that fails for good takes back what its decision added, as
+    /// client-go's one sink per correlator.
+    fn sole_stateful_write(&self, seq: u64) -> bool {
+        self.remaining.get(&seq).is_none_or(|left| left.stateful == 1)
     }
 
     /// One write of event `seq` ended (or was shed): the event is finished after its last
@@ -1120,12 +1208,13 @@ impl crate::metrics::Snapshot {
     /// Adds the tenant router watcher's counters: per tenant routed, writes by verb, failures
     /// by outcome, retries, spam skips, aggregations, filter-plugin drops, spam exemptions and
     /// "N suppressed" summaries; drops per declarative rule; rejections per reason; write
-    /// outcomes and write durations per sink; `reloads` as applied config reloads.
+    /// outcomes and write durations per sink; `reloads` as applied config reloads; per route the
+    /// writes sent and held back (by reason).
     pub fn add_router(&mut self, stats: &RouterStats) {
         use crate::metrics::{
-            AGGREGATED, ALREADY_AGGREGATED, CONFIG_RELOADS, FILTERED, RECORD_RETRIES, ROUTED, RULE_DROPPED,
-            SINK_OUTCOMES, SINK_REJECTED, SINK_WRITE_DURATION, SINK_WRITES, SPAM_EXEMPTED, SPAM_SKIPPED,
-            SUPPRESSED_SUMMARIES, WRITE_FAILURES,
+            AGGREGATED, ALREADY_AGGREGATED, CONFIG_RELOADS, FILTERED, RECORD_RETRIES, ROUTE_HELD_BACK, ROUTE_SENT,
+            ROUTED, RULE_DROPPED, SINK_OUTCOMES, SINK_REJECTED, SINK_WRITE_DURATION, SINK_WRITES, SPAM_EXEMPTED,
+            SPAM_SKIPPED, SUPPRESSED_SUMMARIES, WRITE_FAILURES,
         };
         for (tenant, s) in &stats.tenants {
             let tenant = tenant.as_str();
@@ -1177,5 +1266,10 @@ impl crate::metrics::Snapshot {
             self.add_histogram(&SINK_WRITE_DURATION, &[("sink", sink)], durations);
         }
         self.add(&CONFIG_RELOADS, &[("result", "applied")], stats.reloads);
+        for (route, s) in &stats.routes {
+            self.add(&ROUTE_SENT, &[("route", route)], s.sent);
+            self.add(&ROUTE_HELD_BACK, &[("route", route), ("reason", "min_count")], s.held_back_min_count);
+            self.add(&ROUTE_HELD_BACK, &[("route", route), ("reason", "rate")], s.held_back_rate);
+        }
     }
 }

@@ -1,5 +1,6 @@
-//! Event matching: which tenant's rules apply to an event, and which events a drop / keep /
-//! spam-exemption rule ([`crate::tenant::rules`]) is about.
+//! Event matching: which tenant's rules apply to an event, which events a drop / keep /
+//! spam-exemption rule ([`crate::tenant::rules`]) is about, and which correlated writes a route
+//! ([`crate::tenant::routes`]) sends to its sinks.
 //!
 //! A tenant's `[tenants.match]` table, and each rule (see [`crate::config`]), becomes an
 //! [`EventMatch`]: every
@@ -24,6 +25,7 @@
 //!
 //! An event that arrived without headers never matches a tenant that requires headers.
 
+pub mod routes;
 pub mod rules;
 
 use std::collections::BTreeMap;

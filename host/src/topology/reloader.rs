@@ -259,8 +259,10 @@ impl Reloader {
 }
 
 impl Reloader {
-    /// Hands `plan` to the router watcher, telling `why` and the plan.
-    fn adopt(&self, plan: TenantPlan, why: &str) {
+    /// Hands `plan` to the router watcher, telling `why` and the plan. Its routes that did not
+    /// change keep their state (bucket, writes held back).
+    fn adopt(&self, mut plan: TenantPlan, why: &str) {
+        plan.keep_route_state(&self.plans.borrow());
         let plan = Arc::new(plan);
         // Sent before it is announced: events sent after these lines meet the new plan.
         let _ = self.plans.send(plan.clone());

@@ -28,11 +28,16 @@ pub(super) async fn kubernetes_client(
     config: Option<&Config>,
     kube: &KubeOptions,
 ) -> Result<Option<kube::Client>, RunError> {
-    let names_k8s =
-        |rules: &crate::config::Rules| rules.sinks.iter().flatten().any(|s| s == "k8s" || s.starts_with("k8s:"));
+    let k8s = |s: &String| s == "k8s" || s.starts_with("k8s:");
+    let routes_k8s = |routes: &[crate::config::RouteConfig]| routes.iter().flat_map(|r| &r.route.sinks).any(k8s);
+    let names_k8s = |rules: &crate::config::Rules| {
+        rules.sinks.iter().flatten().any(k8s) || rules.routes.as_deref().is_some_and(routes_k8s)
+    };
     let needs_kube = matches!(source, SourceSpec::Kubernetes(_))
         || base.sinks.iter().any(|s| matches!(s.spec, SinkSpec::Kubernetes(_)))
-        || config.is_some_and(|c| names_k8s(&c.defaults) || c.tenants.iter().any(|t| names_k8s(&t.rules)));
+        || config.is_some_and(|c| {
+            names_k8s(&c.defaults) || c.tenants.iter().any(|t| names_k8s(&t.rules)) || routes_k8s(&c.routes)
+        });
     Ok(if needs_kube { Some(crate::k8s::connect(kube).await?) } else { None })
 }
 

@@ -127,7 +127,13 @@ k = "v"
 [[tenants]]
 name = "t"
 match = { kinds = ["Pod"] }
-rules = { burst = 1 }
+rules = { burst = 1, routes = [{ name = "tr", sinks = ["jsonl:-"] }] }
+[[routes]]
+name = "r"
+match = { types = ["Warning"] }
+min_count = 3
+rate = "10/min"
+sinks = ["jsonl:-"]
 [[watchers]]
 plugin = "log"
 queue_length = 10
@@ -159,6 +165,9 @@ bookmark_interval_seconds = 30
     known("RawRules", sample["defaults"].as_table().unwrap());
     known("RawMatch", sample["defaults"]["drop"][0].as_table().unwrap());
     known("RawTenant", sample["tenants"][0].as_table().unwrap());
+    known("RawRules", sample["tenants"][0]["rules"].as_table().unwrap());
+    known("RawRoute", sample["routes"][0].as_table().unwrap());
+    known("RawRoute", sample["tenants"][0]["rules"]["routes"][0].as_table().unwrap());
     known("RawWatcher", sample["watchers"][0].as_table().unwrap());
     known("RawWatchCache", sample["watch_cache"].as_table().unwrap());
     assert!(defs["RawRules"]["properties"]["burst"]["description"].as_str().unwrap().contains("client-go"));

@@ -23,7 +23,7 @@
 //! 3. With a `rate` of N per period, a token bucket of N tokens, full at first, refilled at N
 //!    per period, takes one token per write sent; a write that finds no token is held back
 //!    ([`HoldReason::Rate`]) and counted. The next write sent carries that count
-//!    ([`Admission::Send::held_back`]: "N more like this"), which the pipeline writes into the
+//!    ([`Admission::Send`]'s `held_back`: "N more like this"), which the pipeline writes into the
 //!    event's [`HELD_BACK_ANNOTATION`] annotation.
 //!
 //! Time is the caller's (the correlator's clock: the events' own time or the processing

@@ -13,8 +13,9 @@
 //!   more after its handler asked for it, has sent less than that many bytes per second since
 //!   is *slow*, and is shed before its deadline whenever the cap is near (see below);
 //! - a **connection cap** ([`ServerLimits::max_connections`]). At the cap a new connection is
-//!   still accepted, and room is made for it by closing the oldest connection that has not yet
-//!   sent a complete request head, else the slow body furthest behind its rate. When every
+//!   still accepted, and room is made for it by shedding the oldest connection that has not yet
+//!   sent a complete request head, else the slow body furthest behind its rate: a shed
+//!   connection is answered `429` with `Retry-After: 1` before it is closed ([`answer_shed`]). When every
 //!   connection is serving a request, the new connection is served from a small reserve
 //!   ([`reserve`]): `/healthz` and `/readyz` are answered there as usual, and every other
 //!   request gets `429 TooManyRequests` with `Retry-After: 1`, the kube-apiserver's
@@ -87,6 +88,57 @@ impl Default for ServerLimits {
             min_body_rate: DEFAULT_MIN_BODY_RATE,
         }
     }
+}
+
+/// The longest a shed connection is given to take its answer and end: 1 s.
+const SHED_ANSWER_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Request bytes of a shed connection read after its answer (64 KiB at most, within
+/// [`SHED_ANSWER_TIMEOUT`]): closing with unread bytes would reset the connection, and the client
+/// could lose the answer with it.
+const SHED_DRAIN_BYTES: usize = 64 * 1024;
+
+/// Answers a connection shed to make room, whatever it had sent, with
+/// [`reserve::too_many_requests`] (`429` with `Retry-After: 1`, the kube-apiserver's
+/// max-in-flight answer) and `Connection: close`, then closes it: a client that was merely slow
+/// to send its request (a CPU-starved one) retries, as client-go does, rather than seeing its
+/// connection closed unanswered. No request was answered on it yet: a connection is shed only
+/// before its first request head, or while a request body is behind its rate.
+async fn answer_shed(mut io: tokio::net::TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    static ANSWER: tokio::sync::OnceCell<Vec<u8>> = tokio::sync::OnceCell::const_new();
+    let answer = ANSWER
+        .get_or_init(|| async {
+            let response = reserve::too_many_requests();
+            let mut bytes = format!("HTTP/1.1 {}\r\n", response.status()).into_bytes();
+            for (name, value) in response.headers() {
+                bytes.extend_from_slice(name.as_str().as_bytes());
+                bytes.extend_from_slice(b": ");
+                bytes.extend_from_slice(value.as_bytes());
+                bytes.extend_from_slice(b"\r\n");
+            }
+            let body = http_body_util::BodyExt::collect(response.into_body())
+                .await
+                .map(|b| b.to_bytes().to_vec())
+                .unwrap_or_default();
+            bytes.extend_from_slice(format!("content-length: {}\r\nconnection: close\r\n\r\n", body.len()).as_bytes());
+            bytes.extend_from_slice(&body);
+            bytes
+        })
+        .await;
+    let _ = tokio::time::timeout(SHED_ANSWER_TIMEOUT, async {
+        io.write_all(answer).await?;
+        io.shutdown().await?;
+        let (mut buf, mut left) = ([0u8; 4096], SHED_DRAIN_BYTES);
+        while left > 0 {
+            match io.read(&mut buf).await? {
+                0 => break,
+                n => left = left.saturating_sub(n),
+            }
+        }
+        Ok::<_, std::io::Error>(())
+    })
+    .await;
 }
 
 /// Connections one server refused or shed, per reason (`eventpipe_http_refused_total`).
@@ -207,15 +259,16 @@ pub async fn serve(
                 }
             })
         };
-        let serving = http.serve_connection(TokioIo::new(stream), service);
+        let mut serving = http.serve_connection(TokioIo::new(stream), service);
         let (connections, stop) = (connections.clone(), stop.clone());
         tasks.spawn(async move {
-            tokio::pin!(serving);
             tokio::select! {
-                _ = serving.as_mut() => {}
-                () = conn.close.cancelled() => {}
+                _ = &mut serving => {}
+                // Shed to make room: answered, never closed bare (a client-go recorder then
+                // retries after `Retry-After` instead of failing the write).
+                () = conn.close.cancelled() => answer_shed(serving.into_parts().io.into_inner()).await,
                 () = stop.cancelled() => {
-                    serving.as_mut().graceful_shutdown();
+                    std::pin::Pin::new(&mut serving).graceful_shutdown();
                     let _ = serving.await;
                 }
             }

@@ -397,7 +397,15 @@ mod tests {
             for kind in PluginKind::ALL {
                 let tmp = tempfile::tempdir().unwrap();
                 let dir = tmp.path().join("my-plugin");
-                let files = new(lang, kind, &dir).unwrap();
+                let files = match new(lang, kind, &dir) {
+                    Err(ScaffoldError::NoExample { .. })
+                        if kind == PluginKind::Encoder && matches!(lang, Lang::Js | Lang::C | Lang::Go) =>
+                    {
+                        assert!(!dir.exists(), "{lang:?}: nothing written for an encoder");
+                        continue;
+                    }
+                    other => other.unwrap(),
+                };
                 // The project's own files (the SDK and WIT copies are verbatim).
                 for f in files.iter().filter(|f| !f.starts_with(dir.join("sdk")) && !f.starts_with(dir.join("wit"))) {
                     let text = std::fs::read_to_string(f).unwrap();

@@ -32,6 +32,7 @@ use serde_json::json;
 
 use crate::config::Config;
 use crate::correlator::{CorrelatorOptions, EventCorrelateResult, Occurrence, PREPARE_BATCH_SIZE};
+use crate::event::Event;
 use crate::pipeline::plan::{KeyChoice, PlanError, TenantPlan, TenantRules};
 use crate::pipeline::stage::{Staged, TenantStage, TenantStages};
 use crate::plugin::encoder::WasmEncoder;
@@ -258,16 +259,10 @@ impl Harness {
                 }
             }
             Harness::Sink { sink, written, stage } => {
-                let (positions, occurrences): (Vec<usize>, Vec<Occurrence>) = events.into_iter().unzip();
-                let mut calls = Vec::with_capacity(positions.len());
-                stage.correlate(occurrences, |result: &EventCorrelateResult| {
-                    let Some(event) = &result.event else {
-                        calls.push(json!({ "skip": true }));
-                        return None;
-                    };
-                    let (verb, answer) = match &result.patch {
-                        Some(patch) if event.count > 1 => ("patch", sink.patch(event, &patch.to_json())),
-                        _ => ("create", sink.create(event)),
+                each_write(stage, events, &mut lines, |event, patch| {
+                    let (verb, answer) = match patch {
+                        Some(patch) => ("patch", sink.patch(event, &patch)),
+                        None => ("create", sink.create(event)),
                     };
                     let text = String::from_utf8_lossy(&std::mem::take(
                         &mut *written.lock().unwrap_or_else(|p| p.into_inner()),
@@ -277,22 +272,11 @@ impl Harness {
                         Ok(stored) => (json!("ok"), Some(stored)),
                         Err(e) => (json!({ "error": crate::sink::SinkError::from(e).to_string() }), None),
                     };
-                    calls.push(json!({ "verb": verb, "result": result, "output": text }));
-                    stored
+                    (json!({ "verb": verb, "result": result, "output": text }), stored)
                 });
-                for (i, call) in positions.into_iter().zip(calls) {
-                    lines[i] = Some(line(call));
-                }
             }
             Harness::Encoder { encoder, stage } => {
-                let (positions, occurrences): (Vec<usize>, Vec<Occurrence>) = events.into_iter().unzip();
-                let mut calls = Vec::with_capacity(positions.len());
-                stage.correlate(occurrences, |result: &EventCorrelateResult| {
-                    let Some(event) = &result.event else {
-                        calls.push(json!({ "skip": true }));
-                        return None;
-                    };
-                    let patch = result.patch.as_ref().filter(|_| event.count > 1).map(|p| p.to_json());
+                each_write(stage, events, &mut lines, |event, patch| {
                     let verb = if patch.is_some() { "patch" } else { "create" };
                     let enrichment = event.enrichment.get().map(|e| serde_json::to_string(e).unwrap_or_default());
                     let write = crate::plugin::encoder::Write {
@@ -300,7 +284,7 @@ impl Harness {
                         patch: patch.as_deref(),
                         enrichment: enrichment.as_deref().unwrap_or(""),
                     };
-                    calls.push(match encoder.encode(&[write]) {
+                    let call = match encoder.encode(&[write]) {
                         Ok(request) => json!({
                             "verb": verb,
                             "result": "ok",
@@ -309,12 +293,9 @@ impl Harness {
                             "body": String::from_utf8_lossy(&request.body),
                         }),
                         Err(e) => json!({ "verb": verb, "result": { "error": e.to_string() } }),
-                    });
-                    Some((**event).clone())
+                    };
+                    (call, Some(event.clone()))
                 });
-                for (i, call) in positions.into_iter().zip(calls) {
-                    lines[i] = Some(line(call));
-                }
             }
             Harness::Watcher(watcher) => {
                 for (i, o) in events {
@@ -326,6 +307,33 @@ impl Harness {
             }
         }
         out.extend(lines.into_iter().map(|l| l.expect("one line per document")));
+    }
+}
+
+/// Correlates `events` (with their output positions) on `stage` with the default correlator and
+/// calls `write` for each write `eventpipe run` would make: the event, and for a repeat (count
+/// above 1) the patch body; `write` answers the output line and the event as stored (`None`: not
+/// stored). `{"skip":true}` where the spam filter dropped the event.
+fn each_write(
+    stage: &mut TenantStage,
+    events: Vec<(usize, Occurrence)>,
+    lines: &mut [Option<String>],
+    mut write: impl FnMut(&Event, Option<Vec<u8>>) -> (serde_json::Value, Option<Event>),
+) {
+    let (positions, occurrences): (Vec<usize>, Vec<Occurrence>) = events.into_iter().unzip();
+    let mut calls = Vec::with_capacity(positions.len());
+    stage.correlate(occurrences, |result: &EventCorrelateResult| {
+        let Some(event) = &result.event else {
+            calls.push(json!({ "skip": true }));
+            return None;
+        };
+        let patch = result.patch.as_ref().filter(|_| event.count > 1).map(|p| p.to_json());
+        let (call, stored) = write(event, patch);
+        calls.push(call);
+        stored
+    });
+    for (i, call) in positions.into_iter().zip(calls) {
+        lines[i] = Some(line(call));
     }
 }
 
@@ -469,6 +477,30 @@ mod tests {
         r#"{"clock":"2025-01-01T00:00:01Z","event":{"metadata":{"name":"a.2","namespace":"ns"},"involvedObject":{"kind":"Pod","name":"a","namespace":"ns"},"reason":"BackOff","message":"m1","source":{"component":"kubelet","host":"n1"},"count":1,"type":"Warning"}}"#,
         "\n"
     );
+
+    #[test]
+    fn a_sink_plugin_gets_a_create_then_a_patch_and_its_output_is_shown() {
+        let dir = tempfile::tempdir().unwrap();
+        let component = dir.path().join("jsonl.wasm");
+        std::fs::write(&component, crate::plugin::embedded::JSONL).unwrap();
+        let out = run_test(
+            &registry(),
+            &Subject::Component(component),
+            &PluginSettings::default(),
+            std::io::Cursor::new(INPUT),
+        )
+        .unwrap();
+        assert_eq!(out.len(), 3, "{out:?}");
+        let calls: Vec<serde_json::Value> =
+            [&out[0], &out[2]].iter().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!((&calls[0]["verb"], &calls[0]["result"]), (&json!("create"), &json!("ok")), "{out:?}");
+        assert_eq!((&calls[1]["verb"], &calls[1]["result"]), (&json!("patch"), &json!("ok")), "{out:?}");
+        for call in &calls {
+            let written: serde_json::Value = serde_json::from_str(call["output"].as_str().unwrap().trim_end()).unwrap();
+            assert_eq!(written["event"]["reason"], "BackOff", "what the plugin wrote: {call}");
+        }
+        assert!(out[1].contains("\"error\""), "the bad line in place: {}", out[1]);
+    }
 
     #[test]
     fn a_config_with_only_defaults_replays_like_eventpipe_replay_with_errors_in_place() {

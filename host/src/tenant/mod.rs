@@ -356,7 +356,7 @@ impl EventMatch {
         }
         let owner = enrichment.owner.as_ref();
         if let Some(kinds) = &self.owner_kinds
-            && !owner.is_some_and(|o| kinds.iter().any(|k| *k == o.kind))
+            && !owner.is_some_and(|o| kinds.contains(&o.kind))
         {
             return false;
         }

@@ -226,13 +226,25 @@ impl BodyOptions {
         Some(match key {
             "template" | "preset" | "encoder" if self.source.is_some() => both(),
             "encoder" if value.is_empty() => Err("option `encoder` needs a plugin's name".into()),
-            "encoder" => Ok(self.source = Some(BodySource::Encoder(value.into()))),
+            "encoder" => {
+                self.source = Some(BodySource::Encoder(value.into()));
+                Ok(())
+            }
             "template" => compile_file(Path::new(value)).map(|_| self.source = Some(BodySource::File(value.into()))),
             "preset" => value.parse().map(|p| self.source = Some(BodySource::Preset(p))),
             "batch" => value.parse().map(|b| self.batch = b).map_err(|_| "batch takes true or false".to_string()),
-            "secret_env" if !value.is_empty() => Ok(self.secret = Some(SecretSource::Env(value.into()))),
-            "secret_file" if !value.is_empty() => Ok(self.secret = Some(SecretSource::File(value.into()))),
-            "resolve_on" if !value.is_empty() => Ok(self.resolve_on = Some(value.into())),
+            "secret_env" if !value.is_empty() => {
+                self.secret = Some(SecretSource::Env(value.into()));
+                Ok(())
+            }
+            "secret_file" if !value.is_empty() => {
+                self.secret = Some(SecretSource::File(value.into()));
+                Ok(())
+            }
+            "resolve_on" if !value.is_empty() => {
+                self.resolve_on = Some(value.into());
+                Ok(())
+            }
             "secret_env" | "secret_file" | "resolve_on" => Err(format!("option `{key}` needs a value")),
             _ => return None,
         })

@@ -54,6 +54,14 @@ pub const MAX_ACK_PENDING: i64 = 100_000;
 /// elected (timeouts, "no responders", a replica not caught up yet) before the error counts.
 pub const STATE_RETRY_FOR: Duration = Duration::from_secs(30);
 
+/// How long one try of a request that is tried again for [`STATE_RETRY_FOR`] (the stream, the
+/// buckets, the key seed, a partition's consumer, a snapshot's lookup) waits for its answer. A
+/// request to a consumer or stream whose leader died is not answered until its replicas elect
+/// another, and one sent before the election is never answered: short tries reach the new
+/// leader within this of its election, instead of after the client's request timeout (5 s; a
+/// consumer looked up, then made, 10 s).
+pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// The environment variables a `nats:` target takes its credentials and TLS files from (the
 /// nats CLI's names): a token, a user and password (used when no server's URL gives
 /// credentials: `USER:PASSWORD@` or `TOKEN@` in a URL win), the CA bundle that signs the
@@ -519,21 +527,22 @@ impl NatsTarget {
             config.priority_groups = vec![PRIORITY_GROUP.to_string()];
             config.priority_timeout = self.priority_timeout;
         }
-        stream
-            .get_or_create_consumer(&name, config)
+        retrying(|| async { stream.get_or_create_consumer(&name, config.clone()).await.map_err(|e| e.to_string()) })
             .await
             .map_err(|e| self.error("making the partition's consumer")(&e))
     }
 }
 
 /// Tries `attempt` until it succeeds, for up to [`STATE_RETRY_FOR`], pausing 250 ms between
-/// tries; then its last error.
+/// tries; then its last error. An attempt not answered within [`ATTEMPT_TIMEOUT`] counts as
+/// failed and is made again.
 async fn retrying<T, F: std::future::Future<Output = Result<T, String>>>(
     mut attempt: impl FnMut() -> F,
 ) -> Result<T, String> {
     let deadline = tokio::time::Instant::now() + STATE_RETRY_FOR;
     loop {
-        match attempt().await {
+        let answer = tokio::time::timeout(ATTEMPT_TIMEOUT, attempt()).await.unwrap_or_else(|_| Err(no_answer()));
+        match answer {
             Ok(value) => return Ok(value),
             Err(error) if tokio::time::Instant::now() >= deadline => return Err(error),
             Err(error) => {
@@ -612,22 +621,59 @@ impl Snapshots {
     /// The client's error, as text.
     pub async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, String> {
         use jetstream::object_store::GetErrorKind;
-        use tokio::io::AsyncReadExt;
-        retrying(|| async {
-            match self.objects.get(key).await {
-                Ok(mut object) => {
-                    let mut bytes = Vec::new();
-                    object.read_to_end(&mut bytes).await.map_err(|e| e.to_string())?;
-                    Ok(Some(bytes))
+        let deadline = tokio::time::Instant::now() + STATE_RETRY_FOR;
+        loop {
+            let found = retrying(|| async {
+                match self.objects.get(key).await {
+                    Ok(object) => Ok(Stored::Object(object)),
+                    Err(e) if e.kind() == GetErrorKind::NotFound => {
+                        self.kv.get(key).await.map(|v| Stored::Value(v.map(|b| b.to_vec()))).map_err(|e| e.to_string())
+                    }
+                    Err(e) => Err(e.to_string()),
                 }
-                Err(e) if e.kind() == GetErrorKind::NotFound => {
-                    self.kv.get(key).await.map(|v| v.map(|b| b.to_vec())).map_err(|e| e.to_string())
-                }
-                Err(e) => Err(e.to_string()),
+            })
+            .await?;
+            let object = match found {
+                Stored::Value(value) => return Ok(value),
+                Stored::Object(object) => object,
+            };
+            match read_object(object).await {
+                Ok(bytes) => return Ok(Some(bytes)),
+                Err(error) if tokio::time::Instant::now() >= deadline => return Err(error),
+                Err(error) => tracing::debug!(%error, "reading the snapshot object; trying again"),
             }
-        })
-        .await
+        }
     }
+}
+
+/// What [`Snapshots::get`] found for a key: an object to read, or the KV value (or nothing).
+enum Stored {
+    Object(jetstream::object_store::Object),
+    Value(Option<Vec<u8>>),
+}
+
+/// `object`'s bytes, read to the end; an error when none came for [`ATTEMPT_TIMEOUT`] (the
+/// store's leader died while it was read: its chunks come again once another is elected).
+/// The read as a whole is not bounded: a large snapshot takes what it takes.
+async fn read_object(mut object: jetstream::object_store::Object) -> Result<Vec<u8>, String> {
+    use tokio::io::AsyncReadExt;
+    let mut bytes = Vec::new();
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        let read = tokio::time::timeout(ATTEMPT_TIMEOUT, object.read(&mut chunk))
+            .await
+            .map_err(|_| no_answer())?
+            .map_err(|e| e.to_string())?;
+        if read == 0 {
+            return Ok(bytes);
+        }
+        bytes.extend_from_slice(&chunk[..read]);
+    }
+}
+
+/// The error of a try not answered within [`ATTEMPT_TIMEOUT`].
+fn no_answer() -> String {
+    format!("no answer within {} s (a leader being elected)", ATTEMPT_TIMEOUT.as_secs())
 }
 
 /// Deflates a snapshot for the object store (fast compression: snapshots are taken every few

@@ -568,6 +568,24 @@ async fn feed_partition(
     let mut last_acker: Option<jetstream::message::Acker> = None;
     // Whether the messages an earlier holder of the partition was delivered were caught up on.
     let mut caught_up = false;
+    // A pin held by a client that no longer pulls (a worker killed, whose pin the consumer kept)
+    // is taken at once, and what that worker was delivered is read from the stream: waiting
+    // for the pin to lapse, then for redelivery after `ack_wait`, would leave the partition
+    // unwritten for that long.
+    if c.pinned
+        && let Some(unacknowledged) = unpin_if_stranded(&c, p, PinCheck::Idle).await
+        && unacknowledged > 0
+    {
+        let mut batch = Vec::new();
+        if !catch_up_until_done(&c, p, &mut reflected, &mut batch, &o, &shutdown).await {
+            return;
+        }
+        caught_up = true;
+        o.counters.add_read(batch.len() as u64);
+        if !batch.is_empty() && tx.send(PartitionInput::Batch(batch)).await.is_err() {
+            return;
+        }
+    }
     // The consumer sequence (delivery number) of the last message this worker received: a
     // message numbered past the next one means deliveries went to a pull request this worker
     // no longer reads (a pull stream dropped when pulling anew, e.g. after an unpin) and are
@@ -625,12 +643,8 @@ async fn feed_partition(
                         // this worker's that it no longer reads (and all-up-to acknowledgements
                         // of later messages would acknowledge them unread).
                         if needs_catch_up(&m, caught_up, &mut last_delivery, p) {
-                            while let Err(error) = catch_up(&c, p, &mut reflected, &mut batch, &o).await {
-                                tracing::warn!(partition = p, %error, "cannot read the partition's earlier messages; trying again");
-                                tokio::select! {
-                                    _ = shutdown.cancelled() => break 'pull,
-                                    _ = tokio::time::sleep(Duration::from_millis(500)) => {}
-                                }
+                            if !catch_up_until_done(&c, p, &mut reflected, &mut batch, &o, &shutdown).await {
+                                break 'pull;
                             }
                             caught_up = true;
                         }
@@ -652,7 +666,21 @@ async fn feed_partition(
             }
             if ticked && c.pinned && last_message.elapsed() >= PIN_STALL_FACTOR * c.target.priority_timeout {
                 last_message = Instant::now();
-                if unpin_if_stranded(&c, p).await {
+                if let Some(unacknowledged) = unpin_if_stranded(&c, p, PinCheck::Stalled).await {
+                    // What the pin's holder was delivered comes again only after `ack_wait`:
+                    // it is read from the stream now.
+                    if unacknowledged > 0 {
+                        let mut batch = Vec::new();
+                        if !catch_up_until_done(&c, p, &mut reflected, &mut batch, &o, &shutdown).await {
+                            break 'pull;
+                        }
+                        caught_up = true;
+                        since_snapshot += batch.len() as u64;
+                        o.counters.add_read(batch.len() as u64);
+                        if !batch.is_empty() && tx.send(PartitionInput::Batch(batch)).await.is_err() {
+                            break 'pull;
+                        }
+                    }
                     continue 'pull;
                 }
             }
@@ -712,23 +740,41 @@ fn needs_catch_up(message: &jetstream::Message, caught_up: bool, last_delivery: 
 /// messages wait for it ([`unpin_if_stranded`]).
 const PIN_STALL_FACTOR: u32 = 2;
 
-/// Partition `p`'s messages wait (pending, or delivered and unacknowledged) while this worker,
-/// pulling, got none for [`PIN_STALL_FACTOR`] priority timeouts: the consumer is pinned to a
-/// client that no longer pulls and whose pin did not lapse (seen after the node leading the
-/// consumer died while a worker was replaced: the new consumer leader kept the dead worker's
-/// pin). Unpins the consumer's group, so that the next pull is pinned; `true` when it did (the
-/// caller pulls anew, without the stale pin id).
-async fn unpin_if_stranded(c: &Connected, p: u32) -> bool {
+/// When [`unpin_if_stranded`] takes a consumer's pin as stranded.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum PinCheck {
+    /// This worker, pulling, got no message for [`PIN_STALL_FACTOR`] priority timeouts.
+    Stalled,
+    /// Before this worker's first pull: a client is pinned and no pull request waits (a
+    /// live pinned worker always has one waiting; a killed one's expired).
+    Idle,
+}
+
+/// Partition `p`'s messages wait (pending, or delivered and unacknowledged) and the consumer's
+/// pin is stranded as `check` says: pinned to a client that no longer pulls and whose pin did
+/// not lapse (seen after the node leading the consumer died while a worker was replaced: the
+/// new consumer leader kept the dead worker's pin), or, at a partition's start, to a killed
+/// worker. Unpins the consumer's group, so that the next pull is pinned; returns the
+/// messages delivered and unacknowledged when it did (the caller reads them from the stream
+/// and pulls anew, without the stale pin id).
+async fn unpin_if_stranded(c: &Connected, p: u32, check: PinCheck) -> Option<usize> {
     let name = format!("{}-{p}", c.target.durable);
     let info = match c.stream.consumer_info(&name).await {
         Ok(info) => info,
         Err(error) => {
             tracing::debug!(partition = p, %error, "reading the partition's consumer");
-            return false;
+            return None;
         }
     };
     if info.num_pending == 0 && info.num_ack_pending == 0 {
-        return false;
+        return None;
+    }
+    if check == PinCheck::Idle {
+        let pinned =
+            info.priority_groups.iter().any(|g| g.group == crate::nats::PRIORITY_GROUP && g.pinned_client_id.is_some());
+        if !pinned || info.num_waiting > 0 {
+            return None;
+        }
     }
     match c.stream.unpin_consumer(&name, crate::nats::PRIORITY_GROUP).await {
         Ok(()) => {
@@ -736,15 +782,34 @@ async fn unpin_if_stranded(c: &Connected, p: u32) -> bool {
                 partition = p,
                 pending = info.num_pending,
                 unacknowledged = info.num_ack_pending,
-                "messages wait but none came: the consumer's pin was stranded; unpinned it"
+                "messages wait but the consumer is pinned to a client that does not pull: unpinned it"
             );
-            true
+            Some(info.num_ack_pending)
         }
         Err(error) => {
             tracing::warn!(partition = p, %error, "messages wait but none came; unpinning the consumer failed");
-            false
+            None
         }
     }
+}
+
+/// [`catch_up`], tried again every 500 ms until it succeeds; `false` when `shutdown` came first.
+async fn catch_up_until_done(
+    c: &Connected,
+    p: u32,
+    reflected: &mut u64,
+    batch: &mut Vec<(u64, SharedEvent)>,
+    o: &WorkerOptions,
+    shutdown: &CancellationToken,
+) -> bool {
+    while let Err(error) = catch_up(c, p, reflected, batch, o).await {
+        tracing::warn!(partition = p, %error, "cannot read the partition's earlier messages; trying again");
+        tokio::select! {
+            _ = shutdown.cancelled() => return false,
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+        }
+    }
+    true
 }
 
 /// Whether the snapshot tick has fired (without waiting).
@@ -856,7 +921,9 @@ async fn catch_up(
     result?;
     *reflected = at;
     batch.append(&mut read);
-    tracing::info!(partition = p, from = from + 1, to = at, "caught up on messages delivered before");
+    if at > from {
+        tracing::info!(partition = p, from = from + 1, to = at, "caught up on messages delivered before");
+    }
     Ok(())
 }
 

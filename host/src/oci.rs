@@ -9,7 +9,8 @@
 //! manifest's. Credentials come from the docker `config.json` (`$DOCKER_CONFIG/config.json`,
 //! else `~/.docker/config.json`: `auths.HOST.auth`, base64 `user:password`), else anonymous.
 //! TLS is the default; plain HTTP only for a loopback registry (`localhost`, `127.0.0.0/8`,
-//! `::1`) or when asked ([`OciOptions::insecure`]).
+//! `::1`) or when asked ([`OciOptions::insecure`]); a TLS handshake that fails as against a
+//! plain-HTTP server fails with a hint to ask ([`OciError::Registry`]).
 //!
 //! Every pull is verified: the manifest against the reference's digest, the layer against the
 //! manifest's digest and size. [`pull_cached`] keeps what it pulled in a content-addressed cache
@@ -21,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use oci_client::client::{ClientConfig, ClientProtocol};
+use oci_client::errors::OciDistributionError;
 use oci_client::manifest::{OciDescriptor, OciImageManifest};
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference, RegistryOperation};
@@ -150,7 +152,8 @@ pub enum OciError {
     Registry {
         /// The reference (`oci://…`).
         reference: String,
-        /// oci-client's error.
+        /// oci-client's error and its causes, `: `-separated; then, when a TLS handshake failed
+        /// as against a plain-HTTP server, `; ` and a hint of `--insecure`.
         reason: String,
     },
     /// The content is not what its digest says, or not a Wasm OCI artifact.
@@ -220,10 +223,7 @@ pub async fn push(
     };
     let manifest = serde_json::to_vec(&manifest).expect("a manifest serializes");
     let (client, auth) = client(reference, options)?;
-    let failed = |e: oci_client::errors::OciDistributionError| OciError::Registry {
-        reference: reference.to_string(),
-        reason: e.to_string(),
-    };
+    let failed = |e| registry_error(reference, options, e);
     client.auth(&reference.reference, &auth, RegistryOperation::Push).await.map_err(failed)?;
     client.push_blob(&reference.reference, config, &config_digest.to_string()).await.map_err(failed)?;
     client.push_blob(&reference.reference, component.to_vec(), &layer.to_string()).await.map_err(failed)?;
@@ -276,10 +276,7 @@ pub async fn pull_cached(reference: &OciReference, dir: &Path, options: &OciOpti
 /// [`pull`], and the manifest's bytes.
 async fn fetch(reference: &OciReference, options: &OciOptions) -> Result<(Pulled, Vec<u8>), OciError> {
     let (client, auth) = client(reference, options)?;
-    let failed = |e: oci_client::errors::OciDistributionError| OciError::Registry {
-        reference: reference.to_string(),
-        reason: e.to_string(),
-    };
+    let failed = |e| registry_error(reference, options, e);
     client.auth(&reference.reference, &auth, RegistryOperation::Pull).await.map_err(failed)?;
     let (manifest, _) =
         client.pull_manifest_raw(&reference.reference, &auth, &[MANIFEST_MEDIA_TYPE]).await.map_err(failed)?;
@@ -365,6 +362,68 @@ fn client(reference: &OciReference, options: &OciOptions) -> Result<(Client, Reg
     };
     let client = Client::new(ClientConfig { protocol, ..ClientConfig::default() });
     Ok((client, credentials(registry, options.docker_config.as_deref())?))
+}
+
+/// The [`OciError::Registry`] for oci-client's `error`: its text and, after `: `, each cause's
+/// ([`std::error::Error::source`]) whose text it does not hold already, so a TLS or connection
+/// failure shows under reqwest's `error sending request`. A URL in reqwest's text is shown
+/// without user information, query or fragment. When an HTTPS connection failed in its TLS
+/// handshake as against a plain-HTTP server ([`refused_handshake`]), a hint follows: plain HTTP
+/// is only used unasked for a loopback registry, `--insecure` (`--oci-insecure` on `run`,
+/// `validate` and `config show`) uses it for any registry.
+fn registry_error(reference: &OciReference, options: &OciOptions, error: OciDistributionError) -> OciError {
+    let mut reason = error.to_string();
+    let mut plain_http = false;
+    if let OciDistributionError::RequestError(e) = &error {
+        if let Some(url) = e.url() {
+            let mut shown = url.clone();
+            let _ = shown.set_username("");
+            let _ = shown.set_password(None);
+            shown.set_query(None);
+            shown.set_fragment(None);
+            reason = reason.replace(url.as_str(), shown.as_str());
+        }
+        plain_http = !options.insecure && !is_loopback(reference.registry()) && e.is_connect() && refused_handshake(e);
+    }
+    let mut source = std::error::Error::source(&error);
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !text.is_empty() && !reason.contains(&text) {
+            reason.push_str(": ");
+            reason.push_str(&text);
+        }
+        source = cause.source();
+    }
+    if plain_http {
+        reason.push_str(
+            "; the registry may serve plain HTTP, which is only used unasked for a loopback registry \
+             (`localhost`, `127.0.0.0/8`, `::1`): give `--insecure` (`--oci-insecure` on `run`, `validate` \
+             and `config show`) for plain HTTP to any registry",
+        );
+    }
+    OciError::Registry { reference: reference.to_string(), reason }
+}
+
+/// Whether `error`'s causes show a TLS handshake that a plain-HTTP server would fail: rustls
+/// read a message that is not TLS (an HTTP answer), or the server hung up on the client hello
+/// (end of file, connection reset or aborted).
+fn refused_handshake(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(error);
+    while let Some(cause) = source {
+        if matches!(cause.downcast_ref::<rustls::Error>(), Some(rustls::Error::InvalidMessage(_))) {
+            return true;
+        }
+        source = cause.source();
+        // An I/O error's `source` is its inner error's; the inner error itself is `get_ref`.
+        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind::{ConnectionAborted, ConnectionReset, UnexpectedEof};
+            if matches!(io.kind(), UnexpectedEof | ConnectionReset | ConnectionAborted) {
+                return true;
+            }
+            source = io.get_ref().map(|inner| inner as &(dyn std::error::Error + 'static));
+        }
+    }
+    false
 }
 
 /// Whether `registry` (`HOST[:PORT]`) is a loopback host.

@@ -170,3 +170,103 @@ fn plugins_go_through_a_registry_unchanged_and_a_config_source_runs() {
     drop(registry);
     run("cached");
 }
+
+/// A plain-HTTP server on every address (`0.0.0.0`) of a free port, answering every request
+/// with a 404; stopped on drop.
+struct PlainHttp {
+    port: u16,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl PlainHttp {
+    fn start() -> Self {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                if stopped.load(std::sync::atomic::Ordering::SeqCst) {
+                    return;
+                }
+                let Ok(mut conn) = conn else { continue };
+                let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+                let _ = conn.read(&mut [0; 4096]);
+                let _ = conn.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+            }
+        });
+        Self { port, stop }
+    }
+}
+
+impl Drop for PlainHttp {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = std::net::TcpStream::connect(("127.0.0.1", self.port));
+    }
+}
+
+#[test]
+fn a_plain_http_registry_off_loopback_is_refused_with_the_tls_cause_and_the_insecure_hint() {
+    // 0.0.0.0 reaches this machine but is not a loopback host: HTTPS is tried against it.
+    let server = PlainHttp::start();
+    let dir = tempfile::tempdir().unwrap();
+    let reference = format!("oci://0.0.0.0:{}/some/plugin:1", server.port);
+    let hint = "the registry may serve plain HTTP";
+    let pull = |insecure: bool| {
+        let mut args = vec![
+            "plugins".into(),
+            "pull".into(),
+            reference.clone(),
+            format!("--plugins={}", dir.path().join("plugins").display()),
+        ];
+        args.extend(insecure.then(|| "--insecure".to_string()));
+        eventpipe(&args)
+    };
+    let out = pull(false);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    let line =
+        stderr.lines().find(|l| l.contains(&reference)).unwrap_or_else(|| panic!("names the reference: {stderr}"));
+    // HTTPS was tried, and the cause follows reqwest's own text.
+    let tried = format!("error sending request for url (https://0.0.0.0:{}/v2/): ", server.port);
+    assert!(line.contains(&tried), "{line}");
+    assert!(line.contains("InvalidContentType") || line.contains("corrupt message"), "the TLS cause: {line}");
+    assert!(line.contains(hint) && line.contains("`--insecure`"), "the hint: {line}");
+    assert!(line.contains("`--oci-insecure` on `run`"), "the hint: {line}");
+
+    // Asked for plain HTTP: the registry is reached (and answers 404), no hint.
+    let out = pull(true);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("404") && stderr.contains("http://0.0.0.0:"), "{stderr}");
+    assert!(!stderr.contains(hint), "{stderr}");
+
+    // A config's source, pulled by `run`: the same hint, and none with `--oci-insecure`.
+    let config = dir.path().join("eventpipe.toml");
+    let pinned = format!("{reference}@{}", Sha256Digest::of(b"a manifest"));
+    std::fs::write(&config, format!("[plugins.remote]\nsource = \"{pinned}\"\n")).unwrap();
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(&input, "").unwrap();
+    let run = |insecure: bool| {
+        let mut args = vec![
+            "run".into(),
+            format!("--source=jsonl:{}", input.display()),
+            format!("--sink=jsonl:{}", dir.path().join("out.jsonl").display()),
+            format!("--config={}", config.display()),
+            format!("--oci-cache={}", dir.path().join("oci").display()),
+            format!("--compile-cache={}", dir.path().join("cache").display()),
+        ];
+        args.extend(insecure.then(|| "--oci-insecure".to_string()));
+        eventpipe(&args)
+    };
+    let out = run(false);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("plugin `remote`") && stderr.contains(hint), "{stderr}");
+    let out = run(true);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("404") && !stderr.contains(hint), "{stderr}");
+}

@@ -625,7 +625,7 @@ impl Snapshots {
         loop {
             let found = retrying(|| async {
                 match self.objects.get(key).await {
-                    Ok(object) => Ok(Stored::Object(object)),
+                    Ok(object) => Ok(Stored::Object(Box::new(object))),
                     Err(e) if e.kind() == GetErrorKind::NotFound => {
                         self.kv.get(key).await.map(|v| Stored::Value(v.map(|b| b.to_vec()))).map_err(|e| e.to_string())
                     }
@@ -648,14 +648,14 @@ impl Snapshots {
 
 /// What [`Snapshots::get`] found for a key: an object to read, or the KV value (or nothing).
 enum Stored {
-    Object(jetstream::object_store::Object),
+    Object(Box<jetstream::object_store::Object>),
     Value(Option<Vec<u8>>),
 }
 
 /// `object`'s bytes, read to the end; an error when none came for [`ATTEMPT_TIMEOUT`] (the
 /// store's leader died while it was read: its chunks come again once another is elected).
 /// The read as a whole is not bounded: a large snapshot takes what it takes.
-async fn read_object(mut object: jetstream::object_store::Object) -> Result<Vec<u8>, String> {
+async fn read_object(mut object: Box<jetstream::object_store::Object>) -> Result<Vec<u8>, String> {
     use tokio::io::AsyncReadExt;
     let mut bytes = Vec::new();
     let mut chunk = vec![0u8; 64 * 1024];

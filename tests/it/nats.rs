@@ -596,14 +596,23 @@ impl NatsCluster {
         });
     }
 
-    /// The node that leads the stream of the target with `query`.
-    fn leading(&self, query: &str) -> usize {
+    /// A runtime, the target with `query` on a running node, and JetStream through it.
+    fn jetstream(
+        &self,
+        query: &str,
+    ) -> (tokio::runtime::Runtime, eventpipe::nats::NatsTarget, async_nats::jetstream::Context) {
         let running = (0..self.nodes.len()).find(|i| self.nodes[*i].is_some()).expect("a running node");
         let target = format!("nats://127.0.0.1:{}?{query}", self.ports[running]);
         let target: eventpipe::nats::NatsTarget = target.parse().unwrap();
         let rt = tokio::runtime::Runtime::new().unwrap();
+        let js = rt.block_on(async { async_nats::jetstream::new(target.connect().await.unwrap()) });
+        (rt, target, js)
+    }
+
+    /// The node that leads the stream of the target with `query`.
+    fn leading(&self, query: &str) -> usize {
+        let (rt, target, js) = self.jetstream(query);
         let leader = rt.block_on(async {
-            let js = async_nats::jetstream::new(target.connect().await.unwrap());
             let mut stream = js.get_stream(&target.stream).await.unwrap();
             stream.info().await.unwrap().cluster.as_ref().and_then(|c| c.leader.clone())
         });
@@ -996,12 +1005,8 @@ impl NatsCluster {
     /// The node leading each of `partitions`' consumers of the target with `query` (`None`: no
     /// consumer yet, or no leader).
     fn consumer_leaders(&self, query: &str, partitions: &[u32]) -> Vec<Option<usize>> {
-        let running = (0..self.nodes.len()).find(|i| self.nodes[*i].is_some()).expect("a running node");
-        let target = format!("nats://127.0.0.1:{}?{query}", self.ports[running]);
-        let target: eventpipe::nats::NatsTarget = target.parse().unwrap();
-        let rt = tokio::runtime::Runtime::new().unwrap();
+        let (rt, target, js) = self.jetstream(query);
         rt.block_on(async {
-            let js = async_nats::jetstream::new(target.connect().await.unwrap());
             let stream = js.get_stream(&target.stream).await.unwrap();
             let mut leaders = Vec::new();
             for p in partitions {
@@ -1024,12 +1029,8 @@ impl NatsCluster {
     /// `query` each have a leader and every other replica current: from then on, a node lost
     /// leaves a quorum that is caught up.
     fn wait_replicas_current(&self, query: &str) {
-        let running = (0..self.nodes.len()).find(|i| self.nodes[*i].is_some()).expect("a running node");
-        let target = format!("nats://127.0.0.1:{}?{query}", self.ports[running]);
-        let target: eventpipe::nats::NatsTarget = target.parse().unwrap();
-        let rt = tokio::runtime::Runtime::new().unwrap();
+        let (rt, target, js) = self.jetstream(query);
         rt.block_on(async {
-            let js = async_nats::jetstream::new(target.connect().await.unwrap());
             let deadline = Instant::now() + Duration::from_secs(60);
             for name in [target.stream.clone(), format!("KV_{}", target.bucket), format!("OBJ_{}", target.bucket)] {
                 loop {

@@ -544,18 +544,7 @@ async fn feed_partition(
     // The last stream sequence the partition's state reflects.
     let Some(mut reflected) = restore(&c, p, &key, &tx, &o.scale, &shutdown).await else { return };
     let mut snapshotted = reflected;
-    let consumer = loop {
-        match c.target.consumer(&c.stream, p, c.pinned).await {
-            Ok(consumer) => break consumer,
-            Err(error) => {
-                tracing::warn!(partition = p, %error, "cannot make the partition's consumer; trying again");
-                tokio::select! {
-                    _ = shutdown.cancelled() => return,
-                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                }
-            }
-        }
-    };
+    let Some(consumer) = partition_consumer(&c, p, &shutdown).await else { return };
     announce(&format!(
         "worker {}/{}: partition {p} of {} from sequence {} ({})",
         o.worker.index,
@@ -568,23 +557,10 @@ async fn feed_partition(
     let mut last_acker: Option<jetstream::message::Acker> = None;
     // Whether the messages an earlier holder of the partition was delivered were caught up on.
     let mut caught_up = false;
-    // A pin held by a client that no longer pulls (a worker killed, whose pin the consumer kept)
-    // is taken at once, and what that worker was delivered is read from the stream: waiting
-    // for the pin to lapse, then for redelivery after `ack_wait`, would leave the partition
-    // unwritten for that long.
-    if c.pinned
-        && let Some(unacknowledged) = unpin_if_stranded(&c, p, PinCheck::Idle).await
-        && unacknowledged > 0
-    {
-        let mut batch = Vec::new();
-        if !catch_up_until_done(&c, p, &mut reflected, &mut batch, &o, &shutdown).await {
-            return;
-        }
+    // A pin held by a client that no longer pulls (a worker killed) is taken at once.
+    if c.pinned && unpin_if_stranded(&c, p, PinCheck::Idle).await.is_some_and(|unacknowledged| unacknowledged > 0) {
+        let Some(_) = feed_catch_up(&c, p, &mut reflected, &o, &tx, &shutdown).await else { return };
         caught_up = true;
-        o.counters.add_read(batch.len() as u64);
-        if !batch.is_empty() && tx.send(PartitionInput::Batch(batch)).await.is_err() {
-            return;
-        }
     }
     // The consumer sequence (delivery number) of the last message this worker received: a
     // message numbered past the next one means deliveries went to a pull request this worker
@@ -667,19 +643,12 @@ async fn feed_partition(
             if ticked && c.pinned && last_message.elapsed() >= PIN_STALL_FACTOR * c.target.priority_timeout {
                 last_message = Instant::now();
                 if let Some(unacknowledged) = unpin_if_stranded(&c, p, PinCheck::Stalled).await {
-                    // What the pin's holder was delivered comes again only after `ack_wait`:
-                    // it is read from the stream now.
                     if unacknowledged > 0 {
-                        let mut batch = Vec::new();
-                        if !catch_up_until_done(&c, p, &mut reflected, &mut batch, &o, &shutdown).await {
+                        let Some(fed) = feed_catch_up(&c, p, &mut reflected, &o, &tx, &shutdown).await else {
                             break 'pull;
-                        }
+                        };
                         caught_up = true;
-                        since_snapshot += batch.len() as u64;
-                        o.counters.add_read(batch.len() as u64);
-                        if !batch.is_empty() && tx.send(PartitionInput::Batch(batch)).await.is_err() {
-                            break 'pull;
-                        }
+                        since_snapshot += fed;
                     }
                     continue 'pull;
                 }
@@ -706,6 +675,27 @@ async fn feed_partition(
     let stored = snapshot(&c, p, &key, &tx, reflected, &o.scale, PartitionInput::Finish).await;
     if stored && reflected > snapshotted {
         acknowledge(&mut last_acker, p).await;
+    }
+}
+
+/// Partition `p`'s durable consumer, made (or found) again every second until it is; `None`
+/// when `shutdown` came first.
+async fn partition_consumer(
+    c: &Connected,
+    p: u32,
+    shutdown: &CancellationToken,
+) -> Option<jetstream::consumer::Consumer<jetstream::consumer::pull::Config>> {
+    loop {
+        match c.target.consumer(&c.stream, p, c.pinned).await {
+            Ok(consumer) => return Some(consumer),
+            Err(error) => {
+                tracing::warn!(partition = p, %error, "cannot make the partition's consumer; trying again");
+                tokio::select! {
+                    _ = shutdown.cancelled() => return None,
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+            }
+        }
     }
 }
 
@@ -791,6 +781,30 @@ async fn unpin_if_stranded(c: &Connected, p: u32, check: PinCheck) -> Option<usi
             None
         }
     }
+}
+
+/// After a stranded pin was taken ([`unpin_if_stranded`]): what its holder was delivered, which
+/// would come again only after `ack_wait`, is read from the stream ([`catch_up_until_done`])
+/// and fed to the router partition now; returns how many events were fed, `None` when
+/// `shutdown` came first or the partition is gone.
+async fn feed_catch_up(
+    c: &Connected,
+    p: u32,
+    reflected: &mut u64,
+    o: &WorkerOptions,
+    tx: &mpsc::Sender<PartitionInput>,
+    shutdown: &CancellationToken,
+) -> Option<u64> {
+    let mut batch = Vec::new();
+    if !catch_up_until_done(c, p, reflected, &mut batch, o, shutdown).await {
+        return None;
+    }
+    let fed = batch.len() as u64;
+    o.counters.add_read(fed);
+    if fed > 0 && tx.send(PartitionInput::Batch(batch)).await.is_err() {
+        return None;
+    }
+    Some(fed)
 }
 
 /// [`catch_up`], tried again every 500 ms until it succeeds; `false` when `shutdown` came first.

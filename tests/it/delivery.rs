@@ -299,3 +299,140 @@ fn sigkilled_runs_end_with_every_objects_state_of_an_uninterrupted_run() {
     let duplicates = received.len() - uninterrupted.len();
     println!("{KILLS} kills, positions {positions:?}: {duplicates} writes repeated");
 }
+
+/// The drain after a signal saves the acknowledged position while a batch backs off: a run to
+/// a slow webhook is sent SIGTERM early, so that its drain delivers most of what it read; the
+/// webhook then goes down (every request answered `503`), the drain's batch backs off, and the
+/// process is killed with SIGKILL before its `--shutdown-timeout` passed (as the kubelet does
+/// when the grace period ends first). Started again with the webhook up, it writes again only
+/// what followed the newest mark the acknowledged prefix reached, not every write the drain
+/// delivered (when positions were saved only until the signal, all of them came again). One
+/// object per event and one batch in flight: writes are acknowledged in input order. Every
+/// object reaches the receiver.
+#[test]
+fn a_drain_during_a_sink_outage_saves_the_position_acknowledged_before_it() {
+    use common::recording_webhook::{self, object_key};
+    use std::sync::atomic::Ordering;
+    const EVENTS: usize = 20_000;
+    // SIGTERM once this many writes are acknowledged, the outage once this many are.
+    const TERM_AFTER: usize = 1_000;
+    const OUTAGE_AFTER: usize = 5_000;
+    let dir = tempfile::tempdir().unwrap();
+    let (input, state) = (dir.path().join("in.jsonl"), dir.path().join("state.json"));
+    let mut text = String::new();
+    for i in 0..EVENTS {
+        let e = json!({
+            "metadata": {"name": format!("obj-{i}.1"), "namespace": "d"},
+            "involvedObject": {"kind": "Pod", "namespace": "d", "name": format!("obj-{i}")},
+            "reason": "Started", "message": format!("m{i}"), "type": "Normal", "source": {"component": "test"},
+            "lastTimestamp": "2025-01-01T00:00:00Z", "count": 1
+        });
+        text += &format!("{e}\n");
+    }
+    std::fs::write(&input, &text).unwrap();
+    let run = |url: &str| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_eventpipe"));
+        c.args(["run", "--summary-json", "--no-watch", "--delivery=at-least-once", "--shutdown-timeout=60"])
+            .arg(format!("--state-file={}", state.display()))
+            .arg(format!("--source=jsonl:{}", input.display()))
+            .arg(format!("--sink=webhook:{url},concurrency=1,max_batch=50"))
+            .stdout(Stdio::null());
+        c
+    };
+
+    let (first, url, _outage) = outage_webhook(Duration::from_millis(10), OUTAGE_AFTER);
+    let log = dir.path().join("first.log");
+    let mut child = run(&url).stderr(std::fs::File::create(&log).unwrap()).spawn().unwrap();
+    let stderr = || std::fs::read_to_string(&log).unwrap();
+    let wait_for = |what: &str, done: &dyn Fn() -> bool, child: &mut std::process::Child| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !done() {
+            assert!(child.try_wait().unwrap().is_none(), "the run ended before {what}: {}", stderr());
+            assert!(Instant::now() < deadline, "no {what}: {}", stderr());
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    };
+    wait_for("write acknowledged", &|| first.len() >= TERM_AFTER, &mut child);
+    Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    let at_signal = first.len();
+    wait_for("outage", &|| first.refused.load(Ordering::SeqCst) > 0, &mut child);
+    // The drain's batch backs off; a position is saved at least once a checkpoint interval.
+    std::thread::sleep(eventpipe::delivery::DEFAULT_CHECKPOINT_INTERVAL * 3);
+    assert!(child.try_wait().unwrap().is_none(), "still draining: {}", stderr());
+    child.kill().unwrap(); // SIGKILL before the shutdown timeout
+    child.wait().unwrap();
+    let acknowledged = first.len();
+    assert!(acknowledged >= OUTAGE_AFTER && at_signal < OUTAGE_AFTER, "{at_signal} at the signal, {acknowledged}");
+
+    let (second, url, _endpoint) = recording_webhook::start(Duration::ZERO);
+    let out = run(&url).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+
+    let objects = |r: &recording_webhook::Received| -> Vec<String> {
+        r.items.lock().unwrap().iter().map(|item| object_key(&item["event"])).collect()
+    };
+    let (before, after) = (objects(&first), objects(&second));
+    let acknowledged_before: HashSet<&String> = before.iter().collect();
+    let again = after.iter().filter(|o| acknowledged_before.contains(o)).count() as u64;
+    // What followed the newest mark the acknowledged prefix reached: the router marks a
+    // position once CHECKPOINT_EVERY_EVENTS events were numbered since the last, checking after
+    // each batch of at most PREPARE_BATCH_SIZE.
+    let bound = eventpipe::delivery::CHECKPOINT_EVERY_EVENTS + eventpipe::correlator::PREPARE_BATCH_SIZE as u64;
+    println!(
+        "{at_signal} writes acknowledged at SIGTERM, {acknowledged} before the outage; \
+         {again} received again after the restart (bound {bound})"
+    );
+    assert!(
+        again <= bound,
+        "{again} of the {acknowledged} writes acknowledged before the outage ({at_signal} before the signal) \
+         were sent again after the restart, more than {bound}"
+    );
+    assert!(stderr.contains("resuming jsonl:"), "{stderr}");
+    // An uninterrupted run writes each object once: every one arrived.
+    let all: HashSet<&String> = before.iter().chain(&after).collect();
+    let missing: Vec<usize> = (0..EVENTS).filter(|i| !all.contains(&format!("d/obj-{i}.1"))).collect();
+    assert!(missing.is_empty(), "{} objects never written, e.g. {:?}", missing.len(), &missing[..missing.len().min(5)]);
+    assert_eq!(before.len() + after.len(), EVENTS + again as usize, "no object written twice but those");
+}
+
+/// A webhook endpoint that answers `200` after `latency`, recording each batch's items, until
+/// it recorded `outage_after` items; from then on it answers every request `503` (counted in
+/// `Received::refused`, recording nothing). Returns what it received, its URL and the runtime
+/// it runs on (it stops when that is dropped).
+fn outage_webhook(
+    latency: Duration,
+    outage_after: usize,
+) -> (std::sync::Arc<common::recording_webhook::Received>, String, tokio::runtime::Runtime) {
+    use common::recording_webhook::Received;
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
+    async fn hook(
+        axum::extract::State((received, outage_after, latency)): axum::extract::State<(Arc<Received>, usize, Duration)>,
+        body: String,
+    ) -> axum::http::StatusCode {
+        if received.len() >= outage_after {
+            tokio::time::sleep(latency).await;
+            received.refused.fetch_add(1, Ordering::SeqCst);
+            return axum::http::StatusCode::SERVICE_UNAVAILABLE;
+        }
+        let batch: Value = serde_json::from_str(&body).unwrap_or_default();
+        let items = batch["items"].as_array().cloned().unwrap_or_default();
+        let n = items.len() as u64;
+        received.items.lock().unwrap().extend(items);
+        tokio::time::sleep(latency).await;
+        received.answered.fetch_add(n, Ordering::SeqCst);
+        axum::http::StatusCode::OK
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let received = Arc::new(Received::default());
+    let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let app = axum::Router::new().route("/hook", axum::routing::post(hook)).with_state((
+        received.clone(),
+        outage_after,
+        latency,
+    ));
+    runtime.spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (received, url, runtime)
+}

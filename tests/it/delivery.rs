@@ -12,13 +12,10 @@ use crate::common;
 
 const EVENTS: usize = 60_000;
 
-#[test]
-fn a_sigkilled_run_resumes_from_its_state_file_without_losing_an_event() {
-    let dir = tempfile::tempdir().unwrap();
-    let (input, out, state) =
-        (dir.path().join("in.jsonl"), dir.path().join("out.jsonl"), dir.path().join("state.json"));
+/// `n` JSON lines, each a first event (count 1) about an object of its own (`obj-I`).
+fn one_object_events(n: usize) -> String {
     let mut text = String::new();
-    for i in 0..EVENTS {
+    for i in 0..n {
         let e = json!({
             "metadata": {"name": format!("obj-{i}.1"), "namespace": "d"},
             "involvedObject": {"kind": "Pod", "namespace": "d", "name": format!("obj-{i}")},
@@ -27,6 +24,15 @@ fn a_sigkilled_run_resumes_from_its_state_file_without_losing_an_event() {
         });
         text += &format!("{e}\n");
     }
+    text
+}
+
+#[test]
+fn a_sigkilled_run_resumes_from_its_state_file_without_losing_an_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, out, state) =
+        (dir.path().join("in.jsonl"), dir.path().join("out.jsonl"), dir.path().join("state.json"));
+    let text = one_object_events(EVENTS);
     std::fs::write(&input, &text).unwrap();
     let run = || {
         let mut c = Command::new(env!("CARGO_BIN_EXE_eventpipe"));
@@ -319,16 +325,7 @@ fn a_drain_during_a_sink_outage_saves_the_position_acknowledged_before_it() {
     const OUTAGE_AFTER: usize = 5_000;
     let dir = tempfile::tempdir().unwrap();
     let (input, state) = (dir.path().join("in.jsonl"), dir.path().join("state.json"));
-    let mut text = String::new();
-    for i in 0..EVENTS {
-        let e = json!({
-            "metadata": {"name": format!("obj-{i}.1"), "namespace": "d"},
-            "involvedObject": {"kind": "Pod", "namespace": "d", "name": format!("obj-{i}")},
-            "reason": "Started", "message": format!("m{i}"), "type": "Normal", "source": {"component": "test"},
-            "lastTimestamp": "2025-01-01T00:00:00Z", "count": 1
-        });
-        text += &format!("{e}\n");
-    }
+    let text = one_object_events(EVENTS);
     std::fs::write(&input, &text).unwrap();
     let run = |url: &str| {
         let mut c = Command::new(env!("CARGO_BIN_EXE_eventpipe"));

@@ -58,9 +58,13 @@ pub const STATE_RETRY_FOR: Duration = Duration::from_secs(30);
 /// buckets, the key seed, a partition's consumer, a snapshot's lookup) waits for its answer. A
 /// request to a consumer or stream whose leader died is not answered until its replicas elect
 /// another, and one sent before the election is never answered: short tries reach the new
-/// leader within this of its election, instead of after the client's request timeout (5 s; a
-/// consumer looked up, then made, 10 s).
+/// leader soon after its election (tries overlap, one every [`RETRY_EVERY`]), instead of after
+/// the client's request timeout (5 s; a consumer looked up, then made, 10 s).
 pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How often a request tried again for [`STATE_RETRY_FOR`] is sent anew while no try has
+/// answered (tries overlap: see [`ATTEMPT_TIMEOUT`]).
+pub const RETRY_EVERY: Duration = Duration::from_millis(250);
 
 /// The environment variables a `nats:` target takes its credentials and TLS files from (the
 /// nats CLI's names): a token, a user and password (used when no server's URL gives
@@ -356,7 +360,7 @@ impl NatsTarget {
         create: bool,
     ) -> Result<(jetstream::stream::Stream, u32), NatsError> {
         let doing = if create { "making the stream" } else { "finding the stream (publish to it first)" };
-        let (stream, info) = retrying(|| async {
+        let (stream, info) = retrying(doing, || async {
             let mut stream = match js.get_stream(&self.stream).await {
                 Ok(stream) => stream,
                 Err(_) if create => {
@@ -430,7 +434,7 @@ impl NatsTarget {
     /// # Errors
     /// [`NatsError`] when it cannot be read or made (for [`STATE_RETRY_FOR`]).
     pub async fn bucket(&self, js: &jetstream::Context) -> Result<jetstream::kv::Store, NatsError> {
-        retrying(|| async {
+        retrying("making the key seed bucket", || async {
             if js.get_key_value(&self.bucket).await.is_err() {
                 js.create_key_value(jetstream::kv::Config {
                     bucket: self.bucket.clone(),
@@ -458,7 +462,7 @@ impl NatsTarget {
     /// # Errors
     /// [`NatsError`] when it cannot be read or made (for [`STATE_RETRY_FOR`]).
     pub async fn snapshots(&self, js: &jetstream::Context, kv: jetstream::kv::Store) -> Result<Snapshots, NatsError> {
-        let objects = retrying(|| async {
+        let objects = retrying("making the snapshot object store", || async {
             if js.get_object_store(&self.bucket).await.is_err() {
                 js.create_object_store(jetstream::object_store::Config {
                     bucket: self.bucket.clone(),
@@ -485,7 +489,7 @@ impl NatsTarget {
     /// [`NatsError`] when the bucket can be neither written nor read (for [`STATE_RETRY_FOR`]),
     /// or holds something else than 8 bytes.
     pub async fn key_seed(&self, bucket: &jetstream::kv::Store, proposed: u64) -> Result<u64, NatsError> {
-        let stored = retrying(|| async {
+        let stored = retrying("reading the key seed", || async {
             // Stored here: the seed is ours; refused (another worker's is there, or the create
             // timed out during an election): read it, from the leader, until it is there.
             if bucket.create(KEY_SEED, Bytes::copy_from_slice(&proposed.to_le_bytes())).await.is_ok() {
@@ -527,29 +531,80 @@ impl NatsTarget {
             config.priority_groups = vec![PRIORITY_GROUP.to_string()];
             config.priority_timeout = self.priority_timeout;
         }
-        retrying(|| async { stream.get_or_create_consumer(&name, config.clone()).await.map_err(|e| e.to_string()) })
-            .await
-            .map_err(|e| self.error("making the partition's consumer")(&e))
+        retrying("making the partition's consumer", || async {
+            stream.get_or_create_consumer(&name, config.clone()).await.map_err(|e| e.to_string())
+        })
+        .await
+        .map_err(|e| self.error("making the partition's consumer")(&e))
+    }
+
+    /// An ephemeral pull consumer that reads partition `partition` of `stream` from stream
+    /// sequence `from` (in memory, one replica, no acknowledgements, gone 30 s after its last
+    /// use): for reading again what a durable consumer delivered to a client now gone. Made as
+    /// in `retrying`, under one name per call (so that tries made at once make one consumer),
+    /// while the cluster elects the leader that makes it.
+    ///
+    /// # Errors
+    /// [`NatsError`] when it cannot be made (for [`STATE_RETRY_FOR`]).
+    pub async fn reader(
+        &self,
+        stream: &jetstream::stream::Stream,
+        partition: u32,
+        from: u64,
+    ) -> Result<jetstream::consumer::Consumer<pull::Config>, NatsError> {
+        let name = format!("{}-{partition}-reader-{}", self.durable, uuid::Uuid::new_v4().simple());
+        let config = pull::Config {
+            name: Some(name),
+            filter_subject: format!("{}.*.{partition}", self.prefix),
+            deliver_policy: jetstream::consumer::DeliverPolicy::ByStartSequence { start_sequence: from },
+            ack_policy: jetstream::consumer::AckPolicy::None,
+            inactive_threshold: Duration::from_secs(30),
+            memory_storage: true,
+            num_replicas: 1,
+            ..Default::default()
+        };
+        retrying("making a reader of the partition", || async {
+            stream.create_consumer(config.clone()).await.map_err(|e| e.to_string())
+        })
+        .await
+        .map_err(|e| self.error("making a reader of the partition")(&e))
     }
 }
 
-/// Tries `attempt` until it succeeds, for up to [`STATE_RETRY_FOR`], pausing 250 ms between
-/// tries; then its last error. An attempt not answered within [`ATTEMPT_TIMEOUT`] counts as
-/// failed and is made again.
+/// Tries `attempt` (`doing` names it in the debug log) until one try succeeds, for up to
+/// [`STATE_RETRY_FOR`]; then the last error. A new try starts every [`RETRY_EVERY`] while none
+/// has answered, each waiting up to [`ATTEMPT_TIMEOUT`] for its answer (so up to 8 are in flight):
+/// a request sent while a stream or consumer has no leader is never answered, so the first one
+/// sent after the election answers within [`RETRY_EVERY`] of it, where tries made one after
+/// another would each wait out their timeout first. Every try must therefore be safe to make
+/// twice at once (reads, and makes of what may exist).
 async fn retrying<T, F: std::future::Future<Output = Result<T, String>>>(
+    doing: &str,
     mut attempt: impl FnMut() -> F,
 ) -> Result<T, String> {
+    use futures_util::StreamExt;
     let deadline = tokio::time::Instant::now() + STATE_RETRY_FOR;
+    let mut tries = futures_util::stream::FuturesUnordered::new();
+    let mut last = no_answer();
     loop {
-        let answer = tokio::time::timeout(ATTEMPT_TIMEOUT, attempt()).await.unwrap_or_else(|_| Err(no_answer()));
-        match answer {
-            Ok(value) => return Ok(value),
-            Err(error) if tokio::time::Instant::now() >= deadline => return Err(error),
-            Err(error) => {
-                tracing::debug!(%error, "JetStream not ready; trying again");
-                tokio::time::sleep(Duration::from_millis(250)).await;
+        if tokio::time::Instant::now() < deadline {
+            tries.push(tokio::time::timeout(ATTEMPT_TIMEOUT, attempt()));
+        } else if tries.is_empty() {
+            return Err(last);
+        }
+        let next_try = tokio::time::sleep(RETRY_EVERY);
+        tokio::pin!(next_try);
+        loop {
+            tokio::select! {
+                Some(answer) = tries.next() => match answer {
+                    Ok(Ok(value)) => return Ok(value),
+                    Ok(Err(error)) => last = error,
+                    Err(_) => last = no_answer(),
+                },
+                () = &mut next_try => break,
             }
         }
+        tracing::debug!(doing, error = %last, "JetStream not ready; trying again");
     }
 }
 
@@ -614,8 +669,9 @@ impl Snapshots {
     }
 
     /// The bytes stored as `key`: the object, else (a snapshot an earlier version stored) the KV
-    /// value of that key; `None` when there is neither. Read from the stream leader, tried again
-    /// for [`STATE_RETRY_FOR`] (a leader being elected).
+    /// value of that key; `None` when there is neither. Read from the stream leader; the lookup
+    /// and the object's first chunk are tried again as in `retrying` (a leader being elected),
+    /// and a read that stalls after them starts over, for [`STATE_RETRY_FOR`].
     ///
     /// # Errors
     /// The client's error, as text.
@@ -623,9 +679,13 @@ impl Snapshots {
         use jetstream::object_store::GetErrorKind;
         let deadline = tokio::time::Instant::now() + STATE_RETRY_FOR;
         loop {
-            let found = retrying(|| async {
+            let found = retrying("reading the snapshot", || async {
                 match self.objects.get(key).await {
-                    Ok(object) => Ok(Stored::Object(Box::new(object))),
+                    Ok(object) => {
+                        let mut object = Box::new(object);
+                        let first = read_chunk(&mut object).await?;
+                        Ok(Stored::Object(object, first))
+                    }
                     Err(e) if e.kind() == GetErrorKind::NotFound => {
                         self.kv.get(key).await.map(|v| Stored::Value(v.map(|b| b.to_vec()))).map_err(|e| e.to_string())
                     }
@@ -633,11 +693,11 @@ impl Snapshots {
                 }
             })
             .await?;
-            let object = match found {
+            let (object, first) = match found {
                 Stored::Value(value) => return Ok(value),
-                Stored::Object(object) => object,
+                Stored::Object(object, first) => (object, first),
             };
-            match read_object(object).await {
+            match read_object(object, first).await {
                 Ok(bytes) => return Ok(Some(bytes)),
                 Err(error) if tokio::time::Instant::now() >= deadline => return Err(error),
                 Err(error) => tracing::debug!(%error, "reading the snapshot object; trying again"),
@@ -646,28 +706,40 @@ impl Snapshots {
     }
 }
 
-/// What [`Snapshots::get`] found for a key: an object to read, or the KV value (or nothing).
+/// What [`Snapshots::get`] found for a key: an object with its first chunk read (empty: the
+/// object is), or the KV value (or nothing).
 enum Stored {
-    Object(Box<jetstream::object_store::Object>),
+    Object(Box<jetstream::object_store::Object>, Vec<u8>),
     Value(Option<Vec<u8>>),
 }
 
-/// `object`'s bytes, read to the end; an error when none came for [`ATTEMPT_TIMEOUT`] (the
-/// store's leader died while it was read: its chunks come again once another is elected).
-/// The read as a whole is not bounded: a large snapshot takes what it takes.
-async fn read_object(mut object: Box<jetstream::object_store::Object>) -> Result<Vec<u8>, String> {
+/// The next bytes of `object` (up to 64 KiB), empty at its end.
+///
+/// # Errors
+/// The client's error, as text.
+async fn read_chunk(object: &mut jetstream::object_store::Object) -> Result<Vec<u8>, String> {
     use tokio::io::AsyncReadExt;
-    let mut bytes = Vec::new();
     let mut chunk = vec![0u8; 64 * 1024];
+    let read = object.read(&mut chunk).await.map_err(|e| e.to_string())?;
+    chunk.truncate(read);
+    Ok(chunk)
+}
+
+/// `object`'s bytes after `first` (its first chunk), read to the end; an error when none came
+/// for [`ATTEMPT_TIMEOUT`] (the store's leader died while it was read: its chunks come again
+/// once another is elected). The read as a whole is not bounded: a large snapshot takes what it
+/// takes.
+async fn read_object(mut object: Box<jetstream::object_store::Object>, first: Vec<u8>) -> Result<Vec<u8>, String> {
+    let mut bytes = first;
+    if bytes.is_empty() {
+        return Ok(bytes);
+    }
     loop {
-        let read = tokio::time::timeout(ATTEMPT_TIMEOUT, object.read(&mut chunk))
-            .await
-            .map_err(|_| no_answer())?
-            .map_err(|e| e.to_string())?;
-        if read == 0 {
+        let chunk = tokio::time::timeout(ATTEMPT_TIMEOUT, read_chunk(&mut object)).await.map_err(|_| no_answer())??;
+        if chunk.is_empty() {
             return Ok(bytes);
         }
-        bytes.extend_from_slice(&chunk[..read]);
+        bytes.extend_from_slice(&chunk);
     }
 }
 

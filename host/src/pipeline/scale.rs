@@ -22,7 +22,10 @@
 //! duplicate window. Events of a source without positions (standard input, HTTP ingest) get
 //! `e<epoch>:<sequence>`, the epoch random per process: a publication retried after a stream
 //! leader change is recognised, and a restarted publisher's ids are its own. Every message
-//! carries its id and the id before it (`Nats-Expected-Last-Msg-Id`), whatever the source.
+//! carries its id, whatever the source; nothing new is sent while the oldest publication's
+//! acknowledgement is overdue ([`SEND_PAUSE_AFTER`]), and on a stream of one replica every
+//! message also carries the id before it (`Nats-Expected-Last-Msg-Id`; not on a replicated
+//! stream, which a refused expectation stops: [`PublishOptions::expect_last_ids`]).
 //!
 //! **Work** ([`run_worker`]): worker I of N takes the partitions p with p mod N = I (static
 //! assignment: a StatefulSet ordinal). Each partition has its own tenant-router partition
@@ -231,7 +234,23 @@ pub struct PublishOptions {
     pub counters: Arc<ScaleCounters>,
     /// The source's name (message ids).
     pub source: String,
+    /// Whether each publication expects the one before it to be the stream's last
+    /// (`Nats-Expected-Last-Msg-Id`): only on a stream of one replica. On a replicated stream a
+    /// refused expectation stops the stream (nats-server 2.15 checks it only when a replica
+    /// applies the message, and takes the refusal for a write error: every replica stops, and
+    /// the stream has no leader until the servers restart), so there the publisher relies on
+    /// [`SEND_PAUSE_AFTER`] alone.
+    pub expect_last_ids: bool,
 }
+
+/// While the oldest publication awaiting its acknowledgement has waited this long, no new one
+/// is sent. A stream's replicas elect a new leader no sooner than 4 s (nats-server's shortest
+/// election timeout) after the old one dies, and what is sent meanwhile is lost: so a
+/// publication lost with a dead leader is not overtaken by later ones, which are sent again
+/// after it, in order. A leader handing over in milliseconds (a step-down) is not covered: a
+/// publication in flight to it may still be overtaken (on a stream of one replica, which has no
+/// leader to change, `Nats-Expected-Last-Msg-Id` covers a reconnect).
+pub const SEND_PAUSE_AFTER: Duration = Duration::from_secs(1);
 
 /// A `Nats-Msg-Id` for `event`: `uid:resourceVersion` when it has both, else from its source
 /// position (`ordinal`: events before it at the same position), else — a source without
@@ -272,6 +291,8 @@ struct Publication {
     enrichment: Option<String>,
     payload: Bytes,
     ack: Option<AckFuture>,
+    /// When it was last handed to the client.
+    sent_at: Instant,
 }
 
 type AckFuture = std::pin::Pin<
@@ -305,6 +326,7 @@ impl Publication {
         }
         let ack = js.send_publish(self.subject.clone(), message).await.map_err(|e| e.to_string())?;
         self.ack = Some(std::future::IntoFuture::into_future(ack));
+        self.sent_at = Instant::now();
         Ok(())
     }
 }
@@ -314,12 +336,13 @@ impl Publication {
 /// publications await their acknowledgement at once; they are handed to the client in order,
 /// and when one fails, it and every one after it are handed over again, in order, after a pause
 /// (doubling from 100 ms to 5 s) — those already stored are recognised by their `Nats-Msg-Id`.
-/// Each publication expects the one before it to be the stream's last
-/// (`Nats-Expected-Last-Msg-Id`), so none is stored after a later one that overtook it (a
-/// publication lost while the stream's leader changes refuses the rest of the window until it
-/// is sent again): each partition's messages keep the source's order. Returns the stats (received and
-/// finished; publication counts are in [`ScaleCounters`]) when the watcher closes and every
-/// publication ended (acknowledged, or cancelled by a shutdown).
+/// While the front's acknowledgement is overdue ([`SEND_PAUSE_AFTER`]), nothing new is sent, so
+/// none is stored after a later one that overtook it (a publication lost while the stream's
+/// leader changes); on a stream of one replica each publication also expects the one before it
+/// to be the stream's last (`Nats-Expected-Last-Msg-Id`, see
+/// [`PublishOptions::expect_last_ids`]): each partition's messages keep the source's order.
+/// Returns the stats (received and finished; publication counts are in [`ScaleCounters`]) when
+/// the watcher closes and every publication ended (acknowledged, or cancelled by a shutdown).
 pub async fn publish(
     mut watcher: Watcher<SharedEvent>,
     mut plans: watch::Receiver<Arc<TenantPlan>>,
@@ -369,7 +392,10 @@ pub async fn publish(
             break;
         }
         let front_sent = pending.front().is_some_and(|p| p.ack.is_some());
-        let room = !ended && pending.len() < o.window;
+        // Sending pauses while the front's acknowledgement is overdue (SEND_PAUSE_AFTER).
+        let pause_at = pending.front().filter(|p| p.ack.is_some()).map(|p| p.sent_at + SEND_PAUSE_AFTER);
+        let overdue = pause_at.is_some_and(|at| at <= Instant::now());
+        let room = !ended && pending.len() < o.window && !overdue;
         tokio::select! {
             biased;
             acked = async { pending.front_mut().and_then(|p| p.ack.as_mut()).expect("sent").await }, if front_sent => {
@@ -403,7 +429,8 @@ pub async fn publish(
                     ordinal = if position.is_some() && position == last_position { ordinal + 1 } else { 0 };
                     let id = message_id(&event, source_hash, position.as_ref(), ordinal, (epoch, seq));
                     last_position = position;
-                    let expect_last = std::mem::replace(&mut last_id, Some(id.clone()));
+                    let last = std::mem::replace(&mut last_id, Some(id.clone()));
+                    let expect_last = if o.expect_last_ids { last } else { None };
                     let mut p = Publication {
                         seq,
                         subject: o.target.subject(tenant, partition),
@@ -414,6 +441,7 @@ pub async fn publish(
                         enrichment: event.enrichment.to_header(),
                         payload: Bytes::from(serde_json::to_vec(&*event).expect("an event serialises")),
                         ack: None,
+                        sent_at: Instant::now(),
                     };
                     if !resend && let Err(error) = p.send(&o.js).await {
                         tracing::warn!(subject = p.subject, %error, "publishing to JetStream failed; trying again");
@@ -422,6 +450,7 @@ pub async fn publish(
                     pending.push_back(p);
                 }
             }
+            _ = tokio::time::sleep_until(pause_at.unwrap_or_else(Instant::now).into()), if room && pause_at.is_some() => {}
             _ = cancel.cancelled(), if resend => break,
         }
         if o.trim_progress
@@ -735,18 +764,20 @@ const PIN_STALL_FACTOR: u32 = 2;
 enum PinCheck {
     /// This worker, pulling, got no message for [`PIN_STALL_FACTOR`] priority timeouts.
     Stalled,
-    /// Before this worker's first pull: a client is pinned and no pull request waits (a
-    /// live pinned worker always has one waiting; a killed one's expired).
+    /// Before this worker's first pull: no pull request waits (a live pinned worker always has
+    /// one waiting; a killed one's expired), whether a client is still pinned or not (a consumer
+    /// whose leader was elected anew may have lost the pin).
     Idle,
 }
 
 /// Partition `p`'s messages wait (pending, or delivered and unacknowledged) and the consumer's
 /// pin is stranded as `check` says: pinned to a client that no longer pulls and whose pin did
 /// not lapse (seen after the node leading the consumer died while a worker was replaced: the
-/// new consumer leader kept the dead worker's pin), or, at a partition's start, to a killed
-/// worker. Unpins the consumer's group, so that the next pull is pinned; returns the
-/// messages delivered and unacknowledged when it did (the caller reads them from the stream
-/// and pulls anew, without the stale pin id).
+/// new consumer leader kept the dead worker's pin), or, at a partition's start, held by no
+/// client that pulls. Unpins the consumer's group if a client is pinned, so that the next pull
+/// is pinned; returns the messages delivered and unacknowledged when the pin was stranded (the
+/// caller reads them from the stream, as they would come again only after `ack_wait`, and
+/// pulls anew, without a stale pin id).
 async fn unpin_if_stranded(c: &Connected, p: u32, check: PinCheck) -> Option<usize> {
     let name = format!("{}-{p}", c.target.durable);
     let info = match c.stream.consumer_info(&name).await {
@@ -759,12 +790,15 @@ async fn unpin_if_stranded(c: &Connected, p: u32, check: PinCheck) -> Option<usi
     if info.num_pending == 0 && info.num_ack_pending == 0 {
         return None;
     }
-    if check == PinCheck::Idle {
-        let pinned =
-            info.priority_groups.iter().any(|g| g.group == crate::nats::PRIORITY_GROUP && g.pinned_client_id.is_some());
-        if !pinned || info.num_waiting > 0 {
-            return None;
-        }
+    if check == PinCheck::Idle && info.num_waiting > 0 {
+        return None;
+    }
+    let pinned =
+        info.priority_groups.iter().any(|g| g.group == crate::nats::PRIORITY_GROUP && g.pinned_client_id.is_some());
+    if !pinned {
+        // Nothing to unpin: the next pull is pinned. What was delivered to the client that held
+        // the partition is caught up on.
+        return Some(info.num_ack_pending);
     }
     match c.stream.unpin_consumer(&name, crate::nats::PRIORITY_GROUP).await {
         Ok(()) => {
@@ -861,7 +895,7 @@ async fn take(
 /// delivered (to this worker or to one now gone), in stream order, into `batch`; `reflected`
 /// becomes that sequence (on an error, `reflected` and `batch` are left as they were). The
 /// durable consumer's redeliveries of them are then skipped ([`take`]). Read through an
-/// ephemeral pull consumer of its own (in memory, one replica, no acknowledgements) in fetches
+/// ephemeral pull consumer of its own ([`NatsTarget::reader`]) in fetches
 /// of up to [`CATCH_UP_FETCH`] messages: when messages are pending and none comes for
 /// [`CATCH_UP_STALL`] (a cluster electing a leader), it is an error, and the caller starts over.
 async fn catch_up(
@@ -877,19 +911,7 @@ async fn catch_up(
     if delivered <= *reflected {
         return Ok(());
     }
-    let reader = c
-        .stream
-        .create_consumer(jetstream::consumer::pull::Config {
-            filter_subject: format!("{}.*.{p}", c.target.prefix),
-            deliver_policy: jetstream::consumer::DeliverPolicy::ByStartSequence { start_sequence: *reflected + 1 },
-            ack_policy: jetstream::consumer::AckPolicy::None,
-            inactive_threshold: Duration::from_secs(30),
-            memory_storage: true,
-            num_replicas: 1,
-            ..Default::default()
-        })
-        .await
-        .map_err(|e| e.to_string())?;
+    let reader = c.target.reader(&c.stream, p, *reflected + 1).await.map_err(|e| e.to_string())?;
     let (from, mut at, mut read) = (*reflected, *reflected, Vec::new());
     // `delivered` may lie past the partition's last message (the server moves it over other
     // partitions' messages): the end is a message past it, or none left to read.

@@ -98,7 +98,8 @@ impl Tier {
             Role::Publisher { target } => {
                 let client = target.connect().await?;
                 let js = async_nats::jetstream::new(client);
-                let (_, partitions) = target.stream(&js, true).await?;
+                let (stream, partitions) = target.stream(&js, true).await?;
+                let expect_last_ids = stream.cached_info().config.num_replicas <= 1;
                 announce(&format!(
                     "publishing to {target}, {partitions} partitions, subjects {}.<tenant>.<partition>",
                     target.prefix
@@ -120,6 +121,7 @@ impl Tier {
                     router: router_options,
                     counters: o.counters.clone(),
                     source: o.source,
+                    expect_last_ids,
                 };
                 tokio::spawn(crate::pipeline::scale::publish(watcher, plans, options))
             }

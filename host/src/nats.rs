@@ -541,8 +541,10 @@ impl NatsTarget {
     /// An ephemeral pull consumer that reads partition `partition` of `stream` from stream
     /// sequence `from` (in memory, one replica, no acknowledgements, gone 30 s after its last
     /// use): for reading again what a durable consumer delivered to a client now gone. Made as
-    /// in `retrying`, under one name per call (so that tries made at once make one consumer),
-    /// while the cluster elects the leader that makes it.
+    /// in `retrying` while the cluster elects the leader that makes it, each try under a name
+    /// of its own: a consumer placed on the dead node (the meta leader does not know it is gone
+    /// yet) never answers, and a try under its name would wait on it again. The consumers of the
+    /// tries not taken go 30 s after they were made.
     ///
     /// # Errors
     /// [`NatsError`] when it cannot be made (for [`STATE_RETRY_FOR`]).
@@ -552,9 +554,7 @@ impl NatsTarget {
         partition: u32,
         from: u64,
     ) -> Result<jetstream::consumer::Consumer<pull::Config>, NatsError> {
-        let name = format!("{}-{partition}-reader-{}", self.durable, uuid::Uuid::new_v4().simple());
         let config = pull::Config {
-            name: Some(name),
             filter_subject: format!("{}.*.{partition}", self.prefix),
             deliver_policy: jetstream::consumer::DeliverPolicy::ByStartSequence { start_sequence: from },
             ack_policy: jetstream::consumer::AckPolicy::None,
@@ -563,8 +563,10 @@ impl NatsTarget {
             num_replicas: 1,
             ..Default::default()
         };
-        retrying("making a reader of the partition", || async {
-            stream.create_consumer(config.clone()).await.map_err(|e| e.to_string())
+        retrying("making a reader of the partition", || {
+            let name = format!("{}-{partition}-reader-{}", self.durable, uuid::Uuid::new_v4().simple());
+            let config = pull::Config { name: Some(name), ..config.clone() };
+            async move { stream.create_consumer(config).await.map_err(|e| e.to_string()) }
         })
         .await
         .map_err(|e| self.error("making a reader of the partition")(&e))

@@ -1175,11 +1175,13 @@ fn a_node_and_a_worker_killed_together_resume_soon_and_store_every_snapshot() {
 }
 
 /// Two publishers (reading standard input, fed in turns, so their publications interleave)
-/// share one stream of 3 replicas on a 3-node cluster. Neither expects its last publication to
-/// be the stream's last (`Nats-Expected-Last-Msg-Id`): nats-server checks that only when a
-/// replica applies the message, and a refusal stops every replica, so the stream had no leader
-/// and both publishers waited for ever. Both end (status 0), and the stream holds every event
-/// of both, with a leader.
+/// share one stream of 3 replicas on a 3-node cluster. Their order checks are refused by the
+/// other's writes: they expect the stream's last sequence (`Nats-Expected-Last-Sequence`,
+/// checked before a message is stored), not the last message id (`Nats-Expected-Last-Msg-Id`,
+/// which nats-server checks only when a replica applies the message: a refusal there stopped
+/// every replica, the stream had no leader and both publishers waited for ever). Both end
+/// (status 0), at least one suspended its check on seeing the other, and the stream holds
+/// every event of both, with a leader.
 #[test]
 fn two_publishers_sharing_a_replicated_stream_keep_it_writable() {
     let Some(cluster) = NatsCluster::start("two_publishers") else { return };
@@ -1216,10 +1218,14 @@ fn two_publishers_sharing_a_replicated_stream_keep_it_writable() {
         std::thread::sleep(Duration::from_millis(5));
     }
     drop(stdins);
+    let mut suspended = 0;
     for (publisher, log) in publishers {
         let status = wait_within(publisher, 120);
-        assert!(status.success(), "{status}: {}", std::fs::read_to_string(&log).unwrap());
+        let log = std::fs::read_to_string(&log).unwrap();
+        assert!(status.success(), "{status}: {log}");
+        suspended += usize::from(log.contains("another publisher writes to the stream"));
     }
+    assert!(suspended > 0, "a publisher saw the other's writes and suspended its order check");
     let (rt, target, js) = cluster.jetstream(query);
     let (messages, leader) = rt.block_on(async {
         let mut stream = js.get_stream(&target.stream).await.unwrap();

@@ -10,10 +10,12 @@
 //! - [`routes`]: routes, which send a tenant's correlated writes to more sinks.
 //! - [`suppressed`]: summaries of what a tenant's rules dropped.
 //! - [`scale`]: the same router across hosts: the NATS JetStream publish tier and worker tier.
+//! - [`sequence_chain`]: the publish tier's order check (`Nats-Expected-Last-Sequence`).
 
 pub mod plan;
 pub mod router;
 pub mod routes;
 pub mod scale;
+pub mod sequence_chain;
 pub mod stage;
 pub mod suppressed;

@@ -22,10 +22,9 @@
 //! duplicate window. Events of a source without positions (standard input, HTTP ingest) get
 //! `e<epoch>:<sequence>`, the epoch random per process: a publication retried after a stream
 //! leader change is recognised, and a restarted publisher's ids are its own. Every message
-//! carries its id, whatever the source; nothing new is sent while the oldest publication's
-//! acknowledgement is overdue ([`SEND_PAUSE_AFTER`]), and on a stream of one replica every
-//! message also carries the id before it (`Nats-Expected-Last-Msg-Id`; not on a replicated
-//! stream, which a refused expectation stops: [`PublishOptions::expect_last_ids`]).
+//! carries its id, whatever the source, and expects the stream's last sequence to be the one
+//! the message before it got (`Nats-Expected-Last-Sequence`,
+//! [`crate::pipeline::sequence_chain`]), so that none is stored before one sent earlier.
 //!
 //! **Work** ([`run_worker`]): worker I of N takes the partitions p with p mod N = I (static
 //! assignment: a StatefulSet ordinal). Each partition has its own tenant-router partition
@@ -64,6 +63,7 @@ use crate::nats::{NatsError, NatsTarget};
 use crate::partition::PartitionKey;
 use crate::pipeline::plan::TenantPlan;
 use crate::pipeline::router::{PartitionInput, RouterOptions, RouterStats, record_partitions};
+use crate::pipeline::sequence_chain::{Refusal, SUSPEND_FOR, SequenceChain, refused_last_sequence};
 use crate::source::{SourceCounters, SourceStats};
 
 /// The NATS header carrying an HTTP ingest request's header (`name: value`), one per header,
@@ -234,23 +234,10 @@ pub struct PublishOptions {
     pub counters: Arc<ScaleCounters>,
     /// The source's name (message ids).
     pub source: String,
-    /// Whether each publication expects the one before it to be the stream's last
-    /// (`Nats-Expected-Last-Msg-Id`): only on a stream of one replica. On a replicated stream a
-    /// refused expectation stops the stream (nats-server 2.15 checks it only when a replica
-    /// applies the message, and takes the refusal for a write error: every replica stops, and
-    /// the stream has no leader until the servers restart), so there the publisher relies on
-    /// [`SEND_PAUSE_AFTER`] alone.
-    pub expect_last_ids: bool,
+    /// The stream's last sequence when the publisher started (`None`: unknown), the first
+    /// publication's expectation ([`SequenceChain`]).
+    pub last_sequence: Option<u64>,
 }
-
-/// While the oldest publication awaiting its acknowledgement has waited this long, no new one
-/// is sent. A stream's replicas elect a new leader no sooner than 4 s (nats-server's shortest
-/// election timeout) after the old one dies, and what is sent meanwhile is lost: so a
-/// publication lost with a dead leader is not overtaken by later ones, which are sent again
-/// after it, in order. A leader handing over in milliseconds (a step-down) is not covered: a
-/// publication in flight to it may still be overtaken (on a stream of one replica, which has no
-/// leader to change, `Nats-Expected-Last-Msg-Id` covers a reconnect).
-pub const SEND_PAUSE_AFTER: Duration = Duration::from_secs(1);
 
 /// A `Nats-Msg-Id` for `event`: `uid:resourceVersion` when it has both, else from its source
 /// position (`ordinal`: events before it at the same position), else — a source without
@@ -280,19 +267,14 @@ struct Publication {
     seq: u64,
     subject: String,
     id: String,
-    /// The `Nats-Msg-Id` of the publication before this one (`Nats-Expected-Last-Msg-Id`): the
-    /// stream refuses this one unless that one is the last it stored, so a publication lost in
-    /// a leader change is never overtaken by later ones of the window. `None` for the first of
-    /// a run, and once every earlier publication is acknowledged.
-    expect_last: Option<String>,
+    /// The `Nats-Expected-Last-Sequence` it was last sent with ([`SequenceChain`]).
+    expected: Option<u64>,
     headers: crate::event::IngestHeaders,
     clock: crate::event::RecordedClock,
     /// [`ENRICHMENT_HEADER`]'s value.
     enrichment: Option<String>,
     payload: Bytes,
     ack: Option<AckFuture>,
-    /// When it was last handed to the client.
-    sent_at: Instant,
 }
 
 type AckFuture = std::pin::Pin<
@@ -303,13 +285,14 @@ type AckFuture = std::pin::Pin<
 >;
 
 impl Publication {
-    /// Hands the message to the client (in call order: the stream's order), keeping the
-    /// acknowledgement to await.
-    async fn send(&mut self, js: &jetstream::Context) -> Result<(), String> {
+    /// Hands the message to the client (in call order: the stream's order), expecting the
+    /// stream's last sequence to be `expected` (if any), keeping the acknowledgement to await.
+    async fn send(&mut self, js: &jetstream::Context, expected: Option<u64>) -> Result<(), String> {
         let mut message =
             jetstream::message::PublishMessage::build().payload(self.payload.clone()).message_id(&self.id);
-        if let Some(last) = &self.expect_last {
-            message = message.expected_last_message_id(last);
+        self.expected = expected;
+        if let Some(last) = expected {
+            message = message.expected_last_sequence(last);
         }
         for (name, value) in self.headers.get().into_iter().flatten() {
             message = message.header(INGEST_HEADER, format!("{name}: {value}").as_str());
@@ -326,7 +309,6 @@ impl Publication {
         }
         let ack = js.send_publish(self.subject.clone(), message).await.map_err(|e| e.to_string())?;
         self.ack = Some(std::future::IntoFuture::into_future(ack));
-        self.sent_at = Instant::now();
         Ok(())
     }
 }
@@ -336,11 +318,11 @@ impl Publication {
 /// publications await their acknowledgement at once; they are handed to the client in order,
 /// and when one fails, it and every one after it are handed over again, in order, after a pause
 /// (doubling from 100 ms to 5 s) — those already stored are recognised by their `Nats-Msg-Id`.
-/// While the front's acknowledgement is overdue ([`SEND_PAUSE_AFTER`]), nothing new is sent, so
-/// none is stored after a later one that overtook it (a publication lost while the stream's
-/// leader changes); on a stream of one replica each publication also expects the one before it
-/// to be the stream's last (`Nats-Expected-Last-Msg-Id`, see
-/// [`PublishOptions::expect_last_ids`]): each partition's messages keep the source's order.
+/// Each publication expects the stream's last sequence to be the one the publication before it
+/// got ([`SequenceChain`]), so none is stored before one sent earlier (a publication lost while
+/// the stream's leader changes, or with the server the client was connected to, makes the rest
+/// of the window refused; a refusal sends the window again at once, from the sequence it
+/// reports): each partition's messages keep the source's order.
 /// Returns the stats (received and finished; publication counts are in [`ScaleCounters`]) when
 /// the watcher closes and every publication ended (acknowledged, or cancelled by a shutdown).
 pub async fn publish(
@@ -354,8 +336,7 @@ pub async fn publish(
     let mut pending: std::collections::VecDeque<Publication> = std::collections::VecDeque::new();
     let mut last_position: Option<Position> = None;
     let mut ordinal = 0u32;
-    // The id of the last publication made, which the next one expects to be the stream's last.
-    let mut last_id: Option<String> = None;
+    let mut chain = SequenceChain::new(o.last_sequence);
     let mut trim = SeenVersions::with_capacity(1);
     let acks = o.router.acks.clone();
     let cancel = o.router.cancel.clone();
@@ -364,23 +345,22 @@ pub async fn publish(
     // Set after a failure: hand every pending publication over again, in order.
     let mut resend = false;
     let mut pause = Duration::from_millis(100);
+    // A refusal of the order check: the window is sent again without a pause.
+    let mut rebased = false;
     loop {
         if resend {
-            tokio::select! {
-                _ = cancel.cancelled() => break,
-                _ = tokio::time::sleep(pause) => {}
+            if !rebased {
+                tokio::select! {
+                    _ = cancel.cancelled() => break,
+                    _ = tokio::time::sleep(pause) => {}
+                }
+                pause = (pause * 2).min(Duration::from_secs(5));
             }
-            pause = (pause * 2).min(Duration::from_secs(5));
-            resend = false;
-            // Every publication before the front is stored (acknowledged): the front needs no
-            // expectation, which also ends a refusal the stream would repeat (another
-            // publisher's message last, or a new leader without the last id).
-            if let Some(front) = pending.front_mut() {
-                front.expect_last = None;
-            }
-            for p in pending.iter_mut() {
+            (resend, rebased) = (false, false);
+            let now = Instant::now();
+            for (index, p) in pending.iter_mut().enumerate() {
                 o.counters.publish_retries.fetch_add(1, Ordering::Relaxed);
-                if let Err(error) = p.send(&o.js).await {
+                if let Err(error) = p.send(&o.js, chain.expectation(index, now)).await {
                     tracing::warn!(subject = p.subject, %error, "publishing to JetStream failed; trying again");
                     resend = true;
                     break;
@@ -392,16 +372,14 @@ pub async fn publish(
             break;
         }
         let front_sent = pending.front().is_some_and(|p| p.ack.is_some());
-        // Sending pauses while the front's acknowledgement is overdue (SEND_PAUSE_AFTER).
-        let pause_at = pending.front().filter(|p| p.ack.is_some()).map(|p| p.sent_at + SEND_PAUSE_AFTER);
-        let overdue = pause_at.is_some_and(|at| at <= Instant::now());
-        let room = !ended && pending.len() < o.window && !overdue;
+        let room = !ended && pending.len() < o.window;
         tokio::select! {
             biased;
             acked = async { pending.front_mut().and_then(|p| p.ack.as_mut()).expect("sent").await }, if front_sent => {
                 match acked {
                     Ok(ack) => {
                         let p = pending.pop_front().expect("the front was acknowledged");
+                        chain.acknowledged(ack.sequence);
                         pause = Duration::from_millis(100);
                         o.counters.published.fetch_add(1, Ordering::Relaxed);
                         o.counters.duplicates.fetch_add(u64::from(ack.duplicate), Ordering::Relaxed);
@@ -409,8 +387,8 @@ pub async fn publish(
                         acks.ack(p.seq);
                     }
                     Err(error) => {
-                        tracing::warn!(subject = pending.front().map(|p| p.subject.as_str()), %error, "no acknowledgement from JetStream; publishing again");
                         resend = true;
+                        rebased = rebase_on_refusal(&error.to_string(), pending.front(), &mut chain);
                     }
                 }
             }
@@ -429,28 +407,25 @@ pub async fn publish(
                     ordinal = if position.is_some() && position == last_position { ordinal + 1 } else { 0 };
                     let id = message_id(&event, source_hash, position.as_ref(), ordinal, (epoch, seq));
                     last_position = position;
-                    let last = std::mem::replace(&mut last_id, Some(id.clone()));
-                    let expect_last = if o.expect_last_ids { last } else { None };
                     let mut p = Publication {
                         seq,
                         subject: o.target.subject(tenant, partition),
                         id,
-                        expect_last,
+                        expected: None,
                         headers: event.ingest_headers.clone(),
                         clock: event.recorded_clock.clone(),
                         enrichment: event.enrichment.to_header(),
                         payload: Bytes::from(serde_json::to_vec(&*event).expect("an event serialises")),
                         ack: None,
-                        sent_at: Instant::now(),
                     };
-                    if !resend && let Err(error) = p.send(&o.js).await {
+                    let expected = chain.expectation(pending.len(), Instant::now());
+                    if !resend && let Err(error) = p.send(&o.js, expected).await {
                         tracing::warn!(subject = p.subject, %error, "publishing to JetStream failed; trying again");
                         resend = true;
                     }
                     pending.push_back(p);
                 }
             }
-            _ = tokio::time::sleep_until(pause_at.unwrap_or_else(Instant::now).into()), if room && pause_at.is_some() => {}
             _ = cancel.cancelled(), if resend => break,
         }
         if o.trim_progress
@@ -465,6 +440,32 @@ pub async fn publish(
     stats.total.cancelled += pending.len() as u64;
     o.router.stats.lock().unwrap_or_else(|p| p.into_inner()).add(&stats);
     o.router.stats.lock().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+/// Takes a failed acknowledgement of `front`: a refusal of the order check moves `chain` to the
+/// sequence it reports and returns true (the window is sent again at once); any other failure
+/// is logged and returns false (the window is sent again after a pause).
+fn rebase_on_refusal(error: &str, front: Option<&Publication>, chain: &mut SequenceChain) -> bool {
+    let Some((expected, actual)) = front.and_then(|p| p.expected).zip(refused_last_sequence(error)) else {
+        tracing::warn!(subject = front.map(|p| p.subject.as_str()), %error, "no acknowledgement from JetStream; publishing again");
+        return false;
+    };
+    match chain.refused(expected, actual, Instant::now()) {
+        Refusal::Behind | Refusal::Foreign => {
+            tracing::debug!(
+                expected,
+                actual,
+                "the stream's last sequence is not the one predicted; publishing the window again"
+            );
+        }
+        Refusal::Suspended => tracing::warn!(
+            expected,
+            actual,
+            "another publisher writes to the stream: publications are not checked for order for {} s",
+            SUSPEND_FOR.as_secs()
+        ),
+    }
+    true
 }
 
 /// What a worker needs.

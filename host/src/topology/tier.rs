@@ -99,7 +99,7 @@ impl Tier {
                 let client = target.connect().await?;
                 let js = async_nats::jetstream::new(client);
                 let (stream, partitions) = target.stream(&js, true).await?;
-                let expect_last_ids = stream.cached_info().config.num_replicas <= 1;
+                let last_sequence = Some(stream.cached_info().state.last_sequence);
                 announce(&format!(
                     "publishing to {target}, {partitions} partitions, subjects {}.<tenant>.<partition>",
                     target.prefix
@@ -121,7 +121,7 @@ impl Tier {
                     router: router_options,
                     counters: o.counters.clone(),
                     source: o.source,
-                    expect_last_ids,
+                    last_sequence,
                 };
                 tokio::spawn(crate::pipeline::scale::publish(watcher, plans, options))
             }

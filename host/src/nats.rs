@@ -341,6 +341,11 @@ impl NatsTarget {
         self.replicas.unwrap_or_else(|| default_replicas(js.client().server_info().connect_urls.len()))
     }
 
+    /// The subjects of every tenant's events in `partition` (a consumer's filter).
+    pub fn partition_filter(&self, partition: u32) -> String {
+        format!("{}.*.{partition}", self.prefix)
+    }
+
     /// The subject of an event of `tenant` in `partition`.
     pub fn subject(&self, tenant: &str, partition: u32) -> String {
         format!("{}.{}.{partition}", self.prefix, subject_token(tenant))
@@ -519,7 +524,7 @@ impl NatsTarget {
         let mut config = pull::Config {
             durable_name: Some(name.clone()),
             name: Some(name.clone()),
-            filter_subject: format!("{}.*.{partition}", self.prefix),
+            filter_subject: self.partition_filter(partition),
             ack_policy: jetstream::consumer::AckPolicy::All,
             ack_wait: self.ack_wait,
             max_ack_pending: MAX_ACK_PENDING,
@@ -555,7 +560,7 @@ impl NatsTarget {
         from: u64,
     ) -> Result<jetstream::consumer::Consumer<pull::Config>, NatsError> {
         let config = pull::Config {
-            filter_subject: format!("{}.*.{partition}", self.prefix),
+            filter_subject: self.partition_filter(partition),
             deliver_policy: jetstream::consumer::DeliverPolicy::ByStartSequence { start_sequence: from },
             ack_policy: jetstream::consumer::AckPolicy::None,
             inactive_threshold: Duration::from_secs(30),

@@ -787,9 +787,9 @@ enum Feed {
 
 /// A publisher fed by `feed` on a 3-node cluster (replicas 3) with 2 workers; a third of the
 /// way through, the node leading the stream is SIGKILLed. The merged worker output equals a
-/// single run: a source without positions gives every message an id, and the publisher sends
-/// nothing new while an acknowledgement is overdue, so publications retried across the leader
-/// change are neither stored twice nor out of order.
+/// single run: a source without positions gives every message an id, and every message expects
+/// the stream's last sequence to be its predecessor's, so publications retried across the
+/// leader change are neither stored twice nor out of order.
 fn leader_killed_while_publishing(feed: Feed) {
     let Some(mut cluster) = NatsCluster::start(&format!("leader_killed_{feed:?}")) else { return };
     let dir = tempfile::tempdir().unwrap();

@@ -620,6 +620,21 @@ impl NatsCluster {
         (0..self.nodes.len()).find(|i| leader == format!("n{i}")).expect("a leader among the nodes")
     }
 
+    /// Moves the leadership of the stream of the target with `query` off node `i` (asking its
+    /// leader to step down until another node leads it, for up to 60 s).
+    fn lead_elsewhere(&self, query: &str, i: usize) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.leading(query) == i {
+            assert!(Instant::now() < deadline, "node n{i} still leads the stream after 60 s of step-downs");
+            let (rt, target, js) = self.jetstream(query);
+            rt.block_on(async {
+                let subject = format!("STREAM.LEADER.STEPDOWN.{}", target.stream);
+                let _: Result<Value, _> = js.request(subject, &serde_json::json!({})).await;
+            });
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    }
+
     /// SIGKILLs node `i`.
     fn kill(&mut self, i: usize) {
         if let Some(mut child) = self.nodes[i].take() {
@@ -776,7 +791,7 @@ fn rebalancing_from_2_to_3_workers_and_back_keeps_the_output_exact() {
     }
 }
 
-/// How a publisher is fed in [`leader_killed_while_publishing`].
+/// How a publisher is fed in [`node_killed_while_publishing`].
 #[derive(Debug, Clone, Copy)]
 enum Feed {
     /// `--source jsonl:-`, through a pipe.
@@ -785,13 +800,24 @@ enum Feed {
     HttpIngest,
 }
 
+/// Which node [`node_killed_while_publishing`] SIGKILLs.
+#[derive(Debug, Clone, Copy)]
+enum Killed {
+    /// The node leading the stream (the publisher is given every node).
+    StreamLeader,
+    /// The node the publisher is connected to, once another leads the stream (its leader is
+    /// moved off it if needed): the client reconnects to another node within milliseconds, the
+    /// stream's leader lives, and what was in flight on the dead connection is lost.
+    PublishersServer,
+}
+
 /// A publisher fed by `feed` on a 3-node cluster (replicas 3) with 2 workers; a third of the
-/// way through, the node leading the stream is SIGKILLed. The merged worker output equals a
-/// single run: a source without positions gives every message an id, and every message expects
-/// the stream's last sequence to be its predecessor's, so publications retried across the
-/// leader change are neither stored twice nor out of order.
-fn leader_killed_while_publishing(feed: Feed) {
-    let Some(mut cluster) = NatsCluster::start(&format!("leader_killed_{feed:?}")) else { return };
+/// way through, the node `killed` says is SIGKILLed. The merged worker output equals a single
+/// run: a source without positions gives every message an id, and every message expects the
+/// stream's last sequence to be its predecessor's, so publications sent again after a loss are
+/// neither stored twice nor out of order.
+fn node_killed_while_publishing(feed: Feed, killed: Killed) {
+    let Some(mut cluster) = NatsCluster::start(&format!("node_killed_{feed:?}_{killed:?}")) else { return };
     let dir = tempfile::tempdir().unwrap();
     let (_, _, slice) = halves(dir.path(), 4000);
     let expected = single_host(&slice, dir.path());
@@ -812,6 +838,8 @@ fn leader_killed_while_publishing(feed: Feed) {
             .args(["run", "--no-watch", "--summary-json", "--shutdown-timeout=120", &format!("--source={source}")])
             .arg(format!("--sink={}", cluster.url(query)))
             .env("EVENTPIPE_INGEST_TOKEN", "")
+            // The client's "connected successfully server=PORT" names the publisher's node.
+            .env("RUST_LOG", "info")
             .stdin(match feed {
                 Feed::Stdin => Stdio::piped(),
                 Feed::HttpIngest => Stdio::null(),
@@ -858,9 +886,39 @@ fn leader_killed_while_publishing(feed: Feed) {
     let third = input.len() / 3;
     send(&input[..third]);
     wait_for(&outs, 120, "the workers writing", |l| l.len() >= 200);
-    let node = cluster.leading(query);
-    cluster.kill(node);
-    send(&input[third..]);
+    let node = match killed {
+        Killed::StreamLeader => cluster.leading(query),
+        Killed::PublishersServer => {
+            let text = std::fs::read_to_string(&log).unwrap();
+            let at = text.split("connected successfully server=").last().unwrap();
+            let port: u16 = at.split_whitespace().next().unwrap().parse().unwrap();
+            let node = cluster.ports.iter().position(|p| *p == port).unwrap();
+            cluster.lead_elsewhere(query, node);
+            node
+        }
+    };
+    match killed {
+        Killed::StreamLeader => {
+            cluster.kill(node);
+            send(&input[third..]);
+        }
+        // Killed while publications are in flight: the rest is fed from a thread meanwhile.
+        Killed::PublishersServer => {
+            use std::io::Write;
+            let mut pipe = stdin.take().expect("fed through standard input");
+            let rest: Vec<String> = input[third..].iter().map(|l| format!("{l}\n")).collect();
+            let feeder = std::thread::spawn(move || {
+                for chunk in rest.chunks(100) {
+                    pipe.write_all(chunk.concat().as_bytes()).unwrap();
+                    pipe.flush().unwrap();
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            });
+            std::thread::sleep(Duration::from_millis(150));
+            cluster.kill(node);
+            feeder.join().unwrap();
+        }
+    }
     match feed {
         Feed::Stdin => {
             drop(stdin.take());
@@ -872,19 +930,34 @@ fn leader_killed_while_publishing(feed: Feed) {
     wait_for(&outs, 300, "after the leader was killed", |l| final_counts(l) == final_counts(&expected));
     workers.into_iter().for_each(stop);
     let got = lines(&outs);
-    let duplicates = assert_covers(&expected, &got, &format!("{feed:?}, leader killed"));
+    let duplicates = assert_covers(&expected, &got, &format!("{feed:?}, {killed:?} killed"));
     assert_eq!(by_name(&got).len(), by_name(&expected).len(), "every object, none more");
-    println!("{feed:?}: stream leader (node {node}) killed mid-publication; {duplicates} sink calls written twice");
+    let summary: Value = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .rev()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .expect("the publisher's summary");
+    println!(
+        "{feed:?}: {killed:?} (node {node}) killed mid-publication; {} publications sent again; {duplicates} sink \
+         calls written twice",
+        summary["scale"]["publish_retries"]
+    );
 }
 
 #[test]
 fn a_stream_leader_killed_while_stdin_is_published_loses_and_reorders_nothing() {
-    leader_killed_while_publishing(Feed::Stdin);
+    node_killed_while_publishing(Feed::Stdin, Killed::StreamLeader);
 }
 
 #[test]
 fn a_stream_leader_killed_while_http_ingest_is_published_loses_and_reorders_nothing() {
-    leader_killed_while_publishing(Feed::HttpIngest);
+    node_killed_while_publishing(Feed::HttpIngest, Killed::StreamLeader);
+}
+
+#[test]
+fn the_publishers_server_killed_while_stdin_is_published_loses_and_reorders_nothing() {
+    node_killed_while_publishing(Feed::Stdin, Killed::PublishersServer);
 }
 
 /// `POST PATH` of `body` (JSON lines) to the HTTP server at `addr`; the whole response.

@@ -398,6 +398,7 @@ pub async fn publish(
                     continue;
                 };
                 let plan = plans.borrow_and_update().clone();
+                let now = Instant::now();
                 for event in batch {
                     let seq = acks.begin();
                     stats.total.received += 1;
@@ -418,7 +419,7 @@ pub async fn publish(
                         payload: Bytes::from(serde_json::to_vec(&*event).expect("an event serialises")),
                         ack: None,
                     };
-                    let expected = chain.expectation(pending.len(), Instant::now());
+                    let expected = chain.expectation(pending.len(), now);
                     if !resend && let Err(error) = p.send(&o.js, expected).await {
                         tracing::warn!(subject = p.subject, %error, "publishing to JetStream failed; trying again");
                         resend = true;
